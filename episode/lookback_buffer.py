@@ -1,0 +1,491 @@
+"""InfiniteLookbackBuffer: RLlib's lookback buffer on the compiled core.
+
+Behaves as ray.rllib.env.utils.infinite_lookback_buffer.InfiniteLookbackBuffer
+(RLlib 2.60): same constructor, attributes, methods, return types and errors.
+The per-step methods (append, len, get/[] without fill) are inherited from the
+compiled BufferCore; this module holds the rest.
+"""
+from __future__ import annotations
+
+import operator
+from typing import Any, List, Optional, Union
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.utils.env_checker import data_equivalence
+
+from episode._buffer import BufferCore
+from episode._column import Column
+from episode._index import IndexTypeError, resolve_int, resolve_slice
+from episode.spaces import (
+    base_struct,
+    empty_batch,
+    fill_batch,
+    flatten_struct,
+    is_struct,
+    map_struct,
+    one_hot_struct,
+    space_from_dict,
+    space_to_dict,
+    stack,
+)
+
+__all__ = ["InfiniteLookbackBuffer"]
+
+Indices = Union[int, slice, List[int], None]
+
+
+def _as_index(idx: Any) -> int:
+    """`idx` as a plain int (numpy ints too), or IndexTypeError."""
+    if isinstance(idx, (int, np.integer)):
+        return int(idx)
+    raise IndexTypeError(
+        f"indices must be an int, a list of ints, a slice or None; got {type(idx).__name__}"
+    )
+
+
+class InfiniteLookbackBuffer(BufferCore):
+    """A growing sequence of items whose first `lookback` items are a lookback.
+
+    Index 0 is the first item after the lookback. Negative indices count from
+    the end, or with ``neg_index_as_lookback=True`` back into the lookback.
+    Until ``finalize()`` the buffer hands back the items as they were given
+    (getters return lists for list/slice indices); afterwards it holds numpy
+    arrays (a dict/tuple of arrays for Dict/Tuple items) and getters return
+    arrays. Numeric items are stored in typed buffers either way, so
+    ``finalize()`` costs nothing and appends stay O(1) after it.
+
+    Args:
+        data: Initial items: a list (not finalized), or an array or dict/tuple
+            of arrays (finalized).
+        lookback: How many of the first items form the lookback (at most
+            ``len(data)``).
+        space: Optional gymnasium space of one item; needed for
+            ``one_hot_discrete`` and used to shape ``fill`` values.
+    """
+
+    __slots__ = ()
+
+    def __init__(
+        self,
+        data: Optional[Union[List, np.ndarray]] = None,
+        lookback: int = 0,
+        space: Optional[gym.Space] = None,
+    ):
+        self.data = data if data is not None else []
+        self.lookback = min(lookback, self.len_incl_lookback())
+        self.space = space
+
+    # -- attributes ---------------------------------------------------------
+
+    @property
+    def data(self) -> Any:
+        """All items, lookback included: a list before finalize(), arrays after."""
+        if self._col is not None:
+            return self._col.view() if self._col.finalized else self._col.to_list()
+        return map_struct(lambda col: col.view(), self._tree)
+
+    @data.setter
+    def data(self, value: Any) -> None:
+        if isinstance(value, list):
+            col, tree = Column.from_list(value), None
+        elif is_struct(value):
+            col, tree = None, map_struct(lambda a: Column.from_array(np.asarray(a)), value)
+        else:
+            col, tree = Column.from_array(np.asarray(value)), None
+        self._col, self._tree = col, tree
+
+    @property
+    def space(self) -> Optional[gym.Space]:
+        """The gymnasium space of one item (or None)."""
+        return self._space
+
+    @space.setter
+    def space(self, value: Optional[gym.Space]) -> None:
+        self._space = value
+        self._space_struct = base_struct(value)
+
+    @property
+    def space_struct(self) -> Any:
+        """The space as a plain dict/tuple of leaf spaces (the space itself if flat)."""
+        return self._space_struct
+
+    def _first_leaf_len(self) -> int:
+        return len(flatten_struct(self._tree)[0])
+
+    def _columns(self) -> list:
+        return [self._col] if self._col is not None else flatten_struct(self._tree)
+
+    # -- state --------------------------------------------------------------
+
+    def get_state(self) -> dict:
+        """The buffer as a picklable dict (data, lookback, finalized, space)."""
+        return {
+            "data": self.data,
+            "lookback": self.lookback,
+            "finalized": self.finalized,
+            "space": space_to_dict(self.space) if self.space else None,
+        }
+
+    @staticmethod
+    def from_state(state: dict) -> "InfiniteLookbackBuffer":
+        """A new buffer from a dict made by `get_state` (ours or RLlib's)."""
+        buffer = InfiniteLookbackBuffer()
+        buffer.data = state["data"]
+        buffer.lookback = state["lookback"]
+        buffer.space = space_from_dict(state["space"]) if state["space"] else None
+        if state["finalized"] and not buffer.finalized:
+            buffer.finalize()
+        return buffer
+
+    def __reduce__(self):
+        return (_rebuild, (type(self), self.get_state()))
+
+    # -- adding and removing --------------------------------------------------
+
+    def _append_struct(self, item: Any) -> None:
+        pairs = flatten_struct(map_struct(lambda col, x: (col, x), self._tree, item))
+        for col, x in pairs:
+            col.check_row(x)
+        for col, x in pairs:
+            col.append(x)
+
+    def extend(self, items: Any) -> None:
+        """Appends every item in `items` (after finalize(), a list or a batch)."""
+        if not self.finalized:
+            if is_struct(items):
+                items = _unbatch(items)
+            self._col.extend(items)
+            return
+        if isinstance(items, list):
+            if not items:
+                return
+            items = stack(items) if self._col is None else np.array(items)
+        if self._col is not None:
+            self._col.extend_rows(items)
+            return
+        pairs = flatten_struct(map_struct(lambda col, x: (col, np.asarray(x)), self._tree, items))
+        for col, x in pairs:
+            col.check_rows(x)
+        for col, x in pairs:
+            col.extend_rows(x)
+
+    def concat(self, other: "InfiniteLookbackBuffer") -> None:
+        """Appends the items of `other` after its lookback."""
+        self.extend(other.get())
+
+    def pop(self, index: int = -1) -> None:
+        """Removes the item at raw position `index` (lookback included); returns None."""
+        index = operator.index(index)
+        n = self.len_incl_lookback()
+        pos = index + n if index < 0 else index
+        if not 0 <= pos < n:
+            raise IndexError(f"pop index {index} out of range for {n} items")
+        for col in self._columns():
+            col.pop(pos)
+
+    def finalize(self) -> None:
+        """Turns the data into numpy arrays (a dict/tuple of them for Dict/Tuple items)."""
+        if self.finalized or self._col.finalize():
+            return
+        items = self._col.to_list()
+        batch = stack(items) if items else empty_batch(self.space)
+        self.data = batch
+
+    # -- reading ------------------------------------------------------------
+
+    def _get_general(self, indices, neg_index_as_lookback, fill, one_hot_discrete,
+                     _ignore_last_ts, _add_last_ts_value):
+        if indices is None:
+            data = self[: (-1 if _ignore_last_ts else None)]
+            return self._one_hot(data) if one_hot_discrete else data
+        args = (bool(neg_index_as_lookback), fill, bool(one_hot_discrete),
+                bool(_ignore_last_ts), _add_last_ts_value)
+        if isinstance(indices, slice):
+            return self._get_slice_general(indices, *args)
+        if isinstance(indices, list):
+            items = [self._get_int_general(_as_index(i), *args) for i in indices]
+            return self._batch_items(items, fill) if self.finalized else items
+        return self._get_int_general(_as_index(indices), *args)
+
+    def _item(self, pos: int) -> Any:
+        if self._col is not None:
+            return self._col.get(pos)
+        return map_struct(lambda col: col.get(pos), self._tree)
+
+    def _fill_item(self, fill: Any, one_hot_discrete: bool) -> Any:
+        if self.space is None:
+            return fill
+        return fill_batch(self.space, fill, 0, one_hot_discrete)
+
+    def _get_int_general(self, idx, neg_index_as_lookback, fill, one_hot_discrete,
+                         ignore_last, add_last):
+        n = self.len_incl_lookback()
+        length = n - ignore_last + (add_last is not None)
+        pos = resolve_int(idx, neg_index_as_lookback, self.lookback, length,
+                          len(self) + self.lookback - ignore_last)
+        if pos < 0:
+            if fill is None:
+                raise IndexError(
+                    f"index {idx} (neg_index_as_lookback={neg_index_as_lookback}) is out "
+                    f"of range for a buffer of {n} items ({self.lookback} of them "
+                    f"lookback); pass `fill` to pad"
+                )
+            return self._fill_item(fill, one_hot_discrete)
+        if add_last is not None and pos == length - 1:
+            data = add_last
+        else:
+            data = self._item(pos)
+        return self._one_hot(data) if one_hot_discrete else data
+
+    def _rows(self, slice_: slice, ignore_last: bool, add_last: Any) -> Any:
+        """data_to_use[slice_], where data_to_use drops/adds a last item as asked."""
+        n = self.len_incl_lookback() - ignore_last
+        if not self.finalized:
+            positions = range(n + (add_last is not None))[slice_]
+            return [add_last if p == n else self._col.get(p) for p in positions]
+
+        def rows(col, extra=None):
+            base = col.view()[:n]
+            if add_last is not None:
+                base = np.concatenate([base, np.asarray(extra, dtype=base.dtype)[None]])
+            return base[slice_]
+
+        if self._col is not None:
+            return rows(self._col, add_last)
+        if add_last is None:
+            return map_struct(rows, self._tree)
+        return map_struct(rows, self._tree, add_last)
+
+    def _get_slice_general(self, slice_, neg_index_as_lookback, fill, one_hot_discrete,
+                           ignore_last, add_last):
+        total = self.len_incl_lookback() - ignore_last + (add_last is not None)
+        start, stop, step, length, fill_left, fill_right = resolve_slice(
+            slice_, neg_index_as_lookback, self.lookback, total
+        )
+        data = self._rows(slice(start, stop, step), ignore_last, add_last)
+        if length > 0 and one_hot_discrete:
+            data = self._one_hot(data)
+        if fill is None or not (fill_left or fill_right):
+            return data
+        if length <= 0:
+            data = None
+        if not self.finalized:
+            item = self._fill_item(fill, one_hot_discrete)
+            return [item] * fill_left + (data if data is not None else []) + [item] * fill_right
+        pieces = []
+        if fill_left:
+            pieces.append(self._fill_rows(fill, fill_left, one_hot_discrete))
+        if data is not None:
+            pieces.append(data)
+        if fill_right:
+            pieces.append(self._fill_rows(fill, fill_right, one_hot_discrete))
+        if len(pieces) == 1:
+            return pieces[0]
+        return map_struct(lambda *parts: np.concatenate(parts), *pieces)
+
+    def _fill_rows(self, fill: Any, count: int, one_hot_discrete: bool) -> Any:
+        """`count` fill rows for finalized data: shaped by the space if there is
+        one, else by the stored rows (RLlib's np.array([fill] * count) when flat)."""
+        if self.space is not None:
+            return fill_batch(self.space, fill, count, one_hot_discrete)
+
+        def rows(col):
+            batch = np.array([fill] * count)
+            shape = (count,) + col.row_shape_tuple
+            return batch if batch.shape == shape else np.broadcast_to(
+                np.asarray(fill), shape).copy()
+
+        if self._col is not None:
+            return rows(self._col)
+        return map_struct(rows, self._tree)
+
+    def _batch_items(self, items: list, fill: Any) -> Any:
+        """Items gathered one by one from finalized data as one batch (RLlib's
+        `batch`); raw fill values are shaped like the stored rows."""
+        if not items:
+            raise ValueError("cannot batch the result of an empty list of indices")
+        if fill is not None and self.space is None:
+            template = next((x for x in items if x is not fill), None)
+            if template is not None and is_struct(template):
+                shaped = map_struct(lambda x: np.full(np.shape(x), fill), template)
+                items = [shaped if x is fill else x for x in items]
+        return map_struct(_stack_rows, *items)
+
+    def _one_hot(self, data: Any) -> Any:
+        if self.space_struct is None:
+            raise ValueError(
+                f"Cannot `one_hot` data in `{type(self).__name__}` if a gym.Space was "
+                "NOT provided during construction!"
+            )
+        if isinstance(data, list):
+            return [one_hot_struct(item, self.space_struct) for item in data]
+        return one_hot_struct(data, self.space_struct)
+
+    # -- writing ------------------------------------------------------------
+
+    def __setitem__(self, key: Indices, value: Any) -> None:
+        self.set(value, at_indices=key)
+
+    def set(self, new_data: Any, *, at_indices: Indices = None,
+            neg_index_as_lookback: bool = False) -> None:
+        """Overwrites the items at `at_indices` (int, list of ints, slice, or None
+        for everything after the lookback) with `new_data`.
+
+        Raises IndexError for indices out of range or a length mismatch; the
+        buffer is unchanged when anything is wrong.
+        """
+        neg = bool(neg_index_as_lookback)
+        if at_indices is None:
+            at_indices, neg = slice(0, None), False
+        if isinstance(at_indices, slice):
+            self._set_slice(new_data, at_indices, neg)
+            return
+        if isinstance(at_indices, list):
+            positions = [self._set_position(_as_index(i), neg) for i in at_indices]
+            values = [new_data[i] for i in range(len(at_indices))]
+            for pos, value in zip(positions, values):
+                self._check_value(value)
+            for pos, value in zip(positions, values):
+                self._write(pos, value)
+            return
+        pos = self._set_position(_as_index(at_indices), neg)
+        self._check_value(new_data)
+        self._write(pos, new_data)
+
+    def _set_position(self, idx: int, neg_index_as_lookback: bool) -> int:
+        n = self.len_incl_lookback()
+        pos = resolve_int(idx, neg_index_as_lookback, self.lookback, n, len(self) + self.lookback)
+        if pos < 0:
+            raise IndexError(
+                f"Cannot `set()` value at index {idx} (option neg_index_as_lookback="
+                f"{neg_index_as_lookback})! Out of range of buffer data ({n} items, "
+                f"{self.lookback} of them lookback)."
+            )
+        return pos
+
+    def _leaf_pairs(self, value: Any) -> list:
+        if self._col is not None:
+            return [(self._col, value, self.space)]
+        cols = map_struct(lambda col, v: (col, v), self._tree, value)
+        spaces = self.space_struct if self.space is not None else map_struct(
+            lambda c: None, self._tree)
+        return [(c, v, s) for (c, v), s in zip(flatten_struct(cols), flatten_struct(spaces))]
+
+    def _check_value(self, value: Any) -> None:
+        """Raises before a finalized write that would fail or leave the space."""
+        if not self.finalized:
+            return
+        for col, v, space in self._leaf_pairs(value):
+            if space is not None:
+                assert space.contains(v), f"{v!r} is not in the space {space}"
+            np.broadcast_to(np.asarray(v).astype(col.dtype), col.row_shape_tuple)
+
+    def _write(self, pos: int, value: Any) -> None:
+        if self._col is not None:
+            self._col.set(pos, value)
+        else:
+            for col, v, _ in self._leaf_pairs(value):
+                col.set(pos, v)
+
+    def _set_slice(self, new_data: Any, slice_: slice, neg_index_as_lookback: bool) -> None:
+        n = self.len_incl_lookback()
+        start, stop, step, *_ = resolve_slice(
+            slice_, neg_index_as_lookback, self.lookback, len(self) + self.lookback
+        )
+        positions = range(n)[slice(start, stop, step)]
+
+        def mismatch():
+            return IndexError(
+                f"Cannot `set()` value via at_indices={slice(start, stop, step)} (option "
+                f"neg_index_as_lookback={neg_index_as_lookback})! Slice of data "
+                f"({len(positions)} items) does NOT have the same size as `new_data`."
+            )
+
+        if not self.finalized:
+            if len(positions) != len(new_data):
+                raise mismatch()
+            values = list(new_data)
+            for pos, value in zip(positions, values):
+                self._col.set(pos, value)
+            return
+        pairs = self._leaf_pairs(new_data)
+        for col, v, space in pairs:
+            if len(v) != len(positions) or (space is not None and not space.contains(v[0])):
+                raise mismatch()
+            np.broadcast_to(np.asarray(v).astype(col.dtype),
+                            (len(positions),) + col.row_shape_tuple)
+        for col, v, _ in pairs:
+            col.view()[slice(start, stop, step)] = v
+
+    # -- comparison and display ---------------------------------------------
+
+    def __eq__(self, other: Any) -> bool:
+        return (
+            isinstance(other, InfiniteLookbackBuffer)
+            and data_equivalence(self.data, other.data)
+            and self.lookback == other.lookback
+            and self.finalized == other.finalized
+            and self.space_struct == other.space_struct
+            and self.space == other.space
+        )
+
+    __hash__ = None
+
+    def __add__(self, other: Any) -> "InfiniteLookbackBuffer":
+        """A new buffer: this one's items followed by `other`'s (a buffer, after
+        its lookback, or a list), or with the number `other` added to each
+        numeric item."""
+        if self.finalized:
+            raise RuntimeError(f"Cannot `add` to a finalized {type(self).__name__}.")
+        data = self.data
+        if isinstance(other, (int, float, complex)):
+            data = [(d + other) if isinstance(d, (int, float, complex)) else d for d in data]
+        elif isinstance(other, InfiniteLookbackBuffer):
+            tail = other.get(slice(None))
+            data = data + (tail if isinstance(tail, list) else _unbatch(tail))
+        else:
+            data = data + other
+        return InfiniteLookbackBuffer(data=data, lookback=self.lookback, space=self.space)
+
+    def __repr__(self) -> str:
+        lb = self.lookback
+        data = self.data
+        if is_struct(data):
+            head = map_struct(lambda a: a[:lb], data)
+            tail = map_struct(lambda a: a[lb:], data)
+        else:
+            head, tail = data[:lb], data[lb:]
+        return f"{type(self).__name__}({head} <- lookback({lb}) | {tail})"
+
+
+def _rebuild(cls, state):
+    buffer = InfiniteLookbackBuffer.from_state(state)
+    if cls is not InfiniteLookbackBuffer:
+        copy = cls.__new__(cls)
+        copy._col, copy._tree, copy.lookback = buffer._col, buffer._tree, buffer.lookback
+        copy.space = buffer.space
+        return copy
+    return buffer
+
+
+def _stack_rows(*items: Any) -> np.ndarray:
+    """RLlib's batching of items read from finalized data: the first item's
+    dtype when it is an array, numpy's promotion otherwise; a scalar fill
+    among array rows is broadcast into a row."""
+    first = items[0]
+    template = first if isinstance(first, np.ndarray) else next(
+        (x for x in items if isinstance(x, np.ndarray) and x.ndim > 0), None)
+    if template is None:
+        return np.array(items)
+    out = np.empty((len(items),) + template.shape, dtype=template.dtype)
+    for i, x in enumerate(items):
+        out[i] = x
+    return out
+
+
+def _unbatch(batch: Any) -> list:
+    """A (nested) batch of arrays as a list of items."""
+    leaves = flatten_struct(batch)
+    n = len(leaves[0]) if leaves else 0
+    return [map_struct(lambda a: a[i], batch) for i in range(n)]

@@ -1,0 +1,282 @@
+"""Space helpers: structs of spaces, fill values, one-hot, batching of nested items.
+
+RLlib-compatible, without importing ray: the same results as RLlib's
+``get_base_struct_from_space``, ``get_dummy_batch_for_space``, ``one_hot``,
+``batch`` and ``gym_space_to_dict`` for the spaces episodes hold.
+"""
+from __future__ import annotations
+
+import base64
+import io
+import zlib
+from collections import OrderedDict
+from typing import Any, Callable
+
+import gymnasium as gym
+import numpy as np
+
+__all__ = [
+    "base_struct",
+    "fill_batch",
+    "one_hot",
+    "one_hot_multidiscrete",
+    "one_hot_struct",
+    "stack",
+    "space_to_dict",
+    "space_from_dict",
+    "map_struct",
+    "flatten_struct",
+]
+
+
+# -- nested structs (dicts and tuples, as RLlib's Dict/Tuple spaces give) -----
+
+def is_struct(x: Any) -> bool:
+    return isinstance(x, (dict, tuple))
+
+
+def map_struct(fn: Callable, first: Any, *rest: Any) -> Any:
+    """Applies `fn` to the leaves of `first` and the matching leaves of `rest`.
+
+    Dicts map by key (the result keeps `first`'s key order), tuples by
+    position; a structure mismatch raises ValueError.
+    """
+    if isinstance(first, dict):
+        for other in rest:
+            if not isinstance(other, dict) or set(other) != set(first):
+                raise ValueError(
+                    f"structures differ: dict with keys {sorted(first)} vs {_describe(other)}"
+                )
+        return {k: map_struct(fn, first[k], *(o[k] for o in rest)) for k in first}
+    if isinstance(first, tuple):
+        for other in rest:
+            if not isinstance(other, tuple) or len(other) != len(first):
+                raise ValueError(
+                    f"structures differ: tuple of {len(first)} vs {_describe(other)}"
+                )
+        return tuple(map_struct(fn, *parts) for parts in zip(first, *rest))
+    return fn(first, *rest)
+
+
+def _describe(x: Any) -> str:
+    if isinstance(x, dict):
+        return f"dict with keys {sorted(x)}"
+    if isinstance(x, tuple):
+        return f"tuple of {len(x)}"
+    return type(x).__name__
+
+
+def flatten_struct(x: Any) -> list:
+    """Leaves of a dict/tuple struct, dicts in sorted key order (as dm-tree)."""
+    if isinstance(x, dict):
+        return [leaf for k in sorted(x) for leaf in flatten_struct(x[k])]
+    if isinstance(x, tuple):
+        return [leaf for part in x for leaf in flatten_struct(part)]
+    return [x]
+
+
+# -- spaces ------------------------------------------------------------------
+
+def base_struct(space: gym.Space | None) -> Any:
+    """A Dict/Tuple space as a plain dict/tuple of its leaf spaces; others as is."""
+    if isinstance(space, gym.spaces.Tuple):
+        return tuple(base_struct(s) for s in space)
+    if isinstance(space, gym.spaces.Dict):
+        return {k: base_struct(space[k]) for k in space.spaces}
+    return space
+
+
+def _one_hot_box(space: gym.Space) -> gym.Space:
+    if isinstance(space, gym.spaces.Discrete):
+        return gym.spaces.Box(0.0, 1.0, (int(space.n),), np.float32)
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return gym.spaces.Box(0.0, 1.0, (int(np.sum(space.nvec)),), np.float32)
+    return space
+
+
+def fill_batch(space: Any, fill: Any, count: int, one_hot_discrete: bool = False) -> Any:
+    """`count` rows of `fill` shaped and typed by `space` (no batch axis if count=0).
+
+    Discrete/MultiDiscrete leaves become (zero-hot when fill is 0) one-hot rows
+    when `one_hot_discrete` is set.
+    """
+    if isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple)):
+        space = base_struct(space)
+    if is_struct(space):
+        return map_struct(lambda s: fill_batch(s, fill, count, one_hot_discrete), space)
+    if one_hot_discrete:
+        space = _one_hot_box(space)
+    shape = ([count] if count > 0 else []) + list(space.shape)
+    return np.full(shape, fill_value=fill, dtype=space.dtype)
+
+
+def one_hot(x: Any, depth: int = 0) -> np.ndarray:
+    """One-hot float32 encoding of integer `x` along a new last axis.
+
+    Bool input is encoded with depth 2. Values must be < depth
+    (AssertionError otherwise, as in RLlib); negative values count from the end.
+    """
+    if isinstance(x, int):
+        x = np.array(x, dtype=np.int32)
+    x = np.asarray(x)
+    if x.dtype == np.bool_:
+        x = x.astype(np.int_)
+        depth = 2
+    if x.size == 0:
+        return np.zeros(x.shape + (int(depth),), dtype=np.float32)
+    if depth == 0:
+        depth = int(np.max(x)) + 1
+    top = np.max(x)
+    assert top < depth, f"one_hot: value {top} is not below depth {depth}"
+    out = np.zeros(x.shape + (int(depth),), dtype=np.float32)
+    np.put_along_axis(out, x.astype(np.intp)[..., None], 1.0, axis=-1)
+    return out
+
+
+def one_hot_multidiscrete(x: Any, depths: Any) -> np.ndarray:
+    """Concatenated one-hot encodings of the components of MultiDiscrete `x`."""
+    x = np.asarray(x)
+    return np.concatenate(
+        [one_hot(x[..., i], depth=int(n)) for i, n in enumerate(depths)], axis=-1
+    )
+
+
+def one_hot_leaf(x: Any, space: Any) -> Any:
+    if isinstance(space, gym.spaces.Discrete):
+        return one_hot(x, depth=int(space.n))
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return one_hot_multidiscrete(x, depths=space.nvec)
+    return x
+
+
+def one_hot_struct(x: Any, space_struct: Any) -> Any:
+    """One-hot encodes the Discrete/MultiDiscrete leaves of `x` (a batch or one item)."""
+    return map_struct(lambda s, d: one_hot_leaf(d, s), space_struct, x) \
+        if is_struct(space_struct) else one_hot_leaf(x, space_struct)
+
+
+# -- batching ----------------------------------------------------------------
+
+def _object_array(items: list) -> np.ndarray:
+    out = np.empty(len(items), dtype=object)
+    for i, item in enumerate(items):
+        out[i] = item
+    return out
+
+
+def stack_leaf(items: list) -> np.ndarray:
+    """Items of one leaf as one array with a leading batch axis.
+
+    The dtype is numpy's (`np.array(items)` / `np.stack` promotion), so no value
+    is cast away; items that do not form a regular array (ragged rows, mixed
+    shapes) give an object array holding them unchanged.
+    """
+    first = items[0]
+    try:
+        if isinstance(first, np.ndarray):
+            return np.stack(items)
+        out = np.array(items)
+    except ValueError:
+        return _object_array(items)
+    if out.ndim == 0:
+        return _object_array(items)
+    return out
+
+
+def stack(items: list) -> Any:
+    """A list of (possibly nested) items as a (nested) struct of arrays."""
+    if not items:
+        raise ValueError("cannot batch an empty list of items")
+    first = items[0]
+    if is_struct(first):
+        leaves = [[] for _ in flatten_struct(first)]
+        for item in items:
+            flat = flatten_struct(map_struct(lambda x: x, first, item))
+            if len(flat) != len(leaves):
+                raise ValueError("items of a batch must share one nested structure")
+            for column, leaf in zip(leaves, flat):
+                column.append(leaf)
+        stacked = iter([stack_leaf(column) for column in leaves])
+        return _unflatten_like(first, stacked)
+    return stack_leaf(items)
+
+
+def _unflatten_like(template: Any, leaves: Any) -> Any:
+    if isinstance(template, dict):
+        values = {k: _unflatten_like(template[k], leaves) for k in sorted(template)}
+        return {k: values[k] for k in template}
+    if isinstance(template, tuple):
+        return tuple(_unflatten_like(part, leaves) for part in template)
+    return next(leaves)
+
+
+def empty_batch(space: Any) -> Any:
+    """A batch of zero rows shaped by `space`, or float64 (0,) without a space."""
+    if space is None:
+        return np.array([])
+    return map_struct(lambda s: np.zeros((0,) + tuple(s.shape), dtype=s.dtype), base_struct(space))
+
+
+# -- serialization (the format RLlib's get_state uses) ----------------------
+
+def _pack_array(array: np.ndarray) -> str:
+    buf = io.BytesIO()
+    np.save(buf, array)
+    return base64.b64encode(zlib.compress(buf.getvalue())).decode("ascii")
+
+
+def _unpack_array(text: str) -> np.ndarray:
+    return np.load(io.BytesIO(zlib.decompress(base64.b64decode(text))), allow_pickle=True)
+
+
+def space_to_dict(space: gym.Space | None) -> dict | None:
+    """A JSON-able dict describing `space`, in RLlib's serialization format."""
+    if space is None:
+        return None
+    if isinstance(space, gym.spaces.Box):
+        return {"space": "box", "low": _pack_array(space.low), "high": _pack_array(space.high),
+                "shape": space.shape, "dtype": space.dtype.str}
+    if isinstance(space, gym.spaces.Discrete):
+        return {"space": "discrete", "n": int(space.n), "start": int(space.start)}
+    if isinstance(space, gym.spaces.MultiBinary):
+        return {"space": "multi-binary", "n": space.n}
+    if isinstance(space, gym.spaces.MultiDiscrete):
+        return {"space": "multi-discrete", "nvec": _pack_array(space.nvec),
+                "dtype": space.dtype.str}
+    if isinstance(space, gym.spaces.Tuple):
+        return {"space": "tuple", "spaces": [space_to_dict(s) for s in space.spaces]}
+    if isinstance(space, gym.spaces.Dict):
+        return {"space": "dict",
+                "spaces": {k: space_to_dict(s) for k, s in space.spaces.items()}}
+    if isinstance(space, gym.spaces.Text):
+        return {"space": "text", "min_length": space.min_length,
+                "max_length": space.max_length,
+                "charset": "".join(sorted(space.character_set))}
+    raise ValueError(f"cannot serialize a space of type {type(space).__name__}")
+
+
+def space_from_dict(d: dict | None) -> gym.Space | None:
+    """Rebuilds a space from `space_to_dict`'s (or RLlib's) description."""
+    if d is None:
+        return None
+    kind = d["space"]
+    args = {k: v for k, v in d.items() if k != "space"}
+    if "dtype" in args:
+        args["dtype"] = np.dtype(args["dtype"])
+    if kind == "box":
+        args["low"], args["high"] = _unpack_array(d["low"]), _unpack_array(d["high"])
+        return gym.spaces.Box(**args)
+    if kind == "discrete":
+        return gym.spaces.Discrete(**args)
+    if kind == "multi-binary":
+        return gym.spaces.MultiBinary(**args)
+    if kind == "multi-discrete":
+        args["nvec"] = _unpack_array(d["nvec"])
+        return gym.spaces.MultiDiscrete(**args)
+    if kind == "tuple":
+        return gym.spaces.Tuple([space_from_dict(s) for s in d["spaces"]])
+    if kind == "dict":
+        return gym.spaces.Dict(OrderedDict((k, space_from_dict(s)) for k, s in d["spaces"].items()))
+    if kind == "text":
+        return gym.spaces.Text(**args)
+    raise ValueError(f"unknown serialized space kind {kind!r}")

@@ -1,0 +1,12 @@
+from episode._column cimport Column
+
+cdef class BufferCore:
+    cdef public Column _col        # the data when it is one track (always before finalize)
+    cdef public object _tree       # finalized Dict/Tuple data: a dict/tuple tree of Columns
+    cdef public Py_ssize_t lookback
+    cdef public object _space          # the gymnasium space, or None
+    cdef public object _space_struct   # its dict/tuple struct of leaf spaces
+
+    cpdef Py_ssize_t len_incl_lookback(self)
+    cdef object _get_int(self, Py_ssize_t idx, bint neg_index_as_lookback)
+    cdef object _get_slice(self, object slice_, bint neg_index_as_lookback)

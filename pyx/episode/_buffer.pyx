@@ -1,0 +1,91 @@
+"""BufferCore: the compiled half of InfiniteLookbackBuffer.
+
+It owns the storage (one Column, or after finalize() of Dict/Tuple data a tree
+of Columns) and the per-step methods: append, len, and get/[] without fill or
+one-hot. Everything else lives in the Python facade
+(episode/lookback_buffer.py), which subclasses this type so that the hot
+methods are reached without an extra Python frame.
+"""
+from episode._column cimport Column
+from episode._index cimport SliceSpec, interpret_slice, int_position, slice_positions
+
+
+cdef class BufferCore:
+
+    def __cinit__(self, *args, **kwargs):
+        self._col = Column()
+        self._tree = None
+        self.lookback = 0
+
+    @property
+    def finalized(self):
+        """True once finalize() turned the data into numpy arrays."""
+        return self._col is None or self._col.finalized
+
+    def append(self, item):
+        """Appends `item` at the end of the buffer."""
+        if self._col is not None:
+            self._col.push(item)
+        else:
+            self._append_struct(item)
+
+    def __len__(self):
+        """Number of items after the lookback."""
+        cdef Py_ssize_t n = self.len_incl_lookback()
+        return n - self.lookback if n > self.lookback else 0
+
+    cpdef Py_ssize_t len_incl_lookback(self):
+        """Number of items, lookback included."""
+        if self._col is not None:
+            return len(self._col)
+        return self._first_leaf_len()
+
+    def get(self, indices=None, *, neg_index_as_lookback=False, fill=None,
+            one_hot_discrete=False, _ignore_last_ts=False, _add_last_ts_value=None):
+        """Returns data at `indices` (int, list of ints, slice or None for all).
+
+        Non-negative indices start after the lookback; negative ones count from
+        the end, or with `neg_index_as_lookback=True` back into the lookback.
+        `fill` pads requests that run past either end of the data;
+        `one_hot_discrete` turns Discrete/MultiDiscrete values into one-hot
+        vectors (needs a space). See the class docstring for details.
+        """
+        if (self._col is not None and fill is None and not one_hot_discrete
+                and not _ignore_last_ts and _add_last_ts_value is None):
+            if type(indices) is int:
+                return self._get_int(indices, neg_index_as_lookback)
+            if type(indices) is slice:
+                return self._get_slice(indices, neg_index_as_lookback)
+        return self._get_general(indices, neg_index_as_lookback, fill,
+                                 one_hot_discrete, _ignore_last_ts, _add_last_ts_value)
+
+    def __getitem__(self, item):
+        if self._col is not None:
+            if type(item) is int:
+                return self._get_int(item, False)
+            if type(item) is slice:
+                return self._get_slice(item, False)
+        return self._get_general(item, False, None, False, False, None)
+
+    cdef object _get_int(self, Py_ssize_t idx, bint neg_index_as_lookback):
+        cdef Column col = self._col
+        cdef Py_ssize_t n = len(col)
+        cdef Py_ssize_t underflow = (n - self.lookback if n > self.lookback else 0) + self.lookback
+        cdef Py_ssize_t pos = int_position(idx, neg_index_as_lookback, self.lookback, n, underflow)
+        if pos < 0:
+            raise IndexError(
+                f"index {idx} (neg_index_as_lookback={bool(neg_index_as_lookback)}) is out "
+                f"of range for a buffer of {n} items ({self.lookback} of them lookback); "
+                f"pass `fill` to pad"
+            )
+        return col.item(pos)
+
+    cdef object _get_slice(self, object slice_, bint neg_index_as_lookback):
+        cdef Column col = self._col
+        cdef Py_ssize_t n = len(col)
+        cdef SliceSpec spec = interpret_slice(slice_, neg_index_as_lookback, self.lookback, n)
+        cdef Py_ssize_t first, step, count, i
+        if col.finalized:
+            return col.array[:n][spec.start:spec.stop:spec.step]
+        count = slice_positions(&spec, n, &first, &step)
+        return [col.item(first + i * step) for i in range(count)]

@@ -1,0 +1,40 @@
+# The Column: one growable, typed, contiguous buffer (see DESIGN.md).
+cimport numpy as cnp
+
+# How an appended item is stored, and so how it is handed back before the
+# owning buffer is finalized (RLlib returns the very objects it was given).
+cdef enum Kind:
+    KIND_EMPTY = 0    # nothing appended yet
+    KIND_FLOAT = 1    # Python float  -> float64 storage
+    KIND_INT = 2      # Python int    -> int64 storage
+    KIND_BOOL = 3     # Python bool   -> bool storage
+    KIND_SCALAR = 4   # numpy scalar  -> storage of its dtype
+    KIND_ARRAY = 5    # ndarray row   -> storage of its dtype and shape
+    KIND_OBJECT = 6   # anything else -> the Python list `items`
+
+
+cdef class Column:
+    cdef readonly int kind
+    cdef readonly bint finalized   # numpy semantics on get/append (after finalize())
+    cdef object array              # ndarray (capacity, *row_shape): the typed storage
+    cdef char* data                # array's first byte
+    cdef Py_ssize_t size           # rows in use
+    cdef Py_ssize_t capacity       # rows allocated
+    cdef Py_ssize_t row_bytes      # bytes per row
+    cdef int type_num              # numpy type number of the storage
+    cdef bint pod                  # storage holds no object references: memcpy is safe
+    cdef int row_ndim
+    cdef cnp.npy_intp row_shape[64]
+    cdef object scalar_type        # exact type of KIND_SCALAR items
+    cdef list items                # object path storage
+
+    cdef int _adopt_storage(self, cnp.ndarray arr, Py_ssize_t size) except -1
+    cdef int push(self, object item) except -1
+    cdef int _push_list_mode(self, object item) except -1
+    cdef int _push_array_mode(self, object item) except -1
+    cdef int _start_typed(self, object item) except -1
+    cdef int _reserve(self, Py_ssize_t rows) except -1
+    cdef int _to_object_path(self) except -1
+    cdef bint _row_matches(self, cnp.ndarray arr)
+    cdef object item(self, Py_ssize_t pos)
+    cdef object row_view(self, Py_ssize_t pos)

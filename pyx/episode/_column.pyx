@@ -1,0 +1,455 @@
+"""Column: one growable, typed, contiguous buffer.
+
+A Column stores one data track (observations, actions, ...). Numeric items go
+into a numpy array with spare capacity that doubles when full, so an append is
+a type check and a memcpy. Items that cannot be stored that way (strings,
+dicts, ragged rows, a change of type) move the Column to the object path: a
+Python list, exactly what RLlib keeps.
+
+Two sets of semantics, chosen by ``finalized``:
+
+* before: items come back as the very types they went in as (Python float,
+  int, bool, numpy scalar, ndarray row), and any change of type moves to the
+  object path, so no value or type is ever altered;
+* after: numpy semantics, the same as RLlib's ``np.concatenate`` appends
+  (dtype promotion by ``np.result_type``, shape must match).
+"""
+import numpy as np
+
+cimport numpy as cnp
+from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_FromDouble
+from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_FromLongLong
+from cpython.ref cimport Py_INCREF
+from libc.stdint cimport int64_t, SIZE_MAX
+from libc.string cimport memcpy, memmove
+
+cdef extern from "numpy/arrayobject.h":
+    # Declared here with the reference semantics numpy documents: PyArray_Empty
+    # steals `descr`, so callers INCREF it first.
+    object PyArray_Scalar(void* data, cnp.dtype descr, object base)
+    object PyArray_Empty(int nd, cnp.npy_intp* dims, cnp.dtype descr, int fortran)
+
+cnp.import_array()
+
+cdef Py_ssize_t MIN_CAPACITY = 16
+
+cdef object ndarray_type = np.ndarray
+cdef object generic_type = np.generic
+cdef object float64 = np.dtype(np.float64)
+cdef object int64 = np.dtype(np.int64)
+cdef object bool_ = np.dtype(np.bool_)
+
+
+cdef inline bint is_plain_numeric(cnp.dtype dt):
+    # Only native-order bool/int/uint/float/complex rows take the typed path:
+    # their bytes can be memcpy'd and read back unchanged.
+    return dt.kind in "biufc" and dt.isnative
+
+
+cdef class Column:
+    """A growable data track. See the module docstring."""
+
+    def __cinit__(self):
+        self.kind = KIND_EMPTY
+        self.items = None
+        self.array = None
+        self.data = NULL
+        self.size = 0
+        self.capacity = 0
+
+    # -- construction ---------------------------------------------------------
+
+    @staticmethod
+    def from_list(list items):
+        """A list-mode Column holding `items` (their types are kept)."""
+        cdef Column col = Column()
+        cdef object item
+        for item in items:
+            col.push(item)
+        return col
+
+    @staticmethod
+    def from_array(object array):
+        """A finalized Column adopting `array` (no copy) as its storage."""
+        cdef Column col = Column()
+        col._adopt(np.asarray(array) if not isinstance(array, np.ndarray) else array)
+        return col
+
+    cdef int _adopt_storage(self, cnp.ndarray arr, Py_ssize_t size) except -1:
+        cdef int i
+        if arr.ndim == 0:
+            raise ValueError("a Column's storage needs a leading (time) axis")
+        if arr.ndim - 1 > 64:
+            raise ValueError("rows of more than 64 dimensions are not supported")
+        if not cnp.PyArray_IS_C_CONTIGUOUS(arr) or not arr.dtype.isnative:
+            arr = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("="))
+        self.array = arr
+        self.data = <char*>cnp.PyArray_DATA(arr)
+        self.capacity = arr.shape[0]
+        self.size = size
+        self.type_num = cnp.PyArray_TYPE(arr)
+        self.pod = not arr.dtype.hasobject
+        self.row_ndim = arr.ndim - 1
+        for i in range(self.row_ndim):
+            self.row_shape[i] = arr.shape[i + 1]
+        self.row_bytes = arr.dtype.itemsize
+        for i in range(self.row_ndim):
+            self.row_bytes *= self.row_shape[i]
+        return 0
+
+    def _adopt(self, cnp.ndarray arr):
+        self._adopt_storage(arr, arr.shape[0] if arr.ndim else 0)
+        self.items = None
+        self.kind = KIND_ARRAY
+        self.finalized = True
+
+    # -- size -----------------------------------------------------------------
+
+    def __len__(self):
+        return len(self.items) if self.kind == KIND_OBJECT else self.size
+
+    @property
+    def is_typed(self):
+        """True while the items live in a typed numpy buffer."""
+        return self.kind != KIND_OBJECT
+
+    @property
+    def dtype(self):
+        return None if self.array is None else self.array.dtype
+
+    @property
+    def row_shape_tuple(self):
+        return tuple([self.row_shape[i] for i in range(self.row_ndim)])
+
+    # -- appending ------------------------------------------------------------
+
+    def append(self, item):
+        """Appends one item (never raises before finalize(); no value is altered)."""
+        self.push(item)
+
+    def extend(self, items):
+        """Appends every item of the iterable `items`."""
+        cdef object item
+        for item in items:
+            self.push(item)
+
+    cdef int push(self, object item) except -1:
+        if self.finalized:
+            return self._push_array_mode(item)
+        return self._push_list_mode(item)
+
+    cdef int _push_list_mode(self, object item) except -1:
+        cdef object t = type(item)
+        cdef int overflow = 0
+        cdef long long value
+        cdef char* dst
+        if self.kind == KIND_OBJECT:
+            self.items.append(item)
+            return 0
+        if self.kind == KIND_EMPTY:
+            self._start_typed(item)
+            if self.kind == KIND_OBJECT:
+                self.items.append(item)
+                return 0
+        if self.size == self.capacity:
+            self._reserve(1)
+        dst = self.data + self.size * self.row_bytes
+        if self.kind == KIND_ARRAY:
+            if t is ndarray_type and self._row_matches(<cnp.ndarray>item):
+                memcpy(dst, cnp.PyArray_DATA(<cnp.ndarray>item), self.row_bytes)
+                self.size += 1
+                return 0
+        elif self.kind == KIND_FLOAT:
+            if t is float:
+                (<double*>dst)[0] = PyFloat_AS_DOUBLE(item)
+                self.size += 1
+                return 0
+        elif self.kind == KIND_INT:
+            if t is int:
+                value = PyLong_AsLongLongAndOverflow(item, &overflow)
+                if not overflow:
+                    (<int64_t*>dst)[0] = value
+                    self.size += 1
+                    return 0
+        elif self.kind == KIND_BOOL:
+            if t is bool:
+                (<cnp.npy_bool*>dst)[0] = item is True
+                self.size += 1
+                return 0
+        elif self.kind == KIND_SCALAR:
+            if t is self.scalar_type:
+                cnp.PyArray_ScalarAsCtype(item, dst)
+                self.size += 1
+                return 0
+        # A different kind of item: keep every value and type on the object path.
+        self._to_object_path()
+        self.items.append(item)
+        return 0
+
+    cdef int _start_typed(self, object item) except -1:
+        """Chooses the storage from the first item of a list-mode Column."""
+        cdef object t = type(item)
+        cdef object dtype
+        cdef int kind
+        cdef int overflow = 0
+        cdef cnp.ndarray arr
+        cdef tuple shape = ()
+        if t is float:
+            kind, dtype = KIND_FLOAT, float64
+        elif t is bool:
+            kind, dtype = KIND_BOOL, bool_
+        elif t is int:
+            PyLong_AsLongLongAndOverflow(item, &overflow)
+            if overflow:
+                kind = KIND_OBJECT
+            else:
+                kind, dtype = KIND_INT, int64
+        elif isinstance(item, generic_type) and is_plain_numeric(item.dtype):
+            kind, dtype = KIND_SCALAR, item.dtype
+            self.scalar_type = t
+        elif t is ndarray_type and is_plain_numeric((<cnp.ndarray>item).dtype) \
+                and (<cnp.ndarray>item).ndim <= 64:
+            arr = <cnp.ndarray>item
+            kind, dtype, shape = KIND_ARRAY, arr.dtype, (<object>arr).shape
+        else:
+            kind = KIND_OBJECT
+        if kind == KIND_OBJECT:
+            self.kind = KIND_OBJECT
+            self.items = []
+            return 0
+        self._adopt_storage(np.empty((MIN_CAPACITY,) + shape, dtype=dtype), 0)
+        self.kind = kind
+        return 0
+
+    cdef int _push_array_mode(self, object item) except -1:
+        cdef object t = type(item)
+        cdef int overflow = 0
+        cdef long long value
+        cdef char* dst
+        cdef cnp.ndarray x
+        if self.size == self.capacity:
+            self._reserve(1)
+        dst = self.data + self.size * self.row_bytes
+        if self.pod:
+            if t is ndarray_type and self._row_matches(<cnp.ndarray>item):
+                memcpy(dst, cnp.PyArray_DATA(<cnp.ndarray>item), self.row_bytes)
+                self.size += 1
+                return 0
+            if self.row_ndim == 0:
+                if t is float and self.type_num == cnp.NPY_DOUBLE:
+                    (<double*>dst)[0] = PyFloat_AS_DOUBLE(item)
+                    self.size += 1
+                    return 0
+                if t is int and self.type_num == cnp.NPY_INT64:
+                    value = PyLong_AsLongLongAndOverflow(item, &overflow)
+                    if not overflow:
+                        (<int64_t*>dst)[0] = value
+                        self.size += 1
+                        return 0
+        # General case: what np.concatenate([data, [item]]) would give.
+        x = np.asarray(item)
+        self.check_row(x)
+        dtype = np.result_type(self.array.dtype, x.dtype)
+        if dtype != self.array.dtype:
+            self._adopt_storage(self.array.astype(dtype), self.size)
+        self.array[self.size] = x
+        self.size += 1
+        return 0
+
+    def extend_rows(self, rows):
+        """Appends a batch of rows to a finalized Column, as np.concatenate would."""
+        cdef cnp.ndarray arr = np.asarray(rows)
+        cdef Py_ssize_t k
+        self.check_rows(arr)
+        k = arr.shape[0]
+        dtype = np.result_type(self.array.dtype, arr.dtype)
+        if dtype != self.array.dtype:
+            self._adopt_storage(self.array.astype(dtype), self.size)
+        self._reserve(k)
+        self.array[self.size:self.size + k] = arr
+        self.size += k
+
+    def check_rows(self, rows):
+        """Raises ValueError unless `rows` is a batch of rows of this Column's shape."""
+        cdef cnp.ndarray arr = np.asarray(rows)
+        if arr.ndim != self.row_ndim + 1 or (<object>arr).shape[1:] != self.row_shape_tuple:
+            raise ValueError(
+                f"cannot add rows of shape {(<object>arr).shape[1:]} to data whose rows have "
+                f"shape {self.row_shape_tuple}"
+            )
+
+    def check_row(self, row):
+        """Raises ValueError unless `row` has this (finalized) Column's row shape."""
+        shape = np.shape(row)
+        if shape != self.row_shape_tuple:
+            raise ValueError(
+                f"cannot add an item of shape {shape} to finalized data whose rows "
+                f"have shape {self.row_shape_tuple}"
+            )
+
+    cdef bint _row_matches(self, cnp.ndarray arr):
+        cdef int i
+        if cnp.PyArray_TYPE(arr) != self.type_num or arr.ndim != self.row_ndim:
+            return False
+        if not cnp.PyArray_IS_C_CONTIGUOUS(arr) or not cnp.PyArray_ISNOTSWAPPED(arr):
+            return False
+        for i in range(self.row_ndim):
+            if arr.shape[i] != self.row_shape[i]:
+                return False
+        return True
+
+    cdef int _reserve(self, Py_ssize_t rows) except -1:
+        """Makes room for `rows` more rows: capacity doubles, old rows are copied."""
+        cdef Py_ssize_t needed = self.size + rows
+        cdef Py_ssize_t new_capacity
+        cdef cnp.ndarray new
+        if needed <= self.capacity:
+            return 0
+        if needed < self.size or self.capacity > (<Py_ssize_t>(SIZE_MAX >> 2)) // max(self.row_bytes, 1):
+            raise MemoryError("Column cannot grow any further")
+        new_capacity = max(needed, 2 * self.capacity, MIN_CAPACITY)
+        new = np.empty((new_capacity,) + self.row_shape_tuple, dtype=self.array.dtype)
+        if self.pod:
+            memcpy(cnp.PyArray_DATA(new), self.data, self.size * self.row_bytes)
+        else:
+            new[:self.size] = self.array[:self.size]
+        self._adopt_storage(new, self.size)
+        return 0
+
+    cdef int _to_object_path(self) except -1:
+        if self.kind == KIND_OBJECT:
+            return 0
+        self.items = [self.item(i) for i in range(self.size)] if self.kind != KIND_EMPTY else []
+        self.kind = KIND_OBJECT
+        self.array = None
+        self.data = NULL
+        self.size = self.capacity = 0
+        return 0
+
+    # -- reading --------------------------------------------------------------
+
+    cdef object item(self, Py_ssize_t pos):
+        """Item at row `pos` (0 <= pos < len): list-mode types, or numpy's."""
+        cdef char* src
+        cdef cnp.ndarray row
+        if self.kind == KIND_OBJECT:
+            return self.items[pos]
+        src = self.data + pos * self.row_bytes
+        if self.finalized:
+            if self.row_ndim == 0:
+                return PyArray_Scalar(src, self.array.dtype, self.array)
+            return self.row_view(pos)
+        if self.kind == KIND_FLOAT:
+            return PyFloat_FromDouble((<double*>src)[0])
+        if self.kind == KIND_INT:
+            return PyLong_FromLongLong((<int64_t*>src)[0])
+        if self.kind == KIND_BOOL:
+            return (<cnp.npy_bool*>src)[0] != 0
+        if self.kind == KIND_SCALAR:
+            return PyArray_Scalar(src, self.array.dtype, self.array)
+        # KIND_ARRAY: a fresh copy, as RLlib hands back the caller's own array.
+        descr = self.array.dtype
+        Py_INCREF(descr)
+        row = PyArray_Empty(self.row_ndim, self.row_shape, descr, 0)
+        memcpy(cnp.PyArray_DATA(row), src, self.row_bytes)
+        return row
+
+    cdef object row_view(self, Py_ssize_t pos):
+        return self.array[pos]
+
+    def get(self, Py_ssize_t pos):
+        """Item at row `pos`, negative counting from the end; IndexError outside."""
+        cdef Py_ssize_t n = len(self)
+        if pos < 0:
+            pos += n
+        if pos < 0 or pos >= n:
+            raise IndexError(f"row {pos} is out of range for {n} rows")
+        return self.item(pos)
+
+    def to_list(self):
+        """All items as a new list (the object path returns its live list)."""
+        if self.kind == KIND_OBJECT:
+            return self.items
+        return [self.item(i) for i in range(self.size)]
+
+    def view(self):
+        """Rows in use as an ndarray view of the storage (finalized or typed)."""
+        if self.kind == KIND_OBJECT:
+            raise TypeError("the object path has no array view")
+        if self.array is None:
+            return None
+        return self.array[:self.size]
+
+    def take(self, cnp.intp_t[::1] positions):
+        """Rows at `positions` (all valid) as a new array."""
+        cdef Py_ssize_t k = positions.shape[0]
+        cdef Py_ssize_t i
+        cdef cnp.ndarray out
+        cdef char* dst
+        if self.kind == KIND_OBJECT or not self.pod:
+            return self.view()[np.asarray(positions)]
+        out = np.empty((k,) + self.row_shape_tuple, dtype=self.array.dtype)
+        dst = <char*>cnp.PyArray_DATA(out)
+        with nogil:
+            for i in range(k):
+                memcpy(dst + i * self.row_bytes, self.data + positions[i] * self.row_bytes,
+                       self.row_bytes)
+        return out
+
+    # -- changing -------------------------------------------------------------
+
+    def set(self, Py_ssize_t pos, object value):
+        """Overwrites row `pos` (0 <= pos < len)."""
+        cdef int overflow = 0
+        cdef char* dst
+        if self.finalized:
+            self.array[pos] = value
+            return
+        if self.kind == KIND_OBJECT:
+            self.items[pos] = value
+            return
+        t = type(value)
+        dst = self.data + pos * self.row_bytes
+        if self.kind == KIND_ARRAY and t is ndarray_type and self._row_matches(value):
+            memcpy(dst, cnp.PyArray_DATA(<cnp.ndarray>value), self.row_bytes)
+        elif self.kind == KIND_FLOAT and t is float:
+            (<double*>dst)[0] = PyFloat_AS_DOUBLE(value)
+        elif self.kind == KIND_BOOL and t is bool:
+            (<cnp.npy_bool*>dst)[0] = value is True
+        elif self.kind == KIND_SCALAR and t is self.scalar_type:
+            cnp.PyArray_ScalarAsCtype(value, dst)
+        elif self.kind == KIND_INT and t is int:
+            v = PyLong_AsLongLongAndOverflow(value, &overflow)
+            if overflow:
+                self._to_object_path()
+                self.items[pos] = value
+            else:
+                (<int64_t*>dst)[0] = v
+        else:
+            self._to_object_path()
+            self.items[pos] = value
+
+    def pop(self, Py_ssize_t pos):
+        """Removes row `pos` (0 <= pos < len)."""
+        if self.kind == KIND_OBJECT:
+            self.items.pop(pos)
+            return
+        if self.finalized:
+            # New storage, as np.delete gives: views handed out earlier keep
+            # their rows even when later appends reuse the freed slot.
+            self._adopt_storage(np.delete(self.array[:self.size], pos, axis=0), self.size - 1)
+            return
+        if pos < self.size - 1:
+            memmove(self.data + pos * self.row_bytes, self.data + (pos + 1) * self.row_bytes,
+                   (self.size - pos - 1) * self.row_bytes)
+        self.size -= 1
+
+    def finalize(self):
+        """Switches to numpy semantics. Returns False if the caller must batch
+        the items itself (object path); the typed path costs nothing here."""
+        if self.kind == KIND_OBJECT:
+            return False
+        if self.kind == KIND_EMPTY:
+            return False
+        self.finalized = True
+        return True

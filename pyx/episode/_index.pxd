@@ -1,0 +1,21 @@
+# Index resolution: RLlib's index conventions turned into row positions.
+
+# RLlib's stand-in for "before the first row" when a slice runs backwards
+# out of the data; kept so that slices resolve exactly as RLlib's do.
+cdef Py_ssize_t BEFORE_START
+
+cdef struct SliceSpec:
+    Py_ssize_t start       # adjusted start, as RLlib passes it to list/array slicing
+    Py_ssize_t stop        # adjusted stop (may be BEFORE_START)
+    Py_ssize_t step
+    Py_ssize_t length      # RLlib's computed slice length (decides whether data is read)
+    Py_ssize_t fill_left   # fill items before the data
+    Py_ssize_t fill_right  # fill items after the data
+
+cdef SliceSpec interpret_slice(object slice_, bint neg_index_as_lookback,
+                               Py_ssize_t lookback, Py_ssize_t total) except *
+cdef Py_ssize_t int_position(Py_ssize_t idx, bint neg_index_as_lookback,
+                             Py_ssize_t lookback, Py_ssize_t length,
+                             Py_ssize_t underflow_position)
+cdef Py_ssize_t slice_positions(SliceSpec* spec, Py_ssize_t total,
+                                Py_ssize_t* first, Py_ssize_t* step)

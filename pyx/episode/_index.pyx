@@ -1,0 +1,127 @@
+"""Index resolution in C.
+
+RLlib addresses a buffer of `total` rows (the first `lookback` of them being
+the lookback) with ints, lists and slices. Non-negative indices count from the
+first row after the lookback; negative ones from the end, or, with
+`neg_index_as_lookback`, back into the lookback. Rows asked for outside the
+data become `fill` rows when a fill value is given. These functions reproduce
+those rules exactly and return plain row positions.
+"""
+from cpython.slice cimport PySlice_Unpack, PySlice_AdjustIndices
+
+BEFORE_START = -100_000_000
+
+
+class SliceStepError(ValueError, ZeroDivisionError):
+    """A slice with step 0. (RLlib raises ZeroDivisionError here.)"""
+
+
+cdef inline Py_ssize_t _floordiv(Py_ssize_t a, Py_ssize_t b):
+    cdef Py_ssize_t q = a // b
+    if (a % b != 0) and ((a < 0) != (b < 0)):
+        q -= 1
+    return q
+
+
+cdef SliceSpec interpret_slice(object slice_, bint neg_index_as_lookback,
+                               Py_ssize_t lookback, Py_ssize_t total) except *:
+    cdef SliceSpec spec
+    cdef Py_ssize_t start, stop, step
+    cdef object py_start = slice_.start
+    cdef object py_stop = slice_.stop
+    cdef object py_step = slice_.step
+    step = 1 if py_step is None else py_step
+    if step == 0:
+        raise SliceStepError("slice step cannot be zero")
+
+    if py_start is None:
+        start = lookback
+    else:
+        start = py_start
+        if start < 0:
+            start = (lookback if neg_index_as_lookback else total) + start
+        else:
+            start = lookback + start
+    if py_stop is None:
+        stop = total
+    else:
+        stop = py_stop
+        if stop < 0:
+            stop = (lookback if neg_index_as_lookback else total) + stop
+        else:
+            stop = lookback + stop
+
+    spec.fill_left = spec.fill_right = 0
+    if start < 0 and stop < 0:
+        spec.fill_left = abs(start - stop)
+        start = stop = 0
+    elif start >= total and stop >= total:
+        spec.fill_right = abs(start - stop)
+        start = stop = total
+    elif start < 0:
+        spec.fill_left = -start
+        start = 0
+    elif stop >= total:
+        spec.fill_right = stop - total
+        stop = total
+    elif stop < 0:
+        if start >= total:
+            spec.fill_left = start - total + 1
+            start = total - 1
+        spec.fill_right = -stop - 1
+        stop = BEFORE_START
+
+    spec.start = start
+    spec.stop = stop
+    spec.step = step
+    spec.length = max(0, _floordiv(stop - start + (step - (1 if step > 0 else -1)), step))
+    return spec
+
+
+cdef Py_ssize_t slice_positions(SliceSpec* spec, Py_ssize_t total,
+                                Py_ssize_t* first, Py_ssize_t* step):
+    """Rows that `rows[start:stop:step]` selects: count, first row and step."""
+    cdef Py_ssize_t start = spec.start, stop = spec.stop
+    step[0] = spec.step
+    cdef Py_ssize_t n = PySlice_AdjustIndices(total, &start, &stop, spec.step)
+    first[0] = start
+    return n
+
+
+cdef Py_ssize_t int_position(Py_ssize_t idx, bint neg_index_as_lookback,
+                             Py_ssize_t lookback, Py_ssize_t length,
+                             Py_ssize_t underflow_position):
+    """Row of int index `idx` in `length` rows, or -1 when it is out of range.
+
+    `underflow_position` is where RLlib points an index that runs back past
+    the start of the lookback (len(buffer) + lookback): one past the end.
+    """
+    cdef Py_ssize_t pos = idx
+    if idx >= 0 or neg_index_as_lookback:
+        pos = lookback + idx
+    if neg_index_as_lookback and pos < 0:
+        pos = underflow_position
+    if pos < 0:
+        pos += length
+    if pos < 0 or pos >= length:
+        return -1
+    return pos
+
+
+def resolve_slice(slice_, bint neg_index_as_lookback, Py_ssize_t lookback, Py_ssize_t total):
+    """Python view of the slice rules: (start, stop, step, length, fill_left, fill_right)."""
+    cdef SliceSpec s = interpret_slice(slice_, neg_index_as_lookback, lookback, total)
+    return s.start, s.stop, s.step, s.length, s.fill_left, s.fill_right
+
+
+def resolve_int(Py_ssize_t idx, bint neg_index_as_lookback, Py_ssize_t lookback,
+                Py_ssize_t length, Py_ssize_t underflow_position):
+    """Python view of `int_position`: the row, or -1 when out of range."""
+    return int_position(idx, neg_index_as_lookback, lookback, length, underflow_position)
+
+
+class IndexTypeError(TypeError, AssertionError):
+    """An index that is not an int, a list of ints, a slice or None.
+
+    RLlib asserts the index type, so this is also an AssertionError.
+    """
