@@ -144,7 +144,7 @@ class InfiniteLookbackBuffer(BufferCore):
     # -- adding and removing --------------------------------------------------
 
     def _append_struct(self, item: Any) -> None:
-        pairs = flatten_struct(map_struct(lambda col, x: (col, x), self._tree, item))
+        pairs = flatten_struct(map_struct(lambda col, x: [col, x], self._tree, item))
         for col, x in pairs:
             col.check_row(x)
         for col, x in pairs:
@@ -164,7 +164,7 @@ class InfiniteLookbackBuffer(BufferCore):
         if self._col is not None:
             self._col.extend_rows(items)
             return
-        pairs = flatten_struct(map_struct(lambda col, x: (col, np.asarray(x)), self._tree, items))
+        pairs = flatten_struct(map_struct(lambda col, x: [col, np.asarray(x)], self._tree, items))
         for col, x in pairs:
             col.check_rows(x)
         for col, x in pairs:
@@ -367,7 +367,7 @@ class InfiniteLookbackBuffer(BufferCore):
     def _leaf_pairs(self, value: Any) -> list:
         if self._col is not None:
             return [(self._col, value, self.space)]
-        cols = map_struct(lambda col, v: (col, v), self._tree, value)
+        cols = map_struct(lambda col, v: [col, v], self._tree, value)
         spaces = self.space_struct if self.space is not None else map_struct(
             lambda c: None, self._tree)
         return [(c, v, s) for (c, v), s in zip(flatten_struct(cols), flatten_struct(spaces))]

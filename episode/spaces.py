@@ -191,7 +191,7 @@ def stack(items: list) -> Any:
     if is_struct(first):
         leaves = [[] for _ in flatten_struct(first)]
         for item in items:
-            flat = flatten_struct(map_struct(lambda x: x, first, item))
+            flat = flatten_struct(map_struct(lambda _, leaf: leaf, first, item))
             if len(flat) != len(leaves):
                 raise ValueError("items of a batch must share one nested structure")
             for column, leaf in zip(leaves, flat):

@@ -1,4 +1,5 @@
 # The Column: one growable, typed, contiguous buffer (see DESIGN.md).
+cimport cython
 cimport numpy as cnp
 
 # How an appended item is stored, and so how it is handed back before the
@@ -13,13 +14,15 @@ cdef enum Kind:
     KIND_OBJECT = 6   # anything else -> the Python list `items`
 
 
+# final: calls between Column methods are direct (and inlinable), not virtual.
+@cython.final
 cdef class Column:
     cdef readonly int kind
     cdef readonly bint finalized   # numpy semantics on get/append (after finalize())
     cdef object array              # ndarray (capacity, *row_shape): the typed storage
     cdef char* data                # array's first byte
     cdef Py_ssize_t size           # rows in use
-    cdef Py_ssize_t capacity       # rows allocated
+    cdef readonly Py_ssize_t capacity  # rows allocated
     cdef Py_ssize_t row_bytes      # bytes per row
     cdef int type_num              # numpy type number of the storage
     cdef bint pod                  # storage holds no object references: memcpy is safe

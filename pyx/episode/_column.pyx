@@ -308,6 +308,12 @@ cdef class Column:
         if needed < self.size or self.capacity > (<Py_ssize_t>(SIZE_MAX >> 2)) // max(self.row_bytes, 1):
             raise MemoryError("Column cannot grow any further")
         new_capacity = max(needed, 2 * self.capacity, MIN_CAPACITY)
+        if not self.finalized and self.pod:
+            # Before finalize() no view of the storage ever leaves the Column,
+            # so it may grow in place: realloc, often without copying.
+            self.array.resize((new_capacity,) + self.row_shape_tuple, refcheck=False)
+            self._adopt_storage(self.array, self.size)
+            return 0
         new = np.empty((new_capacity,) + self.row_shape_tuple, dtype=self.array.dtype)
         if self.pod:
             memcpy(cnp.PyArray_DATA(new), self.data, self.size * self.row_bytes)

@@ -1,0 +1,94 @@
+"""Ours against RLlib's, one row per workload, from pytest-benchmark's JSON.
+
+    pytest benchmarks/test_lookback_buffer.py --benchmark-json=bench.json
+    python benchmarks/summarize.py bench.json [--markdown]
+
+Columns: workload (the benchmark group), ours median, RLlib median, speed-up
+(RLlib median / ours median), and the per-item median of each side where a
+round handles more than one item (extra_info["items"]).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections import defaultdict
+
+
+def _fmt_time(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds / 1e-9:.3g} ns"
+
+
+def _impl(bench: dict) -> str:
+    params = bench.get("params") or {}
+    if "impl" in params:
+        return params["impl"]
+    match = re.search(r"\[(ours|rllib)\b", bench["name"])
+    return match.group(1) if match else "?"
+
+
+def summarize(data: dict) -> list[dict]:
+    rows: dict[str, dict] = defaultdict(dict)
+    order: list[str] = []
+    for bench in data["benchmarks"]:
+        group = bench.get("group") or bench["name"]
+        if group not in rows:
+            order.append(group)
+        rows[group][_impl(bench)] = bench["stats"]["median"]
+        rows[group]["items"] = (bench.get("extra_info") or {}).get("items", 1)
+    out = []
+    for group in order:
+        r = rows[group]
+        ours, rllib, items = r.get("ours"), r.get("rllib"), r["items"]
+        out.append({
+            "workload": group,
+            "ours": ours,
+            "rllib": rllib,
+            "speedup": (rllib / ours) if ours and rllib else None,
+            "items": items,
+        })
+    return out
+
+
+def render(rows: list[dict], markdown: bool) -> str:
+    header = ["workload", "ours median", "RLlib median", "speed-up (RLlib/ours)",
+              "ours / item", "RLlib / item"]
+    table = []
+    for r in rows:
+        per_item = r["items"] > 1
+        table.append([
+            r["workload"],
+            _fmt_time(r["ours"]),
+            _fmt_time(r["rllib"]),
+            f"{r['speedup']:.1f}x" if r["speedup"] else "-",
+            _fmt_time(r["ours"] / r["items"]) if per_item and r["ours"] else "",
+            _fmt_time(r["rllib"] / r["items"]) if per_item and r["rllib"] else "",
+        ])
+    if markdown:
+        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += ["| " + " | ".join(row) + " |" for row in table]
+        return "\n".join(lines)
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *table)]
+    fmt = "  ".join("{:<%d}" % w for w in widths)
+    lines = [fmt.format(*header), fmt.format(*["-" * w for w in widths])]
+    lines += [fmt.format(*row) for row in table]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("json", help="file written by pytest --benchmark-json")
+    parser.add_argument("--markdown", action="store_true", help="a Markdown table")
+    args = parser.parse_args()
+    with open(args.json) as f:
+        data = json.load(f)
+    print(render(summarize(data), args.markdown))
+
+
+if __name__ == "__main__":
+    main()

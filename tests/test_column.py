@@ -1,0 +1,132 @@
+"""Column: the typed growable buffer under every lookback buffer."""
+import numpy as np
+import pytest
+
+from episode._column import Column
+
+
+def test_python_floats_are_typed_and_come_back_as_floats():
+    col = Column.from_list([1.0, 2.5, -3.0])
+    assert col.is_typed and col.dtype == np.float64
+    assert col.to_list() == [1.0, 2.5, -3.0]
+    assert all(type(x) is float for x in col.to_list())
+
+
+@pytest.mark.parametrize(
+    "items, dtype",
+    [
+        ([1, 2, 3], np.int64),
+        ([True, False], np.bool_),
+        ([np.float32(1.5), np.float32(2)], np.float32),
+        ([np.int8(1), np.int8(-2)], np.int8),
+        ([np.zeros(4, np.float32), np.ones(4, np.float32)], np.float32),
+        ([np.zeros((2, 3), np.uint8)] * 3, np.uint8),
+    ],
+)
+def test_typed_path_keeps_types_and_finalizes_to_numpys_dtype(items, dtype):
+    col = Column.from_list(items)
+    assert col.is_typed
+    back = col.to_list()
+    for a, b in zip(back, items):
+        assert type(a) is type(b)
+        np.testing.assert_array_equal(a, b)
+    assert col.finalize() is True
+    view = col.view()
+    assert view.dtype == np.array(items).dtype == dtype
+    np.testing.assert_array_equal(view, np.array(items))
+
+
+@pytest.mark.parametrize(
+    "items",
+    [
+        [1, 2.0],                                        # int then float
+        [1.0, 2],                                        # float then int
+        [np.float32(1), 2.0],                            # numpy scalar then Python float
+        [np.zeros(4, np.float32), np.zeros(3, np.float32)],  # ragged rows
+        [np.zeros(4, np.float32), np.zeros(4, np.float64)],  # dtype change
+        [1, 2**70],                                      # int beyond int64
+        ["a", "b"],
+        [{"a": 1}, {"a": 2}],
+        [None, 1],
+    ],
+)
+def test_change_of_kind_moves_to_object_path_without_altering_values(items):
+    col = Column.from_list(items)
+    assert not col.is_typed
+    back = col.to_list()
+    assert len(back) == len(items)
+    for a, b in zip(back, items):
+        assert type(a) is type(b)
+        if isinstance(b, np.ndarray):
+            assert a.dtype == b.dtype
+            np.testing.assert_array_equal(a, b)
+        else:
+            assert a == b
+
+
+def test_rows_are_copied_in_not_referenced():
+    row = np.arange(4, dtype=np.float32)
+    col = Column.from_list([row])
+    row[:] = -1
+    np.testing.assert_array_equal(col.get(0), [0, 1, 2, 3])
+
+
+def test_growth_keeps_every_row():
+    col = Column()
+    rows = np.arange(10_000 * 3, dtype=np.float64).reshape(10_000, 3)
+    for r in rows:
+        col.append(r)
+    assert len(col) == 10_000
+    col.finalize()
+    np.testing.assert_array_equal(col.view(), rows)
+
+
+def test_finalized_append_promotes_like_concatenate():
+    col = Column.from_array(np.array([1, 2, 3]))
+    col.append(4)
+    assert col.view().dtype == np.int64
+    col.append(2.5)
+    assert col.view().dtype == np.float64
+    np.testing.assert_array_equal(col.view(), [1, 2, 3, 4, 2.5])
+
+
+def test_finalized_append_wrong_shape_raises_and_keeps_data():
+    col = Column.from_array(np.zeros((2, 4), np.float32))
+    with pytest.raises(ValueError, match="shape"):
+        col.append(np.zeros(3, np.float32))
+    assert len(col) == 2
+
+
+def test_views_handed_out_survive_growth_and_pop():
+    col = Column.from_array(np.arange(3.0))
+    view = col.view()
+    for i in range(100):
+        col.append(float(i))
+    np.testing.assert_array_equal(view, [0.0, 1.0, 2.0])
+    view2 = col.view()
+    col.pop(len(col) - 1)
+    col.append(-7.0)
+    assert view2[-1] == 99.0
+
+
+def test_take_gathers_rows():
+    col = Column.from_array(np.arange(10.0).reshape(5, 2))
+    out = col.take(np.array([4, 0, 4], dtype=np.intp))
+    np.testing.assert_array_equal(out, [[8, 9], [0, 1], [8, 9]])
+
+
+def test_set_and_pop_in_list_mode_keep_types():
+    col = Column.from_list([1.0, 2.0, 3.0])
+    col.set(1, 20.0)
+    assert col.to_list() == [1.0, 20.0, 3.0] and col.is_typed
+    col.set(0, "x")                      # a different kind: object path
+    assert col.to_list() == ["x", 20.0, 3.0] and not col.is_typed
+    col.pop(0)
+    assert col.to_list() == [20.0, 3.0]
+
+
+def test_get_out_of_range_raises_index_error():
+    col = Column.from_list([1.0])
+    with pytest.raises(IndexError):
+        col.get(1)
+    assert col.get(-1) == 1.0
