@@ -221,7 +221,7 @@ class InfiniteLookbackBuffer(BufferCore):
     def _get_int_general(self, idx, neg_index_as_lookback, fill, one_hot_discrete,
                          ignore_last, add_last):
         n = self.len_incl_lookback()
-        length = n - ignore_last + (add_last is not None)
+        length = max(n - ignore_last, 0) + (add_last is not None)
         pos = resolve_int(idx, neg_index_as_lookback, self.lookback, length,
                           len(self) + self.lookback - ignore_last)
         if pos < 0:
@@ -232,7 +232,9 @@ class InfiniteLookbackBuffer(BufferCore):
                     f"lookback); pass `fill` to pad"
                 )
             return self._fill_item(fill, one_hot_discrete)
-        if add_last is not None and pos == length - 1:
+        if add_last is not None and self.finalized:
+            data = map_struct(lambda a: a[pos], self._rows(slice(None), ignore_last, add_last))
+        elif add_last is not None and pos == length - 1:
             data = add_last
         else:
             data = self._item(pos)
@@ -240,7 +242,7 @@ class InfiniteLookbackBuffer(BufferCore):
 
     def _rows(self, slice_: slice, ignore_last: bool, add_last: Any) -> Any:
         """data_to_use[slice_], where data_to_use drops/adds a last item as asked."""
-        n = self.len_incl_lookback() - ignore_last
+        n = max(self.len_incl_lookback() - ignore_last, 0)
         if not self.finalized:
             positions = range(n + (add_last is not None))[slice_]
             return [add_last if p == n else self._col.get(p) for p in positions]
@@ -248,7 +250,7 @@ class InfiniteLookbackBuffer(BufferCore):
         def rows(col, extra=None):
             base = col.view()[:n]
             if add_last is not None:
-                base = np.concatenate([base, np.asarray(extra, dtype=base.dtype)[None]])
+                base = np.concatenate([base, np.asarray(extra)[None]])
             return base[slice_]
 
         if self._col is not None:
@@ -259,6 +261,7 @@ class InfiniteLookbackBuffer(BufferCore):
 
     def _get_slice_general(self, slice_, neg_index_as_lookback, fill, one_hot_discrete,
                            ignore_last, add_last):
+        # RLlib's rules see len - ignore_last (+1 with add_last), even when that is -1.
         total = self.len_incl_lookback() - ignore_last + (add_last is not None)
         start, stop, step, length, fill_left, fill_right = resolve_slice(
             slice_, neg_index_as_lookback, self.lookback, total

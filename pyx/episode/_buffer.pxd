@@ -10,3 +10,5 @@ cdef class BufferCore:
     cpdef Py_ssize_t len_incl_lookback(self)
     cdef object _get_int(self, Py_ssize_t idx, bint neg_index_as_lookback)
     cdef object _get_slice(self, object slice_, bint neg_index_as_lookback)
+    cdef object _get_slice_filled(self, object slice_, bint neg_index_as_lookback,
+                                  object fill)

@@ -7,9 +7,24 @@ one-hot. Everything else lives in the Python facade
 methods are reached without an extra Python frame.
 """
 cimport cython
+cimport numpy as cnp
+from libc.string cimport memcpy
+
+import gymnasium as gym
+import numpy as np
 
 from episode._column cimport Column
 from episode._index cimport SliceSpec, interpret_slice, int_position, slice_positions
+
+
+cnp.import_array()
+
+# Fill values the compiled path handles; others (arrays, structs) take the
+# general path in the facade.
+SCALAR_FILLS = frozenset([float, int, bool, np.float32, np.float64, np.int64, np.int32])
+# Spaces whose fill rows are np.full(shape, fill, dtype) of the space.
+FLAT_SPACES = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete,
+               gym.spaces.MultiBinary)
 
 
 cdef class BufferCore:
@@ -54,12 +69,15 @@ cdef class BufferCore:
         `one_hot_discrete` turns Discrete/MultiDiscrete values into one-hot
         vectors (needs a space). See the class docstring for details.
         """
-        if (self._col is not None and fill is None and not one_hot_discrete
+        if (self._col is not None and not one_hot_discrete
                 and not _ignore_last_ts and _add_last_ts_value is None):
-            if type(indices) is int:
-                return self._get_int(indices, neg_index_as_lookback)
-            if type(indices) is slice:
-                return self._get_slice(indices, neg_index_as_lookback)
+            if fill is None:
+                if type(indices) is int:
+                    return self._get_int(indices, neg_index_as_lookback)
+                if type(indices) is slice:
+                    return self._get_slice(indices, neg_index_as_lookback)
+            elif type(indices) is slice and type(fill) in SCALAR_FILLS:
+                return self._get_slice_filled(indices, neg_index_as_lookback, fill)
         return self._get_general(indices, neg_index_as_lookback, fill,
                                  one_hot_discrete, _ignore_last_ts, _add_last_ts_value)
 
@@ -93,3 +111,73 @@ cdef class BufferCore:
             return col.array[:n][spec.start:spec.stop:spec.step]
         count = slice_positions(&spec, n, &first, &step)
         return [col.item(first + i * step) for i in range(count)]
+
+    cdef object _get_slice_filled(self, object slice_, bint neg_index_as_lookback,
+                                  object fill):
+        """A slice padded with `fill` where it runs past the data, one gather."""
+        cdef Column col = self._col
+        cdef Py_ssize_t n = len(col)
+        cdef SliceSpec spec = interpret_slice(slice_, neg_index_as_lookback, self.lookback, n)
+        cdef Py_ssize_t first, step, count, i, left, total, row_bytes
+        cdef cnp.ndarray out, value
+        cdef char* dst
+        if spec.fill_left == 0 and spec.fill_right == 0:
+            return self._get_slice(slice_, neg_index_as_lookback)
+        count = slice_positions(&spec, n, &first, &step)
+        if spec.length <= 0:
+            count = 0
+        left = spec.fill_left
+        total = left + count + spec.fill_right
+        if not col.finalized:
+            item = fill if self._space is None else self._fill_item(fill, False)
+            return ([item] * left + [col.item(first + i * step) for i in range(count)]
+                    + [item] * spec.fill_right)
+        # Finalized: RLlib concatenates fill rows (typed by the space, else as
+        # np.array([fill])) with the data rows; one array of the promoted dtype.
+        space = self._space
+        if space is None:
+            fill_dtype = np.asarray(fill).dtype
+        elif isinstance(space, FLAT_SPACES) and space.shape == col.row_shape_tuple:
+            fill_dtype = space.dtype
+        else:
+            return self._get_general(slice_, neg_index_as_lookback, fill, False, False, None)
+        data_dtype = col.array.dtype
+        if count == 0 or fill_dtype == data_dtype:
+            dtype = fill_dtype
+        else:
+            dtype = np.result_type(fill_dtype, data_dtype)
+        value = np.array(fill, dtype=fill_dtype)     # cast as np.full would
+        if dtype != fill_dtype:
+            value = value.astype(dtype)
+        out = np.empty((total,) + col.row_shape_tuple, dtype=dtype)
+        if dtype.hasobject:
+            return self._get_general(slice_, neg_index_as_lookback, fill, False, False, None)
+        dst = <char*>cnp.PyArray_DATA(out)
+        row_bytes = out.nbytes // total if total else 0
+        repeat_bytes(dst, <char*>cnp.PyArray_DATA(value), dtype.itemsize, left * row_bytes)
+        repeat_bytes(dst + (left + count) * row_bytes, <char*>cnp.PyArray_DATA(value),
+                     dtype.itemsize, spec.fill_right * row_bytes)
+        if count:
+            if dtype == data_dtype and col.pod:
+                dst += left * row_bytes
+                for i in range(count):
+                    memcpy(dst + i * row_bytes, col.data + (first + i * step) * row_bytes,
+                           row_bytes)
+            else:
+                out[left:left + count] = col.array[first:first + count * step:step] \
+                    if first + count * step >= 0 else col.array[first::step][:count]
+        return out
+
+
+cdef inline void repeat_bytes(char* dst, const char* element, Py_ssize_t itemsize,
+                              Py_ssize_t nbytes) noexcept nogil:
+    """Fills `nbytes` at `dst` with copies of one `itemsize`-byte element,
+    doubling the copied block each time."""
+    cdef Py_ssize_t done
+    if nbytes <= 0:
+        return
+    memcpy(dst, element, itemsize)
+    done = itemsize
+    while done < nbytes:
+        memcpy(dst + done, dst, min(done, nbytes - done))
+        done += min(done, nbytes - done)
