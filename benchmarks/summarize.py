@@ -1,17 +1,19 @@
 """Ours against RLlib's, one row per workload, from pytest-benchmark's JSON.
 
     pytest benchmarks/test_lookback_buffer.py --benchmark-json=bench.json
-    python benchmarks/summarize.py bench.json [--markdown]
+    python benchmarks/summarize.py bench.json [more.json ...] [--markdown]
 
 Columns: workload (the benchmark group), ours median, RLlib median, speed-up
 (RLlib median / ours median), and the per-item median of each side where a
-round handles more than one item (extra_info["items"]).
+round handles more than one item (extra_info["items"]). Given several JSON
+files (repeated runs), each time is the median of the runs' medians.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import re
+import statistics
 from collections import defaultdict
 
 
@@ -32,19 +34,22 @@ def _impl(bench: dict) -> str:
     return match.group(1) if match else "?"
 
 
-def summarize(data: dict) -> list[dict]:
-    rows: dict[str, dict] = defaultdict(dict)
+def summarize(runs: list[dict]) -> list[dict]:
+    rows: dict[str, dict] = defaultdict(lambda: defaultdict(list))
     order: list[str] = []
-    for bench in data["benchmarks"]:
-        group = bench.get("group") or bench["name"]
-        if group not in rows:
-            order.append(group)
-        rows[group][_impl(bench)] = bench["stats"]["median"]
-        rows[group]["items"] = (bench.get("extra_info") or {}).get("items", 1)
+    for data in runs:
+        for bench in data["benchmarks"]:
+            group = bench.get("group") or bench["name"]
+            if group not in rows:
+                order.append(group)
+            rows[group][_impl(bench)].append(bench["stats"]["median"])
+            rows[group]["items"] = (bench.get("extra_info") or {}).get("items", 1)
     out = []
     for group in order:
         r = rows[group]
-        ours, rllib, items = r.get("ours"), r.get("rllib"), r["items"]
+        ours = statistics.median(r["ours"]) if r["ours"] else None
+        rllib = statistics.median(r["rllib"]) if r["rllib"] else None
+        items = r["items"]
         out.append({
             "workload": group,
             "ours": ours,
@@ -82,12 +87,14 @@ def render(rows: list[dict], markdown: bool) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("json", help="file written by pytest --benchmark-json")
+    parser.add_argument("json", nargs="+", help="file(s) written by pytest --benchmark-json")
     parser.add_argument("--markdown", action="store_true", help="a Markdown table")
     args = parser.parse_args()
-    with open(args.json) as f:
-        data = json.load(f)
-    print(render(summarize(data), args.markdown))
+    runs = []
+    for path in args.json:
+        with open(path) as f:
+            runs.append(json.load(f))
+    print(render(summarize(runs), args.markdown))
 
 
 if __name__ == "__main__":

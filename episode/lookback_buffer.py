@@ -7,7 +7,6 @@ compiled BufferCore; this module holds the rest.
 """
 from __future__ import annotations
 
-import operator
 from typing import Any, List, Optional, Union
 
 import gymnasium as gym
@@ -80,10 +79,21 @@ class InfiniteLookbackBuffer(BufferCore):
 
     @property
     def data(self) -> Any:
-        """All items, lookback included: a list before finalize(), arrays after."""
+        """All items, lookback included: a list before finalize(), arrays after.
+
+        As in RLlib, the list is the buffer's own: changing it changes the
+        buffer. (Reading it moves typed storage to a plain list, so code that
+        only needs the items should use get().)
+        """
         if self._col is not None:
-            return self._col.view() if self._col.finalized else self._col.to_list()
+            return self._col.view() if self._col.finalized else self._col.live_list()
         return map_struct(lambda col: col.view(), self._tree)
+
+    def _snapshot(self) -> Any:
+        """The data as `data` shows it, without moving typed storage to a list."""
+        if self._col is not None and not self._col.finalized:
+            return self._col.to_list()
+        return self.data
 
     @data.setter
     def data(self, value: Any) -> None:
@@ -121,7 +131,7 @@ class InfiniteLookbackBuffer(BufferCore):
     def get_state(self) -> dict:
         """The buffer as a picklable dict (data, lookback, finalized, space)."""
         return {
-            "data": self.data,
+            "data": self._snapshot(),
             "lookback": self.lookback,
             "finalized": self.finalized,
             "space": space_to_dict(self.space) if self.space else None,
@@ -176,7 +186,9 @@ class InfiniteLookbackBuffer(BufferCore):
 
     def pop(self, index: int = -1) -> None:
         """Removes the item at raw position `index` (lookback included); returns None."""
-        index = operator.index(index)
+        if not isinstance(index, (int, np.integer)):
+            raise IndexTypeError(f"pop index must be an int, not {type(index).__name__}")
+        index = int(index)
         n = self.len_incl_lookback()
         pos = index + n if index < 0 else index
         if not 0 <= pos < n:
@@ -426,7 +438,7 @@ class InfiniteLookbackBuffer(BufferCore):
     def __eq__(self, other: Any) -> bool:
         return (
             isinstance(other, InfiniteLookbackBuffer)
-            and data_equivalence(self.data, other.data)
+            and data_equivalence(self._snapshot(), other._snapshot())
             and self.lookback == other.lookback
             and self.finalized == other.finalized
             and self.space_struct == other.space_struct
@@ -441,7 +453,7 @@ class InfiniteLookbackBuffer(BufferCore):
         numeric item."""
         if self.finalized:
             raise RuntimeError(f"Cannot `add` to a finalized {type(self).__name__}.")
-        data = self.data
+        data = self._snapshot()
         if isinstance(other, (int, float, complex)):
             data = [(d + other) if isinstance(d, (int, float, complex)) else d for d in data]
         elif isinstance(other, InfiniteLookbackBuffer):
@@ -453,7 +465,7 @@ class InfiniteLookbackBuffer(BufferCore):
 
     def __repr__(self) -> str:
         lb = self.lookback
-        data = self.data
+        data = self._snapshot()
         if is_struct(data):
             head = map_struct(lambda a: a[:lb], data)
             tail = map_struct(lambda a: a[lb:], data)

@@ -47,7 +47,8 @@ def map_struct(fn: Callable, first: Any, *rest: Any) -> Any:
                 raise ValueError(
                     f"structures differ: dict with keys {sorted(first)} vs {_describe(other)}"
                 )
-        return {k: map_struct(fn, first[k], *(o[k] for o in rest)) for k in first}
+        mapped = {k: map_struct(fn, first[k], *(o[k] for o in rest)) for k in first}
+        return OrderedDict(mapped) if isinstance(first, OrderedDict) else mapped
     if isinstance(first, tuple):
         for other in rest:
             if not isinstance(other, tuple) or len(other) != len(first):
@@ -150,8 +151,9 @@ def one_hot_leaf(x: Any, space: Any) -> Any:
 
 
 def one_hot_struct(x: Any, space_struct: Any) -> Any:
-    """One-hot encodes the Discrete/MultiDiscrete leaves of `x` (a batch or one item)."""
-    return map_struct(lambda s, d: one_hot_leaf(d, s), space_struct, x) \
+    """One-hot encodes the Discrete/MultiDiscrete leaves of `x` (a batch or one
+    item); the result keeps `x`'s key order."""
+    return map_struct(one_hot_leaf, x, space_struct) \
         if is_struct(space_struct) else one_hot_leaf(x, space_struct)
 
 
@@ -252,7 +254,14 @@ def space_to_dict(space: gym.Space | None) -> dict | None:
         return {"space": "text", "min_length": space.min_length,
                 "max_length": space.max_length,
                 "charset": "".join(sorted(space.character_set))}
-    raise ValueError(f"cannot serialize a space of type {type(space).__name__}")
+    name = type(space).__name__
+    if name == "Simplex":
+        return {"space": "simplex", "shape": space.shape,
+                "concentration": space.concentration, "dtype": space.dtype.str}
+    if name == "Repeated":
+        return {"space": "repeated", "child_space": space_to_dict(space.child_space),
+                "max_len": space.max_len}
+    raise ValueError(f"cannot serialize a space of type {name}")
 
 
 def space_from_dict(d: dict | None) -> gym.Space | None:
@@ -279,4 +288,12 @@ def space_from_dict(d: dict | None) -> gym.Space | None:
         return gym.spaces.Dict(OrderedDict((k, space_from_dict(s)) for k, s in d["spaces"].items()))
     if kind == "text":
         return gym.spaces.Text(**args)
+    if kind in ("simplex", "repeated"):
+        # RLlib's own spaces: only states that came from RLlib hold them.
+        from ray.rllib.utils.spaces.repeated import Repeated
+        from ray.rllib.utils.spaces.simplex import Simplex
+
+        if kind == "simplex":
+            return Simplex(**args)
+        return Repeated(space_from_dict(d["child_space"]), max_len=d["max_len"])
     raise ValueError(f"unknown serialized space kind {kind!r}")

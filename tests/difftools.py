@@ -32,6 +32,27 @@ class Mismatch(AssertionError):
     pass
 
 
+# -- RLlib crashes that are not compared (see the report / differences file) ----
+
+def rllib_crashes_in_one_hot_of_nothing(exc: Exception) -> bool:
+    """RLlib's one_hot calls np.max on zero rows (a deliberate difference)."""
+    return isinstance(exc, ValueError) and "zero-size array" in str(exc)
+
+
+def rllib_slice_assertion(exc: Exception) -> bool:
+    """RLlib's `_interpret_slice` asserts start >= 0, which fails for slices of a
+    buffer with no rows to address (empty, or one row and `_ignore_last_ts`)
+    whose stop lies before their start. Ours returns the (fill-padded) empty
+    result instead. Noted in the report, not compared."""
+    return (isinstance(exc, AssertionError) and len(exc.args) == 1
+            and isinstance(exc.args[0], tuple) and len(exc.args[0]) == 2
+            and exc.args[0][0] < 0)
+
+
+def known_rllib_crash(exc: Exception) -> bool:
+    return rllib_crashes_in_one_hot_of_nothing(exc) or rllib_slice_assertion(exc)
+
+
 def _describe(x: Any) -> str:
     text = repr(x)
     if isinstance(x, np.ndarray):
@@ -173,8 +194,13 @@ class Twin:
         compare_buffers(self.ours, self.theirs, f"state after {label}")
 
     def call(self, method: str, *args: Any, compare_result: bool = True,
-             result_check: Optional[Callable[[Any, Any], None]] = None, **kwargs: Any) -> Any:
-        """Calls `method` on both buffers; returns (ours, RLlib's) results."""
+             result_check: Optional[Callable[[Any, Any], None]] = None,
+             known: Optional[Callable[[Exception], bool]] = None, **kwargs: Any) -> Any:
+        """Calls `method` on both buffers; returns (ours, RLlib's) results.
+
+        `known(exc)` marks RLlib exceptions that are known RLlib crashes: the
+        results are then not compared (only that our buffer is unchanged).
+        """
         label = _call_label(method, args, kwargs)
         backup_theirs = copy.deepcopy(self.theirs)
         before_ours = buffer_state(self.ours)
@@ -190,6 +216,10 @@ class Twin:
         except Exception as e:  # noqa: BLE001
             exc_ours, r_ours = e, None
 
+        if exc_theirs is not None and known is not None and known(exc_theirs):
+            compare(buffer_state(self.ours), before_ours, f"our state after {label}")
+            self.theirs = backup_theirs
+            return None, None
         if exc_theirs is not None:
             if exc_ours is None:
                 raise Mismatch(
@@ -256,3 +286,89 @@ class Collector:
                 f"{len(self.failures)} of {self.count} checks disagree with RLlib:\n\n{shown}{tail}",
                 pytrace=False,
             )
+
+
+# -- the kinds of data a buffer holds in RLlib episodes -----------------------
+
+import gymnasium as gym  # noqa: E402
+
+F32 = np.float32
+
+
+class Kind:
+    """A kind of buffer content: a space (or None) and a deterministic item maker.
+
+    `item(i)` gives the i-th item as an env runner would hand it to the buffer.
+    `fill` is a fill value that makes sense for the kind.
+    """
+
+    def __init__(self, name: str, space: Any, item: Callable[[int], Any], fill: Any = 0.0,
+                 struct: bool = False, row_ndim: int = 0, discrete: bool = False):
+        self.name = name
+        self.space = space
+        self.item = item
+        self.fill = fill
+        self.struct = struct
+        self.row_ndim = row_ndim
+        self.discrete = discrete
+
+    def items(self, n: int, start: int = 0) -> list:
+        return [self.item(i) for i in range(start, start + n)]
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def _box4(i):
+    return np.array([i % 7, (i % 5) * 0.5, -(i % 3), 1.25], dtype=F32)
+
+
+def _box23(i):
+    return (np.arange(6, dtype=F32).reshape(2, 3) * 0.25 + (i % 9) - 4).astype(F32)
+
+
+BOX4 = gym.spaces.Box(-10.0, 10.0, (4,), F32)
+BOX23 = gym.spaces.Box(-10.0, 10.0, (2, 3), F32)
+
+KINDS = {
+    k.name: k
+    for k in [
+        Kind("box4", BOX4, _box4, row_ndim=1),
+        Kind("box23", BOX23, _box23, row_ndim=2),
+        Kind("discrete_int", gym.spaces.Discrete(5), lambda i: i % 5, fill=0, discrete=True),
+        Kind("discrete_np", gym.spaces.Discrete(5), lambda i: np.int64(i % 5), fill=0,
+             discrete=True),
+        Kind("multidiscrete", gym.spaces.MultiDiscrete([2, 3, 4]),
+             lambda i: np.array([i % 2, i % 3, i % 4], dtype=np.int64), fill=0, row_ndim=1,
+             discrete=True),
+        Kind("dict", gym.spaces.Dict({"a": gym.spaces.Box(-10.0, 10.0, (2,), F32),
+                                      "b": gym.spaces.Discrete(3)}),
+             lambda i: {"a": np.array([i % 4, -1.5], dtype=F32), "b": np.int64(i % 3)},
+             struct=True, discrete=True),
+        Kind("nested", gym.spaces.Tuple((
+                gym.spaces.Discrete(2),
+                gym.spaces.Dict({"x": gym.spaces.Box(-10.0, 10.0, (3,), F32),
+                                 "y": gym.spaces.MultiDiscrete([2, 2])}))),
+             lambda i: (np.int64(i % 2),
+                        {"x": np.array([i % 3, 0.5, -2], dtype=F32),
+                         "y": np.array([i % 2, (i + 1) % 2], dtype=np.int64)}),
+             struct=True, discrete=True),
+        Kind("reward", None, lambda i: float(i) * 0.5 - 1.0),
+        Kind("int_nospace", None, lambda i: i * 3 - 4, fill=0),
+        Kind("box4_nospace", None, _box4, row_ndim=1),
+        Kind("info", None, lambda i: {"step": i, "flag": i % 2 == 0}, fill=0, struct=True),
+        Kind("string", None, lambda i: "s" * (i % 3 + 1), fill="pad"),
+        Kind("image_u8", gym.spaces.Box(0, 255, (2, 2), np.uint8),
+             lambda i: np.full((2, 2), (i * 37) % 256, np.uint8), fill=0, row_ndim=2),
+        Kind("multibinary", gym.spaces.MultiBinary(3),
+             lambda i: np.array([i % 2, (i // 2) % 2, 1], dtype=np.int8), fill=0, row_ndim=1),
+        Kind("bool_nospace", None, lambda i: i % 3 == 0, fill=False),
+        Kind("f32_scalar", None, lambda i: np.float32(i) / 4, fill=0.0),
+        # Scalars whose type changes from item to item (list mode keeps each type).
+        Kind("mixed_scalar", None,
+             lambda i: [float(i) / 2, i, np.float32(i), np.int64(-i), i % 2 == 0][i % 5],
+             fill=0),
+    ]
+}
+
+SPACE_KINDS = [k for k in KINDS.values() if k.space is not None]

@@ -252,7 +252,9 @@ cdef class Column:
         dtype = np.result_type(self.array.dtype, x.dtype)
         if dtype != self.array.dtype:
             self._adopt_storage(self.array.astype(dtype), self.size)
-        self.array[self.size] = x
+        # Slice assignment casts as np.concatenate does (int64 -> Python int in
+        # an object column) and stores a 0-d item as its element.
+        self.array[self.size:self.size + 1] = x[None]
         self.size += 1
         return 0
 
@@ -372,8 +374,14 @@ cdef class Column:
             raise IndexError(f"row {pos} is out of range for {n} rows")
         return self.item(pos)
 
+    def live_list(self):
+        """The items as the list that holds them, moving to the object path:
+        changes made to that list are changes to the Column, as with RLlib."""
+        self._to_object_path()
+        return self.items
+
     def to_list(self):
-        """All items as a new list (the object path returns its live list)."""
+        """All items as a list (the object path's own list, else a new one)."""
         if self.kind == KIND_OBJECT:
             return self.items
         return [self.item(i) for i in range(self.size)]

@@ -120,8 +120,9 @@ def resolve_int(Py_ssize_t idx, bint neg_index_as_lookback, Py_ssize_t lookback,
     return int_position(idx, neg_index_as_lookback, lookback, length, underflow_position)
 
 
-class IndexTypeError(TypeError, AssertionError):
+class IndexTypeError(TypeError, IndexError, AssertionError):
     """An index that is not an int, a list of ints, a slice or None.
 
-    RLlib asserts the index type, so this is also an AssertionError.
+    RLlib raises AssertionError (its type assertion), TypeError (list mode) or
+    IndexError (numpy, after finalize) for these, so this is each of them.
     """

@@ -1,0 +1,311 @@
+"""Property-based differential tests: random call sequences on both buffers.
+
+A hypothesis state machine per kind of content drives one RLlib buffer and
+one of ours (difftools.Twin) through random mixes of append / extend / pop /
+finalize / get / set / lookback changes / state round trips, and compares
+results, exception classes and buffer states after every step. The
+deliberate differences (test_lookback_buffer_differences.py) are avoided.
+"""
+from __future__ import annotations
+
+import copy
+import os
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
+
+from difftools import (KINDS, Other, Twin, compare_buffers, known_rllib_crash,
+                       rllib_buffer_class, rllib_slice_assertion)
+
+pytestmark = pytest.mark.rllib
+
+F32 = np.float32
+box_floats = st.floats(-10, 10, width=32)
+
+
+def _box(shape):
+    return arrays(F32, shape, elements=box_floats)
+
+
+def _int64(lo, hi):
+    return st.integers(lo, hi).map(np.int64)
+
+
+ITEMS = {
+    "box4": _box((4,)),
+    "box23": _box((2, 3)),
+    "discrete_int": st.integers(0, 4),
+    "discrete_np": _int64(0, 4),
+    "multidiscrete": st.tuples(st.integers(0, 1), st.integers(0, 2), st.integers(0, 3)).map(
+        lambda t: np.array(t, dtype=np.int64)),
+    # Dicts are built in the space's key order (hypothesis' fixed_dictionaries
+    # may shuffle it; the key order of one-hot results is tested explicitly).
+    "dict": st.builds(lambda a, b: {"a": a, "b": b}, _box((2,)), _int64(0, 2)),
+    "nested": st.tuples(_int64(0, 1), st.builds(
+        lambda x, y: {"x": x, "y": y}, _box((3,)),
+        st.tuples(st.integers(0, 1), st.integers(0, 1)).map(
+            lambda t: np.array(t, dtype=np.int64)))),
+    "reward": st.floats(allow_nan=True, allow_infinity=True),
+    "int_nospace": st.integers(-(2 ** 63), 2 ** 63 - 1),
+    "box4_nospace": _box((4,)),
+    "info": st.builds(lambda step, flag: {"step": step, "flag": flag},
+                      st.integers(-5, 5), st.booleans()),
+    "string": st.text(alphabet="abc", max_size=3),
+    "image_u8": arrays(np.uint8, (2, 2)),
+    "multibinary": arrays(np.int8, (3,), elements=st.integers(0, 1)),
+    "bool_nospace": st.booleans(),
+    "f32_scalar": st.floats(width=32, allow_nan=True).map(np.float32),
+    "mixed_scalar": st.one_of(st.floats(-1e6, 1e6), st.integers(-1000, 1000),
+                              st.floats(-100, 100, width=32).map(np.float32),
+                              st.integers(-5, 5).map(np.int64), st.booleans()),
+}
+
+INDEX = st.integers(-9, 9)
+BOUND = st.one_of(st.none(), st.integers(-9, 9))
+STEP = st.sampled_from([None, 1, 2, -1, 3, -2])
+SLICE = st.builds(slice, BOUND, BOUND, STEP)
+
+
+def make_batch(items):
+    """A batch of `items` as RLlib's finalize() makes it."""
+    ref = rllib_buffer_class()(list(items))
+    ref.finalize()
+    return ref.data
+
+
+class BufferMachine(RuleBasedStateMachine):
+    kind = None  # set by the per-kind subclasses below
+
+    def __init__(self):
+        super().__init__()
+        self.twin = None
+
+    # -- helpers --------------------------------------------------------------
+
+    @property
+    def fin(self):
+        return self.twin.theirs.finalized
+
+    @property
+    def lookback(self):
+        return self.twin.theirs.lookback
+
+    def fill_ok(self, fill):
+        """False for the deliberate difference: fill on finalized multi-dim or
+        struct rows without a space."""
+        k = self.kind
+        return not (fill is not None and self.fin and k.space is None
+                    and (k.row_ndim > 0 or k.struct))
+
+    def wraps(self, idx, neg, fill, one_hot, ignore):
+        """RLlib's finalized fast path wraps idx < -lookback around (deliberate)."""
+        return (self.fin and not self.kind.struct and neg and fill is None and not one_hot
+                and not ignore and self.lookback + idx < 0)
+
+    def get_opts(self, data):
+        k = self.kind
+        neg = data.draw(st.booleans(), label="neg_index_as_lookback")
+        fill = data.draw(st.sampled_from([None, k.fill]), label="fill")
+        one_hot = data.draw(st.booleans(), label="one_hot") if k.space is not None else False
+        ignore = data.draw(st.booleans(), label="_ignore_last_ts")
+        return neg, fill, one_hot, ignore
+
+    # -- rules ------------------------------------------------------------------
+
+    @initialize(data=st.data(), lookback=st.integers(0, 6))
+    def init(self, data, lookback):
+        items = data.draw(st.lists(ITEMS[self.kind.name], max_size=6), label="initial items")
+        self.twin = Twin(items, lookback, self.kind.space)
+
+    @rule(data=st.data())
+    def append(self, data):
+        self.twin.call("append", data.draw(ITEMS[self.kind.name], label="item"))
+
+    @rule(data=st.data())
+    def extend(self, data):
+        items = data.draw(st.lists(ITEMS[self.kind.name], min_size=1 if self.fin else 0,
+                                   max_size=3), label="items")
+        if self.fin and (self.kind.struct or data.draw(st.booleans(), label="as batch")):
+            self.twin.call("extend", make_batch(items))
+        else:
+            self.twin.call("extend", items)
+
+    @rule(index=st.one_of(st.none(), INDEX))
+    def pop(self, index):
+        if index is None:
+            self.twin.call("pop")
+        else:
+            self.twin.call("pop", index)
+
+    @precondition(lambda self: self.twin.theirs.len_incl_lookback() > 0)
+    @rule()
+    def finalize(self):
+        self.twin.call("finalize")
+
+    @rule(lookback=st.integers(0, 8))
+    def set_lookback(self, lookback):
+        self.twin.ours.lookback = lookback
+        self.twin.theirs.lookback = lookback
+        self.twin.check_state(f"lookback = {lookback}")
+
+    @rule(data=st.data(), idx=INDEX)
+    def get_int(self, data, idx):
+        neg, fill, one_hot, ignore = self.get_opts(data)
+        if self.wraps(idx, neg, fill, one_hot, ignore) or not self.fill_ok(fill):
+            return
+        self.twin.call("get", idx, neg_index_as_lookback=neg, fill=fill,
+                       one_hot_discrete=one_hot, _ignore_last_ts=ignore, known=known_rllib_crash)
+
+    @rule(data=st.data(), indices=st.lists(INDEX, min_size=1, max_size=4))
+    def get_list(self, data, indices):
+        neg, fill, one_hot, ignore = self.get_opts(data)
+        if any(self.wraps(i, neg, fill, one_hot, ignore) for i in indices) \
+                or not self.fill_ok(fill):
+            return
+        self.twin.call("get", indices, neg_index_as_lookback=neg, fill=fill,
+                       one_hot_discrete=one_hot, _ignore_last_ts=ignore, known=known_rllib_crash)
+
+    @rule(data=st.data(), sl=SLICE)
+    def get_slice(self, data, sl):
+        neg, fill, one_hot, ignore = self.get_opts(data)
+        if not self.fill_ok(fill):
+            return
+        self.twin.call("get", sl, neg_index_as_lookback=neg, fill=fill,
+                       one_hot_discrete=one_hot, _ignore_last_ts=ignore, known=known_rllib_crash)
+
+    @rule(data=st.data())
+    def get_all(self, data):
+        neg, fill, one_hot, ignore = self.get_opts(data)
+        if not self.fill_ok(fill):
+            return
+        self.twin.call("get", None, neg_index_as_lookback=neg, fill=fill,
+                       one_hot_discrete=one_hot, _ignore_last_ts=ignore, known=known_rllib_crash)
+
+    @precondition(lambda self: self.kind.row_ndim == 0 and not self.kind.struct
+                  and self.kind.name != "string")
+    @rule(data=st.data(), idx=INDEX)
+    def get_add_last_ts_value(self, data, idx):
+        """_add_last_ts_value: only the int-index path with scalar data (the
+        slice path is a deliberate difference)."""
+        neg, fill, _, ignore = self.get_opts(data)
+        extra = data.draw(ITEMS[self.kind.name], label="_add_last_ts_value")
+        self.twin.call("get", idx, neg_index_as_lookback=neg, fill=fill, _ignore_last_ts=ignore,
+                       _add_last_ts_value=extra)
+
+    @rule(key=st.one_of(INDEX, SLICE, st.lists(INDEX, min_size=1, max_size=3)))
+    def getitem(self, key):
+        if isinstance(key, int) and self.wraps(key, False, None, False, False):
+            return
+        self.twin.call("__getitem__", key, known=known_rllib_crash)
+
+    def can_set(self):
+        # Deliberate difference: set on finalized Dict/Tuple data with a space.
+        return not (self.fin and self.kind.struct and self.kind.space is not None)
+
+    @rule(data=st.data(), idx=INDEX, neg=st.booleans(), dunder=st.booleans())
+    def set_int(self, data, idx, neg, dunder):
+        if not self.can_set():
+            return
+        item = data.draw(ITEMS[self.kind.name], label="item")
+        if dunder:
+            self.twin.call("__setitem__", idx, item)
+        else:
+            self.twin.call("set", item, at_indices=idx, neg_index_as_lookback=neg)
+
+    @rule(data=st.data(), indices=st.lists(INDEX, min_size=1, max_size=3), neg=st.booleans())
+    def set_list(self, data, indices, neg):
+        if not self.can_set():
+            return
+        items = data.draw(st.lists(ITEMS[self.kind.name], min_size=len(indices),
+                                   max_size=len(indices)), label="items")
+        self.twin.call("set", items, at_indices=indices, neg_index_as_lookback=neg)
+
+    @rule(data=st.data(), sl=st.one_of(st.none(), SLICE), neg=st.booleans(),
+          extra=st.sampled_from([0, 0, 0, 1, -1]))
+    def set_slice(self, data, sl, neg, extra):
+        """Sets a slice (None: everything after the lookback) with as many items
+        as RLlib's get() of that slice returns (+ extra, to test mismatches)."""
+        if not self.can_set():
+            return
+        probe = copy.deepcopy(self.twin.theirs)
+        try:
+            current = probe.get(sl, neg_index_as_lookback=neg) if sl is not None else probe.get()
+        except Exception:  # noqa: BLE001 - any length will do then
+            current = []
+        count = len(current) if not isinstance(current, dict) else len(next(iter(current.values())))
+        if isinstance(current, tuple):
+            count = len(np.asarray(current[0]))
+        count = max(count + extra, 0)
+        items = data.draw(st.lists(ITEMS[self.kind.name], min_size=count, max_size=count),
+                          label="items")
+        if self.fin:
+            if not items:
+                return  # RLlib indexes new_data[0]: IndexError for both, boring
+            new = make_batch(items)
+        else:
+            new = items
+        if sl is None:
+            self.twin.call("set", new, known=rllib_slice_assertion)
+        else:
+            self.twin.call("set", new, at_indices=sl, neg_index_as_lookback=neg,
+                           known=rllib_slice_assertion)
+
+    @rule()
+    def len_and_repr(self):
+        self.twin.call("__len__")
+        self.twin.call("len_incl_lookback")
+        if not (self.fin and self.kind.struct):
+            self.twin.call("__repr__")
+
+    @rule()
+    def state_round_trip(self):
+        """Continues with buffers rebuilt by from_state(): ours from RLlib's state."""
+        state = self.twin.theirs.get_state()
+        self.twin.call("get_state")
+        ours = self.twin.Ours.from_state(copy.deepcopy(state))
+        theirs = self.twin.Rllib.from_state(copy.deepcopy(state))
+        self.twin = Twin.from_buffers(ours, theirs)
+        self.twin.check_state("from_state")
+
+    @rule()
+    def eq_copy(self):
+        other = Twin.from_buffers(copy.deepcopy(self.twin.ours), copy.deepcopy(self.twin.theirs))
+        self.twin.call("__eq__", Other(other))
+
+    @precondition(lambda self: not self.twin.theirs.finalized)
+    @rule(data=st.data(), other_lookback=st.integers(0, 3))
+    def concat(self, data, other_lookback):
+        items = data.draw(st.lists(ITEMS[self.kind.name], max_size=4), label="other items")
+        other = Twin(items, other_lookback, self.kind.space)
+        self.twin.call("concat", Other(other))
+
+    @precondition(lambda self: not self.twin.theirs.finalized)
+    @rule(data=st.data())
+    def add(self, data):
+        items = data.draw(st.lists(ITEMS[self.kind.name], max_size=3), label="other items")
+        results = {}
+
+        def keep(ours, theirs):
+            compare_buffers(ours, theirs, "__add__ result")
+            results["pair"] = (ours, theirs)
+
+        self.twin.call("__add__", items, result_check=keep)
+        self.twin = Twin.from_buffers(*results["pair"])
+
+
+# PROPS_MAX_EXAMPLES=1000 for a longer hunt; the default keeps the suite fast.
+SETTINGS = settings(max_examples=int(os.environ.get("PROPS_MAX_EXAMPLES", 60)),
+                    stateful_step_count=30, deadline=None, database=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+
+for _name, _kind in KINDS.items():
+    _machine = type(f"Machine_{_name}", (BufferMachine,), {"kind": _kind})
+    _case = _machine.TestCase
+    _case.settings = SETTINGS
+    _case.__name__ = f"TestRandomSequences_{_name}"
+    globals()[_case.__name__] = _case
+del _name, _kind, _machine, _case
