@@ -52,6 +52,22 @@ def test_append_10k(benchmark, impl, obs_rows):
     assert len(buf) == N_ROWS
 
 
+def test_extend_10k(benchmark, impl, obs_rows):
+    """A new buffer, then the same 10,000 rows in one extend() call (RLlib's
+    extend appends item by item; ours loops in C)."""
+    benchmark.group = "extend_10k"
+    benchmark.extra_info["items"] = N_ROWS
+    rows = obs_rows[:N_ROWS]
+
+    def run():
+        buf = impl()
+        buf.extend(rows)
+        return buf
+
+    buf = benchmark(run)
+    assert len(buf) == N_ROWS
+
+
 # -- 2. append_after_finalize -------------------------------------------------
 
 APPENDS = 1_000

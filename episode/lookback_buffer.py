@@ -106,6 +106,19 @@ class InfiniteLookbackBuffer(BufferCore):
         self._col, self._tree = col, tree
 
     @property
+    def finalized(self) -> bool:
+        """True once finalize() turned the data into numpy arrays. Setting it
+        True finalizes; setting it False turns arrays back into a list of items."""
+        return BufferCore.finalized.__get__(self)
+
+    @finalized.setter
+    def finalized(self, value: bool) -> None:
+        if value and not self.finalized:
+            self.finalize()
+        elif not value and self.finalized:
+            self.data = _unbatch(self.data)
+
+    @property
     def space(self) -> Optional[gym.Space]:
         """The gymnasium space of one item (or None)."""
         return self._space

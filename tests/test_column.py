@@ -130,3 +130,12 @@ def test_get_out_of_range_raises_index_error():
     with pytest.raises(IndexError):
         col.get(1)
     assert col.get(-1) == 1.0
+
+
+def test_public_methods_check_positions_before_touching_memory():
+    col = Column.from_list([1.0, 2.0])
+    for call in (lambda: col.set(2, 0.0), lambda: col.set(-1, 0.0), lambda: col.pop(5),
+                 lambda: col.take(np.array([0, 9], dtype=np.intp))):
+        with pytest.raises(IndexError):
+            call()
+    assert col.to_list() == [1.0, 2.0]

@@ -308,3 +308,13 @@ def test_ignore_last_ts_and_add_last_value():
     assert buf.get(None, _ignore_last_ts=True) == [1, 2]
     assert buf.get(-1, _add_last_ts_value=9) == 9
     assert buf.get(slice(-2, None), _add_last_ts_value=9) == [3, 9]
+
+
+def test_finalized_can_be_set():
+    buf = InfiniteLookbackBuffer([1.0, 2.0])
+    buf.finalized = True
+    assert isinstance(buf.data, np.ndarray)
+    buf.finalized = False
+    assert buf.data == [1.0, 2.0] and not buf.finalized
+    buf.append(3.0)
+    assert buf.get(-1) == 3.0

@@ -39,5 +39,6 @@ cdef class Column:
     cdef int _reserve(self, Py_ssize_t rows) except -1
     cdef int _to_object_path(self) except -1
     cdef bint _row_matches(self, cnp.ndarray arr)
+    cdef int _check_position(self, Py_ssize_t pos) except -1
     cdef object item(self, Py_ssize_t pos)
     cdef object row_view(self, Py_ssize_t pos)

@@ -400,6 +400,8 @@ cdef class Column:
         cdef Py_ssize_t i
         cdef cnp.ndarray out
         cdef char* dst
+        for i in range(k):
+            self._check_position(positions[i])
         if self.kind == KIND_OBJECT or not self.pod:
             return self.view()[np.asarray(positions)]
         out = np.empty((k,) + self.row_shape_tuple, dtype=self.array.dtype)
@@ -412,10 +414,16 @@ cdef class Column:
 
     # -- changing -------------------------------------------------------------
 
+    cdef int _check_position(self, Py_ssize_t pos) except -1:
+        if pos < 0 or pos >= len(self):
+            raise IndexError(f"row {pos} is out of range for {len(self)} rows")
+        return 0
+
     def set(self, Py_ssize_t pos, object value):
         """Overwrites row `pos` (0 <= pos < len)."""
         cdef int overflow = 0
         cdef char* dst
+        self._check_position(pos)
         if self.finalized:
             self.array[pos] = value
             return
@@ -445,6 +453,7 @@ cdef class Column:
 
     def pop(self, Py_ssize_t pos):
         """Removes row `pos` (0 <= pos < len)."""
+        self._check_position(pos)
         if self.kind == KIND_OBJECT:
             self.items.pop(pos)
             return
