@@ -1,4 +1,5 @@
 """episode: a Cython-optimized, drop-in engine for RLlib's episode classes."""
 from episode.lookback_buffer import InfiniteLookbackBuffer
+from episode.single_agent_episode import SingleAgentEpisode
 
-__all__ = ["InfiniteLookbackBuffer"]
+__all__ = ["InfiniteLookbackBuffer", "SingleAgentEpisode"]

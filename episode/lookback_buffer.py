@@ -134,7 +134,8 @@ class InfiniteLookbackBuffer(BufferCore):
         return self._space_struct
 
     def _first_leaf_len(self) -> int:
-        return len(flatten_struct(self._tree)[0])
+        leaves = flatten_struct(self._tree)
+        return len(leaves[0]) if leaves else 0
 
     def _columns(self) -> list:
         return [self._col] if self._col is not None else flatten_struct(self._tree)
@@ -162,16 +163,24 @@ class InfiniteLookbackBuffer(BufferCore):
         return buffer
 
     def __reduce__(self):
-        return (_rebuild, (type(self), self.get_state()))
+        # Columns pickle as whole arrays (out-of-band with protocol 5).
+        return (_restore, (type(self), self._col, self._tree, self.lookback, self.space))
 
     # -- adding and removing --------------------------------------------------
 
-    def _append_struct(self, item: Any) -> None:
+    def _check_struct(self, item: Any) -> list:
         pairs = flatten_struct(map_struct(lambda col, x: [col, x], self._tree, item))
         for col, x in pairs:
             col.check_row(x)
-        for col, x in pairs:
+        return pairs
+
+    def _append_struct(self, item: Any) -> None:
+        for col, x in self._check_struct(item):
             col.append(x)
+
+    def _sub_buffer_general(self, slice_, neg_index_as_lookback, lookback, space):
+        return type(self)(data=self.get(slice_, neg_index_as_lookback=neg_index_as_lookback),
+                          lookback=lookback, space=space)
 
     def extend(self, items: Any) -> None:
         """Appends every item in `items` (after finalize(), a list or a batch)."""
@@ -194,8 +203,12 @@ class InfiniteLookbackBuffer(BufferCore):
             col.extend_rows(x)
 
     def concat(self, other: "InfiniteLookbackBuffer") -> None:
-        """Appends the items of `other` after its lookback."""
-        self.extend(other.get())
+        """Appends the items of `other` after its lookback (one block copy when
+        both hold the same kind of typed rows)."""
+        if self._col is not None and isinstance(other, BufferCore) and other._col is not None:
+            self._col.extend_from(other._col, other.lookback, other.len_incl_lookback())
+        else:
+            self.extend(other.get())
 
     def pop(self, index: int = -1) -> None:
         """Removes the item at raw position `index` (lookback included); returns None."""
@@ -487,13 +500,10 @@ class InfiniteLookbackBuffer(BufferCore):
         return f"{type(self).__name__}({head} <- lookback({lb}) | {tail})"
 
 
-def _rebuild(cls, state):
-    buffer = InfiniteLookbackBuffer.from_state(state)
-    if cls is not InfiniteLookbackBuffer:
-        copy = cls.__new__(cls)
-        copy._col, copy._tree, copy.lookback = buffer._col, buffer._tree, buffer.lookback
-        copy.space = buffer.space
-        return copy
+def _restore(cls, col, tree, lookback, space):
+    buffer = cls.__new__(cls)
+    buffer._col, buffer._tree, buffer.lookback = col, tree, lookback
+    buffer.space = space
     return buffer
 
 

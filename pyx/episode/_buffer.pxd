@@ -8,6 +8,12 @@ cdef class BufferCore:
     cdef public object _space_struct   # its dict/tuple struct of leaf spaces
 
     cpdef Py_ssize_t len_incl_lookback(self)
+    cdef int push(self, object item) except -1
+    cpdef check_append(self, object item)
+    cdef object cget(self, object indices, bint neg_index_as_lookback, object fill,
+                     bint one_hot_discrete, bint ignore_last_ts, object add_last_ts_value)
+    cpdef BufferCore sub_buffer(self, object slice_, bint neg_index_as_lookback,
+                                Py_ssize_t lookback, object space)
     cdef object _get_int(self, Py_ssize_t idx, bint neg_index_as_lookback)
     cdef object _get_slice(self, object slice_, bint neg_index_as_lookback)
     cdef object _get_slice_filled(self, object slice_, bint neg_index_as_lookback,

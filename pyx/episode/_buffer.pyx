@@ -30,7 +30,9 @@ FLAT_SPACES = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete,
 cdef class BufferCore:
 
     def __cinit__(self, *args, **kwargs):
-        self._col = Column()
+        # Storage is set by whoever makes the buffer (the facade's __init__,
+        # sub_buffer, unpickling), so none is allocated here.
+        self._col = None
         self._tree = None
         self.lookback = 0
 
@@ -43,10 +45,22 @@ cdef class BufferCore:
     @cython.always_allow_keywords(False)
     def append(self, item):
         """Appends `item` at the end of the buffer."""
+        self.push(item)
+
+    cdef int push(self, object item) except -1:
         if self._col is not None:
             self._col.push(item)
         else:
             self._append_struct(item)
+        return 0
+
+    cpdef check_append(self, object item):
+        """Raises (ValueError) if `item` cannot be appended to finalized data."""
+        if self._col is not None:
+            if self._col.finalized:
+                self._col.check_row(item)
+        else:
+            self._check_struct(item)
 
     def __len__(self):
         """Number of items after the lookback."""
@@ -69,8 +83,13 @@ cdef class BufferCore:
         `one_hot_discrete` turns Discrete/MultiDiscrete values into one-hot
         vectors (needs a space). See the class docstring for details.
         """
+        return self.cget(indices, neg_index_as_lookback, fill, one_hot_discrete,
+                         _ignore_last_ts, _add_last_ts_value)
+
+    cdef object cget(self, object indices, bint neg_index_as_lookback, object fill,
+                     bint one_hot_discrete, bint ignore_last_ts, object add_last_ts_value):
         if (self._col is not None and not one_hot_discrete
-                and not _ignore_last_ts and _add_last_ts_value is None):
+                and not ignore_last_ts and add_last_ts_value is None):
             if fill is None:
                 if type(indices) is int:
                     return self._get_int(indices, neg_index_as_lookback)
@@ -79,7 +98,7 @@ cdef class BufferCore:
             elif type(indices) is slice and type(fill) in SCALAR_FILLS:
                 return self._get_slice_filled(indices, neg_index_as_lookback, fill)
         return self._get_general(indices, neg_index_as_lookback, fill,
-                                 one_hot_discrete, _ignore_last_ts, _add_last_ts_value)
+                                 one_hot_discrete, ignore_last_ts, add_last_ts_value)
 
     def __getitem__(self, item):
         if self._col is not None:
@@ -88,6 +107,32 @@ cdef class BufferCore:
             if type(item) is slice:
                 return self._get_slice(item, False)
         return self._get_general(item, False, None, False, False, None)
+
+    cpdef BufferCore sub_buffer(self, object slice_, bint neg_index_as_lookback,
+                                Py_ssize_t lookback, object space):
+        """A new buffer of this class holding `self.get(slice_, neg_index_as_lookback)`
+        with `lookback` (capped at its length) and `space`. Finalized data is
+        shared (a view), list-mode rows are copied as one block."""
+        cdef Column col = self._col
+        cdef Py_ssize_t n, first, step, count
+        cdef SliceSpec spec
+        cdef BufferCore out
+        if col is None or type(slice_) is not slice:
+            return self._sub_buffer_general(slice_, neg_index_as_lookback, lookback, space)
+        n = len(col)
+        spec = interpret_slice(slice_, neg_index_as_lookback, self.lookback, n)
+        count = slice_positions(&spec, n, &first, &step)
+        if step != 1:
+            return self._sub_buffer_general(slice_, neg_index_as_lookback, lookback, space)
+        out = type(self).__new__(type(self))
+        out._col = col.view_rows(first, first + count) if col.finalized \
+            else col.copy_rows(first, first + count)
+        out.lookback = min(lookback, count)
+        if space is self._space:
+            out._space, out._space_struct = self._space, self._space_struct
+        else:
+            out.space = space
+        return out
 
     cdef object _get_int(self, Py_ssize_t idx, bint neg_index_as_lookback):
         cdef Column col = self._col
@@ -107,9 +152,9 @@ cdef class BufferCore:
         cdef Py_ssize_t n = len(col)
         cdef SliceSpec spec = interpret_slice(slice_, neg_index_as_lookback, self.lookback, n)
         cdef Py_ssize_t first, step, count, i
-        if col.finalized:
-            return col.array[:n][spec.start:spec.stop:spec.step]
         count = slice_positions(&spec, n, &first, &step)
+        if col.finalized:
+            return col.rows_view(first, count, step, True)
         return [col.item(first + i * step) for i in range(count)]
 
     cdef object _get_slice_filled(self, object slice_, bint neg_index_as_lookback,

@@ -12,6 +12,7 @@ cdef enum Kind:
     KIND_SCALAR = 4   # numpy scalar  -> storage of its dtype
     KIND_ARRAY = 5    # ndarray row   -> storage of its dtype and shape
     KIND_OBJECT = 6   # anything else -> the Python list `items`
+    KIND_EMPTY_DICT = 7  # only empty dicts so far (an episode's usual infos) -> a count
 
 
 # final: calls between Column methods are direct (and inlinable), not virtual.
@@ -33,6 +34,7 @@ cdef class Column:
 
     cdef int _adopt_storage(self, cnp.ndarray arr, Py_ssize_t size) except -1
     cdef int push(self, object item) except -1
+    cdef Column copy_rows(self, Py_ssize_t start, Py_ssize_t stop)
     cdef int _push_list_mode(self, object item) except -1
     cdef int _push_array_mode(self, object item) except -1
     cdef int _start_typed(self, object item) except -1
@@ -42,3 +44,6 @@ cdef class Column:
     cdef int _check_position(self, Py_ssize_t pos) except -1
     cdef object item(self, Py_ssize_t pos)
     cdef object row_view(self, Py_ssize_t pos)
+    cdef object rows_view(self, Py_ssize_t first, Py_ssize_t count, Py_ssize_t step,
+                          bint leading_axis)
+    cdef Column view_rows(self, Py_ssize_t start, Py_ssize_t stop)

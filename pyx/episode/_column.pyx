@@ -4,7 +4,8 @@ A Column stores one data track (observations, actions, ...). Numeric items go
 into a numpy array with spare capacity that doubles when full, so an append is
 a type check and a memcpy. Items that cannot be stored that way (strings,
 dicts, ragged rows, a change of type) move the Column to the object path: a
-Python list, exactly what RLlib keeps.
+Python list, exactly what RLlib keeps. A Column that has only seen empty dicts
+(an episode's infos, most of the time) stores just their count.
 
 Two sets of semantics, chosen by ``finalized``:
 
@@ -19,6 +20,7 @@ import numpy as np
 cimport numpy as cnp
 from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_FromDouble
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_FromLongLong
+from cpython.object cimport PyObject, PyTypeObject
 from cpython.ref cimport Py_INCREF
 from libc.stdint cimport int64_t, SIZE_MAX
 from libc.string cimport memcpy, memmove
@@ -28,6 +30,15 @@ cdef extern from "numpy/arrayobject.h":
     # steals `descr`, so callers INCREF it first.
     object PyArray_Scalar(void* data, cnp.dtype descr, object base)
     object PyArray_Empty(int nd, cnp.npy_intp* dims, cnp.dtype descr, int fortran)
+    # Steals `descr`; returns a new reference.
+    PyObject* PyArray_NewFromDescr(PyTypeObject* subtype, PyObject* descr, int nd,
+                                   cnp.npy_intp* dims, cnp.npy_intp* strides, void* data,
+                                   int flags, PyObject* obj) except NULL
+    # Steals `base`.
+    int PyArray_SetBaseObject(PyObject* arr, PyObject* base) except -1
+    void PyArray_UpdateFlags(PyObject* arr, int flagmask)
+    int NPY_ARRAY_WRITEABLE
+    int NPY_ARRAY_UPDATE_ALL
 
 cnp.import_array()
 
@@ -151,6 +162,13 @@ cdef class Column:
             if self.kind == KIND_OBJECT:
                 self.items.append(item)
                 return 0
+        if self.kind == KIND_EMPTY_DICT:
+            if t is dict and not item:
+                self.size += 1
+                return 0
+            self._to_object_path()
+            self.items.append(item)
+            return 0
         if self.size == self.capacity:
             self._reserve(1)
         dst = self.data + self.size * self.row_bytes
@@ -194,6 +212,9 @@ cdef class Column:
         cdef int overflow = 0
         cdef cnp.ndarray arr
         cdef tuple shape = ()
+        if t is dict and not item:
+            self.kind = KIND_EMPTY_DICT
+            return 0
         if t is float:
             kind, dtype = KIND_FLOAT, float64
         elif t is bool:
@@ -327,7 +348,10 @@ cdef class Column:
     cdef int _to_object_path(self) except -1:
         if self.kind == KIND_OBJECT:
             return 0
-        self.items = [self.item(i) for i in range(self.size)] if self.kind != KIND_EMPTY else []
+        if self.kind == KIND_EMPTY_DICT:
+            self.items = [{} for _ in range(self.size)]
+        else:
+            self.items = [self.item(i) for i in range(self.size)] if self.kind != KIND_EMPTY else []
         self.kind = KIND_OBJECT
         self.array = None
         self.data = NULL
@@ -342,6 +366,8 @@ cdef class Column:
         cdef cnp.ndarray row
         if self.kind == KIND_OBJECT:
             return self.items[pos]
+        if self.kind == KIND_EMPTY_DICT:
+            return {}
         src = self.data + pos * self.row_bytes
         if self.finalized:
             if self.row_ndim == 0:
@@ -363,7 +389,34 @@ cdef class Column:
         return row
 
     cdef object row_view(self, Py_ssize_t pos):
-        return self.array[pos]
+        return self.rows_view(pos, 1, 1, False)
+
+    cdef object rows_view(self, Py_ssize_t first, Py_ssize_t count, Py_ssize_t step,
+                          bint leading_axis):
+        """An ndarray view of `count` rows from `first` every `step` rows (all
+        valid), with or without the leading axis (then count must be 1).
+        Built directly with the C-API: numpy's slicing machinery costs more
+        than the rest of a get()."""
+        cdef cnp.npy_intp dims[65]
+        cdef cnp.npy_intp strides[65]
+        cdef int i, nd = 0
+        cdef cnp.ndarray storage = self.array
+        if leading_axis:
+            dims[0] = count
+            strides[0] = step * self.row_bytes
+            nd = 1
+        for i in range(self.row_ndim):
+            dims[nd + i] = self.row_shape[i]
+            strides[nd + i] = cnp.PyArray_STRIDES(storage)[i + 1]
+        descr = storage.dtype
+        Py_INCREF(descr)
+        cdef PyObject* view = PyArray_NewFromDescr(
+            <PyTypeObject*>ndarray_type, <PyObject*>descr, nd + self.row_ndim, dims, strides,
+            self.data + first * self.row_bytes, NPY_ARRAY_WRITEABLE, NULL)
+        Py_INCREF(storage)
+        PyArray_SetBaseObject(view, <PyObject*>storage)
+        PyArray_UpdateFlags(view, NPY_ARRAY_UPDATE_ALL)
+        return <object>view
 
     def get(self, Py_ssize_t pos):
         """Item at row `pos`, negative counting from the end; IndexError outside."""
@@ -431,6 +484,11 @@ cdef class Column:
             self.items[pos] = value
             return
         t = type(value)
+        if self.kind == KIND_EMPTY_DICT:
+            if not (t is dict and not value):
+                self._to_object_path()
+                self.items[pos] = value
+            return
         dst = self.data + pos * self.row_bytes
         if self.kind == KIND_ARRAY and t is ndarray_type and self._row_matches(value):
             memcpy(dst, cnp.PyArray_DATA(<cnp.ndarray>value), self.row_bytes)
@@ -457,6 +515,9 @@ cdef class Column:
         if self.kind == KIND_OBJECT:
             self.items.pop(pos)
             return
+        if self.kind == KIND_EMPTY_DICT:
+            self.size -= 1
+            return
         if self.finalized:
             # New storage, as np.delete gives: views handed out earlier keep
             # their rows even when later appends reuse the freed slot.
@@ -472,7 +533,86 @@ cdef class Column:
         the items itself (object path); the typed path costs nothing here."""
         if self.kind == KIND_OBJECT:
             return False
-        if self.kind == KIND_EMPTY:
+        if self.kind == KIND_EMPTY or self.kind == KIND_EMPTY_DICT:
             return False
         self.finalized = True
         return True
+
+    # -- blocks -----------------------------------------------------------------
+
+    cdef Column copy_rows(self, Py_ssize_t start, Py_ssize_t stop):
+        """A new list-mode Column with copies of rows [start, stop) (valid range)."""
+        cdef Column out = Column()
+        cdef Py_ssize_t n = stop - start if stop > start else 0
+        out.kind = self.kind
+        out.scalar_type = self.scalar_type
+        if self.kind == KIND_OBJECT:
+            out.items = self.items[start:start + n]
+        elif self.kind == KIND_EMPTY_DICT:
+            out.size = n
+        elif self.kind != KIND_EMPTY:
+            out._adopt_storage(self.array[start:start + n].copy() if n else
+                               np.empty((MIN_CAPACITY,) + self.row_shape_tuple, self.array.dtype), n)
+        return out
+
+    cdef Column view_rows(self, Py_ssize_t start, Py_ssize_t stop):
+        """A new finalized Column over rows [start, stop) (valid) of this
+        finalized one, sharing its memory (it copies out on its first append)."""
+        cdef Column out = Column()
+        out._adopt_storage(self.rows_view(start, max(stop - start, 0), 1, True),
+                           max(stop - start, 0))
+        out.kind = KIND_ARRAY
+        out.finalized = True
+        return out
+
+    def extend_from(self, Column other, Py_ssize_t start, Py_ssize_t stop):
+        """Appends rows [start, stop) of `other`: one block copy when both hold
+        the same kind of typed rows, item by item otherwise."""
+        cdef Py_ssize_t n = stop - start if stop > start else 0
+        cdef Py_ssize_t i
+        if (not self.finalized and not other.finalized and self.kind == other.kind
+                and self.kind in (KIND_FLOAT, KIND_INT, KIND_BOOL, KIND_SCALAR, KIND_ARRAY)
+                and self.array.dtype == other.array.dtype
+                and self.row_shape_tuple == other.row_shape_tuple
+                and self.scalar_type is other.scalar_type):
+            self._reserve(n)
+            memcpy(self.data + self.size * self.row_bytes, other.data + start * other.row_bytes,
+                   n * self.row_bytes)
+            self.size += n
+        elif not self.finalized and self.kind == KIND_EMPTY_DICT and other.kind == KIND_EMPTY_DICT:
+            self.size += n
+        elif self.finalized and other.finalized:
+            self.extend_rows(other.array[start:stop])
+        else:
+            for i in range(start, stop):
+                self.push(other.item(i))
+
+    # -- pickling ---------------------------------------------------------------
+
+    def __reduce__(self):
+        if self.kind == KIND_OBJECT:
+            payload = self.items
+        elif self.kind == KIND_EMPTY_DICT or self.kind == KIND_EMPTY:
+            payload = self.size
+        else:
+            payload = self.array[:self.size]
+        return (_restore_column, (self.kind, self.finalized, self.scalar_type, payload))
+
+
+def _restore_column(int kind, bint finalized, scalar_type, payload):
+    cdef Column col = Column()
+    col.kind = kind
+    col.finalized = finalized
+    col.scalar_type = scalar_type
+    if kind == KIND_OBJECT:
+        col.items = payload
+    elif kind == KIND_EMPTY_DICT or kind == KIND_EMPTY:
+        col.size = payload
+    else:
+        # Unpickled arrays may be read-only views of the pickle's buffer; list
+        # mode also grows in place, which needs storage of its own.
+        flags = payload.flags
+        usable = flags.writeable and flags.c_contiguous and (finalized or flags.owndata)
+        arr = payload if usable else payload.copy()
+        col._adopt_storage(arr, len(arr))
+    return col

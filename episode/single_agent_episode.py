@@ -1,0 +1,416 @@
+"""SingleAgentEpisode: RLlib's single-agent episode on the compiled core.
+
+Behaves as ray.rllib.env.single_agent_episode.SingleAgentEpisode (RLlib 2.60):
+same constructor, attributes, methods, return types and errors. The per-step
+methods (add_env_step, the getters, len, validate) are inherited from the
+compiled EpisodeCore; this module holds the rest.
+"""
+from __future__ import annotations
+
+import copy
+import functools
+import time
+import uuid
+from collections import defaultdict
+from typing import Any, Dict, List, Optional, Union
+
+import gymnasium as gym
+import numpy as np
+
+from episode._episode import REWARDS_SPACE as _REWARDS_SPACE
+from episode._episode import EpisodeCore
+from episode.lookback_buffer import InfiniteLookbackBuffer
+from episode.spaces import flatten_struct, is_struct, map_struct, space_from_dict, space_to_dict
+
+__all__ = ["SingleAgentEpisode"]
+
+Indices = Optional[Union[int, List[int], slice]]
+
+
+class EpisodeIndexError(TypeError, NotImplementedError):
+    """episode[x] with x not a slice. (RLlib raises NotImplementedError.)"""
+
+
+def _as_buffer(data: Any, lookback: int, space: Any = None) -> InfiniteLookbackBuffer:
+    if isinstance(data, InfiniteLookbackBuffer):
+        return data
+    if hasattr(data, "get_state") and hasattr(data, "lookback"):
+        # Another implementation's buffer (RLlib's): same state format.
+        return InfiniteLookbackBuffer.from_state(data.get_state())
+    return InfiniteLookbackBuffer(data=data, lookback=lookback, space=space)
+
+
+class SingleAgentEpisode(EpisodeCore):
+    """The trajectory of one agent: observations, actions, rewards, infos and
+    extra model outputs, each in a lookback buffer.
+
+    An episode chunk starts with a reset observation (or with the last
+    observation of the previous chunk as lookback) and grows by one
+    observation, action and reward per ``add_env_step``. Until ``to_numpy()``
+    getters return the items as given (lists for list/slice indices); after it
+    they return numpy arrays. ``cut()`` starts the next chunk of the same
+    episode, ``concat_episode()`` joins chunks, ``slice()``/``episode[a:b]``
+    take a piece.
+
+    Args:
+        id_: Unique id (a new uuid hex when None).
+        observations, infos, actions, rewards: Initial data, as lists or
+            InfiniteLookbackBuffers; there is one more observation/info than
+            actions/rewards.
+        observation_space, action_space: Optional gymnasium spaces.
+        terminated, truncated: Done flags.
+        extra_model_outputs: Dict of key -> list (or buffer) of per-step outputs.
+        t_started: The global env step this chunk starts at.
+        len_lookback_buffer: How many of the initial items are lookback; "auto"
+            means all of the given rewards (so the chunk starts empty).
+        agent_id, module_id, multi_agent_episode_id: Multi-agent bookkeeping.
+    """
+
+    __slots__ = ()
+
+    def __init__(
+        self,
+        id_: Optional[str] = None,
+        *,
+        observations: Optional[Union[List, InfiniteLookbackBuffer]] = None,
+        observation_space: Optional[gym.Space] = None,
+        infos: Optional[Union[List[Dict], InfiniteLookbackBuffer]] = None,
+        actions: Optional[Union[List, InfiniteLookbackBuffer]] = None,
+        action_space: Optional[gym.Space] = None,
+        rewards: Optional[Union[List, InfiniteLookbackBuffer]] = None,
+        terminated: bool = False,
+        truncated: bool = False,
+        extra_model_outputs: Optional[Dict[str, Any]] = None,
+        t_started: Optional[int] = None,
+        len_lookback_buffer: Union[int, str] = "auto",
+        agent_id: Any = None,
+        module_id: Any = None,
+        multi_agent_episode_id: Any = None,
+    ):
+        self.id_ = id_ or uuid.uuid4().hex
+        self.agent_id = agent_id
+        self.module_id = module_id
+        self.multi_agent_episode_id = multi_agent_episode_id
+        n_rewards = len(rewards) if rewards is not None else 0
+        if len_lookback_buffer == "auto" or len_lookback_buffer > n_rewards:
+            len_lookback_buffer = n_rewards
+        lb = len_lookback_buffer
+        # As RLlib: no (or empty) infos -> one empty dict per observation.
+        infos = infos or [{} for _ in range(len(observations or []))]
+        self.observations = _as_buffer(observations, lb)
+        self._observation_space = None
+        self.observation_space = observation_space
+        self.infos = _as_buffer(infos, lb)
+        self.actions = _as_buffer(actions, lb)
+        self._action_space = None
+        self.action_space = action_space
+        self.rewards = _as_buffer(rewards, lb, _REWARDS_SPACE)
+        self.is_terminated = terminated
+        self.is_truncated = truncated
+        self.extra_model_outputs = {
+            k: _as_buffer(v, lb) for k, v in (extra_model_outputs or {}).items()
+        }
+        self.t_started = t_started or 0
+        self.t = len(self.rewards) + self.t_started
+        self._custom_data = {}
+        self._start_time = None
+        self._last_step_time = None
+        self._last_added_observation = None
+        self._last_added_infos = None
+        self.validate()
+
+    def _new_buffer(self, items: list) -> InfiniteLookbackBuffer:
+        return InfiniteLookbackBuffer(items)
+
+    def _construct(self, **kwargs) -> "SingleAgentEpisode":
+        # cut()/slice() fall back to the constructor for the shapes it treats
+        # specially (empty infos).
+        return type(self)(**kwargs)
+
+    # -- building -------------------------------------------------------------
+
+    def add_env_reset(self, observation: Any, infos: Optional[Dict] = None) -> None:
+        """Adds the reset observation (and infos) of a new episode."""
+        assert not self.is_reset, "add_env_reset() was already called on this episode"
+        assert not self.is_done, "the episode is already done"
+        assert len(self.observations) == 0
+        assert self.t == self.t_started == 0
+        infos = infos or {}
+        self.observations.append(observation)
+        self.infos.append(infos)
+        self._last_added_observation = observation
+        self._last_added_infos = infos
+        self.validate()
+        self._start_time = time.perf_counter()
+
+    def to_numpy(self) -> "SingleAgentEpisode":
+        """Turns observations, actions, rewards and extra model outputs into
+        numpy arrays (infos stay a list). Returns self."""
+        self.validate()
+        self.observations.finalize()
+        if len(self) > 0:
+            self.actions.finalize()
+            self.rewards.finalize()
+            for buf in self.extra_model_outputs.values():
+                buf.finalize()
+        return self
+
+    def concat_episode(self, other: "SingleAgentEpisode") -> None:
+        """Appends the next chunk `other` of this episode (as `cut()` made it).
+
+        Raises AssertionError, with this episode unchanged, when `other` has
+        another id, does not start at this episode's `t`, or does not start
+        with this episode's last observation.
+        """
+        assert other.id_ == self.id_, f"ids differ: {other.id_!r} vs {self.id_!r}"
+        assert not self.is_done, "cannot concatenate to an episode that is done"
+        assert self.t == other.t_started, f"self.t={self.t!r}, other.t_started={other.t_started!r}"
+        self.validate()
+        other.validate()
+        first, last = other.observations[0], self.observations[-1]
+        map_struct(lambda a, b: None, first, last)       # same structure, else ValueError
+        assert all(np.array_equal(a, b) for a, b in
+                   zip(flatten_struct(first), flatten_struct(last))), \
+            "the chunk's first observation is not this episode's last observation"
+        missing = [k for k in other.extra_model_outputs if k not in self.extra_model_outputs]
+        assert not missing, f"extra model outputs {missing} are not in this episode"
+
+        self.observations.pop()
+        self.infos.pop()
+        self.observations.concat(other.observations)
+        self.actions.concat(other.actions)
+        self.rewards.concat(other.rewards)
+        self.infos.concat(other.infos)
+        self.t = other.t
+        if other.is_terminated:
+            self.is_terminated = True
+        elif other.is_truncated:
+            self.is_truncated = True
+        for key in other.extra_model_outputs.keys():
+            self.extra_model_outputs[key].concat(other.extra_model_outputs[key])
+        self.custom_data.update(other.custom_data)
+        self.validate()
+
+    def __getitem__(self, item: slice) -> "SingleAgentEpisode":
+        if isinstance(item, slice):
+            return self.slice(item)
+        raise EpisodeIndexError(
+            f"SingleAgentEpisode does not support getting item {item!r}! Only slice "
+            "objects allowed with the syntax: `episode[a:b]`."
+        )
+
+    # -- setters --------------------------------------------------------------
+
+    def set_observations(self, *, new_data: Any, at_indices: Indices = None,
+                         neg_index_as_lookback: bool = False) -> None:
+        """Overwrites observations at `at_indices` (see InfiniteLookbackBuffer.set)."""
+        self.observations.set(new_data, at_indices=at_indices,
+                              neg_index_as_lookback=neg_index_as_lookback)
+
+    def set_actions(self, *, new_data: Any, at_indices: Indices = None,
+                    neg_index_as_lookback: bool = False) -> None:
+        """Overwrites actions at `at_indices` (see InfiniteLookbackBuffer.set)."""
+        self.actions.set(new_data, at_indices=at_indices,
+                         neg_index_as_lookback=neg_index_as_lookback)
+
+    def set_rewards(self, *, new_data: Any, at_indices: Indices = None,
+                    neg_index_as_lookback: bool = False) -> None:
+        """Overwrites rewards at `at_indices` (see InfiniteLookbackBuffer.set)."""
+        self.rewards.set(new_data, at_indices=at_indices,
+                         neg_index_as_lookback=neg_index_as_lookback)
+
+    def set_extra_model_outputs(self, *, key: Any, new_data: Any, at_indices: Indices = None,
+                                neg_index_as_lookback: bool = False) -> None:
+        """Overwrites extra model output `key` at `at_indices`."""
+        assert key in self.extra_model_outputs, f"no extra model output {key!r}"
+        self.extra_model_outputs[key].set(new_data, at_indices=at_indices,
+                                          neg_index_as_lookback=neg_index_as_lookback)
+
+    # -- properties -----------------------------------------------------------
+
+    @property
+    def custom_data(self) -> dict:
+        """A dict for the user's own per-episode data."""
+        return self._custom_data
+
+    @property
+    def is_reset(self) -> bool:
+        """True once there is a (reset) observation."""
+        return len(self.observations) > 0
+
+    @property
+    def is_numpy(self) -> bool:
+        """True once to_numpy() turned the data into arrays."""
+        return self.rewards.finalized
+
+    @property
+    def is_done(self) -> bool:
+        """Terminated or truncated."""
+        return self.is_terminated or self.is_truncated
+
+    @property
+    def observation_space(self) -> Optional[gym.Space]:
+        return self._observation_space
+
+    @observation_space.setter
+    def observation_space(self, value: Optional[gym.Space]) -> None:
+        self._observation_space = self.observations.space = value
+
+    @property
+    def action_space(self) -> Optional[gym.Space]:
+        return self._action_space
+
+    @action_space.setter
+    def action_space(self, value: Optional[gym.Space]) -> None:
+        self._action_space = self.actions.space = value
+
+    # -- summaries ------------------------------------------------------------
+
+    def get_data_dict(self) -> dict:
+        """The chunk's data by RLlib column name (obs without the last one)."""
+        n = len(self)
+        t = list(range(self.t_started, self.t))
+        terminateds = [False] * (n - 1) + [self.is_terminated]
+        truncateds = [False] * (n - 1) + [self.is_truncated]
+        eps_id = [self.id_] * n
+        if self.is_numpy:
+            t, terminateds, truncateds, eps_id = (
+                np.array(t), np.array(terminateds), np.array(truncateds), np.array(eps_id))
+        data = {
+            "terminateds": terminateds,
+            "truncateds": truncateds,
+            "t": t,
+            "eps_id": eps_id,
+            "obs": self.get_observations(slice(None, -1)),
+            "infos": self.get_infos(slice(None, -1)),
+            "actions": self.get_actions(),
+            "rewards": self.get_rewards(),
+        }
+        data.update({k: self.get_extra_model_outputs(k) for k in self.extra_model_outputs})
+        return data
+
+    def get_sample_batch(self):
+        """The data dict as RLlib's SampleBatch (needs ray[rllib])."""
+        try:
+            from ray.rllib.policy.sample_batch import SampleBatch
+        except ImportError as e:
+            raise ImportError(
+                "get_sample_batch() returns RLlib's SampleBatch and needs ray[rllib]: "
+                "pip install 'ray[rllib]==2.60.*' (or this package's 'test' extra)"
+            ) from e
+        return SampleBatch(self.get_data_dict())
+
+    def get_return(self) -> float:
+        """Sum of the chunk's rewards."""
+        return sum(self.get_rewards())
+
+    def get_duration_s(self) -> float:
+        """Seconds from the first to the last added step (0.0 before any step)."""
+        if self._last_step_time is None:
+            return 0.0
+        return self._last_step_time - self._start_time
+
+    def env_steps(self) -> int:
+        """Env steps in this chunk (= len)."""
+        return len(self)
+
+    def agent_steps(self) -> int:
+        """Agent steps in this chunk (= env steps for a single agent)."""
+        return self.env_steps()
+
+    # -- state ----------------------------------------------------------------
+
+    def get_state(self) -> Dict[str, Any]:
+        """The episode as a dict of plain data (RLlib's format); see from_state."""
+        return {
+            "id_": self.id_,
+            "agent_id": self.agent_id,
+            "module_id": self.module_id,
+            "multi_agent_episode_id": self.multi_agent_episode_id,
+            "observations": self.observations.get_state(),
+            "actions": self.actions.get_state(),
+            "rewards": self.rewards.get_state(),
+            "infos": self.infos.get_state(),
+            "extra_model_outputs": {k: v.get_state() if v else v
+                                    for k, v in self.extra_model_outputs.items()}
+            if len(self.extra_model_outputs) > 0 else None,
+            "is_terminated": self.is_terminated,
+            "is_truncated": self.is_truncated,
+            "t_started": self.t_started,
+            "t": self.t,
+            "_observation_space": space_to_dict(self._observation_space)
+            if self._observation_space else None,
+            "_action_space": space_to_dict(self._action_space) if self._action_space else None,
+            "_start_time": self._start_time,
+            "_last_step_time": self._last_step_time,
+            "custom_data": self.custom_data,
+        }
+
+    @staticmethod
+    def from_state(state: Dict[str, Any]) -> "SingleAgentEpisode":
+        """A new episode from `get_state()`'s dict (ours or RLlib's).
+
+        Raises AssertionError when the state's tracks have inconsistent lengths.
+        """
+        episode = SingleAgentEpisode(id_=state["id_"])
+        episode.agent_id = state["agent_id"]
+        episode.module_id = state["module_id"]
+        episode.multi_agent_episode_id = state["multi_agent_episode_id"]
+        episode.observations = InfiniteLookbackBuffer.from_state(state["observations"])
+        episode.actions = InfiniteLookbackBuffer.from_state(state["actions"])
+        episode.rewards = InfiniteLookbackBuffer.from_state(state["rewards"])
+        episode.infos = InfiniteLookbackBuffer.from_state(state["infos"])
+        factory = functools.partial(InfiniteLookbackBuffer, lookback=episode.observations.lookback)
+        episode.extra_model_outputs = defaultdict(factory, {
+            k: InfiniteLookbackBuffer.from_state(v)
+            for k, v in (state["extra_model_outputs"] or {}).items()
+        })
+        episode.is_terminated = state["is_terminated"]
+        episode.is_truncated = state["is_truncated"]
+        episode.t_started = state["t_started"]
+        episode.t = state["t"]
+        episode._observation_space = space_from_dict(state["_observation_space"]) \
+            if state["_observation_space"] else None
+        episode._action_space = space_from_dict(state["_action_space"]) \
+            if state["_action_space"] else None
+        episode._start_time = state["_start_time"]
+        episode._last_step_time = state["_last_step_time"]
+        episode._custom_data = state.get("custom_data", {})
+        episode.validate()
+        return episode
+
+    def __reduce__(self):
+        # The buffers pickle as whole arrays (out-of-band with protocol 5).
+        fields = {name: getattr(self, name) for name in _FIELDS}
+        return (_restore, (type(self), fields))
+
+    def __repr__(self) -> str:
+        return (f"SAEps(len={len(self)} done={self.is_done} R={self.get_return()} "
+                f"id_={self.id_})")
+
+    # -- removed in RLlib (they raise there too) -------------------------------
+
+    def add_temporary_timestep_data(self, *args, **kwargs):
+        """Removed: use `custom_data[key] = ...`."""
+        raise ValueError("`add_temporary_timestep_data` has been deprecated. Use "
+                         "`SingleAgentEpisode.custom_data[some-key] = ...` instead.")
+
+    def get_temporary_timestep_data(self, *args, **kwargs):
+        """Removed: use `custom_data[key]`."""
+        raise ValueError("`get_temporary_timestep_data` has been deprecated. Use "
+                         "`SingleAgentEpisode.custom_data[some-key]` instead.")
+
+
+_FIELDS = (
+    "id_", "agent_id", "module_id", "multi_agent_episode_id", "observations", "actions",
+    "rewards", "infos", "extra_model_outputs", "is_terminated", "is_truncated", "t",
+    "t_started", "_observation_space", "_action_space", "_custom_data", "_start_time",
+    "_last_step_time", "_last_added_observation", "_last_added_infos",
+)
+
+
+def _restore(cls, fields):
+    episode = cls.__new__(cls)
+    for name, value in fields.items():
+        setattr(episode, name, value)
+    return episode

@@ -1,0 +1,27 @@
+from episode._buffer cimport BufferCore
+
+cdef class EpisodeCore:
+    cdef public object id_
+    cdef public object agent_id
+    cdef public object module_id
+    cdef public object multi_agent_episode_id
+    cdef public BufferCore observations
+    cdef public BufferCore actions
+    cdef public BufferCore rewards
+    cdef public BufferCore infos
+    cdef public object extra_model_outputs   # dict of key -> buffer (defaultdict after from_state)
+    cdef public object is_terminated
+    cdef public object is_truncated
+    cdef public object t
+    cdef public object t_started
+    cdef public object _observation_space
+    cdef public object _action_space
+    cdef public object _custom_data
+    cdef public object _start_time
+    cdef public object _last_step_time
+    cdef public object _last_added_observation
+    cdef public object _last_added_infos
+
+    cpdef validate(self)
+    cdef int _check_step(self, object observation, object action, object reward,
+                         object extra_model_outputs) except -1

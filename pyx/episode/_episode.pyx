@@ -1,0 +1,248 @@
+"""EpisodeCore: the compiled half of SingleAgentEpisode.
+
+It holds the episode's fields and the per-step methods (add_env_step, the
+getters, len, validate) so that a sampler's calls go straight to C and from
+there to the buffers' C methods. The facade (episode/single_agent_episode.py)
+subclasses it and adds the rest of RLlib's API.
+"""
+import copy
+
+import gymnasium as gym
+import numpy as np
+
+from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
+
+from episode._buffer cimport BufferCore
+
+
+# RLlib gives every rewards buffer this space (it shapes `fill` values).
+REWARDS_SPACE = gym.spaces.Box(float("-inf"), float("inf"), (), np.float32)
+
+
+cdef inline double now():
+    # time.perf_counter()'s clock on Linux, without a Python call.
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return ts.tv_sec + ts.tv_nsec * 1e-9
+
+
+cdef class EpisodeCore:
+
+    def __cinit__(self, *args, **kwargs):
+        self.is_terminated = False
+        self.is_truncated = False
+        self.t = 0
+        self.t_started = 0
+
+    # -- the step ---------------------------------------------------------------
+
+    def add_env_step(self, observation, action, reward, infos=None, *,
+                     terminated=False, truncated=False, extra_model_outputs=None):
+        """Adds one environment step: the observation after `action`, the
+        reward, infos, the done flags and the model's extra outputs."""
+        cdef BufferCore buf
+        if self.is_terminated or self.is_truncated:
+            raise AssertionError("The agent is already done: no data can be added to its episode.")
+        if self.rewards._col is None or self.rewards._col.finalized:
+            # Numpy'ized: check everything before appending anything.
+            self._check_step(observation, action, reward, extra_model_outputs)
+        self.observations.push(observation)
+        self.actions.push(action)
+        self.rewards.push(reward)
+        if not infos:
+            infos = {}
+        self.infos.push(infos)
+        self.t += 1
+        if extra_model_outputs is not None:
+            outputs = self.extra_model_outputs
+            for key, value in extra_model_outputs.items():
+                buf = outputs.get(key)
+                if buf is None:
+                    outputs[key] = self._new_buffer([value])
+                else:
+                    buf.push(value)
+        self.is_terminated = terminated
+        self.is_truncated = truncated
+        self._last_added_observation = observation
+        self._last_added_infos = infos
+        self._last_step_time = now()
+        if self._start_time is None:
+            self._start_time = self._last_step_time
+
+    cdef int _check_step(self, object observation, object action, object reward,
+                         object extra_model_outputs) except -1:
+        space = self._observation_space
+        if space is not None and not space.contains(observation):
+            raise AssertionError(
+                f"`observation` {observation} does NOT fit SingleAgentEpisode's "
+                f"observation_space: {space}!"
+            )
+        space = self._action_space
+        if space is not None and not space.contains(action):
+            raise AssertionError(
+                f"`action` {action} does NOT fit SingleAgentEpisode's action_space: {space}!"
+            )
+        self.observations.check_append(observation)
+        self.actions.check_append(action)
+        self.rewards.check_append(reward)
+        if extra_model_outputs is not None:
+            for key, value in extra_model_outputs.items():
+                buf = self.extra_model_outputs.get(key)
+                if buf is not None:
+                    buf.check_append(value)
+        return 0
+
+    cpdef validate(self):
+        """Asserts that the tracks have consistent lengths (one more observation
+        and info than actions, rewards and each extra model output)."""
+        cdef Py_ssize_t n_obs = len(self.observations)
+        assert n_obs == len(self.infos), (n_obs, len(self.infos))
+        if n_obs == 0:
+            assert len(self.infos) == len(self.rewards) == len(self.actions) == 0
+            for key, buf in self.extra_model_outputs.items():
+                assert len(buf) == 0, (key, buf, len(buf))
+        else:
+            assert n_obs == len(self.infos) == len(self.rewards) + 1 == len(self.actions) + 1, (
+                n_obs, len(self.infos), len(self.rewards), len(self.actions))
+            for key, buf in self.extra_model_outputs.items():
+                assert len(buf) == n_obs - 1, (key, len(buf), n_obs - 1)
+
+    def __len__(self):
+        """Number of env steps in this episode chunk (lookback excluded)."""
+        return self.t - self.t_started
+
+    # -- pieces -------------------------------------------------------------------
+
+    def cut(self, len_lookback_buffer=0):
+        """The next chunk of this episode: it starts at `t`, with the last
+        observation (and `len_lookback_buffer` steps before it) as lookback.
+        Numpy'ized data is shared, not copied."""
+        cdef Py_ssize_t lb, n
+        assert not (self.is_terminated or self.is_truncated) and len_lookback_buffer >= 0
+        lb = len_lookback_buffer
+        obs_slice = slice(-lb - 1, None)
+        rest = slice(-lb, None) if lb > 0 else slice(None, 0)
+        rewards = self.rewards.sub_buffer(rest, False, 0, REWARDS_SPACE)
+        n = rewards.len_incl_lookback()          # len_lookback_buffer="auto"
+        rewards.lookback = n
+        episode = assemble(
+            type(self), self.id_,
+            self.observations.sub_buffer(obs_slice, False, n, None),
+            self.infos.sub_buffer(obs_slice, False, n, None),
+            self.actions.sub_buffer(rest, False, n, None),
+            rewards,
+            {k: (<BufferCore>v).sub_buffer(rest, False, n, None)
+             for k, v in self.extra_model_outputs.items()},
+            False, False, self.t,
+        )
+        if episode is None:
+            episode = self._construct(
+                id_=self.id_, observations=self.get_observations(obs_slice),
+                observation_space=self._observation_space, infos=self.get_infos(obs_slice),
+                actions=self.get_actions(rest), action_space=self._action_space,
+                rewards=self.get_rewards(rest),
+                extra_model_outputs={k: self.get_extra_model_outputs(k, rest)
+                                     for k in self.extra_model_outputs},
+                t_started=self.t, len_lookback_buffer="auto")
+        else:
+            episode.observation_space = self._observation_space
+            episode.action_space = self._action_space
+        episode._custom_data = copy.deepcopy(self._custom_data) if self._custom_data else {}
+        return episode
+
+    def slice(self, slice_, *, len_lookback_buffer=None):
+        """A new episode with the steps in `slice_` and a lookback of
+        `len_lookback_buffer` steps (default: this episode's). A piece of a
+        numpy'ized episode shares memory with it."""
+        cdef Py_ssize_t n = self.t - self.t_started
+        start, stop = slice_.start, slice_.stop
+        start = 0 if start is None else (n + start if start < 0 else start)
+        stop = n if stop is None else (n + stop if stop < 0 else stop)
+        step = slice_.step if slice_.step is not None else 1
+        keep_done = stop == n
+        obs_space, action_space = self._observation_space, self._action_space
+        args = (
+            self.id_,
+            _piece(self.observations, start, stop, step, 1, len_lookback_buffer, obs_space),
+            _piece(self.infos, start, stop, step, 1, len_lookback_buffer, None),
+            _piece(self.actions, start, stop, step, 0, len_lookback_buffer, action_space),
+            _piece(self.rewards, start, stop, step, 0, len_lookback_buffer, None),
+            {k: _piece(v, start, stop, step, 0, len_lookback_buffer, None)
+             for k, v in self.extra_model_outputs.items()},
+            self.is_terminated if keep_done else False,
+            self.is_truncated if keep_done else False,
+            self.t_started + start,
+        )
+        episode = assemble(type(self), *args)
+        if episode is None:
+            id_, obs, infos, actions, rewards, extras, term, trunc, t_started = args
+            return self._construct(
+                id_=id_, observations=obs, observation_space=obs_space, infos=infos,
+                actions=actions, action_space=action_space, rewards=rewards,
+                extra_model_outputs=extras, terminated=term, truncated=trunc,
+                t_started=t_started)
+        episode._observation_space = obs_space
+        episode._action_space = action_space
+        return episode
+
+    # -- getters ------------------------------------------------------------------
+
+    def get_observations(self, indices=None, *, neg_index_as_lookback=False, fill=None,
+                         one_hot_discrete=False):
+        """Observations at `indices` (see InfiniteLookbackBuffer.get)."""
+        return self.observations.cget(indices, neg_index_as_lookback, fill,
+                                      one_hot_discrete, False, None)
+
+    def get_infos(self, indices=None, *, neg_index_as_lookback=False, fill=None):
+        """Infos at `indices` (see InfiniteLookbackBuffer.get)."""
+        return self.infos.cget(indices, neg_index_as_lookback, fill, False, False, None)
+
+    def get_actions(self, indices=None, *, neg_index_as_lookback=False, fill=None,
+                    one_hot_discrete=False):
+        """Actions at `indices` (see InfiniteLookbackBuffer.get)."""
+        return self.actions.cget(indices, neg_index_as_lookback, fill,
+                                 one_hot_discrete, False, None)
+
+    def get_rewards(self, indices=None, *, neg_index_as_lookback=False, fill=None):
+        """Rewards at `indices` (see InfiniteLookbackBuffer.get)."""
+        return self.rewards.cget(indices, neg_index_as_lookback, fill, False, False, None)
+
+    def get_extra_model_outputs(self, key, indices=None, *, neg_index_as_lookback=False,
+                                fill=None):
+        """The extra model output `key` at `indices` (KeyError for an unknown key)."""
+        cdef BufferCore buf = self.extra_model_outputs[key]
+        return buf.cget(indices, neg_index_as_lookback, fill, False, False, None)
+
+
+cdef BufferCore _piece(BufferCore buf, start, stop, step, int extra, len_lookback_buffer,
+                       space):
+    """The part of `buf` that slice() keeps, with RLlib's lookback rule."""
+    lb = len_lookback_buffer if len_lookback_buffer is not None else buf.lookback
+    if start >= 0 and start - lb < 0 and buf.lookback < lb - start:
+        lb = buf.lookback + start
+    return buf.sub_buffer(slice(start - lb, stop + extra, step), True, lb, space)
+
+
+def assemble(cls, id_, BufferCore observations, BufferCore infos, BufferCore actions,
+             BufferCore rewards, dict extra_model_outputs, terminated, truncated,
+             t_started):
+    """A new episode of class `cls` from ready buffers, as the constructor
+    would build it, without its Python-level work. Returns None where the
+    constructor does more (empty infos are replaced there)."""
+    cdef EpisodeCore episode
+    if len(infos) == 0:
+        return None
+    episode = cls.__new__(cls)
+    episode.id_ = id_
+    episode.observations = observations
+    episode.infos = infos
+    episode.actions = actions
+    episode.rewards = rewards
+    episode.extra_model_outputs = extra_model_outputs
+    episode.is_terminated = terminated
+    episode.is_truncated = truncated
+    episode.t_started = t_started or 0
+    episode.t = len(rewards) + episode.t_started
+    episode._custom_data = {}
+    episode.validate()
+    return episode
