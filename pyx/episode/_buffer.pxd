@@ -9,6 +9,7 @@ cdef class BufferCore:
 
     cpdef Py_ssize_t len_incl_lookback(self)
     cdef int push(self, object item) except -1
+    cdef int push_empty_dict(self) except -1
     cpdef check_append(self, object item)
     cdef object cget(self, object indices, bint neg_index_as_lookback, object fill,
                      bint one_hot_discrete, bint ignore_last_ts, object add_last_ts_value)

@@ -8,6 +8,7 @@ methods are reached without an extra Python frame.
 """
 cimport cython
 cimport numpy as cnp
+from cpython.object cimport PyObject, PyTypeObject
 from libc.string cimport memcpy
 
 import gymnasium as gym
@@ -25,6 +26,15 @@ SCALAR_FILLS = frozenset([float, int, bool, np.float32, np.float64, np.int64, np
 # Spaces whose fill rows are np.full(shape, fill, dtype) of the space.
 FLAT_SPACES = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete,
                gym.spaces.MultiBinary)
+
+
+cdef tuple NO_ARGS = ()
+
+
+cdef BufferCore new_buffer(type cls):
+    """An empty instance of `cls` (a BufferCore subclass) without __init__:
+    the type's own tp_new, as `cls.__new__(cls)` would call, minus the lookup."""
+    return <BufferCore>(<PyTypeObject*>cls).tp_new(cls, <PyObject*>NO_ARGS, NULL)
 
 
 cdef class BufferCore:
@@ -53,6 +63,13 @@ cdef class BufferCore:
         else:
             self._append_struct(item)
         return 0
+
+    cdef int push_empty_dict(self) except -1:
+        """Appends a new empty dict (only counted while all items are empty dicts)."""
+        if self._col is not None and self._col.counts_empty_dicts():
+            self._col.size += 1
+            return 0
+        return self.push({})
 
     cpdef check_append(self, object item):
         """Raises (ValueError) if `item` cannot be appended to finalized data."""
@@ -124,12 +141,14 @@ cdef class BufferCore:
         count = slice_positions(&spec, n, &first, &step)
         if step != 1:
             return self._sub_buffer_general(slice_, neg_index_as_lookback, lookback, space)
-        out = type(self).__new__(type(self))
+        out = new_buffer(type(self))
         out._col = col.view_rows(first, first + count) if col.finalized \
             else col.copy_rows(first, first + count)
         out.lookback = min(lookback, count)
         if space is self._space:
             out._space, out._space_struct = self._space, self._space_struct
+        elif space is None:
+            out._space = out._space_struct = None
         else:
             out.space = space
         return out

@@ -34,6 +34,11 @@ cdef class Column:
 
     cdef int _adopt_storage(self, cnp.ndarray arr, Py_ssize_t size) except -1
     cdef int push(self, object item) except -1
+    cdef inline bint counts_empty_dicts(self):
+        # Only empty dicts so far (or nothing yet, in list mode): a count will do.
+        if self.kind == KIND_EMPTY and not self.finalized:
+            self.kind = KIND_EMPTY_DICT
+        return self.kind == KIND_EMPTY_DICT
     cdef Column copy_rows(self, Py_ssize_t start, Py_ssize_t stop)
     cdef int _push_list_mode(self, object item) except -1
     cdef int _push_array_mode(self, object item) except -1

@@ -30,14 +30,15 @@ cdef extern from "numpy/arrayobject.h":
     # steals `descr`, so callers INCREF it first.
     object PyArray_Scalar(void* data, cnp.dtype descr, object base)
     object PyArray_Empty(int nd, cnp.npy_intp* dims, cnp.dtype descr, int fortran)
-    # Steals `descr`; returns a new reference.
-    PyObject* PyArray_NewFromDescr(PyTypeObject* subtype, PyObject* descr, int nd,
-                                   cnp.npy_intp* dims, cnp.npy_intp* strides, void* data,
-                                   int flags, PyObject* obj) except NULL
+    # Steals `descr`; returns a new reference (which `object` takes over).
+    object PyArray_NewFromDescr(PyTypeObject* subtype, PyObject* descr, int nd,
+                                cnp.npy_intp* dims, cnp.npy_intp* strides, void* data,
+                                int flags, PyObject* obj)
     # Steals `base`.
     int PyArray_SetBaseObject(PyObject* arr, PyObject* base) except -1
     void PyArray_UpdateFlags(PyObject* arr, int flagmask)
     int NPY_ARRAY_WRITEABLE
+    bint PyDataType_REFCHK(cnp.PyArray_Descr* descr)   # the dtype holds object references
     int NPY_ARRAY_UPDATE_ALL
 
 cnp.import_array()
@@ -92,18 +93,19 @@ cdef class Column:
             raise ValueError("a Column's storage needs a leading (time) axis")
         if arr.ndim - 1 > 64:
             raise ValueError("rows of more than 64 dimensions are not supported")
-        if not cnp.PyArray_IS_C_CONTIGUOUS(arr) or not arr.dtype.isnative:
+        # C-API reads throughout: this runs for every view that slice()/cut() make.
+        if not cnp.PyArray_IS_C_CONTIGUOUS(arr) or not cnp.PyArray_ISNOTSWAPPED(arr):
             arr = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("="))
         self.array = arr
         self.data = <char*>cnp.PyArray_DATA(arr)
-        self.capacity = arr.shape[0]
+        self.capacity = cnp.PyArray_DIMS(arr)[0]
         self.size = size
         self.type_num = cnp.PyArray_TYPE(arr)
-        self.pod = not arr.dtype.hasobject
-        self.row_ndim = arr.ndim - 1
+        self.pod = not PyDataType_REFCHK(cnp.PyArray_DESCR(arr))
+        self.row_ndim = cnp.PyArray_NDIM(arr) - 1
         for i in range(self.row_ndim):
-            self.row_shape[i] = arr.shape[i + 1]
-        self.row_bytes = arr.dtype.itemsize
+            self.row_shape[i] = cnp.PyArray_DIMS(arr)[i + 1]
+        self.row_bytes = cnp.PyArray_ITEMSIZE(arr)
         for i in range(self.row_ndim):
             self.row_bytes *= self.row_shape[i]
         return 0
@@ -389,7 +391,8 @@ cdef class Column:
         return row
 
     cdef object row_view(self, Py_ssize_t pos):
-        return self.rows_view(pos, 1, 1, False)
+        # numpy's own integer indexing is the fastest way to a row view.
+        return self.array[pos]
 
     cdef object rows_view(self, Py_ssize_t first, Py_ssize_t count, Py_ssize_t step,
                           bint leading_axis):
@@ -410,13 +413,13 @@ cdef class Column:
             strides[nd + i] = cnp.PyArray_STRIDES(storage)[i + 1]
         descr = storage.dtype
         Py_INCREF(descr)
-        cdef PyObject* view = PyArray_NewFromDescr(
+        view = PyArray_NewFromDescr(
             <PyTypeObject*>ndarray_type, <PyObject*>descr, nd + self.row_ndim, dims, strides,
             self.data + first * self.row_bytes, NPY_ARRAY_WRITEABLE, NULL)
         Py_INCREF(storage)
-        PyArray_SetBaseObject(view, <PyObject*>storage)
-        PyArray_UpdateFlags(view, NPY_ARRAY_UPDATE_ALL)
-        return <object>view
+        PyArray_SetBaseObject(<PyObject*>view, <PyObject*>storage)
+        PyArray_UpdateFlags(<PyObject*>view, NPY_ARRAY_UPDATE_ALL)
+        return view
 
     def get(self, Py_ssize_t pos):
         """Item at row `pos`, negative counting from the end; IndexError outside."""
@@ -542,7 +545,7 @@ cdef class Column:
 
     cdef Column copy_rows(self, Py_ssize_t start, Py_ssize_t stop):
         """A new list-mode Column with copies of rows [start, stop) (valid range)."""
-        cdef Column out = Column()
+        cdef Column out = Column.__new__(Column)
         cdef Py_ssize_t n = stop - start if stop > start else 0
         out.kind = self.kind
         out.scalar_type = self.scalar_type
@@ -558,7 +561,7 @@ cdef class Column:
     cdef Column view_rows(self, Py_ssize_t start, Py_ssize_t stop):
         """A new finalized Column over rows [start, stop) (valid) of this
         finalized one, sharing its memory (it copies out on its first append)."""
-        cdef Column out = Column()
+        cdef Column out = Column.__new__(Column)
         out._adopt_storage(self.rows_view(start, max(stop - start, 0), 1, True),
                            max(stop - start, 0))
         out.kind = KIND_ARRAY

@@ -12,15 +12,15 @@ cdef class EpisodeCore:
     cdef public object extra_model_outputs   # dict of key -> buffer (defaultdict after from_state)
     cdef public object is_terminated
     cdef public object is_truncated
-    cdef public object t
-    cdef public object t_started
+    cdef public Py_ssize_t t
+    cdef public Py_ssize_t t_started
     cdef public object _observation_space
     cdef public object _action_space
     cdef public object _custom_data
-    cdef public object _start_time
-    cdef public object _last_step_time
+    cdef double start_time          # NaN: not started (RLlib's None)
+    cdef double last_step_time      # NaN: no step yet
     cdef public object _last_added_observation
-    cdef public object _last_added_infos
+    cdef object last_infos          # None: the last infos were empty
 
     cpdef validate(self)
     cdef int _check_step(self, object observation, object action, object reward,

@@ -10,6 +10,9 @@ import copy
 import gymnasium as gym
 import numpy as np
 
+from cpython.dict cimport PyDict_GetItem, PyDict_Next
+from cpython.object cimport PyObject
+from libc.math cimport NAN, isnan
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
 from episode._buffer cimport BufferCore
@@ -33,6 +36,34 @@ cdef class EpisodeCore:
         self.is_truncated = False
         self.t = 0
         self.t_started = 0
+        self.start_time = NAN
+        self.last_step_time = NAN
+
+    # Times are kept as C doubles (perf_counter's clock); None reads as unset.
+    @property
+    def _start_time(self):
+        return None if isnan(self.start_time) else self.start_time
+
+    @_start_time.setter
+    def _start_time(self, value):
+        self.start_time = NAN if value is None else value
+
+    @property
+    def _last_step_time(self):
+        return None if isnan(self.last_step_time) else self.last_step_time
+
+    @_last_step_time.setter
+    def _last_step_time(self, value):
+        self.last_step_time = NAN if value is None else value
+
+    @property
+    def _last_added_infos(self):
+        # Empty infos are not kept as objects (see add_env_step).
+        return {} if self.last_infos is None else self.last_infos
+
+    @_last_added_infos.setter
+    def _last_added_infos(self, value):
+        self.last_infos = value if value else None
 
     # -- the step ---------------------------------------------------------------
 
@@ -41,6 +72,10 @@ cdef class EpisodeCore:
         """Adds one environment step: the observation after `action`, the
         reward, infos, the done flags and the model's extra outputs."""
         cdef BufferCore buf
+        cdef Py_ssize_t pos
+        cdef PyObject* key_ptr
+        cdef PyObject* value_ptr
+        cdef PyObject* found
         if self.is_terminated or self.is_truncated:
             raise AssertionError("The agent is already done: no data can be added to its episode.")
         if self.rewards._col is None or self.rewards._col.finalized:
@@ -49,25 +84,36 @@ cdef class EpisodeCore:
         self.observations.push(observation)
         self.actions.push(action)
         self.rewards.push(reward)
-        if not infos:
-            infos = {}
-        self.infos.push(infos)
+        if infos:
+            self.infos.push(infos)
+            self.last_infos = infos
+        else:
+            self.infos.push_empty_dict()
+            self.last_infos = None
         self.t += 1
         if extra_model_outputs is not None:
             outputs = self.extra_model_outputs
-            for key, value in extra_model_outputs.items():
-                buf = outputs.get(key)
-                if buf is None:
-                    outputs[key] = self._new_buffer([value])
-                else:
-                    buf.push(value)
+            if type(extra_model_outputs) is dict and isinstance(outputs, dict):
+                # PyDict_Next/PyDict_GetItem: no Python-level calls per key.
+                pos = 0
+                while PyDict_Next(extra_model_outputs, &pos, &key_ptr, &value_ptr):
+                    found = PyDict_GetItem(outputs, <object>key_ptr)
+                    if found is NULL:
+                        outputs[<object>key_ptr] = self._new_buffer([<object>value_ptr])
+                    else:
+                        (<BufferCore>found).push(<object>value_ptr)
+            else:
+                for key, value in extra_model_outputs.items():
+                    if key not in outputs:
+                        outputs[key] = self._new_buffer([value])
+                    else:
+                        (<BufferCore>outputs[key]).push(value)
         self.is_terminated = terminated
         self.is_truncated = truncated
         self._last_added_observation = observation
-        self._last_added_infos = infos
-        self._last_step_time = now()
-        if self._start_time is None:
-            self._start_time = self._last_step_time
+        self.last_step_time = now()
+        if isnan(self.start_time):
+            self.start_time = self.last_step_time
 
     cdef int _check_step(self, object observation, object action, object reward,
                          object extra_model_outputs) except -1:
@@ -232,7 +278,7 @@ def assemble(cls, id_, BufferCore observations, BufferCore infos, BufferCore act
     cdef EpisodeCore episode
     if len(infos) == 0:
         return None
-    episode = cls.__new__(cls)
+    episode = EpisodeCore.__new__(cls)
     episode.id_ = id_
     episode.observations = observations
     episode.infos = infos

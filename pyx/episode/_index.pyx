@@ -7,7 +7,14 @@ first row after the lookback; negative ones from the end, or, with
 data become `fill` rows when a fill value is given. These functions reproduce
 those rules exactly and return plain row positions.
 """
-from cpython.slice cimport PySlice_Unpack, PySlice_AdjustIndices
+from cpython.object cimport PyObject
+from cpython.slice cimport PySlice_AdjustIndices
+
+cdef extern from "Python.h":
+    ctypedef struct PySliceObject:
+        PyObject* start
+        PyObject* stop
+        PyObject* step
 
 BEFORE_START = -100_000_000
 
@@ -26,10 +33,15 @@ cdef inline Py_ssize_t _floordiv(Py_ssize_t a, Py_ssize_t b):
 cdef SliceSpec interpret_slice(object slice_, bint neg_index_as_lookback,
                                Py_ssize_t lookback, Py_ssize_t total) except *:
     cdef SliceSpec spec
+    if type(slice_) is not slice:
+        raise TypeError(f"expected a slice, got {type(slice_).__name__}")
     cdef Py_ssize_t start, stop, step
-    cdef object py_start = slice_.start
-    cdef object py_stop = slice_.stop
-    cdef object py_step = slice_.step
+    # The slice's fields read straight from the object: getattr costs more
+    # than all the arithmetic below.
+    cdef PySliceObject* sl = <PySliceObject*>slice_
+    cdef object py_start = <object>sl.start
+    cdef object py_stop = <object>sl.stop
+    cdef object py_step = <object>sl.step
     step = 1 if py_step is None else py_step
     if step == 0:
         raise SliceStepError("slice step cannot be zero")
