@@ -45,3 +45,16 @@ def test_episode_pieces_do_not_leak():
         ep.cut(len_lookback_buffer=2)
 
     assert _growth(use, rounds=1000) < 20_000
+
+
+def test_fill_path_keeps_dtype_references_balanced():
+    import sys
+
+    buf = InfiniteLookbackBuffer([np.zeros(4, np.float32)] * 10)
+    buf.finalize()
+    dtype = np.dtype(np.float64)
+    buf.get(slice(-3, 1), neg_index_as_lookback=True, fill=0.0)
+    before = sys.getrefcount(dtype)
+    for _ in range(1000):
+        buf.get(slice(-3, 1), neg_index_as_lookback=True, fill=0.0)
+    assert sys.getrefcount(dtype) - before < 10

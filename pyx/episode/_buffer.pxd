@@ -7,6 +7,12 @@ cdef class BufferCore:
     cdef public object _space          # the gymnasium space, or None
     cdef public object _space_struct   # its dict/tuple struct of leaf spaces
 
+    # The compiled fill path's plan, kept from the last call (see _make_fill_plan).
+    cdef Column _plan_col
+    cdef int _plan_type_num
+    cdef object _plan_space, _plan_fill
+    cdef object _plan_dtype, _plan_value, _plan_fill_dtype, _plan_fill_value
+
     cpdef Py_ssize_t len_incl_lookback(self)
     cdef int push(self, object item) except -1
     cdef int push_empty_dict(self) except -1
@@ -19,3 +25,5 @@ cdef class BufferCore:
     cdef object _get_slice(self, object slice_, bint neg_index_as_lookback)
     cdef object _get_slice_filled(self, object slice_, bint neg_index_as_lookback,
                                   object fill)
+    cdef bint _fill_plan_matches(self, Column col, object fill)
+    cdef bint _make_fill_plan(self, Column col, object fill) except -1

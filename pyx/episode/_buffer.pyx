@@ -198,31 +198,29 @@ cdef class BufferCore:
                     + [item] * spec.fill_right)
         # Finalized: RLlib concatenates fill rows (typed by the space, else as
         # np.array([fill])) with the data rows; one array of the promoted dtype.
-        space = self._space
-        if space is None:
-            fill_dtype = np.asarray(fill).dtype
-        elif isinstance(space, FLAT_SPACES) and space.shape == col.row_shape_tuple:
-            fill_dtype = space.dtype
-        else:
-            return self._get_general(slice_, neg_index_as_lookback, fill, False, False, None)
-        data_dtype = col.array.dtype
-        if count == 0 or fill_dtype == data_dtype:
-            dtype = fill_dtype
-        else:
-            dtype = np.result_type(fill_dtype, data_dtype)
-        value = np.array(fill, dtype=fill_dtype)     # cast as np.full would
-        if dtype != fill_dtype:
-            value = value.astype(dtype)
-        out = np.empty((total,) + col.row_shape_tuple, dtype=dtype)
-        if dtype.hasobject:
-            return self._get_general(slice_, neg_index_as_lookback, fill, False, False, None)
-        dst = <char*>cnp.PyArray_DATA(out)
-        row_bytes = out.nbytes // total if total else 0
-        repeat_bytes(dst, <char*>cnp.PyArray_DATA(value), dtype.itemsize, left * row_bytes)
-        repeat_bytes(dst + (left + count) * row_bytes, <char*>cnp.PyArray_DATA(value),
-                     dtype.itemsize, spec.fill_right * row_bytes)
+        if not self._fill_plan_matches(col, fill):
+            if not self._make_fill_plan(col, fill):
+                return self._get_general(slice_, neg_index_as_lookback, fill, False, False, None)
         if count:
-            if dtype == data_dtype and col.pod:
+            dtype, value = self._plan_dtype, self._plan_value
+        else:
+            dtype, value = self._plan_fill_dtype, self._plan_fill_value
+        cdef cnp.npy_intp dims[65]
+        dims[0] = total
+        for i in range(col.row_ndim):
+            dims[i + 1] = col.row_shape[i]
+        out = cnp.PyArray_EMPTY(col.row_ndim + 1, dims, (<cnp.dtype>dtype).type_num, 0) \
+            if (<cnp.dtype>dtype).isbuiltin else np.empty((total,) + col.row_shape_tuple, dtype)
+        dst = <char*>cnp.PyArray_DATA(out)
+        row_bytes = (<cnp.dtype>dtype).itemsize
+        for i in range(col.row_ndim):
+            row_bytes *= col.row_shape[i]
+        repeat_bytes(dst, <char*>cnp.PyArray_DATA(value), (<cnp.dtype>dtype).itemsize,
+                     left * row_bytes)
+        repeat_bytes(dst + (left + count) * row_bytes, <char*>cnp.PyArray_DATA(value),
+                     (<cnp.dtype>dtype).itemsize, spec.fill_right * row_bytes)
+        if count:
+            if cnp.PyArray_TYPE(out) == col.type_num and col.pod:
                 dst += left * row_bytes
                 for i in range(count):
                     memcpy(dst + i * row_bytes, col.data + (first + i * step) * row_bytes,
@@ -231,6 +229,34 @@ cdef class BufferCore:
                 out[left:left + count] = col.array[first:first + count * step:step] \
                     if first + count * step >= 0 else col.array[first::step][:count]
         return out
+
+    cdef bint _fill_plan_matches(self, Column col, object fill):
+        return (self._plan_col is col and self._plan_type_num == col.type_num
+                and self._plan_space is self._space and type(fill) is type(self._plan_fill)
+                and fill == self._plan_fill)
+
+    cdef bint _make_fill_plan(self, Column col, object fill) except -1:
+        """Works out, once per (column, space, fill), the dtypes RLlib's
+        concatenation gives and the fill element in them. False: not a case
+        for the compiled path."""
+        space = self._space
+        if space is None:
+            fill_dtype = np.asarray(fill).dtype
+        elif isinstance(space, FLAT_SPACES) and space.shape == col.row_shape_tuple:
+            fill_dtype = space.dtype
+        else:
+            return False
+        data_dtype = col.array.dtype
+        dtype = fill_dtype if fill_dtype == data_dtype else np.result_type(fill_dtype, data_dtype)
+        if dtype.hasobject or fill_dtype.hasobject:
+            return False
+        fill_value = np.array(fill, dtype=fill_dtype)     # cast as np.full would
+        self._plan_fill_dtype, self._plan_fill_value = fill_dtype, fill_value
+        self._plan_dtype = dtype
+        self._plan_value = fill_value if dtype == fill_dtype else fill_value.astype(dtype)
+        self._plan_col, self._plan_type_num = col, col.type_num
+        self._plan_space, self._plan_fill = space, fill
+        return True
 
 
 cdef inline void repeat_bytes(char* dst, const char* element, Py_ssize_t itemsize,

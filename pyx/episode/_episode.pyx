@@ -173,9 +173,9 @@ cdef class EpisodeCore:
         rewards.lookback = n
         episode = assemble(
             type(self), self.id_,
-            self.observations.sub_buffer(obs_slice, False, n, None),
+            self.observations.sub_buffer(obs_slice, False, n, self._observation_space),
             self.infos.sub_buffer(obs_slice, False, n, None),
-            self.actions.sub_buffer(rest, False, n, None),
+            self.actions.sub_buffer(rest, False, n, self._action_space),
             rewards,
             {k: (<BufferCore>v).sub_buffer(rest, False, n, None)
              for k, v in self.extra_model_outputs.items()},
@@ -191,8 +191,8 @@ cdef class EpisodeCore:
                                      for k in self.extra_model_outputs},
                 t_started=self.t, len_lookback_buffer="auto")
         else:
-            episode.observation_space = self._observation_space
-            episode.action_space = self._action_space
+            episode._observation_space = self._observation_space
+            episode._action_space = self._action_space
         episode._custom_data = copy.deepcopy(self._custom_data) if self._custom_data else {}
         return episode
 
