@@ -391,8 +391,7 @@ cdef class Column:
         return row
 
     cdef object row_view(self, Py_ssize_t pos):
-        # numpy's own integer indexing is the fastest way to a row view.
-        return self.array[pos]
+        return self.rows_view(pos, 1, 1, False)
 
     cdef object rows_view(self, Py_ssize_t first, Py_ssize_t count, Py_ssize_t step,
                           bint leading_axis):
@@ -418,7 +417,6 @@ cdef class Column:
             self.data + first * self.row_bytes, NPY_ARRAY_WRITEABLE, NULL)
         Py_INCREF(storage)
         PyArray_SetBaseObject(<PyObject*>view, <PyObject*>storage)
-        PyArray_UpdateFlags(<PyObject*>view, NPY_ARRAY_UPDATE_ALL)
         return view
 
     def get(self, Py_ssize_t pos):
