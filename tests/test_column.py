@@ -139,3 +139,22 @@ def test_public_methods_check_positions_before_touching_memory():
         with pytest.raises(IndexError):
             call()
     assert col.to_list() == [1.0, 2.0]
+
+
+def test_list_mode_growth_reallocs_one_block_unless_a_view_is_held():
+    col = Column()
+    row = np.arange(4, dtype=np.float32)
+    owners = set()
+    for i in range(3000):
+        col.append(row)
+        if i % 100 == 0:
+            view = col.view()
+            owners.add(id(view.base))
+            del view
+    assert len(owners) == 1                 # realloc'd in place, never re-allocated
+    held = col.view()
+    for _ in range(5000):                   # grows while a view is held: must copy
+        col.append(row + 1)
+    np.testing.assert_array_equal(held[-1], row)
+    assert col.view().base is not held.base
+    np.testing.assert_array_equal(col.view()[:3000], np.tile(row, (3000, 1)))

@@ -2,6 +2,14 @@
 cimport cython
 cimport numpy as cnp
 
+cdef class Memory:
+    cdef char* ptr                 # malloc'd block, freed in __dealloc__
+    @staticmethod
+    cdef Memory allocate(size_t nbytes)
+    cdef object as_array(self, cnp.dtype descr, Py_ssize_t rows, int row_ndim,
+                         cnp.npy_intp* row_shape)
+
+
 # How an appended item is stored, and so how it is handed back before the
 # owning buffer is finalized (RLlib returns the very objects it was given).
 cdef enum Kind:
@@ -21,6 +29,7 @@ cdef class Column:
     cdef readonly int kind
     cdef readonly bint finalized   # numpy semantics on get/append (after finalize())
     cdef object array              # ndarray (capacity, *row_shape): the typed storage
+    cdef Memory memory             # the block `array` views, when the Column allocated it
     cdef char* data                # array's first byte
     cdef Py_ssize_t size           # rows in use
     cdef readonly Py_ssize_t capacity  # rows allocated
@@ -44,6 +53,7 @@ cdef class Column:
     cdef int _push_array_mode(self, object item) except -1
     cdef int _start_typed(self, object item) except -1
     cdef int _reserve(self, Py_ssize_t rows) except -1
+    cdef int _grow_list_mode(self, Py_ssize_t new_capacity) except -1
     cdef int _to_object_path(self) except -1
     cdef bint _row_matches(self, cnp.ndarray arr)
     cdef int _check_position(self, Py_ssize_t pos) except -1

@@ -22,7 +22,12 @@ from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_FromDouble
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_FromLongLong
 from cpython.object cimport PyObject, PyTypeObject
 from cpython.ref cimport Py_INCREF
+
+cdef extern from "Python.h":
+    # On a borrowed pointer: no temporary reference skews the count.
+    Py_ssize_t refcount "Py_REFCNT"(PyObject* obj)
 from libc.stdint cimport int64_t, SIZE_MAX
+from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy, memmove
 
 cdef extern from "numpy/arrayobject.h":
@@ -38,6 +43,7 @@ cdef extern from "numpy/arrayobject.h":
     int PyArray_SetBaseObject(PyObject* arr, PyObject* base) except -1
     void PyArray_UpdateFlags(PyObject* arr, int flagmask)
     int NPY_ARRAY_WRITEABLE
+    int NPY_ARRAY_C_CONTIGUOUS
     bint PyDataType_REFCHK(cnp.PyArray_Descr* descr)   # the dtype holds object references
     int NPY_ARRAY_UPDATE_ALL
 
@@ -50,6 +56,46 @@ cdef object generic_type = np.generic
 cdef object float64 = np.dtype(np.float64)
 cdef object int64 = np.dtype(np.int64)
 cdef object bool_ = np.dtype(np.bool_)
+
+
+cdef Py_ssize_t _product(tuple shape):
+    cdef Py_ssize_t n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+cdef class Memory:
+    """A malloc'd block that arrays view (as their base): freed with the last
+    of them. Lets a Column realloc its storage, which numpy arrays cannot
+    without zero-filling."""
+
+    @staticmethod
+    cdef Memory allocate(size_t nbytes):
+        cdef Memory memory = Memory.__new__(Memory)
+        memory.ptr = <char*>malloc(nbytes if nbytes else 1)
+        if memory.ptr == NULL:
+            raise MemoryError(f"cannot allocate {nbytes} bytes")
+        return memory
+
+    cdef object as_array(self, cnp.dtype descr, Py_ssize_t rows, int row_ndim,
+                         cnp.npy_intp* row_shape):
+        """An ndarray (rows, *row_shape) of `descr` over this block."""
+        cdef cnp.npy_intp dims[65]
+        cdef int i
+        dims[0] = rows
+        for i in range(row_ndim):
+            dims[i + 1] = row_shape[i]
+        Py_INCREF(descr)
+        array = PyArray_NewFromDescr(<PyTypeObject*>ndarray_type, <PyObject*>descr,
+                                     row_ndim + 1, dims, NULL, self.ptr,
+                                     NPY_ARRAY_WRITEABLE | NPY_ARRAY_C_CONTIGUOUS, NULL)
+        Py_INCREF(self)
+        PyArray_SetBaseObject(<PyObject*>array, <PyObject*>self)
+        return array
+
+    def __dealloc__(self):
+        free(self.ptr)
 
 
 cdef inline bint is_plain_numeric(cnp.dtype dt):
@@ -97,6 +143,7 @@ cdef class Column:
         if not cnp.PyArray_IS_C_CONTIGUOUS(arr) or not cnp.PyArray_ISNOTSWAPPED(arr):
             arr = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("="))
         self.array = arr
+        self.memory = None             # callers that allocated it set it after
         self.data = <char*>cnp.PyArray_DATA(arr)
         self.capacity = cnp.PyArray_DIMS(arr)[0]
         self.size = size
@@ -240,7 +287,11 @@ cdef class Column:
             self.kind = KIND_OBJECT
             self.items = []
             return 0
-        self._adopt_storage(np.empty((MIN_CAPACITY,) + shape, dtype=dtype), 0)
+        memory = Memory.allocate(MIN_CAPACITY * dtype.itemsize * _product(shape))
+        self._adopt_storage(memory.as_array(dtype, MIN_CAPACITY, len(shape),
+                                            cnp.PyArray_DIMS(item) if kind == KIND_ARRAY else NULL),
+                            0)
+        self.memory = memory
         self.kind = kind
         return 0
 
@@ -334,10 +385,7 @@ cdef class Column:
             raise MemoryError("Column cannot grow any further")
         new_capacity = max(needed, 2 * self.capacity, MIN_CAPACITY)
         if not self.finalized and self.pod:
-            # Before finalize() no view of the storage ever leaves the Column,
-            # so it may grow in place: realloc, often without copying.
-            self.array.resize((new_capacity,) + self.row_shape_tuple, refcheck=False)
-            self._adopt_storage(self.array, self.size)
+            self._grow_list_mode(new_capacity)
             return 0
         new = np.empty((new_capacity,) + self.row_shape_tuple, dtype=self.array.dtype)
         if self.pod:
@@ -345,6 +393,31 @@ cdef class Column:
         else:
             new[:self.size] = self.array[:self.size]
         self._adopt_storage(new, self.size)
+        return 0
+
+    cdef int _grow_list_mode(self, Py_ssize_t new_capacity) except -1:
+        """Grows typed storage in list mode. No view of it leaves the Column
+        before finalize(), so when nothing else holds it the block is
+        realloc'd: often in place, never zero-filled (ndarray.resize would)."""
+        cdef Memory memory = self.memory
+        cdef size_t nbytes = <size_t>new_capacity * <size_t>self.row_bytes
+        cdef char* moved
+        descr = self.array.dtype
+        # Sole owners: the array is held only by this Column, the block only
+        # by this Column, the array (its base) and the local `memory`.
+        if (memory is not None and refcount(<PyObject*>self.array) == 1
+                and refcount(<PyObject*>memory) == 3):
+            moved = <char*>realloc(memory.ptr, nbytes if nbytes else 1)
+            if moved == NULL:
+                raise MemoryError("Column cannot grow any further")
+            memory.ptr = moved
+        else:
+            memory = Memory.allocate(nbytes)
+            memcpy(memory.ptr, self.data, self.size * self.row_bytes)
+        self.array = None
+        self._adopt_storage(memory.as_array(descr, new_capacity, self.row_ndim, self.row_shape),
+                            self.size)
+        self.memory = memory
         return 0
 
     cdef int _to_object_path(self) except -1:
@@ -356,6 +429,7 @@ cdef class Column:
             self.items = [self.item(i) for i in range(self.size)] if self.kind != KIND_EMPTY else []
         self.kind = KIND_OBJECT
         self.array = None
+        self.memory = None
         self.data = NULL
         self.size = self.capacity = 0
         return 0
@@ -613,7 +687,7 @@ def _restore_column(int kind, bint finalized, scalar_type, payload):
         # Unpickled arrays may be read-only views of the pickle's buffer; list
         # mode also grows in place, which needs storage of its own.
         flags = payload.flags
-        usable = flags.writeable and flags.c_contiguous and (finalized or flags.owndata)
+        usable = flags.writeable and flags.c_contiguous
         arr = payload if usable else payload.copy()
         col._adopt_storage(arr, len(arr))
     return col
