@@ -356,6 +356,18 @@ cdef class Column:
 
     def check_row(self, row):
         """Raises ValueError unless `row` has this (finalized) Column's row shape."""
+        cdef object t = type(row)
+        cdef int i
+        if t is ndarray_type:
+            if (<cnp.ndarray>row).ndim == self.row_ndim:
+                for i in range(self.row_ndim):
+                    if cnp.PyArray_DIMS(<cnp.ndarray>row)[i] != self.row_shape[i]:
+                        break
+                else:
+                    return
+        elif self.row_ndim == 0 and (t is float or t is int or t is bool
+                                     or isinstance(row, generic_type)):
+            return
         shape = np.shape(row)
         if shape != self.row_shape_tuple:
             raise ValueError(
