@@ -227,8 +227,10 @@ class InfiniteLookbackBuffer(BufferCore):
         if self.finalized or self._col.finalize():
             return
         items = self._col.to_list()
-        batch = stack(items) if items else empty_batch(self.space)
-        self.data = batch
+        self.data = stack(items) if items else empty_batch(self.space)
+        if not items and self.space is None:
+            # No rows and no space: the first rows appended decide the row type.
+            self._col.row_type_open = True
 
     # -- reading ------------------------------------------------------------
 

@@ -95,8 +95,10 @@ class SingleAgentEpisode(EpisodeCore):
         if len_lookback_buffer == "auto" or len_lookback_buffer > n_rewards:
             len_lookback_buffer = n_rewards
         lb = len_lookback_buffer
-        # As RLlib: no (or empty) infos -> one empty dict per observation.
-        infos = infos or [{} for _ in range(len(observations or []))]
+        # As RLlib: no (or empty) infos -> one empty dict per observation
+        # (after the lookback). len(), not truthiness: arrays have no truth value.
+        if infos is None or len(infos) == 0:
+            infos = [{} for _ in range(len(observations) if observations is not None else 0)]
         self.observations = _as_buffer(observations, lb)
         self._observation_space = None
         self.observation_space = observation_space

@@ -107,6 +107,8 @@ def test_finalize_empty_buffer_uses_space():
     plain = InfiniteLookbackBuffer()
     plain.finalize()
     assert plain.data.shape == (0,)
+    plain.append(np.ones((2, 3), np.float32))     # nothing fixed its rows: they follow
+    assert plain.data.shape == (1, 2, 3) and plain.data.dtype == np.float32
 
 
 def test_append_after_finalize_is_amortized():

@@ -28,6 +28,7 @@ cdef enum Kind:
 cdef class Column:
     cdef readonly int kind
     cdef readonly bint finalized   # numpy semantics on get/append (after finalize())
+    cdef public bint row_type_open # finalized empty with no known row type: the first rows set it
     cdef object array              # ndarray (capacity, *row_shape): the typed storage
     cdef Memory memory             # the block `array` views, when the Column allocated it
     cdef char* data                # array's first byte
@@ -53,6 +54,7 @@ cdef class Column:
     cdef int _push_array_mode(self, object item) except -1
     cdef int _start_typed(self, object item) except -1
     cdef int _reserve(self, Py_ssize_t rows) except -1
+    cdef int _open_row_type(self, cnp.ndarray rows) except -1
     cdef int _grow_list_mode(self, Py_ssize_t new_capacity) except -1
     cdef int _to_object_path(self) except -1
     cdef bint _row_matches(self, cnp.ndarray arr)

@@ -301,6 +301,8 @@ cdef class Column:
         cdef long long value
         cdef char* dst
         cdef cnp.ndarray x
+        if self.row_type_open:
+            self._open_row_type(np.asarray(item)[None])
         if self.size == self.capacity:
             self._reserve(1)
         dst = self.data + self.size * self.row_bytes
@@ -336,6 +338,8 @@ cdef class Column:
         """Appends a batch of rows to a finalized Column, as np.concatenate would."""
         cdef cnp.ndarray arr = np.asarray(rows)
         cdef Py_ssize_t k
+        if self.row_type_open and arr.ndim > 0 and arr.shape[0] > 0:
+            self._open_row_type(arr)
         self.check_rows(arr)
         k = arr.shape[0]
         dtype = np.result_type(self.array.dtype, arr.dtype)
@@ -345,9 +349,18 @@ cdef class Column:
         self.array[self.size:self.size + k] = arr
         self.size += k
 
+    cdef int _open_row_type(self, cnp.ndarray rows) except -1:
+        """Takes the row shape and dtype of `rows` (a batch): for a Column that
+        was finalized empty, with nothing to say what its rows are."""
+        self._adopt_storage(np.empty((MIN_CAPACITY,) + (<object>rows).shape[1:], rows.dtype), 0)
+        self.row_type_open = False
+        return 0
+
     def check_rows(self, rows):
         """Raises ValueError unless `rows` is a batch of rows of this Column's shape."""
         cdef cnp.ndarray arr = np.asarray(rows)
+        if self.row_type_open:
+            return
         if arr.ndim != self.row_ndim + 1 or (<object>arr).shape[1:] != self.row_shape_tuple:
             raise ValueError(
                 f"cannot add rows of shape {(<object>arr).shape[1:]} to data whose rows have "
@@ -358,6 +371,8 @@ cdef class Column:
         """Raises ValueError unless `row` has this (finalized) Column's row shape."""
         cdef object t = type(row)
         cdef int i
+        if self.row_type_open:
+            return
         if t is ndarray_type:
             if (<cnp.ndarray>row).ndim == self.row_ndim:
                 for i in range(self.row_ndim):

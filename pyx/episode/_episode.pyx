@@ -29,6 +29,25 @@ cdef inline double now():
     return ts.tv_sec + ts.tv_nsec * 1e-9
 
 
+cdef inline BufferCore as_buffer(object obj):
+    # Checked: a C method call on anything else (None included) would crash.
+    if not isinstance(obj, BufferCore):
+        raise TypeError(f"expected an InfiniteLookbackBuffer, got {type(obj).__name__}")
+    return <BufferCore>obj
+
+
+cdef inline int require_buffers(EpisodeCore episode) except -1:
+    # An episode made with __new__ and no __init__ has no buffers yet; calling
+    # a C method on a missing one would crash, so fail as RLlib does.
+    if (episode.observations is None or episode.actions is None
+            or episode.rewards is None or episode.infos is None):
+        raise AttributeError(
+            f"'{type(episode).__name__}' object has no buffers yet: it was created "
+            f"without __init__ (use the constructor or from_state())"
+        )
+    return 0
+
+
 cdef class EpisodeCore:
 
     def __cinit__(self, *args, **kwargs):
@@ -76,6 +95,7 @@ cdef class EpisodeCore:
         cdef PyObject* key_ptr
         cdef PyObject* value_ptr
         cdef PyObject* found
+        require_buffers(self)
         if self.is_terminated or self.is_truncated:
             raise AssertionError("The agent is already done: no data can be added to its episode.")
         if self.rewards._col is None or self.rewards._col.finalized:
@@ -101,13 +121,13 @@ cdef class EpisodeCore:
                     if found is NULL:
                         outputs[<object>key_ptr] = self._new_buffer([<object>value_ptr])
                     else:
-                        (<BufferCore>found).push(<object>value_ptr)
+                        as_buffer(<object>found).push(<object>value_ptr)
             else:
                 for key, value in extra_model_outputs.items():
                     if key not in outputs:
                         outputs[key] = self._new_buffer([value])
                     else:
-                        (<BufferCore>outputs[key]).push(value)
+                        as_buffer(outputs[key]).push(value)
         self.is_terminated = terminated
         self.is_truncated = truncated
         self._last_added_observation = observation
@@ -141,6 +161,7 @@ cdef class EpisodeCore:
     cpdef validate(self):
         """Asserts that the tracks have consistent lengths (one more observation
         and info than actions, rewards and each extra model output)."""
+        require_buffers(self)
         cdef Py_ssize_t n_obs = len(self.observations)
         assert n_obs == len(self.infos), (n_obs, len(self.infos))
         if n_obs == 0:
@@ -164,6 +185,7 @@ cdef class EpisodeCore:
         observation (and `len_lookback_buffer` steps before it) as lookback.
         Numpy'ized data is shared, not copied."""
         cdef Py_ssize_t lb, n
+        require_buffers(self)
         assert not (self.is_terminated or self.is_truncated) and len_lookback_buffer >= 0
         lb = len_lookback_buffer
         obs_slice = slice(-lb - 1, None)
@@ -177,7 +199,7 @@ cdef class EpisodeCore:
             self.infos.sub_buffer(obs_slice, False, n, None),
             self.actions.sub_buffer(rest, False, n, self._action_space),
             rewards,
-            {k: (<BufferCore>v).sub_buffer(rest, False, n, None)
+            {k: as_buffer(v).sub_buffer(rest, False, n, None)
              for k, v in self.extra_model_outputs.items()},
             False, False, self.t,
         )
@@ -200,6 +222,7 @@ cdef class EpisodeCore:
         """A new episode with the steps in `slice_` and a lookback of
         `len_lookback_buffer` steps (default: this episode's). A piece of a
         numpy'ized episode shares memory with it."""
+        require_buffers(self)
         cdef Py_ssize_t n = self.t - self.t_started
         start, stop = slice_.start, slice_.stop
         start = 0 if start is None else (n + start if start < 0 else start)
@@ -236,37 +259,42 @@ cdef class EpisodeCore:
     def get_observations(self, indices=None, *, neg_index_as_lookback=False, fill=None,
                          one_hot_discrete=False):
         """Observations at `indices` (see InfiniteLookbackBuffer.get)."""
+        require_buffers(self)
         return self.observations.cget(indices, neg_index_as_lookback, fill,
                                       one_hot_discrete, False, None)
 
     def get_infos(self, indices=None, *, neg_index_as_lookback=False, fill=None):
         """Infos at `indices` (see InfiniteLookbackBuffer.get)."""
+        require_buffers(self)
         return self.infos.cget(indices, neg_index_as_lookback, fill, False, False, None)
 
     def get_actions(self, indices=None, *, neg_index_as_lookback=False, fill=None,
                     one_hot_discrete=False):
         """Actions at `indices` (see InfiniteLookbackBuffer.get)."""
+        require_buffers(self)
         return self.actions.cget(indices, neg_index_as_lookback, fill,
                                  one_hot_discrete, False, None)
 
     def get_rewards(self, indices=None, *, neg_index_as_lookback=False, fill=None):
         """Rewards at `indices` (see InfiniteLookbackBuffer.get)."""
+        require_buffers(self)
         return self.rewards.cget(indices, neg_index_as_lookback, fill, False, False, None)
 
     def get_extra_model_outputs(self, key, indices=None, *, neg_index_as_lookback=False,
                                 fill=None):
         """The extra model output `key` at `indices` (KeyError for an unknown key)."""
-        cdef BufferCore buf = self.extra_model_outputs[key]
-        return buf.cget(indices, neg_index_as_lookback, fill, False, False, None)
+        require_buffers(self)
+        return as_buffer(self.extra_model_outputs[key]).cget(indices, neg_index_as_lookback, fill, False, False, None)
 
 
-cdef BufferCore _piece(BufferCore buf, start, stop, step, int extra, len_lookback_buffer,
-                       space):
+cdef BufferCore _piece(object buf, start, stop, step, int extra,
+                       len_lookback_buffer, space):
     """The part of `buf` that slice() keeps, with RLlib's lookback rule."""
+    as_buffer(buf)
     lb = len_lookback_buffer if len_lookback_buffer is not None else buf.lookback
     if start >= 0 and start - lb < 0 and buf.lookback < lb - start:
         lb = buf.lookback + start
-    return buf.sub_buffer(slice(start - lb, stop + extra, step), True, lb, space)
+    return (<BufferCore>buf).sub_buffer(slice(start - lb, stop + extra, step), True, lb, space)
 
 
 def assemble(cls, id_, BufferCore observations, BufferCore infos, BufferCore actions,
