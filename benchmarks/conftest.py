@@ -49,3 +49,53 @@ def float_rows():
 @pytest.fixture(scope="session")
 def box4():
     return gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+
+
+# -- SingleAgentEpisode -------------------------------------------------------
+
+def rllib_single_agent_episode():
+    """RLlib 2.60's SingleAgentEpisode class, or None without ray[rllib]."""
+    try:
+        from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+    except ImportError:
+        return None
+    return SingleAgentEpisode
+
+
+@pytest.fixture(params=IMPLS)
+def sae_impl(request):
+    """The SingleAgentEpisode class to time: ours, or RLlib 2.60's."""
+    if request.param == "ours":
+        from episode import SingleAgentEpisode
+        return SingleAgentEpisode
+    cls = rllib_single_agent_episode()
+    if cls is None:
+        pytest.skip("ray[rllib] is not installed")
+    return cls
+
+
+@pytest.fixture(scope="session")
+def sae_classes():
+    """Both SingleAgentEpisode classes, {"ours": cls, "rllib": cls or None},
+    for the checks that run a workload on both before timing it."""
+    from episode import SingleAgentEpisode
+    return {"ours": SingleAgentEpisode, "rllib": rllib_single_agent_episode()}
+
+
+@pytest.fixture(scope="session")
+def int_actions():
+    """N_MAX Python int actions in Discrete(2), made once."""
+    rng = np.random.default_rng(2)
+    return rng.integers(0, 2, size=N_MAX).tolist()
+
+
+@pytest.fixture(scope="session")
+def float_rewards():
+    """N_MAX Python float rewards, made once."""
+    rng = np.random.default_rng(3)
+    return rng.uniform(-1.0, 1.0, size=N_MAX).tolist()
+
+
+@pytest.fixture(scope="session")
+def discrete2():
+    return gym.spaces.Discrete(2)

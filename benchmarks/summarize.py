@@ -7,6 +7,8 @@ Columns: workload (the benchmark group), ours median, RLlib median, speed-up
 (RLlib median / ours median), and the per-item median of each side where a
 round handles more than one item (extra_info["items"]). Given several JSON
 files (repeated runs), each time is the median of the runs' medians.
+Benchmarks that recorded extra_info["memory"] (test_memory_100k) add a
+second table: bytes held by the episode, per implementation and mode.
 """
 from __future__ import annotations
 
@@ -30,6 +32,9 @@ def _impl(bench: dict) -> str:
     params = bench.get("params") or {}
     if "impl" in params:
         return params["impl"]
+    for name, value in params.items():  # e.g. sae_impl
+        if name.endswith("impl") and value in ("ours", "rllib"):
+            return value
     match = re.search(r"\[(ours|rllib)\b", bench["name"])
     return match.group(1) if match else "?"
 
@@ -85,6 +90,41 @@ def render(rows: list[dict], markdown: bool) -> str:
     return "\n".join(lines)
 
 
+def _fmt_bytes(n: float) -> str:
+    return f"{n / 1e6:.2f} MB"
+
+
+def memory_rows(runs: list[dict]) -> list[list[str]]:
+    """Rows of the memory table, from benchmarks with extra_info["memory"]
+    (test_memory_100k): impl, mode, traced, held inputs, total, total/raw, peak.
+    Memory does not vary between runs: the last run's numbers are shown."""
+    found: dict[tuple, dict] = {}
+    for data in runs:
+        for bench in data["benchmarks"]:
+            memory = (bench.get("extra_info") or {}).get("memory")
+            if memory:
+                for mode in ("list", "numpy"):
+                    found[(bench.get("group") or bench["name"], _impl(bench), mode)] = memory[mode]
+    rows = []
+    for (group, impl, mode), m in sorted(found.items(), key=lambda kv: (kv[0][0], kv[0][2], kv[0][1])):
+        rows.append([impl, mode, _fmt_bytes(m["traced"]), _fmt_bytes(m["held_inputs"]),
+                     _fmt_bytes(m["total"]), f"{m['ratio_to_raw']:.2f}x", _fmt_bytes(m["peak"])])
+    return rows
+
+
+def render_memory(rows: list[list[str]], markdown: bool) -> str:
+    header = ["impl", "mode", "traced (current)", "held inputs", "total",
+              "total / raw data", "traced peak"]
+    if markdown:
+        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += ["| " + " | ".join(row) + " |" for row in rows]
+        return "\n".join(lines)
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+    fmt = "  ".join("{:<%d}" % w for w in widths)
+    return "\n".join([fmt.format(*header), fmt.format(*["-" * w for w in widths])]
+                     + [fmt.format(*row) for row in rows])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("json", nargs="+", help="file(s) written by pytest --benchmark-json")
@@ -95,6 +135,10 @@ def main() -> None:
         with open(path) as f:
             runs.append(json.load(f))
     print(render(summarize(runs), args.markdown))
+    mem = memory_rows(runs)
+    if mem:
+        print()
+        print(render_memory(mem, args.markdown))
 
 
 if __name__ == "__main__":

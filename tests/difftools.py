@@ -372,3 +372,367 @@ KINDS = {
 }
 
 SPACE_KINDS = [k for k in KINDS.values() if k.space is not None]
+
+
+# -- SingleAgentEpisode: the same machinery for whole episodes -------------------
+
+
+def rllib_episode_class():
+    """RLlib's SingleAgentEpisode class, or skip the calling test."""
+    module = pytest.importorskip("ray.rllib.env.single_agent_episode")
+    return module.SingleAgentEpisode
+
+
+def ours_episode_class():
+    from episode import SingleAgentEpisode
+
+    return SingleAgentEpisode
+
+
+def _safe(fn: Callable[[], Any]) -> Any:
+    """fn()'s result deep-copied, or a marker naming the exception it raised."""
+    try:
+        return copy.deepcopy(fn())
+    except Exception as e:  # noqa: BLE001 - a raising getter is part of the state
+        return ("<raised>", type(e).__name__)
+
+
+def episode_state(ep: Any) -> dict:
+    """Everything observable about an episode (deep-copied): counters, flags,
+    ids, custom_data, each buffer's state and what every getter returns."""
+    return {
+        "id_": ep.id_,
+        "agent_id": ep.agent_id,
+        "module_id": ep.module_id,
+        "multi_agent_episode_id": ep.multi_agent_episode_id,
+        "len": len(ep),
+        "t": ep.t,
+        "t_started": ep.t_started,
+        "is_done": ep.is_done,
+        "is_terminated": ep.is_terminated,
+        "is_truncated": ep.is_truncated,
+        "is_reset": ep.is_reset,
+        "is_numpy": ep.is_numpy,
+        "env_steps": ep.env_steps(),
+        "agent_steps": ep.agent_steps(),
+        "custom_data": copy.deepcopy(ep.custom_data),
+        "observations": buffer_state(ep.observations),
+        "actions": buffer_state(ep.actions),
+        "rewards": buffer_state(ep.rewards),
+        "infos": buffer_state(ep.infos),
+        "extra_model_outputs": {k: buffer_state(v) for k, v in ep.extra_model_outputs.items()},
+        "get_observations()": _safe(ep.get_observations),
+        "get_actions()": _safe(ep.get_actions),
+        "get_rewards()": _safe(ep.get_rewards),
+        "get_infos()": _safe(ep.get_infos),
+        "get_extra_model_outputs(k)": {
+            k: _safe(lambda k=k: ep.get_extra_model_outputs(k))
+            for k in list(ep.extra_model_outputs)
+        },
+    }
+
+
+def _space_eq(a: Any, b: Any) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return type(a) is type(b) and a == b
+
+
+def compare_episodes(ours: Any, theirs: Any, path: str = "episode") -> None:
+    """Asserts two episodes (ours, RLlib's) are observably the same."""
+    compare(episode_state(ours), episode_state(theirs), path)
+    pairs = [("observation_space", ours.observation_space, theirs.observation_space),
+             ("action_space", ours.action_space, theirs.action_space)]
+    for name in ("observations", "actions", "rewards", "infos"):
+        pairs.append((f"{name}.space", getattr(ours, name).space, getattr(theirs, name).space))
+    for k in theirs.extra_model_outputs:
+        pairs.append((f"extra_model_outputs[{k!r}].space", ours.extra_model_outputs[k].space,
+                      theirs.extra_model_outputs[k].space))
+    for name, a, b in pairs:
+        if not _space_eq(a, b):
+            raise Mismatch(f"{path}.{name}: {a} (ours) != {b} (RLlib)")
+
+
+class Buf:
+    """A ready lookback buffer as a constructor argument: each side gets one of
+    its own buffer class (built from the same data)."""
+
+    def __init__(self, data: Any = None, lookback: int = 0, space: Any = None,
+                 finalize: bool = False):
+        self.data, self.lookback, self.space, self.finalize = data, lookback, space, finalize
+
+    def build(self, cls: Any) -> Any:
+        buf = cls(copy.deepcopy(self.data), self.lookback, self.space)
+        if self.finalize:
+            buf.finalize()
+        return buf
+
+    def __repr__(self) -> str:
+        return f"Buf(n={len(self.data or [])}, lookback={self.lookback}, fin={self.finalize})"
+
+
+def _resolve_ep(args: Any, side: str) -> Any:
+    if isinstance(args, Buf):
+        return args.build(rllib_buffer_class() if side == "theirs" else ours_buffer_class())
+    if isinstance(args, Other):
+        return args.twin.ours if side == "ours" else args.twin.theirs
+    if isinstance(args, tuple):
+        return tuple(_resolve_ep(a, side) for a in args)
+    if isinstance(args, dict):
+        return {k: _resolve_ep(v, side) for k, v in args.items()}
+    return copy.deepcopy(args)
+
+
+def _is_episode(x: Any) -> bool:
+    return all(hasattr(x, a) for a in ("observations", "cut", "concat_episode", "t_started"))
+
+
+def _rllib_sample_batch_class():
+    return pytest.importorskip("ray.rllib.policy.sample_batch").SampleBatch
+
+
+class EpTwin:
+    """One RLlib episode and one of ours, driven through the same calls.
+
+    Like `Twin`: after each `call` results (episodes compared as episodes,
+    SampleBatches by type, keys and values) and states must agree; where
+    RLlib raises, ours must raise the same class (or a subclass) and keep its
+    state, and RLlib's episode is restored from a backup.
+    """
+
+    def __init__(self, ours: Any, theirs: Any):
+        self.Rllib = rllib_episode_class()
+        self.Ours = ours_episode_class()
+        self.ours, self.theirs = ours, theirs
+
+    @classmethod
+    def new(cls, **kwargs: Any) -> "EpTwin":
+        """Both constructors with the same arguments (Buf: each side's buffer).
+        Raises Mismatch if they disagree; returns None if both raised alike."""
+        Rllib, Ours = rllib_episode_class(), ours_episode_class()
+        label = _call_label("SingleAgentEpisode", (), kwargs)
+        try:
+            theirs, exc_theirs = Rllib(**_resolve_ep(kwargs, "theirs")), None
+        except Exception as e:  # noqa: BLE001
+            theirs, exc_theirs = None, e
+        try:
+            ours, exc_ours = Ours(**_resolve_ep(kwargs, "ours")), None
+        except Exception as e:  # noqa: BLE001
+            ours, exc_ours = None, e
+        if exc_theirs is not None:
+            if not isinstance(exc_ours, type(exc_theirs)):
+                raise Mismatch(
+                    f"{label}: RLlib raised {type(exc_theirs).__name__}({exc_theirs}); ours "
+                    + (f"raised {type(exc_ours).__name__}({exc_ours})" if exc_ours
+                       else "returned an episode"))
+            return None
+        if exc_ours is not None:
+            raise Mismatch(f"{label}: RLlib built an episode; ours raised "
+                           f"{_traceback_text(exc_ours)}")
+        twin = cls(ours, theirs)
+        twin.check_state(label)
+        return twin
+
+    def check_state(self, label: str = "") -> None:
+        compare_episodes(self.ours, self.theirs, f"state after {label}")
+
+    def compare_results(self, r_ours: Any, r_theirs: Any, label: str) -> None:
+        if r_theirs is self.theirs:
+            if r_ours is not self.ours:
+                raise Mismatch(f"{label}: RLlib returned the episode itself; ours "
+                               f"returned {_describe(r_ours)}")
+            return
+        if _is_episode(r_theirs):
+            if not isinstance(r_ours, self.Ours):
+                raise Mismatch(f"{label}: RLlib returned an episode, ours {_describe(r_ours)}")
+            compare_episodes(r_ours, r_theirs, f"episode returned by {label}")
+            return
+        if type(r_theirs).__name__ == "SampleBatch":
+            compare_sample_batches(r_ours, r_theirs, f"result of {label}")
+            return
+        compare(r_ours, r_theirs, f"result of {label}")
+
+    def call(self, method: str, *args: Any, compare_result: bool = True,
+             result_check: Optional[Callable[[Any, Any], None]] = None,
+             known: Optional[Callable[[Exception], bool]] = None, **kwargs: Any) -> Any:
+        """Calls `method` on both episodes; returns (ours, RLlib's) results."""
+        label = _call_label(method, args, kwargs)
+        backup_theirs = copy.deepcopy(self.theirs)
+        before_ours = episode_state(self.ours)
+        try:
+            r_theirs = getattr(self.theirs, method)(*_resolve_ep(args, "theirs"),
+                                                     **_resolve_ep(kwargs, "theirs"))
+            exc_theirs = None
+        except Exception as e:  # noqa: BLE001
+            exc_theirs, r_theirs = e, None
+        try:
+            r_ours = getattr(self.ours, method)(*_resolve_ep(args, "ours"),
+                                                 **_resolve_ep(kwargs, "ours"))
+            exc_ours = None
+        except Exception as e:  # noqa: BLE001
+            exc_ours, r_ours = e, None
+        if exc_theirs is not None and known is not None and known(exc_theirs):
+            self.theirs = backup_theirs
+            return None, None
+        if exc_theirs is not None:
+            if exc_ours is None:
+                raise Mismatch(f"{label}: RLlib raised {type(exc_theirs).__name__}"
+                               f"({_short(str(exc_theirs))}), ours returned {_describe(r_ours)}")
+            if not isinstance(exc_ours, type(exc_theirs)):
+                raise Mismatch(f"{label}: RLlib raised {type(exc_theirs).__name__}"
+                               f"({_short(str(exc_theirs))}), ours raised "
+                               f"{type(exc_ours).__name__}({exc_ours})")
+            compare(episode_state(self.ours), before_ours, f"our state after failed {label}")
+            self.theirs = backup_theirs
+            return None, None
+        if exc_ours is not None:
+            raise Mismatch(f"{label}: RLlib returned {_describe(r_theirs)}, ours raised "
+                           f"{_traceback_text(exc_ours)}")
+        if result_check is not None:
+            result_check(r_ours, r_theirs)
+        elif compare_result:
+            self.compare_results(r_ours, r_theirs, label)
+        self.check_state(label)
+        return r_ours, r_theirs
+
+    def query(self, coll: "Collector", method: str, *args: Any,
+              known: Optional[Callable[[Exception], bool]] = None, **kwargs: Any) -> None:
+        """A read-only call whose disagreement is collected (no state check)."""
+        label = _call_label(method, args, kwargs)
+
+        def run() -> None:
+            try:
+                r_theirs, exc_theirs = getattr(self.theirs, method)(*args, **kwargs), None
+            except Exception as e:  # noqa: BLE001
+                r_theirs, exc_theirs = None, e
+            if exc_theirs is not None and known is not None and known(exc_theirs):
+                return
+            try:
+                r_ours, exc_ours = getattr(self.ours, method)(*args, **kwargs), None
+            except Exception as e:  # noqa: BLE001
+                r_ours, exc_ours = None, e
+            if exc_theirs is not None:
+                if not isinstance(exc_ours, type(exc_theirs)):
+                    raise Mismatch(
+                        f"RLlib raised {type(exc_theirs).__name__}({_short(str(exc_theirs))}); "
+                        + (f"ours raised {type(exc_ours).__name__}({exc_ours})" if exc_ours
+                           else f"ours returned {_describe(r_ours)}"))
+                return
+            if exc_ours is not None:
+                raise Mismatch(f"RLlib returned {_describe(r_theirs)}; ours raised "
+                               f"{type(exc_ours).__name__}({exc_ours})")
+            self.compare_results(r_ours, r_theirs, label)
+
+        coll.check(label, run)
+
+    def copy(self) -> "EpTwin":
+        return EpTwin(copy.deepcopy(self.ours), copy.deepcopy(self.theirs))
+
+
+def _traceback_text(exc: BaseException) -> str:
+    """The exception with its traceback as text. Not chained with `from`: a
+    traceback pytest formats itself shows each frame's arguments, and the repr
+    of a half-constructed episode must not be needed to report a failure."""
+    import traceback
+
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return text if len(text) < 3000 else "..." + text[-3000:]
+
+
+def compare_sample_batches(ours: Any, theirs: Any, path: str = "SampleBatch") -> None:
+    if type(ours) is not type(theirs):
+        raise Mismatch(f"{path}: type {type(ours)} (ours) != {type(theirs)} (RLlib)")
+    compare(dict(ours), dict(theirs), path)
+    compare(ours.count, theirs.count, f"{path}.count")
+    compare(len(ours), len(theirs), f"len({path})")
+
+
+def buffer_wraps_around(buf: Any, idx: int, neg: bool, fill: Any, one_hot: bool) -> bool:
+    """RLlib's finalized-array fast path wraps lookback+idx < 0 around to the end
+    (a deliberate buffer difference: ours raises IndexError). `buf` is RLlib's."""
+    return (buf.finalized and isinstance(buf.data, np.ndarray) and neg and fill is None
+            and not one_hot and buf.lookback + idx < 0)
+
+
+def fill_without_space_on_finalized_rows(buf: Any, fill: Any) -> bool:
+    """Fill on finalized multi-dimensional or Dict/Tuple rows without a space (a
+    deliberate buffer difference). `buf` is RLlib's."""
+    if fill is None or not buf.finalized or buf.space is not None:
+        return False
+    return isinstance(buf.data, (dict, tuple)) or (isinstance(buf.data, np.ndarray)
+                                                   and buf.data.ndim > 1)
+
+
+# Kinds of observations/actions for episodes (see KINDS) and what an env
+# runner adds alongside them.
+EPISODE_KINDS = ["box4", "discrete_int", "discrete_np", "multidiscrete", "dict", "nested",
+                 "string"]
+
+
+def info_item(i: int) -> Any:
+    """Infos as env runners hand them: None, empty dicts and real dicts."""
+    return [None, {}, {"step": i, "ok": i % 2 == 0}][i % 3]
+
+
+def extra_item(i: int) -> dict:
+    return {"action_logp": np.float32(-0.25 * i),
+            "state_out": np.array([i, -i], dtype=np.float32)}
+
+
+def struct_lookback_overflow(ep: Any) -> bool:
+    """True if one of RLlib's episode's numpy'ized Dict/Tuple buffers has a
+    lookback larger than its number of rows: RLlib caps a finalized buffer's
+    lookback at len(data), for a dict/tuple its number of keys, not rows (a
+    deliberate buffer difference: ours caps at the rows)."""
+    for buf in (ep.observations, ep.actions):
+        data = buf.data
+        if buf.finalized and isinstance(data, (dict, tuple)):
+            leaf = data
+            while isinstance(leaf, (dict, tuple)):
+                leaf = next(iter(leaf.values())) if isinstance(leaf, dict) else leaf[0]
+            if buf.lookback > len(leaf):
+                return True
+    return False
+
+
+def rllib_slice_overflows(theirs: Any, *args: Any, **kwargs: Any) -> bool:
+    """Whether RLlib's `slice(*args, **kwargs)` of `theirs` hits the same cap:
+    a lookback for numpy'ized Dict/Tuple data larger than its number of keys
+    (RLlib then fails to validate), or struct_lookback_overflow (tried on a copy)."""
+    sl = args[0] if args else kwargs["slice_"]
+    lb = args[1] if len(args) > 1 else kwargs.get("len_lookback_buffer")
+    start = 0 if sl.start is None else (len(theirs) + sl.start if sl.start < 0 else sl.start)
+    for buf in (theirs.observations, theirs.actions):
+        if buf.finalized and isinstance(buf.data, (dict, tuple)):
+            eff = lb if lb is not None else buf.lookback
+            if start >= 0 and start - eff < 0 and buf.lookback < eff - start:
+                eff = buf.lookback + start
+            if eff > len(buf.data):
+                return True
+    try:
+        result = copy.deepcopy(theirs).slice(*args, **kwargs)
+    except Exception:  # noqa: BLE001 - then it is compared as an error
+        return False
+    return struct_lookback_overflow(result)
+
+
+def _buffers_as_states(x: Any) -> Any:
+    """`x` with every lookback buffer in it replaced by its buffer_state (RLlib's
+    get_state() keeps an extra-model-output buffer of length 0 as the buffer
+    object itself)."""
+    if hasattr(x, "len_incl_lookback") and hasattr(x, "lookback"):
+        return ("<buffer>", buffer_state(x))
+    if isinstance(x, dict):
+        return {k: _buffers_as_states(v) for k, v in x.items()}
+    return x
+
+
+def compare_episode_states(ours: dict, theirs: dict, path: str = "get_state()") -> None:
+    """get_state() results: all equal but the two timer entries, which must
+    have the same types (None or float)."""
+    ours, theirs = dict(ours), dict(theirs)
+    for key in ("_start_time", "_last_step_time"):
+        a, b = ours.pop(key), theirs.pop(key)
+        if (a is None) != (b is None) or (b is not None and type(a) is not type(b)):
+            raise Mismatch(f"{path}[{key!r}]: {a!r} (ours) vs {b!r} (RLlib)")
+    compare(_buffers_as_states(ours), _buffers_as_states(theirs), path)

@@ -1,0 +1,360 @@
+"""Bad input: our episode raises the exception class RLlib raises and keeps its data.
+
+Covered, each with a non-numpy'ized and a numpy'ized episode: add_env_step
+after the episode is done, add_env_reset twice, concat_episode of a chunk
+that does not fit (id, t, the boundary observation), from_state with
+inconsistent lengths, and calls on an episode whose constructor never ran.
+The `rllib` tests run both implementations side by side (difftools.EpTwin
+checks the class and that our episode equals its own state before the call);
+the others check ours alone against the class RLlib raises (AssertionError
+for all of these: RLlib's plain `assert`s and `validate()`).
+"""
+from __future__ import annotations
+
+import copy
+import os
+import signal
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from difftools import KINDS, EpTwin, Other, compare, episode_state
+from episode import SingleAgentEpisode
+
+REWARD = KINDS["reward"].item
+KIND_NAMES = ["box4", "discrete_np", "dict", "nested", "string"]
+MODES = ["list", "numpy"]
+
+
+def build(cls, kind, steps=3, numpy=False, **kwargs):
+    ep = cls(id_="ep", observation_space=kind.space,
+             action_space=gym.spaces.Discrete(3), **kwargs)
+    ep.add_env_reset(kind.item(0), infos={"r": 0})
+    for i in range(1, steps + 1):
+        ep.add_env_step(kind.item(i), i % 3, REWARD(i), infos={"i": i} if i % 2 else None,
+                        extra_model_outputs={"logp": np.float32(-i)})
+    if numpy:
+        ep.to_numpy()
+    return ep
+
+
+def step_kwargs(kind, i):
+    return dict(observation=kind.item(i), action=i % 3, reward=REWARD(i),
+                extra_model_outputs={"logp": np.float32(-i)})
+
+
+def assert_raises_and_keeps(ep, exc_class, fn):
+    before = episode_state(ep)
+    with pytest.raises(exc_class):
+        fn()
+    compare(episode_state(ep), before, "episode after the failed call")
+
+
+def twin_of(kind, steps=3, numpy=False, **kwargs):
+    twin = EpTwin.new(id_="ep", observation_space=kind.space,
+                      action_space=gym.spaces.Discrete(3), **kwargs)
+    twin.call("add_env_reset", kind.item(0), infos={"r": 0})
+    for i in range(1, steps + 1):
+        twin.call("add_env_step", **step_kwargs(kind, i), infos={"i": i} if i % 2 else None)
+    if numpy:
+        twin.call("to_numpy")
+    return twin
+
+
+# -- add_env_step after done ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", KIND_NAMES)
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("flag", ["terminated", "truncated"])
+def test_step_after_done(kind, mode, flag):
+    kind = KINDS[kind]
+    ep = build(SingleAgentEpisode, kind, numpy=mode == "numpy")
+    ep.add_env_step(**step_kwargs(kind, 4), **{flag: True})
+    assert ep.is_done
+    assert_raises_and_keeps(ep, AssertionError, lambda: ep.add_env_step(**step_kwargs(kind, 5)))
+    assert_raises_and_keeps(ep, AssertionError, lambda: ep.add_env_step(
+        **step_kwargs(kind, 5), terminated=False, truncated=False))
+    assert_raises_and_keeps(ep, AssertionError, lambda: ep.cut())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_step_after_done_from_the_constructor(mode):
+    ep = SingleAgentEpisode(id_="d", observations=[0.0, 1.0], actions=[0], rewards=[1.0],
+                            terminated=True, len_lookback_buffer=0)
+    if mode == "numpy":
+        ep.to_numpy()
+    assert_raises_and_keeps(ep, AssertionError, lambda: ep.add_env_step(2.0, 1, 1.0))
+
+
+@pytest.mark.rllib
+@pytest.mark.parametrize("kind", KIND_NAMES)
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("flag", ["terminated", "truncated"])
+def test_step_after_done_like_rllib(kind, mode, flag):
+    kind = KINDS[kind]
+    twin = twin_of(kind, numpy=mode == "numpy")
+    twin.call("add_env_step", **step_kwargs(kind, 4), **{flag: True})
+    twin.call("add_env_step", **step_kwargs(kind, 5))
+    twin.call("add_env_step", **step_kwargs(kind, 5), **{flag: False})
+    twin.call("add_env_reset", kind.item(0))
+
+
+# -- add_env_reset twice ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", KIND_NAMES)
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("steps", [0, 2])
+def test_reset_twice(kind, mode, steps):
+    kind = KINDS[kind]
+    ep = build(SingleAgentEpisode, kind, steps=steps, numpy=mode == "numpy")
+    assert_raises_and_keeps(ep, AssertionError, lambda: ep.add_env_reset(kind.item(9)))
+    assert_raises_and_keeps(ep, AssertionError,
+                            lambda: ep.add_env_reset(kind.item(0), infos={"x": 1}))
+
+
+def test_reset_after_constructor_data():
+    for lookback in ("auto", 0):
+        ep = SingleAgentEpisode(id_="c", observations=[0.0, 1.0], actions=[0], rewards=[1.0],
+                                len_lookback_buffer=lookback)
+        assert_raises_and_keeps(ep, AssertionError, lambda: ep.add_env_reset(5.0))
+
+
+@pytest.mark.rllib
+@pytest.mark.parametrize("kind", KIND_NAMES)
+@pytest.mark.parametrize("mode", MODES)
+def test_reset_twice_like_rllib(kind, mode):
+    kind = KINDS[kind]
+    for steps in (0, 2):
+        twin = twin_of(kind, steps=steps, numpy=mode == "numpy")
+        twin.call("add_env_reset", kind.item(9))
+        twin.call("add_env_reset", observation=kind.item(0), infos={"x": 1})
+    for lookback in ("auto", 0):
+        twin = EpTwin.new(id_="c", observations=kind.items(2), actions=[0], rewards=[1.0],
+                          len_lookback_buffer=lookback)
+        twin.call("add_env_reset", kind.item(5))
+
+
+# -- concat_episode of a chunk that does not fit ------------------------------------------
+
+
+def misfit_chunks(cls, kind, self_numpy, other_numpy):
+    """(label, self, other) for chunks that do not fit onto `self`."""
+    def fresh():
+        ep = build(cls, kind)
+        chunk = ep.cut()
+        for i in (4, 5):
+            chunk.add_env_step(**step_kwargs(kind, i))
+        return ep, chunk
+
+    def finish(ep, chunk):
+        if self_numpy:
+            ep.to_numpy()
+        if other_numpy:
+            chunk.to_numpy()
+        return ep, chunk
+
+    ep, chunk = fresh()
+    chunk.id_ = "other"
+    yield ("id", *finish(ep, chunk))
+    ep, chunk = fresh()
+    chunk.t_started += 1
+    yield ("t", *finish(ep, chunk))
+    ep, chunk = fresh()
+    chunk.set_observations(new_data=kind.item(7), at_indices=0)
+    yield ("boundary observation", *finish(ep, chunk))
+    ep, chunk = fresh()
+    ep.is_truncated = True
+    yield ("self done", *finish(ep, chunk))
+    ep, chunk = fresh()
+    chunk.extra_model_outputs["new"] = type(chunk.extra_model_outputs["logp"])(
+        [np.float32(0), np.float32(1)])
+    yield ("unknown extra key", *finish(ep, chunk))
+
+
+CONCAT_MODES = [(False, False), (False, True), (True, False), (True, True)]
+
+
+@pytest.mark.parametrize("kind", KIND_NAMES)
+@pytest.mark.parametrize("self_numpy, other_numpy", CONCAT_MODES)
+def test_concat_misfits(kind, self_numpy, other_numpy):
+    kind = KINDS[kind]
+    for label, ep, chunk in misfit_chunks(SingleAgentEpisode, kind, self_numpy, other_numpy):
+        other_before = episode_state(chunk)
+        assert_raises_and_keeps(ep, AssertionError, lambda: ep.concat_episode(chunk))
+        compare(episode_state(chunk), other_before, f"the chunk after a failed concat ({label})")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_concat_boundary_observation_of_another_structure(mode):
+    """A Dict observation with other keys: RLlib's tree.assert_same_structure
+    raises ValueError."""
+    kind = KINDS["dict"]
+    ep = build(SingleAgentEpisode, kind, numpy=mode == "numpy")
+    other = SingleAgentEpisode(id_="ep", observations=[{"a": np.zeros(2, np.float32)}],
+                               t_started=ep.t)
+    assert_raises_and_keeps(ep, ValueError, lambda: ep.concat_episode(other))
+
+
+@pytest.mark.rllib
+@pytest.mark.parametrize("kind", KIND_NAMES)
+@pytest.mark.parametrize("self_numpy, other_numpy", CONCAT_MODES)
+def test_concat_misfits_like_rllib(kind, self_numpy, other_numpy):
+    from difftools import rllib_episode_class
+
+    kind = KINDS[kind]
+    pairs = zip(misfit_chunks(SingleAgentEpisode, kind, self_numpy, other_numpy),
+                misfit_chunks(rllib_episode_class(), kind, self_numpy, other_numpy))
+    for (label, ours, ours_other), (_, theirs, theirs_other) in pairs:
+        if label == "unknown extra key" and kind.struct and self_numpy and not other_numpy:
+            continue  # RLlib crashes extending numpy'ized Dict/Tuple data before it checks
+        twin, other = EpTwin(ours, theirs), EpTwin(ours_other, theirs_other)
+        twin.check_state(f"building the {label} case")
+        other.check_state(f"building the {label} case")
+        twin.call("concat_episode", Other(other))
+        other.check_state(f"a failed concat ({label})")
+
+
+@pytest.mark.rllib
+@pytest.mark.parametrize("mode", MODES)
+def test_concat_boundary_observation_of_another_structure_like_rllib(mode):
+    kind = KINDS["dict"]
+    twin = twin_of(kind, numpy=mode == "numpy")
+    other = EpTwin.new(id_="ep", observations=[{"a": np.zeros(2, np.float32)}], t_started=3)
+    twin.call("concat_episode", Other(other))
+
+
+# -- from_state with inconsistent lengths --------------------------------------------------
+
+
+def shorten(buffer_state, by=1):
+    """A copy of a buffer's state with `by` items fewer (the data itself is not
+    copied beyond what slicing does: lists copy, arrays view)."""
+    def cut(data):
+        if isinstance(data, dict):
+            return {k: cut(v) for k, v in data.items()}
+        if isinstance(data, tuple):
+            return tuple(cut(v) for v in data)
+        return data[:-by]
+
+    return dict(buffer_state, data=cut(buffer_state["data"]))
+
+
+def lengthen(buffer_state):
+    data = buffer_state["data"]
+    if isinstance(data, list):
+        return dict(buffer_state, data=data + [copy.deepcopy(data[-1])])
+    if isinstance(data, np.ndarray):
+        return dict(buffer_state, data=np.concatenate([data, data[-1:]]))
+    return None
+
+
+BAD_STATES = {
+    "actions short": lambda s: dict(s, actions=shorten(s["actions"])),
+    "rewards short": lambda s: dict(s, rewards=shorten(s["rewards"])),
+    "observations short": lambda s: dict(s, observations=shorten(s["observations"])),
+    "infos short": lambda s: dict(s, infos=shorten(s["infos"])),
+    "observations long": lambda s: lengthen(s["observations"]) and dict(
+        s, observations=lengthen(s["observations"])),
+    "extra short": lambda s: dict(s, extra_model_outputs={
+        k: shorten(v) for k, v in s["extra_model_outputs"].items()}),
+    "lookback of infos": lambda s: dict(s, infos=dict(s["infos"],
+                                                      lookback=s["infos"]["lookback"] + 1)),
+}
+
+
+def bad_states(state):
+    for label, make in BAD_STATES.items():
+        bad = make(state)
+        if bad is not None:
+            yield label, bad
+
+
+@pytest.mark.parametrize("kind", KIND_NAMES)
+@pytest.mark.parametrize("mode", MODES)
+def test_from_state_inconsistent_lengths(kind, mode):
+    kind = KINDS[kind]
+    ep = build(SingleAgentEpisode, kind, steps=4, numpy=mode == "numpy")
+    before = episode_state(ep)
+    for label, bad in bad_states(ep.get_state()):  # shares data with `ep`
+        with pytest.raises(AssertionError):
+            SingleAgentEpisode.from_state(bad)
+        compare(episode_state(ep), before, f"the episode whose state it was ({label})")
+    # A good state still works.
+    restored = SingleAgentEpisode.from_state(ep.get_state())
+    compare(episode_state(restored), before, "from_state of the good state")
+
+
+@pytest.mark.rllib
+@pytest.mark.parametrize("kind", KIND_NAMES)
+@pytest.mark.parametrize("mode", MODES)
+def test_from_state_inconsistent_lengths_like_rllib(kind, mode):
+    from difftools import Mismatch, rllib_episode_class
+
+    kind = KINDS[kind]
+    twin = twin_of(kind, steps=4, numpy=mode == "numpy")
+    before = episode_state(twin.ours)
+    for source in ("RLlib's state", "our state"):
+        state = (twin.theirs if source == "RLlib's state" else twin.ours).get_state()
+        for label, bad in bad_states(state):
+            try:
+                rllib_episode_class().from_state(copy.deepcopy(bad))
+                exc_theirs = None
+            except Exception as e:  # noqa: BLE001
+                exc_theirs = e
+            try:
+                SingleAgentEpisode.from_state(bad)
+                exc_ours = None
+            except Exception as e:  # noqa: BLE001
+                exc_ours = e
+            if exc_theirs is None:
+                assert exc_ours is None, f"{source}, {label}: RLlib accepts it, ours raised " \
+                    f"{exc_ours!r}"
+                continue
+            if not isinstance(exc_ours, type(exc_theirs)):
+                raise Mismatch(f"{source}, {label}: RLlib raised {exc_theirs!r}, ours "
+                               f"{exc_ours!r}")
+            compare(episode_state(twin.ours), before, f"our episode ({source}, {label})")
+
+
+# -- an episode whose __init__ never ran --------------------------------------------------
+
+
+UNINITIALIZED_CALLS = {
+    "repr": repr,
+    "len": len,
+    "get_observations": lambda ep: ep.get_observations(),
+    "get_actions": lambda ep: ep.get_actions(0),
+    "get_rewards": lambda ep: ep.get_rewards(slice(0, 2)),
+    "get_infos": lambda ep: ep.get_infos(),
+    "get_return": lambda ep: ep.get_return(),
+    "validate": lambda ep: ep.validate(),
+    "to_numpy": lambda ep: ep.to_numpy(),
+    "cut": lambda ep: ep.cut(),
+    "get_state": lambda ep: ep.get_state(),
+    "add_env_reset": lambda ep: ep.add_env_reset(0.0),
+    "add_env_step": lambda ep: ep.add_env_step(0.0, 0, 0.0),
+    "is_numpy": lambda ep: ep.is_numpy,
+}
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_uninitialized_episode_raises_instead_of_crashing():
+    """`SingleAgentEpisode.__new__(cls)` without __init__ (also what a traceback
+    printer sees of `self` when __init__ raised): every call must raise or
+    return, never crash the interpreter (RLlib raises AttributeError)."""
+    crashed = []
+    for name, call in UNINITIALIZED_CALLS.items():
+        pid = os.fork()
+        if pid == 0:  # child
+            try:
+                call(SingleAgentEpisode.__new__(SingleAgentEpisode))
+            except BaseException:  # noqa: BLE001 - any exception is fine
+                pass
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        if os.WIFSIGNALED(status):
+            crashed.append(f"{name}: {signal.Signals(os.WTERMSIG(status)).name}")
+    assert not crashed, f"calls on an uninitialized episode crash the interpreter: {crashed}"
