@@ -333,7 +333,9 @@ class SingleAgentEpisode(EpisodeCore):
             "actions": self.actions.get_state(),
             "rewards": self.rewards.get_state(),
             "infos": self.infos.get_state(),
-            "extra_model_outputs": {k: v.get_state() if v else v
+            # Always a state (RLlib keeps an all-lookback buffer as the object
+            # itself, which its from_state() cannot read).
+            "extra_model_outputs": {k: v.get_state()
                                     for k, v in self.extra_model_outputs.items()}
             if len(self.extra_model_outputs) > 0 else None,
             "is_terminated": self.is_terminated,
@@ -364,7 +366,7 @@ class SingleAgentEpisode(EpisodeCore):
         episode.infos = InfiniteLookbackBuffer.from_state(state["infos"])
         factory = functools.partial(InfiniteLookbackBuffer, lookback=episode.observations.lookback)
         episode.extra_model_outputs = defaultdict(factory, {
-            k: InfiniteLookbackBuffer.from_state(v)
+            k: InfiniteLookbackBuffer.from_state(v) if isinstance(v, dict) else _as_buffer(v, 0)
             for k, v in (state["extra_model_outputs"] or {}).items()
         })
         episode.is_terminated = state["is_terminated"]

@@ -277,6 +277,12 @@ class EpisodeMachine(RuleBasedStateMachine):
         except Exception as e:  # noqa: BLE001
             ours, exc_ours = None, e
         if exc_theirs is not None:
+            extras = self.theirs.get_state()["extra_model_outputs"] or {}
+            if any(hasattr(v, "len_incl_lookback") for v in extras.values()):
+                # RLlib's own state holds an all-lookback buffer object it cannot
+                # read back; ours can (pinned in the differential tests).
+                assert exc_ours is None, exc_ours
+                return
             if not isinstance(exc_ours, type(exc_theirs)):
                 raise Mismatch(f"from_state: RLlib raised {exc_theirs!r}, ours {exc_ours!r}")
             return
