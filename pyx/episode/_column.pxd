@@ -3,7 +3,7 @@ cimport cython
 cimport numpy as cnp
 
 cdef class Memory:
-    cdef char* ptr                 # malloc'd block, freed in __dealloc__
+    cdef char* ptr                 # PyMem_RawMalloc'd block, freed in __dealloc__
     @staticmethod
     cdef Memory allocate(size_t nbytes)
     cdef object as_array(self, cnp.dtype descr, Py_ssize_t rows, int row_ndim,

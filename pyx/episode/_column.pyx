@@ -27,7 +27,7 @@ cdef extern from "Python.h":
     # On a borrowed pointer: no temporary reference skews the count.
     Py_ssize_t refcount "Py_REFCNT"(PyObject* obj)
 from libc.stdint cimport int64_t, SIZE_MAX
-from libc.stdlib cimport free, malloc, realloc
+from cpython.mem cimport PyMem_RawFree, PyMem_RawMalloc, PyMem_RawRealloc
 from libc.string cimport memcpy, memmove
 
 cdef extern from "numpy/arrayobject.h":
@@ -66,14 +66,14 @@ cdef Py_ssize_t _product(tuple shape):
 
 
 cdef class Memory:
-    """A malloc'd block that arrays view (as their base): freed with the last
-    of them. Lets a Column realloc its storage, which numpy arrays cannot
-    without zero-filling."""
+    """A block from Python's raw allocator (so tracemalloc sees it) that
+    arrays view as their base: freed with the last of them. Lets a Column
+    realloc its storage, which numpy arrays cannot without zero-filling."""
 
     @staticmethod
     cdef Memory allocate(size_t nbytes):
         cdef Memory memory = Memory.__new__(Memory)
-        memory.ptr = <char*>malloc(nbytes if nbytes else 1)
+        memory.ptr = <char*>PyMem_RawMalloc(nbytes if nbytes else 1)
         if memory.ptr == NULL:
             raise MemoryError(f"cannot allocate {nbytes} bytes")
         return memory
@@ -95,7 +95,7 @@ cdef class Memory:
         return array
 
     def __dealloc__(self):
-        free(self.ptr)
+        PyMem_RawFree(self.ptr)
 
 
 cdef inline bint is_plain_numeric(cnp.dtype dt):
@@ -434,7 +434,7 @@ cdef class Column:
         # by this Column, the array (its base) and the local `memory`.
         if (memory is not None and refcount(<PyObject*>self.array) == 1
                 and refcount(<PyObject*>memory) == 3):
-            moved = <char*>realloc(memory.ptr, nbytes if nbytes else 1)
+            moved = <char*>PyMem_RawRealloc(memory.ptr, nbytes if nbytes else 1)
             if moved == NULL:
                 raise MemoryError("Column cannot grow any further")
             memory.ptr = moved
@@ -653,8 +653,11 @@ cdef class Column:
         elif self.kind == KIND_EMPTY_DICT:
             out.size = n
         elif self.kind != KIND_EMPTY:
-            out._adopt_storage(self.array[start:start + n].copy() if n else
-                               np.empty((MIN_CAPACITY,) + self.row_shape_tuple, self.array.dtype), n)
+            memory = Memory.allocate(max(n, MIN_CAPACITY) * self.row_bytes)
+            memcpy(memory.ptr, self.data + start * self.row_bytes, n * self.row_bytes)
+            out._adopt_storage(memory.as_array(self.array.dtype, max(n, MIN_CAPACITY),
+                                               self.row_ndim, self.row_shape), n)
+            out.memory = memory
         return out
 
     cdef Column view_rows(self, Py_ssize_t start, Py_ssize_t stop):
