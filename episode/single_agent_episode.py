@@ -28,7 +28,11 @@ Indices = Optional[Union[int, List[int], slice]]
 
 
 class EpisodeIndexError(TypeError, NotImplementedError):
-    """episode[x] with x not a slice. (RLlib raises NotImplementedError.)"""
+    """Raised for episode[x] with x not a slice: only slices index an episode.
+
+    A TypeError by meaning; also a NotImplementedError because that is the
+    class RLlib raises here, so code catching RLlib's error keeps working.
+    """
 
 
 def _as_buffer(data: Any, lookback: int, space: Any = None) -> InfiniteLookbackBuffer:
