@@ -7,7 +7,6 @@ compiled EpisodeCore; this module holds the rest.
 """
 from __future__ import annotations
 
-import copy
 import functools
 import time
 import uuid
@@ -20,7 +19,7 @@ import numpy as np
 from episode._episode import REWARDS_SPACE as _REWARDS_SPACE
 from episode._episode import EpisodeCore
 from episode.lookback_buffer import InfiniteLookbackBuffer
-from episode.spaces import flatten_struct, is_struct, map_struct, space_from_dict, space_to_dict
+from episode.spaces import flatten_struct, map_struct, space_from_dict, space_to_dict
 
 __all__ = ["SingleAgentEpisode"]
 

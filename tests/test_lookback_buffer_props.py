@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.extra.numpy import arrays
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
 from difftools import (KINDS, Other, Twin, compare_buffers, known_rllib_crash,
@@ -23,46 +22,8 @@ from difftools import (KINDS, Other, Twin, compare_buffers, known_rllib_crash,
 
 pytestmark = pytest.mark.rllib
 
-F32 = np.float32
-box_floats = st.floats(-10, 10, width=32)
+from strategies import ITEMS
 
-
-def _box(shape):
-    return arrays(F32, shape, elements=box_floats)
-
-
-def _int64(lo, hi):
-    return st.integers(lo, hi).map(np.int64)
-
-
-ITEMS = {
-    "box4": _box((4,)),
-    "box23": _box((2, 3)),
-    "discrete_int": st.integers(0, 4),
-    "discrete_np": _int64(0, 4),
-    "multidiscrete": st.tuples(st.integers(0, 1), st.integers(0, 2), st.integers(0, 3)).map(
-        lambda t: np.array(t, dtype=np.int64)),
-    # Dicts are built in the space's key order (hypothesis' fixed_dictionaries
-    # may shuffle it; the key order of one-hot results is tested explicitly).
-    "dict": st.builds(lambda a, b: {"a": a, "b": b}, _box((2,)), _int64(0, 2)),
-    "nested": st.tuples(_int64(0, 1), st.builds(
-        lambda x, y: {"x": x, "y": y}, _box((3,)),
-        st.tuples(st.integers(0, 1), st.integers(0, 1)).map(
-            lambda t: np.array(t, dtype=np.int64)))),
-    "reward": st.floats(allow_nan=True, allow_infinity=True),
-    "int_nospace": st.integers(-(2 ** 63), 2 ** 63 - 1),
-    "box4_nospace": _box((4,)),
-    "info": st.builds(lambda step, flag: {"step": step, "flag": flag},
-                      st.integers(-5, 5), st.booleans()),
-    "string": st.text(alphabet="abc", max_size=3),
-    "image_u8": arrays(np.uint8, (2, 2)),
-    "multibinary": arrays(np.int8, (3,), elements=st.integers(0, 1)),
-    "bool_nospace": st.booleans(),
-    "f32_scalar": st.floats(width=32, allow_nan=True).map(np.float32),
-    "mixed_scalar": st.one_of(st.floats(-1e6, 1e6), st.integers(-1000, 1000),
-                              st.floats(-100, 100, width=32).map(np.float32),
-                              st.integers(-5, 5).map(np.int64), st.booleans()),
-}
 
 INDEX = st.integers(-9, 9)
 BOUND = st.one_of(st.none(), st.integers(-9, 9))
