@@ -14,8 +14,21 @@ cdef class BufferCore:
     cdef object _plan_dtype, _plan_value, _plan_fill_dtype, _plan_fill_value
 
     cpdef Py_ssize_t len_incl_lookback(self)
-    cdef int push(self, object item) except -1
-    cdef int push_empty_dict(self) except -1
+
+    # Inline: add_env_step's pushes reach the Column's inline push with no call.
+    cdef inline int push(self, object item) except -1:
+        if self._col is not None:
+            return self._col.push(item)
+        self._append_struct(item)     # finalized Dict/Tuple data (the facade)
+        return 0
+
+    cdef inline int push_empty_dict(self) except -1:
+        # A new empty dict, only counted while all items are empty dicts.
+        if self._col is not None and self._col.counts_empty_dicts():
+            self._col.size += 1
+            return 0
+        return self.push({})
+
     cpdef check_append(self, object item)
     cdef object cget(self, object indices, bint neg_index_as_lookback, object fill,
                      bint one_hot_discrete, bint ignore_last_ts, object add_last_ts_value)

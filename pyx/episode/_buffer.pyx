@@ -57,20 +57,6 @@ cdef class BufferCore:
         """Appends `item` at the end of the buffer."""
         self.push(item)
 
-    cdef int push(self, object item) except -1:
-        if self._col is not None:
-            self._col.push(item)
-        else:
-            self._append_struct(item)
-        return 0
-
-    cdef int push_empty_dict(self) except -1:
-        """Appends a new empty dict (only counted while all items are empty dicts)."""
-        if self._col is not None and self._col.counts_empty_dicts():
-            self._col.size += 1
-            return 0
-        return self.push({})
-
     cpdef check_append(self, object item):
         """Raises (ValueError) if `item` cannot be appended to finalized data."""
         if self._col is not None:

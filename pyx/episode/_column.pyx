@@ -193,60 +193,22 @@ cdef class Column:
         for item in items:
             self.push(item)
 
-    cdef int push(self, object item) except -1:
+    cdef int push_slow(self, object item) except -1:
         if self.finalized:
             return self._push_array_mode(item)
-        return self._push_list_mode(item)
-
-    cdef int _push_list_mode(self, object item) except -1:
-        cdef object t = type(item)
-        cdef int overflow = 0
-        cdef long long value
-        cdef char* dst
+        if self.kind == KIND_EMPTY:
+            self._start_typed(item)
         if self.kind == KIND_OBJECT:
             self.items.append(item)
             return 0
-        if self.kind == KIND_EMPTY:
-            self._start_typed(item)
-            if self.kind == KIND_OBJECT:
-                self.items.append(item)
-                return 0
         if self.kind == KIND_EMPTY_DICT:
-            if t is dict and not item:
+            if type(item) is dict and not item:
                 self.size += 1
                 return 0
-            self._to_object_path()
-            self.items.append(item)
-            return 0
-        if self.size == self.capacity:
-            self._reserve(1)
-        dst = self.data + self.size * self.row_bytes
-        if self.kind == KIND_ARRAY:
-            if t is ndarray_type and self._row_matches(<cnp.ndarray>item):
-                memcpy(dst, cnp.PyArray_DATA(<cnp.ndarray>item), self.row_bytes)
-                self.size += 1
-                return 0
-        elif self.kind == KIND_FLOAT:
-            if t is float:
-                (<double*>dst)[0] = PyFloat_AS_DOUBLE(item)
-                self.size += 1
-                return 0
-        elif self.kind == KIND_INT:
-            if t is int:
-                value = PyLong_AsLongLongAndOverflow(item, &overflow)
-                if not overflow:
-                    (<int64_t*>dst)[0] = value
-                    self.size += 1
-                    return 0
-        elif self.kind == KIND_BOOL:
-            if t is bool:
-                (<cnp.npy_bool*>dst)[0] = item is True
-                self.size += 1
-                return 0
-        elif self.kind == KIND_SCALAR:
-            if t is self.scalar_type:
-                cnp.PyArray_ScalarAsCtype(item, dst)
-                self.size += 1
+        else:
+            if self.size == self.capacity:
+                self._reserve(1)
+            if self.store_typed(item):
                 return 0
         # A different kind of item: keep every value and type on the object path.
         self._to_object_path()
@@ -389,17 +351,6 @@ cdef class Column:
                 f"cannot add an item of shape {shape} to finalized data whose rows "
                 f"have shape {self.row_shape_tuple}"
             )
-
-    cdef bint _row_matches(self, cnp.ndarray arr):
-        cdef int i
-        if cnp.PyArray_TYPE(arr) != self.type_num or arr.ndim != self.row_ndim:
-            return False
-        if not cnp.PyArray_IS_C_CONTIGUOUS(arr) or not cnp.PyArray_ISNOTSWAPPED(arr):
-            return False
-        for i in range(self.row_ndim):
-            if arr.shape[i] != self.row_shape[i]:
-                return False
-        return True
 
     cdef int _reserve(self, Py_ssize_t rows) except -1:
         """Makes room for `rows` more rows: capacity doubles, old rows are copied."""

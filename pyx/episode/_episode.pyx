@@ -15,7 +15,12 @@ from cpython.object cimport PyObject
 from libc.math cimport NAN, isnan
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
+cimport numpy as cnp
+
 from episode._buffer cimport BufferCore
+
+# The Columns' inline push (inlined here) calls numpy's C-API.
+cnp.import_array()
 
 
 # RLlib gives every rewards buffer this space (it shapes `fill` values).
@@ -32,8 +37,13 @@ cdef inline double now():
 cdef inline BufferCore as_buffer(object obj):
     # Checked: a C method call on anything else (None included) would crash.
     if not isinstance(obj, BufferCore):
-        raise TypeError(f"expected an InfiniteLookbackBuffer, got {type(obj).__name__}")
+        not_a_buffer(obj)
     return <BufferCore>obj
+
+
+cdef int not_a_buffer(object obj) except -1:
+    # Out of line, so that as_buffer stays small enough to inline.
+    raise TypeError(f"expected an InfiniteLookbackBuffer, got {type(obj).__name__}")
 
 
 cdef inline int require_buffers(EpisodeCore episode) except -1:
