@@ -24,9 +24,11 @@ from episode.spaces import (
     is_struct,
     map_struct,
     one_hot_struct,
+    pickled_space,
     space_from_dict,
     space_to_dict,
     stack,
+    unpickled_space,
 )
 
 __all__ = ["InfiniteLookbackBuffer"]
@@ -164,7 +166,8 @@ class InfiniteLookbackBuffer(BufferCore):
 
     def __reduce__(self):
         # Columns pickle as whole arrays (out-of-band with protocol 5).
-        return (_restore, (type(self), self._col, self._tree, self.lookback, self.space))
+        return (_restore, (type(self), self._col, self._tree, self.lookback,
+                           pickled_space(self.space)))
 
     # -- adding and removing --------------------------------------------------
 
@@ -505,7 +508,7 @@ class InfiniteLookbackBuffer(BufferCore):
 def _restore(cls, col, tree, lookback, space):
     buffer = cls.__new__(cls)
     buffer._col, buffer._tree, buffer.lookback = col, tree, lookback
-    buffer.space = space
+    buffer.space = unpickled_space(space)
     return buffer
 
 

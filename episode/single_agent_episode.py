@@ -8,6 +8,7 @@ compiled EpisodeCore; this module holds the rest.
 from __future__ import annotations
 
 import functools
+import operator
 import time
 import uuid
 from collections import defaultdict
@@ -19,9 +20,20 @@ import numpy as np
 from episode._episode import REWARDS_SPACE as _REWARDS_SPACE
 from episode._episode import EpisodeCore
 from episode.lookback_buffer import InfiniteLookbackBuffer
-from episode.spaces import flatten_struct, map_struct, space_from_dict, space_to_dict
+from episode.spaces import (
+    flatten_struct,
+    map_struct,
+    pickled_space,
+    share_space,
+    space_from_dict,
+    space_to_dict,
+    unpickled_space,
+)
 
 __all__ = ["SingleAgentEpisode"]
+
+# Unpickled rewards buffers get the same space object as new ones.
+share_space(_REWARDS_SPACE)
 
 Indices = Optional[Union[int, List[int], slice]]
 
@@ -387,9 +399,11 @@ class SingleAgentEpisode(EpisodeCore):
         return episode
 
     def __reduce__(self):
-        # The buffers pickle as whole arrays (out-of-band with protocol 5).
-        fields = {name: getattr(self, name) for name in _FIELDS}
-        return (_restore, (type(self), fields))
+        # The buffers pickle as whole arrays (out-of-band with protocol 5), the
+        # spaces by description (see spaces.pickled_space).
+        return (_restore, (type(self), _get_fields(self),
+                           pickled_space(self._observation_space),
+                           pickled_space(self._action_space)))
 
     def __repr__(self) -> str:
         return (f"SAEps(len={len(self)} done={self.is_done} R={self.get_return()} "
@@ -411,13 +425,16 @@ class SingleAgentEpisode(EpisodeCore):
 _FIELDS = (
     "id_", "agent_id", "module_id", "multi_agent_episode_id", "observations", "actions",
     "rewards", "infos", "extra_model_outputs", "is_terminated", "is_truncated", "t",
-    "t_started", "_observation_space", "_action_space", "_custom_data", "_start_time",
-    "_last_step_time", "_last_added_observation", "_last_added_infos",
+    "t_started", "_custom_data", "_start_time", "_last_step_time",
+    "_last_added_observation", "_last_added_infos",
 )
+_get_fields = operator.attrgetter(*_FIELDS)
 
 
-def _restore(cls, fields):
+def _restore(cls, values, observation_space, action_space):
     episode = cls.__new__(cls)
-    for name, value in fields.items():
+    for name, value in zip(_FIELDS, values):
         setattr(episode, name, value)
+    episode._observation_space = unpickled_space(observation_space)
+    episode._action_space = unpickled_space(action_space)
     return episode

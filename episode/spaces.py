@@ -78,8 +78,14 @@ def flatten_struct(x: Any) -> list:
 
 # -- spaces ------------------------------------------------------------------
 
+_LEAF_SPACES = frozenset([type(None), gym.spaces.Box, gym.spaces.Discrete,
+                          gym.spaces.MultiDiscrete, gym.spaces.MultiBinary])
+
 def base_struct(space: gym.Space | None) -> Any:
     """A Dict/Tuple space as a plain dict/tuple of its leaf spaces; others as is."""
+    if type(space) in _LEAF_SPACES:
+        # Dict and Tuple are typing ABCs: isinstance against them is slow.
+        return space
     if isinstance(space, gym.spaces.Tuple):
         return tuple(base_struct(s) for s in space)
     if isinstance(space, gym.spaces.Dict):
@@ -297,3 +303,91 @@ def space_from_dict(d: dict | None) -> gym.Space | None:
             return Simplex(**args)
         return Repeated(space_from_dict(d["child_space"]), max_len=d["max_len"])
     raise ValueError(f"unknown serialized space kind {kind!r}")
+
+
+# -- pickling spaces by description ---------------------------------------------
+#
+# Rebuilding a gymnasium Box from its pickle (four arrays and __setstate__)
+# costs more than loading the rest of a 10k-step episode. A plain leaf space
+# that has no RNG state yet pickles instead as a short hashable description,
+# and unpickling maps each description to one shared space object per process,
+# just as the episodes of one env runner share its env's spaces.
+
+_SHARED_SPACES: dict[tuple, gym.Space] = {}
+_MAX_SHARED_SPACES = 256
+
+
+def _space_key(space: Any) -> tuple | None:
+    """The description of a plain Box/Discrete/MultiDiscrete/MultiBinary with
+    no RNG state, or None for any other space (those pickle as themselves)."""
+    t = type(space)
+    if getattr(space, "_np_random", 0) is not None:
+        return None
+    if t is gym.spaces.Box:
+        return ("box", space.shape, space.dtype.str, space.low.astype(space.dtype).tobytes(),
+                space.high.astype(space.dtype).tobytes())
+    if t is gym.spaces.Discrete:
+        return ("discrete", int(space.n), int(space.start), space.dtype.str)
+    if t is gym.spaces.MultiDiscrete:
+        return ("multi-discrete", space.shape, space.dtype.str, space.nvec.tobytes(),
+                space.start.tobytes())
+    if t is gym.spaces.MultiBinary:
+        n = space.n
+        return ("multi-binary", tuple(n) if isinstance(n, (tuple, list, np.ndarray)) else int(n))
+    return None
+
+
+def _space_from_key(key: tuple) -> gym.Space:
+    kind = key[0]
+    if kind == "box":
+        _, shape, dtype, low, high = key
+        return gym.spaces.Box(np.frombuffer(low, dtype).reshape(shape),
+                              np.frombuffer(high, dtype).reshape(shape), shape, np.dtype(dtype))
+    if kind == "discrete":
+        _, n, start, dtype = key
+        return gym.spaces.Discrete(n, start=start, dtype=np.dtype(dtype))
+    if kind == "multi-discrete":
+        _, shape, dtype, nvec, start = key
+        return gym.spaces.MultiDiscrete(np.frombuffer(nvec, dtype).reshape(shape), dtype=dtype,
+                                        start=np.frombuffer(start, dtype).reshape(shape))
+    return gym.spaces.MultiBinary(key[1])
+
+
+def shared_space(key: tuple) -> gym.Space:
+    """The process's space for description `key` (made on first use)."""
+    space = _SHARED_SPACES.get(key)
+    if space is None:
+        if len(_SHARED_SPACES) >= _MAX_SHARED_SPACES:
+            _SHARED_SPACES.clear()
+        space = _SHARED_SPACES[key] = _space_from_key(key)
+    return space
+
+
+def share_space(space: gym.Space) -> None:
+    """Makes `space` the object that descriptions equal to its own unpickle to."""
+    key = _space_key(space)
+    if key is not None:
+        _SHARED_SPACES[key] = space
+
+
+class _SpaceByKey:
+    """Stands in for a space in a pickle: loads as shared_space(key)."""
+    __slots__ = ("key",)
+
+    def __init__(self, key: tuple):
+        self.key = key
+
+    def __reduce__(self):
+        return (shared_space, (self.key,))
+
+
+def pickled_space(space: Any) -> Any:
+    """What to put in a __reduce__ for `space`: its description when it has one."""
+    key = _space_key(space)
+    return space if key is None else _SpaceByKey(key)
+
+
+def unpickled_space(value: Any) -> Any:
+    """The space for a value pickled_space() gave. Unpickling has already made
+    it one; copy.copy/deepcopy hand the stand-in itself to the restore function."""
+    return shared_space(value.key) if type(value) is _SpaceByKey else value

@@ -1,10 +1,12 @@
 """Pickling moves whole buffers: numeric tracks travel as out-of-band buffers."""
+import copy
 import pickle
 
 import gymnasium as gym
 import numpy as np
+import pytest
 
-from episode import SingleAgentEpisode
+from episode import InfiniteLookbackBuffer, SingleAgentEpisode
 
 
 def make_episode(steps=50):
@@ -42,3 +44,55 @@ def test_in_band_round_trip_of_a_list_mode_episode_keeps_types():
         episode.get_state()["observations"]["data"][3].tolist()
     again.add_env_step(np.ones(4, np.float32), 0, 2.0, extra_model_outputs={"vf": np.float32(0)})
     assert len(again) == 11 and not again.is_numpy
+
+
+# -- spaces: plain ones travel as short descriptions ---------------------------
+
+def round_trip(x):
+    return pickle.loads(pickle.dumps(x, protocol=5))
+
+
+def test_unpickled_episodes_share_one_space_object_per_description():
+    first, second = round_trip(make_episode(3)), round_trip(make_episode(4))
+    assert first.observation_space == gym.spaces.Box(-1, 1, (4,), np.float32)
+    assert first.action_space == gym.spaces.Discrete(2)
+    # As the episodes of one env runner share the env's spaces.
+    assert first.observation_space is second.observation_space
+    assert first.observations.space is first.observation_space
+    # Rewards keep the one space every episode's rewards buffer has.
+    assert first.rewards.space is SingleAgentEpisode().rewards.space
+
+
+@pytest.mark.parametrize("space", [
+    gym.spaces.Box(np.array([-1.0, 0.0]), np.array([1.0, 5.0]), (2,), np.float64),
+    gym.spaces.Box(0, 255, (3, 2), np.uint8),
+    gym.spaces.Discrete(5, start=-2),
+    gym.spaces.Discrete(3, dtype=np.int32),
+    gym.spaces.MultiDiscrete([3, 4], start=[1, -1]),
+    gym.spaces.MultiBinary(3),
+    gym.spaces.MultiBinary([2, 2]),
+], ids=repr)
+def test_plain_spaces_come_back_equal(space):
+    buffer = InfiniteLookbackBuffer([space.sample()], space=space)
+    again = round_trip(buffer)
+    assert again.space == space and type(again.space) is type(space)
+    assert again.space.dtype == space.dtype and again.space.shape == space.shape
+
+
+def test_a_space_with_rng_state_pickles_as_itself():
+    space = gym.spaces.Box(-1, 1, (4,), np.float32, seed=7)
+    episode = SingleAgentEpisode(observation_space=space)
+    first, second = round_trip(episode), round_trip(episode)
+    assert first.observation_space is not second.observation_space
+    np.testing.assert_array_equal(first.observation_space.sample(), space.sample())
+
+
+def test_copy_and_deepcopy_keep_spaces_and_data():
+    episode = make_episode(5).to_numpy()
+    for again in (copy.copy(episode), copy.deepcopy(episode)):
+        assert again.observation_space == episode.observation_space
+        assert again.observations.space == episode.observation_space
+        np.testing.assert_array_equal(again.get_observations(), episode.get_observations())
+    deep = copy.deepcopy(episode)
+    deep.set_rewards(new_data=-1.0, at_indices=0)
+    assert episode.get_rewards(0) == 0.0
