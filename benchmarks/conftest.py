@@ -1,11 +1,16 @@
 """Shared fixtures for the benchmarks: the implementation under test and inputs.
 
-Run with ``pytest benchmarks/ --benchmark-group-by=group``; the plain ``pytest``
+Run with ``pytest benchmarks/ --benchmark-group-by=param:workload`` (the
+SingleAgentEpisode workloads) or ``--benchmark-group-by=group``; the plain ``pytest``
 run collects ``tests/`` only (pyproject's testpaths), never this folder.
 """
+from collections import defaultdict
+
 import gymnasium as gym
 import numpy as np
 import pytest
+
+from episode.workloads import rllib_class
 
 pytest.importorskip("pytest_benchmark")
 
@@ -51,51 +56,32 @@ def box4():
     return gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
 
 
-# -- SingleAgentEpisode -------------------------------------------------------
-
-def rllib_single_agent_episode():
-    """RLlib 2.60's SingleAgentEpisode class, or None without ray[rllib]."""
-    try:
-        from ray.rllib.env.single_agent_episode import SingleAgentEpisode
-    except ImportError:
-        return None
-    return SingleAgentEpisode
-
-
 @pytest.fixture(params=IMPLS)
 def sae_impl(request):
     """The SingleAgentEpisode class to time: ours, or RLlib 2.60's."""
     if request.param == "ours":
         from episode import SingleAgentEpisode
         return SingleAgentEpisode
-    cls = rllib_single_agent_episode()
+    cls = rllib_class()
     if cls is None:
         pytest.skip("ray[rllib] is not installed")
     return cls
 
 
-@pytest.fixture(scope="session")
-def sae_classes():
-    """Both SingleAgentEpisode classes, {"ours": cls, "rllib": cls or None},
-    for the checks that run a workload on both before timing it."""
-    from episode import SingleAgentEpisode
-    return {"ours": SingleAgentEpisode, "rllib": rllib_single_agent_episode()}
-
-
-@pytest.fixture(scope="session")
-def int_actions():
-    """N_MAX Python int actions in Discrete(2), made once."""
-    rng = np.random.default_rng(2)
-    return rng.integers(0, 2, size=N_MAX).tolist()
-
-
-@pytest.fixture(scope="session")
-def float_rewards():
-    """N_MAX Python float rewards, made once."""
-    rng = np.random.default_rng(3)
-    return rng.uniform(-1.0, 1.0, size=N_MAX).tolist()
-
-
-@pytest.fixture(scope="session")
-def discrete2():
-    return gym.spaces.Discrete(2)
+@pytest.hookimpl(tryfirst=True)
+def pytest_benchmark_group_stats(config, benchmarks, group_by):
+    """Makes ``--benchmark-group-by=param:NAME`` work on the whole folder: a
+    benchmark without a NAME parameter (the lookback-buffer ones have no
+    ``workload``) goes into its ``benchmark.group`` instead of failing with
+    a KeyError in pytest-benchmark. Other groupings: pytest-benchmark's own."""
+    if not group_by.startswith("param:") or "," in group_by:
+        return None
+    name = group_by[len("param:"):]
+    groups = defaultdict(list)
+    for bench in benchmarks:
+        params = bench["params"] or {}
+        key = f"{name}={params[name]}" if name in params else bench["group"] or bench["name"]
+        groups[key].append(bench)
+    for group in groups.values():
+        group.sort(key=lambda bench: bench["name"])
+    return sorted(groups.items())

@@ -84,7 +84,7 @@ def render(rows: list[dict], markdown: bool) -> str:
         lines += ["| " + " | ".join(row) + " |" for row in table]
         return "\n".join(lines)
     widths = [max(len(str(x)) for x in col) for col in zip(header, *table)]
-    fmt = "  ".join("{:<%d}" % w for w in widths)
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     lines = [fmt.format(*header), fmt.format(*["-" * w for w in widths])]
     lines += [fmt.format(*row) for row in table]
     return "\n".join(lines)
@@ -120,7 +120,7 @@ def render_memory(rows: list[list[str]], markdown: bool) -> str:
         lines += ["| " + " | ".join(row) + " |" for row in rows]
         return "\n".join(lines)
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
-    fmt = "  ".join("{:<%d}" % w for w in widths)
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
     return "\n".join([fmt.format(*header), fmt.format(*["-" * w for w in widths])]
                      + [fmt.format(*row) for row in rows])
 

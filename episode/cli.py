@@ -1,0 +1,630 @@
+"""The `episode` command (`python -m episode`): a sampling demo and a benchmark.
+
+    episode demo [--env CartPole-v1] [--num-envs 1] [--steps 100000] ...
+    episode bench [--rounds 7] [--workloads a,b] [--json PATH] [--plot PATH]
+
+`demo` samples a gymnasium environment with random actions and keeps the
+episodes the way an RLlib sampler does; `bench` times the workloads of
+episode.workloads for ours and, when ray[rllib] is installed, for RLlib's
+SingleAgentEpisode in the same process. Without a command, `demo` runs.
+
+User errors print one line, ``episode: error: ...``, and exit with status 2;
+Ctrl-C prints what was measured so far and exits with status 130.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import pickle
+import platform
+import statistics
+import sys
+import time
+import tracemalloc
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+__all__ = ["main"]
+
+RLLIB_HINT = 'RLlib comparison off: pip install "ray[rllib]==2.60.*" (or "episode[test]")'
+
+
+class UsageError(Exception):
+    """A mistake in the command line: reported in one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        # One line instead of argparse's usage block.
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+# -- progress -----------------------------------------------------------------
+
+class Progress:
+    """A one-line progress bar on stderr, redrawn at most ten times a second.
+
+    Off by default when the stream is not a terminal (a log file would fill
+    with carriage returns); `enabled` forces it on or off.
+    """
+
+    WIDTH = 30
+
+    def __init__(self, total: int, unit: str, enabled: bool | None = None,
+                 stream: TextIO | None = None):
+        self.stream = stream or sys.stderr
+        self.enabled = self.stream.isatty() if enabled is None else enabled
+        self.total = total
+        self.unit = unit
+        self.start = time.perf_counter()
+        self._drawn = 0.0
+        self._line_len = 0
+        self._done = 0
+        self._note = ""
+
+    def update(self, done: int, note: str = "") -> None:
+        if not self.enabled:
+            return
+        self._done, self._note = done, note
+        now = time.perf_counter()
+        if now - self._drawn >= 0.1:
+            self._drawn = now
+            self._draw(now)
+
+    def close(self) -> None:
+        """Draws the last state and ends the line."""
+        if self.enabled:
+            self._draw(time.perf_counter())
+            self.stream.write("\n")
+            self.stream.flush()
+
+    def _draw(self, now: float) -> None:
+        frac = min(self._done / self.total, 1.0) if self.total else 1.0
+        filled = int(frac * self.WIDTH)
+        elapsed = now - self.start
+        rate = self._done / elapsed if elapsed > 0 else 0.0
+        line = (f"[{'#' * filled}{'.' * (self.WIDTH - filled)}] {frac:4.0%} "
+                f"{self._done:,}/{self.total:,} {self.unit} {elapsed:5.1f}s "
+                f"{rate:,.0f} {self.unit}/s {self._note}").rstrip()
+        # Pad over the rest of a longer previous line.
+        self.stream.write("\r" + line.ljust(self._line_len))
+        self.stream.flush()
+        self._line_len = len(line)
+
+
+# -- formatting ---------------------------------------------------------------
+
+def format_time(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds / 1e-9:.3g} ns"
+
+
+def format_bytes(n: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def _table(header: list[str], rows: list[list[str]], right: set[int]) -> str:
+    widths = [max(len(x) for x in col) for col in zip(header, *rows)]
+    lines = []
+    for row in [header, ["-" * w for w in widths], *rows]:
+        cells = [x.rjust(w) if i in right else x.ljust(w)
+                 for i, (x, w) in enumerate(zip(row, widths))]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+# -- demo ---------------------------------------------------------------------
+
+@dataclass
+class DemoStats:
+    env_steps: int = 0          # transitions recorded in episodes
+    episodes: int = 0           # finished episodes
+    chunks: int = 0             # chunks handed on: cut() pieces and finished episodes
+    returns: float = 0.0        # sum of the finished episodes' returns
+    lengths: int = 0            # sum of their lengths
+    env_s: float = 0.0          # seconds in env.reset() / env.step()
+    episode_s: float = 0.0      # seconds in episode calls
+    wall_s: float = 0.0
+    live: list = field(default_factory=list)   # the episodes still being filled
+
+
+def _make_env(env_id: str, num_envs: int):
+    """A sync vector env of `num_envs` copies of `env_id` (UsageError if unknown)."""
+    import gymnasium as gym
+
+    try:
+        return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync")
+    except gym.error.UnregisteredEnv as e:
+        raise UsageError(f"unknown environment id {env_id!r}: {e}") from None
+    except (gym.error.Error, ImportError) as e:
+        raise UsageError(f"cannot make environment {env_id!r}: {e}") from None
+
+
+def _autoreset_mode(env) -> str:
+    # Gymnasium 1.x vector envs state it in metadata; NextStep is the default.
+    mode = env.metadata.get("autoreset_mode", "NextStep")
+    mode = getattr(mode, "value", mode)
+    if mode not in ("NextStep", "SameStep"):
+        raise UsageError(f"unsupported vector env autoreset mode {mode!r} "
+                         "(the demo handles NextStep and SameStep)")
+    return mode
+
+
+def _sample(env, steps: int, rollout: int, seed: int | None, stats: DemoStats,
+            progress: Progress) -> None:
+    """Steps `env` with random actions until `steps` transitions are recorded.
+
+    One episode per sub-env. A finished episode is to_numpy()'d (as handed to
+    a learner) and dropped, and a new one starts with the reset observation.
+    Every `rollout` vector steps the unfinished episodes are cut(): the chunk
+    is to_numpy()'d and dropped, the successor goes on. Episode calls and env
+    calls are timed separately.
+    """
+    from episode import SingleAgentEpisode
+
+    clock = time.perf_counter
+    n = env.num_envs
+    same_step = _autoreset_mode(env) == "SameStep"
+    spaces = {"observation_space": env.single_observation_space,
+              "action_space": env.single_action_space}
+
+    t0 = clock()
+    obs, _ = env.reset(seed=seed)
+    t1 = clock()
+    episodes = stats.live = [SingleAgentEpisode(**spaces) for _ in range(n)]
+    for i in range(n):
+        episodes[i].add_env_reset(obs[i])
+    stats.env_s += t1 - t0
+    stats.episode_s += clock() - t1
+    env.action_space.seed(seed)
+    returns = [0.0] * n
+    vector_steps = 0
+
+    while stats.env_steps < steps:
+        actions = env.action_space.sample()
+        t0 = clock()
+        obs, rewards, terminated, truncated, infos = env.step(actions)
+        stats.env_s += clock() - t0
+        rewards, terminated, truncated = rewards.tolist(), terminated.tolist(), truncated.tolist()
+        book = 0.0
+        for i in range(n):
+            episode = episodes[i]
+            if episode is None:
+                # NextStep autoreset: this step() reset sub-env i and ignored its action.
+                t0 = clock()
+                episodes[i] = episode = SingleAgentEpisode(**spaces)
+                episode.add_env_reset(obs[i])
+                book += clock() - t0
+                continue
+            if stats.env_steps == steps:
+                break
+            done = terminated[i] or truncated[i]
+            # SameStep autoreset: obs[i] already is the next reset observation.
+            last_obs = infos["final_obs"][i] if done and same_step else obs[i]
+            t0 = clock()
+            episode.add_env_step(last_obs, actions[i], rewards[i],
+                                 terminated=terminated[i], truncated=truncated[i])
+            if done:
+                episode.to_numpy()
+                if same_step:
+                    episodes[i] = SingleAgentEpisode(**spaces)
+                    episodes[i].add_env_reset(obs[i])
+                else:
+                    episodes[i] = None
+            book += clock() - t0
+            stats.env_steps += 1
+            returns[i] += rewards[i]
+            if done:
+                stats.episodes += 1
+                stats.chunks += 1
+                stats.returns += returns[i]
+                stats.lengths += episode.t    # t counts the steps of all chunks
+                returns[i] = 0.0
+        vector_steps += 1
+        if vector_steps % rollout == 0:
+            t0 = clock()
+            for i, episode in enumerate(episodes):
+                if episode is not None and len(episode) > 0:
+                    episodes[i] = episode.cut()
+                    episode.to_numpy()
+                    stats.chunks += 1
+            book += clock() - t0
+        stats.episode_s += book
+        progress.update(stats.env_steps)
+
+
+def _held_bytes(episodes: list) -> int:
+    """Bytes an unpickled copy of `episodes` allocates, traced by tracemalloc.
+
+    Tracing the whole run would slow every allocation; a copy holds the same
+    data, spaces included, without the spare capacity of growing buffers.
+    """
+    blob = pickle.dumps(episodes, protocol=5)
+    tracemalloc.start()
+    try:
+        copy = pickle.loads(blob)
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    del copy
+    return held
+
+
+def _demo_summary(args, env, stats: DemoStats) -> str:
+    def rate(seconds: float) -> str:
+        return f"{stats.env_steps / seconds:>12,.0f} steps/s" if seconds > 0 else ""
+
+    live = [e for e in stats.live if e is not None]
+    mode = _autoreset_mode(env)
+    if stats.episodes:
+        means = (f"mean return {stats.returns / stats.episodes:.1f}, "
+                 f"mean length {stats.lengths / stats.episodes:.1f}")
+    else:
+        means = "none finished yet"
+    rows = [
+        ("episodes finished", f"{stats.episodes:,}", means),
+        ("env steps", f"{stats.env_steps:,}", f"in {stats.wall_s:.2f} s wall time"),
+        ("in the env", f"{stats.env_s:.3f} s", f"{rate(stats.env_s)}  (env.reset, env.step)"),
+        ("in episode calls", f"{stats.episode_s:.3f} s",
+         f"{rate(stats.episode_s)}  (add_env_reset, add_env_step, cut, to_numpy)"),
+        ("chunks handed on", f"{stats.chunks:,}",
+         f"to_numpy()'d: finished episodes, cut() every {args.rollout} steps of a sub-env"),
+        ("memory held", format_bytes(_held_bytes(live)),
+         f"by {len(live)} live episode(s) (tracemalloc, on an unpickled copy)"),
+    ]
+    head = (f"{args.env}: {args.num_envs} sync env(s), autoreset {mode}, seed {args.seed}, "
+            "random actions")
+    width = max(len(r[1]) for r in rows)
+    return "\n".join([head] + [f"  {a:<18} {b:>{width}}  {c}" for a, b, c in rows])
+
+
+def demo(args) -> int:
+    env = _make_env(args.env, args.num_envs)
+    stats = DemoStats()
+    progress = Progress(args.steps, "steps", args.progress)
+    start = time.perf_counter()
+    interrupted = False
+    try:
+        _sample(env, args.steps, args.rollout, args.seed, stats, progress)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        stats.wall_s = time.perf_counter() - start
+        progress.close()
+    try:
+        if interrupted:
+            print("interrupted", file=sys.stderr)
+        print(_demo_summary(args, env, stats))
+    finally:
+        env.close()
+    return 130 if interrupted else 0
+
+
+# -- bench --------------------------------------------------------------------
+
+MIN_ROUND_S = 5e-3          # a timed round lasts at least this long
+MIN_ROUND_S_QUICK = 1e-4
+
+
+@dataclass
+class BenchResult:
+    workload: Any
+    times: dict = field(default_factory=lambda: {"ours": [], "rllib": []})  # s per call
+    mismatch: str | None = None
+
+    def median(self, impl: str) -> float | None:
+        return statistics.median(self.times[impl]) if self.times[impl] else None
+
+    def speedup(self) -> float | None:
+        ours, rllib = self.median("ours"), self.median("rllib")
+        return rllib / ours if ours and rllib else None
+
+
+def _check_writable(path: str, option: str) -> None:
+    """Raises UsageError now, rather than after the benchmark, if `path`
+    cannot be written."""
+    existed = os.path.exists(path)
+    try:
+        with open(path, "a"):
+            pass
+    except OSError as e:
+        raise UsageError(f"cannot write {option} file {path!r}: {e.strerror}") from None
+    if not existed:
+        os.remove(path)
+
+
+def _time_calls(rnd, number: int) -> float:
+    """Seconds `number` rounds take, their setups not counted."""
+    clock = time.perf_counter
+    if rnd.setup is None:
+        run = rnd.run
+        t0 = clock()
+        for _ in range(number):
+            run()
+        return clock() - t0
+    total = 0.0
+    for _ in range(number):
+        args = rnd.setup()
+        t0 = clock()
+        rnd.run(*args)
+        total += clock() - t0
+    return total
+
+
+def _calls_per_round(rnd, min_s: float) -> int:
+    """How many calls make a timed round last min_s (as timeit's autorange)."""
+    number = 1
+    while _time_calls(rnd, number) < min_s:
+        number *= 2
+    return number
+
+
+def _bench_workload(workload, classes: dict, rounds: int, min_s: float, result: BenchResult,
+                    progress: Progress, done: int) -> None:
+    from episode.workloads import assert_same
+
+    prepared = {impl: workload.prepare(cls) for impl, cls in classes.items()}
+    outputs = {impl: rnd.once() for impl, rnd in prepared.items()}
+    if len(outputs) == 2:
+        try:
+            assert_same(outputs["ours"], outputs["rllib"])
+        except AssertionError as e:
+            result.mismatch = str(e).splitlines()[0]
+    del outputs
+    number = {impl: _calls_per_round(rnd, min_s) for impl, rnd in prepared.items()}
+    impls = list(prepared)
+    for r in range(rounds):
+        # Interleaved, in alternating order, so drift hits both sides alike.
+        for impl in impls if r % 2 == 0 else impls[::-1]:
+            seconds = _time_calls(prepared[impl], number[impl])
+            result.times[impl].append(seconds / number[impl])
+        progress.update(done + r + 1, workload.name)
+
+
+def _machine() -> dict:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return {"platform": platform.platform(), "cpu": cpu, "cores": os.cpu_count()}
+
+
+def _report(results: list[BenchResult], with_rllib: bool, interrupted: bool) -> dict:
+    import numpy as np
+
+    from episode.workloads import ray_version
+
+    return {
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "machine": _machine(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "ray": ray_version() if with_rllib else None,
+        "interrupted": interrupted,
+        "results": [{
+            "workload": r.workload.name,
+            "description": r.workload.description,
+            "items": r.workload.items,
+            "ours_s": r.median("ours"),
+            "rllib_s": r.median("rllib"),
+            "speedup": r.speedup(),
+            "rounds": len(r.times["ours"]),
+        } for r in results if r.times["ours"]],
+    }
+
+
+def _bench_table(report: dict, with_rllib: bool) -> str:
+    header = ["workload", "rounds", "items", "ours", "ours/item"]
+    if with_rllib:
+        header += ["RLlib", "RLlib/item", "speed-up"]
+    rows = []
+    for r in report["results"]:
+        n = r["items"]
+        row = [r["workload"], str(r["rounds"]), f"{n:,}", format_time(r["ours_s"]),
+               format_time(r["ours_s"] / n) if n > 1 else ""]
+        if with_rllib:
+            row += [format_time(r["rllib_s"]),
+                    format_time(r["rllib_s"] / n) if n > 1 and r["rllib_s"] else "",
+                    f"{r['speedup']:.1f}x" if r["speedup"] else "-"]
+        rows.append(row)
+    return _table(header, rows, right=set(range(1, len(header))))
+
+
+def _plot(report: dict, path: str) -> None:
+    """A horizontal bar per workload: RLlib's time / ours, from the 1x line."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter
+
+    rows = [r for r in report["results"] if r["speedup"]][::-1]   # first on top
+    names = [r["workload"] for r in rows]
+    values = [r["speedup"] for r in rows]
+    fig, ax = plt.subplots(figsize=(9, 1.2 + 0.42 * len(rows)))
+    colors = ["tab:green" if v >= 1 else "tab:red" for v in values]
+    bars = ax.barh(names, [v - 1 for v in values], left=1, color=colors, height=0.6)
+    ax.bar_label(bars, labels=[f"{v:.1f}x" for v in values], padding=4, fontsize=9)
+    ax.axvline(1, color="black", linewidth=1)
+    lo, hi = min(values + [1.0]), max(values + [1.0])
+    if hi / lo > 20:
+        ax.set_xscale("log")
+        ax.set_xlim(lo / 1.5, hi * 1.8)
+    else:
+        ax.set_xlim(0, hi * 1.2)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}x"))
+    scale = ", log scale" if ax.get_xscale() == "log" else ""
+    ax.set_xlabel(f"speed-up: RLlib {report['ray']} time / episode time{scale}")
+    machine = report["machine"]
+    ax.set_title(f"episode vs RLlib SingleAgentEpisode, {report['date'][:10]}\n"
+                 f"{machine['cpu']}, {machine['cores']} cores, Python {report['python']}",
+                 fontsize=10)
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def bench(args) -> int:
+    from episode.workloads import WORKLOADS
+
+    if args.workloads:
+        names = [n.strip() for n in args.workloads.split(",") if n.strip()]
+        unknown = [n for n in names if n not in WORKLOADS]
+        if unknown or not names:
+            raise UsageError(f"unknown workload(s) {', '.join(unknown) or repr(args.workloads)}; "
+                             f"known: {', '.join(WORKLOADS)}")
+    else:
+        names = list(WORKLOADS)
+    if args.json:
+        _check_writable(args.json, "--json")
+    if args.plot:
+        _check_writable(args.plot, "--plot")
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise UsageError('--plot needs matplotlib: pip install "episode[plot]"') from None
+
+    from episode import SingleAgentEpisode
+    from episode.workloads import rllib_class
+
+    classes = {"ours": SingleAgentEpisode}
+    rllib = rllib_class()
+    if rllib is not None:
+        classes["rllib"] = rllib
+    elif args.plot:
+        raise UsageError("--plot charts the speed-ups over RLlib, which is not installed: "
+                         'pip install "ray[rllib]==2.60.*"')
+    rounds = args.rounds or (3 if args.quick else 7)
+    min_s = MIN_ROUND_S_QUICK if args.quick else MIN_ROUND_S
+
+    results = []
+    progress = Progress(len(names) * rounds, "rounds", args.progress)
+    interrupted = False
+    try:
+        for k, name in enumerate(names):
+            results.append(BenchResult(WORKLOADS[name]))
+            _bench_workload(WORKLOADS[name], classes, rounds, min_s, results[-1], progress,
+                            k * rounds)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        progress.close()
+
+    if interrupted:
+        print("interrupted", file=sys.stderr)
+    for r in results:
+        if r.mismatch:
+            print(f"episode: warning: {r.workload.name}: ours and RLlib's results differ: "
+                  f"{r.mismatch}", file=sys.stderr)
+    report = _report(results, "rllib" in classes, interrupted)
+    print("median time per call over interleaved rounds (items: steps per call)")
+    print(_bench_table(report, "rllib" in classes))
+    if "rllib" not in classes:
+        print(RLLIB_HINT)
+    if args.json and report["results"]:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=2)
+            f.write("\n")
+    if args.plot and any(r["speedup"] for r in report["results"]):
+        _plot(report, args.plot)
+    return 130 if interrupted else 0
+
+
+# -- the command line ---------------------------------------------------------
+
+def _workload_list() -> str:
+    from episode.workloads import WORKLOADS
+
+    return "workloads:\n" + "\n".join(f"  {w.name:<26} {w.description}"
+                                      for w in WORKLOADS.values())
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="episode", description=__doc__.split("\n\n")[0],
+                     epilog="Without a command, `demo` runs with its defaults.")
+    commands = parser.add_subparsers(dest="command", metavar="{demo,bench}")
+    progress = argparse.ArgumentParser(add_help=False)
+    progress.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                          help="show a progress bar on stderr (default: when it is a terminal)")
+
+    d = commands.add_parser(
+        "demo", parents=[progress], help="sample a gymnasium env into episodes",
+        description="Steps a gymnasium vector env with random actions and keeps one "
+                    "SingleAgentEpisode per sub-env, as a sampler does: add_env_reset, "
+                    "add_env_step, cut() every --rollout steps, to_numpy() of every chunk "
+                    "handed on. Ends with a summary of the time spent in the env and in "
+                    "episode calls.")
+    d.add_argument("--env", default="CartPole-v1", help="a registered gymnasium env id "
+                   "(default: %(default)s)")
+    d.add_argument("--num-envs", type=_positive_int, default=1,
+                   help="sub-envs of the vector env (default: %(default)s)")
+    d.add_argument("--steps", type=_positive_int, default=100_000,
+                   help="env steps to collect, over all sub-envs (default: %(default)s)")
+    d.add_argument("--rollout", type=_positive_int, default=200,
+                   help="cut() the unfinished episodes every this many vector steps "
+                        "(default: %(default)s)")
+    d.add_argument("--seed", type=int, default=0, help="env and action seed "
+                   "(default: %(default)s)")
+    d.set_defaults(func=demo)
+
+    b = commands.add_parser(
+        "bench", parents=[progress], help="time ours against RLlib's SingleAgentEpisode",
+        description="Times each workload for ours and, when ray[rllib] is installed, for\n"
+                    "RLlib's SingleAgentEpisode, in interleaved rounds; prints the median\n"
+                    "time per call and the speed-up (RLlib / ours).",
+        epilog=_workload_list(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    b.add_argument("--rounds", type=_positive_int, default=None,
+                   help="timed rounds per workload and implementation (default: 7, 3 with "
+                        "--quick)")
+    b.add_argument("--workloads", default="", metavar="NAME,...",
+                   help="comma-separated workloads to run (default: all, listed below)")
+    b.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    b.add_argument("--plot", metavar="PATH",
+                   help='write a PNG chart of the speed-ups (needs "episode[plot]")')
+    b.add_argument("--quick", action="store_true",
+                   help="fewer and shorter rounds (a smoke test, not a measurement)")
+    b.set_defaults(func=bench)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Runs the command line `argv` (default: sys.argv[1:]); returns the exit status."""
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:       # --help, or a bad argument (reported already)
+        return e.code if isinstance(e.code, int) else 2
+    if args.command is None:
+        args = parser.parse_args(["demo"])
+    try:
+        return args.func(args)
+    except UsageError as e:
+        print(f"episode: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:     # before the measuring started
+        print("interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,286 @@
+"""The benchmark workloads, defined once for `episode bench` and benchmarks/.
+
+Each workload times one thing a sampler or a learner does with an episode.
+``prepare(cls)`` builds the inputs for one SingleAgentEpisode class (ours or
+RLlib's) outside the timed code and returns a Round: ``run(*setup())`` is one
+round, where ``setup`` (None when not needed) makes the fresh inputs a round
+consumes, such as a reset episode to append to.
+
+Inputs come from seeded numpy generators and are the same for both classes.
+Episodes are CartPole-sized unless said otherwise: float32 (4,) observations
+in [-1, 1], Python int actions in {0, 1}, Python float rewards, one extra
+model output ``vf`` (0.5) and no infos (each step stores an empty dict).
+Atari-sized observations are distinct uint8 (84, 84, 4) frames.
+"""
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import pickle
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import gymnasium as gym
+import numpy as np
+
+__all__ = [
+    "WORKLOADS",
+    "Round",
+    "Workload",
+    "assert_same",
+    "check",
+    "ray_version",
+    "rllib_class",
+]
+
+N_STEPS = 10_000   # steps of the "10k" episodes
+N_COLLECT = 1_000  # steps per collect / append round
+VF = 0.5
+
+
+class Round(NamedTuple):
+    """One prepared workload: ``run(*setup())`` does one round."""
+    run: Callable[..., Any]
+    setup: Callable[[], tuple] | None = None
+
+    def once(self) -> Any:
+        """One round, setup included; returns what the round made."""
+        return self.run(*(self.setup() if self.setup else ()))
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    description: str
+    items: int                      # calls one round makes, for per-item times
+    prepare: Callable[[type], Round]
+
+
+# -- inputs -------------------------------------------------------------------
+
+class _Steps(NamedTuple):
+    obs: list
+    actions: list
+    rewards: list
+
+
+@functools.cache
+def _cartpole() -> _Steps:
+    """Observations, actions and rewards for N_STEPS + N_COLLECT steps."""
+    n = N_STEPS + N_COLLECT
+    block = np.random.default_rng(0).uniform(-1.0, 1.0, size=(n + 1, 4)).astype(np.float32)
+    # Separate owned arrays, as an env hands them out (not views of one block).
+    obs = [row.copy() for row in block]
+    actions = np.random.default_rng(1).integers(0, 2, size=n).tolist()
+    rewards = np.random.default_rng(2).uniform(-1.0, 1.0, size=n).tolist()
+    return _Steps(obs, actions, rewards)
+
+
+@functools.cache
+def _atari_obs() -> list:
+    """N_COLLECT + 1 distinct uint8 (84, 84, 4) observations."""
+    rng = np.random.default_rng(3)
+    return [rng.integers(0, 256, size=(84, 84, 4), dtype=np.uint8)
+            for _ in range(N_COLLECT + 1)]
+
+
+def _spaces() -> dict:
+    return {"observation_space": gym.spaces.Box(-1.0, 1.0, (4,), np.float32),
+            "action_space": gym.spaces.Discrete(2)}
+
+
+def _steps(episode, obs: list, start: int = 0, n: int = N_COLLECT):
+    """n add_env_step calls: step i adds obs[i + 1] and the i-th action and reward."""
+    _, actions, rewards = _cartpole()
+    step = episode.add_env_step
+    for i in range(start, start + n):
+        step(obs[i + 1], actions[i], rewards[i], None, terminated=False,
+             truncated=False, extra_model_outputs={"vf": VF})
+    return episode
+
+
+def _episode(cls: type, n: int, obs: list, **kwargs):
+    """A reset list-mode episode with n steps."""
+    episode = cls(**kwargs)
+    episode.add_env_reset(obs[0])
+    return _steps(episode, obs, n=n)
+
+
+def _cartpole_10k(cls: type, numpy: bool = True):
+    """A 10k-step CartPole episode with its spaces set (to_numpy()'d by default)."""
+    episode = _episode(cls, N_STEPS, _cartpole().obs, **_spaces())
+    return episode.to_numpy() if numpy else episode
+
+
+# -- workloads ----------------------------------------------------------------
+
+def _add_env_step(cls: type) -> Round:
+    obs = _cartpole().obs
+
+    def setup():
+        episode = cls()
+        episode.add_env_reset(obs[0])
+        return (episode,)
+
+    return Round(lambda episode: _steps(episode, obs), setup)
+
+
+def _collect(obs_of: Callable[[], list]) -> Callable[[type], Round]:
+    def prepare(cls: type) -> Round:
+        obs = obs_of()
+        return Round(lambda: _episode(cls, N_COLLECT, obs).to_numpy())
+    return prepare
+
+
+def _get_observations_last(cls: type) -> Round:
+    return Round(functools.partial(_cartpole_10k(cls).get_observations, -1))
+
+
+def _frame_stack(i: int) -> Callable[[type], Round]:
+    where = slice(i - 3, i + 1)
+
+    def prepare(cls: type) -> Round:
+        get = _cartpole_10k(cls).get_observations
+        return Round(lambda: get(where, neg_index_as_lookback=True, fill=0.0))
+    return prepare
+
+
+def _slice_64(cls: type) -> Round:
+    return Round(functools.partial(_cartpole_10k(cls).__getitem__, slice(100, 164)))
+
+
+def _cut(numpy: bool) -> Callable[[type], Round]:
+    def prepare(cls: type) -> Round:
+        return Round(functools.partial(_cartpole_10k(cls, numpy).cut, len_lookback_buffer=1))
+    return prepare
+
+
+def _append_after_to_numpy(cls: type) -> Round:
+    obs = _cartpole().obs
+    # A fresh numpy'ized episode per round: the appends grow it.
+    return Round(lambda episode: _steps(episode, obs, start=N_STEPS),
+                 lambda: (_cartpole_10k(cls),))
+
+
+def _pickle_roundtrip(cls: type) -> Round:
+    episode = _cartpole_10k(cls)
+    return Round(lambda: pickle.loads(pickle.dumps(episode, protocol=5)))
+
+
+def _concat(cls: type) -> Round:
+    obs = _cartpole().obs
+
+    def setup():
+        chunk = _episode(cls, N_COLLECT, obs)
+        return chunk, _steps(chunk.cut(), obs, start=N_COLLECT)
+
+    def run(chunk, successor):
+        chunk.concat_episode(successor)
+        return chunk
+
+    return Round(run, setup)
+
+
+WORKLOADS: dict[str, Workload] = {w.name: w for w in [
+    Workload("add_env_step", "1,000 add_env_step calls on a reset list-mode episode",
+             N_COLLECT, _add_env_step),
+    Workload("collect_to_numpy_cartpole",
+             "new episode, add_env_reset, 1,000 add_env_step, to_numpy (CartPole-sized)",
+             N_COLLECT, _collect(lambda: _cartpole().obs)),
+    Workload("collect_to_numpy_atari",
+             "new episode, add_env_reset, 1,000 add_env_step, to_numpy (uint8 84x84x4)",
+             N_COLLECT, _collect(_atari_obs)),
+    Workload("get_observations_last", "get_observations(-1) on a numpy'ized 10k-step episode",
+             1, _get_observations_last),
+    Workload("frame_stack",
+             "get_observations(slice(-3, 1), neg_index_as_lookback=True, fill=0.0) "
+             "on a numpy'ized 10k-step episode (3 of 4 frames filled)", 1, _frame_stack(0)),
+    Workload("frame_stack_mid",
+             "get_observations(slice(4997, 5001), neg_index_as_lookback=True, fill=0.0) "
+             "on a numpy'ized 10k-step episode", 1, _frame_stack(5000)),
+    Workload("slice_64", "episode[100:164] of a numpy'ized 10k-step episode", 1, _slice_64),
+    Workload("cut_lookback_1", "cut(len_lookback_buffer=1) of a numpy'ized 10k-step episode",
+             1, _cut(numpy=True)),
+    Workload("cut_lookback_1_list", "cut(len_lookback_buffer=1) of a list-mode 10k-step episode",
+             1, _cut(numpy=False)),
+    Workload("append_after_to_numpy",
+             "1,000 add_env_step calls on a numpy'ized 10k-step episode with spaces set",
+             N_COLLECT, _append_after_to_numpy),
+    Workload("pickle_roundtrip_10k",
+             "pickle.loads(pickle.dumps(episode, protocol=5)) of a numpy'ized 10k-step episode",
+             1, _pickle_roundtrip),
+    Workload("concat", "concat_episode of a 1,000-step list-mode chunk and its cut() successor "
+             "with 1,000 steps", 1, _concat),
+]}
+
+
+# -- the reference and the comparison ------------------------------------------
+
+def rllib_class() -> type | None:
+    """RLlib 2.60's SingleAgentEpisode class, or None without ray[rllib]."""
+    try:
+        from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+    except ImportError:
+        return None
+    return SingleAgentEpisode
+
+
+def ray_version() -> str | None:
+    """The installed ray version, or None."""
+    try:
+        return importlib.metadata.version("ray")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _state(x: Any) -> Any:
+    """An episode (or buffer) as plain data: get_state() without id and times."""
+    if hasattr(x, "get_state") and hasattr(x, "t_started"):
+        state = x.get_state()
+        for key in ("id_", "_start_time", "_last_step_time"):
+            state.pop(key)
+        state["len"] = len(x)
+        state["is_numpy"] = x.is_numpy
+        return state
+    if hasattr(x, "get_state") and hasattr(x, "lookback"):
+        # A buffer (RLlib's get_state() keeps empty extra-output buffers as is).
+        return x.get_state()
+    return x
+
+
+def assert_same(a: Any, b: Any, path: str = "value") -> None:
+    """Asserts two workload results are equal: the same container types, the
+    same array dtypes and shapes, the same values; episodes compare by
+    get_state() (ids and wall-clock times left out)."""
+    a, b = _state(a), _state(b)
+    assert type(a) is type(b), f"{path}: {type(a).__name__} != {type(b).__name__}"
+    if isinstance(a, dict):
+        assert a.keys() == b.keys(), f"{path}: keys {a.keys()} != {b.keys()}"
+        for k in a:
+            assert_same(a[k], b[k], f"{path}[{k!r}]")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), f"{path}: len {len(a)} != {len(b)}"
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same(x, y, f"{path}[{i}]")
+    elif isinstance(a, np.ndarray):
+        assert a.dtype == b.dtype and a.shape == b.shape, \
+            f"{path}: {a.dtype}{a.shape} != {b.dtype}{b.shape}"
+        np.testing.assert_array_equal(a, b, err_msg=path)
+    else:
+        assert a == b, f"{path}: {a!r} != {b!r}"
+
+
+def check(workload: Workload) -> None:
+    """Runs one round of `workload` on ours and on RLlib's class and asserts
+    the results agree, so that both sides of a comparison do the same work.
+
+    Raises ImportError without ray[rllib].
+    """
+    from episode import SingleAgentEpisode
+
+    rllib = rllib_class()
+    if rllib is None:
+        raise ImportError("comparing with RLlib needs ray[rllib]: "
+                          'pip install "ray[rllib]==2.60.*"')
+    assert_same(workload.prepare(SingleAgentEpisode).once(), workload.prepare(rllib).once())

@@ -1,0 +1,255 @@
+"""The `episode` command line: bad input, a short demo, a quick bench, Ctrl-C."""
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import re
+import subprocess
+import sys
+
+import gymnasium as gym
+import pytest
+
+from episode import cli
+from episode.workloads import WORKLOADS, Round, rllib_class
+
+
+def run_module(*args: str) -> subprocess.CompletedProcess:
+    """`python -m episode ARGS` in a child process: the real exit path."""
+    return subprocess.run([sys.executable, "-m", "episode", *args],
+                          check=False, capture_output=True, text=True, timeout=120)
+
+
+def assert_one_line_error(stderr: str, *fragments: str) -> None:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    assert "error:" in lines[0] and "Traceback" not in stderr
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+def summary_value(out: str, label: str) -> str:
+    """The value column of a demo summary row (`  label   value  ...`)."""
+    match = re.search(rf"^  {label}\s+(\S+)", out, re.MULTILINE)
+    assert match, out
+    return match.group(1)
+
+
+# -- bad input ------------------------------------------------------------------
+
+@pytest.mark.parametrize("args, fragments", [
+    (["demo", "--env", "Nope-v0"], ["unknown environment id 'Nope-v0'"]),
+    (["demo", "--steps", "0"], ["--steps", "'0'"]),
+    (["bench", "--json", "/nonexistent/dir/x.json"], ["--json", "/nonexistent/dir/x.json"]),
+])
+def test_bad_input_exits_2_with_one_line(args, fragments):
+    result = run_module(*args)
+    assert result.returncode == 2
+    assert_one_line_error(result.stderr, *fragments)
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize("args, fragments", [
+    (["demo", "--steps", "-5"], ["--steps", "'-5'"]),
+    (["demo", "--steps", "ten"], ["--steps"]),
+    (["demo", "--num-envs", "0"], ["--num-envs"]),
+    (["demo", "--rollout", "0"], ["--rollout"]),
+    (["demo", "--env", "CartPole-v9"], ["unknown environment id 'CartPole-v9'"]),
+    (["demo", "--env", "nomodule:Env-v0"], ["'nomodule:Env-v0'"]),
+    (["bench", "--rounds", "0"], ["--rounds"]),
+    (["bench", "--workloads", "nope,slice_64"], ["unknown workload", "nope"]),
+    (["bench", "--plot", "/nonexistent/dir/x.png"], ["--plot", "/nonexistent/dir/x.png"]),
+    (["frob"], ["frob"]),
+])
+def test_bad_input_in_process(capsys, args, fragments):
+    assert cli.main(args) == 2
+    captured = capsys.readouterr()
+    assert_one_line_error(captured.err, *fragments)
+    assert captured.out == ""
+
+
+def test_json_path_that_is_a_directory(capsys, tmp_path):
+    assert cli.main(["bench", "--json", str(tmp_path)]) == 2
+    assert_one_line_error(capsys.readouterr().err, "--json")
+
+
+def test_plot_without_matplotlib(capsys, monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)   # import fails
+    path = tmp_path / "chart.png"
+    assert cli.main(["bench", "--plot", str(path)]) == 2
+    assert_one_line_error(capsys.readouterr().err, 'pip install "episode[plot]"')
+    assert not path.exists()    # the writability check leaves nothing behind
+
+
+def test_help_exits_0(capsys):
+    assert cli.main(["bench", "--help"]) == 0
+    assert "frame_stack" in capsys.readouterr().out   # the workloads are listed
+
+
+# -- demo -----------------------------------------------------------------------
+
+def test_demo_short_run():
+    result = run_module("demo", "--steps", "500", "--num-envs", "2", "--rollout", "20")
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    out = result.stdout
+    assert out.startswith("CartPole-v1: 2 sync env(s)")
+    assert summary_value(out, "env steps") == "500"
+    episodes = int(summary_value(out, "episodes finished"))
+    assert episodes > 0
+    # CartPole pays 1.0 per step: the mean return is the mean length.
+    means = re.search(r"mean return ([\d.]+), mean length ([\d.]+)", out)
+    assert means and means.group(1) == means.group(2)
+    assert int(summary_value(out, "chunks handed on")) >= episodes
+    assert "steps/s" in out and "memory held" in out
+
+
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep"])
+def test_demo_records_every_step_once(mode, monkeypatch):
+    """The finished episodes' lengths plus the live episodes' steps add up to
+    the env steps recorded, whichever autoreset mode the vector env uses."""
+    env = gym.make_vec("CartPole-v1", num_envs=3, vectorization_mode="sync",
+                       vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode(mode)})
+    stats = cli.DemoStats()
+    cli._sample(env, 700, 7, 0, stats, cli.Progress(700, "steps", enabled=False))
+    env.close()
+    live = [e for e in stats.live if e is not None]
+    assert stats.env_steps == 700
+    assert stats.episodes > 0
+    assert stats.returns == stats.lengths      # reward 1.0 per step
+    assert stats.lengths + sum(e.t for e in live) == 700
+    assert all(not e.is_done and not e.is_numpy for e in live)
+
+
+def test_demo_progress_bar(capsys):
+    assert cli.main(["demo", "--steps", "300", "--progress"]) == 0
+    err = capsys.readouterr().err
+    assert "\r" in err and "100% 300/300 steps" in err
+
+
+class InterruptAfter(gym.vector.VectorWrapper):
+    """Raises KeyboardInterrupt (as Ctrl-C would) at the n-th step() call."""
+
+    def __init__(self, env, n: int):
+        super().__init__(env)
+        self.calls, self.n = 0, n
+
+    def step(self, actions):
+        self.calls += 1
+        if self.calls == self.n:
+            raise KeyboardInterrupt
+        return self.env.step(actions)
+
+
+def test_demo_ctrl_c_prints_partial_summary(capsys, monkeypatch):
+    make_env = cli._make_env
+    monkeypatch.setattr(cli, "_make_env", lambda env_id, n: InterruptAfter(make_env(env_id, n), 51))
+    assert cli.main(["demo", "--steps", "100000", "--num-envs", "2"]) == 130
+    captured = capsys.readouterr()
+    assert "interrupted" in captured.err and "Traceback" not in captured.err
+    # 50 vector steps of 2 sub-envs; the steps that only reset a sub-env add none.
+    steps = int(summary_value(captured.out, "env steps").replace(",", ""))
+    assert 80 < steps <= 100
+
+
+# -- bench ----------------------------------------------------------------------
+
+REPORT_KEYS = {"date", "machine", "python", "numpy", "ray", "interrupted", "results"}
+RESULT_KEYS = {"workload", "description", "items", "ours_s", "rllib_s", "speedup", "rounds"}
+
+
+def check_report(path, names, with_rllib: bool) -> dict:
+    report = json.loads(path.read_text())
+    assert set(report) == REPORT_KEYS
+    assert set(report["machine"]) == {"platform", "cpu", "cores"}
+    assert [r["workload"] for r in report["results"]] == names
+    for r in report["results"]:
+        assert set(r) == RESULT_KEYS
+        assert r["ours_s"] > 0 and r["rounds"] >= 1
+        if with_rllib:
+            assert r["rllib_s"] > 0 and r["speedup"] == pytest.approx(r["rllib_s"] / r["ours_s"])
+        else:
+            assert r["rllib_s"] is None and r["speedup"] is None
+    assert (report["ray"] is not None) == with_rllib
+    return report
+
+
+def test_bench_quick_writes_json(capsys, tmp_path):
+    path = tmp_path / "bench.json"
+    names = ["get_observations_last", "slice_64"]
+    assert cli.main(["bench", "--quick", "--workloads", ",".join(names), "--json", str(path)]) == 0
+    with_rllib = rllib_class() is not None
+    report = check_report(path, names, with_rllib)
+    assert not report["interrupted"]
+    out = capsys.readouterr().out
+    assert all(name in out for name in names)
+    assert ("speed-up" in out) == with_rllib
+    assert (cli.RLLIB_HINT in out) != with_rllib
+
+
+def test_bench_without_ray(capsys, monkeypatch, tmp_path):
+    monkeypatch.setattr("episode.workloads.rllib_class", lambda: None)
+    path = tmp_path / "bench.json"
+    assert cli.main(["bench", "--quick", "--workloads", "slice_64", "--json", str(path)]) == 0
+    check_report(path, ["slice_64"], with_rllib=False)
+    out = capsys.readouterr().out
+    assert cli.RLLIB_HINT in out and "RLlib/item" not in out
+
+
+def test_bench_plot(tmp_path):
+    pytest.importorskip("matplotlib")
+    if rllib_class() is None:
+        pytest.skip("the chart shows speed-ups over RLlib")
+    path = tmp_path / "chart.png"
+    assert cli.main(["bench", "--quick", "--workloads", "slice_64,cut_lookback_1",
+                     "--plot", str(path)]) == 0
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_ctrl_c_prints_what_was_measured(capsys, monkeypatch, tmp_path):
+    def interrupt(cls):
+        raise KeyboardInterrupt
+
+    monkeypatch.setitem(WORKLOADS, "slice_64",
+                        dataclasses.replace(WORKLOADS["slice_64"], prepare=interrupt))
+    path = tmp_path / "bench.json"
+    assert cli.main(["bench", "--quick", "--workloads", "get_observations_last,slice_64",
+                     "--json", str(path)]) == 130
+    captured = capsys.readouterr()
+    assert "interrupted" in captured.err and "Traceback" not in captured.err
+    assert "get_observations_last" in captured.out and "slice_64" not in captured.out
+    report = check_report(path, ["get_observations_last"], rllib_class() is not None)
+    assert report["interrupted"]
+
+
+def test_bench_warns_when_results_differ(capsys, monkeypatch):
+    if rllib_class() is None:
+        pytest.skip("needs RLlib to compare with")
+    # A workload whose result is the class's module: never the same on both sides.
+    monkeypatch.setitem(WORKLOADS, "slice_64", dataclasses.replace(
+        WORKLOADS["slice_64"], prepare=lambda cls: Round(lambda: cls.__module__)))
+    assert cli.main(["bench", "--quick", "--workloads", "slice_64"]) == 0
+    err = capsys.readouterr().err
+    assert "episode: warning: slice_64: ours and RLlib's results differ" in err
+
+
+def test_progress_bar_draws_and_ends_the_line():
+    stream = io.StringIO()
+    progress = cli.Progress(10, "rounds", enabled=True, stream=stream)
+    progress.update(3, "slice_64")
+    progress.update(10, "slice_64")   # within 0.1 s: not drawn until close()
+    progress.close()
+    text = stream.getvalue()
+    first, last = text.split("\r")[1:]
+    assert first.startswith("[#########.") and "30% 3/10 rounds" in first
+    assert last.startswith("[" + "#" * 30 + "]") and "100% 10/10 rounds" in last
+    assert last.endswith("\n") and last.rstrip().endswith("slice_64")
+
+
+def test_progress_bar_off_when_not_a_terminal():
+    stream = io.StringIO()
+    progress = cli.Progress(10, "rounds", stream=stream)
+    progress.update(10)
+    progress.close()
+    assert stream.getvalue() == ""
