@@ -1,0 +1,93 @@
+"""add_env_step on a numpy'ized episode refuses items outside the spaces.
+
+The per-step checks for a Box observation and a Discrete action are computed
+in C; these tests hold them to gymnasium's own `space.contains` on the cases
+where the two could part: bounds, NaN and inf, dtypes, shapes, layouts, ints.
+"""
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from episode import SingleAgentEpisode
+
+BOX32 = gym.spaces.Box(np.array([-1.0, 0.0, -np.inf, 2.0], np.float32),
+                       np.array([1.0, 0.5, 0.0, np.inf], np.float32), (4,), np.float32)
+BOX64 = gym.spaces.Box(-2.0, 2.0, (2, 3), np.float64)
+
+
+def numpy_episode(observation_space, action_space, obs, action):
+    episode = SingleAgentEpisode(observation_space=observation_space,
+                                 action_space=action_space)
+    episode.add_env_reset(obs)
+    episode.add_env_step(obs, action, 0.0)
+    return episode.to_numpy()
+
+
+def agrees_with_gymnasium(episode, space, obs=None, action=None):
+    """add_env_step raises (AssertionError, nothing appended) exactly when
+    gymnasium says the item is outside its space."""
+    obs = episode.get_observations(-1) if obs is None else obs
+    action = episode.get_actions(-1) if action is None else action
+    x = obs if space is episode.observation_space else action
+    before = len(episode)
+    if space.contains(x):
+        episode.add_env_step(obs, action, 0.0)
+        assert len(episode) == before + 1
+    else:
+        with pytest.raises(AssertionError):
+            episode.add_env_step(obs, action, 0.0)
+        assert len(episode) == before
+
+
+def f32(*values):
+    return np.array(values, np.float32)
+
+
+@pytest.mark.parametrize("obs", [
+    f32(0.0, 0.25, -5.0, 3.0),                 # inside
+    f32(-1.0, 0.0, -np.inf, 2.0),              # on every lower bound
+    f32(1.0, 0.5, 0.0, np.inf),                # on every upper bound
+    f32(1.0001, 0.25, -5.0, 3.0),              # just above
+    f32(0.0, -1e-7, -5.0, 3.0),                # just below
+    f32(np.nan, 0.25, -5.0, 3.0),              # NaN
+    f32(0.0, 0.25, np.nan, 3.0),               # NaN against an infinite bound
+    f32(0.0, 0.25, -5.0, 1.0),                 # below a finite lower bound with inf above
+    np.array([0.0, 0.25, -5.0, 3.0]),          # float64 for a float32 space
+    np.array([0, 0, -5, 3], np.int32),         # ints
+    f32(0.0, 0.25, -5.0, 3.0, 0.0)[:4],        # a view (still contiguous)
+    f32(0.0, 0.0, 0.25, 0.0, -5.0, 0.0, 3.0, 0.0)[::2],   # not contiguous
+    f32(0.0, 0.25, -5.0, 3.0).astype(">f4"),   # byte-swapped
+], ids=repr)
+def test_box_float32_observations(obs):
+    episode = numpy_episode(BOX32, gym.spaces.Discrete(2), f32(0.0, 0.25, -5.0, 3.0), 1)
+    agrees_with_gymnasium(episode, episode.observation_space, obs=obs)
+
+
+@pytest.mark.parametrize("obs", [
+    np.zeros((2, 3)),
+    np.full((2, 3), 2.0),
+    np.full((2, 3), 2.0000001),
+    np.full((3, 2), 0.0),
+    np.zeros((2, 3)).T.copy().T,               # Fortran order
+    np.zeros((2, 3), np.float32),
+], ids=repr)
+def test_box_float64_observations(obs):
+    episode = numpy_episode(BOX64, gym.spaces.Discrete(2), np.zeros((2, 3)), 0)
+    agrees_with_gymnasium(episode, episode.observation_space, obs=obs)
+
+
+@pytest.mark.parametrize("action", [
+    -3, -2, 0, 2, 3, 10, True, np.int64(1), np.int32(-2), 2**70, -(2**70), 1.0,
+], ids=repr)
+def test_discrete_actions_with_a_start(action):
+    space = gym.spaces.Discrete(5, start=-2)
+    episode = numpy_episode(BOX32, space, f32(0.0, 0.25, -5.0, 3.0), 0)
+    try:
+        space.contains(action)
+    except OverflowError:
+        # gymnasium cannot even convert it: RLlib's add_env_step raises the same.
+        with pytest.raises(OverflowError):
+            episode.add_env_step(f32(0.0, 0.25, -5.0, 3.0), action, 0.0)
+        assert len(episode) == 1
+        return
+    agrees_with_gymnasium(episode, space, action=action)
