@@ -39,37 +39,18 @@ cdef object Box = gym.spaces.Box
 cdef object Discrete = gym.spaces.Discrete
 
 
-cdef bint space_contains(object space, object x) except -1:
-    """space.contains(x), with the answer computed in C for the per-step cases:
-    a Box and an ndarray of its dtype and shape, a Discrete and a Python int.
-    Anything else asks gymnasium."""
-    cdef cnp.ndarray arr, low, high
-    cdef Py_ssize_t i, n
-    cdef long long value
-    cdef int overflow = 0
-    cdef object t = type(space)
-    if t is Box and type(x) is cnp.ndarray:
-        arr, low, high = <cnp.ndarray>x, space.low, space.high
-        n = cnp.PyArray_SIZE(arr)
-        if same_layout(arr, low) and same_layout(arr, high):
-            if cnp.PyArray_TYPE(arr) == cnp.NPY_FLOAT32:
-                for i in range(n):
-                    # Written so that NaN is outside, as numpy's comparisons say.
-                    if not ((<float*>cnp.PyArray_DATA(arr))[i] >= (<float*>cnp.PyArray_DATA(low))[i]
-                            and (<float*>cnp.PyArray_DATA(arr))[i] <= (<float*>cnp.PyArray_DATA(high))[i]):
-                        return False
-                return True
-            if cnp.PyArray_TYPE(arr) == cnp.NPY_FLOAT64:
-                for i in range(n):
-                    if not ((<double*>cnp.PyArray_DATA(arr))[i] >= (<double*>cnp.PyArray_DATA(low))[i]
-                            and (<double*>cnp.PyArray_DATA(arr))[i] <= (<double*>cnp.PyArray_DATA(high))[i]):
-                        return False
-                return True
-    elif t is Discrete and type(x) is int:
-        value = PyLong_AsLongLongAndOverflow(x, &overflow)
-        if not overflow:
-            return space.start <= value < space.start + space.n
-    return space.contains(x)
+ctypedef fused real:
+    float
+    double
+
+
+cdef inline bint within(real* x, real* low, real* high, Py_ssize_t n) noexcept:
+    cdef Py_ssize_t i
+    for i in range(n):
+        # Written so that NaN is outside, as numpy's comparisons say.
+        if not (x[i] >= low[i] and x[i] <= high[i]):
+            return False
+    return True
 
 
 cdef inline bint same_layout(cnp.ndarray a, cnp.ndarray b):
@@ -83,6 +64,32 @@ cdef inline bint same_layout(cnp.ndarray a, cnp.ndarray b):
         if cnp.PyArray_DIMS(a)[i] != cnp.PyArray_DIMS(b)[i]:
             return False
     return True
+
+
+cdef bint space_contains(object space, object x) except -1:
+    """space.contains(x), with the answer computed in C for the per-step cases:
+    a Box and an ndarray of its dtype and shape, a Discrete and a Python int.
+    Anything else asks gymnasium."""
+    cdef cnp.ndarray arr, low, high
+    cdef Py_ssize_t n
+    cdef long long value
+    cdef int overflow = 0
+    cdef object t = type(space)
+    if t is Box and type(x) is cnp.ndarray:
+        arr, low, high = <cnp.ndarray>x, space.low, space.high
+        n = cnp.PyArray_SIZE(arr)
+        if same_layout(arr, low) and same_layout(arr, high):
+            if cnp.PyArray_TYPE(arr) == cnp.NPY_FLOAT32:
+                return within(<float*>cnp.PyArray_DATA(arr), <float*>cnp.PyArray_DATA(low),
+                              <float*>cnp.PyArray_DATA(high), n)
+            if cnp.PyArray_TYPE(arr) == cnp.NPY_FLOAT64:
+                return within(<double*>cnp.PyArray_DATA(arr), <double*>cnp.PyArray_DATA(low),
+                              <double*>cnp.PyArray_DATA(high), n)
+    elif t is Discrete and type(x) is int:
+        value = PyLong_AsLongLongAndOverflow(x, &overflow)
+        if not overflow:
+            return space.start <= value < space.start + space.n
+    return space.contains(x)
 
 
 cdef inline BufferCore as_buffer(object obj):
