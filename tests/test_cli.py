@@ -7,6 +7,7 @@ import json
 import re
 import subprocess
 import sys
+import tempfile
 
 import gymnasium as gym
 import pytest
@@ -16,9 +17,13 @@ from episode.workloads import WORKLOADS, Round, rllib_class
 
 
 def run_module(*args: str) -> subprocess.CompletedProcess:
-    """`python -m episode ARGS` in a child process: the real exit path."""
-    return subprocess.run([sys.executable, "-m", "episode", *args],
-                          check=False, capture_output=True, text=True, timeout=120)
+    """`python -m episode ARGS` in a child process: the real exit path. It runs
+    in an empty directory: `-m` puts the working directory first on sys.path,
+    and from a checkout that would import the uncompiled source tree instead
+    of the installed package."""
+    with tempfile.TemporaryDirectory() as cwd:
+        return subprocess.run([sys.executable, "-m", "episode", *args], cwd=cwd,
+                              check=False, capture_output=True, text=True, timeout=120)
 
 
 def assert_one_line_error(stderr: str, *fragments: str) -> None:
