@@ -15,17 +15,16 @@ BOX32 = gym.spaces.Box(np.array([-1.0, 0.0, -np.inf, 2.0], np.float32),
 BOX64 = gym.spaces.Box(-2.0, 2.0, (2, 3), np.float64)
 
 
-def numpy_episode(observation_space, action_space, obs, action):
-    episode = SingleAgentEpisode(observation_space=observation_space,
-                                 action_space=action_space)
+def numpy_episode(observation_space, action_space, obs, action, cls=SingleAgentEpisode):
+    episode = cls(observation_space=observation_space, action_space=action_space)
     episode.add_env_reset(obs)
     episode.add_env_step(obs, action, 0.0)
     return episode.to_numpy()
 
 
 def agrees_with_gymnasium(episode, space, obs=None, action=None):
-    """add_env_step raises (AssertionError, nothing appended) exactly when
-    gymnasium says the item is outside its space."""
+    """add_env_step raises (nothing appended) exactly when gymnasium says the
+    item is outside its space."""
     obs = episode.get_observations(-1) if obs is None else obs
     action = episode.get_actions(-1) if action is None else action
     x = obs if space is episode.observation_space else action
@@ -34,7 +33,9 @@ def agrees_with_gymnasium(episode, space, obs=None, action=None):
         episode.add_env_step(obs, action, 0.0)
         assert len(episode) == before + 1
     else:
-        with pytest.raises(AssertionError):
+        # A row of the wrong shape is refused by the append's own check
+        # (ValueError) before the space check (AssertionError), as in RLlib.
+        with pytest.raises((AssertionError, ValueError)):
             episode.add_env_step(obs, action, 0.0)
         assert len(episode) == before
 
@@ -43,7 +44,7 @@ def f32(*values):
     return np.array(values, np.float32)
 
 
-@pytest.mark.parametrize("obs", [
+BOX32_CASES = [
     f32(0.0, 0.25, -5.0, 3.0),                 # inside
     f32(-1.0, 0.0, -np.inf, 2.0),              # on every lower bound
     f32(1.0, 0.5, 0.0, np.inf),                # on every upper bound
@@ -57,30 +58,34 @@ def f32(*values):
     f32(0.0, 0.25, -5.0, 3.0, 0.0)[:4],        # a view (still contiguous)
     f32(0.0, 0.0, 0.25, 0.0, -5.0, 0.0, 3.0, 0.0)[::2],   # not contiguous
     f32(0.0, 0.25, -5.0, 3.0).astype(">f4"),   # byte-swapped
-], ids=repr)
-def test_box_float32_observations(obs):
-    episode = numpy_episode(BOX32, gym.spaces.Discrete(2), f32(0.0, 0.25, -5.0, 3.0), 1)
-    agrees_with_gymnasium(episode, episode.observation_space, obs=obs)
-
-
-@pytest.mark.parametrize("obs", [
+]
+BOX64_CASES = [
     np.zeros((2, 3)),
     np.full((2, 3), 2.0),
     np.full((2, 3), 2.0000001),
     np.full((3, 2), 0.0),
     np.zeros((2, 3)).T.copy().T,               # Fortran order
     np.zeros((2, 3), np.float32),
-], ids=repr)
+]
+DISCRETE_CASES = [-3, -2, 0, 2, 3, 10, True, np.int64(1), np.int32(-2), 2**70, -(2**70), 1.0]
+DISCRETE = gym.spaces.Discrete(5, start=-2)
+
+
+@pytest.mark.parametrize("obs", BOX32_CASES, ids=repr)
+def test_box_float32_observations(obs):
+    episode = numpy_episode(BOX32, gym.spaces.Discrete(2), f32(0.0, 0.25, -5.0, 3.0), 1)
+    agrees_with_gymnasium(episode, episode.observation_space, obs=obs)
+
+
+@pytest.mark.parametrize("obs", BOX64_CASES, ids=repr)
 def test_box_float64_observations(obs):
     episode = numpy_episode(BOX64, gym.spaces.Discrete(2), np.zeros((2, 3)), 0)
     agrees_with_gymnasium(episode, episode.observation_space, obs=obs)
 
 
-@pytest.mark.parametrize("action", [
-    -3, -2, 0, 2, 3, 10, True, np.int64(1), np.int32(-2), 2**70, -(2**70), 1.0,
-], ids=repr)
+@pytest.mark.parametrize("action", DISCRETE_CASES, ids=repr)
 def test_discrete_actions_with_a_start(action):
-    space = gym.spaces.Discrete(5, start=-2)
+    space = DISCRETE
     episode = numpy_episode(BOX32, space, f32(0.0, 0.25, -5.0, 3.0), 0)
     try:
         space.contains(action)
@@ -91,3 +96,30 @@ def test_discrete_actions_with_a_start(action):
         assert len(episode) == 1
         return
     agrees_with_gymnasium(episode, space, action=action)
+
+
+# -- the same answers as RLlib 2.60 itself ----------------------------------------
+
+def outcome(cls, observation_space, action_space, first_obs, first_action, obs, action):
+    """The exception class (or None) of one add_env_step on a numpy'ized
+    episode of `cls`. RLlib checks at t=2 (it skips t % 100 == 0)."""
+    episode = numpy_episode(observation_space, action_space, first_obs, first_action, cls)
+    try:
+        episode.add_env_step(obs, action, 0.0)
+    except Exception as e:                     # noqa: BLE001 - the class is the result
+        return type(e)
+    return None
+
+
+CASES = ([(BOX32, gym.spaces.Discrete(2), f32(0.0, 0.25, -5.0, 3.0), 1, x, 1)
+          for x in BOX32_CASES]
+         + [(BOX64, gym.spaces.Discrete(2), np.zeros((2, 3)), 0, x, 0) for x in BOX64_CASES]
+         + [(BOX32, DISCRETE, f32(0.0, 0.25, -5.0, 3.0), 0, f32(0.0, 0.25, -5.0, 3.0), a)
+            for a in DISCRETE_CASES])
+
+
+@pytest.mark.rllib
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c[0]}-{c[4]!r}-{c[5]!r}")
+def test_same_exception_class_as_rllib(case):
+    rllib = pytest.importorskip("ray.rllib.env.single_agent_episode").SingleAgentEpisode
+    assert outcome(SingleAgentEpisode, *case) is outcome(rllib, *case)

@@ -205,6 +205,16 @@ cdef class EpisodeCore:
 
     cdef int _check_step(self, object observation, object action, object reward,
                          object extra_model_outputs) except -1:
+        # RLlib's order: the appends' own errors (ValueError for a row of the
+        # wrong shape) come before the space checks (AssertionError).
+        self.observations.check_append(observation)
+        self.actions.check_append(action)
+        self.rewards.check_append(reward)
+        if extra_model_outputs is not None:
+            for key, value in extra_model_outputs.items():
+                buf = self.extra_model_outputs.get(key)
+                if buf is not None:
+                    buf.check_append(value)
         space = self._observation_space
         if space is not None and not space_contains(space, observation):
             raise AssertionError(
@@ -216,14 +226,6 @@ cdef class EpisodeCore:
             raise AssertionError(
                 f"`action` {action} does NOT fit SingleAgentEpisode's action_space: {space}!"
             )
-        self.observations.check_append(observation)
-        self.actions.check_append(action)
-        self.rewards.check_append(reward)
-        if extra_model_outputs is not None:
-            for key, value in extra_model_outputs.items():
-                buf = self.extra_model_outputs.get(key)
-                if buf is not None:
-                    buf.check_append(value)
         return 0
 
     cpdef validate(self):
