@@ -15,6 +15,7 @@ Also here: behaviours that are the SAME as RLlib's but easy to get wrong
 from __future__ import annotations
 
 import copy
+import pickle
 
 import gymnasium as gym
 import numpy as np
@@ -604,3 +605,28 @@ def test_rllib_numpy_slices_and_cuts_share_memory(make):
     part = ep.slice(slice(2, 4))
     part.set_observations(new_data=box(8), at_indices=0)
     assert ep.get_observations(2).tolist() == [8.0] * 4
+
+
+# -- pickling: plain spaces come back as one shared object per process ------------
+
+def _pickled_twice(cls):
+    episode = cls(observation_space=gym.spaces.Box(-1, 1, (4,), np.float32),
+                  action_space=gym.spaces.Discrete(2))
+    episode.add_env_reset(np.zeros(4, np.float32))
+    return [pickle.loads(pickle.dumps(episode, protocol=5)) for _ in range(2)]
+
+
+def test_unpickled_plain_spaces_are_shared():
+    """Ours: one space object per description, as the episodes of one env
+    runner share its env's spaces (and loading skips rebuilding a Box)."""
+    first, second = _pickled_twice(SingleAgentEpisode)
+    assert first.observation_space == gym.spaces.Box(-1, 1, (4,), np.float32)
+    assert first.observation_space is second.observation_space
+    assert first.action_space is second.action_space
+
+
+@pytest.mark.rllib
+def test_rllib_unpickled_spaces_are_separate_objects():
+    first, second = _pickled_twice(rllib_episode_class())
+    assert first.observation_space == second.observation_space
+    assert first.observation_space is not second.observation_space
