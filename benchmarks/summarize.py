@@ -18,14 +18,7 @@ import re
 import statistics
 from collections import defaultdict
 
-
-def _fmt_time(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9)):
-        if seconds >= scale:
-            return f"{seconds / scale:.3g} {unit}"
-    return f"{seconds / 1e-9:.3g} ns"
+from episode.cli import format_table, format_time
 
 
 def _impl(bench: dict) -> str:
@@ -65,6 +58,13 @@ def summarize(runs: list[dict]) -> list[dict]:
     return out
 
 
+def _table(header: list[str], rows: list[list[str]], markdown: bool) -> str:
+    if not markdown:
+        return format_table(header, rows)
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+
 def render(rows: list[dict], markdown: bool) -> str:
     header = ["workload", "ours median", "RLlib median", "speed-up (RLlib/ours)",
               "ours / item", "RLlib / item"]
@@ -73,21 +73,13 @@ def render(rows: list[dict], markdown: bool) -> str:
         per_item = r["items"] > 1
         table.append([
             r["workload"],
-            _fmt_time(r["ours"]),
-            _fmt_time(r["rllib"]),
+            format_time(r["ours"]),
+            format_time(r["rllib"]),
             f"{r['speedup']:.1f}x" if r["speedup"] else "-",
-            _fmt_time(r["ours"] / r["items"]) if per_item and r["ours"] else "",
-            _fmt_time(r["rllib"] / r["items"]) if per_item and r["rllib"] else "",
+            format_time(r["ours"] / r["items"]) if per_item and r["ours"] else "",
+            format_time(r["rllib"] / r["items"]) if per_item and r["rllib"] else "",
         ])
-    if markdown:
-        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        lines += ["| " + " | ".join(row) + " |" for row in table]
-        return "\n".join(lines)
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *table)]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    lines = [fmt.format(*header), fmt.format(*["-" * w for w in widths])]
-    lines += [fmt.format(*row) for row in table]
-    return "\n".join(lines)
+    return _table(header, table, markdown)
 
 
 def _fmt_bytes(n: float) -> str:
@@ -115,14 +107,7 @@ def memory_rows(runs: list[dict]) -> list[list[str]]:
 def render_memory(rows: list[list[str]], markdown: bool) -> str:
     header = ["impl", "mode", "traced (current)", "held inputs", "total",
               "total / raw data", "traced peak"]
-    if markdown:
-        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        lines += ["| " + " | ".join(row) + " |" for row in rows]
-        return "\n".join(lines)
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
-    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
-    return "\n".join([fmt.format(*header), fmt.format(*["-" * w for w in widths])]
-                     + [fmt.format(*row) for row in rows])
+    return _table(header, rows, markdown)
 
 
 def main() -> None:

@@ -14,6 +14,7 @@ Ctrl-C prints what was measured so far and exits with status 130.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -23,6 +24,7 @@ import statistics
 import sys
 import time
 import tracemalloc
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -122,7 +124,8 @@ def format_bytes(n: float) -> str:
     return f"{n:.0f} B"
 
 
-def _table(header: list[str], rows: list[list[str]], right: set[int]) -> str:
+def format_table(header: list[str], rows: list[list[str]], right: Collection[int] = ()) -> str:
+    """A plain-text table: columns padded, those in `right` right-aligned."""
     widths = [max(len(x) for x in col) for col in zip(header, *rows)]
     lines = []
     for row in [header, ["-" * w for w in widths], *rows]:
@@ -344,8 +347,7 @@ def _check_writable(path: str, option: str) -> None:
     cannot be written."""
     existed = os.path.exists(path)
     try:
-        with open(path, "a"):
-            pass
+        open(path, "a").close()
     except OSError as e:
         raise UsageError(f"cannot write {option} file {path!r}: {e.strerror}") from None
     if not existed:
@@ -402,14 +404,9 @@ def _bench_workload(workload, classes: dict, rounds: int, min_s: float, result: 
 
 def _machine() -> dict:
     cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:   # Linux only
+        cpu = next((line.split(":", 1)[1].strip() for line in f
+                    if line.startswith("model name")), cpu)
     return {"platform": platform.platform(), "cpu": cpu, "cores": os.cpu_count()}
 
 
@@ -451,7 +448,7 @@ def _bench_table(report: dict, with_rllib: bool) -> str:
                     format_time(r["rllib_s"] / n) if n > 1 and r["rllib_s"] else "",
                     f"{r['speedup']:.1f}x" if r["speedup"] else "-"]
         rows.append(row)
-    return _table(header, rows, right=set(range(1, len(header))))
+    return format_table(header, rows, right=set(range(1, len(header))))
 
 
 def _plot(report: dict, path: str) -> None:

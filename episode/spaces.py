@@ -324,8 +324,8 @@ def _space_key(space: Any) -> tuple | None:
     if getattr(space, "_np_random", 0) is not None:
         return None
     if t is gym.spaces.Box:
-        return ("box", space.shape, space.dtype.str, space.low.astype(space.dtype).tobytes(),
-                space.high.astype(space.dtype).tobytes())
+        return ("box", space.shape, space.dtype.str, np.asarray(space.low, space.dtype).tobytes(),
+                np.asarray(space.high, space.dtype).tobytes())
     if t is gym.spaces.Discrete:
         return ("discrete", int(space.n), int(space.start), space.dtype.str)
     if t is gym.spaces.MultiDiscrete:
