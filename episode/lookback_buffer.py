@@ -105,7 +105,7 @@ class InfiniteLookbackBuffer(BufferCore):
             col, tree = None, map_struct(lambda a: Column.from_array(np.asarray(a)), value)
         else:
             col, tree = Column.from_array(np.asarray(value)), None
-        self._col, self._tree = col, tree
+        self._set_storage(col, tree)
 
     @property
     def finalized(self) -> bool:
@@ -230,10 +230,13 @@ class InfiniteLookbackBuffer(BufferCore):
         if self.finalized or self._col.finalize():
             return
         items = self._col.to_list()
-        self.data = stack(items) if items else empty_batch(self.space)
-        if not items and self.space is None:
+        if items:
+            self.data = stack(items)
+        elif self.space is not None:
+            self.data = empty_batch(self.space)
+        else:
             # No rows and no space: the first rows appended decide the row type.
-            self._col.row_type_open = True
+            self._set_storage(Column.with_open_row_type(), None)
 
     # -- reading ------------------------------------------------------------
 
@@ -506,8 +509,11 @@ class InfiniteLookbackBuffer(BufferCore):
 
 
 def _restore(cls, col, tree, lookback, space):
+    if not (isinstance(cls, type) and issubclass(cls, InfiniteLookbackBuffer)):
+        raise TypeError(f"cannot restore a lookback buffer as {cls!r}")
     buffer = cls.__new__(cls)
-    buffer._col, buffer._tree, buffer.lookback = col, tree, lookback
+    buffer._set_storage(col, tree)
+    buffer.lookback = lookback
     buffer.space = unpickled_space(space)
     return buffer
 

@@ -109,12 +109,6 @@ def test_views_handed_out_survive_growth_and_pop():
     assert view2[-1] == 99.0
 
 
-def test_take_gathers_rows():
-    col = Column.from_array(np.arange(10.0).reshape(5, 2))
-    out = col.take(np.array([4, 0, 4], dtype=np.intp))
-    np.testing.assert_array_equal(out, [[8, 9], [0, 1], [8, 9]])
-
-
 def test_set_and_pop_in_list_mode_keep_types():
     col = Column.from_list([1.0, 2.0, 3.0])
     col.set(1, 20.0)
@@ -134,11 +128,20 @@ def test_get_out_of_range_raises_index_error():
 
 def test_public_methods_check_positions_before_touching_memory():
     col = Column.from_list([1.0, 2.0])
+    other = Column.from_list([3.0])
     for call in (lambda: col.set(2, 0.0), lambda: col.set(-1, 0.0), lambda: col.pop(5),
-                 lambda: col.take(np.array([0, 9], dtype=np.intp))):
+                 lambda: col.extend_from(other, -3, 1), lambda: col.extend_from(other, 0, 2),
+                 lambda: col.extend_from(other, 1, 0)):
         with pytest.raises(IndexError):
             call()
     assert col.to_list() == [1.0, 2.0]
+
+
+def _block_owner(array):
+    # The object that owns the memory an array views (numpy's base chain ends there).
+    while isinstance(array, np.ndarray):
+        array = array.base
+    return array
 
 
 def test_list_mode_growth_reallocs_one_block_unless_a_view_is_held():
@@ -149,12 +152,14 @@ def test_list_mode_growth_reallocs_one_block_unless_a_view_is_held():
         col.append(row)
         if i % 100 == 0:
             view = col.view()
-            owners.add(id(view.base))
+            # id() alone could repeat for a new block in a freed slot; a
+            # realloc'd block is the same owner with the same object type.
+            owners.add(id(_block_owner(view)))
             del view
     assert len(owners) == 1                 # realloc'd in place, never re-allocated
     held = col.view()
     for _ in range(5000):                   # grows while a view is held: must copy
         col.append(row + 1)
     np.testing.assert_array_equal(held[-1], row)
-    assert col.view().base is not held.base
+    assert _block_owner(col.view()) is not _block_owner(held)
     np.testing.assert_array_equal(col.view()[:3000], np.tile(row, (3000, 1)))

@@ -1,9 +1,10 @@
 from episode._column cimport Column
 
 cdef class BufferCore:
-    cdef public Column _col        # the data when it is one track (always before finalize)
-    cdef public object _tree       # finalized Dict/Tuple data: a dict/tuple tree of Columns
-    cdef public Py_ssize_t lookback
+    # Storage: set through set_storage, which checks what the C paths trust.
+    cdef readonly Column _col      # the data when it is one track (always before finalize)
+    cdef readonly object _tree     # finalized Dict/Tuple data: a dict/tuple tree of Columns
+    cdef Py_ssize_t _lookback      # 0..INDEX_LIMIT, through the checked `lookback` property
     cdef public object _space          # the gymnasium space, or None
     cdef public object _space_struct   # its dict/tuple struct of leaf spaces
 
@@ -14,6 +15,7 @@ cdef class BufferCore:
     cdef object _plan_dtype, _plan_value, _plan_fill_dtype, _plan_fill_value
 
     cpdef Py_ssize_t len_incl_lookback(self)
+    cdef int set_storage(self, Column col, object tree) except -1
 
     # Inline: add_env_step's pushes reach the Column's inline push with no call.
     cdef inline int push(self, object item) except -1:

@@ -14,8 +14,10 @@ from libc.string cimport memcpy
 import gymnasium as gym
 import numpy as np
 
-from episode._column cimport Column
-from episode._index cimport SliceSpec, interpret_slice, int_position, slice_positions
+from episode._column cimport Column, array_bytes
+from episode._index cimport (SliceSpec, checked_lookback, clamped_index, interpret_slice,
+                             int_position, slice_positions)
+from episode.spaces import flatten_struct, is_struct
 
 
 cnp.import_array()
@@ -44,7 +46,38 @@ cdef class BufferCore:
         # sub_buffer, unpickling), so none is allocated here.
         self._col = None
         self._tree = None
-        self.lookback = 0
+        self._lookback = 0
+
+    @property
+    def lookback(self):
+        """How many of the first items form the lookback (an int >= 0)."""
+        return self._lookback
+
+    @lookback.setter
+    def lookback(self, value):
+        self._lookback = checked_lookback(value)
+
+    cdef int set_storage(self, Column col, object tree) except -1:
+        """Makes `col` (one track) or `tree` (a dict/tuple of finalized Columns
+        of one length) the storage, after checking it is one of the two."""
+        cdef Py_ssize_t n = -1
+        if (col is None) == (tree is None):
+            raise TypeError("a buffer's storage is one Column or one tree of Columns")
+        if tree is not None:
+            if not is_struct(tree):
+                raise TypeError(f"a tree of Columns is a dict or tuple, not {type(tree).__name__}")
+            for leaf in flatten_struct(tree):
+                if type(leaf) is not Column or not (<Column>leaf).finalized:
+                    raise TypeError(f"a tree's leaves are finalized Columns, not {leaf!r}")
+                if n >= 0 and len(leaf) != n:
+                    raise ValueError("the Columns of a tree must have one length")
+                n = len(leaf)
+        self._col, self._tree = col, tree
+        return 0
+
+    def _set_storage(self, Column col, tree):
+        """Python's way to set the storage (see set_storage)."""
+        self.set_storage(col, tree)
 
     @property
     def finalized(self):
@@ -68,7 +101,7 @@ cdef class BufferCore:
     def __len__(self):
         """Number of items after the lookback."""
         cdef Py_ssize_t n = self.len_incl_lookback()
-        return n - self.lookback if n > self.lookback else 0
+        return n - self._lookback if n > self._lookback else 0
 
     cpdef Py_ssize_t len_incl_lookback(self):
         """Number of items, lookback included."""
@@ -95,7 +128,7 @@ cdef class BufferCore:
                 and not ignore_last_ts and add_last_ts_value is None):
             if fill is None:
                 if type(indices) is int:
-                    return self._get_int(indices, neg_index_as_lookback)
+                    return self._get_int(clamped_index(indices), neg_index_as_lookback)
                 if type(indices) is slice:
                     return self._get_slice(indices, neg_index_as_lookback)
             elif type(indices) is slice and type(fill) in SCALAR_FILLS:
@@ -106,7 +139,7 @@ cdef class BufferCore:
     def __getitem__(self, item):
         if self._col is not None:
             if type(item) is int:
-                return self._get_int(item, False)
+                return self._get_int(clamped_index(item), False)
             if type(item) is slice:
                 return self._get_slice(item, False)
         return self._get_general(item, False, None, False, False, None)
@@ -122,15 +155,17 @@ cdef class BufferCore:
         cdef BufferCore out
         if col is None or type(slice_) is not slice:
             return self._sub_buffer_general(slice_, neg_index_as_lookback, lookback, space)
+        if lookback < 0:
+            checked_lookback(lookback)      # raises
         n = len(col)
-        spec = interpret_slice(slice_, neg_index_as_lookback, self.lookback, n)
+        spec = interpret_slice(slice_, neg_index_as_lookback, self._lookback, n)
         count = slice_positions(&spec, n, &first, &step)
         if step != 1:
             return self._sub_buffer_general(slice_, neg_index_as_lookback, lookback, space)
         out = new_buffer(type(self))
         out._col = col.view_rows(first, first + count) if col.finalized \
             else col.copy_rows(first, first + count)
-        out.lookback = min(lookback, count)
+        out._lookback = min(lookback, count)
         if space is self._space:
             out._space, out._space_struct = self._space, self._space_struct
         elif space is None:
@@ -142,12 +177,13 @@ cdef class BufferCore:
     cdef object _get_int(self, Py_ssize_t idx, bint neg_index_as_lookback):
         cdef Column col = self._col
         cdef Py_ssize_t n = len(col)
-        cdef Py_ssize_t underflow = (n - self.lookback if n > self.lookback else 0) + self.lookback
-        cdef Py_ssize_t pos = int_position(idx, neg_index_as_lookback, self.lookback, n, underflow)
+        cdef Py_ssize_t lb = self._lookback
+        cdef Py_ssize_t underflow = (n - lb if n > lb else 0) + lb
+        cdef Py_ssize_t pos = int_position(idx, neg_index_as_lookback, lb, n, underflow)
         if pos < 0:
             raise IndexError(
                 f"index {idx} (neg_index_as_lookback={bool(neg_index_as_lookback)}) is out "
-                f"of range for a buffer of {n} items ({self.lookback} of them lookback); "
+                f"of range for a buffer of {n} items ({lb} of them lookback); "
                 f"pass `fill` to pad"
             )
         return col.item(pos)
@@ -155,7 +191,7 @@ cdef class BufferCore:
     cdef object _get_slice(self, object slice_, bint neg_index_as_lookback):
         cdef Column col = self._col
         cdef Py_ssize_t n = len(col)
-        cdef SliceSpec spec = interpret_slice(slice_, neg_index_as_lookback, self.lookback, n)
+        cdef SliceSpec spec = interpret_slice(slice_, neg_index_as_lookback, self._lookback, n)
         cdef Py_ssize_t first, step, count, i
         count = slice_positions(&spec, n, &first, &step)
         if col.finalized:
@@ -167,10 +203,11 @@ cdef class BufferCore:
         """A slice padded with `fill` where it runs past the data, one gather."""
         cdef Column col = self._col
         cdef Py_ssize_t n = len(col)
-        cdef SliceSpec spec = interpret_slice(slice_, neg_index_as_lookback, self.lookback, n)
+        cdef SliceSpec spec = interpret_slice(slice_, neg_index_as_lookback, self._lookback, n)
         cdef Py_ssize_t first, step, count, i, left, total, row_bytes
         cdef cnp.ndarray out, value
         cdef char* dst
+        cdef char* element
         if spec.fill_left == 0 and spec.fill_right == 0:
             return self._get_slice(slice_, neg_index_as_lookback)
         count = slice_positions(&spec, n, &first, &step)
@@ -197,20 +234,21 @@ cdef class BufferCore:
             dims[i + 1] = col.row_shape[i]
         out = cnp.PyArray_EMPTY(col.row_ndim + 1, dims, (<cnp.dtype>dtype).type_num, 0) \
             if (<cnp.dtype>dtype).isbuiltin else np.empty((total,) + col.row_shape_tuple, dtype)
-        dst = <char*>cnp.PyArray_DATA(out)
         row_bytes = (<cnp.dtype>dtype).itemsize
         for i in range(col.row_ndim):
             row_bytes *= col.row_shape[i]
-        repeat_bytes(dst, <char*>cnp.PyArray_DATA(value), (<cnp.dtype>dtype).itemsize,
-                     left * row_bytes)
-        repeat_bytes(dst + (left + count) * row_bytes, <char*>cnp.PyArray_DATA(value),
-                     (<cnp.dtype>dtype).itemsize, spec.fill_right * row_bytes)
+        dst = array_bytes(out, total * row_bytes)
+        element = array_bytes(value, (<cnp.dtype>dtype).itemsize)
+        repeat_bytes(dst, element, (<cnp.dtype>dtype).itemsize, left * row_bytes)
+        repeat_bytes(dst + (left + count) * row_bytes, element, (<cnp.dtype>dtype).itemsize,
+                     spec.fill_right * row_bytes)
         if count:
-            if cnp.PyArray_TYPE(out) == col.type_num and col.pod:
+            # Raw rows only where they mean the same in both (not, say, str
+            # rows of another width): everything else is numpy's cast.
+            if col.pod and cnp.PyArray_EquivTypes(out.dtype, col.array.dtype):
                 dst += left * row_bytes
                 for i in range(count):
-                    memcpy(dst + i * row_bytes, col.data + (first + i * step) * row_bytes,
-                           row_bytes)
+                    memcpy(dst + i * row_bytes, col.row_ptr(first + i * step, 1), row_bytes)
             else:
                 out[left:left + count] = col.array[first:first + count * step:step] \
                     if first + count * step >= 0 else col.array[first::step][:count]

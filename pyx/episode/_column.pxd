@@ -1,4 +1,4 @@
-# The Column: one growable, typed, contiguous buffer (see DESIGN.md).
+# The Column: one growable, typed, contiguous buffer.
 cimport cython
 cimport numpy as cnp
 from cpython.float cimport PyFloat_AS_DOUBLE
@@ -6,8 +6,32 @@ from cpython.long cimport PyLong_AsLongLongAndOverflow
 from libc.stdint cimport int64_t
 from libc.string cimport memcpy
 
+cdef extern from *:
+    """
+    #ifndef EPISODE_CHECKED
+    #define EPISODE_CHECKED 0
+    #endif
+    """
+    # 1 in the checked build (-DEPISODE_CHECKED=1): raw accesses are bounds-checked.
+    const bint CHECKED "EPISODE_CHECKED"
+
+cdef int rows_out_of_bounds(Py_ssize_t pos, Py_ssize_t count, Py_ssize_t capacity) except -1
+cdef int bytes_out_of_bounds(Py_ssize_t nbytes, Py_ssize_t available) except -1
+
+
+cdef inline char* array_bytes(cnp.ndarray arr, Py_ssize_t nbytes) except NULL:
+    # The first `nbytes` of a C-contiguous array's data: every raw access to an
+    # ndarray that is not a Column's storage goes through here, and the checked
+    # build proves that the array has them.
+    if CHECKED and (nbytes < 0 or not cnp.PyArray_IS_C_CONTIGUOUS(arr)
+                    or nbytes > cnp.PyArray_NBYTES(arr)):
+        bytes_out_of_bounds(nbytes, cnp.PyArray_NBYTES(arr))
+    return <char*>cnp.PyArray_DATA(arr)
+
+
 cdef class Memory:
     cdef char* ptr                 # PyMem_RawMalloc'd block, freed in __dealloc__
+    cdef size_t nbytes             # its size
     @staticmethod
     cdef Memory allocate(size_t nbytes)
     cdef object as_array(self, cnp.dtype descr, Py_ssize_t rows, int row_ndim,
@@ -32,14 +56,17 @@ cdef enum Kind:
 cdef class Column:
     cdef readonly int kind
     cdef readonly bint finalized   # numpy semantics on get/append (after finalize())
-    cdef public bint row_type_open # finalized empty with no known row type: the first rows set it
+    cdef readonly bint row_type_open  # finalized empty with no known row type: the first rows set it
     cdef object array              # ndarray (capacity, *row_shape): the typed storage
     cdef Memory memory             # the block `array` views, when the Column allocated it
     cdef char* data                # array's first byte
     cdef Py_ssize_t size           # rows in use
     cdef readonly Py_ssize_t capacity  # rows allocated
     cdef Py_ssize_t row_bytes      # bytes per row
+    cdef Py_ssize_t itemsize       # bytes per element
     cdef int type_num              # numpy type number of the storage
+    cdef void* descr               # the storage's dtype (borrowed from `array`)
+    cdef bint plain                # native bool/int/uint/float/complex: bytes are the values
     cdef bint pod                  # storage holds no object references: memcpy is safe
     cdef int row_ndim
     cdef cnp.npy_intp row_shape[64]
@@ -47,6 +74,15 @@ cdef class Column:
     cdef list items                # object path storage
 
     cdef int _adopt_storage(self, cnp.ndarray arr, Py_ssize_t size) except -1
+
+    # Every raw access to the storage goes through row_ptr: rows [pos, pos +
+    # count) must lie within the capacity. The checked build proves it on each
+    # call; callers guarantee it otherwise.
+    cdef inline char* row_ptr(self, Py_ssize_t pos, Py_ssize_t count) except NULL:
+        if CHECKED and (self.data == NULL or pos < 0 or count < 0
+                        or pos > self.capacity - count):
+            rows_out_of_bounds(pos, count, self.capacity)
+        return self.data + pos * self.row_bytes
 
     # push() is inline so that a sampler's per-step append (a row of the
     # column's own type, with room for it) costs no call in the caller's
@@ -57,47 +93,54 @@ cdef class Column:
             return 0
         return self.push_slow(item)
 
-    cdef inline bint store_typed(self, object item) noexcept:
+    cdef inline int store_typed(self, object item) except -1:
         # List mode, room for one row: stores `item` if it is of the kind the
-        # column holds. False (nothing stored) for anything else.
+        # column holds (1). 0 (nothing stored) for anything else.
         cdef object t = type(item)
-        cdef char* dst = self.data + self.size * self.row_bytes
+        cdef char* dst = self.row_ptr(self.size, 1)
         cdef int overflow = 0
         cdef long long value
         if self.kind == KIND_ARRAY:
             if not (cnp.PyArray_CheckExact(item) and self._row_matches(<cnp.ndarray>item)):
-                return False
-            memcpy(dst, cnp.PyArray_DATA(<cnp.ndarray>item), self.row_bytes)
+                return 0
+            memcpy(dst, array_bytes(<cnp.ndarray>item, self.row_bytes), self.row_bytes)
         elif self.kind == KIND_FLOAT:
             if t is not float:
-                return False
+                return 0
             (<double*>dst)[0] = PyFloat_AS_DOUBLE(item)
         elif self.kind == KIND_INT:
             if t is not int:
-                return False
+                return 0
             value = PyLong_AsLongLongAndOverflow(item, &overflow)
             if overflow:
-                return False
+                return 0
             (<int64_t*>dst)[0] = value
         elif self.kind == KIND_BOOL:
             if t is not bool:
-                return False
+                return 0
             (<cnp.npy_bool*>dst)[0] = item is True
         elif self.kind == KIND_SCALAR:
             if t is not self.scalar_type:
-                return False
+                return 0
+            if CHECKED and cnp.PyArray_DescrFromScalar(item).itemsize != self.itemsize:
+                bytes_out_of_bounds(cnp.PyArray_DescrFromScalar(item).itemsize, self.itemsize)
             cnp.PyArray_ScalarAsCtype(item, dst)
         else:
-            return False
+            return 0
         self.size += 1
-        return True
+        return 1
 
     cdef inline bint _row_matches(self, cnp.ndarray arr) noexcept:
-        # A C-contiguous, native-order row of the column's dtype and row shape.
+        # A C-contiguous row of the column's row shape whose bytes mean what
+        # the storage's bytes mean: the very same dtype, or for plain numbers
+        # the same type, size and (native) byte order. Other dtypes of one
+        # type number (str/bytes widths, structured fields) take numpy's path.
         cdef int i
-        if cnp.PyArray_TYPE(arr) != self.type_num or cnp.PyArray_NDIM(arr) != self.row_ndim:
+        if cnp.PyArray_NDIM(arr) != self.row_ndim or not cnp.PyArray_IS_C_CONTIGUOUS(arr):
             return False
-        if not cnp.PyArray_IS_C_CONTIGUOUS(arr) or not cnp.PyArray_ISNOTSWAPPED(arr):
+        if <void*>cnp.PyArray_DESCR(arr) != self.descr and not (
+                self.plain and cnp.PyArray_TYPE(arr) == self.type_num
+                and cnp.PyArray_ITEMSIZE(arr) == self.itemsize and cnp.PyArray_ISNOTSWAPPED(arr)):
             return False
         for i in range(self.row_ndim):
             if cnp.PyArray_DIMS(arr)[i] != self.row_shape[i]:
@@ -110,6 +153,7 @@ cdef class Column:
         if self.kind == KIND_EMPTY and not self.finalized:
             self.kind = KIND_EMPTY_DICT
         return self.kind == KIND_EMPTY_DICT
+    cdef int check_range(self, Py_ssize_t start, Py_ssize_t stop) except -1
     cdef Column copy_rows(self, Py_ssize_t start, Py_ssize_t stop)
     cdef int _push_array_mode(self, object item) except -1
     cdef int _start_typed(self, object item) except -1

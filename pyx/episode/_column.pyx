@@ -15,6 +15,7 @@ Two sets of semantics, chosen by ``finalized``:
 * after: numpy semantics, the same as RLlib's ``np.concatenate`` appends
   (dtype promotion by ``np.result_type``, shape must match).
 """
+import math
 from pickle import PickleBuffer
 
 import numpy as np
@@ -24,34 +25,31 @@ from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_FromDouble
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_FromLongLong
 from cpython.object cimport PyObject, PyTypeObject
 from cpython.ref cimport Py_INCREF
-
-cdef extern from "Python.h":
-    # On a borrowed pointer: no temporary reference skews the count.
-    Py_ssize_t refcount "Py_REFCNT"(PyObject* obj)
 from libc.stdint cimport int64_t, SIZE_MAX
 from cpython.mem cimport PyMem_RawFree, PyMem_RawMalloc, PyMem_RawRealloc
 from libc.string cimport memcpy, memmove
 
+cdef extern from "Python.h":
+    # On a borrowed pointer: no temporary reference skews the count.
+    Py_ssize_t refcount "Py_REFCNT"(PyObject* obj)
+
 cdef extern from "numpy/arrayobject.h":
-    # Declared here with the reference semantics numpy documents: PyArray_Empty
-    # steals `descr`, so callers INCREF it first.
-    object PyArray_Scalar(void* data, cnp.dtype descr, object base)
-    object PyArray_Empty(int nd, cnp.npy_intp* dims, cnp.dtype descr, int fortran)
-    # Steals `descr`; returns a new reference (which `object` takes over).
-    object PyArray_NewFromDescr(PyTypeObject* subtype, PyObject* descr, int nd,
+    # numpy's own .pxd leaves these three out (they steal a reference to
+    # `descr`, which Cython cannot express); declared with numpy's C types,
+    # and callers INCREF `descr` first.
+    object PyArray_Scalar(void* data, cnp.PyArray_Descr* descr, object base)
+    object PyArray_Empty(int nd, cnp.npy_intp* dims, cnp.PyArray_Descr* descr, int fortran)
+    object PyArray_NewFromDescr(PyTypeObject* subtype, cnp.PyArray_Descr* descr, int nd,
                                 cnp.npy_intp* dims, cnp.npy_intp* strides, void* data,
                                 int flags, PyObject* obj)
-    # Steals `base`.
-    int PyArray_SetBaseObject(PyObject* arr, PyObject* base) except -1
-    void PyArray_UpdateFlags(PyObject* arr, int flagmask)
-    int NPY_ARRAY_WRITEABLE
-    int NPY_ARRAY_C_CONTIGUOUS
     bint PyDataType_REFCHK(cnp.PyArray_Descr* descr)   # the dtype holds object references
-    int NPY_ARRAY_UPDATE_ALL
 
 cnp.import_array()
 
 cdef Py_ssize_t MIN_CAPACITY = 16
+
+# The layout of a pickled Column (see __reduce_ex__); unknown ones are refused.
+COLUMN_FORMAT = 1
 
 cdef object ndarray_type = np.ndarray
 cdef object generic_type = np.generic
@@ -78,6 +76,7 @@ cdef class Memory:
         memory.ptr = <char*>PyMem_RawMalloc(nbytes if nbytes else 1)
         if memory.ptr == NULL:
             raise MemoryError(f"cannot allocate {nbytes} bytes")
+        memory.nbytes = nbytes
         return memory
 
     cdef object as_array(self, cnp.dtype descr, Py_ssize_t rows, int row_ndim,
@@ -85,15 +84,20 @@ cdef class Memory:
         """An ndarray (rows, *row_shape) of `descr` over this block."""
         cdef cnp.npy_intp dims[65]
         cdef int i
+        cdef size_t nbytes = descr.itemsize
         dims[0] = rows
         for i in range(row_ndim):
             dims[i + 1] = row_shape[i]
+        if CHECKED:
+            for i in range(row_ndim + 1):
+                nbytes *= <size_t>dims[i]
+            if rows < 0 or nbytes > self.nbytes:
+                bytes_out_of_bounds(nbytes, self.nbytes)
         Py_INCREF(descr)
-        array = PyArray_NewFromDescr(<PyTypeObject*>ndarray_type, <PyObject*>descr,
+        array = PyArray_NewFromDescr(<PyTypeObject*>ndarray_type, <cnp.PyArray_Descr*>descr,
                                      row_ndim + 1, dims, NULL, self.ptr,
-                                     NPY_ARRAY_WRITEABLE | NPY_ARRAY_C_CONTIGUOUS, NULL)
-        Py_INCREF(self)
-        PyArray_SetBaseObject(<PyObject*>array, <PyObject*>self)
+                                     cnp.NPY_ARRAY_WRITEABLE | cnp.NPY_ARRAY_C_CONTIGUOUS, NULL)
+        cnp.set_array_base(<cnp.ndarray>array, self)
         return array
 
     def __dealloc__(self):
@@ -104,6 +108,17 @@ cdef inline bint is_plain_numeric(cnp.dtype dt):
     # Only native-order bool/int/uint/float/complex rows take the typed path:
     # their bytes can be memcpy'd and read back unchanged.
     return dt.kind in "biufc" and dt.isnative
+
+
+# Only the checked build calls these two: a core bug, reported instead of a
+# read or write outside a block.
+cdef int rows_out_of_bounds(Py_ssize_t pos, Py_ssize_t count, Py_ssize_t capacity) except -1:
+    raise SystemError(f"episode core: rows [{pos}, {pos} + {count}) outside a storage "
+                      f"block of {capacity} rows")
+
+
+cdef int bytes_out_of_bounds(Py_ssize_t nbytes, Py_ssize_t available) except -1:
+    raise SystemError(f"episode core: {nbytes} bytes asked of a block of {available}")
 
 
 cdef class Column:
@@ -132,7 +147,19 @@ cdef class Column:
     def from_array(object array):
         """A finalized Column adopting `array` (no copy) as its storage."""
         cdef Column col = Column()
-        col._adopt(np.asarray(array) if not isinstance(array, np.ndarray) else array)
+        cdef cnp.ndarray arr = np.asarray(array)
+        col._adopt_storage(arr, arr.shape[0] if arr.ndim else 0)
+        col.kind = KIND_ARRAY
+        col.finalized = True
+        return col
+
+    @staticmethod
+    def with_open_row_type():
+        """A finalized empty Column (float64 until told otherwise) whose first
+        rows decide its row shape and dtype: finalized data with no items and
+        no space to say what they are."""
+        cdef Column col = Column.from_array(np.empty(0))
+        col.row_type_open = True
         return col
 
     cdef int _adopt_storage(self, cnp.ndarray arr, Py_ssize_t size) except -1:
@@ -150,20 +177,17 @@ cdef class Column:
         self.capacity = cnp.PyArray_DIMS(arr)[0]
         self.size = size
         self.type_num = cnp.PyArray_TYPE(arr)
+        self.descr = <void*>cnp.PyArray_DESCR(arr)
+        self.plain = is_plain_numeric(arr.dtype)
         self.pod = not PyDataType_REFCHK(cnp.PyArray_DESCR(arr))
         self.row_ndim = cnp.PyArray_NDIM(arr) - 1
         for i in range(self.row_ndim):
             self.row_shape[i] = cnp.PyArray_DIMS(arr)[i + 1]
-        self.row_bytes = cnp.PyArray_ITEMSIZE(arr)
+        self.itemsize = cnp.PyArray_ITEMSIZE(arr)
+        self.row_bytes = self.itemsize
         for i in range(self.row_ndim):
             self.row_bytes *= self.row_shape[i]
         return 0
-
-    def _adopt(self, cnp.ndarray arr):
-        self._adopt_storage(arr, arr.shape[0] if arr.ndim else 0)
-        self.items = None
-        self.kind = KIND_ARRAY
-        self.finalized = True
 
     # -- size -----------------------------------------------------------------
 
@@ -269,10 +293,10 @@ cdef class Column:
             self._open_row_type(np.asarray(item)[None])
         if self.size == self.capacity:
             self._reserve(1)
-        dst = self.data + self.size * self.row_bytes
+        dst = self.row_ptr(self.size, 1)
         if self.pod:
             if t is ndarray_type and self._row_matches(<cnp.ndarray>item):
-                memcpy(dst, cnp.PyArray_DATA(<cnp.ndarray>item), self.row_bytes)
+                memcpy(dst, array_bytes(<cnp.ndarray>item, self.row_bytes), self.row_bytes)
                 self.size += 1
                 return 0
             if self.row_ndim == 0:
@@ -369,7 +393,8 @@ cdef class Column:
             return 0
         new = np.empty((new_capacity,) + self.row_shape_tuple, dtype=self.array.dtype)
         if self.pod:
-            memcpy(cnp.PyArray_DATA(new), self.data, self.size * self.row_bytes)
+            memcpy(array_bytes(new, self.size * self.row_bytes), self.row_ptr(0, self.size),
+                   self.size * self.row_bytes)
         else:
             new[:self.size] = self.array[:self.size]
         self._adopt_storage(new, self.size)
@@ -382,6 +407,7 @@ cdef class Column:
         cdef Memory memory = self.memory
         cdef size_t nbytes = <size_t>new_capacity * <size_t>self.row_bytes
         cdef char* moved
+        cdef cnp.ndarray grown
         descr = self.array.dtype
         # Sole owners: the array is held only by this Column, the block only
         # by this Column, the array (its base) and the local `memory`.
@@ -391,12 +417,15 @@ cdef class Column:
             if moved == NULL:
                 raise MemoryError("Column cannot grow any further")
             memory.ptr = moved
+            memory.nbytes = nbytes
+            self.array = None            # it pointed into the old block
+            grown = memory.as_array(descr, new_capacity, self.row_ndim, self.row_shape)
         else:
             memory = Memory.allocate(nbytes)
-            memcpy(memory.ptr, self.data, self.size * self.row_bytes)
-        self.array = None
-        self._adopt_storage(memory.as_array(descr, new_capacity, self.row_ndim, self.row_shape),
-                            self.size)
+            grown = memory.as_array(descr, new_capacity, self.row_ndim, self.row_shape)
+            memcpy(array_bytes(grown, self.size * self.row_bytes), self.row_ptr(0, self.size),
+                   self.size * self.row_bytes)
+        self._adopt_storage(grown, self.size)
         self.memory = memory
         return 0
 
@@ -411,6 +440,7 @@ cdef class Column:
         self.array = None
         self.memory = None
         self.data = NULL
+        self.descr = NULL
         self.size = self.capacity = 0
         return 0
 
@@ -424,10 +454,10 @@ cdef class Column:
             return self.items[pos]
         if self.kind == KIND_EMPTY_DICT:
             return {}
-        src = self.data + pos * self.row_bytes
+        src = self.row_ptr(pos, 1)
         if self.finalized:
             if self.row_ndim == 0:
-                return PyArray_Scalar(src, self.array.dtype, self.array)
+                return PyArray_Scalar(src, cnp.PyArray_DESCR(self.array), self.array)
             return self.row_view(pos)
         if self.kind == KIND_FLOAT:
             return PyFloat_FromDouble((<double*>src)[0])
@@ -436,12 +466,12 @@ cdef class Column:
         if self.kind == KIND_BOOL:
             return (<cnp.npy_bool*>src)[0] != 0
         if self.kind == KIND_SCALAR:
-            return PyArray_Scalar(src, self.array.dtype, self.array)
+            return PyArray_Scalar(src, cnp.PyArray_DESCR(self.array), self.array)
         # KIND_ARRAY: a fresh copy, as RLlib hands back the caller's own array.
         descr = self.array.dtype
         Py_INCREF(descr)
-        row = PyArray_Empty(self.row_ndim, self.row_shape, descr, 0)
-        memcpy(cnp.PyArray_DATA(row), src, self.row_bytes)
+        row = PyArray_Empty(self.row_ndim, self.row_shape, <cnp.PyArray_Descr*>descr, 0)
+        memcpy(array_bytes(row, self.row_bytes), src, self.row_bytes)
         return row
 
     cdef object row_view(self, Py_ssize_t pos):
@@ -464,13 +494,15 @@ cdef class Column:
         for i in range(self.row_ndim):
             dims[nd + i] = self.row_shape[i]
             strides[nd + i] = cnp.PyArray_STRIDES(storage)[i + 1]
+        cdef char* start = self.row_ptr(first, 1) if count else self.data
+        if CHECKED and count > 1:
+            self.row_ptr(first + (count - 1) * step, 1)
         descr = storage.dtype
         Py_INCREF(descr)
         view = PyArray_NewFromDescr(
-            <PyTypeObject*>ndarray_type, <PyObject*>descr, nd + self.row_ndim, dims, strides,
-            self.data + first * self.row_bytes, NPY_ARRAY_WRITEABLE, NULL)
-        Py_INCREF(storage)
-        PyArray_SetBaseObject(<PyObject*>view, <PyObject*>storage)
+            <PyTypeObject*>ndarray_type, <cnp.PyArray_Descr*>descr, nd + self.row_ndim, dims,
+            strides, start, cnp.NPY_ARRAY_WRITEABLE, NULL)
+        cnp.set_array_base(<cnp.ndarray>view, storage)
         return view
 
     def get(self, Py_ssize_t pos):
@@ -502,24 +534,6 @@ cdef class Column:
             return None
         return self.array[:self.size]
 
-    def take(self, cnp.intp_t[::1] positions):
-        """Rows at `positions` (all valid) as a new array."""
-        cdef Py_ssize_t k = positions.shape[0]
-        cdef Py_ssize_t i
-        cdef cnp.ndarray out
-        cdef char* dst
-        for i in range(k):
-            self._check_position(positions[i])
-        if self.kind == KIND_OBJECT or not self.pod:
-            return self.view()[np.asarray(positions)]
-        out = np.empty((k,) + self.row_shape_tuple, dtype=self.array.dtype)
-        dst = <char*>cnp.PyArray_DATA(out)
-        with nogil:
-            for i in range(k):
-                memcpy(dst + i * self.row_bytes, self.data + positions[i] * self.row_bytes,
-                       self.row_bytes)
-        return out
-
     # -- changing -------------------------------------------------------------
 
     cdef int _check_position(self, Py_ssize_t pos) except -1:
@@ -544,9 +558,9 @@ cdef class Column:
                 self._to_object_path()
                 self.items[pos] = value
             return
-        dst = self.data + pos * self.row_bytes
+        dst = self.row_ptr(pos, 1)
         if self.kind == KIND_ARRAY and t is ndarray_type and self._row_matches(value):
-            memcpy(dst, cnp.PyArray_DATA(<cnp.ndarray>value), self.row_bytes)
+            memcpy(dst, array_bytes(<cnp.ndarray>value, self.row_bytes), self.row_bytes)
         elif self.kind == KIND_FLOAT and t is float:
             (<double*>dst)[0] = PyFloat_AS_DOUBLE(value)
         elif self.kind == KIND_BOOL and t is bool:
@@ -579,8 +593,9 @@ cdef class Column:
             self._adopt_storage(np.delete(self.array[:self.size], pos, axis=0), self.size - 1)
             return
         if pos < self.size - 1:
-            memmove(self.data + pos * self.row_bytes, self.data + (pos + 1) * self.row_bytes,
-                   (self.size - pos - 1) * self.row_bytes)
+            memmove(self.row_ptr(pos, self.size - pos - 1),
+                    self.row_ptr(pos + 1, self.size - pos - 1),
+                    (self.size - pos - 1) * self.row_bytes)
         self.size -= 1
 
     def finalize(self):
@@ -595,10 +610,18 @@ cdef class Column:
 
     # -- blocks -----------------------------------------------------------------
 
+    cdef int check_range(self, Py_ssize_t start, Py_ssize_t stop) except -1:
+        """IndexError unless 0 <= start <= stop <= len(self)."""
+        cdef Py_ssize_t n = len(self)
+        if not 0 <= start <= stop <= n:
+            raise IndexError(f"rows [{start}, {stop}) are not a range within {n} rows")
+        return 0
+
     cdef Column copy_rows(self, Py_ssize_t start, Py_ssize_t stop):
-        """A new list-mode Column with copies of rows [start, stop) (valid range)."""
+        """A new list-mode Column with copies of rows [start, stop)."""
         cdef Column out = Column.__new__(Column)
-        cdef Py_ssize_t n = stop - start if stop > start else 0
+        cdef Py_ssize_t n = stop - start
+        self.check_range(start, stop)
         out.kind = self.kind
         out.scalar_type = self.scalar_type
         if self.kind == KIND_OBJECT:
@@ -607,18 +630,18 @@ cdef class Column:
             out.size = n
         elif self.kind != KIND_EMPTY:
             memory = Memory.allocate(max(n, MIN_CAPACITY) * self.row_bytes)
-            memcpy(memory.ptr, self.data + start * self.row_bytes, n * self.row_bytes)
             out._adopt_storage(memory.as_array(self.array.dtype, max(n, MIN_CAPACITY),
                                                self.row_ndim, self.row_shape), n)
             out.memory = memory
+            memcpy(out.row_ptr(0, n), self.row_ptr(start, n), n * self.row_bytes)
         return out
 
     cdef Column view_rows(self, Py_ssize_t start, Py_ssize_t stop):
-        """A new finalized Column over rows [start, stop) (valid) of this
-        finalized one, sharing its memory (it copies out on its first append)."""
+        """A new finalized Column over rows [start, stop) of this finalized
+        one, sharing its memory (it copies out on its first append)."""
         cdef Column out = Column.__new__(Column)
-        out._adopt_storage(self.rows_view(start, max(stop - start, 0), 1, True),
-                           max(stop - start, 0))
+        self.check_range(start, stop)
+        out._adopt_storage(self.rows_view(start, stop - start, 1, True), stop - start)
         out.kind = KIND_ARRAY
         out.finalized = True
         return out
@@ -626,16 +649,16 @@ cdef class Column:
     def extend_from(self, Column other, Py_ssize_t start, Py_ssize_t stop):
         """Appends rows [start, stop) of `other`: one block copy when both hold
         the same kind of typed rows, item by item otherwise."""
-        cdef Py_ssize_t n = stop - start if stop > start else 0
+        cdef Py_ssize_t n = stop - start
         cdef Py_ssize_t i
+        other.check_range(start, stop)
         if (not self.finalized and not other.finalized and self.kind == other.kind
                 and self.kind in (KIND_FLOAT, KIND_INT, KIND_BOOL, KIND_SCALAR, KIND_ARRAY)
                 and self.array.dtype == other.array.dtype
                 and self.row_shape_tuple == other.row_shape_tuple
                 and self.scalar_type is other.scalar_type):
             self._reserve(n)
-            memcpy(self.data + self.size * self.row_bytes, other.data + start * other.row_bytes,
-                   n * self.row_bytes)
+            memcpy(self.row_ptr(self.size, n), other.row_ptr(start, n), n * self.row_bytes)
             self.size += n
         elif not self.finalized and self.kind == KIND_EMPTY_DICT and other.kind == KIND_EMPTY_DICT:
             self.size += n
@@ -652,35 +675,84 @@ cdef class Column:
             payload = self.items
         elif self.kind == KIND_EMPTY_DICT or self.kind == KIND_EMPTY:
             payload = self.size
-        elif self.pod and protocol >= 5:
+        elif self.plain and protocol >= 5:
             # The rows as a raw buffer, dtype as a string: numpy's own array
             # reduction pickles a dtype object and costs several times more.
             # (Protocol 5 only: copy.deepcopy and older protocols cannot take
-            # a PickleBuffer.)
+            # a PickleBuffer. Plain numbers only: numpy refuses to export
+            # datetimes and the like as buffers, and pickles them itself.)
             rows = self.array[:self.size]
             payload = (PickleBuffer(rows), rows.dtype.str, rows.shape)
         else:
             payload = self.array[:self.size]
-        return (_restore_column, (self.kind, self.finalized, self.scalar_type, payload))
+        return (_restore_column, (COLUMN_FORMAT, self.kind, self.finalized, self.row_type_open,
+                                  payload))
 
 
-def _restore_column(int kind, bint finalized, scalar_type, payload):
+# What each list-mode kind stores: the dtype its items become.
+cdef dict KIND_DTYPES = {KIND_FLOAT: float64, KIND_INT: int64, KIND_BOOL: bool_}
+
+
+def _restore_column(version, kind, finalized, row_type_open, payload):
+    """A Column from its pickled state, checked first: the typed paths trust
+    kind, dtype, row shape and size to agree, and a pickle may be corrupt."""
     cdef Column col = Column()
-    col.kind = kind
-    col.finalized = finalized
-    col.scalar_type = scalar_type
+    if version != COLUMN_FORMAT:
+        raise ValueError(f"cannot restore a Column pickled in format {version!r}; "
+                         f"this version of episode reads format {COLUMN_FORMAT}")
+    if type(finalized) is not bool or type(row_type_open) is not bool:
+        raise ValueError("corrupt Column state: flags must be bools")
     if kind == KIND_OBJECT:
+        if type(payload) is not list or finalized or row_type_open:
+            raise ValueError("corrupt Column state: the object path holds a list in list mode")
         col.items = payload
     elif kind == KIND_EMPTY_DICT or kind == KIND_EMPTY:
+        if (type(payload) is not int or not 0 <= payload <= (0 if kind == KIND_EMPTY else 1 << 60)
+                or finalized or row_type_open):
+            raise ValueError("corrupt Column state: an empty or empty-dict Column holds a count")
         col.size = payload
-    else:
-        if type(payload) is tuple:
-            data, dtype, shape = payload
-            payload = np.frombuffer(data, dtype).reshape(shape)
+    elif kind in (KIND_FLOAT, KIND_INT, KIND_BOOL, KIND_SCALAR, KIND_ARRAY):
+        arr = _restored_rows(payload)
+        dtype = arr.dtype
+        if not finalized:
+            # List mode memcpy's and reads back raw bytes: the storage must be
+            # exactly what the kind's items are stored as.
+            if row_type_open or not is_plain_numeric(dtype):
+                raise ValueError(f"corrupt Column state: {dtype} rows in list mode")
+            if kind != KIND_ARRAY and (arr.ndim != 1 or dtype != KIND_DTYPES.get(kind, dtype)):
+                raise ValueError(f"corrupt Column state: kind {kind} cannot hold {dtype} "
+                                 f"rows of shape {arr.shape[1:]}")
+        elif row_type_open and len(arr):
+            raise ValueError("corrupt Column state: an open row type with rows")
         # Unpickled arrays may be read-only views of the pickle's buffer; list
         # mode also grows in place, which needs storage of its own.
-        flags = payload.flags
-        usable = flags.writeable and flags.c_contiguous
-        arr = payload if usable else payload.copy()
+        if not (arr.flags.writeable and arr.flags.c_contiguous):
+            arr = arr.copy()
         col._adopt_storage(arr, len(arr))
+        col.scalar_type = dtype.type if kind == KIND_SCALAR else None
+    else:
+        raise ValueError(f"corrupt Column state: unknown kind {kind!r}")
+    col.kind = kind
+    col.finalized = finalized
+    col.row_type_open = row_type_open
     return col
+
+
+cdef object _restored_rows(object payload):
+    """The ndarray a pickled Column's payload describes (ValueError if none)."""
+    if type(payload) is tuple:
+        if len(payload) != 3:
+            raise ValueError("corrupt Column state: a buffer payload is (data, dtype, shape)")
+        data, dtype, shape = payload
+        dtype = np.dtype(dtype)
+        if not is_plain_numeric(dtype) or type(shape) is not tuple:
+            raise ValueError(f"corrupt Column state: raw rows of {dtype}, shape {shape!r}")
+        payload = np.frombuffer(data, dtype)
+        if len(shape) == 0 or any(type(d) is not int or d < 0 for d in shape) \
+                or math.prod(shape) != payload.size:
+            raise ValueError(f"corrupt Column state: {payload.size} values do not make "
+                             f"rows of shape {shape!r}")
+        payload = payload.reshape(shape)
+    if type(payload) is not ndarray_type or (<cnp.ndarray>payload).ndim == 0:
+        raise ValueError("corrupt Column state: the rows are not an array with a leading axis")
+    return payload

@@ -4,6 +4,16 @@
 # out of the data; kept so that slices resolve exactly as RLlib's do.
 cdef Py_ssize_t BEFORE_START
 
+# No buffer can hold this many rows. Indices, slice fields and lookbacks are
+# clamped to (or checked against) it, so that every sum of an index, a
+# lookback and a length stays far inside Py_ssize_t: a huge index is simply
+# out of range, as it is for RLlib.
+cdef extern from *:
+    """
+    #define EPISODE_INDEX_LIMIT (((Py_ssize_t)1) << 60)
+    """
+    const Py_ssize_t INDEX_LIMIT "EPISODE_INDEX_LIMIT"
+
 cdef struct SliceSpec:
     Py_ssize_t start       # adjusted start, as RLlib passes it to list/array slicing
     Py_ssize_t stop        # adjusted stop (may be BEFORE_START)
@@ -12,10 +22,12 @@ cdef struct SliceSpec:
     Py_ssize_t fill_left   # fill items before the data
     Py_ssize_t fill_right  # fill items after the data
 
+cdef Py_ssize_t clamped_index(object value) except? -1
+cdef Py_ssize_t checked_lookback(object value) except -1
 cdef SliceSpec interpret_slice(object slice_, bint neg_index_as_lookback,
                                Py_ssize_t lookback, Py_ssize_t total) except *
 cdef Py_ssize_t int_position(Py_ssize_t idx, bint neg_index_as_lookback,
                              Py_ssize_t lookback, Py_ssize_t length,
-                             Py_ssize_t underflow_position)
+                             Py_ssize_t underflow_position) noexcept
 cdef Py_ssize_t slice_positions(SliceSpec* spec, Py_ssize_t total,
-                                Py_ssize_t* first, Py_ssize_t* step)
+                                Py_ssize_t* first, Py_ssize_t* step) noexcept

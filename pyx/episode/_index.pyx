@@ -7,7 +7,13 @@ first row after the lookback; negative ones from the end, or, with
 data become `fill` rows when a fill value is given. These functions reproduce
 those rules exactly and return plain row positions.
 """
+from cpython.long cimport PyLong_AsLongLongAndOverflow
+from cpython.number cimport PyNumber_AsSsize_t
 from cpython.object cimport PyObject
+
+cdef extern from "Python.h":
+    # With exc=NULL it clamps to Py_ssize_t's range instead of raising.
+    Py_ssize_t PyNumber_AsSsize_clamped "PyNumber_AsSsize_t"(object o, PyObject* exc) except? -1
 from cpython.slice cimport PySlice_AdjustIndices
 
 cdef extern from "Python.h":
@@ -21,6 +27,36 @@ BEFORE_START = -100_000_000
 
 class SliceStepError(ValueError, ZeroDivisionError):
     """A slice with step 0. (RLlib raises ZeroDivisionError here.)"""
+
+
+cdef Py_ssize_t clamped_index(object value) except? -1:
+    """An int index (anything with __index__) as a Py_ssize_t clamped to
+    +-INDEX_LIMIT; TypeError for anything else."""
+    cdef int overflow = 0
+    cdef long long v
+    if type(value) is int:
+        v = PyLong_AsLongLongAndOverflow(value, &overflow)
+        if overflow:
+            return INDEX_LIMIT if overflow > 0 else -INDEX_LIMIT
+    else:
+        v = PyNumber_AsSsize_clamped(value, NULL)
+    if v > INDEX_LIMIT:
+        return INDEX_LIMIT
+    if v < -INDEX_LIMIT:
+        return -INDEX_LIMIT
+    return <Py_ssize_t>v
+
+
+cdef Py_ssize_t checked_lookback(object value) except -1:
+    """`value` as a lookback: an int in [0, INDEX_LIMIT]. The C paths trust it."""
+    cdef Py_ssize_t lookback
+    try:
+        lookback = PyNumber_AsSsize_t(value, OverflowError)
+    except OverflowError:
+        lookback = -1
+    if lookback < 0 or lookback > INDEX_LIMIT:
+        raise ValueError(f"lookback must be an int from 0 to {INDEX_LIMIT}, got {value!r}")
+    return lookback
 
 
 cdef inline Py_ssize_t _floordiv(Py_ssize_t a, Py_ssize_t b):
@@ -42,14 +78,14 @@ cdef SliceSpec interpret_slice(object slice_, bint neg_index_as_lookback,
     cdef object py_start = <object>sl.start
     cdef object py_stop = <object>sl.stop
     cdef object py_step = <object>sl.step
-    step = 1 if py_step is None else py_step
+    step = 1 if py_step is None else clamped_index(py_step)
     if step == 0:
         raise SliceStepError("slice step cannot be zero")
 
     if py_start is None:
         start = lookback
     else:
-        start = py_start
+        start = clamped_index(py_start)
         if start < 0:
             start = (lookback if neg_index_as_lookback else total) + start
         else:
@@ -57,7 +93,7 @@ cdef SliceSpec interpret_slice(object slice_, bint neg_index_as_lookback,
     if py_stop is None:
         stop = total
     else:
-        stop = py_stop
+        stop = clamped_index(py_stop)
         if stop < 0:
             stop = (lookback if neg_index_as_lookback else total) + stop
         else:
@@ -91,7 +127,7 @@ cdef SliceSpec interpret_slice(object slice_, bint neg_index_as_lookback,
 
 
 cdef Py_ssize_t slice_positions(SliceSpec* spec, Py_ssize_t total,
-                                Py_ssize_t* first, Py_ssize_t* step):
+                                Py_ssize_t* first, Py_ssize_t* step) noexcept:
     """Rows that `rows[start:stop:step]` selects: count, first row and step."""
     cdef Py_ssize_t start = spec.start, stop = spec.stop
     step[0] = spec.step
@@ -102,7 +138,7 @@ cdef Py_ssize_t slice_positions(SliceSpec* spec, Py_ssize_t total,
 
 cdef Py_ssize_t int_position(Py_ssize_t idx, bint neg_index_as_lookback,
                              Py_ssize_t lookback, Py_ssize_t length,
-                             Py_ssize_t underflow_position):
+                             Py_ssize_t underflow_position) noexcept:
     """Row of int index `idx` in `length` rows, or -1 when it is out of range.
 
     `underflow_position` is where RLlib points an index that runs back past
@@ -120,9 +156,10 @@ cdef Py_ssize_t int_position(Py_ssize_t idx, bint neg_index_as_lookback,
     return pos
 
 
-def resolve_slice(slice_, bint neg_index_as_lookback, Py_ssize_t lookback, Py_ssize_t total):
+def resolve_slice(slice_, bint neg_index_as_lookback, lookback, Py_ssize_t total):
     """Python view of the slice rules: (start, stop, step, length, fill_left, fill_right)."""
-    cdef SliceSpec s = interpret_slice(slice_, neg_index_as_lookback, lookback, total)
+    cdef SliceSpec s = interpret_slice(slice_, neg_index_as_lookback,
+                                       checked_lookback(lookback), total)
     return s.start, s.stop, s.step, s.length, s.fill_left, s.fill_right
 
 
