@@ -36,7 +36,7 @@ cdef class BufferCore:
                      bint one_hot_discrete, bint ignore_last_ts, object add_last_ts_value)
     cpdef BufferCore sub_buffer(self, object slice_, bint neg_index_as_lookback,
                                 Py_ssize_t lookback, object space)
-    cdef object _get_int(self, Py_ssize_t idx, bint neg_index_as_lookback)
+    cdef object _get_int(self, object index, bint neg_index_as_lookback)
     cdef object _get_slice(self, object slice_, bint neg_index_as_lookback)
     cdef object _get_slice_filled(self, object slice_, bint neg_index_as_lookback,
                                   object fill)

@@ -128,7 +128,7 @@ cdef class BufferCore:
                 and not ignore_last_ts and add_last_ts_value is None):
             if fill is None:
                 if type(indices) is int:
-                    return self._get_int(clamped_index(indices), neg_index_as_lookback)
+                    return self._get_int(indices, neg_index_as_lookback)
                 if type(indices) is slice:
                     return self._get_slice(indices, neg_index_as_lookback)
             elif type(indices) is slice and type(fill) in SCALAR_FILLS:
@@ -139,7 +139,7 @@ cdef class BufferCore:
     def __getitem__(self, item):
         if self._col is not None:
             if type(item) is int:
-                return self._get_int(clamped_index(item), False)
+                return self._get_int(item, False)
             if type(item) is slice:
                 return self._get_slice(item, False)
         return self._get_general(item, False, None, False, False, None)
@@ -174,15 +174,16 @@ cdef class BufferCore:
             out.space = space
         return out
 
-    cdef object _get_int(self, Py_ssize_t idx, bint neg_index_as_lookback):
+    cdef object _get_int(self, object index, bint neg_index_as_lookback):
         cdef Column col = self._col
         cdef Py_ssize_t n = len(col)
+        cdef Py_ssize_t idx = clamped_index(index)
         cdef Py_ssize_t lb = self._lookback
         cdef Py_ssize_t underflow = (n - lb if n > lb else 0) + lb
         cdef Py_ssize_t pos = int_position(idx, neg_index_as_lookback, lb, n, underflow)
         if pos < 0:
             raise IndexError(
-                f"index {idx} (neg_index_as_lookback={bool(neg_index_as_lookback)}) is out "
+                f"index {index} (neg_index_as_lookback={bool(neg_index_as_lookback)}) is out "
                 f"of range for a buffer of {n} items ({lb} of them lookback); "
                 f"pass `fill` to pad"
             )

@@ -51,6 +51,9 @@ cdef Py_ssize_t MIN_CAPACITY = 16
 # The layout of a pickled Column (see __reduce_ex__); unknown ones are refused.
 COLUMN_FORMAT = 1
 
+# True when compiled with EPISODE_CHECKED=ON (bounds checks on raw accesses).
+CHECKED_BUILD = bool(CHECKED)
+
 cdef object ndarray_type = np.ndarray
 cdef object generic_type = np.generic
 cdef object float64 = np.dtype(np.float64)

@@ -163,10 +163,12 @@ def resolve_slice(slice_, bint neg_index_as_lookback, lookback, Py_ssize_t total
     return s.start, s.stop, s.step, s.length, s.fill_left, s.fill_right
 
 
-def resolve_int(Py_ssize_t idx, bint neg_index_as_lookback, Py_ssize_t lookback,
-                Py_ssize_t length, Py_ssize_t underflow_position):
-    """Python view of `int_position`: the row, or -1 when out of range."""
-    return int_position(idx, neg_index_as_lookback, lookback, length, underflow_position)
+def resolve_int(idx, bint neg_index_as_lookback, lookback, Py_ssize_t length,
+                Py_ssize_t underflow_position):
+    """Python view of `int_position`: the row, or -1 when out of range (a
+    huge `idx` included)."""
+    return int_position(clamped_index(idx), neg_index_as_lookback, checked_lookback(lookback),
+                        length, underflow_position)
 
 
 class IndexTypeError(TypeError, IndexError, AssertionError):
