@@ -508,7 +508,7 @@ def bench(args) -> int:
     from episode import SingleAgentEpisode
     from episode.workloads import rllib_class
 
-    classes = {"ours": SingleAgentEpisode}
+    classes: dict[str, type] = {"ours": SingleAgentEpisode}
     rllib = rllib_class()
     if rllib is not None:
         classes["rllib"] = rllib
@@ -564,7 +564,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="episode", description=__doc__.split("\n\n")[0],
                      epilog="Without a command, `demo` runs with its defaults.")
     commands = parser.add_subparsers(dest="command", metavar="{demo,bench}")
-    progress = argparse.ArgumentParser(add_help=False)
+    progress = _Parser(add_help=False)
     progress.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                           help="show a progress bar on stderr (default: when it is a terminal)")
 
