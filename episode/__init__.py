@@ -2,4 +2,6 @@
 from episode.lookback_buffer import InfiniteLookbackBuffer
 from episode.single_agent_episode import SingleAgentEpisode
 
+__version__ = "0.1.0"
+
 __all__ = ["InfiniteLookbackBuffer", "SingleAgentEpisode"]

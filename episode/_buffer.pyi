@@ -1,13 +1,20 @@
 from typing import Any
 
+import gymnasium as gym
+from typing_extensions import Self, disjoint_base
+
 from episode._column import Column
 
+SCALAR_FILLS: frozenset[type]
+FLAT_SPACES: tuple[type[gym.Space[Any]], ...]
+
+@disjoint_base
 class BufferCore:
     """The compiled half of InfiniteLookbackBuffer."""
     _col: Column | None
     _tree: Any
     lookback: int
-    _space: Any
+    _space: gym.Space[Any] | None
     _space_struct: Any
     @property
     def finalized(self) -> bool: ...
@@ -17,7 +24,7 @@ class BufferCore:
     def len_incl_lookback(self) -> int: ...
     def get(
         self,
-        indices: Any = None,
+        indices: int | slice | list[int] | None = None,
         *,
         neg_index_as_lookback: bool = False,
         fill: Any = None,
@@ -25,7 +32,8 @@ class BufferCore:
         _ignore_last_ts: bool = False,
         _add_last_ts_value: Any = None,
     ) -> Any: ...
-    def __getitem__(self, item: Any) -> Any: ...
+    def __getitem__(self, item: int | slice | list[int], /) -> Any: ...
     def sub_buffer(
-        self, slice_: slice, neg_index_as_lookback: bool, lookback: int, space: Any
-    ) -> BufferCore: ...
+        self, slice_: slice, neg_index_as_lookback: bool, lookback: int,
+        space: gym.Space[Any] | None,
+    ) -> Self: ...

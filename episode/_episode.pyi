@@ -1,29 +1,37 @@
-from typing import Any
+import builtins
+from typing import Any, TypeAlias
 
 import gymnasium as gym
+from typing_extensions import Self, disjoint_base
 
 from episode._buffer import BufferCore
+from episode.lookback_buffer import InfiniteLookbackBuffer
+
+# `slice` below is also a method name, so the index type is named here.
+_Indices: TypeAlias = int | builtins.slice | list[int] | None
 
 REWARDS_SPACE: gym.spaces.Box
 
+@disjoint_base
 class EpisodeCore:
     """The compiled half of SingleAgentEpisode."""
-    id_: Any
+    id_: str
     agent_id: Any
     module_id: Any
     multi_agent_episode_id: Any
-    observations: BufferCore
-    actions: BufferCore
-    rewards: BufferCore
-    infos: BufferCore
-    extra_model_outputs: dict
-    is_terminated: Any
-    is_truncated: Any
+    # The facade always stores InfiniteLookbackBuffers in these.
+    observations: InfiniteLookbackBuffer
+    actions: InfiniteLookbackBuffer
+    rewards: InfiniteLookbackBuffer
+    infos: InfiniteLookbackBuffer
+    extra_model_outputs: dict[Any, InfiniteLookbackBuffer]
+    is_terminated: bool
+    is_truncated: bool
     t: int
     t_started: int
-    _observation_space: Any
-    _action_space: Any
-    _custom_data: Any
+    _observation_space: gym.Space[Any] | None
+    _action_space: gym.Space[Any] | None
+    _custom_data: dict[Any, Any]
     _start_time: float | None
     _last_step_time: float | None
     _last_added_observation: Any
@@ -33,27 +41,57 @@ class EpisodeCore:
         observation: Any,
         action: Any,
         reward: Any,
-        infos: dict | None = None,
+        infos: dict[Any, Any] | None = None,
         *,
         terminated: bool = False,
         truncated: bool = False,
-        extra_model_outputs: dict | None = None,
+        extra_model_outputs: dict[Any, Any] | None = None,
     ) -> None: ...
     def validate(self) -> None: ...
     def __len__(self) -> int: ...
-    def cut(self, len_lookback_buffer: int = 0) -> Any: ...
-    def slice(self, slice_: slice, *, len_lookback_buffer: int | None = None) -> Any: ...
-    def get_observations(self, indices: Any = None, *, neg_index_as_lookback: bool = False,
-                         fill: Any = None, one_hot_discrete: bool = False) -> Any: ...
-    def get_infos(self, indices: Any = None, *, neg_index_as_lookback: bool = False,
-                  fill: Any = None) -> Any: ...
-    def get_actions(self, indices: Any = None, *, neg_index_as_lookback: bool = False,
-                    fill: Any = None, one_hot_discrete: bool = False) -> Any: ...
-    def get_rewards(self, indices: Any = None, *, neg_index_as_lookback: bool = False,
-                    fill: Any = None) -> Any: ...
-    def get_extra_model_outputs(self, key: Any, indices: Any = None, *,
-                                neg_index_as_lookback: bool = False, fill: Any = None) -> Any: ...
+    def cut(self, len_lookback_buffer: int = 0) -> Self: ...
+    def slice(self, slice_: builtins.slice, *, len_lookback_buffer: int | None = None) -> Self: ...
+    def get_observations(
+        self,
+        indices: _Indices = None,
+        *,
+        neg_index_as_lookback: bool = False,
+        fill: Any = None,
+        one_hot_discrete: bool = False,
+    ) -> Any: ...
+    def get_infos(
+        self,
+        indices: _Indices = None,
+        *,
+        neg_index_as_lookback: bool = False,
+        fill: Any = None,
+    ) -> Any: ...
+    def get_actions(
+        self,
+        indices: _Indices = None,
+        *,
+        neg_index_as_lookback: bool = False,
+        fill: Any = None,
+        one_hot_discrete: bool = False,
+    ) -> Any: ...
+    def get_rewards(
+        self,
+        indices: _Indices = None,
+        *,
+        neg_index_as_lookback: bool = False,
+        fill: Any = None,
+    ) -> Any: ...
+    def get_extra_model_outputs(
+        self,
+        key: Any,
+        indices: _Indices = None,
+        *,
+        neg_index_as_lookback: bool = False,
+        fill: Any = None,
+    ) -> Any: ...
 
-def assemble(cls: type, id_: Any, observations: BufferCore, infos: BufferCore,
-             actions: BufferCore, rewards: BufferCore, extra_model_outputs: dict,
-             terminated: Any, truncated: Any, t_started: int) -> Any: ...
+def assemble(
+    cls: type[EpisodeCore], id_: Any, observations: BufferCore, infos: BufferCore,
+    actions: BufferCore, rewards: BufferCore, extra_model_outputs: dict[Any, Any],
+    terminated: Any, truncated: Any, t_started: int | None,
+) -> Any: ...

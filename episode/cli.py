@@ -2,6 +2,7 @@
 
     episode demo [--env CartPole-v1] [--num-envs 1] [--steps 100000] ...
     episode bench [--rounds 7] [--workloads a,b] [--json PATH] [--plot PATH]
+    episode --version
 
 `demo` samples a gymnasium environment with random actions and keeps the
 episodes the way an RLlib sampler does; `bench` times the workloads of
@@ -27,6 +28,8 @@ import tracemalloc
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any, TextIO
+
+from episode import __version__
 
 __all__ = ["main"]
 
@@ -508,7 +511,7 @@ def bench(args) -> int:
     from episode import SingleAgentEpisode
     from episode.workloads import rllib_class
 
-    classes = {"ours": SingleAgentEpisode}
+    classes: dict[str, type] = {"ours": SingleAgentEpisode}
     rllib = rllib_class()
     if rllib is not None:
         classes["rllib"] = rllib
@@ -563,8 +566,9 @@ def _workload_list() -> str:
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="episode", description=__doc__.split("\n\n")[0],
                      epilog="Without a command, `demo` runs with its defaults.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="{demo,bench}")
-    progress = argparse.ArgumentParser(add_help=False)
+    progress = _Parser(add_help=False)
     progress.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                           help="show a progress bar on stderr (default: when it is a terminal)")
 

@@ -2,16 +2,20 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 import io
 import json
 import re
+import pathlib
 import subprocess
 import sys
+import sysconfig
 import tempfile
 
 import gymnasium as gym
 import pytest
 
+import episode
 from episode import cli
 from episode.workloads import WORKLOADS, Round, rllib_class
 
@@ -90,6 +94,29 @@ def test_plot_without_matplotlib(capsys, monkeypatch, tmp_path):
 def test_help_exits_0(capsys):
     assert cli.main(["bench", "--help"]) == 0
     assert "frame_stack" in capsys.readouterr().out   # the workloads are listed
+
+
+# -- version --------------------------------------------------------------------
+
+def test_version_is_the_installed_distributions():
+    assert episode.__version__ == importlib.metadata.version("episode")
+    assert re.fullmatch(r"\d+\.\d+\.\d+\S*", episode.__version__)
+
+
+def test_version_module():
+    result = run_module("--version")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"episode {episode.__version__}\n"
+    assert result.stderr == ""
+
+
+def test_version_console_script():
+    script = pathlib.Path(sysconfig.get_path("scripts")) / "episode"
+    with tempfile.TemporaryDirectory() as cwd:
+        result = subprocess.run([str(script), "--version"], cwd=cwd, check=False,
+                                capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"episode {episode.__version__}\n"
 
 
 # -- demo -----------------------------------------------------------------------
