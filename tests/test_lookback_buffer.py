@@ -320,3 +320,13 @@ def test_finalized_can_be_set():
     assert buf.data == [1.0, 2.0] and not buf.finalized
     buf.append(3.0)
     assert buf.get(-1) == 3.0
+
+
+def test_append_takes_its_item_by_keyword_too():
+    # RLlib's append(self, item) is a plain method: append(item=x) works there.
+    for finalize in (False, True):
+        buf = InfiniteLookbackBuffer([1.0])
+        if finalize:
+            buf.finalize()
+        buf.append(item=2.0)
+        assert list(buf.get()) == [1.0, 2.0]

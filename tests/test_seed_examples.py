@@ -1,4 +1,4 @@
-"""The code examples of the seed pages (../shared/seeds/), run against our episode.
+"""The code examples of the seed pages (RLlib's Episodes documentation), run against our episode.
 
 Each example runs as printed on its page, except the import line, which
 imports our class (`from episode import SingleAgentEpisode` or

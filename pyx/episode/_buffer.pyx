@@ -6,7 +6,6 @@ one-hot. Everything else lives in the Python facade
 (episode/lookback_buffer.py), which subclasses this type so that the hot
 methods are reached without an extra Python frame.
 """
-cimport cython
 cimport numpy as cnp
 from cpython.object cimport PyObject, PyTypeObject
 from libc.string cimport memcpy
@@ -84,8 +83,6 @@ cdef class BufferCore:
         """True once finalize() turned the data into numpy arrays."""
         return self._col is None or self._col.finalized
 
-    # METH_O: the call costs a few ns less, and append is called every step.
-    @cython.always_allow_keywords(False)
     def append(self, item):
         """Appends `item` at the end of the buffer."""
         self.push(item)
