@@ -492,7 +492,9 @@ cdef class Column:
         cdef cnp.ndarray storage = self.array
         if leading_axis:
             dims[0] = count
-            strides[0] = step * self.row_bytes
+            # One row or none: its stride is never used, and a huge step
+            # times the row size would overflow.
+            strides[0] = step * self.row_bytes if count > 1 else self.row_bytes
             nd = 1
         for i in range(self.row_ndim):
             dims[nd + i] = self.row_shape[i]
