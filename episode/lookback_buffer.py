@@ -7,6 +7,7 @@ compiled BufferCore; this module holds the rest.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any, List, Optional, Union
 
 import gymnasium as gym
@@ -43,6 +44,59 @@ def _as_index(idx: Any) -> int:
     raise IndexTypeError(
         f"indices must be an int, a list of ints, a slice or None; got {type(idx).__name__}"
     )
+
+
+def _is_nesting(x: Any) -> bool:
+    """Whether dm-tree (which RLlib maps new data with) descends into `x`."""
+    if isinstance(x, (str, bytes, np.ndarray)):
+        return False
+    return isinstance(x, (list, tuple, dict, Mapping, Sequence))
+
+
+def _check_nesting(template: Any, value: Any) -> None:
+    """Raises what dm-tree's map_structure raises when `value` does not nest
+    like `template` (a Column is a leaf): ValueError for another nesting, key
+    set or length, TypeError for another kind of container."""
+    if is_struct(template) != _is_nesting(value):
+        raise ValueError(
+            f"The new data does not nest like the stored data: expected "
+            f"{_nesting_name(template)}, got {type(value).__name__}")
+    if not is_struct(template):
+        return
+    if isinstance(template, dict):
+        if not isinstance(value, Mapping):
+            raise TypeError(f"The new data does not nest like the stored data: expected "
+                            f"a dict, got {type(value).__name__}")
+        if set(value) != set(template):
+            raise ValueError(f"The new data's keys {sorted(value, key=str)} are not the "
+                             f"stored keys {sorted(template, key=str)}")
+        for k in template:
+            _check_nesting(template[k], value[k])
+        return
+    if type(value) is not tuple:
+        raise TypeError(f"The new data does not nest like the stored data: expected "
+                        f"a tuple, got {type(value).__name__}")
+    if len(value) != len(template):
+        raise ValueError(f"The new data is a tuple of {len(value)}, the stored data "
+                         f"a tuple of {len(template)}")
+    for part, v in zip(template, value):
+        _check_nesting(part, v)
+
+
+def _nesting_name(template: Any) -> str:
+    if isinstance(template, dict):
+        return "a dict"
+    return "a tuple" if isinstance(template, tuple) else "one item or an array"
+
+
+def _check_assignment(col: Column, value: Any, count: int, single: bool) -> None:
+    """Raises what writing `value` into `count` rows of finalized `col` would
+    raise (numpy's assignment rules: casts, broadcasting), into scratch rows."""
+    scratch = np.empty((count,) + col.row_shape_tuple, dtype=col.dtype)
+    if single:
+        scratch[0] = value
+    else:
+        scratch[:] = value
 
 
 class InfiniteLookbackBuffer(BufferCore):
@@ -378,8 +432,12 @@ class InfiniteLookbackBuffer(BufferCore):
         """Overwrites the items at `at_indices` (int, list of ints, slice, or None
         for everything after the lookback) with `new_data`.
 
-        Raises IndexError for indices out of range or a length mismatch; the
-        buffer is unchanged when anything is wrong.
+        The checks run in RLlib's order and raise its exception classes: after
+        finalize(), `new_data` must nest like the stored arrays (ValueError or
+        TypeError; a list is nesting there, not a row), then an int or list
+        index checks the space (AssertionError) before the index (IndexError),
+        while a slice reports a row outside the space, or a length mismatch, as
+        IndexError. The buffer is unchanged when anything is wrong.
         """
         neg = bool(neg_index_as_lookback)
         if at_indices is None:
@@ -388,15 +446,14 @@ class InfiniteLookbackBuffer(BufferCore):
             self._set_slice(new_data, at_indices, neg)
             return
         if isinstance(at_indices, list):
-            positions = [self._set_position(_as_index(i), neg) for i in at_indices]
-            values = [new_data[i] for i in range(len(at_indices))]
-            for pos, value in zip(positions, values):
-                self._check_value(value)
-            for pos, value in zip(positions, values):
+            writes = []
+            for i, idx in enumerate(at_indices):
+                value = new_data[i]
+                writes.append((self._checked_position(value, _as_index(idx), neg), value))
+            for pos, value in writes:
                 self._write(pos, value)
             return
-        pos = self._set_position(_as_index(at_indices), neg)
-        self._check_value(new_data)
+        pos = self._checked_position(new_data, _as_index(at_indices), neg)
         self._write(pos, new_data)
 
     def _set_position(self, idx: int, neg_index_as_lookback: bool) -> int:
@@ -411,21 +468,31 @@ class InfiniteLookbackBuffer(BufferCore):
         return pos
 
     def _leaf_pairs(self, value: Any) -> list:
+        """(column, part of `value`, leaf space) per leaf, in dm-tree's leaf
+        order; raises as dm-tree does when `value` nests otherwise."""
         if self._col is not None:
+            _check_nesting(self._col, value)
             return [(self._col, value, self.space)]
+        _check_nesting(self._tree, value)
         cols = map_struct(lambda col, v: [col, v], self._tree, value)
         spaces = self.space_struct if self.space is not None else map_struct(
             lambda c: None, self._tree)
         return [(c, v, s) for (c, v), s in zip(flatten_struct(cols), flatten_struct(spaces))]
 
-    def _check_value(self, value: Any) -> None:
-        """Raises before a finalized write that would fail or leave the space."""
+    def _checked_position(self, value: Any, idx: int, neg_index_as_lookback: bool) -> int:
+        """The row that set() at int `idx` overwrites with `value`, after every
+        check that writing it would fail (nothing is written here)."""
         if not self.finalized:
-            return
-        for col, v, space in self._leaf_pairs(value):
-            if space is not None:
-                assert space.contains(v), f"{v!r} is not in the space {space}"
-            np.broadcast_to(np.asarray(v).astype(col.dtype), col.row_shape_tuple)
+            return self._set_position(idx, neg_index_as_lookback)
+        pairs = self._leaf_pairs(value)
+        for _, v, space in pairs:
+            if space is not None and not space.contains(v):
+                raise AssertionError(
+                    f"Cannot `set()` {v!r}: it is not in the buffer's space {space}.")
+        pos = self._set_position(idx, neg_index_as_lookback)
+        for col, v, _ in pairs:
+            _check_assignment(col, v, 1, single=True)
+        return pos
 
     def _write(self, pos: int, value: Any) -> None:
         if self._col is not None:
@@ -439,30 +506,33 @@ class InfiniteLookbackBuffer(BufferCore):
         start, stop, step, *_ = resolve_slice(
             slice_, neg_index_as_lookback, self.lookback, len(self) + self.lookback
         )
-        positions = range(n)[slice(start, stop, step)]
+        rows = slice(start, stop, step)
+        count = len(range(n)[rows])
 
         def mismatch():
             return IndexError(
-                f"Cannot `set()` value via at_indices={slice(start, stop, step)} (option "
+                f"Cannot `set()` value via at_indices={rows} (option "
                 f"neg_index_as_lookback={neg_index_as_lookback})! Slice of data "
-                f"({len(positions)} items) does NOT have the same size as `new_data`."
+                f"({count} items) does NOT have the same size as `new_data`, or "
+                f"its first item is not in the buffer's space."
             )
 
         if not self.finalized:
-            if len(positions) != len(new_data):
+            if count != len(new_data):
                 raise mismatch()
             values = list(new_data)
-            for pos, value in zip(positions, values):
+            for pos, value in zip(range(n)[rows], values):
                 self._col.set(pos, value)
             return
         pairs = self._leaf_pairs(new_data)
         for col, v, space in pairs:
-            if len(v) != len(positions) or (space is not None and not space.contains(v[0])):
+            if space is not None and not space.contains(v[0]):
                 raise mismatch()
-            np.broadcast_to(np.asarray(v).astype(col.dtype),
-                            (len(positions),) + col.row_shape_tuple)
+            if len(v) != count:
+                raise mismatch()
+            _check_assignment(col, v, count, single=False)
         for col, v, _ in pairs:
-            col.view()[slice(start, stop, step)] = v
+            col.view()[rows] = v
 
     # -- comparison and display ---------------------------------------------
 
