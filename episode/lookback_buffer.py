@@ -7,7 +7,6 @@ compiled BufferCore; this module holds the rest.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from typing import Any, List, Optional, Union
 
 import gymnasium as gym
@@ -19,6 +18,7 @@ from episode._column import Column
 from episode._index import IndexTypeError, resolve_int, resolve_slice
 from episode.spaces import (
     base_struct,
+    check_same_nesting,
     empty_batch,
     fill_batch,
     flatten_struct,
@@ -44,49 +44,6 @@ def _as_index(idx: Any) -> int:
     raise IndexTypeError(
         f"indices must be an int, a list of ints, a slice or None; got {type(idx).__name__}"
     )
-
-
-def _is_nesting(x: Any) -> bool:
-    """Whether dm-tree (which RLlib maps new data with) descends into `x`."""
-    if isinstance(x, (str, bytes, np.ndarray)):
-        return False
-    return isinstance(x, (list, tuple, dict, Mapping, Sequence))
-
-
-def _check_nesting(template: Any, value: Any) -> None:
-    """Raises what dm-tree's map_structure raises when `value` does not nest
-    like `template` (a Column is a leaf): ValueError for another nesting, key
-    set or length, TypeError for another kind of container."""
-    if is_struct(template) != _is_nesting(value):
-        raise ValueError(
-            f"The new data does not nest like the stored data: expected "
-            f"{_nesting_name(template)}, got {type(value).__name__}")
-    if not is_struct(template):
-        return
-    if isinstance(template, dict):
-        if not isinstance(value, Mapping):
-            raise TypeError(f"The new data does not nest like the stored data: expected "
-                            f"a dict, got {type(value).__name__}")
-        if set(value) != set(template):
-            raise ValueError(f"The new data's keys {sorted(value, key=str)} are not the "
-                             f"stored keys {sorted(template, key=str)}")
-        for k in template:
-            _check_nesting(template[k], value[k])
-        return
-    if type(value) is not tuple:
-        raise TypeError(f"The new data does not nest like the stored data: expected "
-                        f"a tuple, got {type(value).__name__}")
-    if len(value) != len(template):
-        raise ValueError(f"The new data is a tuple of {len(value)}, the stored data "
-                         f"a tuple of {len(template)}")
-    for part, v in zip(template, value):
-        _check_nesting(part, v)
-
-
-def _nesting_name(template: Any) -> str:
-    if isinstance(template, dict):
-        return "a dict"
-    return "a tuple" if isinstance(template, tuple) else "one item or an array"
 
 
 def _check_assignment(col: Column, value: Any, count: int, single: bool) -> None:
@@ -471,9 +428,9 @@ class InfiniteLookbackBuffer(BufferCore):
         """(column, part of `value`, leaf space) per leaf, in dm-tree's leaf
         order; raises as dm-tree does when `value` nests otherwise."""
         if self._col is not None:
-            _check_nesting(self._col, value)
+            check_same_nesting(self._col, value)
             return [(self._col, value, self.space)]
-        _check_nesting(self._tree, value)
+        check_same_nesting(self._tree, value)
         cols = map_struct(lambda col, v: [col, v], self._tree, value)
         spaces = self.space_struct if self.space is not None else map_struct(
             lambda c: None, self._tree)

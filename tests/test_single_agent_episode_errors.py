@@ -358,3 +358,133 @@ def test_uninitialized_episode_raises_instead_of_crashing():
         if os.WIFSIGNALED(status):
             crashed.append(f"{name}: {signal.Signals(os.WTERMSIG(status)).name}")
     assert not crashed, f"calls on an uninitialized episode crash the interpreter: {crashed}"
+
+
+# -- the same checks under python -O -------------------------------------------------------
+
+
+# Run with `python -O` (asserts stripped): every bad input must still raise
+# AssertionError and leave the episode as it was. Prints one line per case.
+OPTIMIZED_SCRIPT = r'''
+import gymnasium as gym
+import numpy as np
+
+from difftools import Mismatch, compare, episode_state
+from episode import InfiniteLookbackBuffer, SingleAgentEpisode
+
+print("debug", __debug__)
+SPACE = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+
+
+def episode(id_="ep", steps=3, start=0, numpy=False, extras=True):
+    ep = SingleAgentEpisode(id_=id_, observation_space=SPACE,
+                            action_space=gym.spaces.Discrete(3))
+    ep.add_env_reset(np.full(2, start * 0.1, np.float32))
+    for i in range(start + 1, start + steps + 1):
+        ep.add_env_step(np.full(2, i * 0.1, np.float32), i % 3, float(i),
+                        extra_model_outputs={"logp": np.float32(-i)} if extras else None)
+    return ep.to_numpy() if numpy else ep
+
+
+def chunk_of(ep, steps=2):
+    chunk = ep.cut()
+    for i in range(steps):
+        chunk.add_env_step(np.full(2, 0.5, np.float32), 1, 1.0,
+                           extra_model_outputs={"logp": np.float32(0), "new": 1.0})
+    return chunk
+
+
+def done():
+    ep = episode()
+    ep.add_env_step(np.zeros(2, np.float32), 0, 0.0, terminated=True)
+    return ep
+
+
+CASES = {
+    "concat_episode of an unrelated episode": (
+        episode, lambda ep: ep.concat_episode(episode(id_="other", steps=5))),
+    "concat_episode of a chunk of another id": (
+        episode, lambda ep: ep.concat_episode(chunk_of(episode(id_="other")))),
+    "concat_episode at another t": (
+        episode, lambda ep: ep.concat_episode(episode(steps=2, start=3))),
+    "concat_episode with another boundary observation": (
+        lambda: episode(extras=False), lambda ep: ep.concat_episode(
+            SingleAgentEpisode(id_="ep", observations=[np.ones(2, np.float32)] * 2,
+                               actions=[0], rewards=[0.0], t_started=3,
+                               len_lookback_buffer=0))),
+    "concat_episode with new extra model outputs": (
+        episode, lambda ep: ep.concat_episode(chunk_of(ep))),
+    "concat_episode onto a done episode": (done, lambda ep: ep.concat_episode(episode())),
+    "add_env_reset twice": (episode, lambda ep: ep.add_env_reset(np.zeros(2, np.float32))),
+    "add_env_reset of a done episode": (
+        lambda: SingleAgentEpisode(terminated=True),
+        lambda ep: ep.add_env_reset(np.zeros(2, np.float32))),
+    "add_env_step after done": (done, lambda ep: ep.add_env_step(np.zeros(2), 0, 0.0)),
+    "cut of a done episode": (done, lambda ep: ep.cut()),
+    "cut with a negative lookback": (episode, lambda ep: ep.cut(len_lookback_buffer=-1)),
+    "set_extra_model_outputs of an unknown key": (
+        episode, lambda ep: ep.set_extra_model_outputs(key="nope", new_data=1.0, at_indices=0)),
+    "set_observations outside the space": (
+        lambda: episode(numpy=True),
+        lambda ep: ep.set_observations(new_data=np.full(2, 9.0, np.float32), at_indices=0)),
+    "set_actions outside the space, list indices": (
+        lambda: episode(numpy=True),
+        lambda ep: ep.set_actions(new_data=[1, 7], at_indices=[0, 1])),
+    "validate of inconsistent tracks": (
+        episode, lambda ep: (ep.actions.append(1), ep.validate())),
+    "one-hot of a value beyond the space": (
+        lambda: InfiniteLookbackBuffer([5], space=gym.spaces.Discrete(3)),
+        lambda buf: buf.get(0, one_hot_discrete=True)),
+}
+
+for name, (make, call) in CASES.items():
+    target = make()
+    state = lambda: episode_state(target) if isinstance(target, SingleAgentEpisode) \
+        else target.get_state()
+    before = state()
+    try:
+        call(target)
+        outcome = "no exception"
+    except AssertionError as e:
+        outcome = "AssertionError" if str(e) else "AssertionError without a message"
+    except Exception as e:  # noqa: BLE001 - reported to the test
+        outcome = f"{type(e).__name__}: {e}"
+    if outcome == "AssertionError" and name != "validate of inconsistent tracks":
+        try:
+            compare(state(), before, name)
+        except Mismatch as e:
+            outcome = f"changed: {e}"
+    print(f"{name}: {outcome}".replace("\n", " "))
+
+broken = SingleAgentEpisode.from_state({**episode().get_state()})
+bad = broken.get_state()
+bad["rewards"] = {**bad["rewards"], "data": bad["rewards"]["data"][:-1]}
+try:
+    SingleAgentEpisode.from_state(bad)
+    print("from_state with inconsistent lengths: no exception")
+except AssertionError:
+    print("from_state with inconsistent lengths: AssertionError")
+'''
+
+
+def test_bad_input_raises_under_python_O(tmp_path):
+    """Under `python -O` every `assert` disappears; our input checks are
+    explicit, so each bad input still raises AssertionError (with a message)
+    and leaves the episode unchanged."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "bad_inputs.py"
+    script.write_text(OPTIMIZED_SCRIPT)
+    tests_dir = os.path.dirname(os.path.abspath(__file__))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [tests_dir] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
+    out = subprocess.run([sys.executable, "-O", str(script)], capture_output=True, text=True,
+                         env=env, cwd=tmp_path, timeout=300)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert lines[0] == "debug False", lines[0]
+    results = dict(line.split(": ", 1) for line in lines[1:])
+    wrong = {k: v for k, v in results.items() if v != "AssertionError"}
+    assert not wrong, wrong
+    assert len(results) == 17

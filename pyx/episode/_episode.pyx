@@ -116,6 +116,11 @@ cdef inline int require_buffers(EpisodeCore episode) except -1:
     return 0
 
 
+cdef int inconsistent(str expected) except -1:
+    raise AssertionError(f"The episode's data is inconsistent: expected {expected} "
+                         f"(after the lookback).")
+
+
 cdef class EpisodeCore:
 
     def __cinit__(self, *args, **kwargs):
@@ -229,20 +234,34 @@ cdef class EpisodeCore:
         return 0
 
     cpdef validate(self):
-        """Asserts that the tracks have consistent lengths (one more observation
-        and info than actions, rewards and each extra model output)."""
+        """Raises AssertionError unless the tracks have consistent lengths: one
+        observation per info, and (once reset) one more observation than
+        actions, rewards and each extra model output (none of any before)."""
         require_buffers(self)
         cdef Py_ssize_t n_obs = len(self.observations)
-        assert n_obs == len(self.infos), (n_obs, len(self.infos))
+        cdef Py_ssize_t n_infos = len(self.infos)
+        cdef Py_ssize_t n_actions = len(self.actions)
+        cdef Py_ssize_t n_rewards = len(self.rewards)
+        if n_obs != n_infos:
+            inconsistent(f"one info per observation, got {n_obs} observations and "
+                         f"{n_infos} infos")
         if n_obs == 0:
-            assert len(self.infos) == len(self.rewards) == len(self.actions) == 0
+            if n_rewards != 0 or n_actions != 0:
+                inconsistent(f"no actions or rewards without observations, got "
+                             f"{n_actions} actions and {n_rewards} rewards")
             for key, buf in self.extra_model_outputs.items():
-                assert len(buf) == 0, (key, buf, len(buf))
+                if len(buf) != 0:
+                    inconsistent(f"no extra model outputs without observations, got "
+                                 f"{len(buf)} of {key!r}")
         else:
-            assert n_obs == len(self.infos) == len(self.rewards) + 1 == len(self.actions) + 1, (
-                n_obs, len(self.infos), len(self.rewards), len(self.actions))
+            if n_rewards + 1 != n_obs or n_actions + 1 != n_obs:
+                inconsistent(f"one action and one reward per observation after the "
+                             f"first, got {n_obs} observations, {n_actions} actions and "
+                             f"{n_rewards} rewards")
             for key, buf in self.extra_model_outputs.items():
-                assert len(buf) == n_obs - 1, (key, len(buf), n_obs - 1)
+                if len(buf) != n_obs - 1:
+                    inconsistent(f"one extra model output per action, got {len(buf)} "
+                                 f"of {key!r} for {n_obs - 1} actions")
 
     def __len__(self):
         """Number of env steps in this episode chunk (lookback excluded)."""
@@ -256,7 +275,11 @@ cdef class EpisodeCore:
         Numpy'ized data is shared, not copied."""
         cdef Py_ssize_t lb, n
         require_buffers(self)
-        assert not (self.is_terminated or self.is_truncated) and len_lookback_buffer >= 0
+        if self.is_terminated or self.is_truncated:
+            raise AssertionError("cut() expects an episode that is not done")
+        if not len_lookback_buffer >= 0:
+            raise AssertionError(f"cut() expects len_lookback_buffer >= 0, got "
+                                 f"{len_lookback_buffer!r}")
         lb = len_lookback_buffer
         obs_slice = slice(-lb - 1, None)
         rest = slice(-lb, None) if lb > 0 else slice(None, 0)
