@@ -171,8 +171,9 @@ class SingleAgentEpisode(EpisodeCore):
         """Turns observations, actions, rewards and extra model outputs into
         numpy arrays (infos stay a list). Returns self."""
         self.validate()
+        steps = len(self)  # (raises for a state with t before t_started: before any change)
         self.observations.finalize()
-        if len(self) > 0:
+        if steps > 0:
             self.actions.finalize()
             self.rewards.finalize()
             for buf in self.extra_model_outputs.values():

@@ -319,6 +319,62 @@ def test_from_state_inconsistent_lengths_like_rllib(kind, mode):
             compare(episode_state(twin.ours), before, f"our episode ({source}, {label})")
 
 
+# -- t before t_started (or t - t_started beyond an index) --------------------------------
+
+
+BAD_COUNTERS = [(0, 5, ValueError), (3, 4, ValueError), (-2 ** 63, 0, ValueError),
+                (2 ** 63 - 1, -1, OverflowError), (2 ** 62, -2 ** 62, OverflowError),
+                (2 ** 63 - 1, -2 ** 63, OverflowError)]
+LEN_CALLS = {
+    "len": len,
+    "slice": lambda ep: ep.slice(slice(0, 1)),
+    "[a:b]": lambda ep: ep[:],
+    "repr": repr,
+    "env_steps": lambda ep: ep.env_steps(),
+    "agent_steps": lambda ep: ep.agent_steps(),
+    "to_numpy": lambda ep: ep.to_numpy(),
+    "get_data_dict": lambda ep: ep.get_data_dict(),
+}
+
+
+@pytest.mark.parametrize("t, t_started, exc", BAD_COUNTERS)
+def test_len_of_a_state_with_t_before_t_started(t, t_started, exc):
+    """RLlib's len is t - t_started, and len() refuses a negative one with
+    ValueError, one beyond an index with OverflowError; every call that needs
+    the length raises the same (never SystemError), and the episode stays as
+    it was."""
+    state = build(SingleAgentEpisode, KINDS["box4"], steps=2).get_state()
+    ep = SingleAgentEpisode.from_state({**state, "t": t, "t_started": t_started})
+    before = ep.get_state()
+    for name, call in LEN_CALLS.items():
+        with pytest.raises(exc, match="__len__|index-sized"):
+            call(ep)
+    assert ep.t == t and ep.t_started == t_started
+    compare(ep.get_state(), before, "the episode after the failed calls")
+    assert len(ep.cut()) == 0  # cut() does not need the length
+
+
+@pytest.mark.rllib
+@pytest.mark.parametrize("t, t_started, exc", BAD_COUNTERS)
+def test_len_of_a_state_with_t_before_t_started_like_rllib(t, t_started, exc):
+    from difftools import Mismatch, rllib_episode_class
+
+    twin = twin_of(KINDS["box4"], steps=2)
+    ours = SingleAgentEpisode.from_state({**twin.ours.get_state(), "t": t,
+                                          "t_started": t_started})
+    theirs = rllib_episode_class().from_state({**twin.theirs.get_state(), "t": t,
+                                               "t_started": t_started})
+    for name, call in LEN_CALLS.items():
+        for side, ep in (("RLlib", theirs), ("ours", ours)):
+            try:
+                call(ep)
+            except exc:
+                continue
+            except Exception as e:  # noqa: BLE001
+                raise Mismatch(f"{name}: {side} raised {e!r}, expected {exc.__name__}")
+            raise Mismatch(f"{name}: {side} returned, expected {exc.__name__}")
+
+
 # -- an episode whose __init__ never ran --------------------------------------------------
 
 

@@ -13,6 +13,7 @@ import numpy as np
 from cpython.dict cimport PyDict_GetItem, PyDict_Next
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.object cimport PyObject
+from cpython.pyport cimport PY_SSIZE_T_MAX
 from libc.math cimport NAN, isnan
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
@@ -114,6 +115,20 @@ cdef inline int require_buffers(EpisodeCore episode) except -1:
             f"without __init__ (use the constructor or from_state())"
         )
     return 0
+
+
+cdef Py_ssize_t steps(EpisodeCore episode) except -1:
+    """t - t_started, as len() gives it for RLlib's episode: ValueError when
+    it is negative (a state with t before t_started), OverflowError when it
+    does not fit an index."""
+    cdef Py_ssize_t t = episode.t, t_started = episode.t_started
+    if t < t_started:
+        raise ValueError(f"__len__() should return >= 0: t={t} is before "
+                         f"t_started={t_started}")
+    if t_started < 0 and t > PY_SSIZE_T_MAX + t_started:
+        raise OverflowError(f"cannot fit 'int' into an index-sized integer: "
+                            f"t - t_started = {int(t) - int(t_started)}")
+    return t - t_started
 
 
 cdef int inconsistent(str expected) except -1:
@@ -265,7 +280,7 @@ cdef class EpisodeCore:
 
     def __len__(self):
         """Number of env steps in this episode chunk (lookback excluded)."""
-        return self.t - self.t_started
+        return steps(self)
 
     # -- pieces -------------------------------------------------------------------
 
@@ -316,7 +331,7 @@ cdef class EpisodeCore:
         `len_lookback_buffer` steps (default: this episode's). A piece of a
         numpy'ized episode shares memory with it."""
         require_buffers(self)
-        cdef Py_ssize_t n = self.t - self.t_started
+        cdef Py_ssize_t n = steps(self)
         start, stop = slice_.start, slice_.stop
         start = 0 if start is None else (n + start if start < 0 else start)
         stop = n if stop is None else (n + stop if stop < 0 else stop)
