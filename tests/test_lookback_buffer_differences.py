@@ -212,6 +212,38 @@ def test_rllib_finalize_ragged_rows_raises_or_reshapes():
     assert buf.data.tolist() == [[1.0, 1.0], [0.5, 0.5]]
 
 
+# -- slices whose stop lies before their start, with no rows to address ---------------
+
+
+NO_ROWS = [
+    # (data, lookback, slice, get() options, expected)
+    ([], 0, slice(None, -1), {}, []),
+    ([], 0, slice(0, -1), {}, []),
+    ([], 0, slice(None, -2), {"fill": 0.0}, [0.0, 0.0]),
+    ([1.0], 1, slice(None, -1), {"_ignore_last_ts": True}, []),
+]
+
+
+@pytest.mark.parametrize("data, lookback, sl, options, expected", NO_ROWS)
+def test_slice_before_the_start_of_no_rows_is_empty(data, lookback, sl, options, expected):
+    """Python's rule for a stop before the start (nothing), padded by `fill`
+    with RLlib's counts; set() of such a slice takes no items."""
+    buf = InfiniteLookbackBuffer(list(data), lookback)
+    assert buf.get(sl, **options) == expected
+    if not options:
+        buf.set([], at_indices=sl)
+        assert buf.data == data
+
+
+@pytest.mark.rllib
+@pytest.mark.parametrize("data, lookback, sl, options, expected", NO_ROWS)
+def test_rllib_slice_before_the_start_of_no_rows_asserts(data, lookback, sl, options, expected):
+    buf = rllib_buffer_class()(list(data), lookback)
+    with pytest.raises(AssertionError) as info:  # _interpret_slice: start -1 after clipping
+        buf.get(sl, **options)
+    assert info.value.args[0][0] < 0
+
+
 # -- extend([]) on a finalized buffer ---------------------------------------------
 
 

@@ -958,28 +958,6 @@ def test_get_state_and_from_state(pair, mode, extras):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_state_of_extra_model_outputs_all_in_the_lookback(mode):
-    """RLlib's get_state() keeps a length-0 extra-model-output buffer as the
-    buffer object (`v.get_state() if v else v`), and its from_state() then
-    fails. Ours stores a state and reads both forms (a deliberate difference)."""
-    pair = ("box4", "discrete_int")
-    okind, akind = kinds(pair)
-    twin = new_twin(pair, len_lookback_buffer="auto", **constructor_data(okind, akind, 2))
-    if mode == "numpy":
-        twin.call("to_numpy")
-    theirs, ours = twin.theirs.get_state(), twin.ours.get_state()
-    assert all(isinstance(v, dict) for v in ours["extra_model_outputs"].values())
-    with pytest.raises(Exception):
-        twin.Rllib.from_state(copy.deepcopy(theirs))
-    for source in (theirs, ours):
-        restored = twin.Ours.from_state(copy.deepcopy(source))
-        for key, buf in twin.ours.extra_model_outputs.items():
-            got = restored.extra_model_outputs[key]
-            assert got.lookback == buf.lookback and len(got) == len(buf) == 0
-            np.testing.assert_array_equal(np.asarray(got.data), np.asarray(buf.data))
-
-
-@pytest.mark.parametrize("mode", MODES)
 def test_from_state_extra_model_outputs_is_a_defaultdict(mode):
     """After from_state RLlib's extra_model_outputs is a defaultdict: a new key
     gets an empty buffer whose lookback is the observations' lookback."""
