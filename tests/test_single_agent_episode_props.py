@@ -41,9 +41,6 @@ INFOS = st.one_of(st.none(), st.just({}),
 INDEX = st.integers(-8, 8)
 BOUND = st.one_of(st.none(), st.integers(-8, 8))
 SLICE = st.builds(slice, BOUND, BOUND, st.sampled_from([None, None, 1, 2]))
-# Where set_*() writes: everything, one index, a list of indices or a slice,
-# reaching into the lookback and past the data.
-SET_AT = st.one_of(st.none(), INDEX, SLICE, st.lists(INDEX, min_size=1, max_size=3))
 EXTRA_KEYS = ("action_logp", "state_out")
 
 
@@ -170,6 +167,16 @@ class EpisodeMachine(RuleBasedStateMachine):
             self.twin.call("add_env_step", observation=obs, action=action, reward=reward,
                            infos=infos, **kwargs)
 
+    @precondition(lambda self: self.theirs.is_reset and not self.theirs.is_done)
+    @rule(data=st.data(), count=st.integers(2, 6))
+    def steps(self, data, count):
+        """A few steps at once, so that the other rules see longer episodes."""
+        for _ in range(count):
+            kwargs = {"extra_model_outputs": extras(data)} if self.with_extras else {}
+            self.twin.call("add_env_step", data.draw(ITEMS[self.obs_name], label="observation"),
+                           data.draw(ITEMS[self.act_name], label="action"),
+                           data.draw(REWARDS, label="reward"), **kwargs)
+
     @precondition(lambda self: self.theirs.is_reset)
     @rule()
     def to_numpy(self):
@@ -292,13 +299,26 @@ class EpisodeMachine(RuleBasedStateMachine):
             return data.draw(OUTSIDE[kind_name], label="new row outside the space")
         return data.draw(ITEMS[kind_name], label="new row")
 
-    @rule(data=st.data(), at=SET_AT, neg=st.booleans(),
-          extra=st.sampled_from([0, 0, 0, 1, -1]), as_batch=st.booleans())
-    def set_many(self, data, at, neg, extra, as_batch):
-        """set_*() with any kind of index, with as many rows as RLlib's get()
-        of that index returns (+ extra, for mismatches), now and then a row
-        outside the space; a batch (or a list) once numpy'ized."""
+    @rule(data=st.data(), kind=st.sampled_from(["none", "int", "list", "slice"]),
+          neg=st.booleans(), extra=st.sampled_from([0, 0, 0, 1, -1]), as_batch=st.booleans(),
+          numpy=st.sampled_from([False, False, True]))
+    def set_many(self, data, kind, neg, extra, as_batch, numpy):
+        """set_*() with any kind of index around the data (into the lookback
+        and past the end), with as many rows as RLlib's get() of that index
+        returns (+ extra, for mismatches), now and then a row outside the
+        space; a batch (or a list) once numpy'ized."""
+        if numpy and self.theirs.is_reset:
+            self.twin.call("to_numpy")
         name, lead, kind_name, buf = data.draw(st.sampled_from(self.setters()), label="setter")
+        reach, n = buf.len_incl_lookback() + 2, max(len(buf), 1)
+        # Anywhere around the data, or (more often) on it.
+        index = st.one_of(st.integers(-reach, reach), st.integers(0, n - 1), st.integers(-n, -1))
+        at = data.draw({"none": st.none(), "int": index,
+                        "list": st.lists(index, min_size=1, max_size=3),
+                        "slice": st.builds(slice, st.one_of(st.none(), index),
+                                           st.one_of(st.none(), index),
+                                           st.sampled_from([None, None, 1, 2, -1]))}[kind],
+                       label="at_indices")
         if buf.finalized and isinstance(buf.data, (dict, tuple)) and buf.space is not None:
             return  # deliberate buffer difference (set on numpy'ized Dict/Tuple with a space)
         key = lead.get("key")
