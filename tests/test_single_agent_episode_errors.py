@@ -3,7 +3,9 @@
 Covered, each with a non-numpy'ized and a numpy'ized episode: add_env_step
 after the episode is done, add_env_reset twice, concat_episode of a chunk
 that does not fit (id, t, the boundary observation), from_state with
-inconsistent lengths, and calls on an episode whose constructor never ran.
+inconsistent lengths, len() and slice() of a state with t before t_started,
+and calls on an episode whose constructor never ran; and a set of bad inputs
+under python -O (no check may be a bare assert).
 The `rllib` tests run both implementations side by side (difftools.EpTwin
 checks the class and that our episode equals its own state before the call);
 the others check ours alone against the class RLlib raises (AssertionError
