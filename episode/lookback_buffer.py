@@ -18,6 +18,7 @@ from episode._column import Column
 from episode._index import IndexTypeError, resolve_int, resolve_slice
 from episode.spaces import (
     base_struct,
+    check_same_nesting,
     empty_batch,
     fill_batch,
     flatten_struct,
@@ -43,6 +44,16 @@ def _as_index(idx: Any) -> int:
     raise IndexTypeError(
         f"indices must be an int, a list of ints, a slice or None; got {type(idx).__name__}"
     )
+
+
+def _check_assignment(col: Column, value: Any, count: int, single: bool) -> None:
+    """Raises what writing `value` into `count` rows of finalized `col` would
+    raise (numpy's assignment rules: casts, broadcasting), into scratch rows."""
+    scratch = np.empty((count,) + col.row_shape_tuple, dtype=col.dtype)
+    if single:
+        scratch[0] = value
+    else:
+        scratch[:] = value
 
 
 class InfiniteLookbackBuffer(BufferCore):
@@ -381,8 +392,12 @@ class InfiniteLookbackBuffer(BufferCore):
         """Overwrites the items at `at_indices` (int, list of ints, slice, or None
         for everything after the lookback) with `new_data`.
 
-        Raises IndexError for indices out of range or a length mismatch; the
-        buffer is unchanged when anything is wrong.
+        The checks run in RLlib's order and raise its exception classes: after
+        finalize(), `new_data` must nest like the stored arrays (ValueError or
+        TypeError; a list is nesting there, not a row), then an int or list
+        index checks the space (AssertionError) before the index (IndexError),
+        while a slice reports a row outside the space, or a length mismatch, as
+        IndexError. The buffer is unchanged when anything is wrong.
         """
         neg = bool(neg_index_as_lookback)
         if at_indices is None:
@@ -391,15 +406,14 @@ class InfiniteLookbackBuffer(BufferCore):
             self._set_slice(new_data, at_indices, neg)
             return
         if isinstance(at_indices, list):
-            positions = [self._set_position(_as_index(i), neg) for i in at_indices]
-            values = [new_data[i] for i in range(len(at_indices))]
-            for pos, value in zip(positions, values):
-                self._check_value(value)
-            for pos, value in zip(positions, values):
+            writes = []
+            for i, idx in enumerate(at_indices):
+                value = new_data[i]
+                writes.append((self._checked_position(value, _as_index(idx), neg), value))
+            for pos, value in writes:
                 self._write(pos, value)
             return
-        pos = self._set_position(_as_index(at_indices), neg)
-        self._check_value(new_data)
+        pos = self._checked_position(new_data, _as_index(at_indices), neg)
         self._write(pos, new_data)
 
     def _set_position(self, idx: int, neg_index_as_lookback: bool) -> int:
@@ -414,21 +428,31 @@ class InfiniteLookbackBuffer(BufferCore):
         return pos
 
     def _leaf_pairs(self, value: Any) -> list:
+        """(column, part of `value`, leaf space) per leaf, in dm-tree's leaf
+        order; raises as dm-tree does when `value` nests otherwise."""
         if self._col is not None:
+            check_same_nesting(self._col, value)
             return [(self._col, value, self.space)]
+        check_same_nesting(self._tree, value)
         cols = map_struct(lambda col, v: [col, v], self._tree, value)
         spaces = self.space_struct if self.space is not None else map_struct(
             lambda c: None, self._tree)
         return [(c, v, s) for (c, v), s in zip(flatten_struct(cols), flatten_struct(spaces))]
 
-    def _check_value(self, value: Any) -> None:
-        """Raises before a finalized write that would fail or leave the space."""
+    def _checked_position(self, value: Any, idx: int, neg_index_as_lookback: bool) -> int:
+        """The row that set() at int `idx` overwrites with `value`, after every
+        check that writing it would fail (nothing is written here)."""
         if not self.finalized:
-            return
-        for col, v, space in self._leaf_pairs(value):
-            if space is not None:
-                assert space.contains(v), f"{v!r} is not in the space {space}"
-            np.broadcast_to(np.asarray(v).astype(col.dtype), col.row_shape_tuple)
+            return self._set_position(idx, neg_index_as_lookback)
+        pairs = self._leaf_pairs(value)
+        for _, v, space in pairs:
+            if space is not None and not space.contains(v):
+                raise AssertionError(
+                    f"Cannot `set()` {v!r}: it is not in the buffer's space {space}.")
+        pos = self._set_position(idx, neg_index_as_lookback)
+        for col, v, _ in pairs:
+            _check_assignment(col, v, 1, single=True)
+        return pos
 
     def _write(self, pos: int, value: Any) -> None:
         if self._col is not None:
@@ -442,30 +466,33 @@ class InfiniteLookbackBuffer(BufferCore):
         start, stop, step, *_ = resolve_slice(
             slice_, neg_index_as_lookback, self.lookback, len(self) + self.lookback
         )
-        positions = range(n)[slice(start, stop, step)]
+        rows = slice(start, stop, step)
+        count = len(range(n)[rows])
 
         def mismatch():
             return IndexError(
-                f"Cannot `set()` value via at_indices={slice(start, stop, step)} (option "
+                f"Cannot `set()` value via at_indices={rows} (option "
                 f"neg_index_as_lookback={neg_index_as_lookback})! Slice of data "
-                f"({len(positions)} items) does NOT have the same size as `new_data`."
+                f"({count} items) does NOT have the same size as `new_data`, or "
+                f"its first item is not in the buffer's space."
             )
 
         if not self.finalized:
-            if len(positions) != len(new_data):
+            if count != len(new_data):
                 raise mismatch()
             values = list(new_data)
-            for pos, value in zip(positions, values):
+            for pos, value in zip(range(n)[rows], values):
                 self._col.set(pos, value)
             return
         pairs = self._leaf_pairs(new_data)
         for col, v, space in pairs:
-            if len(v) != len(positions) or (space is not None and not space.contains(v[0])):
+            if space is not None and not space.contains(v[0]):
                 raise mismatch()
-            np.broadcast_to(np.asarray(v).astype(col.dtype),
-                            (len(positions),) + col.row_shape_tuple)
+            if len(v) != count:
+                raise mismatch()
+            _check_assignment(col, v, count, single=False)
         for col, v, _ in pairs:
-            col.view()[slice(start, stop, step)] = v
+            col.view()[rows] = v
 
     # -- comparison and display ---------------------------------------------
 

@@ -21,8 +21,8 @@ from episode._episode import REWARDS_SPACE as _REWARDS_SPACE
 from episode._episode import EpisodeCore
 from episode.lookback_buffer import InfiniteLookbackBuffer
 from episode.spaces import (
+    check_same_nesting,
     flatten_struct,
-    map_struct,
     pickled_space,
     share_space,
     space_from_dict,
@@ -148,10 +148,17 @@ class SingleAgentEpisode(EpisodeCore):
 
     def add_env_reset(self, observation: Any, infos: Optional[Dict] = None) -> None:
         """Adds the reset observation (and infos) of a new episode."""
-        assert not self.is_reset, "add_env_reset() was already called on this episode"
-        assert not self.is_done, "the episode is already done"
-        assert len(self.observations) == 0
-        assert self.t == self.t_started == 0
+        if self.is_reset:
+            raise AssertionError("add_env_reset() expects an episode without observations; "
+                                 "this one is already reset")
+        if self.is_done:
+            raise AssertionError("add_env_reset() expects an episode that is not done")
+        if len(self.observations) != 0:
+            raise AssertionError("add_env_reset() expects no observations after the lookback, "
+                                 f"found {len(self.observations)}")
+        if not self.t == self.t_started == 0:
+            raise AssertionError("add_env_reset() expects t == t_started == 0, got "
+                                 f"t={self.t}, t_started={self.t_started}")
         infos = infos or {}
         self.observations.append(observation)
         self.infos.append(infos)
@@ -164,8 +171,9 @@ class SingleAgentEpisode(EpisodeCore):
         """Turns observations, actions, rewards and extra model outputs into
         numpy arrays (infos stay a list). Returns self."""
         self.validate()
+        steps = len(self)  # (raises for a state with t before t_started: before any change)
         self.observations.finalize()
-        if len(self) > 0:
+        if steps > 0:
             self.actions.finalize()
             self.rewards.finalize()
             for buf in self.extra_model_outputs.values():
@@ -179,18 +187,26 @@ class SingleAgentEpisode(EpisodeCore):
         another id, does not start at this episode's `t`, or does not start
         with this episode's last observation.
         """
-        assert other.id_ == self.id_, f"ids differ: {other.id_!r} vs {self.id_!r}"
-        assert not self.is_done, "cannot concatenate to an episode that is done"
-        assert self.t == other.t_started, f"self.t={self.t!r}, other.t_started={other.t_started!r}"
+        if other.id_ != self.id_:
+            raise AssertionError(f"concat_episode() expects a chunk of this episode (id_ "
+                                 f"{self.id_!r}), got id_ {other.id_!r}")
+        if self.is_done:
+            raise AssertionError("concat_episode() expects an episode that is not done")
+        if self.t != other.t_started:
+            raise AssertionError(f"concat_episode() expects the chunk to start at this "
+                                 f"episode's t={self.t!r}, it starts at {other.t_started!r}")
         self.validate()
         other.validate()
         first, last = other.observations[0], self.observations[-1]
-        map_struct(lambda a, b: None, first, last)       # same structure, else ValueError
-        assert all(np.array_equal(a, b) for a, b in
-                   zip(flatten_struct(first), flatten_struct(last))), \
-            "the chunk's first observation is not this episode's last observation"
+        check_same_nesting(first, last)
+        if not all(np.array_equal(a, b) for a, b in
+                   zip(flatten_struct(first), flatten_struct(last))):
+            raise AssertionError("concat_episode() expects the chunk's first observation to be "
+                                 "this episode's last observation")
         missing = [k for k in other.extra_model_outputs if k not in self.extra_model_outputs]
-        assert not missing, f"extra model outputs {missing} are not in this episode"
+        if missing:
+            raise AssertionError(f"concat_episode() expects the chunk's extra model outputs "
+                                 f"in this episode too; {missing} are not")
 
         self.observations.pop()
         self.infos.pop()
@@ -239,7 +255,10 @@ class SingleAgentEpisode(EpisodeCore):
     def set_extra_model_outputs(self, *, key: Any, new_data: Any, at_indices: Indices = None,
                                 neg_index_as_lookback: bool = False) -> None:
         """Overwrites extra model output `key` at `at_indices`."""
-        assert key in self.extra_model_outputs, f"no extra model output {key!r}"
+        if key not in self.extra_model_outputs:
+            raise AssertionError(f"set_extra_model_outputs() expects a key of "
+                                 f"extra_model_outputs {list(self.extra_model_outputs)}, "
+                                 f"got {key!r}")
         self.extra_model_outputs[key].set(new_data, at_indices=at_indices,
                                           neg_index_as_lookback=neg_index_as_lookback)
 

@@ -10,6 +10,7 @@ import base64
 import io
 import zlib
 from collections import OrderedDict
+from collections.abc import Mapping, Sequence
 from typing import Any, Callable
 
 import gymnasium as gym
@@ -26,6 +27,7 @@ __all__ = [
     "space_from_dict",
     "map_struct",
     "flatten_struct",
+    "check_same_nesting",
 ]
 
 
@@ -65,6 +67,46 @@ def _describe(x: Any) -> str:
     if isinstance(x, tuple):
         return f"tuple of {len(x)}"
     return type(x).__name__
+
+
+def _is_nesting(x: Any) -> bool:
+    """Whether dm-tree (which RLlib maps nested data with) descends into `x`:
+    lists, tuples, dicts and other sequences and mappings, not arrays or strings."""
+    if isinstance(x, (str, bytes, np.ndarray)):
+        return False
+    return isinstance(x, (list, tuple, dict, Mapping, Sequence))
+
+
+def check_same_nesting(a: Any, b: Any) -> None:
+    """Raises what dm-tree's assert_same_structure(a, b) raises: ValueError
+    when one nests where the other has a leaf or the keys or lengths differ,
+    TypeError when the containers are of different kinds (a list for a tuple).
+    Anything that is not a container (an array, a Column) is a leaf."""
+    if _is_nesting(a) != _is_nesting(b):
+        raise ValueError(f"the structures differ: {_nesting(a)} vs {_nesting(b)}")
+    if not _is_nesting(a):
+        return
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        if set(a) != set(b):
+            raise ValueError(f"the structures differ: dict keys {sorted(a, key=str)} vs "
+                             f"{sorted(b, key=str)}")
+        for k in a:
+            check_same_nesting(a[k], b[k])
+        return
+    if type(a) is not type(b):
+        raise TypeError(f"the structures differ: a {type(a).__name__} vs a {type(b).__name__}")
+    if len(a) != len(b):
+        raise ValueError(f"the structures differ: {_nesting(a)} vs {_nesting(b)}")
+    for x, y in zip(a, b):
+        check_same_nesting(x, y)
+
+
+def _nesting(x: Any) -> str:
+    if not _is_nesting(x):
+        return "a leaf"
+    if isinstance(x, Mapping):
+        return f"a dict with keys {sorted(x, key=str)}"
+    return f"a {type(x).__name__} of {len(x)}"
 
 
 def flatten_struct(x: Any) -> list:
@@ -134,7 +176,8 @@ def one_hot(x: Any, depth: int = 0) -> np.ndarray:
     if depth == 0:
         depth = int(np.max(x)) + 1
     top = np.max(x)
-    assert top < depth, f"one_hot: value {top} is not below depth {depth}"
+    if not top < depth:
+        raise AssertionError(f"one_hot: the largest value {top} must be below the depth {depth}")
     out = np.zeros(x.shape + (int(depth),), dtype=np.float32)
     np.put_along_axis(out, x.astype(np.intp)[..., None], 1.0, axis=-1)
     return out

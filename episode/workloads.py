@@ -254,21 +254,25 @@ def assert_same(a: Any, b: Any, path: str = "value") -> None:
     same array dtypes and shapes, the same values; episodes compare by
     get_state() (ids and wall-clock times left out)."""
     a, b = _state(a), _state(b)
-    assert type(a) is type(b), f"{path}: {type(a).__name__} != {type(b).__name__}"
+    # Raised explicitly: `episode bench` must not lose this check under python -O.
+    if type(a) is not type(b):
+        raise AssertionError(f"{path}: {type(a).__name__} != {type(b).__name__}")
     if isinstance(a, dict):
-        assert a.keys() == b.keys(), f"{path}: keys {a.keys()} != {b.keys()}"
+        if a.keys() != b.keys():
+            raise AssertionError(f"{path}: keys {a.keys()} != {b.keys()}")
         for k in a:
             assert_same(a[k], b[k], f"{path}[{k!r}]")
     elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), f"{path}: len {len(a)} != {len(b)}"
+        if len(a) != len(b):
+            raise AssertionError(f"{path}: len {len(a)} != {len(b)}")
         for i, (x, y) in enumerate(zip(a, b)):
             assert_same(x, y, f"{path}[{i}]")
     elif isinstance(a, np.ndarray):
-        assert a.dtype == b.dtype and a.shape == b.shape, \
-            f"{path}: {a.dtype}{a.shape} != {b.dtype}{b.shape}"
+        if a.dtype != b.dtype or a.shape != b.shape:
+            raise AssertionError(f"{path}: {a.dtype}{a.shape} != {b.dtype}{b.shape}")
         np.testing.assert_array_equal(a, b, err_msg=path)
-    else:
-        assert a == b, f"{path}: {a!r} != {b!r}"
+    elif a != b:
+        raise AssertionError(f"{path}: {a!r} != {b!r}")
 
 
 def check(workload: Workload) -> None:

@@ -43,7 +43,7 @@ def rllib_slice_assertion(exc: Exception) -> bool:
     """RLlib's `_interpret_slice` asserts start >= 0, which fails for slices of a
     buffer with no rows to address (empty, or one row and `_ignore_last_ts`)
     whose stop lies before their start. Ours returns the (fill-padded) empty
-    result instead. Noted in the report, not compared."""
+    result instead (a deliberate difference, pinned in both differences files)."""
     return (isinstance(exc, AssertionError) and len(exc.args) == 1
             and isinstance(exc.args[0], tuple) and len(exc.args[0]) == 2
             and exc.args[0][0] < 0)
@@ -739,7 +739,7 @@ def compare_episode_states(ours: dict, theirs: dict, path: str = "get_state()") 
     if extras:
         # Deliberate difference: RLlib keeps a length-0 extra-model-output
         # buffer as the object itself; ours stores its state (see
-        # test_state_of_extra_model_outputs_all_in_the_lookback).
+        # test_single_agent_episode_differences.py).
         theirs["extra_model_outputs"] = {
             k: v.get_state() if hasattr(v, "len_incl_lookback") else v for k, v in extras.items()
         }

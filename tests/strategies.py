@@ -43,3 +43,25 @@ ITEMS = {
                               st.floats(-100, 100, width=32).map(np.float32),
                               st.integers(-5, 5).map(np.int64), st.booleans()),
 }
+
+
+def _with_last(arr, value):
+    out = arr.copy()
+    out.flat[-1] = value
+    return out
+
+
+# Items of the right type and shape that lie outside the kinds' spaces (for
+# the space checks of set() and add_env_step()). Kinds without a space, or
+# whose space holds every value of the item type, have no entry.
+OUTSIDE = {
+    "box4": box((4,)).map(lambda a: _with_last(a, F32(20))),
+    "box23": box((2, 3)).map(lambda a: _with_last(a, F32(-20))),
+    "discrete_int": st.integers(5, 9),
+    "discrete_np": int64(5, 9),
+    "multidiscrete": st.just(np.array([2, 3, 4], dtype=np.int64)),
+    "dict": st.builds(lambda a: {"a": a, "b": np.int64(7)}, box((2,))),
+    "nested": st.builds(lambda x: (np.int64(3), {"x": x, "y": np.array([0, 1], np.int64)}),
+                        box((3,))),
+    "multibinary": st.just(np.array([2, 0, 1], dtype=np.int8)),
+}

@@ -207,24 +207,45 @@ def test_slice_step_zero_raises_like_rllib(finalized):
 
 def test_set_variants(finalized):
     buf = make([0, 1, 2, 3, 4], lookback=2, finalize=finalized)
+    rows = np.array if finalized else list       # a batch once finalized
     buf.set(20, at_indices=0)
     buf[-1] = 40
-    buf.set([10, 11], at_indices=slice(-2, 0), neg_index_as_lookback=True)
-    buf.set([99, 98], at_indices=[0, 1])
+    buf.set(rows([10, 11]), at_indices=slice(-2, 0), neg_index_as_lookback=True)
+    buf.set([99, 98], at_indices=[0, 1])         # a list of items for a list of indices
     assert as_list(buf.data) == [10, 11, 99, 98, 40]
-    buf.set([7, 8, 9])                           # everything after the lookback
+    buf.set(rows([7, 8, 9]))                     # everything after the lookback
     assert as_list(buf.data) == [10, 11, 7, 8, 9]
 
 
 def test_set_wrong_length_raises_index_error_and_keeps_data(finalized):
     buf = make([0, 1, 2], finalize=finalized)
+    rows = np.array if finalized else list
     with pytest.raises(IndexError, match="same size"):
-        buf.set([1, 2], at_indices=slice(0, 3))
+        buf.set(rows([1, 2]), at_indices=slice(0, 3))
     with pytest.raises(IndexError):
         buf.set(5, at_indices=3)
     with pytest.raises(IndexError):
         buf.set([5, 6], at_indices=[0, 7])       # validated before any write
     assert as_list(buf.data) == [0, 1, 2]
+
+
+def test_set_list_rows_into_finalized_data_raises_like_dm_tree():
+    """After finalize() RLlib maps new data onto the arrays with dm-tree: a
+    list is nesting there, not rows (ValueError), a list for a tuple of arrays
+    another container (TypeError). The data stays as it was."""
+    buf = make([0, 1, 2], finalize=True)
+    with pytest.raises(ValueError):
+        buf.set([5, 6, 7])
+    with pytest.raises(ValueError):
+        buf.set([5], at_indices=0)
+    tup = make([(0, 1.0), (1, 2.0)], finalize=True)
+    with pytest.raises(TypeError):
+        tup.set([5, 6.0], at_indices=0)
+    with pytest.raises(ValueError):
+        tup.set((5,), at_indices=0)
+    assert buf.data.tolist() == [0, 1, 2] and tup.data[0].tolist() == [0, 1]
+    tup.set((np.int64(5), 6.0), at_indices=1)
+    assert tup.data[0].tolist() == [0, 5] and tup.data[1].tolist() == [1.0, 6.0]
 
 
 def test_set_outside_space_on_finalized_raises_and_keeps_data():

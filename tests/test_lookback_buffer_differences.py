@@ -179,6 +179,71 @@ def test_rllib_finalize_mixed_dtype_rows_casts_to_first():
     assert buf.data.dtype == np.int64 and buf.data[1].tolist() == [0, 1]
 
 
+# -- rows that do not form one array at finalize ---------------------------------------
+
+
+RAGGED = [
+    [np.zeros(2, np.float32), np.ones(3, np.float32)],    # rows of two lengths
+    [0.0, np.ones(2, np.float32)],                        # a bare fill before rows
+    [np.ones(2), 0.5],                                    # a scalar after a row
+]
+
+
+@pytest.mark.parametrize("items", RAGGED)
+def test_finalize_ragged_rows_keeps_each_item(items):
+    """Items that do not stack into one regular array stay as they are, in an
+    object array (and come back as the same items from get())."""
+    buf = InfiniteLookbackBuffer(list(items))
+    buf.finalize()
+    assert buf.data.dtype == object and buf.data.shape == (len(items),)
+    for got, item in zip(buf.get(slice(None)), items):
+        assert type(got) is type(item) and np.shape(got) == np.shape(item)
+        np.testing.assert_array_equal(got, item)
+
+
+@pytest.mark.rllib
+def test_rllib_finalize_ragged_rows_raises_or_reshapes():
+    for items in RAGGED[:2]:
+        buf = rllib_buffer_class()(list(items))
+        with pytest.raises(ValueError):  # numpy's error while stacking
+            buf.finalize()
+    buf = rllib_buffer_class()(list(RAGGED[2]))
+    buf.finalize()  # the scalar 0.5 is broadcast into a row of the first item's shape
+    assert buf.data.tolist() == [[1.0, 1.0], [0.5, 0.5]]
+
+
+# -- slices whose stop lies before their start, with no rows to address ---------------
+
+
+NO_ROWS = [
+    # (data, lookback, slice, get() options, expected)
+    ([], 0, slice(None, -1), {}, []),
+    ([], 0, slice(0, -1), {}, []),
+    ([], 0, slice(None, -2), {"fill": 0.0}, [0.0, 0.0]),
+    ([1.0], 1, slice(None, -1), {"_ignore_last_ts": True}, []),
+]
+
+
+@pytest.mark.parametrize("data, lookback, sl, options, expected", NO_ROWS)
+def test_slice_before_the_start_of_no_rows_is_empty(data, lookback, sl, options, expected):
+    """Python's rule for a stop before the start (nothing), padded by `fill`
+    with RLlib's counts; set() of such a slice takes no items."""
+    buf = InfiniteLookbackBuffer(list(data), lookback)
+    assert buf.get(sl, **options) == expected
+    if not options:
+        buf.set([], at_indices=sl)
+        assert buf.data == data
+
+
+@pytest.mark.rllib
+@pytest.mark.parametrize("data, lookback, sl, options, expected", NO_ROWS)
+def test_rllib_slice_before_the_start_of_no_rows_asserts(data, lookback, sl, options, expected):
+    buf = rllib_buffer_class()(list(data), lookback)
+    with pytest.raises(AssertionError) as info:  # _interpret_slice: start -1 after clipping
+        buf.get(sl, **options)
+    assert info.value.args[0][0] < 0
+
+
 # -- extend([]) on a finalized buffer ---------------------------------------------
 
 

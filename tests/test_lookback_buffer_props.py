@@ -22,7 +22,7 @@ from difftools import (KINDS, Other, Twin, compare_buffers, known_rllib_crash,
 
 pytestmark = pytest.mark.rllib
 
-from strategies import ITEMS
+from strategies import ITEMS, OUTSIDE
 
 
 INDEX = st.integers(-9, 9)
@@ -167,29 +167,46 @@ class BufferMachine(RuleBasedStateMachine):
         # Deliberate difference: set on finalized Dict/Tuple data with a space.
         return not (self.fin and self.kind.struct and self.kind.space is not None)
 
-    @rule(data=st.data(), idx=INDEX, neg=st.booleans(), dunder=st.booleans())
-    def set_int(self, data, idx, neg, dunder):
+    def new_item(self, data, outside=False):
+        """An item of the kind; with `outside`, one outside the space (if the
+        kind has such items)."""
+        if outside and self.kind.name in OUTSIDE:
+            return data.draw(OUTSIDE[self.kind.name], label="item outside the space")
+        return data.draw(ITEMS[self.kind.name], label="item")
+
+    @rule(data=st.data(), idx=INDEX, neg=st.booleans(), dunder=st.booleans(),
+          outside=st.sampled_from([False] * 3 + [True]))
+    def set_int(self, data, idx, neg, dunder, outside):
         if not self.can_set():
             return
-        item = data.draw(ITEMS[self.kind.name], label="item")
+        item = self.new_item(data, outside)
         if dunder:
             self.twin.call("__setitem__", idx, item)
         else:
             self.twin.call("set", item, at_indices=idx, neg_index_as_lookback=neg)
 
-    @rule(data=st.data(), indices=st.lists(INDEX, min_size=1, max_size=3), neg=st.booleans())
-    def set_list(self, data, indices, neg):
+    @rule(data=st.data(), indices=st.lists(INDEX, min_size=1, max_size=3), neg=st.booleans(),
+          outside=st.sampled_from([False] * 3 + [True]), as_batch=st.booleans(),
+          extra=st.sampled_from([0, 0, 0, 1, -1]))
+    def set_list(self, data, indices, neg, outside, as_batch, extra):
+        """A list of indices with as many items (+ extra), one of them now and
+        then outside the space; a batch or a list once finalized."""
         if not self.can_set():
             return
-        items = data.draw(st.lists(ITEMS[self.kind.name], min_size=len(indices),
-                                   max_size=len(indices)), label="items")
-        self.twin.call("set", items, at_indices=indices, neg_index_as_lookback=neg)
+        count = max(len(indices) + extra, 0)
+        where = data.draw(st.integers(0, max(count - 1, 0)), label="outside at")
+        items = [self.new_item(data, outside and i == where) for i in range(count)]
+        new = make_batch(items) if self.fin and as_batch and items else items
+        self.twin.call("set", new, at_indices=indices, neg_index_as_lookback=neg)
 
     @rule(data=st.data(), sl=st.one_of(st.none(), SLICE), neg=st.booleans(),
-          extra=st.sampled_from([0, 0, 0, 1, -1]))
-    def set_slice(self, data, sl, neg, extra):
+          extra=st.sampled_from([0, 0, 0, 1, -1]), outside=st.sampled_from([False] * 3 + [True]),
+          as_list=st.sampled_from([False] * 5 + [True]))
+    def set_slice(self, data, sl, neg, extra, outside, as_list):
         """Sets a slice (None: everything after the lookback) with as many items
-        as RLlib's get() of that slice returns (+ extra, to test mismatches)."""
+        as RLlib's get() of that slice returns (+ extra, to test mismatches),
+        the first now and then outside the space; after finalize() a batch, or
+        now and then a plain list."""
         if not self.can_set():
             return
         probe = copy.deepcopy(self.twin.theirs)
@@ -201,14 +218,11 @@ class BufferMachine(RuleBasedStateMachine):
         if isinstance(current, tuple):
             count = len(np.asarray(current[0]))
         count = max(count + extra, 0)
-        items = data.draw(st.lists(ITEMS[self.kind.name], min_size=count, max_size=count),
-                          label="items")
-        if self.fin:
-            if not items:
-                return  # RLlib indexes new_data[0]: IndexError for both, boring
+        items = [self.new_item(data, outside and i == 0) for i in range(count)]
+        if self.fin and items and not as_list:
             new = make_batch(items)
         else:
-            new = items
+            new = items  # (a list after finalize: dm-tree nesting errors in RLlib)
         if sl is None:
             self.twin.call("set", new, known=rllib_slice_assertion)
         else:

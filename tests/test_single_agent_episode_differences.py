@@ -532,6 +532,71 @@ def test_rllib_one_hot_of_an_empty_numpy_chunk_crashes():
         ep.cut().get_actions(one_hot_discrete=True)
 
 
+def test_slice_before_the_start_of_an_empty_episode():
+    """An episode with no observations, or only the reset one: a slice whose
+    stop lies before its start is an empty episode, and the data dict of an
+    empty episode has no rows."""
+    empty = SingleAgentEpisode(id_="e")
+    for piece in (empty[:-1], empty.slice(slice(0, -2), len_lookback_buffer=1)):
+        assert len(piece) == 0 and not piece.is_reset and piece.t_started == 0
+    data = empty.get_data_dict()
+    assert data["obs"] == [] and data["actions"] == [] and data["t"] == []
+    reset = SingleAgentEpisode(id_="r")
+    reset.add_env_reset(box(0))
+    piece = reset[:-1]
+    assert len(piece) == 0 and not piece.is_reset and piece.get_observations() == []
+
+
+@pytest.mark.rllib
+def test_rllib_slice_before_the_start_of_an_empty_episode_asserts():
+    empty = rllib_episode_class()(id_="e")
+    for call in (lambda: empty[:-1], lambda: empty.slice(slice(0, -2), len_lookback_buffer=1),
+                 empty.get_data_dict):
+        with pytest.raises(AssertionError):  # the buffer's _interpret_slice
+            call()
+    reset = rllib_episode_class()(id_="r")
+    reset.add_env_reset(box(0))
+    with pytest.raises(AssertionError):
+        reset[:-1]
+
+
+# -- get_state() of extra model outputs with no steps after the lookback -------------------
+
+
+@pytest.mark.parametrize("mode", ["list", "numpy"])
+def test_state_of_extra_model_outputs_all_in_the_lookback(mode):
+    """Ours stores every extra model output as a state, and from_state()
+    reads that and the buffer object RLlib's get_state() leaves there."""
+    ep = SingleAgentEpisode(id_="x", observations=[box(i) for i in range(3)],
+                            actions=[0, 1], rewards=[0.0, 1.0],
+                            extra_model_outputs={"logp": [np.float32(-1), np.float32(-2)]})
+    if mode == "numpy":
+        ep.to_numpy()
+    state = ep.get_state()
+    assert isinstance(state["extra_model_outputs"]["logp"], dict)
+    with_object = {**state, "extra_model_outputs": {"logp": ep.extra_model_outputs["logp"]}}
+    for source in (state, with_object):
+        got = SingleAgentEpisode.from_state(copy.deepcopy(source)).extra_model_outputs["logp"]
+        assert got.lookback == 2 and len(got) == 0
+        assert leaves(got.get(slice(-2, None), neg_index_as_lookback=True)) == [-1.0, -2.0]
+
+
+@pytest.mark.rllib
+@pytest.mark.parametrize("mode", ["list", "numpy"])
+def test_rllib_state_of_extra_model_outputs_all_in_the_lookback_fails(mode):
+    """RLlib's get_state() keeps a length-0 buffer as the object itself
+    (`v.get_state() if v else v`), and its own from_state() fails on it."""
+    ep = rllib_episode_class()(id_="x", observations=[box(i) for i in range(3)],
+                               actions=[0, 1], rewards=[0.0, 1.0],
+                               extra_model_outputs={"logp": [np.float32(-1), np.float32(-2)]})
+    if mode == "numpy":
+        ep.to_numpy()
+    state = ep.get_state()
+    assert state["extra_model_outputs"]["logp"] is ep.extra_model_outputs["logp"]
+    with pytest.raises(AssertionError):  # validate(): read as data with no lookback
+        rllib_episode_class().from_state(copy.deepcopy(state))
+
+
 # -- the deprecated temporary-timestep-data helpers ---------------------------------------
 
 

@@ -3,7 +3,9 @@
 Covered, each with a non-numpy'ized and a numpy'ized episode: add_env_step
 after the episode is done, add_env_reset twice, concat_episode of a chunk
 that does not fit (id, t, the boundary observation), from_state with
-inconsistent lengths, and calls on an episode whose constructor never ran.
+inconsistent lengths, len() and slice() of a state with t before t_started,
+and calls on an episode whose constructor never ran; and a set of bad inputs
+under python -O (no check may be a bare assert).
 The `rllib` tests run both implementations side by side (difftools.EpTwin
 checks the class and that our episode equals its own state before the call);
 the others check ours alone against the class RLlib raises (AssertionError
@@ -319,6 +321,62 @@ def test_from_state_inconsistent_lengths_like_rllib(kind, mode):
             compare(episode_state(twin.ours), before, f"our episode ({source}, {label})")
 
 
+# -- t before t_started (or t - t_started beyond an index) --------------------------------
+
+
+BAD_COUNTERS = [(0, 5, ValueError), (3, 4, ValueError), (-2 ** 63, 0, ValueError),
+                (2 ** 63 - 1, -1, OverflowError), (2 ** 62, -2 ** 62, OverflowError),
+                (2 ** 63 - 1, -2 ** 63, OverflowError)]
+LEN_CALLS = {
+    "len": len,
+    "slice": lambda ep: ep.slice(slice(0, 1)),
+    "[a:b]": lambda ep: ep[:],
+    "repr": repr,
+    "env_steps": lambda ep: ep.env_steps(),
+    "agent_steps": lambda ep: ep.agent_steps(),
+    "to_numpy": lambda ep: ep.to_numpy(),
+    "get_data_dict": lambda ep: ep.get_data_dict(),
+}
+
+
+@pytest.mark.parametrize("t, t_started, exc", BAD_COUNTERS)
+def test_len_of_a_state_with_t_before_t_started(t, t_started, exc):
+    """RLlib's len is t - t_started, and len() refuses a negative one with
+    ValueError, one beyond an index with OverflowError; every call that needs
+    the length raises the same (never SystemError), and the episode stays as
+    it was."""
+    state = build(SingleAgentEpisode, KINDS["box4"], steps=2).get_state()
+    ep = SingleAgentEpisode.from_state({**state, "t": t, "t_started": t_started})
+    before = ep.get_state()
+    for name, call in LEN_CALLS.items():
+        with pytest.raises(exc, match="__len__|index-sized"):
+            call(ep)
+    assert ep.t == t and ep.t_started == t_started
+    compare(ep.get_state(), before, "the episode after the failed calls")
+    assert len(ep.cut()) == 0  # cut() does not need the length
+
+
+@pytest.mark.rllib
+@pytest.mark.parametrize("t, t_started, exc", BAD_COUNTERS)
+def test_len_of_a_state_with_t_before_t_started_like_rllib(t, t_started, exc):
+    from difftools import Mismatch, rllib_episode_class
+
+    twin = twin_of(KINDS["box4"], steps=2)
+    ours = SingleAgentEpisode.from_state({**twin.ours.get_state(), "t": t,
+                                          "t_started": t_started})
+    theirs = rllib_episode_class().from_state({**twin.theirs.get_state(), "t": t,
+                                               "t_started": t_started})
+    for name, call in LEN_CALLS.items():
+        for side, ep in (("RLlib", theirs), ("ours", ours)):
+            try:
+                call(ep)
+            except exc:
+                continue
+            except Exception as e:  # noqa: BLE001
+                raise Mismatch(f"{name}: {side} raised {e!r}, expected {exc.__name__}")
+            raise Mismatch(f"{name}: {side} returned, expected {exc.__name__}")
+
+
 # -- an episode whose __init__ never ran --------------------------------------------------
 
 
@@ -358,3 +416,133 @@ def test_uninitialized_episode_raises_instead_of_crashing():
         if os.WIFSIGNALED(status):
             crashed.append(f"{name}: {signal.Signals(os.WTERMSIG(status)).name}")
     assert not crashed, f"calls on an uninitialized episode crash the interpreter: {crashed}"
+
+
+# -- the same checks under python -O -------------------------------------------------------
+
+
+# Run with `python -O` (asserts stripped): every bad input must still raise
+# AssertionError and leave the episode as it was. Prints one line per case.
+OPTIMIZED_SCRIPT = r'''
+import gymnasium as gym
+import numpy as np
+
+from difftools import Mismatch, compare, episode_state
+from episode import InfiniteLookbackBuffer, SingleAgentEpisode
+
+print("debug", __debug__)
+SPACE = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+
+
+def episode(id_="ep", steps=3, start=0, numpy=False, extras=True):
+    ep = SingleAgentEpisode(id_=id_, observation_space=SPACE,
+                            action_space=gym.spaces.Discrete(3))
+    ep.add_env_reset(np.full(2, start * 0.1, np.float32))
+    for i in range(start + 1, start + steps + 1):
+        ep.add_env_step(np.full(2, i * 0.1, np.float32), i % 3, float(i),
+                        extra_model_outputs={"logp": np.float32(-i)} if extras else None)
+    return ep.to_numpy() if numpy else ep
+
+
+def chunk_of(ep, steps=2):
+    chunk = ep.cut()
+    for i in range(steps):
+        chunk.add_env_step(np.full(2, 0.5, np.float32), 1, 1.0,
+                           extra_model_outputs={"logp": np.float32(0), "new": 1.0})
+    return chunk
+
+
+def done():
+    ep = episode()
+    ep.add_env_step(np.zeros(2, np.float32), 0, 0.0, terminated=True)
+    return ep
+
+
+CASES = {
+    "concat_episode of an unrelated episode": (
+        episode, lambda ep: ep.concat_episode(episode(id_="other", steps=5))),
+    "concat_episode of a chunk of another id": (
+        episode, lambda ep: ep.concat_episode(chunk_of(episode(id_="other")))),
+    "concat_episode at another t": (
+        episode, lambda ep: ep.concat_episode(episode(steps=2, start=3))),
+    "concat_episode with another boundary observation": (
+        lambda: episode(extras=False), lambda ep: ep.concat_episode(
+            SingleAgentEpisode(id_="ep", observations=[np.ones(2, np.float32)] * 2,
+                               actions=[0], rewards=[0.0], t_started=3,
+                               len_lookback_buffer=0))),
+    "concat_episode with new extra model outputs": (
+        episode, lambda ep: ep.concat_episode(chunk_of(ep))),
+    "concat_episode onto a done episode": (done, lambda ep: ep.concat_episode(episode())),
+    "add_env_reset twice": (episode, lambda ep: ep.add_env_reset(np.zeros(2, np.float32))),
+    "add_env_reset of a done episode": (
+        lambda: SingleAgentEpisode(terminated=True),
+        lambda ep: ep.add_env_reset(np.zeros(2, np.float32))),
+    "add_env_step after done": (done, lambda ep: ep.add_env_step(np.zeros(2), 0, 0.0)),
+    "cut of a done episode": (done, lambda ep: ep.cut()),
+    "cut with a negative lookback": (episode, lambda ep: ep.cut(len_lookback_buffer=-1)),
+    "set_extra_model_outputs of an unknown key": (
+        episode, lambda ep: ep.set_extra_model_outputs(key="nope", new_data=1.0, at_indices=0)),
+    "set_observations outside the space": (
+        lambda: episode(numpy=True),
+        lambda ep: ep.set_observations(new_data=np.full(2, 9.0, np.float32), at_indices=0)),
+    "set_actions outside the space, list indices": (
+        lambda: episode(numpy=True),
+        lambda ep: ep.set_actions(new_data=[1, 7], at_indices=[0, 1])),
+    "validate of inconsistent tracks": (
+        episode, lambda ep: (ep.actions.append(1), ep.validate())),
+    "one-hot of a value beyond the space": (
+        lambda: InfiniteLookbackBuffer([5], space=gym.spaces.Discrete(3)),
+        lambda buf: buf.get(0, one_hot_discrete=True)),
+}
+
+for name, (make, call) in CASES.items():
+    target = make()
+    state = lambda: episode_state(target) if isinstance(target, SingleAgentEpisode) \
+        else target.get_state()
+    before = state()
+    try:
+        call(target)
+        outcome = "no exception"
+    except AssertionError as e:
+        outcome = "AssertionError" if str(e) else "AssertionError without a message"
+    except Exception as e:  # noqa: BLE001 - reported to the test
+        outcome = f"{type(e).__name__}: {e}"
+    if outcome == "AssertionError" and name != "validate of inconsistent tracks":
+        try:
+            compare(state(), before, name)
+        except Mismatch as e:
+            outcome = f"changed: {e}"
+    print(f"{name}: {outcome}".replace("\n", " "))
+
+broken = SingleAgentEpisode.from_state({**episode().get_state()})
+bad = broken.get_state()
+bad["rewards"] = {**bad["rewards"], "data": bad["rewards"]["data"][:-1]}
+try:
+    SingleAgentEpisode.from_state(bad)
+    print("from_state with inconsistent lengths: no exception")
+except AssertionError:
+    print("from_state with inconsistent lengths: AssertionError")
+'''
+
+
+def test_bad_input_raises_under_python_O(tmp_path):
+    """Under `python -O` every `assert` disappears; our input checks are
+    explicit, so each bad input still raises AssertionError (with a message)
+    and leaves the episode unchanged."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "bad_inputs.py"
+    script.write_text(OPTIMIZED_SCRIPT)
+    tests_dir = os.path.dirname(os.path.abspath(__file__))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [tests_dir] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
+    out = subprocess.run([sys.executable, "-O", str(script)], capture_output=True, text=True,
+                         env=env, cwd=tmp_path, timeout=300)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert lines[0] == "debug False", lines[0]
+    results = dict(line.split(": ", 1) for line in lines[1:])
+    wrong = {k: v for k, v in results.items() if v != "AssertionError"}
+    assert not wrong, wrong
+    assert len(results) == 17

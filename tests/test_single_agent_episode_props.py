@@ -14,6 +14,7 @@ import copy
 import os
 import pickle
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
@@ -22,11 +23,12 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition,
 from difftools import (KINDS, EpTwin, Mismatch, Other, buffer_wraps_around,
                        compare_episode_states,
                        fill_without_space_on_finalized_rows, known_rllib_crash,
-                       rllib_slice_assertion, rllib_slice_overflows)
+                       rllib_buffer_class, rllib_slice_assertion, rllib_slice_overflows)
 
 pytestmark = pytest.mark.rllib
 
 from strategies import ITEMS as _ALL_ITEMS
+from strategies import OUTSIDE
 from strategies import F32, box as _box
 
 # The episode machines draw from the buffer kinds; strings are never empty here.
@@ -82,8 +84,9 @@ class EpisodeMachine(RuleBasedStateMachine):
     @initialize(data=st.data(), spaces=st.booleans(), with_extras=st.booleans(),
                 n=st.one_of(st.none(), st.integers(0, 4)),
                 lookback=st.sampled_from(["auto", 0, 1, 2, 5]),
-                t_started=st.one_of(st.none(), st.integers(0, 20)))
-    def init(self, data, spaces, with_extras, n, lookback, t_started):
+                t_started=st.one_of(st.none(), st.integers(0, 20)),
+                pad=st.sampled_from([0, 0, 1, 3]))
+    def init(self, data, spaces, with_extras, n, lookback, t_started, pad):
         self.with_extras = with_extras
         kwargs = dict(id_="ep")
         if spaces:
@@ -102,8 +105,41 @@ class EpisodeMachine(RuleBasedStateMachine):
             if with_extras:
                 steps = [extras(data) for _ in range(n)]
                 kwargs["extra_model_outputs"] = {k: [s[k] for s in steps] for k in EXTRA_KEYS}
+            if pad:
+                self.pad_history(data, kwargs, pad, spaces)
         self.twin = EpTwin.new(**kwargs)
         assert self.twin is not None
+
+    def pad_history(self, data, kwargs, pad, spaces):
+        """Prepends `pad` fill rows to the constructor data, as a connector
+        builds a chunk whose history starts before the episode: the rows are
+        what RLlib's get(..., fill=...) gives before the first item (0-d or
+        shaped arrays of the space's dtype with a space, the bare fill value
+        without one, e.g. a float fill before integer actions)."""
+        def rows(space, fill):
+            probe = rllib_buffer_class()([], 0, space)
+            return probe.get(slice(-pad, 0), neg_index_as_lookback=True, fill=fill)
+
+        obs_space = self.okind.space if spaces else None
+        act_space = self.akind.space if spaces else None
+        for kind, space in ((self.okind, obs_space), (self.akind, act_space)):
+            if space is None and (kind.row_ndim or kind.struct):
+                return  # (fill without a space on rows: a deliberate buffer difference)
+        fills = st.sampled_from([0, 0.0])
+        kwargs["observations"] = (rows(obs_space, data.draw(fills, label="observation fill"))
+                                  + kwargs["observations"])
+        kwargs["actions"] = rows(act_space, data.draw(fills, label="action fill")) \
+            + kwargs["actions"]
+        kwargs["rewards"] = rows(None, 0.0) + kwargs["rewards"]
+        if "infos" in kwargs:
+            kwargs["infos"] = [{} for _ in range(pad)] + kwargs["infos"]
+        # (A bare fill before rows is the ragged-finalize buffer difference.)
+        extra_fill = {"action_logp": rows(None, 0.0),
+                      "state_out": [np.zeros(2, F32) for _ in range(pad)]}
+        for k, v in kwargs.get("extra_model_outputs", {}).items():
+            kwargs["extra_model_outputs"][k] = extra_fill[k] + v
+        if kwargs["len_lookback_buffer"] != "auto":
+            kwargs["len_lookback_buffer"] += pad
 
     # -- building --------------------------------------------------------------------
 
@@ -130,6 +166,16 @@ class EpisodeMachine(RuleBasedStateMachine):
         else:
             self.twin.call("add_env_step", observation=obs, action=action, reward=reward,
                            infos=infos, **kwargs)
+
+    @precondition(lambda self: self.theirs.is_reset and not self.theirs.is_done)
+    @rule(data=st.data(), count=st.integers(2, 6))
+    def steps(self, data, count):
+        """A few steps at once, so that the other rules see longer episodes."""
+        for _ in range(count):
+            kwargs = {"extra_model_outputs": extras(data)} if self.with_extras else {}
+            self.twin.call("add_env_step", data.draw(ITEMS[self.obs_name], label="observation"),
+                           data.draw(ITEMS[self.act_name], label="action"),
+                           data.draw(REWARDS, label="reward"), **kwargs)
 
     @precondition(lambda self: self.theirs.is_reset)
     @rule()
@@ -233,6 +279,151 @@ class EpisodeMachine(RuleBasedStateMachine):
             return  # deliberate buffer difference (set on numpy'ized Dict/Tuple with a space)
         item = data.draw(items, label="new_data")
         self.twin.call(name, **lead, new_data=item, at_indices=idx, neg_index_as_lookback=neg)
+
+    def setters(self):
+        t = self.theirs
+        out = [("set_observations", {}, self.obs_name, t.observations),
+               ("set_actions", {}, self.act_name, t.actions),
+               ("set_rewards", {}, None, t.rewards)]
+        out += [("set_extra_model_outputs", {"key": k}, None, buf)
+                for k, buf in t.extra_model_outputs.items()]
+        return out
+
+    def new_item(self, data, kind_name, key, outside):
+        if kind_name is None:  # rewards and extra model outputs
+            if key == "state_out":
+                return data.draw(_box((2,)), label="new row")
+            return data.draw(st.floats(-5, 0, width=32).map(F32) if key else REWARDS,
+                             label="new row")
+        if outside and kind_name in OUTSIDE:
+            return data.draw(OUTSIDE[kind_name], label="new row outside the space")
+        return data.draw(ITEMS[kind_name], label="new row")
+
+    @rule(data=st.data(), kind=st.sampled_from(["none", "int", "list", "slice"]),
+          neg=st.booleans(), extra=st.sampled_from([0, 0, 0, 1, -1]), as_batch=st.booleans(),
+          numpy=st.sampled_from([False, False, True]))
+    def set_many(self, data, kind, neg, extra, as_batch, numpy):
+        """set_*() with any kind of index around the data (into the lookback
+        and past the end), with as many rows as RLlib's get() of that index
+        returns (+ extra, for mismatches), now and then a row outside the
+        space; a batch (or a list) once numpy'ized."""
+        if numpy and self.theirs.is_reset:
+            self.twin.call("to_numpy")
+        name, lead, kind_name, buf = data.draw(st.sampled_from(self.setters()), label="setter")
+        reach, n = buf.len_incl_lookback() + 2, max(len(buf), 1)
+        # Anywhere around the data, or (more often) on it.
+        index = st.one_of(st.integers(-reach, reach), st.integers(0, n - 1), st.integers(-n, -1))
+        at = data.draw({"none": st.none(), "int": index,
+                        "list": st.lists(index, min_size=1, max_size=3),
+                        "slice": st.builds(slice, st.one_of(st.none(), index),
+                                           st.one_of(st.none(), index),
+                                           st.sampled_from([None, None, 1, 2, -1]))}[kind],
+                       label="at_indices")
+        if buf.finalized and isinstance(buf.data, (dict, tuple)) and buf.space is not None:
+            return  # deliberate buffer difference (set on numpy'ized Dict/Tuple with a space)
+        key = lead.get("key")
+        outside = data.draw(st.sampled_from([False] * 4 + [True]), label="outside")
+        if isinstance(at, int):
+            new = self.new_item(data, kind_name, key, outside)
+        else:
+            if isinstance(at, list):
+                count = len(at)
+            else:
+                probe = copy.deepcopy(buf)
+                try:
+                    current = probe.get(at, neg_index_as_lookback=neg)
+                except Exception:  # noqa: BLE001 - RLlib cannot say: any length will do
+                    current = []
+                leaf = current
+                while isinstance(leaf, (dict, tuple)):
+                    leaf = next(iter(leaf.values())) if isinstance(leaf, dict) else leaf[0]
+                count = len(leaf)
+            count = max(count + extra, 0)
+            rows = [self.new_item(data, kind_name, key, outside and i == count - 1)
+                    for i in range(count)]
+            new = rows
+            if buf.finalized and rows and (as_batch or not isinstance(at, list)):
+                batch = rllib_buffer_class()(copy.deepcopy(rows))
+                batch.finalize()
+                new = batch.data
+        kwargs = dict(new_data=new, neg_index_as_lookback=neg)
+        if at is not None or data.draw(st.booleans(), label="at_indices=None given"):
+            kwargs["at_indices"] = at
+        self.twin.call(name, **lead, **kwargs, known=rllib_slice_assertion)
+
+    @precondition(lambda self: self.theirs.is_reset)
+    @rule(start=st.one_of(st.none(), INDEX), back=st.integers(0, 3),
+          lookback=st.one_of(st.none(), st.integers(0, 3)), follow=st.booleans(),
+          dunder=st.booleans())
+    def slice_empty(self, start, back, lookback, follow, dunder):
+        """slice() / episode[a:b] with a reversed or empty range."""
+        n = len(self.theirs)
+        first = 0 if start is None else (n + start if start < 0 else start)
+        stop = first - back
+        # The stop as the caller writes it: negative where that names the same step.
+        if stop < 0 or (start is not None and start < 0 and stop - n < 0):
+            stop -= n
+        sl = slice(start, stop)
+        if rllib_slice_overflows(self.theirs, sl, len_lookback_buffer=lookback):
+            return
+        if dunder and lookback is None:
+            ours, theirs = self.twin.call("__getitem__", sl, known=rllib_slice_assertion)
+        else:
+            ours, theirs = self.twin.call("slice", sl, len_lookback_buffer=lookback,
+                                          known=rllib_slice_assertion)
+        if ours is not None and follow:
+            self.twin, self.pred = EpTwin(ours, theirs), None
+
+    @precondition(lambda self: self.theirs.is_reset)
+    @rule(data=st.data(), split=st.integers(0, 6), start=st.one_of(st.none(), st.integers(0, 3)),
+          lookbacks=st.tuples(st.one_of(st.none(), st.integers(0, 3)),
+                              st.one_of(st.none(), st.integers(0, 3))),
+          right=st.sampled_from(["slice", "cut"]), numpy=st.booleans(), follow=st.booleans())
+    def concat_pieces(self, data, split, start, lookbacks, right, numpy, follow):
+        """concat_episode() of two pieces of this episode: a slice up to `split`
+        and, after it, the rest as a slice or a cut() of the first piece grown
+        by a few steps (optionally numpy'ized)."""
+        n = len(self.theirs)
+        split = min(split, n)
+        if start is not None and start > split:
+            start = split
+        sl = slice(start, split)
+        if rllib_slice_overflows(self.theirs, sl, len_lookback_buffer=lookbacks[0]):
+            return
+        pieces = self.twin.call("slice", sl, len_lookback_buffer=lookbacks[0],
+                                known=rllib_slice_assertion)
+        if pieces[0] is None:
+            return
+        left = EpTwin(*pieces)
+        if left.theirs.observations.finalized or left.theirs.actions.finalized:
+            return  # deliberate difference: concat into a numpy'ized episode
+        if right == "slice":
+            sl = slice(split, None)
+            if rllib_slice_overflows(self.theirs, sl, len_lookback_buffer=lookbacks[1]):
+                return
+            r = self.twin.call("slice", sl, len_lookback_buffer=lookbacks[1],
+                               known=rllib_slice_assertion)
+        elif left.theirs.is_done or len(left.theirs.observations) == 0:
+            return
+        else:
+            r = left.call("cut", len_lookback_buffer=lookbacks[1] or 0)
+        if r[0] is None:
+            return
+        other = EpTwin(*r)
+        if right == "cut":
+            for _ in range(data.draw(st.integers(0, 2), label="steps on the cut")):
+                other.call("add_env_step", data.draw(ITEMS[self.obs_name]),
+                           data.draw(ITEMS[self.act_name]), data.draw(REWARDS),
+                           extra_model_outputs=extras(data) if self.with_extras else None)
+        if numpy and other.theirs.is_reset:
+            other.call("to_numpy")
+            if self.okind.struct or self.akind.struct:
+                return  # deliberate difference: a numpy'ized Dict/Tuple chunk
+        left.call("concat_episode", Other(other))
+        left.call("get_data_dict", known=rllib_slice_assertion)
+        left.call("to_numpy")
+        if follow:
+            self.twin, self.pred = left, None
 
     @rule(key=st.sampled_from(["a", "b"]), value=st.integers())
     def custom_data(self, key, value):

@@ -13,6 +13,7 @@ import numpy as np
 from cpython.dict cimport PyDict_GetItem, PyDict_Next
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.object cimport PyObject
+from cpython.pyport cimport PY_SSIZE_T_MAX
 from libc.math cimport NAN, isnan
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
@@ -114,6 +115,25 @@ cdef inline int require_buffers(EpisodeCore episode) except -1:
             f"without __init__ (use the constructor or from_state())"
         )
     return 0
+
+
+cdef Py_ssize_t steps(EpisodeCore episode) except -1:
+    """t - t_started, as len() gives it for RLlib's episode: ValueError when
+    it is negative (a state with t before t_started), OverflowError when it
+    does not fit an index."""
+    cdef Py_ssize_t t = episode.t, t_started = episode.t_started
+    if t < t_started:
+        raise ValueError(f"__len__() should return >= 0: t={t} is before "
+                         f"t_started={t_started}")
+    if t_started < 0 and t > PY_SSIZE_T_MAX + t_started:
+        raise OverflowError(f"cannot fit 'int' into an index-sized integer: "
+                            f"t - t_started = {int(t) - int(t_started)}")
+    return t - t_started
+
+
+cdef int inconsistent(str expected) except -1:
+    raise AssertionError(f"The episode's data is inconsistent: expected {expected} "
+                         f"(after the lookback).")
 
 
 cdef class EpisodeCore:
@@ -229,24 +249,38 @@ cdef class EpisodeCore:
         return 0
 
     cpdef validate(self):
-        """Asserts that the tracks have consistent lengths (one more observation
-        and info than actions, rewards and each extra model output)."""
+        """Raises AssertionError unless the tracks have consistent lengths: one
+        observation per info, and (once reset) one more observation than
+        actions, rewards and each extra model output (none of any before)."""
         require_buffers(self)
         cdef Py_ssize_t n_obs = len(self.observations)
-        assert n_obs == len(self.infos), (n_obs, len(self.infos))
+        cdef Py_ssize_t n_infos = len(self.infos)
+        cdef Py_ssize_t n_actions = len(self.actions)
+        cdef Py_ssize_t n_rewards = len(self.rewards)
+        if n_obs != n_infos:
+            inconsistent(f"one info per observation, got {n_obs} observations and "
+                         f"{n_infos} infos")
         if n_obs == 0:
-            assert len(self.infos) == len(self.rewards) == len(self.actions) == 0
+            if n_rewards != 0 or n_actions != 0:
+                inconsistent(f"no actions or rewards without observations, got "
+                             f"{n_actions} actions and {n_rewards} rewards")
             for key, buf in self.extra_model_outputs.items():
-                assert len(buf) == 0, (key, buf, len(buf))
+                if len(buf) != 0:
+                    inconsistent(f"no extra model outputs without observations, got "
+                                 f"{len(buf)} of {key!r}")
         else:
-            assert n_obs == len(self.infos) == len(self.rewards) + 1 == len(self.actions) + 1, (
-                n_obs, len(self.infos), len(self.rewards), len(self.actions))
+            if n_rewards + 1 != n_obs or n_actions + 1 != n_obs:
+                inconsistent(f"one action and one reward per observation after the "
+                             f"first, got {n_obs} observations, {n_actions} actions and "
+                             f"{n_rewards} rewards")
             for key, buf in self.extra_model_outputs.items():
-                assert len(buf) == n_obs - 1, (key, len(buf), n_obs - 1)
+                if len(buf) != n_obs - 1:
+                    inconsistent(f"one extra model output per action, got {len(buf)} "
+                                 f"of {key!r} for {n_obs - 1} actions")
 
     def __len__(self):
         """Number of env steps in this episode chunk (lookback excluded)."""
-        return self.t - self.t_started
+        return steps(self)
 
     # -- pieces -------------------------------------------------------------------
 
@@ -256,7 +290,11 @@ cdef class EpisodeCore:
         Numpy'ized data is shared, not copied."""
         cdef Py_ssize_t lb, n
         require_buffers(self)
-        assert not (self.is_terminated or self.is_truncated) and len_lookback_buffer >= 0
+        if self.is_terminated or self.is_truncated:
+            raise AssertionError("cut() expects an episode that is not done")
+        if not len_lookback_buffer >= 0:
+            raise AssertionError(f"cut() expects len_lookback_buffer >= 0, got "
+                                 f"{len_lookback_buffer!r}")
         lb = len_lookback_buffer
         obs_slice = slice(-lb - 1, None)
         rest = slice(-lb, None) if lb > 0 else slice(None, 0)
@@ -293,7 +331,7 @@ cdef class EpisodeCore:
         `len_lookback_buffer` steps (default: this episode's). A piece of a
         numpy'ized episode shares memory with it."""
         require_buffers(self)
-        cdef Py_ssize_t n = self.t - self.t_started
+        cdef Py_ssize_t n = steps(self)
         start, stop = slice_.start, slice_.stop
         start = 0 if start is None else (n + start if start < 0 else start)
         stop = n if stop is None else (n + stop if stop < 0 else stop)
