@@ -102,12 +102,6 @@ class InfiniteLookbackBuffer(BufferCore):
             return self._col.view() if self._col.finalized else self._col.live_list()
         return map_struct(lambda col: col.view(), self._tree)
 
-    def _snapshot(self) -> Any:
-        """The data as `data` shows it, without moving typed storage to a list."""
-        if self._col is not None and not self._col.finalized:
-            return self._col.to_list()
-        return self.data
-
     @data.setter
     def data(self, value: Any) -> None:
         if isinstance(value, list):
@@ -117,6 +111,12 @@ class InfiniteLookbackBuffer(BufferCore):
         else:
             col, tree = Column.from_array(np.asarray(value)), None
         self._set_storage(col, tree)
+
+    def _snapshot(self) -> Any:
+        """The data as `data` shows it, without moving typed storage to a list."""
+        if self._col is not None and not self._col.finalized:
+            return self._col.to_list()
+        return self.data
 
     @property
     def finalized(self) -> bool:

@@ -32,7 +32,7 @@ class Mismatch(AssertionError):
     pass
 
 
-# -- RLlib crashes that are not compared (see the report / differences file) ----
+# -- RLlib crashes that are not compared (pinned in the differences files) ---------
 
 def rllib_crashes_in_one_hot_of_nothing(exc: Exception) -> bool:
     """RLlib's one_hot calls np.max on zero rows (a deliberate difference)."""

@@ -474,3 +474,48 @@ def test_lookback_of_finalized_dict_data_is_capped_by_rows_not_keys():
     """RLlib caps the lookback at len(data), which for a dict is its number of keys."""
     buf = InfiniteLookbackBuffer({"a": np.arange(5), "b": np.arange(5)}, lookback=3)
     assert buf.lookback == 3 and len(buf) == 2
+
+
+# -- lookbacks outside 0..2**60 -------------------------------------------------------
+
+
+def test_negative_lookback_is_refused():
+    with pytest.raises(ValueError, match="lookback"):
+        InfiniteLookbackBuffer([1.0, 2.0, 3.0], lookback=-2)
+    buf = InfiniteLookbackBuffer([1.0, 2.0, 3.0])
+    with pytest.raises(ValueError, match="lookback"):
+        buf.lookback = -1
+    with pytest.raises(ValueError, match="lookback"):
+        buf.lookback = 2**61
+    assert buf.lookback == 0 and buf.get() == [1.0, 2.0, 3.0]
+
+
+@pytest.mark.rllib
+def test_rllib_negative_lookback_reads_from_the_end():
+    buf = rllib_buffer_class()([1.0, 2.0, 3.0], lookback=-2)
+    assert buf.lookback == -2 and len(buf) == 5
+    assert buf.get(0) == 2.0                 # data[-2]: the second item from the end
+
+
+# -- int indices beyond 64 bits on numpy'ized data ----------------------------------------
+
+
+@pytest.mark.parametrize("index", [2**63, -2**63 - 1, 2**100])
+def test_huge_index_on_numpy_data_is_out_of_range(index):
+    buf = finalized(InfiniteLookbackBuffer, [1.0, 2.0, 3.0])
+    with pytest.raises(IndexError):
+        buf.get(index)
+    assert buf.get(index, fill=0.0) == 0.0     # as in list mode, and as RLlib there
+
+
+@pytest.mark.rllib
+def test_rllib_huge_index_on_numpy_data_fails_converting_it():
+    buf = finalized(rllib_buffer_class(), [1.0, 2.0, 3.0])
+    with pytest.raises(OverflowError):
+        buf.get(2**63)
+    with pytest.raises(OverflowError):
+        buf.get(2**63, fill=0.0)
+    listed = rllib_buffer_class()([1.0, 2.0, 3.0])
+    with pytest.raises(IndexError):
+        listed.get(2**63)
+    assert listed.get(2**63, fill=0.0) == 0.0

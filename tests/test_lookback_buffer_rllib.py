@@ -546,7 +546,7 @@ def test_len_and_repr(kind, config):
     twin.call("__len__")
     twin.call("len_incl_lookback")
     if not (twin.theirs.finalized and kind.struct):
-        # RLlib slices the dict/tuple itself for finalized struct data (see report).
+        # RLlib slices the dict/tuple itself for finalized struct data.
         twin.call("__repr__")
 
 

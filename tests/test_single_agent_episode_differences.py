@@ -695,3 +695,23 @@ def test_rllib_unpickled_spaces_are_separate_objects():
     first, second = _pickled_twice(rllib_episode_class())
     assert first.observation_space == second.observation_space
     assert first.observation_space is not second.observation_space
+
+
+# -- env step counters are 64-bit ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("field", ["t", "t_started"])
+def test_step_counters_beyond_64_bits_are_refused(field):
+    episode = SingleAgentEpisode(observations=[0.0, 1.0], actions=[0], rewards=[0.0],
+                                 len_lookback_buffer=0)
+    with pytest.raises(OverflowError):
+        setattr(episode, field, 2**63)
+    assert (episode.t, episode.t_started, len(episode)) == (1, 0, 1)
+    with pytest.raises(OverflowError):
+        SingleAgentEpisode(t_started=2**63)
+
+
+@pytest.mark.rllib
+def test_rllib_keeps_any_python_int_as_step_counter():
+    episode = rllib_episode_class()(t_started=2**63)
+    assert episode.t == episode.t_started == 2**63 and len(episode) == 0

@@ -20,6 +20,7 @@ from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 cimport numpy as cnp
 
 from episode._buffer cimport BufferCore
+from episode._column cimport array_bytes
 
 # The Columns' inline push (inlined here) calls numpy's C-API.
 cnp.import_array()
@@ -72,7 +73,7 @@ cdef bint space_contains(object space, object x) except -1:
     a Box and an ndarray of its dtype and shape, a Discrete and a Python int.
     Anything else asks gymnasium."""
     cdef cnp.ndarray arr, low, high
-    cdef Py_ssize_t n
+    cdef Py_ssize_t n, nbytes
     cdef long long value
     cdef int overflow = 0
     cdef object t = type(space)
@@ -80,12 +81,14 @@ cdef bint space_contains(object space, object x) except -1:
         arr, low, high = <cnp.ndarray>x, space.low, space.high
         n = cnp.PyArray_SIZE(arr)
         if same_layout(arr, low) and same_layout(arr, high):
+            # Same layout: each holds n elements (array_bytes proves it when checked).
+            nbytes = n * cnp.PyArray_ITEMSIZE(arr)
             if cnp.PyArray_TYPE(arr) == cnp.NPY_FLOAT32:
-                return within(<float*>cnp.PyArray_DATA(arr), <float*>cnp.PyArray_DATA(low),
-                              <float*>cnp.PyArray_DATA(high), n)
+                return within(<float*>array_bytes(arr, nbytes), <float*>array_bytes(low, nbytes),
+                              <float*>array_bytes(high, nbytes), n)
             if cnp.PyArray_TYPE(arr) == cnp.NPY_FLOAT64:
-                return within(<double*>cnp.PyArray_DATA(arr), <double*>cnp.PyArray_DATA(low),
-                              <double*>cnp.PyArray_DATA(high), n)
+                return within(<double*>array_bytes(arr, nbytes), <double*>array_bytes(low, nbytes),
+                              <double*>array_bytes(high, nbytes), n)
     elif t is Discrete and type(x) is int:
         value = PyLong_AsLongLongAndOverflow(x, &overflow)
         if not overflow:
