@@ -382,3 +382,28 @@ def test_the_build_is_checked_when_asked_to_be():
     if os.environ.get("EPISODE_EXPECT_CHECKED") != "1":
         pytest.skip("only the checked build's run asks this")
     assert CHECKED_BUILD
+
+
+def test_raw_accesses_go_through_the_checked_accessors():
+    # The checked build bounds-checks row_ptr and array_bytes; a raw data
+    # pointer taken anywhere else would escape those checks.
+    import pathlib
+    import re
+
+    pyx = pathlib.Path(__file__).resolve().parent.parent / "pyx" / "episode"
+    sources = sorted(pyx.glob("*.pyx")) + sorted(pyx.glob("*.pxd"))
+    if not sources:
+        pytest.skip("the Cython sources are not beside these tests")
+    allowed = {
+        "return <char*>cnp.PyArray_DATA(arr)",             # array_bytes
+        "self.data = <char*>cnp.PyArray_DATA(arr)",        # _adopt_storage
+        "return self.data + pos * self.row_bytes",         # row_ptr
+    }
+    offenders = []
+    for path in sources:
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#")[0].strip()
+            if re.search(r"PyArray_DATA\(|\.data\s*[+\[]|\.ptr\s*[+\[]", code) \
+                    and code not in allowed:
+                offenders.append(f"{path.name}:{number}: {code}")
+    assert not offenders, "\n".join(offenders)
