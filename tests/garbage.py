@@ -1,15 +1,18 @@
 """Garbage inputs for the compiled core, run in a child process.
 
 test_garbage_input.py starts `python garbage.py` with case names on stdin.
-The child imports everything once, then runs each case in a fork of itself,
-so that a crash ends that fork only and is pinned on its case. For each case
-it prints `RESULT name <base64 pickle>`: one record per step, with the
-exception the step raised (class and MRO names) or a plain summary of the
-value it returned, and the problems found; or, for a fork that died, its
-signal or exit status and its output. A step's problems are: a value holding
-data that was never written (each case declares the values it wrote), an
-exception or value other than the one the step expects, stored data that
-changed although the step was rejected, a SystemError.
+The child imports everything once, then runs the cases in forks of itself,
+a few per fork; a case that fails or crashes there runs again in a fork of
+its own, whose report counts, so that a crash or a problem is pinned on the
+case that caused it. For each case it prints `RESULT name <base64 pickle>`:
+one record per step, with the exception the step raised (class and MRO
+names) or a plain summary of the value it returned, and the problems found;
+or, for a fork that died, its signal or exit status and its output (each
+step is noted on stderr first, so the output names the step that died).
+A step's problems are: a value holding data that was never written (each
+case declares the values it wrote), an exception or value other than the
+one the step expects, stored data that changed although the step was
+rejected, a SystemError.
 
 Cases are plain functions `fn(impl, probe)`. `impl` bundles the classes
 under test, so the cases marked `rllib` run unchanged on RLlib's classes in
@@ -29,7 +32,6 @@ import pickle
 import signal
 import sys
 import tempfile
-import time
 import traceback
 
 import gymnasium as gym
@@ -273,20 +275,30 @@ class Probe:
         self.check_data = True
         self.skipped = None  # why the case does not apply (the parent skips its test)
         self.problems = []  # problems outside any step (setup failures)
+        self.trace = False  # note each step on stderr (a crash's output then names it)
 
     def allow(self, *items):
         """Marks the values inside `items` as written (and what list-mode
         code can make of them: a dict's keys, a string's characters)."""
         for v in _keys_and_chars(items):
             self.known.add(v)
-        for v in leaves(list(items)):
+        try:
+            values = list(leaves(list(items)))
+        except Exception:  # bytes numpy cannot read back (a corrupted payload)
+            values = []
+        for v in values:
             if v is None or isinstance(v, float) and math.isnan(v):
                 self.nan_ok = True
             elif _hashable(v):
-                self.known.add(v)
+                forms = [v]
                 if isinstance(v, (int, float)) and not isinstance(v, bool):
                     # numpy's promotions of a number: to float, to str, to bytes
-                    self.known.update({float(v), str(v), str(v).encode()})
+                    forms += [float(v), str(v), str(v).encode()]
+                for form in forms:
+                    self.known.add(form)
+                    if isinstance(form, (str, bytes)):
+                        # fixed-width strings cut values to their width
+                        self.known.update(form[:k] for k in range(1, len(form)))
 
     def run(self, label, fn, *, ok=None, state=None, data=True, cmp=False):
         """Runs `fn()` as step `label`.
@@ -298,6 +310,8 @@ class Probe:
         cmp: compare this step with RLlib (in cases marked rllib).
         Returns the value, or None when the step raised.
         """
+        if self.trace:
+            os.write(2, f"step: {label}\n".encode(errors="replace"))
         before = state_of(state) if state is not None else None
         record = {
             "label": label,
@@ -348,6 +362,12 @@ class Probe:
             except MemoryError:
                 record["value"] = "<too large to inspect>"
                 record["problems"].append("the returned value is too large to inspect")
+            except Exception as e:
+                record["value"] = "<unreadable>"
+                record["problems"].append(
+                    f"the returned value cannot be read back ({type(e).__name__}: {e}): "
+                    f"it holds bytes that are not values of its dtype"
+                )
         if ok is not None:
             problem = self._check_outcome(record, value, ok)
             if problem:
@@ -607,6 +627,8 @@ def probe_episode(p, tag, ep, impl, heavy=True):
     p.run(f"{tag}.pickle2", lambda: episode_data(pickle.loads(pickle.dumps(ep, protocol=2))))
     p.run(f"{tag}.validate", lambda: ep.validate(), data=False)
     p.run(f"{tag}.repr", lambda: repr(ep), data=False)
+    p.run(f"{tag}.get_return", lambda: ep.get_return(), data=False)
+    p.run(f"{tag}.env_steps", lambda: ep.env_steps(), data=False)
     if not heavy or wild:
         return
     chunk = p.run(f"{tag}.cut(1)", lambda: ep.cut(len_lookback_buffer=1), data=False)
@@ -1132,6 +1154,9 @@ def fresh(x):
 
 def _item_allowed(p, item):
     p.allow(item, 9, 9.0, "q", "r", "w", "x", "y" * 40, "xyz", "z", b"z", "rrrrrrrrrrrr")
+    arr = np.asarray(item) if isinstance(item, (np.ndarray, np.generic)) else None
+    if arr is not None and arr.dtype.kind in "mM":
+        p.allow(arr.astype(np.int64))  # a date stored into numbers is its count of units
 
 
 def buffer_append_case(fixture, name, garbage_item):
@@ -1222,6 +1247,79 @@ for _fixture in ("list", "numpy", "rows", "dict"):
             "buffer_data",
             f"extend:{_fixture}:{_name}",
             buffer_extend_case(_fixture, _name, _items),
+        )
+
+
+def operator_case(fixture, name, other):
+    """`buf + other` and `buf == other` with garbage on the right."""
+
+    def run(impl, p):
+        allow_buffer_fixture(p)
+        p.allow(9.0, 1.0, "a", "b", "c")
+        buf = BUFFERS[fixture](impl)
+        value = other(impl) if callable(other) else fresh(other)
+        # `+ number` adds it to each item; `list + array` is numpy's sum
+        p.allow([d + x for d in DATA for x in (5, 9.0, 1j)], [obs(t) for t in range(6)])
+        total = p.run("+", lambda: buf + value, state=buf, data=False)
+        if total is not None and hasattr(total, "get"):
+            probe_buffer(p, "sum", total, impl, heavy=False)
+        p.run("==", lambda: buf == value, data=False)
+        p.run("!=", lambda: buf != value, data=False)
+
+    return run
+
+
+OPERANDS = {
+    "int": 5,
+    "float": 9.0,
+    "complex": 1j,
+    "str": "abc",
+    "None": None,
+    "list": [9.0],
+    "array": np.array([9.0]),
+    "dict": {"a": 9.0},
+    "buffer_numpy": buf_numpy,
+    "buffer_neg_lookback": lambda impl: _buffer_with_lookback(impl, -100_000_000),
+    "buffer_str": lambda impl: impl.Buffer(["a", "b", "c"], lookback=1),
+}
+for _fixture in BUFFERS:
+    for _name, _other in OPERANDS.items():
+        add("buffer_data", f"operator:{_fixture}:{_name}", operator_case(_fixture, _name, _other))
+
+
+def sub_buffer_case(fixture, name, args):
+    """The compiled core's public `sub_buffer(slice, neg_index_as_lookback, lookback, space)`."""
+
+    def run(impl, p):
+        allow_buffer_fixture(p)
+        buf = BUFFERS[fixture](impl)
+        piece = p.run("sub_buffer", lambda: buf.sub_buffer(*args), state=buf, data=False)
+        if piece is not None:
+            probe_buffer(p, "piece", piece, impl)
+        probe_buffer(p, "buf", buf, impl, heavy=False)
+
+    return run
+
+
+SUB_BUFFER_ARGS = {
+    "slice_huge": (slice(0, 2**63), False, 0, None),
+    "slice_wrapping": (slice(2**63 - 2, 2**63 - 1), True, 1, None),
+    "slice_step0": (slice(0, 3, 0), False, 0, None),
+    "slice_back": (slice(4, 0, -1), False, 1, None),
+    "slice_floats": (slice(0.5, 2), False, 0, None),
+    "not_a_slice": ([0, 1], False, 0, None),
+    "none": (None, False, 0, None),
+    "lookback_over_len": (slice(0, 2), False, 10, None),
+    "space_str": (slice(0, 2), False, 0, "space"),
+    "space_mismatch": (slice(0, 2), False, 0, gym.spaces.Box(0, 1, (7,))),
+    "neg_lookback_before_start": (slice(-9, 2), True, 3, None),
+}
+for _fixture in BUFFERS:
+    for _name, _args in SUB_BUFFER_ARGS.items():
+        add(
+            "buffer_attrs",
+            f"sub_buffer:{_fixture}:{_name}",
+            sub_buffer_case(_fixture, _name, _args),
         )
 
 
@@ -1929,6 +2027,86 @@ for _fixture in EPISODES:
         add("episode_set", f"{_fixture}:add_env_step:{_name}", add_env_step_case(_fixture, _name))
 
 
+RESET_GARBAGE = {
+    "None": (None, None),
+    "str_obs": ("q", None),
+    "infos_str": (obs(0), "q"),
+    "infos_list": (obs(0), [1, 2]),
+    "dict_obs": ({"a": np.full(2, 9.0)}, None),
+    "big_int_obs": (2**70, None),
+}
+
+
+def add_env_reset_case(name, numpy, twice):
+    def run(impl, p):
+        allow_episode_fixture(p)
+        p.allow(9.0, "q", 2**70, 1, 2)
+        observation, infos = fresh(RESET_GARBAGE[name])
+        ep = impl.Episode()
+        if numpy:
+            p.run("to_numpy empty", lambda: ep.to_numpy(), data=False)
+        p.run("add_env_reset", lambda: ep.add_env_reset(observation, infos), data=False)
+        if twice:
+            p.run("add_env_reset again", lambda: ep.add_env_reset(obs(0)), state=ep, data=False)
+        p.run("add_env_step", lambda: ep.add_env_step(obs(1), 1, 1.25), data=False)
+        probe_episode(p, "ep", ep, impl)
+
+    return run
+
+
+for _name in RESET_GARBAGE:
+    for _numpy in (False, True):
+        for _twice in (False, True):
+            add(
+                "episode_set",
+                f"add_env_reset:{_name}:numpy={_numpy}:twice={_twice}",
+                add_env_reset_case(_name, _numpy, _twice),
+            )
+
+
+EPISODE_SLICES = {
+    "None": None,
+    "int": 1,
+    "str": "x",
+    "huge": slice(0, 2**63),
+    "huge_start": slice(2**63, None),
+    "neg_huge": slice(-(2**63), None),
+    "step0": slice(0, 3, 0),
+    "step2": slice(0, 5, 2),
+    "backwards": slice(4, 1),
+    "reversed": slice(None, None, -1),
+    "floats": slice(0.5, 2.5),
+    "wide": slice(-100, 100),
+}
+
+
+def episode_slice_case(fixture, name, lookback):
+    def run(impl, p):
+        allow_episode_fixture(p)
+        ep = EPISODES[fixture](impl)
+        piece = p.run(
+            "slice",
+            lambda: ep.slice(fresh(EPISODE_SLICES[name]), len_lookback_buffer=lookback),
+            state=ep,
+            data=False,
+        )
+        if piece is not None:
+            probe_episode(p, "piece", piece, impl)
+        probe_episode(p, "ep", ep, impl, heavy=False)
+
+    return run
+
+
+for _fixture in EPISODES:
+    for _name in EPISODE_SLICES:
+        for _lookback in (None, 0, 2, 100):
+            add(
+                "episode_set",
+                f"slice:{_fixture}:{_name}:len_lookback_buffer={_lookback}",
+                episode_slice_case(_fixture, _name, _lookback),
+            )
+
+
 def concat_episode_case(fixture, other_name):
     def run(impl, p):
         allow_episode_fixture(p)
@@ -2508,7 +2686,7 @@ def _column_fixtures():
         "empty": (lambda C: C.from_list([]), 4.0),
         "finalized": (lambda C: C.from_array(np.array([1.0, 2.0, 3.0])), 4.0),
         "finalized_str": (lambda C: C.from_array(np.array(["a", "bb", "c"])), "dd"),
-        "finalized_object": (lambda C: C.from_array(np.array([1, "b", None], dtype=object)), 4),
+        "finalized_object": (lambda C: C.from_array(np.array([1, 2, 3], dtype=object)), 4),
     }
 
 
@@ -2855,6 +3033,7 @@ def _api_call(target, method, *args):
 
 def _api_static(method, *args):
     def fn(C, p):
+        p.allow(*args)
         col = p.run(method, lambda: getattr(C, method)(*args), data=False)
         if col is not None:
             probe_column(p, "col", col, 9.0)
@@ -3087,6 +3266,7 @@ CASE_SECONDS = 2  # a case that runs longer hangs (the slowest takes ~0.4 s): SI
 def run_case(name, impl):
     """The report of case `name` (run in this process)."""
     p = Probe()
+    p.trace = True
     try:
         if name not in CASES:
             raise KeyError(f"no case {name!r} in this process")
@@ -3099,10 +3279,15 @@ def run_case(name, impl):
     return p.report()
 
 
-def run_forked(name, impl):
-    """Runs case `name` in a fork of this process, so that a crash ends only
-    the fork: its report, or {"crash": ...} with the exit status and stderr."""
-    started = time.perf_counter()
+def failed(report):
+    """True if the report has any problem."""
+    return bool(report.get("problems")) or any(step["problems"] for step in report["steps"])
+
+
+def _fork_run(names, impl):
+    """Runs `names` one after the other in a fork of this process, so that a
+    crash ends only the fork: the reports of the cases that finished, the
+    fork's exit status and its output."""
     read_end, write_end = os.pipe()
     with tempfile.TemporaryFile() as log:
         sys.stdout.flush()
@@ -3112,22 +3297,20 @@ def run_forked(name, impl):
             os.close(read_end)
             os.dup2(log.fileno(), 1)
             os.dup2(log.fileno(), 2)
-            signal.alarm(CASE_SECONDS)
-            try:
-                report = run_case(name, impl)
-                # Free what the case made while the debug allocator can still
-                # notice a write past a block's end.
-                gc.collect()
-                data = pickle.dumps(report, protocol=4)
-            except BaseException:
-                data = pickle.dumps(
-                    {
-                        "steps": [],
-                        "problems": ["the report could not be made:\n" + traceback.format_exc()],
-                    }
-                )
             with os.fdopen(write_end, "wb") as out:
-                out.write(data)
+                for name in names:
+                    signal.alarm(CASE_SECONDS)
+                    try:
+                        report = run_case(name, impl)
+                        # Free what the case made while the debug allocator
+                        # can still notice a write past a block's end.
+                        gc.collect()
+                        data = pickle.dumps(report, protocol=4)
+                    except BaseException:
+                        problem = "the report could not be made:\n" + traceback.format_exc()
+                        data = pickle.dumps({"steps": [], "problems": [problem]})
+                    out.write(len(data).to_bytes(8, "little") + data)
+                    out.flush()
             os._exit(0)
         os.close(write_end)
         with os.fdopen(read_end, "rb") as inp:
@@ -3135,32 +3318,60 @@ def run_forked(name, impl):
         _, status = os.waitpid(pid, 0)
         log.seek(0)
         output = log.read().decode(errors="replace")
-    report = None
-    if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 and data:
+    reports, pos = {}, 0
+    for name in names:
+        size = int.from_bytes(data[pos : pos + 8], "little")
+        if pos + 8 + size > len(data) or size == 0:
+            break
         try:
-            report = pickle.loads(data)
+            reports[name] = pickle.loads(data[pos + 8 : pos + 8 + size])
         except Exception as e:  # the fork's memory was too corrupted to report
-            output += f"\n(its report was unreadable: {type(e).__name__}: {e})"
-    if report is None:
-        report = {
-            "crash": {
-                "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
-                "status": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
-                "output": output[-4000:],
-            }
+            output += f"\n(the report of {name} was unreadable: {type(e).__name__}: {e})"
+            break
+        pos += 8 + size
+    return reports, status, output
+
+
+def _crash(status, output):
+    return {
+        "crash": {
+            "signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None,
+            "status": os.WEXITSTATUS(status) if os.WIFEXITED(status) else None,
+            "output": output[-4000:],
         }
-    report["seconds"] = time.perf_counter() - started
-    return report
+    }
+
+
+def run_alone(name, impl):
+    """The report of case `name` run in a fork of its own, or {"crash": ...}
+    with the fork's signal or exit status and its output."""
+    reports, status, output = _fork_run([name], impl)
+    if name in reports and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+        return reports[name]
+    return _crash(status, output)
+
+
+CHUNK = 16  # cases per fork; a case that fails there is run again alone
 
 
 def main():
     np.set_printoptions(threshold=sys.maxsize)
     impl = ours()
     gc.freeze()  # forks then share the imported modules' pages
-    for line in sys.stdin:
-        name = line.strip()
-        if name:
-            report = run_forked(name, impl)
+    names = [line.strip() for line in sys.stdin if line.strip()]
+    for i in range(0, len(names), CHUNK):
+        chunk = names[i : i + CHUNK]
+        reports, status, output = _fork_run(chunk, impl)
+        running = next((name for name in chunk if name not in reports), None)
+        if running and os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGALRM:
+            # The case's own time ran out: a hang (no need to wait for it again).
+            reports[running] = _crash(status, output)
+        for name in chunk:
+            report = reports.get(name)
+            # A failure in a shared fork may be an earlier case's doing: the
+            # report of record is the one from a fork of its own.
+            if report is None or "crash" not in report and failed(report):
+                report = run_alone(name, impl)
             data = base64.b64encode(pickle.dumps(report, protocol=4)).decode()
             print("RESULT", name, data, flush=True)
     print("DONE", flush=True)

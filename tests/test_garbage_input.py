@@ -13,9 +13,10 @@ instead of passing unseen. A test here fails when its case
   other than the expected value (numpy's, where the case names one), or
 * was rejected but changed the stored data anyway.
 
-A child process imports everything once and runs each case of its batch
-in a fork of itself, so that a crash is pinned on the case that caused it
-at the cost of a fork, not of a new interpreter.
+A child process imports everything once and runs the cases of its batch in
+forks of itself; a case that fails or crashes runs again in a fork of its
+own, so that a crash is pinned on the case that caused it at the cost of a
+fork, not of a new interpreter.
 
 The tests marked `rllib` run the same cases on RLlib's classes in this
 process and compare each step: the same exception class, or the same value.
@@ -102,8 +103,9 @@ def reports(request):
         if item.module.__name__ == __name__ and name in garbage.CASES:
             names.append(name)
     names = list(dict.fromkeys(names))
-    size = min(BATCH, max(1, -(-len(names) // WORKERS)))
-    batches = [names[i : i + size] for i in range(0, len(names), size)]
+    # Interleaved, so that slow neighbours (hangs cluster) spread over all batches.
+    count = WORKERS * max(1, -(-len(names) // (BATCH * WORKERS)))
+    batches = [names[i::count] for i in range(count) if names[i::count]]
     results = {}
     with ThreadPoolExecutor(WORKERS) as pool:
         for part in pool.map(run_batch, batches):
