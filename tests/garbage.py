@@ -2555,7 +2555,10 @@ def odd_episode_fill_case(kind, fill_name):
                 cmp=cmp,
                 ok=_numpy_outcome(
                     lambda: numpy_fill(
-                        rows if e is ep else rows[2:], 0, 5 - (3 if e is ep else 1), fill
+                        rows if e is ep else np.array(items[2:]),
+                        0,
+                        5 - (3 if e is ep else 1),
+                        fill,
                     )
                 ),
             )
