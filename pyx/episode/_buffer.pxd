@@ -4,7 +4,7 @@ cdef class BufferCore:
     # Storage: set through set_storage, which checks what the C paths trust.
     cdef readonly Column _col      # the data when it is one track (always before finalize)
     cdef readonly object _tree     # finalized Dict/Tuple data: a dict/tuple tree of Columns
-    cdef Py_ssize_t _lookback      # 0..INDEX_LIMIT, through the checked `lookback` property
+    cdef Py_ssize_t _lookback      # 0..LOOKBACK_LIMIT, through the checked `lookback` property
     cdef public object _space          # the gymnasium space, or None
     cdef public object _space_struct   # its dict/tuple struct of leaf spaces
 

@@ -4,15 +4,17 @@
 # out of the data; kept so that slices resolve exactly as RLlib's do.
 cdef Py_ssize_t BEFORE_START
 
-# No buffer can hold this many rows. Indices, slice fields and lookbacks are
-# clamped to (or checked against) it, so that every sum of an index, a
-# lookback and a length stays far inside Py_ssize_t: a huge index is simply
-# out of range, as it is for RLlib.
+# No buffer can hold this many rows. Int indices are clamped to it, slices
+# with larger fields resolve on Python ints, and a lookback may be at most
+# half of it: every sum of an index, a lookback and a length stays far
+# inside Py_ssize_t, and a huge index is simply out of range, as for RLlib.
 cdef extern from *:
     """
-    #define EPISODE_INDEX_LIMIT (((Py_ssize_t)1) << 60)
+    #define EPISODE_INDEX_LIMIT (((Py_ssize_t)1) << 61)
+    #define EPISODE_LOOKBACK_LIMIT (((Py_ssize_t)1) << 60)
     """
     const Py_ssize_t INDEX_LIMIT "EPISODE_INDEX_LIMIT"
+    const Py_ssize_t LOOKBACK_LIMIT "EPISODE_LOOKBACK_LIMIT"
 
 cdef struct SliceSpec:
     Py_ssize_t start       # adjusted start, as RLlib passes it to list/array slicing

@@ -8,7 +8,7 @@ data become `fill` rows when a fill value is given. These functions reproduce
 those rules exactly and return plain row positions.
 """
 from cpython.long cimport PyLong_AsLongLongAndOverflow
-from cpython.number cimport PyNumber_AsSsize_t
+from cpython.number cimport PyNumber_AsSsize_t, PyNumber_Index
 from cpython.object cimport PyObject
 
 cdef extern from "Python.h":
@@ -48,81 +48,123 @@ cdef Py_ssize_t clamped_index(object value) except? -1:
 
 
 cdef Py_ssize_t checked_lookback(object value) except -1:
-    """`value` as a lookback: an int in [0, INDEX_LIMIT]. The C paths trust it."""
+    """`value` as a lookback: an int in [0, LOOKBACK_LIMIT]. The C paths trust it."""
     cdef Py_ssize_t lookback
     try:
         lookback = PyNumber_AsSsize_t(value, OverflowError)
     except OverflowError:
         lookback = -1
-    if lookback < 0 or lookback > INDEX_LIMIT:
-        raise ValueError(f"lookback must be an int from 0 to {INDEX_LIMIT}, got {value!r}")
+    if lookback < 0 or lookback > LOOKBACK_LIMIT:
+        raise ValueError(f"lookback must be an int from 0 to {LOOKBACK_LIMIT}, got {value!r}")
     return lookback
 
 
-cdef inline Py_ssize_t _floordiv(Py_ssize_t a, Py_ssize_t b):
-    cdef Py_ssize_t q = a // b
-    if (a % b != 0) and ((a < 0) != (b < 0)):
-        q -= 1
-    return q
+ctypedef fused index_t:
+    Py_ssize_t
+    object
+
+
+cdef inline index_t _clamp(index_t x):
+    # Slice results as row arithmetic needs them: anything beyond the limit
+    # selects, or pads, exactly as the limit does (no buffer reaches it).
+    if x > INDEX_LIMIT:
+        return INDEX_LIMIT
+    if x < -INDEX_LIMIT:
+        return -INDEX_LIMIT
+    return x
+
+
+cdef inline bint _small_field(object field, Py_ssize_t default, Py_ssize_t* out):
+    # A slice field (None: `default`) that C arithmetic takes exactly: None
+    # or a Python int within the limit. False for anything else.
+    cdef int overflow = 0
+    cdef long long value
+    if field is None:
+        out[0] = default
+        return True
+    if type(field) is not int:
+        return False
+    value = PyLong_AsLongLongAndOverflow(field, &overflow)
+    if overflow or value > INDEX_LIMIT or value < -INDEX_LIMIT:
+        return False
+    out[0] = <Py_ssize_t>value
+    return True
 
 
 cdef SliceSpec interpret_slice(object slice_, bint neg_index_as_lookback,
                                Py_ssize_t lookback, Py_ssize_t total) except *:
-    cdef SliceSpec spec
+    cdef Py_ssize_t c_start, c_stop, c_step
     if type(slice_) is not slice:
         raise TypeError(f"expected a slice, got {type(slice_).__name__}")
-    cdef Py_ssize_t start, stop, step
     # The slice's fields read straight from the object: getattr costs more
-    # than all the arithmetic below.
+    # than all the arithmetic that follows.
     cdef PySliceObject* sl = <PySliceObject*>slice_
-    cdef object py_start = <object>sl.start
-    cdef object py_stop = <object>sl.stop
-    cdef object py_step = <object>sl.step
-    step = 1 if py_step is None else clamped_index(py_step)
+    cdef object start = <object>sl.start
+    cdef object stop = <object>sl.stop
+    cdef object step = <object>sl.step
+    if (_small_field(start, lookback, &c_start) and _small_field(stop, total, &c_stop)
+            and _small_field(step, 1, &c_step)):
+        return _slice_rules[Py_ssize_t](c_start, start is None, c_stop, stop is None, c_step,
+                                        neg_index_as_lookback, lookback, total)
+    # Huge (or non-int) fields: the same rules on Python ints, which cannot
+    # overflow, then clamped. TypeError for fields that are not indices.
+    return _slice_rules[object](
+        lookback if start is None else PyNumber_Index(start), start is None,
+        total if stop is None else PyNumber_Index(stop), stop is None,
+        1 if step is None else PyNumber_Index(step), neg_index_as_lookback, lookback, total)
+
+
+cdef SliceSpec _slice_rules(index_t start, bint start_is_none, index_t stop, bint stop_is_none,
+                            index_t step, bint neg_index_as_lookback, Py_ssize_t lookback,
+                            Py_ssize_t total) except *:
+    """RLlib's slice rules: the slice's fields in buffer rows, the fill on
+    either side, and the length RLlib computes."""
+    cdef SliceSpec spec
+    cdef index_t fill_left = 0, fill_right = 0, length
     if step == 0:
         raise SliceStepError("slice step cannot be zero")
-
-    if py_start is None:
-        start = lookback
-    else:
-        start = clamped_index(py_start)
+    if not start_is_none:
         if start < 0:
             start = (lookback if neg_index_as_lookback else total) + start
         else:
             start = lookback + start
-    if py_stop is None:
-        stop = total
-    else:
-        stop = clamped_index(py_stop)
+    if not stop_is_none:
         if stop < 0:
             stop = (lookback if neg_index_as_lookback else total) + stop
         else:
             stop = lookback + stop
 
-    spec.fill_left = spec.fill_right = 0
     if start < 0 and stop < 0:
-        spec.fill_left = abs(start - stop)
+        fill_left = abs(start - stop)
         start = stop = 0
     elif start >= total and stop >= total:
-        spec.fill_right = abs(start - stop)
+        fill_right = abs(start - stop)
         start = stop = total
     elif start < 0:
-        spec.fill_left = -start
+        fill_left = -start
         start = 0
     elif stop >= total:
-        spec.fill_right = stop - total
+        fill_right = stop - total
         stop = total
     elif stop < 0:
         if start >= total:
-            spec.fill_left = start - total + 1
+            fill_left = start - total + 1
             start = total - 1
-        spec.fill_right = -stop - 1
+        fill_right = -stop - 1
         stop = BEFORE_START
 
-    spec.start = start
-    spec.stop = stop
-    spec.step = step
-    spec.length = max(0, _floordiv(stop - start + (step - (1 if step > 0 else -1)), step))
+    # Floor division, as Python's (C's truncates).
+    length = stop - start + (step - (1 if step > 0 else -1))
+    if index_t is object:
+        length = length // step
+    else:
+        length = length // step - ((length % step != 0) and ((length < 0) != (step < 0)))
+    spec.start = _clamp(start)
+    spec.stop = _clamp(stop)
+    spec.step = _clamp(step)
+    spec.length = _clamp(length) if length > 0 else 0
+    spec.fill_left = _clamp(fill_left)
+    spec.fill_right = _clamp(fill_right)
     return spec
 
 
