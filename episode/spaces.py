@@ -164,6 +164,7 @@ def one_hot(x: Any, depth: int = 0) -> np.ndarray:
 
     Bool input is encoded with depth 2. Values must be < depth
     (AssertionError otherwise, as in RLlib); negative values count from the end.
+    Non-integer values raise IndexError.
     """
     if isinstance(x, int):
         x = np.array(x, dtype=np.int32)
@@ -171,6 +172,10 @@ def one_hot(x: Any, depth: int = 0) -> np.ndarray:
     if x.dtype == np.bool_:
         x = x.astype(np.int_)
         depth = 2
+    if x.dtype.kind not in "iu":
+        # A float would be truncated to some slot: refuse it, as numpy's
+        # indexing refuses it inside RLlib's one_hot.
+        raise IndexError(f"one_hot needs integer values, got {x.dtype} ({x!r})")
     if x.size == 0:
         return np.zeros(x.shape + (int(depth),), dtype=np.float32)
     if depth == 0:

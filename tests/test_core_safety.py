@@ -196,7 +196,25 @@ ITEM_SIZE_CASES = {
     "set_wider_str": lambda c: written(c, ["abcde", "fghij"], 0, "abcdefgh"),
     "set_struct_other_order": lambda c: written(c, [np.array((1, 2.0), STRUCT)] * 2, 0,
                                                 np.array((6.0, 5), STRUCT_SWAPPED)),
+    # Fill only: no data rows, so no common dtype is needed.
+    "all_fill_struct": lambda c: finalized(c, [np.array((1, 2.0), STRUCT)] * 2).get(
+        slice(5, 7), fill=0.0),
+    "all_fill_datetime": lambda c: finalized(
+        c, [np.datetime64("2020-01-01")] * 2).get(slice(5, 7), fill=0),
+    "all_fill_timedelta": lambda c: finalized(
+        c, [np.timedelta64(1, "D")] * 2).get(slice(-5, -3), fill=-7.0),
+    # The same fill before and after the dtype widens within its type number.
+    "fill_after_str_widens": lambda c: filled_around_append(c, ["ab", "cdefg"], "w" * 20, True),
+    "fill_after_timedelta_widens": lambda c: filled_around_append(
+        c, [np.timedelta64(1, "D")] * 2, np.timedelta64(4, "s"), 0),
 }
+
+
+def filled_around_append(cls, data, item, fill):
+    buf = finalized(cls, data)
+    before = buf.get(slice(-4, None), fill=fill)
+    buf.append(item)
+    return before, buf.get(slice(-5, None), fill=fill)
 
 
 def finalized(cls, data):
@@ -229,6 +247,17 @@ def test_string_fill_has_no_stray_bytes():
     assert _ours("append_narrower_bytes").tolist() == [b"abcde", b"fghij", b"ab"]
     assert _ours("append_wider_str").dtype == "<U7"
     assert _ours("append_struct")[-1].tolist() == (5, 6.0)
+
+
+def test_fill_plans_follow_the_storage_dtype():
+    before, after = _ours("fill_after_str_widens")
+    assert before.tolist() == ["True", "True", "ab", "cdefg"]
+    assert after.tolist() == ["True", "True", "ab", "cdefg", "w" * 20]
+    before, after = _ours("fill_after_timedelta_widens")
+    assert after.dtype == "m8[s]" and after[-1] == np.timedelta64(4, "s")
+    assert after[2] == np.timedelta64(1, "D")
+    assert _ours("all_fill_struct").tolist() == [0.0, 0.0]
+    assert _ours("all_fill_datetime").tolist() == [0, 0]
 
 
 def test_string_fill_through_the_episode():
@@ -346,6 +375,15 @@ def test_corrupt_column_states_are_refused(name):
     CORRUPTIONS[name](args)
     with pytest.raises((ValueError, TypeError)):
         restore(*args)
+
+
+def test_extend_rows_needs_a_batch_and_keeps_list_mode_types():
+    for col in (Column.from_array(np.zeros(3)), Column.with_open_row_type()):
+        with pytest.raises(ValueError):
+            col.extend_rows(5.0)
+    col = Column.from_list([1.0])
+    col.extend_rows(np.array(["a", "bc"]))
+    assert col.to_list() == [1.0, "a", "bc"] and not col.finalized
 
 
 def test_a_column_restored_from_a_view_of_the_pickle_grows_in_its_own_memory():

@@ -519,3 +519,26 @@ def test_rllib_huge_index_on_numpy_data_fails_converting_it():
     with pytest.raises(IndexError):
         listed.get(2**63)
     assert listed.get(2**63, fill=0.0) == 0.0
+
+
+# -- one-hot of values that are not integers ------------------------------------------
+
+
+@pytest.mark.parametrize("finalize", [False, True])
+def test_one_hot_of_non_integer_values_raises_index_error(finalize):
+    buf = InfiniteLookbackBuffer([1, 1.5, 2.0], space=gym.spaces.Discrete(3))
+    if finalize:
+        buf.finalize()
+    with pytest.raises(IndexError, match="integer"):
+        buf.get(one_hot_discrete=True)
+    assert list(buf.get()) == [1, 1.5, 2.0]
+
+
+@pytest.mark.rllib
+def test_rllib_one_hot_of_a_python_float_fails_inside():
+    buf = rllib_buffer_class()([1, 1.5], space=gym.spaces.Discrete(3))
+    with pytest.raises(AttributeError):         # a float has no dtype
+        buf.get(one_hot_discrete=True)
+    buf.finalize()
+    with pytest.raises(IndexError):             # numpy refuses float indices
+        buf.get(one_hot_discrete=True)

@@ -715,3 +715,24 @@ def test_step_counters_beyond_64_bits_are_refused(field):
 def test_rllib_keeps_any_python_int_as_step_counter():
     episode = rllib_episode_class()(t_started=2**63)
     assert episode.t == episode.t_started == 2**63 and len(episode) == 0
+
+
+# -- extra model outputs that are not a mapping -----------------------------------------
+
+
+def test_extra_model_outputs_without_items_change_nothing():
+    episode = SingleAgentEpisode()
+    episode.add_env_reset(observation=0.0)
+    with pytest.raises(AttributeError):
+        episode.add_env_step(1.0, 0, 1.0, extra_model_outputs=[("vf", 9.0)])
+    assert len(episode) == 0 and episode.get_observations() == [0.0]
+    episode.validate()
+
+
+@pytest.mark.rllib
+def test_rllib_extra_model_outputs_without_items_raise_after_appending():
+    episode = rllib_episode_class()()
+    episode.add_env_reset(observation=0.0)
+    with pytest.raises(AttributeError):
+        episode.add_env_step(1.0, 0, 1.0, extra_model_outputs=[("vf", 9.0)])
+    assert episode.get_observations() == [0.0, 1.0]     # the step is half in

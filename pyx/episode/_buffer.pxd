@@ -10,7 +10,7 @@ cdef class BufferCore:
 
     # The compiled fill path's plan, kept from the last call (see _make_fill_plan).
     cdef Column _plan_col
-    cdef int _plan_type_num
+    cdef object _plan_data_dtype
     cdef object _plan_space, _plan_fill
     cdef object _plan_dtype, _plan_value, _plan_fill_dtype, _plan_fill_value
 

@@ -223,6 +223,8 @@ cdef class BufferCore:
             if not self._make_fill_plan(col, fill):
                 return self._get_general(slice_, neg_index_as_lookback, fill, False, False, None)
         if count:
+            if self._plan_dtype is None:       # fill and data have no common dtype
+                return self._get_general(slice_, neg_index_as_lookback, fill, False, False, None)
             dtype, value = self._plan_dtype, self._plan_value
         else:
             dtype, value = self._plan_fill_dtype, self._plan_fill_value
@@ -253,7 +255,10 @@ cdef class BufferCore:
         return out
 
     cdef bint _fill_plan_matches(self, Column col, object fill):
-        return (self._plan_col is col and self._plan_type_num == col.type_num
+        # The storage's very dtype object, held by the plan (so its address
+        # cannot be reused): a dtype widened within one type number (U5 to
+        # U20, m8[D] to m8[s]) needs a new plan.
+        return (self._plan_col is col and <void*>self._plan_data_dtype == col.descr
                 and self._plan_space is self._space and type(fill) is type(self._plan_fill)
                 and fill == self._plan_fill)
 
@@ -268,15 +273,20 @@ cdef class BufferCore:
             fill_dtype = space.dtype
         else:
             return False
-        data_dtype = col.array.dtype
-        dtype = fill_dtype if fill_dtype == data_dtype else np.result_type(fill_dtype, data_dtype)
-        if dtype.hasobject or fill_dtype.hasobject:
+        data_dtype = <object>cnp.PyArray_DESCR(col.array)
+        try:
+            dtype = fill_dtype if fill_dtype == data_dtype \
+                else np.result_type(fill_dtype, data_dtype)
+        except TypeError:           # no common dtype: only all-fill requests are planned
+            dtype = None
+        if fill_dtype.hasobject or (dtype is not None and dtype.hasobject):
             return False
         fill_value = np.array(fill, dtype=fill_dtype)     # cast as np.full would
         self._plan_fill_dtype, self._plan_fill_value = fill_dtype, fill_value
         self._plan_dtype = dtype
-        self._plan_value = fill_value if dtype == fill_dtype else fill_value.astype(dtype)
-        self._plan_col, self._plan_type_num = col, col.type_num
+        self._plan_value = None if dtype is None else \
+            fill_value if dtype == fill_dtype else fill_value.astype(dtype)
+        self._plan_col, self._plan_data_dtype = col, data_dtype
         self._plan_space, self._plan_fill = space, fill
         return True
 

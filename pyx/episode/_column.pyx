@@ -326,10 +326,17 @@ cdef class Column:
         return 0
 
     def extend_rows(self, rows):
-        """Appends a batch of rows to a finalized Column, as np.concatenate would."""
-        cdef cnp.ndarray arr = np.asarray(rows)
+        """Appends a batch of rows: as np.concatenate would once finalized,
+        row by row (types kept) before."""
+        cdef cnp.ndarray arr
         cdef Py_ssize_t k
-        if self.row_type_open and arr.ndim > 0 and arr.shape[0] > 0:
+        if not self.finalized:
+            self.extend(rows)
+            return
+        arr = np.asarray(rows)
+        if arr.ndim == 0:
+            raise ValueError("a batch of rows needs a leading axis")
+        if self.row_type_open and arr.shape[0] > 0:
             self._open_row_type(arr)
         self.check_rows(arr)
         k = arr.shape[0]

@@ -192,6 +192,10 @@ cdef class EpisodeCore:
         if self.rewards._col is None or self.rewards._col.finalized:
             # Numpy'ized: check everything before appending anything.
             self._check_step(observation, action, reward, extra_model_outputs)
+        if extra_model_outputs is not None and type(extra_model_outputs) is not dict:
+            # Another mapping: its items, read before anything is appended
+            # (AttributeError, as RLlib's, for something without items()).
+            extra_items = list(extra_model_outputs.items())
         self.observations.push(observation)
         self.actions.push(action)
         self.rewards.push(reward)
@@ -214,7 +218,8 @@ cdef class EpisodeCore:
                     else:
                         as_buffer(<object>found).push(<object>value_ptr)
             else:
-                for key, value in extra_model_outputs.items():
+                for key, value in (extra_model_outputs.items() if type(extra_model_outputs) is dict
+                                   else extra_items):
                     if key not in outputs:
                         outputs[key] = self._new_buffer([value])
                     else:
