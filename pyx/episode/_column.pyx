@@ -624,7 +624,7 @@ cdef class Column:
 
     cdef int check_range(self, Py_ssize_t start, Py_ssize_t stop) except -1:
         """IndexError unless 0 <= start <= stop <= len(self)."""
-        cdef Py_ssize_t n = len(self)
+        cdef Py_ssize_t n = len(self.items) if self.kind == KIND_OBJECT else self.size
         if not 0 <= start <= stop <= n:
             raise IndexError(f"rows [{start}, {stop}) are not a range within {n} rows")
         return 0

@@ -308,7 +308,7 @@ cdef class EpisodeCore:
         rest = slice(-lb, None) if lb > 0 else slice(None, 0)
         rewards = self.rewards.sub_buffer(rest, False, 0, REWARDS_SPACE)
         n = rewards.len_incl_lookback()          # len_lookback_buffer="auto"
-        rewards.lookback = n
+        rewards._lookback = n                    # its own length: in range
         episode = assemble(
             type(self), self.id_,
             self.observations.sub_buffer(obs_slice, False, n, self._observation_space),
@@ -407,9 +407,10 @@ cdef BufferCore _piece(object buf, start, stop, step, int extra,
                        len_lookback_buffer, space):
     """The part of `buf` that slice() keeps, with RLlib's lookback rule."""
     as_buffer(buf)
-    lb = len_lookback_buffer if len_lookback_buffer is not None else buf.lookback
-    if start >= 0 and start - lb < 0 and buf.lookback < lb - start:
-        lb = buf.lookback + start
+    cdef Py_ssize_t own = (<BufferCore>buf)._lookback
+    lb = len_lookback_buffer if len_lookback_buffer is not None else own
+    if start >= 0 and start - lb < 0 and own < lb - start:
+        lb = own + start
     return (<BufferCore>buf).sub_buffer(slice(start - lb, stop + extra, step), True, lb, space)
 
 
