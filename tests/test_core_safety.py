@@ -445,3 +445,22 @@ def test_raw_accesses_go_through_the_checked_accessors():
                     and code not in allowed:
                 offenders.append(f"{path.name}:{number}: {code}")
     assert not offenders, "\n".join(offenders)
+
+
+@pytest.mark.parametrize("version", [True, 1.0, "1", None])
+def test_column_format_version_must_be_the_int(version):
+    restore, args = _column_state([1.0, 2.0])
+    args[0] = version
+    with pytest.raises(ValueError, match="format"):
+        restore(*args)
+
+
+def test_cut_with_a_huge_lookback_takes_everything():
+    episode = SingleAgentEpisode(observations=[0.0, 1.0, 2.0], actions=[0, 1],
+                                 rewards=[0.0, 1.0], len_lookback_buffer=0)
+    whole = episode.cut(len_lookback_buffer=2)        # both steps: all there is
+    for lookback in (2**63, 2**100):
+        chunk = episode.cut(len_lookback_buffer=lookback)
+        assert chunk.observations.lookback == whole.observations.lookback == 2
+        assert chunk.get_observations(slice(-3, None), neg_index_as_lookback=True) == \
+            [0.0, 1.0, 2.0]

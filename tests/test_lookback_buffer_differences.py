@@ -542,3 +542,20 @@ def test_rllib_one_hot_of_a_python_float_fails_inside():
     buf.finalize()
     with pytest.raises(IndexError):             # numpy refuses float indices
         buf.get(one_hot_discrete=True)
+
+
+def test_a_lookback_that_is_not_an_int_is_refused_where_it_is_set():
+    with pytest.raises(TypeError):
+        InfiniteLookbackBuffer([1.0, 2.0, 3.0], lookback=1.5)
+    buf = InfiniteLookbackBuffer([1.0, 2.0, 3.0], lookback=1)
+    with pytest.raises(TypeError):
+        buf.lookback = 1.5
+    assert buf.lookback == 1 and buf.get() == [2.0, 3.0]
+
+
+@pytest.mark.rllib
+def test_rllib_stores_a_float_lookback_and_fails_reading():
+    buf = rllib_buffer_class()([1.0, 2.0, 3.0], lookback=1.5)
+    assert buf.lookback == 1.5
+    with pytest.raises(TypeError):
+        buf.get(0)

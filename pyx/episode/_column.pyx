@@ -709,7 +709,7 @@ def _restore_column(version, kind, finalized, row_type_open, payload):
     """A Column from its pickled state, checked first: the typed paths trust
     kind, dtype, row shape and size to agree, and a pickle may be corrupt."""
     cdef Column col = Column()
-    if version != COLUMN_FORMAT:
+    if type(version) is not int or version != COLUMN_FORMAT:
         raise ValueError(f"cannot restore a Column pickled in format {version!r}; "
                          f"this version of episode reads format {COLUMN_FORMAT}")
     if type(finalized) is not bool or type(row_type_open) is not bool:

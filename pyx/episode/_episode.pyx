@@ -303,7 +303,9 @@ cdef class EpisodeCore:
         if not len_lookback_buffer >= 0:
             raise AssertionError(f"cut() expects len_lookback_buffer >= 0, got "
                                  f"{len_lookback_buffer!r}")
-        lb = len_lookback_buffer
+        # Beyond any buffer's length a lookback takes everything: capped, it
+        # fits the C arithmetic.
+        lb = min(len_lookback_buffer, 1 << 60)
         obs_slice = slice(-lb - 1, None)
         rest = slice(-lb, None) if lb > 0 else slice(None, 0)
         rewards = self.rewards.sub_buffer(rest, False, 0, REWARDS_SPACE)
