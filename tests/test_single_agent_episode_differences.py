@@ -711,6 +711,14 @@ def test_step_counters_beyond_64_bits_are_refused(field):
         SingleAgentEpisode(t_started=2**63)
 
 
+def test_a_step_past_the_largest_counter_is_refused():
+    episode = SingleAgentEpisode(observations=[0.0], t_started=2**63 - 1)
+    with pytest.raises(OverflowError):
+        episode.add_env_step(1.0, 0, 1.0)
+    assert episode.t == 2**63 - 1 and episode.get_observations() == [0.0]
+    episode.validate()
+
+
 @pytest.mark.rllib
 def test_rllib_keeps_any_python_int_as_step_counter():
     episode = rllib_episode_class()(t_started=2**63)

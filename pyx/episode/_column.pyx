@@ -632,8 +632,9 @@ cdef class Column:
     cdef Column copy_rows(self, Py_ssize_t start, Py_ssize_t stop):
         """A new list-mode Column with copies of rows [start, stop)."""
         cdef Column out = Column.__new__(Column)
-        cdef Py_ssize_t n = stop - start
+        cdef Py_ssize_t n
         self.check_range(start, stop)
+        n = stop - start
         out.kind = self.kind
         out.scalar_type = self.scalar_type
         if self.kind == KIND_OBJECT:
@@ -661,9 +662,9 @@ cdef class Column:
     def extend_from(self, Column other, Py_ssize_t start, Py_ssize_t stop):
         """Appends rows [start, stop) of `other`: one block copy when both hold
         the same kind of typed rows, item by item otherwise."""
-        cdef Py_ssize_t n = stop - start
-        cdef Py_ssize_t i
+        cdef Py_ssize_t n, i
         other.check_range(start, stop)
+        n = stop - start
         if (not self.finalized and not other.finalized and self.kind == other.kind
                 and self.kind in (KIND_FLOAT, KIND_INT, KIND_BOOL, KIND_SCALAR, KIND_ARRAY)
                 and self.array.dtype == other.array.dtype

@@ -189,6 +189,8 @@ cdef class EpisodeCore:
         require_buffers(self)
         if self.is_terminated or self.is_truncated:
             raise AssertionError("The agent is already done: no data can be added to its episode.")
+        if self.t == PY_SSIZE_T_MAX:
+            raise OverflowError("t cannot count past 2**63 - 1 env steps")
         if self.rewards._col is None or self.rewards._col.finalized:
             # Numpy'ized: check everything before appending anything.
             self._check_step(observation, action, reward, extra_model_outputs)
@@ -434,8 +436,9 @@ def assemble(cls, id_, BufferCore observations, BufferCore infos, BufferCore act
     episode.extra_model_outputs = extra_model_outputs
     episode.is_terminated = terminated
     episode.is_truncated = truncated
-    episode.t_started = t_started or 0
-    episode.t = len(rewards) + episode.t_started
+    t_started = t_started or 0
+    episode.t_started = t_started
+    episode.t = len(rewards) + t_started      # Python ints: OverflowError, not a wrap
     episode._custom_data = {}
     episode.validate()
     return episode
