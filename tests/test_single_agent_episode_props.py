@@ -207,10 +207,8 @@ class EpisodeMachine(RuleBasedStateMachine):
         if pred.theirs.t != before:  # it worked: go on with the whole episode
             self.twin, self.pred = pred, None
 
-    @precondition(lambda self: self.theirs.is_reset)
-    @rule(sl=SLICE, lookback=st.one_of(st.none(), st.integers(0, 3)), follow=st.booleans(),
-          dunder=st.booleans())
-    def slice(self, sl, lookback, follow, dunder):
+    def _compare_slice(self, sl, lookback, follow, dunder):
+        """slice()/[] on both episodes; with `follow`, the piece becomes the twin."""
         if rllib_slice_overflows(self.theirs, sl, len_lookback_buffer=lookback):
             return
         # (RLlib's buffer asserts on slices with no rows to address: a deliberate
@@ -222,6 +220,12 @@ class EpisodeMachine(RuleBasedStateMachine):
                                           known=rllib_slice_assertion)
         if ours is not None and follow:
             self.twin, self.pred = EpTwin(ours, theirs), None
+
+    @precondition(lambda self: self.theirs.is_reset)
+    @rule(sl=SLICE, lookback=st.one_of(st.none(), st.integers(0, 3)), follow=st.booleans(),
+          dunder=st.booleans())
+    def slice(self, sl, lookback, follow, dunder):
+        self._compare_slice(sl, lookback, follow, dunder)
 
     # -- reading ---------------------------------------------------------------------
 
@@ -364,15 +368,7 @@ class EpisodeMachine(RuleBasedStateMachine):
         if stop < 0 or (start is not None and start < 0 and stop - n < 0):
             stop -= n
         sl = slice(start, stop)
-        if rllib_slice_overflows(self.theirs, sl, len_lookback_buffer=lookback):
-            return
-        if dunder and lookback is None:
-            ours, theirs = self.twin.call("__getitem__", sl, known=rllib_slice_assertion)
-        else:
-            ours, theirs = self.twin.call("slice", sl, len_lookback_buffer=lookback,
-                                          known=rllib_slice_assertion)
-        if ours is not None and follow:
-            self.twin, self.pred = EpTwin(ours, theirs), None
+        self._compare_slice(sl, lookback, follow, dunder)
 
     @precondition(lambda self: self.theirs.is_reset)
     @rule(data=st.data(), split=st.integers(0, 6), start=st.one_of(st.none(), st.integers(0, 3)),
