@@ -1,4 +1,5 @@
 from episode._column cimport Column
+from episode._index cimport SliceSpec
 
 cdef class BufferCore:
     # Storage: set through set_storage, which checks what the C paths trust.
@@ -38,6 +39,7 @@ cdef class BufferCore:
                                 Py_ssize_t lookback, object space)
     cdef object _get_int(self, object index, bint neg_index_as_lookback)
     cdef object _get_slice(self, object slice_, bint neg_index_as_lookback)
+    cdef object _slice_rows(self, SliceSpec* spec)
     cdef object _get_slice_filled(self, object slice_, bint neg_index_as_lookback,
                                   object fill)
     cdef bint _fill_plan_matches(self, Column col, object fill)

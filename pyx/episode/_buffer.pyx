@@ -103,7 +103,7 @@ cdef class BufferCore:
     cpdef Py_ssize_t len_incl_lookback(self):
         """Number of items, lookback included."""
         if self._col is not None:
-            return len(self._col)
+            return self._col.nrows()
         return self._first_leaf_len()
 
     def get(self, indices=None, *, neg_index_as_lookback=False, fill=None,
@@ -154,8 +154,8 @@ cdef class BufferCore:
             return self._sub_buffer_general(slice_, neg_index_as_lookback, lookback, space)
         if lookback < 0:
             checked_lookback(lookback)      # raises
-        n = len(col)
-        spec = interpret_slice(slice_, neg_index_as_lookback, self._lookback, n)
+        n = col.nrows()
+        interpret_slice(slice_, neg_index_as_lookback, self._lookback, n, &spec)
         count = slice_positions(&spec, n, &first, &step)
         if step != 1:
             return self._sub_buffer_general(slice_, neg_index_as_lookback, lookback, space)
@@ -173,7 +173,7 @@ cdef class BufferCore:
 
     cdef object _get_int(self, object index, bint neg_index_as_lookback):
         cdef Column col = self._col
-        cdef Py_ssize_t n = len(col)
+        cdef Py_ssize_t n = col.nrows()
         cdef Py_ssize_t idx = clamped_index(index)
         cdef Py_ssize_t lb = self._lookback
         cdef Py_ssize_t underflow = (n - lb if n > lb else 0) + lb
@@ -187,11 +187,15 @@ cdef class BufferCore:
         return col.item(pos)
 
     cdef object _get_slice(self, object slice_, bint neg_index_as_lookback):
+        cdef SliceSpec spec
+        interpret_slice(slice_, neg_index_as_lookback, self._lookback, self._col.nrows(), &spec)
+        return self._slice_rows(&spec)
+
+    cdef object _slice_rows(self, SliceSpec* spec):
+        """The rows `spec` selects (no fill): a view once finalized, else a list."""
         cdef Column col = self._col
-        cdef Py_ssize_t n = len(col)
-        cdef SliceSpec spec = interpret_slice(slice_, neg_index_as_lookback, self._lookback, n)
         cdef Py_ssize_t first, step, count, i
-        count = slice_positions(&spec, n, &first, &step)
+        count = slice_positions(spec, col.nrows(), &first, &step)
         if col.finalized:
             return col.rows_view(first, count, step, True)
         return [col.item(first + i * step) for i in range(count)]
@@ -200,14 +204,15 @@ cdef class BufferCore:
                                   object fill):
         """A slice padded with `fill` where it runs past the data, one gather."""
         cdef Column col = self._col
-        cdef Py_ssize_t n = len(col)
-        cdef SliceSpec spec = interpret_slice(slice_, neg_index_as_lookback, self._lookback, n)
+        cdef Py_ssize_t n = col.nrows()
+        cdef SliceSpec spec
         cdef Py_ssize_t first, step, count, i, left, total, row_bytes
         cdef cnp.ndarray out, value
         cdef char* dst
         cdef char* element
+        interpret_slice(slice_, neg_index_as_lookback, self._lookback, n, &spec)
         if spec.fill_left == 0 and spec.fill_right == 0:
-            return self._get_slice(slice_, neg_index_as_lookback)
+            return self._slice_rows(&spec)
         count = slice_positions(&spec, n, &first, &step)
         if spec.length <= 0:
             count = 0

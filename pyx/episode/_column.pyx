@@ -15,7 +15,6 @@ Two sets of semantics, chosen by ``finalized``:
 * after: numpy semantics, the same as RLlib's ``np.concatenate`` appends
   (dtype promotion by ``np.result_type``, shape must match).
 """
-import math
 from pickle import PickleBuffer
 
 import numpy as np
@@ -760,12 +759,11 @@ cdef object _restored_rows(object payload):
         dtype = np.dtype(dtype)
         if not is_plain_numeric(dtype) or type(shape) is not tuple:
             raise ValueError(f"corrupt Column state: raw rows of {dtype}, shape {shape!r}")
-        payload = np.frombuffer(data, dtype)
-        if len(shape) == 0 or any(type(d) is not int or d < 0 for d in shape) \
-                or math.prod(shape) != payload.size:
-            raise ValueError(f"corrupt Column state: {payload.size} values do not make "
-                             f"rows of shape {shape!r}")
-        payload = payload.reshape(shape)
+        for d in <tuple>shape:
+            if type(d) is not int or d < 0:
+                raise ValueError(f"corrupt Column state: rows of shape {shape!r}")
+        # reshape checks that the values fill the shape exactly.
+        payload = np.frombuffer(data, dtype).reshape(shape)
     if type(payload) is not ndarray_type or (<cnp.ndarray>payload).ndim == 0:
         raise ValueError("corrupt Column state: the rows are not an array with a leading axis")
     return payload

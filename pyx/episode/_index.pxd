@@ -26,8 +26,8 @@ cdef struct SliceSpec:
 
 cdef Py_ssize_t clamped_index(object value) except? -1
 cdef Py_ssize_t checked_lookback(object value) except -1
-cdef SliceSpec interpret_slice(object slice_, bint neg_index_as_lookback,
-                               Py_ssize_t lookback, Py_ssize_t total) except *
+cdef int interpret_slice(object slice_, bint neg_index_as_lookback, Py_ssize_t lookback,
+                         Py_ssize_t total, SliceSpec* spec) except -1
 cdef Py_ssize_t int_position(Py_ssize_t idx, bint neg_index_as_lookback,
                              Py_ssize_t lookback, Py_ssize_t length,
                              Py_ssize_t underflow_position) noexcept

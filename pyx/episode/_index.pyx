@@ -64,16 +64,6 @@ ctypedef fused index_t:
     object
 
 
-cdef inline index_t _clamp(index_t x):
-    # Slice results as row arithmetic needs them: anything beyond the limit
-    # selects, or pads, exactly as the limit does (no buffer reaches it).
-    if x > INDEX_LIMIT:
-        return INDEX_LIMIT
-    if x < -INDEX_LIMIT:
-        return -INDEX_LIMIT
-    return x
-
-
 cdef inline bint _small_field(object field, Py_ssize_t default, Py_ssize_t* out):
     # A slice field (None: `default`) that C arithmetic takes exactly: None
     # or a Python int within the limit. False for anything else.
@@ -91,8 +81,18 @@ cdef inline bint _small_field(object field, Py_ssize_t default, Py_ssize_t* out)
     return True
 
 
-cdef SliceSpec interpret_slice(object slice_, bint neg_index_as_lookback,
-                               Py_ssize_t lookback, Py_ssize_t total) except *:
+cdef Py_ssize_t _clamped(object x) except? -1:
+    # A result of the rules on Python ints, as row arithmetic needs it:
+    # beyond the limit it selects, or pads, exactly as the limit does.
+    if x > INDEX_LIMIT:
+        return INDEX_LIMIT
+    if x < -INDEX_LIMIT:
+        return -INDEX_LIMIT
+    return x
+
+
+cdef int interpret_slice(object slice_, bint neg_index_as_lookback, Py_ssize_t lookback,
+                         Py_ssize_t total, SliceSpec* spec) except -1:
     cdef Py_ssize_t c_start, c_stop, c_step
     if type(slice_) is not slice:
         raise TypeError(f"expected a slice, got {type(slice_).__name__}")
@@ -105,21 +105,22 @@ cdef SliceSpec interpret_slice(object slice_, bint neg_index_as_lookback,
     if (_small_field(start, lookback, &c_start) and _small_field(stop, total, &c_stop)
             and _small_field(step, 1, &c_step)):
         return _slice_rules[Py_ssize_t](c_start, start is None, c_stop, stop is None, c_step,
-                                        neg_index_as_lookback, lookback, total)
+                                        neg_index_as_lookback, lookback, total, spec)
     # Huge (or non-int) fields: the same rules on Python ints, which cannot
-    # overflow, then clamped. TypeError for fields that are not indices.
+    # overflow. TypeError for fields that are not indices.
     return _slice_rules[object](
         lookback if start is None else PyNumber_Index(start), start is None,
         total if stop is None else PyNumber_Index(stop), stop is None,
-        1 if step is None else PyNumber_Index(step), neg_index_as_lookback, lookback, total)
+        1 if step is None else PyNumber_Index(step), neg_index_as_lookback, lookback, total,
+        spec)
 
 
-cdef SliceSpec _slice_rules(index_t start, bint start_is_none, index_t stop, bint stop_is_none,
-                            index_t step, bint neg_index_as_lookback, Py_ssize_t lookback,
-                            Py_ssize_t total) except *:
+cdef int _slice_rules(index_t start, bint start_is_none, index_t stop, bint stop_is_none,
+                      index_t step, bint neg_index_as_lookback, Py_ssize_t lookback,
+                      Py_ssize_t total, SliceSpec* spec) except -1:
     """RLlib's slice rules: the slice's fields in buffer rows, the fill on
-    either side, and the length RLlib computes."""
-    cdef SliceSpec spec
+    either side, and the length RLlib computes. (With fields within the
+    limit, every value here stays within +-5 * 2**60: no overflow.)"""
     cdef index_t fill_left = 0, fill_right = 0, length
     if step == 0:
         raise SliceStepError("slice step cannot be zero")
@@ -135,10 +136,10 @@ cdef SliceSpec _slice_rules(index_t start, bint start_is_none, index_t stop, bin
             stop = lookback + stop
 
     if start < 0 and stop < 0:
-        fill_left = abs(start - stop)
+        fill_left = start - stop if start > stop else stop - start
         start = stop = 0
     elif start >= total and stop >= total:
-        fill_right = abs(start - stop)
+        fill_right = start - stop if start > stop else stop - start
         start = stop = total
     elif start < 0:
         fill_left = -start
@@ -157,15 +158,15 @@ cdef SliceSpec _slice_rules(index_t start, bint start_is_none, index_t stop, bin
     length = stop - start + (step - (1 if step > 0 else -1))
     if index_t is object:
         length = length // step
+        spec.start, spec.stop, spec.step = _clamped(start), _clamped(stop), _clamped(step)
+        spec.length = _clamped(length) if length > 0 else 0
+        spec.fill_left, spec.fill_right = _clamped(fill_left), _clamped(fill_right)
     else:
         length = length // step - ((length % step != 0) and ((length < 0) != (step < 0)))
-    spec.start = _clamp(start)
-    spec.stop = _clamp(stop)
-    spec.step = _clamp(step)
-    spec.length = _clamp(length) if length > 0 else 0
-    spec.fill_left = _clamp(fill_left)
-    spec.fill_right = _clamp(fill_right)
-    return spec
+        spec.start, spec.stop, spec.step = start, stop, step
+        spec.length = length if length > 0 else 0
+        spec.fill_left, spec.fill_right = fill_left, fill_right
+    return 0
 
 
 cdef Py_ssize_t slice_positions(SliceSpec* spec, Py_ssize_t total,
@@ -200,8 +201,8 @@ cdef Py_ssize_t int_position(Py_ssize_t idx, bint neg_index_as_lookback,
 
 def resolve_slice(slice_, bint neg_index_as_lookback, lookback, Py_ssize_t total):
     """Python view of the slice rules: (start, stop, step, length, fill_left, fill_right)."""
-    cdef SliceSpec s = interpret_slice(slice_, neg_index_as_lookback,
-                                       checked_lookback(lookback), total)
+    cdef SliceSpec s
+    interpret_slice(slice_, neg_index_as_lookback, checked_lookback(lookback), total, &s)
     return s.start, s.stop, s.step, s.length, s.fill_left, s.fill_right
 
 
