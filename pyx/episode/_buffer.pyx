@@ -250,7 +250,8 @@ cdef class BufferCore:
         if count:
             # Raw rows only where they mean the same in both (not, say, str
             # rows of another width): everything else is numpy's cast.
-            if col.pod and cnp.PyArray_EquivTypes(out.dtype, col.array.dtype):
+            if col.pod and (<void*>cnp.PyArray_DESCR(out) == col.descr or cnp.PyArray_EquivTypes(
+                    <cnp.dtype>cnp.PyArray_DESCR(out), <cnp.dtype>col.descr)):
                 dst += left * row_bytes
                 for i in range(count):
                     memcpy(dst + i * row_bytes, col.row_ptr(first + i * step, 1), row_bytes)
