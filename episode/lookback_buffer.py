@@ -29,6 +29,7 @@ from episode.spaces import (
     space_from_dict,
     space_to_dict,
     stack,
+    stack_leaf,
     unpickled_space,
 )
 
@@ -98,25 +99,24 @@ class InfiniteLookbackBuffer(BufferCore):
         buffer. (Reading it moves typed storage to a plain list, so code that
         only needs the items should use get().)
         """
-        if self._col is not None:
-            return self._col.view() if self._col.finalized else self._col.live_list()
-        return map_struct(lambda col: col.view(), self._tree)
+        if self.finalized:
+            return map_struct(lambda col: col.view(), self._tree)
+        self._to_object_path()
+        return self._col.live_list()
 
     @data.setter
     def data(self, value: Any) -> None:
         if isinstance(value, list):
-            col, tree = Column.from_list(value), None
+            self._set_storage(Column())
+            self._extend_items(value)
         elif is_struct(value):
-            col, tree = None, map_struct(lambda a: Column.from_array(np.asarray(a)), value)
+            self._set_storage(map_struct(lambda a: Column.from_array(np.asarray(a)), value))
         else:
-            col, tree = Column.from_array(np.asarray(value)), None
-        self._set_storage(col, tree)
+            self._set_storage(Column.from_array(np.asarray(value)))
 
     def _snapshot(self) -> Any:
         """The data as `data` shows it, without moving typed storage to a list."""
-        if self._col is not None and not self._col.finalized:
-            return self._col.to_list()
-        return self.data
+        return self.data if self.finalized else self._items()
 
     @property
     def finalized(self) -> bool:
@@ -146,13 +146,6 @@ class InfiniteLookbackBuffer(BufferCore):
         """The space as a plain dict/tuple of leaf spaces (the space itself if flat)."""
         return self._space_struct
 
-    def _first_leaf_len(self) -> int:
-        leaves = flatten_struct(self._tree)
-        return len(leaves[0]) if leaves else 0
-
-    def _columns(self) -> list:
-        return [self._col] if self._col is not None else flatten_struct(self._tree)
-
     # -- state --------------------------------------------------------------
 
     def get_state(self) -> dict:
@@ -177,8 +170,7 @@ class InfiniteLookbackBuffer(BufferCore):
 
     def __reduce__(self):
         # Columns pickle as whole arrays (out-of-band with protocol 5).
-        return (_restore, (type(self), self._col, self._tree, self.lookback,
-                           pickled_space(self.space)))
+        return (_restore, (type(self), self._tree, self.lookback, pickled_space(self.space)))
 
     # -- adding and removing --------------------------------------------------
 
@@ -199,9 +191,7 @@ class InfiniteLookbackBuffer(BufferCore):
     def extend(self, items: Any) -> None:
         """Appends every item in `items` (after finalize(), a list or a batch)."""
         if not self.finalized:
-            if is_struct(items):
-                items = _unbatch(items)
-            self._col.extend(items)
+            self._extend_items(_unbatch(items) if is_struct(items) else items)
             return
         if isinstance(items, list):
             if not items:
@@ -233,21 +223,35 @@ class InfiniteLookbackBuffer(BufferCore):
         pos = index + n if index < 0 else index
         if not 0 <= pos < n:
             raise IndexError(f"pop index {index} out of range for {n} items")
-        for col in self._columns():
+        for col in self._leaves:
             col.pop(pos)
 
     def finalize(self) -> None:
-        """Turns the data into numpy arrays (a dict/tuple of them for Dict/Tuple items)."""
-        if self.finalized or self._col.finalize():
+        """Turns the data into numpy arrays (a dict/tuple of them for Dict/Tuple items).
+
+        Typed Columns are already arrays: only leaves on the object path are
+        batched here, as RLlib's batching batches each leaf."""
+        if self.finalized:
             return
-        items = self._col.to_list()
-        if items:
-            self.data = stack(items)
-        elif self.space is not None:
-            self.data = empty_batch(self.space)
-        else:
-            # No rows and no space: the first rows appended decide the row type.
-            self._set_storage(Column.with_open_row_type(), None)
+        if self.len_incl_lookback() == 0:
+            if self.space is not None:
+                self.data = empty_batch(self.space)
+            else:
+                # No rows and no space: the first rows appended decide the row type.
+                self._set_storage(Column.with_open_row_type())
+            return
+        if self._col is not None:
+            if not self._col.finalize():
+                self.data = stack(self._col.to_list())
+            return
+        # Leaf by leaf; nothing changes until every object leaf is batched.
+        stacked = {id(col): stack_leaf(col.to_list()) for col in self._leaves
+                   if not col.is_typed}
+        for col in self._leaves:
+            col.finalize()
+        self._set_storage(map_struct(
+            lambda col: Column.from_array(stacked[id(col)]) if id(col) in stacked else col,
+            self._tree))
 
     # -- reading ------------------------------------------------------------
 
@@ -264,11 +268,6 @@ class InfiniteLookbackBuffer(BufferCore):
             items = [self._get_int_general(_as_index(i), *args) for i in indices]
             return self._batch_items(items, fill) if self.finalized else items
         return self._get_int_general(_as_index(indices), *args)
-
-    def _item(self, pos: int) -> Any:
-        if self._col is not None:
-            return self._col.get(pos)
-        return map_struct(lambda col: col.get(pos), self._tree)
 
     def _fill_item(self, fill: Any, one_hot_discrete: bool) -> Any:
         if self.space is None:
@@ -302,7 +301,7 @@ class InfiniteLookbackBuffer(BufferCore):
         n = max(self.len_incl_lookback() - ignore_last, 0)
         if not self.finalized:
             positions = range(n + (add_last is not None))[slice_]
-            return [add_last if p == n else self._col.get(p) for p in positions]
+            return [add_last if p == n else self._item(p) for p in positions]
 
         def rows(col, extra=None):
             base = col.view()[:n]
@@ -310,8 +309,6 @@ class InfiniteLookbackBuffer(BufferCore):
                 base = np.concatenate([base, np.asarray(extra)[None]])
             return base[slice_]
 
-        if self._col is not None:
-            return rows(self._col, add_last)
         if add_last is None:
             return map_struct(rows, self._tree)
         return map_struct(rows, self._tree, add_last)
@@ -356,8 +353,6 @@ class InfiniteLookbackBuffer(BufferCore):
             return batch if batch.shape == shape else np.broadcast_to(
                 np.asarray(fill), shape).copy()
 
-        if self._col is not None:
-            return rows(self._col)
         return map_struct(rows, self._tree)
 
     def _batch_items(self, items: list, fill: Any) -> Any:
@@ -430,9 +425,6 @@ class InfiniteLookbackBuffer(BufferCore):
     def _leaf_pairs(self, value: Any) -> list:
         """(column, part of `value`, leaf space) per leaf, in dm-tree's leaf
         order; raises as dm-tree does when `value` nests otherwise."""
-        if self._col is not None:
-            check_same_nesting(self._col, value)
-            return [(self._col, value, self.space)]
         check_same_nesting(self._tree, value)
         cols = map_struct(lambda col, v: [col, v], self._tree, value)
         spaces = self.space_struct if self.space is not None else map_struct(
@@ -455,11 +447,11 @@ class InfiniteLookbackBuffer(BufferCore):
         return pos
 
     def _write(self, pos: int, value: Any) -> None:
-        if self._col is not None:
-            self._col.set(pos, value)
-        else:
-            for col, v, _ in self._leaf_pairs(value):
-                col.set(pos, v)
+        if not self.finalized:
+            self._set_item(pos, value)
+            return
+        for col, v, _ in self._leaf_pairs(value):
+            col.set(pos, v)
 
     def _set_slice(self, new_data: Any, slice_: slice, neg_index_as_lookback: bool) -> None:
         n = self.len_incl_lookback()
@@ -482,7 +474,7 @@ class InfiniteLookbackBuffer(BufferCore):
                 raise mismatch()
             values = list(new_data)
             for pos, value in zip(range(n)[rows], values):
-                self._col.set(pos, value)
+                self._set_item(pos, value)
             return
         pairs = self._leaf_pairs(new_data)
         for col, v, space in pairs:
@@ -535,11 +527,11 @@ class InfiniteLookbackBuffer(BufferCore):
         return f"{type(self).__name__}({head} <- lookback({lb}) | {tail})"
 
 
-def _restore(cls, col, tree, lookback, space):
+def _restore(cls, tree, lookback, space):
     if not (isinstance(cls, type) and issubclass(cls, InfiniteLookbackBuffer)):
         raise TypeError(f"cannot restore a lookback buffer as {cls!r}")
     buffer = cls.__new__(cls)
-    buffer._set_storage(col, tree)
+    buffer._set_storage(tree)
     buffer.lookback = lookback
     buffer.space = unpickled_space(space)
     return buffer

@@ -28,6 +28,7 @@ __all__ = [
     "map_struct",
     "flatten_struct",
     "check_same_nesting",
+    "is_nesting",
 ]
 
 
@@ -69,7 +70,7 @@ def _describe(x: Any) -> str:
     return type(x).__name__
 
 
-def _is_nesting(x: Any) -> bool:
+def is_nesting(x: Any) -> bool:
     """Whether dm-tree (which RLlib maps nested data with) descends into `x`:
     lists, tuples, dicts and other sequences and mappings, not arrays or strings."""
     if isinstance(x, (str, bytes, np.ndarray)):
@@ -82,9 +83,9 @@ def check_same_nesting(a: Any, b: Any) -> None:
     when one nests where the other has a leaf or the keys or lengths differ,
     TypeError when the containers are of different kinds (a list for a tuple).
     Anything that is not a container (an array, a Column) is a leaf."""
-    if _is_nesting(a) != _is_nesting(b):
+    if is_nesting(a) != is_nesting(b):
         raise ValueError(f"the structures differ: {_nesting(a)} vs {_nesting(b)}")
-    if not _is_nesting(a):
+    if not is_nesting(a):
         return
     if isinstance(a, Mapping) and isinstance(b, Mapping):
         if set(a) != set(b):
@@ -102,7 +103,7 @@ def check_same_nesting(a: Any, b: Any) -> None:
 
 
 def _nesting(x: Any) -> str:
-    if not _is_nesting(x):
+    if not is_nesting(x):
         return "a leaf"
     if isinstance(x, Mapping):
         return f"a dict with keys {sorted(x, key=str)}"

@@ -35,6 +35,8 @@ import tempfile
 import traceback
 
 import gymnasium as gym
+from collections import OrderedDict
+
 import numpy as np
 
 # -- registry ----------------------------------------------------------------
@@ -1485,16 +1487,16 @@ def attribute_case(fixture, attr, value):
 
 
 def set_storage_case(fixture, name):
-    """The core's `_set_storage(col, tree)`: one Column, or one dict/tuple of
-    finalized Columns of one length; anything else is refused, nothing changed."""
+    """The core's `_set_storage(tree)`: one Column, or one dict/tuple of
+    Columns of one length and one mode; anything else is refused, nothing changed."""
 
     def run(impl, p):
         allow_buffer_fixture(p)
         p.allow(9, 9.0, "q", "rr")
         buf = BUFFERS[fixture](impl)
-        col, tree, ok = STORAGES[name]
-        col, tree = (x(impl) if callable(x) else fresh(x) for x in (col, tree))
-        p.run("_set_storage", lambda: buf._set_storage(col, tree), ok=ok, state=buf, data=False)
+        tree, ok = STORAGES[name]
+        tree = tree(impl) if callable(tree) else fresh(tree)
+        p.run("_set_storage", lambda: buf._set_storage(tree), ok=ok, state=buf, data=False)
         probe_buffer(p, "buf", buf, impl)
 
     return run
@@ -1561,26 +1563,30 @@ def _list_column(impl, items):
 
 
 ACCEPTED = [Value(None)]
-STORAGES = {  # name -> (col, tree, ok)
-    "neither": (None, None, [TypeError]),
-    "both": (
-        lambda impl: _column_of(impl, np.full(5, 9.0)),
-        lambda impl: {"a": _column_of(impl, np.full(5, 9.0))},
-        [TypeError],
+STORAGES = {  # name -> (tree, ok)
+    "None": (None, [TypeError]),
+    "int": (5, [TypeError]),
+    "list": ([1.0], [TypeError]),
+    "col_str": (lambda impl: _column_of(impl, np.array(["q", "rr"])), ACCEPTED),
+    "col_2d": (lambda impl: _column_of(impl, np.full((3, 3), 9.0)), ACCEPTED),
+    "col_empty": (lambda impl: _column_of(impl, np.empty((0, 7))), ACCEPTED),
+    "col_list_mode": (lambda impl: _list_column(impl, [9.0, 9.0]), ACCEPTED),
+    "tree_list": ([1, 2], [TypeError]),
+    "tree_of_ints": ({"a": 1}, [TypeError]),
+    "tree_of_None": ((None,), [TypeError]),
+    "tree_list_mode": (lambda impl: {"a": _list_column(impl, [9.0]),
+                                     "b": _list_column(impl, [9])}, ACCEPTED),
+    "tree_mixed_modes": (
+        lambda impl: {"a": _list_column(impl, [9.0]), "b": _column_of(impl, np.full(1, 9.0))},
+        [ValueError],
     ),
-    "col_int": (5, None, [TypeError]),
-    "col_list": ([1.0], None, [TypeError]),
-    "col_str": (lambda impl: _column_of(impl, np.array(["q", "rr"])), None, ACCEPTED),
-    "col_2d": (lambda impl: _column_of(impl, np.full((3, 3), 9.0)), None, ACCEPTED),
-    "col_empty": (lambda impl: _column_of(impl, np.empty((0, 7))), None, ACCEPTED),
-    "col_list_mode": (lambda impl: _list_column(impl, [9.0, 9.0]), None, ACCEPTED),
-    "tree_int": (None, 5, [TypeError]),
-    "tree_list": (None, [1, 2], [TypeError]),
-    "tree_of_ints": (None, {"a": 1}, [TypeError]),
-    "tree_of_None": (None, (None,), [TypeError]),
-    "tree_list_mode_leaf": (None, lambda impl: {"a": _list_column(impl, [9.0])}, [TypeError]),
+    "tree_shared_leaf": (
+        lambda impl: (lambda col: {"a": col, "b": col})(_column_of(impl, np.full(2, 9.0))),
+        [ValueError],
+    ),
+    "tree_list_mode_ordered": (
+        lambda impl: OrderedDict(a=_list_column(impl, [9.0])), [TypeError]),
     "tree_ragged": (
-        None,
         lambda impl: {
             "a": _column_of(impl, np.full(5, 9.0)),
             "b": _column_of(impl, np.full(2, 9.0)),
@@ -1588,19 +1594,22 @@ STORAGES = {  # name -> (col, tree, ok)
         [ValueError],
     ),
     "tree": (
-        None,
         lambda impl: {
             "a": _column_of(impl, np.full(5, 9.0)),
             "b": _column_of(impl, np.full((5, 2), 9)),
         },
         ACCEPTED,
     ),
+    "tree_ordered": (
+        lambda impl: OrderedDict(b=_column_of(impl, np.full(2, 9.0)),
+                                 a=_column_of(impl, np.full(2, 9))),
+        ACCEPTED,
+    ),
     "tree_nested": (
-        None,
         lambda impl: ({"a": _column_of(impl, np.full(2, 9.0))}, _column_of(impl, np.full(2, 9))),
         ACCEPTED,
     ),
-    "tree_empty": (None, {}, ACCEPTED),
+    "tree_empty": ({}, [ValueError]),
 }
 for _fixture in BUFFERS:
     for _name in STORAGES:
@@ -3552,6 +3561,8 @@ def core_case(name):
 
         p.allow(9.0, 1.0, 2.0, 3.0)
         if name == "BufferCore":
+            # A bare core is an empty list-mode buffer: 0 items, not finalized.
+            p.allow(0, False)
             core = _buffer.BufferCore()
             for label, fn in (
                 ("len", lambda: len(core)),

@@ -7,6 +7,7 @@ read or write bytes outside a row. RLlib comparisons are marked `rllib`.
 """
 import copy
 import pickle
+from collections import OrderedDict
 
 import numpy as np
 import pytest
@@ -88,19 +89,27 @@ def test_storage_attributes_are_read_only():
         col.row_type_open = True
 
 
-@pytest.mark.parametrize("col, tree, error", [
-    (None, None, TypeError),
-    (Column.from_list([1.0]), {"a": Column.from_array(np.zeros(1))}, TypeError),
-    (None, Column.from_array(np.zeros(2)), TypeError),
-    (None, {"a": np.zeros(2)}, TypeError),
-    (None, {"a": Column.from_list([1.0])}, TypeError),          # not finalized
-    (None, {"a": Column.from_array(np.zeros(2)), "b": Column.from_array(np.zeros(3))},
-     ValueError),
+@pytest.mark.parametrize("tree, error", [
+    (None, TypeError),
+    ([Column.from_list([1.0])], TypeError),
+    ({"a": np.zeros(2)}, TypeError),
+    ({}, ValueError),                                                    # no Column
+    ({"a": Column.from_list([1.0]), "b": Column.from_array(np.zeros(1))}, ValueError),
+    ({"a": Column.from_array(np.zeros(2)), "b": Column.from_array(np.zeros(3))}, ValueError),
+    (OrderedDict(a=Column.from_list([1.0])), TypeError),                # list mode walks exact dicts
 ])
-def test_set_storage_checks_its_argument(col, tree, error):
+def test_set_storage_checks_its_argument(tree, error):
     buf = InfiniteLookbackBuffer([1.0, 2.0])
     with pytest.raises(error):
-        buf._set_storage(col, tree)
+        buf._set_storage(tree)
+    assert buf.get() == [1.0, 2.0]
+
+
+def test_set_storage_refuses_a_column_twice_in_one_tree():
+    col = Column.from_array(np.zeros(2))
+    buf = InfiniteLookbackBuffer([1.0, 2.0])
+    with pytest.raises(ValueError, match="distinct"):
+        buf._set_storage({"a": col, "b": col})
     assert buf.get() == [1.0, 2.0]
 
 

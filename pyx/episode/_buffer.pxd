@@ -1,29 +1,54 @@
-from episode._column cimport Column
+from episode._column cimport Column, KIND_EMPTY
 from episode._index cimport SliceSpec
+from episode._tree cimport Node
+
+
+cdef class FillPlan:
+    # How a finalized Column's rows and a scalar `fill` combine (see make()),
+    # kept from the last call for the same Column, space and fill.
+    cdef Column col
+    cdef object data_dtype         # the storage's dtype object (held: its address identifies it)
+    cdef object space, fill
+    cdef object dtype, value       # the result's dtype and the fill element in it
+    cdef object fill_dtype, fill_value   # the same for all-fill results
+
+    cdef bint fits(self, Column col, object space, object fill)
+    cdef bint make(self, Column col, object space, object fill) except -1
+    cdef object rows(self, Column col, SliceSpec* spec, Py_ssize_t first, Py_ssize_t count,
+                     Py_ssize_t step)
+
 
 cdef class BufferCore:
-    # Storage: set through set_storage, which checks what the C paths trust.
-    cdef readonly Column _col      # the data when it is one track (always before finalize)
-    cdef readonly object _tree     # finalized Dict/Tuple data: a dict/tuple tree of Columns
+    # The storage is one tree: a Column for flat items, a dict/tuple of
+    # Columns (one per leaf) for Dict/Tuple items. Set only through
+    # set_storage, which checks what the C paths trust.
+    cdef readonly object _tree
+    cdef readonly Column _col      # _tree when it is one Column (the flat fast paths), else None
+    cdef Node _node                # _tree's walker when it is a dict/tuple, else None
+    cdef readonly list _leaves     # the Columns in dm-tree (sorted-key) order; one length
+    cdef Column _first             # _leaves[0]: the length and mode of them all
     cdef Py_ssize_t _lookback      # 0..LOOKBACK_LIMIT, through the checked `lookback` property
     cdef public object _space          # the gymnasium space, or None
     cdef public object _space_struct   # its dict/tuple struct of leaf spaces
 
-    # The compiled fill path's plan, kept from the last call (see _make_fill_plan).
-    cdef Column _plan_col
-    cdef object _plan_data_dtype
-    cdef object _plan_space, _plan_fill
-    cdef object _plan_dtype, _plan_value, _plan_fill_dtype, _plan_fill_value
+    # The compiled fill path: one plan per leaf, and the leaf spaces they use.
+    cdef list _plans
+    cdef object _plans_tree, _plans_space
+    cdef list _plan_spaces         # None: the space does not fit the tree (general path)
+    cdef bint _space_order_same    # a Dict space lists its keys in the data's order
 
     cpdef Py_ssize_t len_incl_lookback(self)
-    cdef int set_storage(self, Column col, object tree) except -1
+    cdef int set_storage(self, object tree) except -1
+
+    cdef inline bint is_finalized(self) noexcept:
+        return self._first.finalized
 
     # Inline: add_env_step's pushes reach the Column's inline push with no call.
     cdef inline int push(self, object item) except -1:
-        if self._col is not None:
-            return self._col.push(item)
-        self._append_struct(item)     # finalized Dict/Tuple data (the facade)
-        return 0
+        cdef Column col = self._col
+        if col is not None and (col.kind != KIND_EMPTY or col.finalized):
+            return col.push(item)
+        return self.push_struct(item)
 
     cdef inline int push_empty_dict(self) except -1:
         # A new empty dict, only counted while all items are empty dicts.
@@ -32,7 +57,10 @@ cdef class BufferCore:
             return 0
         return self.push({})
 
+    cdef int push_struct(self, object item) except -1
+    cdef int to_object_path(self) except -1
     cpdef check_append(self, object item)
+    cdef object item_at(self, Py_ssize_t pos)
     cdef object cget(self, object indices, bint neg_index_as_lookback, object fill,
                      bint one_hot_discrete, bint ignore_last_ts, object add_last_ts_value)
     cpdef BufferCore sub_buffer(self, object slice_, bint neg_index_as_lookback,
@@ -42,5 +70,4 @@ cdef class BufferCore:
     cdef object _slice_rows(self, SliceSpec* spec)
     cdef object _get_slice_filled(self, object slice_, bint neg_index_as_lookback,
                                   object fill)
-    cdef bint _fill_plan_matches(self, Column col, object fill)
-    cdef bint _make_fill_plan(self, Column col, object fill) except -1
+    cdef bint _plan_leaf_spaces(self) except -1

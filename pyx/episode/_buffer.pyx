@@ -1,8 +1,9 @@
 """BufferCore: the compiled half of InfiniteLookbackBuffer.
 
-It owns the storage (one Column, or after finalize() of Dict/Tuple data a tree
-of Columns) and the per-step methods: append, len, and get/[] without fill or
-one-hot. Everything else lives in the Python facade
+It owns the storage, a tree of Columns whose trivial case is one Column
+(flat items) and whose other cases hold Dict/Tuple items one Column per leaf
+(see _tree.pyx), and the per-step methods: append, len, get/[] (with scalar
+fill) and sub-buffers. Everything else lives in the Python facade
 (episode/lookback_buffer.py), which subclasses this type so that the hot
 methods are reached without an extra Python frame.
 """
@@ -16,7 +17,9 @@ import numpy as np
 from episode._column cimport Column, array_bytes
 from episode._index cimport (SliceSpec, checked_lookback, clamped_index, interpret_slice,
                              int_position, slice_positions)
-from episode.spaces import flatten_struct, is_struct
+from episode._tree cimport (GATHER_COPY, GATHER_ITEM, GATHER_ROWS, GATHER_VIEW, Node,
+                            new_tree, tree_node, truncate_leaves)
+from episode.spaces import flatten_struct, is_struct, map_struct
 
 
 cnp.import_array()
@@ -38,202 +41,62 @@ cdef BufferCore new_buffer(type cls):
     return <BufferCore>(<PyTypeObject*>cls).tp_new(cls, <PyObject*>NO_ARGS, NULL)
 
 
-cdef class BufferCore:
 
-    def __cinit__(self, *args, **kwargs):
-        # Storage is set by whoever makes the buffer (the facade's __init__,
-        # sub_buffer, unpickling), so none is allocated here.
-        self._col = None
-        self._tree = None
-        self._lookback = 0
+cdef class FillPlan:
+    """Works out, once per (Column, space, fill), the dtypes RLlib's
+    concatenation of fill rows and data rows gives, and the fill element in
+    them; rows() then builds a padded slice in one pass."""
 
-    @property
-    def lookback(self):
-        """How many of the first items form the lookback (an int >= 0)."""
-        return self._lookback
+    cdef bint fits(self, Column col, object space, object fill):
+        # The storage's very dtype object, held by the plan (so its address
+        # cannot be reused): a dtype widened within one type number (U5 to
+        # U20, m8[D] to m8[s]) needs a new plan.
+        return (self.col is col and <void*>self.data_dtype == col.descr
+                and self.space is space and type(fill) is type(self.fill)
+                and fill == self.fill)
 
-    @lookback.setter
-    def lookback(self, value):
-        self._lookback = checked_lookback(value)
-
-    cdef int set_storage(self, Column col, object tree) except -1:
-        """Makes `col` (one track) or `tree` (a dict/tuple of finalized Columns
-        of one length) the storage, after checking it is one of the two."""
-        cdef Py_ssize_t n = -1
-        if (col is None) == (tree is None):
-            raise TypeError("a buffer's storage is one Column or one tree of Columns")
-        if tree is not None:
-            if not is_struct(tree):
-                raise TypeError(f"a tree of Columns is a dict or tuple, not {type(tree).__name__}")
-            for leaf in flatten_struct(tree):
-                if type(leaf) is not Column or not (<Column>leaf).finalized:
-                    raise TypeError(f"a tree's leaves are finalized Columns, not {leaf!r}")
-                if n >= 0 and len(leaf) != n:
-                    raise ValueError("the Columns of a tree must have one length")
-                n = len(leaf)
-        self._col, self._tree = col, tree
-        return 0
-
-    def _set_storage(self, Column col, tree):
-        """Python's way to set the storage (see set_storage)."""
-        self.set_storage(col, tree)
-
-    @property
-    def finalized(self):
-        """True once finalize() turned the data into numpy arrays."""
-        return self._col is None or self._col.finalized
-
-    def append(self, item):
-        """Appends `item` at the end of the buffer."""
-        self.push(item)
-
-    cpdef check_append(self, object item):
-        """Raises (ValueError) if `item` cannot be appended to finalized data."""
-        if self._col is not None:
-            if self._col.finalized:
-                self._col.check_row(item)
+    cdef bint make(self, Column col, object space, object fill) except -1:
+        """False: not a case for the compiled path."""
+        if space is None:
+            fill_dtype = np.asarray(fill).dtype
+        elif isinstance(space, FLAT_SPACES) and space.shape == col.row_shape_tuple:
+            fill_dtype = space.dtype
         else:
-            self._check_struct(item)
+            return False
+        data_dtype = <object>cnp.PyArray_DESCR(col.array)
+        try:
+            dtype = fill_dtype if fill_dtype == data_dtype \
+                else np.result_type(fill_dtype, data_dtype)
+        except TypeError:           # no common dtype: only all-fill requests are planned
+            dtype = None
+        if fill_dtype.hasobject or (dtype is not None and dtype.hasobject):
+            return False
+        fill_value = np.array(fill, dtype=fill_dtype)     # cast as np.full would
+        self.fill_dtype, self.fill_value = fill_dtype, fill_value
+        self.dtype = dtype
+        self.value = None if dtype is None else \
+            fill_value if dtype == fill_dtype else fill_value.astype(dtype)
+        self.col, self.data_dtype = col, data_dtype
+        self.space, self.fill = space, fill
+        return True
 
-    def __len__(self):
-        """Number of items after the lookback."""
-        cdef Py_ssize_t n = self.len_incl_lookback()
-        return n - self._lookback if n > self._lookback else 0
-
-    cpdef Py_ssize_t len_incl_lookback(self):
-        """Number of items, lookback included."""
-        if self._col is not None:
-            return self._col.nrows()
-        return self._first_leaf_len()
-
-    def get(self, indices=None, *, neg_index_as_lookback=False, fill=None,
-            one_hot_discrete=False, _ignore_last_ts=False, _add_last_ts_value=None):
-        """Returns data at `indices` (int, list of ints, slice or None for all).
-
-        Non-negative indices start after the lookback; negative ones count from
-        the end, or with `neg_index_as_lookback=True` back into the lookback.
-        `fill` pads requests that run past either end of the data;
-        `one_hot_discrete` turns Discrete/MultiDiscrete values into one-hot
-        vectors (needs a space). See the class docstring for details.
-        """
-        return self.cget(indices, neg_index_as_lookback, fill, one_hot_discrete,
-                         _ignore_last_ts, _add_last_ts_value)
-
-    cdef object cget(self, object indices, bint neg_index_as_lookback, object fill,
-                     bint one_hot_discrete, bint ignore_last_ts, object add_last_ts_value):
-        if (self._col is not None and not one_hot_discrete
-                and not ignore_last_ts and add_last_ts_value is None):
-            if fill is None:
-                if type(indices) is int:
-                    return self._get_int(indices, neg_index_as_lookback)
-                if type(indices) is slice:
-                    return self._get_slice(indices, neg_index_as_lookback)
-            elif type(indices) is slice and type(fill) in SCALAR_FILLS:
-                return self._get_slice_filled(indices, neg_index_as_lookback, fill)
-        return self._get_general(indices, neg_index_as_lookback, fill,
-                                 one_hot_discrete, ignore_last_ts, add_last_ts_value)
-
-    def __getitem__(self, item):
-        if self._col is not None:
-            if type(item) is int:
-                return self._get_int(item, False)
-            if type(item) is slice:
-                return self._get_slice(item, False)
-        return self._get_general(item, False, None, False, False, None)
-
-    cpdef BufferCore sub_buffer(self, object slice_, bint neg_index_as_lookback,
-                                Py_ssize_t lookback, object space):
-        """A new buffer of this class holding `self.get(slice_, neg_index_as_lookback)`
-        with `lookback` (capped at its length) and `space`. Finalized data is
-        shared (a view), list-mode rows are copied as one block."""
-        cdef Column col = self._col
-        cdef Py_ssize_t n, first, step, count
-        cdef SliceSpec spec
-        cdef BufferCore out
-        if col is None or type(slice_) is not slice:
-            return self._sub_buffer_general(slice_, neg_index_as_lookback, lookback, space)
-        if lookback < 0:
-            checked_lookback(lookback)      # raises
-        n = col.nrows()
-        interpret_slice(slice_, neg_index_as_lookback, self._lookback, n, &spec)
-        count = slice_positions(&spec, n, &first, &step)
-        if step != 1:
-            return self._sub_buffer_general(slice_, neg_index_as_lookback, lookback, space)
-        out = new_buffer(type(self))
-        out._col = col.view_rows(first, first + count) if col.finalized \
-            else col.copy_rows(first, first + count)
-        out._lookback = min(lookback, count)
-        if space is self._space:
-            out._space, out._space_struct = self._space, self._space_struct
-        elif space is None:
-            out._space = out._space_struct = None
-        else:
-            out.space = space
-        return out
-
-    cdef object _get_int(self, object index, bint neg_index_as_lookback):
-        cdef Column col = self._col
-        cdef Py_ssize_t n = col.nrows()
-        cdef Py_ssize_t idx = clamped_index(index)
-        cdef Py_ssize_t lb = self._lookback
-        cdef Py_ssize_t underflow = (n - lb if n > lb else 0) + lb
-        cdef Py_ssize_t pos = int_position(idx, neg_index_as_lookback, lb, n, underflow)
-        if pos < 0:
-            raise IndexError(
-                f"index {index} (neg_index_as_lookback={bool(neg_index_as_lookback)}) is out "
-                f"of range for a buffer of {n} items ({lb} of them lookback); "
-                f"pass `fill` to pad"
-            )
-        return col.item(pos)
-
-    cdef object _get_slice(self, object slice_, bint neg_index_as_lookback):
-        cdef SliceSpec spec
-        interpret_slice(slice_, neg_index_as_lookback, self._lookback, self._col.nrows(), &spec)
-        return self._slice_rows(&spec)
-
-    cdef object _slice_rows(self, SliceSpec* spec):
-        """The rows `spec` selects (no fill): a view once finalized, else a list."""
-        cdef Column col = self._col
-        cdef Py_ssize_t first, step, count, i
-        count = slice_positions(spec, col.nrows(), &first, &step)
-        if col.finalized:
-            return col.rows_view(first, count, step, True)
-        return [col.item(first + i * step) for i in range(count)]
-
-    cdef object _get_slice_filled(self, object slice_, bint neg_index_as_lookback,
-                                  object fill):
-        """A slice padded with `fill` where it runs past the data, one gather."""
-        cdef Column col = self._col
-        cdef Py_ssize_t n = col.nrows()
-        cdef SliceSpec spec
-        cdef Py_ssize_t first, step, count, i, left, total, row_bytes
+    cdef object rows(self, Column col, SliceSpec* spec, Py_ssize_t first, Py_ssize_t count,
+                     Py_ssize_t step):
+        """Fill rows, `count` data rows from `first` every `step`, fill rows:
+        one array of the promoted dtype. None when data and fill have no
+        common dtype (the caller takes the general path)."""
+        cdef Py_ssize_t left = spec.fill_left, total, row_bytes, i
         cdef cnp.ndarray out, value
         cdef char* dst
         cdef char* element
-        interpret_slice(slice_, neg_index_as_lookback, self._lookback, n, &spec)
-        if spec.fill_left == 0 and spec.fill_right == 0:
-            return self._slice_rows(&spec)
-        count = slice_positions(&spec, n, &first, &step)
-        if spec.length <= 0:
-            count = 0
-        left = spec.fill_left
-        total = left + count + spec.fill_right
-        if not col.finalized:
-            item = fill if self._space is None else self._fill_item(fill, False)
-            return ([item] * left + [col.item(first + i * step) for i in range(count)]
-                    + [item] * spec.fill_right)
-        # Finalized: RLlib concatenates fill rows (typed by the space, else as
-        # np.array([fill])) with the data rows; one array of the promoted dtype.
-        if not self._fill_plan_matches(col, fill):
-            if not self._make_fill_plan(col, fill):
-                return self._get_general(slice_, neg_index_as_lookback, fill, False, False, None)
-        if count:
-            if self._plan_dtype is None:       # fill and data have no common dtype
-                return self._get_general(slice_, neg_index_as_lookback, fill, False, False, None)
-            dtype, value = self._plan_dtype, self._plan_value
-        else:
-            dtype, value = self._plan_fill_dtype, self._plan_fill_value
         cdef cnp.npy_intp dims[65]
+        total = left + count + spec.fill_right
+        if count:
+            if self.dtype is None:
+                return None
+            dtype, value = self.dtype, self.value
+        else:
+            dtype, value = self.fill_dtype, self.fill_value
         dims[0] = total
         for i in range(col.row_ndim):
             dims[i + 1] = col.row_shape[i]
@@ -260,40 +123,344 @@ cdef class BufferCore:
                     if first + count * step >= 0 else col.array[first::step][:count]
         return out
 
-    cdef bint _fill_plan_matches(self, Column col, object fill):
-        # The storage's very dtype object, held by the plan (so its address
-        # cannot be reused): a dtype widened within one type number (U5 to
-        # U20, m8[D] to m8[s]) needs a new plan.
-        return (self._plan_col is col and <void*>self._plan_data_dtype == col.descr
-                and self._plan_space is self._space and type(fill) is type(self._plan_fill)
-                and fill == self._plan_fill)
 
-    cdef bint _make_fill_plan(self, Column col, object fill) except -1:
-        """Works out, once per (column, space, fill), the dtypes RLlib's
-        concatenation gives and the fill element in them. False: not a case
-        for the compiled path."""
-        space = self._space
-        if space is None:
-            fill_dtype = np.asarray(fill).dtype
-        elif isinstance(space, FLAT_SPACES) and space.shape == col.row_shape_tuple:
-            fill_dtype = space.dtype
+def _key_orders(x):
+    """The dict key orders of a nested struct (to compare two structs' orders)."""
+    if isinstance(x, dict):
+        return tuple([(k, _key_orders(v)) for k, v in x.items()])
+    if isinstance(x, tuple):
+        return tuple([_key_orders(v) for v in x])
+    return None
+
+
+cdef class BufferCore:
+
+    def __cinit__(self, *args, **kwargs):
+        # Every buffer has storage from the start (an empty list-mode
+        # Column), so no C path meets a missing one.
+        self.set_storage(Column())
+        self._lookback = 0
+
+    @property
+    def lookback(self):
+        """How many of the first items form the lookback (an int >= 0)."""
+        return self._lookback
+
+    @lookback.setter
+    def lookback(self, value):
+        self._lookback = checked_lookback(value)
+
+    cdef int set_storage(self, object tree) except -1:
+        """Makes `tree` the storage, after checking that it is one: a Column,
+        or a dict/tuple of distinct Columns of one length and one mode, whose
+        containers are exact dicts/tuples when in list mode."""
+        cdef Py_ssize_t n = -1
+        cdef Node node = None
+        if type(tree) is Column:
+            leaves = [tree]
+        elif is_struct(tree):
+            leaves = flatten_struct(tree)
+            if not leaves:
+                raise ValueError("a tree of Columns needs at least one Column")
+            for leaf in leaves:
+                if type(leaf) is not Column:
+                    raise TypeError(f"a tree's leaves are Columns, not {leaf!r}")
+                if n >= 0 and len(leaf) != n:
+                    raise ValueError("the Columns of a tree must have one length")
+                if (<Column>leaf).finalized != (<Column>leaves[0]).finalized:
+                    raise ValueError("the Columns of a tree are all finalized or none is")
+                n = len(leaf)
+            node = tree_node(tree)
+            if node is None and not (<Column>leaves[0]).finalized:
+                raise TypeError("a list-mode tree is made of exact dicts and tuples")
         else:
-            return False
-        data_dtype = <object>cnp.PyArray_DESCR(col.array)
+            raise TypeError(f"a buffer's storage is a Column or a dict/tuple of Columns, "
+                            f"not {type(tree).__name__}")
+        self._tree, self._leaves, self._first, self._node = tree, leaves, leaves[0], node
+        self._col = <Column>tree if node is None and type(tree) is Column else None
+        return 0
+
+    def _set_storage(self, tree):
+        """Python's way to set the storage (see set_storage)."""
+        self.set_storage(tree)
+
+    @property
+    def finalized(self):
+        """True once finalize() turned the data into numpy arrays."""
+        return self._first.finalized
+
+    def append(self, item):
+        """Appends `item` at the end of the buffer."""
+        self.push(item)
+
+    def _extend_items(self, items):
+        """Appends each of `items` (a list-mode extend)."""
+        for item in items:
+            self.push(item)
+
+    cdef int push_struct(self, object item) except -1:
+        """push() for all but the flat fast path: the first list-mode item
+        (a dict/tuple starts a tree) and trees."""
+        cdef Column col = self._col
+        cdef Node node = self._node
+        cdef Py_ssize_t n
+        if col is not None:
+            tree = new_tree(item) if type(item) is dict or type(item) is tuple else None
+            if tree is None:
+                return col.push(item)
+            self.set_storage(tree)
+            node = self._node
+        elif node is None or not node.matches(item):
+            if self._first.finalized:
+                self._append_struct(item)     # dm-tree's rules (the facade)
+                return 0
+            # Another shape: every item as it was given, on the object path.
+            self.to_object_path()
+            return self._col.push(item)
+        if self._first.finalized:
+            node.check_rows(item)
+        n = self._first.nrows()
         try:
-            dtype = fill_dtype if fill_dtype == data_dtype \
-                else np.result_type(fill_dtype, data_dtype)
-        except TypeError:           # no common dtype: only all-fill requests are planned
-            dtype = None
-        if fill_dtype.hasobject or (dtype is not None and dtype.hasobject):
+            node.push(item)
+        except BaseException:
+            truncate_leaves(self._leaves, n)
+            raise
+        return 0
+
+    cdef int to_object_path(self) except -1:
+        """Moves list-mode tree storage to the object path: one Column
+        holding each item as a dict/tuple (as RLlib's list does)."""
+        cdef Py_ssize_t i
+        if self._node is None or self._first.finalized:
+            return 0
+        items = [self._node.gather(GATHER_ITEM, i, 0, 0) for i in range(self._first.nrows())]
+        col = Column()
+        for item in items:
+            col.push(item)
+        self.set_storage(col)
+        return 0
+
+    def _to_object_path(self):
+        """Python's way to call to_object_path."""
+        self.to_object_path()
+
+    def _matches(self, item):
+        """True when `item` has exactly the shape of list-mode tree storage."""
+        return self._node is not None and self._node.matches(item)
+
+    def _set_item(self, Py_ssize_t pos, item):
+        """Overwrites list-mode row `pos` (0 <= pos < len) with `item`,
+        leaf by leaf when it has the tree's shape."""
+        if pos < 0 or pos >= self._first.nrows():
+            raise IndexError(f"row {pos} is out of range for {self._first.nrows()} rows")
+        if self._col is None and not self._first.finalized and not self._node.matches(item):
+            self.to_object_path()
+        if self._col is not None:
+            self._col.set(pos, item)
+        else:
+            self._node.set(pos, item)
+
+    cpdef check_append(self, object item):
+        """Raises (ValueError) if `item` cannot be appended to finalized data."""
+        if not self._first.finalized:
+            return
+        if self._col is not None:
+            self._col.check_row(item)
+        elif self._node is not None and self._node.matches(item):
+            self._node.check_rows(item)
+        else:
+            self._check_struct(item)
+
+    def __len__(self):
+        """Number of items after the lookback."""
+        cdef Py_ssize_t n = self._first.nrows()
+        return n - self._lookback if n > self._lookback else 0
+
+    cpdef Py_ssize_t len_incl_lookback(self):
+        """Number of items, lookback included."""
+        return self._first.nrows()
+
+    cdef object item_at(self, Py_ssize_t pos):
+        # 0 <= pos < len_incl_lookback(), checked by the caller.
+        if self._col is not None:
+            return self._col.item(pos)
+        if self._node is not None:
+            return self._node.gather(GATHER_ITEM, pos, 0, 0)
+        return map_struct(lambda col: col.get(pos), self._tree)
+
+    def _item(self, Py_ssize_t pos):
+        """The item at raw position `pos` (lookback included)."""
+        if pos < 0 or pos >= self._first.nrows():
+            raise IndexError(f"row {pos} is out of range for {self._first.nrows()} rows")
+        return self.item_at(pos)
+
+    def _items(self):
+        """All items as a list (list mode; the object path's own list)."""
+        cdef Py_ssize_t i
+        if self._col is not None:
+            return self._col.to_list()
+        return [self.item_at(i) for i in range(self._first.nrows())]
+
+    def get(self, indices=None, *, neg_index_as_lookback=False, fill=None,
+            one_hot_discrete=False, _ignore_last_ts=False, _add_last_ts_value=None):
+        """Returns data at `indices` (int, list of ints, slice or None for all).
+
+        Non-negative indices start after the lookback; negative ones count from
+        the end, or with `neg_index_as_lookback=True` back into the lookback.
+        `fill` pads requests that run past either end of the data;
+        `one_hot_discrete` turns Discrete/MultiDiscrete values into one-hot
+        vectors (needs a space). See the class docstring for details.
+        """
+        return self.cget(indices, neg_index_as_lookback, fill, one_hot_discrete,
+                         _ignore_last_ts, _add_last_ts_value)
+
+    cdef object cget(self, object indices, bint neg_index_as_lookback, object fill,
+                     bint one_hot_discrete, bint ignore_last_ts, object add_last_ts_value):
+        if (not one_hot_discrete and not ignore_last_ts and add_last_ts_value is None
+                and (self._col is not None or self._node is not None)):
+            if fill is None:
+                if type(indices) is int:
+                    return self._get_int(indices, neg_index_as_lookback)
+                if type(indices) is slice:
+                    return self._get_slice(indices, neg_index_as_lookback)
+            elif type(indices) is slice and type(fill) in SCALAR_FILLS:
+                return self._get_slice_filled(indices, neg_index_as_lookback, fill)
+        return self._get_general(indices, neg_index_as_lookback, fill,
+                                 one_hot_discrete, ignore_last_ts, add_last_ts_value)
+
+    def __getitem__(self, item):
+        if self._col is not None or self._node is not None:
+            if type(item) is int:
+                return self._get_int(item, False)
+            if type(item) is slice:
+                return self._get_slice(item, False)
+        return self._get_general(item, False, None, False, False, None)
+
+    cpdef BufferCore sub_buffer(self, object slice_, bint neg_index_as_lookback,
+                                Py_ssize_t lookback, object space):
+        """A new buffer of this class holding `self.get(slice_, neg_index_as_lookback)`
+        with `lookback` (capped at its length) and `space`. Finalized data is
+        shared (a view), list-mode rows are copied as one block per leaf."""
+        cdef Column col = self._col
+        cdef Py_ssize_t n, first, step, count
+        cdef SliceSpec spec
+        cdef BufferCore out
+        cdef bint finalized = self._first.finalized
+        if type(slice_) is not slice or (col is None and self._node is None):
+            return self._sub_buffer_general(slice_, neg_index_as_lookback, lookback, space)
+        if lookback < 0:
+            checked_lookback(lookback)      # raises
+        n = self._first.nrows()
+        interpret_slice(slice_, neg_index_as_lookback, self._lookback, n, &spec)
+        count = slice_positions(&spec, n, &first, &step)
+        if step != 1:
+            return self._sub_buffer_general(slice_, neg_index_as_lookback, lookback, space)
+        out = new_buffer(type(self))
+        if col is not None:
+            out.set_storage(col.view_rows(first, first + count) if finalized
+                            else col.copy_rows(first, first + count))
+        else:
+            out.set_storage(self._node.gather(GATHER_VIEW if finalized else GATHER_COPY,
+                                              first, first + count, 0))
+        out._lookback = min(lookback, count)
+        if space is self._space:
+            out._space, out._space_struct = self._space, self._space_struct
+        elif space is None:
+            out._space = out._space_struct = None
+        else:
+            out.space = space
+        return out
+
+    cdef object _get_int(self, object index, bint neg_index_as_lookback):
+        cdef Py_ssize_t n = self._first.nrows()
+        cdef Py_ssize_t idx = clamped_index(index)
+        cdef Py_ssize_t lb = self._lookback
+        cdef Py_ssize_t underflow = (n - lb if n > lb else 0) + lb
+        cdef Py_ssize_t pos = int_position(idx, neg_index_as_lookback, lb, n, underflow)
+        if pos < 0:
+            raise IndexError(
+                f"index {index} (neg_index_as_lookback={bool(neg_index_as_lookback)}) is out "
+                f"of range for a buffer of {n} items ({lb} of them lookback); "
+                f"pass `fill` to pad"
+            )
+        return self._col.item(pos) if self._col is not None \
+            else self._node.gather(GATHER_ITEM, pos, 0, 0)
+
+    cdef object _get_slice(self, object slice_, bint neg_index_as_lookback):
+        cdef SliceSpec spec
+        interpret_slice(slice_, neg_index_as_lookback, self._lookback, self._first.nrows(), &spec)
+        return self._slice_rows(&spec)
+
+    cdef object _slice_rows(self, SliceSpec* spec):
+        """The rows `spec` selects (no fill): views once finalized, else a list."""
+        cdef Py_ssize_t first, step, count, i
+        count = slice_positions(spec, self._first.nrows(), &first, &step)
+        if self._first.finalized:
+            if self._col is not None:
+                return self._col.rows_view(first, count, step, True)
+            return self._node.gather(GATHER_ROWS, first, count, step)
+        return [self.item_at(first + i * step) for i in range(count)]
+
+    cdef object _get_slice_filled(self, object slice_, bint neg_index_as_lookback,
+                                  object fill):
+        """A slice padded with `fill` where it runs past the data, one gather per leaf."""
+        cdef Py_ssize_t n = self._first.nrows()
+        cdef SliceSpec spec
+        cdef Py_ssize_t first, step, count, i, k
+        cdef FillPlan plan
+        cdef Column leaf
+        interpret_slice(slice_, neg_index_as_lookback, self._lookback, n, &spec)
+        if spec.fill_left == 0 and spec.fill_right == 0:
+            return self._slice_rows(&spec)
+        count = slice_positions(&spec, n, &first, &step)
+        if spec.length <= 0:
+            count = 0
+        if not self._first.finalized:
+            item = fill if self._space is None else self._fill_item(fill, False)
+            return ([item] * spec.fill_left + [self.item_at(first + i * step) for i in range(count)]
+                    + [item] * spec.fill_right)
+        # Finalized: RLlib concatenates fill rows (typed by the space, else as
+        # np.array([fill])) with the data rows, leaf by leaf; its result's
+        # keys follow the fill rows' struct (the space's order) when they lead.
+        if not self._plan_leaf_spaces() or (spec.fill_left and not self._space_order_same):
+            return self._get_general(slice_, neg_index_as_lookback, fill, False, False, None)
+        results = []
+        for k in range(len(self._leaves)):
+            leaf = <Column>self._leaves[k]
+            plan = <FillPlan>self._plans[k]
+            space = self._plan_spaces[k]
+            if not plan.fits(leaf, space, fill) and not plan.make(leaf, space, fill):
+                return self._get_general(slice_, neg_index_as_lookback, fill, False, False, None)
+            rows = plan.rows(leaf, &spec, first, count, step)
+            if rows is None:
+                return self._get_general(slice_, neg_index_as_lookback, fill, False, False, None)
+            results.append(rows)
+        if self._col is not None:
+            return results[0]
+        return self._node.assemble(results)
+
+    cdef bint _plan_leaf_spaces(self) except -1:
+        """Pairs each leaf with its leaf space (kept until the storage or the
+        space changes). False when the space does not fit the tree."""
+        if self._plans_tree is self._tree and self._plans_space is self._space:
+            return self._plan_spaces is not None
+        self._plans = [FillPlan() for _ in self._leaves]
+        self._plans_tree, self._plans_space = self._tree, self._space
+        self._plan_spaces = None
+        self._space_order_same = True
+        if self._col is not None:
+            self._plan_spaces = [self._space]
+        elif self._node is None:
             return False
-        fill_value = np.array(fill, dtype=fill_dtype)     # cast as np.full would
-        self._plan_fill_dtype, self._plan_fill_value = fill_dtype, fill_value
-        self._plan_dtype = dtype
-        self._plan_value = None if dtype is None else \
-            fill_value if dtype == fill_dtype else fill_value.astype(dtype)
-        self._plan_col, self._plan_data_dtype = col, data_dtype
-        self._plan_space, self._plan_fill = space, fill
+        elif self._space is None:
+            self._plan_spaces = [None] * len(self._leaves)
+        else:
+            try:
+                paired = map_struct(lambda col, s: s, self._tree, self._space_struct)
+            except ValueError:
+                return False
+            self._plan_spaces = flatten_struct(paired)
+            self._space_order_same = _key_orders(self._tree) == _key_orders(self._space_struct)
         return True
 
 

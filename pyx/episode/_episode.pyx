@@ -191,7 +191,7 @@ cdef class EpisodeCore:
             raise AssertionError("The agent is already done: no data can be added to its episode.")
         if self.t == PY_SSIZE_T_MAX:
             raise OverflowError("t cannot count past 2**63 - 1 env steps")
-        if self.rewards._col is None or self.rewards._col.finalized:
+        if self.rewards.is_finalized():
             # Numpy'ized: check everything before appending anything.
             self._check_step(observation, action, reward, extra_model_outputs)
         if extra_model_outputs is not None and type(extra_model_outputs) is not dict:
