@@ -433,10 +433,20 @@ def buf_rows(impl):
     return buf
 
 
+def buf_dict_list(impl):
+    # List mode: ours keeps the items in a tree of typed Columns (one per leaf).
+    return impl.Buffer([{"a": i, "b": np.array([i, -i], np.int64)} for i in DATA], lookback=2)
+
+
 def buf_dict(impl):
-    buf = impl.Buffer([{"a": i, "b": np.array([i, -i], np.int64)} for i in DATA], lookback=2)
+    buf = buf_dict_list(impl)
     buf.finalize()
     return buf
+
+
+def buf_nested_list(impl):
+    return impl.Buffer([({"c": int(i)}, np.array([i, i + 0.5], np.float32)) for i in DATA],
+                       lookback=2)
 
 
 def buf_empty(impl):
@@ -445,7 +455,8 @@ def buf_empty(impl):
     return buf
 
 
-BUFFERS = {"list": buf_list, "numpy": buf_numpy, "rows": buf_rows, "dict": buf_dict}
+BUFFERS = {"list": buf_list, "numpy": buf_numpy, "rows": buf_rows, "dict": buf_dict,
+           "dict_list": buf_dict_list, "nested_list": buf_nested_list}
 
 
 def allow_buffer_fixture(p):

@@ -222,9 +222,15 @@ cdef class BufferCore:
         n = self._first.nrows()
         try:
             node.push(item)
-        except BaseException:
+        except BaseException as error:
+            # Only an item that changes while it is read gets here: the
+            # leaves go back to one length, and list mode keeps the item
+            # as it is on the object path.
             truncate_leaves(self._leaves, n)
-            raise
+            if self._first.finalized or not isinstance(error, Exception):
+                raise
+            self.to_object_path()
+            return self._col.push(item)
         return 0
 
     cdef int to_object_path(self) except -1:
