@@ -541,7 +541,8 @@ def bench(args) -> int:
             print(f"episode: warning: {r.workload.name}: ours and RLlib's results differ: "
                   f"{r.mismatch}", file=sys.stderr)
     report = _report(results, "rllib" in classes, interrupted)
-    print("median time per call over interleaved rounds (items: steps per call)")
+    print("median time per call over interleaved rounds (items: the steps, or episodes, "
+          "one call handles)")
     print(_bench_table(report, "rllib" in classes))
     if "rllib" not in classes:
         print(RLLIB_HINT)
@@ -559,7 +560,8 @@ def bench(args) -> int:
 def _workload_list() -> str:
     from episode.workloads import WORKLOADS
 
-    return "workloads:\n" + "\n".join(f"  {w.name:<26} {w.description}"
+    width = max(map(len, WORKLOADS))
+    return "workloads:\n" + "\n".join(f"  {w.name:<{width}}  {w.description}"
                                       for w in WORKLOADS.values())
 
 

@@ -10,7 +10,11 @@ Inputs come from seeded numpy generators and are the same for both classes.
 Episodes are CartPole-sized unless said otherwise: float32 (4,) observations
 in [-1, 1], Python int actions in {0, 1}, Python float rewards, one extra
 model output ``vf`` (0.5) and no infos (each step stores an empty dict).
-Atari-sized observations are distinct uint8 (84, 84, 4) frames.
+Atari-sized observations are distinct uint8 (84, 84, 4) frames. Dict
+observations are ``{"img": uint8 (8, 8, 3), "vec": float32 (5,) in [-1, 1]}``
+(the space of ``_dict_space``), with CartPole's actions and rewards.
+Blackjack-sized episodes have tuples of three Python ints as observations, as
+gymnasium's Blackjack-v1 hands them out, and end terminated after 1 to 3 steps.
 """
 from __future__ import annotations
 
@@ -36,6 +40,8 @@ __all__ = [
 
 N_STEPS = 10_000   # steps of the "10k" episodes
 N_COLLECT = 1_000  # steps per collect / append round
+N_APPEND = 4_000   # steps per round of the action_logp appends
+N_CUT = 10         # steps of the episode the short cut() cuts
 VF = 0.5
 
 
@@ -85,6 +91,45 @@ def _atari_obs() -> list:
             for _ in range(N_COLLECT + 1)]
 
 
+@functools.cache
+def _dict_obs() -> list:
+    """N_COLLECT + 1 distinct Dict observations (separate arrays per step)."""
+    rng = np.random.default_rng(4)
+    return [{"img": rng.integers(0, 256, size=(8, 8, 3), dtype=np.uint8),
+             "vec": rng.uniform(-1.0, 1.0, size=5).astype(np.float32)}
+            for _ in range(N_COLLECT + 1)]
+
+
+def _dict_space() -> gym.spaces.Dict:
+    return gym.spaces.Dict({"img": gym.spaces.Box(0, 255, (8, 8, 3), np.uint8),
+                            "vec": gym.spaces.Box(-1.0, 1.0, (5,), np.float32)})
+
+
+@functools.cache
+def _blackjack() -> tuple[_Steps, ...]:
+    """Three Blackjack-v1-like episodes, of 1, 2 and 3 steps.
+
+    Observations are (player sum, dealer card, usable ace) tuples of Python
+    ints, actions Python ints in {0, 1}, rewards Python floats: 0.0 on the
+    way, -1.0 or 1.0 on the last (terminating) step.
+    """
+    rng = np.random.default_rng(6)
+    episodes = []
+    for n in (1, 2, 3):
+        obs = [(int(rng.integers(4, 32)), int(rng.integers(1, 11)), int(rng.integers(0, 2)))
+               for _ in range(n + 1)]
+        actions = rng.integers(0, 2, size=n).tolist()
+        rewards = [0.0] * (n - 1) + [float(rng.choice([-1.0, 1.0]))]
+        episodes.append(_Steps(obs, actions, rewards))
+    return tuple(episodes)
+
+
+@functools.cache
+def _logp() -> list:
+    """N_APPEND np.float32 action log-probabilities, as a policy hands them out."""
+    return list(np.random.default_rng(5).uniform(-2.0, 0.0, size=N_APPEND).astype(np.float32))
+
+
 def _spaces() -> dict:
     return {"observation_space": gym.spaces.Box(-1.0, 1.0, (4,), np.float32),
             "action_space": gym.spaces.Discrete(2)}
@@ -113,6 +158,11 @@ def _cartpole_10k(cls: type, numpy: bool = True):
     return episode.to_numpy() if numpy else episode
 
 
+def _dict_1000(cls: type):
+    """A numpy'ized N_COLLECT-step episode of Dict observations, its observation space set."""
+    return _episode(cls, N_COLLECT, _dict_obs(), observation_space=_dict_space()).to_numpy()
+
+
 # -- workloads ----------------------------------------------------------------
 
 def _add_env_step(cls: type) -> Round:
@@ -126,10 +176,11 @@ def _add_env_step(cls: type) -> Round:
     return Round(lambda episode: _steps(episode, obs), setup)
 
 
-def _collect(obs_of: Callable[[], list]) -> Callable[[type], Round]:
+def _collect(obs_of: Callable[[], list],
+             spaces: Callable[[], dict] = dict) -> Callable[[type], Round]:
     def prepare(cls: type) -> Round:
-        obs = obs_of()
-        return Round(lambda: _episode(cls, N_COLLECT, obs).to_numpy())
+        obs, kwargs = obs_of(), spaces()
+        return Round(lambda: _episode(cls, N_COLLECT, obs, **kwargs).to_numpy())
     return prepare
 
 
@@ -137,13 +188,45 @@ def _get_observations_last(cls: type) -> Round:
     return Round(functools.partial(_cartpole_10k(cls).get_observations, -1))
 
 
-def _frame_stack(i: int) -> Callable[[type], Round]:
+def _get_observations_dict_last4(cls: type) -> Round:
+    return Round(functools.partial(_dict_1000(cls).get_observations, slice(-4, None)))
+
+
+def _frame_stack(i: int, episode_of: Callable[[type], Any] = _cartpole_10k
+                 ) -> Callable[[type], Round]:
     where = slice(i - 3, i + 1)
 
     def prepare(cls: type) -> Round:
-        get = _cartpole_10k(cls).get_observations
+        get = episode_of(cls).get_observations
         return Round(lambda: get(where, neg_index_as_lookback=True, fill=0.0))
     return prepare
+
+
+def _construct(cls: type) -> Round:
+    return Round(cls)
+
+
+def _short_episodes(cls: type) -> Round:
+    episodes = _blackjack()
+    spaces = {"observation_space": gym.spaces.Tuple((gym.spaces.Discrete(32),
+                                                     gym.spaces.Discrete(11),
+                                                     gym.spaces.Discrete(2))),
+              "action_space": gym.spaces.Discrete(2)}
+
+    def run():
+        done = []
+        for obs, actions, rewards in episodes:
+            episode = cls(**spaces)
+            episode.add_env_reset(obs[0])
+            last = len(actions) - 1
+            for i in range(len(actions)):
+                episode.add_env_step(obs[i + 1], actions[i], rewards[i], None,
+                                     terminated=i == last, truncated=False,
+                                     extra_model_outputs={"vf": VF})
+            done.append(episode.to_numpy())
+        return done
+
+    return Round(run)
 
 
 def _slice_64(cls: type) -> Round:
@@ -153,6 +236,31 @@ def _slice_64(cls: type) -> Round:
 def _cut(numpy: bool) -> Callable[[type], Round]:
     def prepare(cls: type) -> Round:
         return Round(functools.partial(_cartpole_10k(cls, numpy).cut, len_lookback_buffer=1))
+    return prepare
+
+
+def _cut_10_list(cls: type) -> Round:
+    return Round(_episode(cls, N_CUT, _cartpole().obs, **_spaces()).cut)
+
+
+def _append_logp(numpy: bool) -> Callable[[type], Round]:
+    def prepare(cls: type) -> Round:
+        obs, actions, rewards = _cartpole()
+        logp = _logp()
+
+        def setup():
+            episode = cls()
+            episode.add_env_reset(obs[0])
+            return (episode.to_numpy() if numpy else episode,)
+
+        def run(episode):
+            step = episode.add_env_step
+            for i in range(N_APPEND):
+                step(obs[i + 1], actions[i], rewards[i], None, terminated=False,
+                     truncated=False, extra_model_outputs={"action_logp": logp[i]})
+            return episode
+
+        return Round(run, setup)
     return prepare
 
 
@@ -166,6 +274,11 @@ def _append_after_to_numpy(cls: type) -> Round:
 def _pickle_roundtrip(cls: type) -> Round:
     episode = _cartpole_10k(cls)
     return Round(lambda: pickle.loads(pickle.dumps(episode, protocol=5)))
+
+
+def _state_pickle_roundtrip(cls: type) -> Round:
+    get_state = _cartpole_10k(cls).get_state
+    return Round(lambda: pickle.loads(pickle.dumps(get_state(), protocol=5)))
 
 
 def _concat(cls: type) -> Round:
@@ -212,6 +325,32 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in [
              1, _pickle_roundtrip),
     Workload("concat", "concat_episode of a 1,000-step list-mode chunk and its cut() successor "
              "with 1,000 steps", 1, _concat),
+    Workload("collect_to_numpy_dict",
+             "new episode, add_env_reset, 1,000 add_env_step, to_numpy (Dict obs "
+             "{img: uint8 8x8x3, vec: float32 5}, observation space set)", N_COLLECT,
+             _collect(_dict_obs, lambda: {"observation_space": _dict_space()})),
+    Workload("get_observations_dict_last4",
+             "get_observations(slice(-4, None)) on a numpy'ized 1,000-step Dict-obs episode",
+             1, _get_observations_dict_last4),
+    Workload("frame_stack_dict",
+             "get_observations(slice(-3, 1), neg_index_as_lookback=True, fill=0.0) "
+             "on a numpy'ized 1,000-step Dict-obs episode (3 of 4 frames filled)",
+             1, _frame_stack(0, _dict_1000)),
+    Workload("construct", "SingleAgentEpisode() with no arguments", 1, _construct),
+    Workload("short_episode",
+             "three Blackjack-sized episodes of 1, 2 and 3 steps, each: new episode (spaces "
+             "set), add_env_reset, add_env_step calls, to_numpy (items: episodes)", 3,
+             _short_episodes),
+    Workload("cut_10_list", "cut() of a list-mode 10-step episode", 1, _cut_10_list),
+    Workload("append_after_to_numpy_logp",
+             "4,000 add_env_step calls with an np.float32 action_logp extra output on a "
+             "numpy'ized just-reset episode without spaces", N_APPEND, _append_logp(numpy=True)),
+    Workload("append_logp_list",
+             "4,000 add_env_step calls with an np.float32 action_logp extra output on a "
+             "list-mode just-reset episode without spaces", N_APPEND, _append_logp(numpy=False)),
+    Workload("state_pickle_roundtrip_10k",
+             "pickle.loads(pickle.dumps(episode.get_state(), protocol=5)) of a numpy'ized "
+             "10k-step episode", 1, _state_pickle_roundtrip),
 ]}
 
 
@@ -234,15 +373,19 @@ def ray_version() -> str | None:
         return None
 
 
+_UNIQUE_KEYS = ("id_", "_start_time", "_last_step_time")   # differ between any two episodes
+
+
 def _state(x: Any) -> Any:
-    """An episode (or buffer) as plain data: get_state() without id and times."""
+    """An episode (or buffer) as plain data: get_state() without id and times.
+    An episode's get_state() dict also loses its id and times."""
     if hasattr(x, "get_state") and hasattr(x, "t_started"):
-        state = x.get_state()
-        for key in ("id_", "_start_time", "_last_step_time"):
-            state.pop(key)
+        state = _state(x.get_state())
         state["len"] = len(x)
         state["is_numpy"] = x.is_numpy
         return state
+    if isinstance(x, dict) and all(key in x for key in _UNIQUE_KEYS):
+        return {k: v for k, v in x.items() if k not in _UNIQUE_KEYS}
     if hasattr(x, "get_state") and hasattr(x, "lookback"):
         # A buffer (RLlib's get_state() keeps empty extra-output buffers as is).
         return x.get_state()

@@ -93,7 +93,10 @@ def test_plot_without_matplotlib(capsys, monkeypatch, tmp_path):
 
 def test_help_exits_0(capsys):
     assert cli.main(["bench", "--help"]) == 0
-    assert "frame_stack" in capsys.readouterr().out   # the workloads are listed
+    lines = capsys.readouterr().out.splitlines()
+    # Every workload is listed, on one line with its description.
+    for w in WORKLOADS.values():
+        assert any(line.split() == [w.name, *w.description.split()] for line in lines), w.name
 
 
 # -- version --------------------------------------------------------------------
@@ -218,6 +221,16 @@ def test_bench_quick_writes_json(capsys, tmp_path):
     assert all(name in out for name in names)
     assert ("speed-up" in out) == with_rllib
     assert (cli.RLLIB_HINT in out) != with_rllib
+
+
+def test_bench_runs_every_workload(capsys, tmp_path):
+    path = tmp_path / "bench.json"
+    names = list(WORKLOADS)
+    assert cli.main(["bench", "--quick", "--rounds", "1", "--workloads", ",".join(names),
+                     "--json", str(path)]) == 0
+    check_report(path, names, rllib_class() is not None)
+    # No "results differ" warning: both sides did the same work.
+    assert capsys.readouterr().err == ""
 
 
 def test_bench_without_ray(capsys, monkeypatch, tmp_path):

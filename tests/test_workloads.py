@@ -6,20 +6,70 @@ import pytest
 
 from episode import SingleAgentEpisode
 from episode.workloads import (
+    N_APPEND,
     N_COLLECT,
+    N_CUT,
     N_STEPS,
     WORKLOADS,
+    _blackjack,
+    _cartpole,
+    _dict_obs,
+    _logp,
     assert_same,
     check,
     rllib_class,
 )
 
 
+# The inputs are cached: the same arrays the workloads append.
 def _obs(i):
-    # The inputs are cached: the same arrays the workloads append.
-    from episode.workloads import _cartpole
-
     return _cartpole().obs[i]
+
+
+def _dict_rows(key, rows):
+    return np.stack([_dict_obs()[i][key] for i in rows])
+
+
+def _is_dict_frames(r, rows):
+    """r is the Dict observations at `rows` (None: a zero-filled frame)."""
+    if not (isinstance(r, dict) and r.keys() == {"img", "vec"}):
+        return False
+    want = {"img": (np.uint8, (8, 8, 3)), "vec": (np.float32, (5,))}
+    for key, (dtype, shape) in want.items():
+        frames = [np.zeros(shape, dtype) if i is None else _dict_obs()[i][key] for i in rows]
+        if r[key].dtype != dtype or not np.array_equal(r[key], np.stack(frames)):
+            return False
+    return True
+
+
+def _is_blackjack(r):
+    """r is the three short episodes, numpy'ized, with what they were given."""
+    if [len(e) for e in r] != [1, 2, 3]:
+        return False
+    for episode, (obs, actions, rewards) in zip(r, _blackjack()):
+        columns = episode.get_observations()
+        if not (episode.is_numpy and episode.is_terminated and isinstance(columns, tuple)):
+            return False
+        if not all(c.dtype == np.int64 and np.array_equal(c, [o[k] for o in obs])
+                   for k, c in enumerate(columns)):
+            return False
+        if not (np.array_equal(episode.get_actions(), actions)
+                and np.array_equal(episode.get_rewards(), rewards)
+                and episode.get_rewards()[-1] in (-1.0, 1.0)):
+            return False
+    return True
+
+
+def _is_logp_append(r, numpy):
+    logp = r.get_extra_model_outputs("action_logp")
+    # to_numpy() of a just-reset episode without spaces leaves the empty
+    # columns (rewards among them) lists, in RLlib too: is_numpy stays False.
+    observations = r.get_observations()
+    return (len(r) == N_APPEND and not r.is_numpy
+            and isinstance(observations, np.ndarray) == numpy
+            and np.array_equal(r.get_observations(-1), _obs(N_APPEND))
+            and len(logp) == N_APPEND and type(logp[-1]) is np.float32
+            and logp[-1] == _logp()[-1])
 
 
 EXPECTED = {
@@ -37,6 +87,22 @@ EXPECTED = {
     "append_after_to_numpy": lambda r: len(r) == N_STEPS + N_COLLECT and r.is_numpy,
     "pickle_roundtrip_10k": lambda r: len(r) == N_STEPS and r.is_numpy,
     "concat": lambda r: len(r) == 2 * N_COLLECT and r.t == 2 * N_COLLECT,
+    "collect_to_numpy_dict": lambda r: len(r) == N_COLLECT and r.is_numpy
+    and _is_dict_frames(r.get_observations(), range(N_COLLECT + 1)),
+    "get_observations_dict_last4": lambda r: _is_dict_frames(r, range(N_COLLECT - 3,
+                                                                      N_COLLECT + 1)),
+    "frame_stack_dict": lambda r: _is_dict_frames(r, [None, None, None, 0]),
+    "construct": lambda r: len(r) == 0 and r.t == r.t_started == 0 and not r.is_numpy
+    and r.get_observations() == [] and r.observation_space is None,
+    "short_episode": _is_blackjack,
+    "cut_10_list": lambda r: len(r) == 0 and r.t_started == N_CUT and not r.is_numpy
+    and np.array_equal(r.get_observations(-1), _obs(N_CUT)),
+    "append_after_to_numpy_logp": lambda r: _is_logp_append(r, numpy=True),
+    "append_logp_list": lambda r: _is_logp_append(r, numpy=False),
+    "state_pickle_roundtrip_10k": lambda r: isinstance(r, dict) and r["t"] == N_STEPS
+    and np.array_equal(r["observations"]["data"], np.stack(_cartpole().obs[:N_STEPS + 1]))
+    and r["observations"]["data"].dtype == np.float32
+    and r["actions"]["data"].tolist() == _cartpole().actions[:N_STEPS],
 }
 
 
@@ -66,3 +132,14 @@ def test_assert_same_tells_where_results_differ():
         assert_same([1, 2.0], [1, 2])
     with pytest.raises(AssertionError, match="float32"):
         assert_same(np.zeros(2, np.float32), np.zeros(2))
+
+
+def test_assert_same_on_state_dicts_ignores_only_ids_and_times():
+    a, b = SingleAgentEpisode(), SingleAgentEpisode()
+    a.add_env_reset(_obs(0))
+    b.add_env_reset(_obs(0))
+    assert a.get_state()["id_"] != b.get_state()["id_"]
+    assert_same(a.get_state(), b.get_state())
+    b.add_env_step(_obs(1), 0, 1.0)
+    with pytest.raises(AssertionError, match=r"value\['observations'\]"):
+        assert_same(a.get_state(), b.get_state())
