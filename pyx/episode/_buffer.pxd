@@ -70,4 +70,7 @@ cdef class BufferCore:
     cdef object _slice_rows(self, SliceSpec* spec)
     cdef object _get_slice_filled(self, object slice_, bint neg_index_as_lookback,
                                   object fill)
+    cdef object _get_one_hot(self, object indices, bint neg_index_as_lookback, object fill)
+    cdef object _one_hot_leaves(self, Py_ssize_t first, Py_ssize_t count, Py_ssize_t step,
+                                bint rows, Py_ssize_t left, Py_ssize_t right, double fill_value)
     cdef bint _plan_leaf_spaces(self) except -1

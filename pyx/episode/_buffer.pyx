@@ -9,6 +9,7 @@ methods are reached without an extra Python frame.
 """
 cimport numpy as cnp
 from cpython.object cimport PyObject, PyTypeObject
+from libc.stdint cimport int64_t
 from libc.string cimport memcpy
 
 import gymnasium as gym
@@ -122,6 +123,91 @@ cdef class FillPlan:
                 out[left:left + count] = col.array[first:first + count * step:step] \
                     if first + count * step >= 0 else col.array[first::step][:count]
         return out
+
+
+cdef object Discrete = gym.spaces.Discrete
+cdef object MultiDiscrete = gym.spaces.MultiDiscrete
+
+
+cdef Py_ssize_t one_hot_width(object space) except -2:
+    """The one-hot width of a Discrete or 1-D MultiDiscrete space; -1 for
+    any other space (the general path encodes those)."""
+    if type(space) is Discrete:
+        return space.n
+    if type(space) is MultiDiscrete and space.nvec.ndim == 1:
+        return int(space.nvec.sum())
+    return -1
+
+
+cdef bint finite_float(object fill, double* out) except -1:
+    # The fill as the float32 that np.full(..., fill, np.float32) stores;
+    # False for values a C cast cannot take (out of float32's range).
+    try:
+        value = float(fill)
+    except OverflowError:
+        return False
+    if value == value and not (-3.4028234663852886e38 <= value <= 3.4028234663852886e38):
+        return False
+    out[0] = value
+    return True
+
+
+cdef object one_hot_values(object values, object space, bint rows, Py_ssize_t left,
+                           Py_ssize_t right, double fill_value):
+    """RLlib's one-hot encoding (float32) of integer `values` for a Discrete
+    or 1-D MultiDiscrete `space`: a batch of rows when `rows` (then `left` and
+    `right` rows of `fill_value` around it), else one item; values None:
+    a fill item only. None for anything RLlib's encoding treats otherwise
+    (bools, other dtypes or shapes, values outside the space's range: the
+    general path gives RLlib's result or error)."""
+    cdef cnp.ndarray x, out
+    cdef Py_ssize_t width = one_hot_width(space), k, m, r, j, offset, v, total
+    cdef Py_ssize_t data_rows = 0
+    cdef const int64_t* src
+    cdef float* dst
+    cdef cnp.npy_intp dims[2]
+    cdef Py_ssize_t depths[64]
+    multi = type(space) is MultiDiscrete
+    k = len(space.nvec) if multi else 1
+    if k > 64:
+        return None
+    if multi:
+        for j in range(k):
+            depths[j] = space.nvec[j]
+    else:
+        depths[0] = width
+    if values is not None:
+        x = np.asarray(values)
+        if cnp.PyArray_TYPE(x) == cnp.NPY_BOOL or x.dtype.kind not in "iu":
+            return None
+        # Rows of the space's shape: () for Discrete, (k,) for MultiDiscrete.
+        if x.ndim != rows + multi or (multi and x.shape[x.ndim - 1] != k):
+            return None
+        data_rows = x.shape[0] if rows else 1
+        x = np.ascontiguousarray(x, dtype=np.int64)
+    elif not rows:
+        left = 1                 # the fill item: one row of fill, no leading axis
+    total = left + data_rows + right
+    dims[0] = total
+    dims[1] = width
+    cdef cnp.npy_intp* shape = &dims[0] if rows else &dims[1]
+    out = cnp.PyArray_ZEROS(2 if rows else 1, shape, cnp.NPY_FLOAT32, 0)
+    dst = <float*>array_bytes(out, total * width * sizeof(float))
+    for r in range(left * width):
+        dst[r] = <float>fill_value
+    for r in range((left + data_rows) * width, total * width):
+        dst[r] = <float>fill_value
+    if data_rows:
+        src = <const int64_t*>array_bytes(x, data_rows * k * sizeof(int64_t))
+        for r in range(data_rows):
+            offset = (left + r) * width
+            for j in range(k):
+                v = src[r * k + j]
+                if v < 0 or v >= depths[j]:
+                    return None
+                dst[offset + v] = 1.0
+                offset += depths[j]
+    return out
 
 
 def _key_orders(x):
@@ -331,6 +417,13 @@ cdef class BufferCore:
                     return self._get_slice(indices, neg_index_as_lookback)
             elif type(indices) is slice and type(fill) in SCALAR_FILLS:
                 return self._get_slice_filled(indices, neg_index_as_lookback, fill)
+        elif (one_hot_discrete and not ignore_last_ts and add_last_ts_value is None
+                and (self._col is not None or self._node is not None)
+                and (type(indices) is int or type(indices) is slice)
+                and (fill is None or type(fill) in SCALAR_FILLS)):
+            out = self._get_one_hot(indices, neg_index_as_lookback, fill)
+            if out is not None:
+                return out
         return self._get_general(indices, neg_index_as_lookback, fill,
                                  one_hot_discrete, ignore_last_ts, add_last_ts_value)
 
@@ -441,6 +534,78 @@ cdef class BufferCore:
             if rows is None:
                 return self._get_general(slice_, neg_index_as_lookback, fill, False, False, None)
             results.append(rows)
+        if self._col is not None:
+            return results[0]
+        return self._node.assemble(results)
+
+    cdef object _get_one_hot(self, object indices, bint neg_index_as_lookback, object fill):
+        """get() with one_hot_discrete for Discrete/MultiDiscrete leaves, one
+        pass per leaf. None: a case for the general path (other spaces, fill
+        rows that need the space's shape, values the encoding refuses)."""
+        cdef Py_ssize_t n = self._first.nrows(), lb = self._lookback
+        cdef Py_ssize_t pos, first, step, count, i, k, left = 0, right = 0
+        cdef SliceSpec spec
+        cdef double fill_value = 0.0
+        cdef bint finalized = self._first.finalized
+        if not self._plan_leaf_spaces() or self._space is None:
+            return None
+        for space in self._plan_spaces:
+            if one_hot_width(space) < 0:
+                return None
+        if fill is not None:
+            # Fill rows follow the space's key order (fill_batch's), data rows
+            # the data's: only the general path mixes the two.
+            if not finite_float(fill, &fill_value) or not self._space_order_same:
+                return None
+        if type(indices) is int:
+            pos = int_position(clamped_index(indices), neg_index_as_lookback, lb, n,
+                               (n - lb if n > lb else 0) + lb)
+            if pos < 0:
+                if fill is None:
+                    return self._get_int(indices, neg_index_as_lookback)     # raises
+                return self._one_hot_leaves(0, 0, 1, False, 0, 0, fill_value)
+            return self._one_hot_leaves(pos, 1, 1, False, 0, 0, 0.0)
+        interpret_slice(indices, neg_index_as_lookback, lb, n, &spec)
+        count = slice_positions(&spec, n, &first, &step)
+        if fill is not None:
+            left, right = spec.fill_left, spec.fill_right
+        if spec.length <= 0:
+            if not (left or right):
+                return self._slice_rows(&spec)      # RLlib encodes no empty data
+            count = 0
+        if finalized:
+            return self._one_hot_leaves(first, count, step, True, left, right, fill_value)
+        # List mode: one encoded item per row, the fill item repeated (one object).
+        fill_item = self._one_hot_leaves(0, 0, 1, False, 0, 0, fill_value) \
+            if left or right else None
+        items = [self._one_hot_leaves(first + i * step, 1, 1, False, 0, 0, 0.0)
+                 for i in range(count)]
+        if any(x is None for x in items):
+            return None
+        return [fill_item] * left + items + [fill_item] * right
+
+    cdef object _one_hot_leaves(self, Py_ssize_t first, Py_ssize_t count, Py_ssize_t step,
+                                bint rows, Py_ssize_t left, Py_ssize_t right, double fill_value):
+        """Each leaf's one-hot encoding of `count` rows from `first` every
+        `step` (with a leading axis when `rows`, then `left`/`right` fill
+        rows around them), or of nothing (count 0, no leading axis: one fill
+        item), put back into the item's shape. None when a leaf needs the
+        general path."""
+        cdef Py_ssize_t k
+        cdef Column leaf
+        results = []
+        for k in range(len(self._leaves)):
+            leaf = <Column>self._leaves[k]
+            if rows:
+                values = leaf.rows_view(first, count, step, True)
+            elif count:
+                values = leaf.item(first)
+            else:
+                values = None
+            out = one_hot_values(values, self._plan_spaces[k], rows, left, right, fill_value)
+            if out is None:
+                return None
+            results.append(out)
         if self._col is not None:
             return results[0]
         return self._node.assemble(results)
