@@ -4,7 +4,8 @@ Ours encodes Discrete and 1-D MultiDiscrete leaves in C (one pass per leaf,
 fill rows written in the same pass); everything RLlib's encoding treats
 otherwise (bools, floats, values outside the space, other spaces, key
 orders that differ from the space's) takes the general path. Both must give
-RLlib's values, dtypes, shapes and error classes. Marked `rllib`.
+RLlib's values, dtypes, shapes and error classes (RLlib comparisons are
+marked `rllib`).
 """
 import itertools
 from collections import OrderedDict
@@ -14,8 +15,6 @@ import numpy as np
 import pytest
 
 from difftools import compare, known_rllib_crash, ours_buffer_class, rllib_buffer_class
-
-pytestmark = pytest.mark.rllib
 
 D4 = gym.spaces.Discrete(4)
 MD = gym.spaces.MultiDiscrete([2, 3])
@@ -52,6 +51,7 @@ def run(buf, method, args, kwargs):
         return ("error", error)
 
 
+@pytest.mark.rllib
 @pytest.mark.parametrize("case", sorted(CASES))
 @pytest.mark.parametrize("finalized", [False, True])
 def test_one_hot_matches_rllib(case, finalized):
@@ -103,3 +103,30 @@ def test_discrete_leaves_are_encoded_without_the_general_path(case, finalized, m
     for idx, expected in want:
         compare(buf.get(idx, neg_index_as_lookback=True, fill=0.5, one_hot_discrete=True),
                 expected, f"get({idx})")
+
+
+@pytest.mark.parametrize("finalized", [False, True])
+def test_one_hot_values_and_fill_rows(finalized):
+    buf = ours_buffer_class()([(i % 4, np.array([i % 2, i % 3])) for i in range(5)], lookback=1,
+                              space=gym.spaces.Tuple((D4, MD)))
+    if finalized:
+        buf.finalize()
+    eye4, eye2, eye3 = np.eye(4, dtype=np.float32), np.eye(2, dtype=np.float32), \
+        np.eye(3, dtype=np.float32)
+    fill = (np.full(4, -1, np.float32), np.full(5, -1, np.float32))
+    rows = [(eye4[i % 4], np.concatenate([eye2[i % 2], eye3[i % 3]])) for i in range(5)]
+    # As RLlib: -7 runs 2 rows before the lookback's start, 7 stops at the end.
+    got = buf.get(slice(-7, 7), fill=-1, one_hot_discrete=True)
+    want = [fill, fill] + rows
+    if finalized:
+        want = tuple(np.stack([w[k] for w in want]) for k in range(2))
+        compare(got, want)
+    else:
+        compare(got, want)
+        assert got[0] is got[1]       # one fill item, repeated (as RLlib's list)
+    # Reversed, past both ends, and the fill item alone.
+    got = buf.get(slice(6, -3, -1), fill=0, one_hot_discrete=True)
+    raw = buf.get(slice(6, -3, -1), fill=0)
+    assert len(got if not finalized else got[0]) == len(raw if not finalized else raw[0])
+    compare(buf.get(20, fill=2, one_hot_discrete=True),
+            (np.full(4, 2, np.float32), np.full(5, 2, np.float32)))
