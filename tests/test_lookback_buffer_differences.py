@@ -450,6 +450,29 @@ def test_list_mode_keeps_a_copy_of_appended_arrays():
     assert buf.get(0).tolist() == [0.0, 0.0]
 
 
+def test_list_mode_dict_items_are_rebuilt_on_each_read():
+    """RLlib stores each Dict/Tuple item object and hands it back; ours keeps
+    the leaves in typed Columns, so a read gives a new dict/tuple, equal to
+    the one appended with the same leaf types, and writing into it (or into
+    the dict appended) does not change the buffer."""
+    appended = {"a": 1, "b": np.zeros(2)}
+    buf = InfiniteLookbackBuffer([appended])
+    got = buf.get(0)
+    assert got is not appended and got["a"] == 1 and type(got["a"]) is int
+    got["a"] = 5
+    appended["a"] = 6
+    assert buf.get(0)["a"] == 1
+
+
+@pytest.mark.rllib
+def test_rllib_list_mode_hands_back_the_appended_dict():
+    appended = {"a": 1, "b": np.zeros(2)}
+    buf = rllib_buffer_class()([appended])
+    assert buf.get(0) is appended
+    buf.get(0)["a"] = 5
+    assert buf.get(0)["a"] == 5
+
+
 def test_list_mode_data_is_the_live_list():
     """As in RLlib, changing `.data` in list mode changes the buffer."""
     buf = InfiniteLookbackBuffer([1.0, 2.0])
