@@ -226,13 +226,9 @@ class InfiniteLookbackBuffer(BufferCore):
         for col in self._leaves:
             col.pop(pos)
 
-    def finalize(self) -> None:
-        """Turns the data into numpy arrays (a dict/tuple of them for Dict/Tuple items).
-
-        Typed Columns are already arrays: only leaves on the object path are
-        batched here, as RLlib's batching batches each leaf."""
-        if self.finalized:
-            return
+    def _finalize_general(self) -> None:
+        """finalize() for an empty buffer and for items on the object path
+        (flat, or some leaves of a tree), batched as RLlib batches them."""
         if self.len_incl_lookback() == 0:
             if self.space is not None:
                 self.data = empty_batch(self.space)

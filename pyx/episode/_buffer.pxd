@@ -1,4 +1,4 @@
-from episode._column cimport Column, KIND_EMPTY
+from episode._column cimport Column, KIND_EMPTY, KIND_EMPTY_DICT, KIND_OBJECT
 from episode._index cimport SliceSpec
 from episode._tree cimport Node
 
@@ -57,6 +57,7 @@ cdef class BufferCore:
             return 0
         return self.push({})
 
+    cpdef finalize(self)
     cdef int push_struct(self, object item) except -1
     cdef int to_object_path(self) except -1
     cpdef check_append(self, object item)

@@ -279,6 +279,22 @@ cdef class BufferCore:
         """Appends `item` at the end of the buffer."""
         self.push(item)
 
+    cpdef finalize(self):
+        """Turns the data into numpy arrays (a dict/tuple of them for Dict/Tuple
+        items). Typed Columns already are arrays, so this only flips their
+        mode; items on the object path are batched as RLlib batches them."""
+        if self._first.finalized:
+            return
+        if self._first.nrows() > 0:
+            for leaf in self._leaves:
+                if (<Column>leaf).kind == KIND_OBJECT or (<Column>leaf).kind == KIND_EMPTY_DICT:
+                    break
+            else:
+                for leaf in self._leaves:
+                    (<Column>leaf).finalize()
+                return
+        self._finalize_general()
+
     def _extend_items(self, items):
         """Appends each of `items` (a list-mode extend)."""
         for item in items:
