@@ -1,0 +1,112 @@
+"""Episodes built without the public constructor's argument handling, their
+ids, and the parts of get_state()/from_state() that make them cheap.
+
+Each shortcut must give what the long way gives (the constructor's general
+path, the uncached space conversions) and what RLlib gives (tests marked
+`rllib`). Timings are benchmarks' business, not these tests'.
+"""
+from __future__ import annotations
+
+import copy
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from difftools import compare
+from episode import spaces
+
+BOX = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+DISCRETE = gym.spaces.Discrete(3)
+DICT = gym.spaces.Dict({"a": gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
+                        "b": gym.spaces.Discrete(3)})
+TUPLE = gym.spaces.Tuple((gym.spaces.Discrete(2), gym.spaces.MultiDiscrete([2, 3])))
+
+# -- the cached space conversions ------------------------------------------------------------
+
+
+CACHED_SPACES = [
+    gym.spaces.Box(-1.0, 1.0, (4,), np.float32),
+    gym.spaces.Box(-0.0, 1.0, (4,), np.float32),           # equal to 0.0, other bytes
+    gym.spaces.Box(0.0, 1.0, (4,), np.float32),
+    gym.spaces.Box(0.0, 1.0, (4,), np.float64),
+    gym.spaces.Box(0.0, 1.0, (2, 2), np.float32),
+    gym.spaces.Box(np.zeros((2, 3), np.float32), np.asfortranarray(np.ones((2, 3), np.float32))),
+    gym.spaces.Box(float("-inf"), float("inf"), (), np.float32),
+    gym.spaces.Box(0, 255, (3,), np.uint8),
+    gym.spaces.MultiDiscrete([2, 3]),
+    gym.spaces.MultiDiscrete([2, 3], dtype=np.int32),
+    gym.spaces.MultiDiscrete([[2, 3], [4, 5]]),
+]
+OTHER_SPACES = [gym.spaces.Discrete(3), gym.spaces.Discrete(3, start=-1),
+                gym.spaces.MultiBinary(3), gym.spaces.MultiBinary([2, 2]), DICT, TUPLE]
+
+
+def count_calls(monkeypatch, name):
+    calls = []
+    real = getattr(spaces, name)
+    monkeypatch.setattr(spaces, name, lambda *args: calls.append(1) or real(*args))
+    return calls
+
+
+def test_space_to_dict_is_cached_per_description(monkeypatch):
+    monkeypatch.setattr(spaces, "_TO_DICT", {})
+    packs = count_calls(monkeypatch, "_pack_array")
+    for space in CACHED_SPACES + OTHER_SPACES:
+        expected = spaces._space_to_dict(space)
+        for _ in range(3):
+            d = spaces.space_to_dict(space)
+            assert d == expected and type(d) is dict
+            d["low"] = "changed"            # a copy: the cache keeps its own
+        again = copy.deepcopy(space)        # an equal space, another object
+        assert spaces.space_to_dict(again) == expected
+    # Each cached space packed once for the cache and once for `expected` (Box:
+    # low and high, MultiDiscrete: nvec); the Dict's Box once, through the
+    # cache (the Tuple's MultiDiscrete is one of the cached ones).
+    n_arrays = sum(2 if isinstance(s, gym.spaces.Box) else 1 for s in CACHED_SPACES)
+    assert len(packs) == 2 * n_arrays + 2
+
+
+def test_space_from_dict_is_cached_and_hands_out_copies(monkeypatch):
+    monkeypatch.setattr(spaces, "_FROM_DICT", {})
+    unpacks = count_calls(monkeypatch, "_unpack_array")
+    for space in CACHED_SPACES + OTHER_SPACES:
+        d = spaces.space_to_dict(space)
+        first, second = spaces.space_from_dict(d), spaces.space_from_dict(dict(d))
+        assert type(first) is type(second) is type(space)
+        assert first == second == space and first is not second
+        for name, value in vars(first).items():
+            if isinstance(value, np.ndarray):
+                assert not np.shares_memory(value, getattr(second, name)), name
+        if isinstance(first, gym.spaces.Box):
+            first.low[...] = first.high
+            first.seed(0)
+            third = spaces.space_from_dict(d)
+            assert third == space and third.np_random is not first.np_random
+            assert (third.low == space.low).all()
+    # Once per description: the cached spaces, then the Dict's Box (the Tuple's
+    # MultiDiscrete is one of the cached ones).
+    n_arrays = sum(2 if isinstance(s, gym.spaces.Box) else 1 for s in CACHED_SPACES)
+    assert len(unpacks) == n_arrays + 2
+
+
+def test_space_from_dict_of_other_forms_is_not_cached():
+    d = spaces.space_to_dict(BOX)
+    as_json = {**d, "shape": list(d["shape"])}           # a state read back from JSON
+    assert spaces.space_from_dict(as_json) == BOX
+    with pytest.raises((TypeError, ValueError, AttributeError)):
+        spaces.space_from_dict({**d, "dtype": 5})
+
+
+@pytest.mark.rllib
+def test_cached_space_conversions_match_rllib():
+    from ray.rllib.utils.serialization import gym_space_from_dict, gym_space_to_dict
+
+    for space in CACHED_SPACES + OTHER_SPACES:
+        for _ in range(2):  # uncached, then cached
+            ours, theirs = spaces.space_to_dict(space), gym_space_to_dict(space)
+            compare(ours, theirs, f"space_to_dict({space})")
+            back_ours, back_theirs = spaces.space_from_dict(theirs), gym_space_from_dict(theirs)
+            assert type(back_ours) is type(back_theirs) and back_ours == back_theirs
+            assert {k: type(v) for k, v in vars(back_ours).items()} == \
+                {k: type(v) for k, v in vars(back_theirs).items()}
