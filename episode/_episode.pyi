@@ -1,5 +1,5 @@
 import builtins
-from typing import Any, TypeAlias
+from typing import Any, TypeAlias, TypeVar
 
 import gymnasium as gym
 from typing_extensions import Self, disjoint_base
@@ -9,6 +9,7 @@ from episode.lookback_buffer import InfiniteLookbackBuffer
 
 # `slice` below is also a method name, so the index type is named here.
 _Indices: TypeAlias = int | builtins.slice | list[int] | None
+_E = TypeVar("_E", bound="EpisodeCore")
 
 REWARDS_SPACE: gym.spaces.Box
 
@@ -90,8 +91,9 @@ class EpisodeCore:
         fill: Any = None,
     ) -> Any: ...
 
+def episode_id() -> str: ...
 def assemble(
-    cls: type[EpisodeCore], id_: Any, observations: BufferCore, infos: BufferCore,
+    cls: type[_E], id_: Any, observations: BufferCore, infos: BufferCore,
     actions: BufferCore, rewards: BufferCore, extra_model_outputs: dict[Any, Any],
     terminated: Any, truncated: Any, t_started: int | None,
-) -> Any: ...
+) -> _E: ...

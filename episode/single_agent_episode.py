@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import operator
 import time
-import uuid
 from collections import defaultdict
 from typing import Any, Dict, List, Optional, Union
 
@@ -18,7 +17,10 @@ import gymnasium as gym
 import numpy as np
 
 from episode._episode import REWARDS_SPACE as _REWARDS_SPACE
-from episode._episode import EpisodeCore
+from episode._episode import (
+    EpisodeCore,
+    episode_id,
+)
 from episode.lookback_buffer import InfiniteLookbackBuffer
 from episode.spaces import (
     check_same_nesting,
@@ -68,7 +70,7 @@ class SingleAgentEpisode(EpisodeCore):
     take a piece.
 
     Args:
-        id_: Unique id (a new uuid hex when None).
+        id_: Unique id (when empty, a new random one formatted as uuid4().hex).
         observations, infos, actions, rewards: Initial data, as lists or
             InfiniteLookbackBuffers; there is one more observation/info than
             actions/rewards.
@@ -102,7 +104,7 @@ class SingleAgentEpisode(EpisodeCore):
         module_id: Any = None,
         multi_agent_episode_id: Any = None,
     ):
-        self.id_ = id_ or uuid.uuid4().hex
+        self.id_ = id_ or episode_id()
         self.agent_id = agent_id
         self.module_id = module_id
         self.multi_agent_episode_id = multi_agent_episode_id

@@ -8,19 +8,81 @@ path, the uncached space conversions) and what RLlib gives (tests marked
 from __future__ import annotations
 
 import copy
+import os
+import re
+import threading
+import uuid
 
 import gymnasium as gym
 import numpy as np
 import pytest
 
 from difftools import compare
-from episode import spaces
+from episode import SingleAgentEpisode, spaces
+from episode._episode import episode_id
 
 BOX = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
 DISCRETE = gym.spaces.Discrete(3)
 DICT = gym.spaces.Dict({"a": gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
                         "b": gym.spaces.Discrete(3)})
 TUPLE = gym.spaces.Tuple((gym.spaces.Discrete(2), gym.spaces.MultiDiscrete([2, 3])))
+
+# -- ids ------------------------------------------------------------------------------------
+
+
+def check_id(value):
+    assert type(value) is str and re.fullmatch(r"[0-9a-f]{32}", value), value
+    parsed = uuid.UUID(hex=value)
+    assert parsed.version == 4 and parsed.variant == uuid.RFC_4122
+
+
+def test_ids_are_uuid4_hex_strings_and_unique():
+    ids = [episode_id() for _ in range(1000)]   # several blocks of random bytes
+    ids += [SingleAgentEpisode().id_ for _ in range(300)]
+    ids.append(SingleAgentEpisode(id_="", observations=[0.0]).id_)   # the general path
+    ids.append(SingleAgentEpisode.from_state({**SingleAgentEpisode().get_state(),
+                                              "id_": None}).id_)
+    for value in ids:
+        check_id(value)
+    assert len(set(ids)) == len(ids)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_ids_are_unique_across_fork():
+    """A forked child must not hand out the ids left in its parent's block."""
+    episode_id()   # the parent now holds unused random bytes
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        try:
+            os.write(write_end, " ".join(episode_id() for _ in range(5)).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end) as pipe:
+        child = pipe.read().split()
+    os.waitpid(pid, 0)
+    parent = [episode_id() for _ in range(5)]
+    assert len(child) == 5
+    for value in child:
+        check_id(value)
+    assert not set(child) & set(parent)
+
+
+def test_ids_are_unique_across_threads():
+    results = [[] for _ in range(8)]
+
+    def make(out):
+        out.extend(episode_id() for _ in range(2000))
+
+    threads = [threading.Thread(target=make, args=(out,)) for out in results]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    ids = [value for out in results for value in out]
+    assert len(set(ids)) == len(ids) == 16000
+
 
 # -- the cached space conversions ------------------------------------------------------------
 

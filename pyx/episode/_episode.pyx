@@ -6,14 +6,17 @@ there to the buffers' C methods. The facade (episode/single_agent_episode.py)
 subclasses it and adds the rest of RLlib's API.
 """
 import copy
+import os
 
 import gymnasium as gym
 import numpy as np
 
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.dict cimport PyDict_GetItem, PyDict_Next
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.object cimport PyObject
 from cpython.pyport cimport PY_SSIZE_T_MAX
+from cpython.unicode cimport PyUnicode_DecodeASCII
 from libc.math cimport NAN, isnan
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
@@ -39,6 +42,61 @@ cdef inline double now():
 
 cdef object Box = gym.spaces.Box
 cdef object Discrete = gym.spaces.Discrete
+
+
+# -- episode ids ------------------------------------------------------------------
+#
+# uuid.uuid4().hex costs about 1.5 us: an os.urandom call and a UUID object
+# per id. The same ids (random bytes from os.urandom, version and variant bits
+# set, 32 lowercase hex digits) come from bytes read a block at a time. A
+# forked child must not hand out the ids left in its parent's block, so it
+# drops the block.
+
+cdef Py_ssize_t ID_BLOCK_BYTES = 16 * 256
+cdef bytes id_block = b""
+cdef Py_ssize_t id_pos = 0
+cdef const char* HEX_DIGITS = b"0123456789abcdef"
+cdef object urandom = os.urandom
+
+
+cdef str new_id():
+    """A fresh id in the format of uuid.uuid4().hex."""
+    global id_block, id_pos
+    cdef const unsigned char* raw
+    cdef char text[32]
+    cdef unsigned char b
+    cdef int i
+    if id_pos > PyBytes_GET_SIZE(id_block) - 16:
+        block = urandom(ID_BLOCK_BYTES)
+        # No Python call from here to the end: no other thread runs in between.
+        id_block = block
+        id_pos = 0
+    raw = <const unsigned char*>PyBytes_AS_STRING(id_block) + id_pos
+    id_pos += 16
+    for i in range(16):
+        b = raw[i]
+        if i == 6:
+            b = (b & 0x0F) | 0x40       # version 4
+        elif i == 8:
+            b = (b & 0x3F) | 0x80       # the RFC 4122 variant
+        text[2 * i] = HEX_DIGITS[b >> 4]
+        text[2 * i + 1] = HEX_DIGITS[b & 0x0F]
+    return PyUnicode_DecodeASCII(text, 32, NULL)
+
+
+def episode_id():
+    """A new episode id: a random hex string formatted as uuid.uuid4().hex."""
+    return new_id()
+
+
+def _drop_id_block():
+    global id_block, id_pos
+    id_block = b""
+    id_pos = 0
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_drop_id_block)
 
 
 ctypedef fused real:
