@@ -97,3 +97,10 @@ def assemble(
     actions: BufferCore, rewards: BufferCore, extra_model_outputs: dict[Any, Any],
     terminated: Any, truncated: Any, t_started: int | None,
 ) -> _E: ...
+def init_without_data(
+    episode: EpisodeCore, id_: Any, observations: Any, observation_space: Any, infos: Any,
+    actions: Any, action_space: Any, rewards: Any, terminated: Any, truncated: Any,
+    extra_model_outputs: Any, t_started: Any, len_lookback_buffer: Any, agent_id: Any,
+    module_id: Any, multi_agent_episode_id: Any,
+) -> bool: ...
+def buffer_of(items: list[Any]) -> InfiniteLookbackBuffer: ...

@@ -19,7 +19,9 @@ import numpy as np
 from episode._episode import REWARDS_SPACE as _REWARDS_SPACE
 from episode._episode import (
     EpisodeCore,
+    buffer_of,
     episode_id,
+    init_without_data,
 )
 from episode.lookback_buffer import InfiniteLookbackBuffer
 from episode.spaces import (
@@ -104,6 +106,12 @@ class SingleAgentEpisode(EpisodeCore):
         module_id: Any = None,
         multi_agent_episode_id: Any = None,
     ):
+        # The usual calls (no data) are done in C; the rest below.
+        if init_without_data(self, id_, observations, observation_space, infos, actions,
+                             action_space, rewards, terminated, truncated, extra_model_outputs,
+                             t_started, len_lookback_buffer, agent_id, module_id,
+                             multi_agent_episode_id):
+            return
         self.id_ = id_ or episode_id()
         self.agent_id = agent_id
         self.module_id = module_id
@@ -139,7 +147,7 @@ class SingleAgentEpisode(EpisodeCore):
         self.validate()
 
     def _new_buffer(self, items: list) -> InfiniteLookbackBuffer:
-        return InfiniteLookbackBuffer(items)
+        return buffer_of(items)
 
     def _construct(self, **kwargs) -> "SingleAgentEpisode":
         # cut()/slice() fall back to the constructor for the shapes it treats

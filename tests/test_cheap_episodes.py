@@ -17,8 +17,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from difftools import compare
-from episode import SingleAgentEpisode, spaces
+import episode.single_agent_episode as sae_module
+from difftools import EpTwin, compare, episode_state
+from episode import InfiniteLookbackBuffer, SingleAgentEpisode, spaces
 from episode._episode import episode_id
 
 BOX = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
@@ -26,6 +27,125 @@ DISCRETE = gym.spaces.Discrete(3)
 DICT = gym.spaces.Dict({"a": gym.spaces.Box(-1.0, 1.0, (2,), np.float32),
                         "b": gym.spaces.Discrete(3)})
 TUPLE = gym.spaces.Tuple((gym.spaces.Discrete(2), gym.spaces.MultiDiscrete([2, 3])))
+
+# Constructor arguments without data (the cases built in C), and a few with
+# data or odd values that must take the general path.
+NO_DATA = {
+    "nothing": {},
+    "spaces": dict(observation_space=BOX, action_space=DISCRETE),
+    "struct-spaces": dict(observation_space=DICT, action_space=TUPLE),
+    "not-a-space": dict(observation_space="not a space"),
+    "ids": dict(agent_id="a", module_id=("m", 1), multi_agent_episode_id=17),
+    "terminated": dict(terminated=True),
+    "truncated-int": dict(truncated=1),
+    "t_started": dict(t_started=5),
+    "t_started-0": dict(t_started=0),
+    "t_started-negative": dict(t_started=-3),
+    "lookback-0": dict(len_lookback_buffer=0),
+    "lookback-3": dict(len_lookback_buffer=3),
+    "lookback-float": dict(len_lookback_buffer=1.5),
+    "lookback-bool": dict(len_lookback_buffer=True),
+    "lookback-str": dict(len_lookback_buffer="x"),
+    "lookback-none": dict(len_lookback_buffer=None),
+    "t_started-str": dict(t_started="5"),
+    "empty-extras": dict(extra_model_outputs={}),
+    "empty-infos": dict(infos=[]),
+    "empty-lists": dict(observations=[], actions=[], rewards=[]),
+    "everything": dict(observation_space=BOX, action_space=DISCRETE, terminated=False,
+                       truncated=False, t_started=2, len_lookback_buffer="auto",
+                       agent_id="a", module_id="m", multi_agent_episode_id="ma"),
+}
+# Deliberate differences (see the differences files): a negative lookback
+# raises ValueError here; t_started is a 64-bit int (OverflowError beyond,
+# TypeError for a float, which RLlib keeps).
+OURS_ONLY = {
+    "lookback-negative": dict(len_lookback_buffer=-1),
+    "t_started-huge": dict(t_started=2**63),
+    "t_started-float": dict(t_started=2.0),
+}
+
+
+def outcome(make):
+    """(episode, None) or (None, the exception's class and message)."""
+    try:
+        return make(), None
+    except Exception as e:  # noqa: BLE001 - compared by class and message
+        return None, (type(e), str(e))
+
+
+def full_state(ep):
+    """Everything an episode holds, as comparable plain data."""
+    state = episode_state(ep)
+    for name in ("observations", "actions", "rewards", "infos"):
+        buf = getattr(ep, name)
+        state[name]["class"] = type(buf)
+        state[name]["space"] = buf.space
+        state[name]["space_struct"] = buf.space_struct
+    state["extra_model_outputs"] = (type(ep.extra_model_outputs), state["extra_model_outputs"])
+    for name in ("_observation_space", "_action_space", "_last_added_observation",
+                 "_last_added_infos"):
+        state[name] = getattr(ep, name)
+    for name in ("_start_time", "_last_step_time"):   # (wall-clock: only whether set)
+        state[name] = getattr(ep, name) is None
+    return state
+
+
+def general_path(monkeypatch):
+    """Makes the constructor take its general (Python) path for every call."""
+    monkeypatch.setattr(sae_module, "init_without_data", lambda *args: False)
+
+
+@pytest.mark.parametrize("kwargs", list({**NO_DATA, **OURS_ONLY}.values()),
+                         ids=list({**NO_DATA, **OURS_ONLY}))
+def test_constructor_without_data_is_the_general_path(kwargs, monkeypatch):
+    """The C path builds the very episode the Python path builds (or raises
+    the same error), and both go on alike."""
+    fast, fast_error = outcome(lambda: SingleAgentEpisode(id_="e", **kwargs))
+    with monkeypatch.context() as m:
+        general_path(m)
+        slow, slow_error = outcome(lambda: SingleAgentEpisode(id_="e", **kwargs))
+    assert fast_error == slow_error
+    if fast is None:
+        return
+    compare(full_state(fast), full_state(slow), "constructed")
+    obs = np.full(4, 0.5, np.float32)
+    for label, call in [
+        ("add_env_reset", lambda ep: ep.add_env_reset(obs)),
+        ("add_env_step", lambda ep: ep.add_env_step(obs, 1, 1.0,
+                                                    extra_model_outputs={"vf": 0.5})),
+        ("to_numpy", lambda ep: ep.to_numpy()),
+        ("cut", lambda ep: full_state(ep.cut())),
+    ]:
+        assert outcome(lambda: call(fast))[1] == outcome(lambda: call(slow))[1], label
+        compare(full_state(fast), full_state(slow), f"after {label}")
+
+
+@pytest.mark.rllib
+@pytest.mark.parametrize("kwargs", list(NO_DATA.values()), ids=list(NO_DATA))
+def test_constructor_without_data_matches_rllib(kwargs):
+    twin = EpTwin.new(id_="e", **kwargs)  # same state, or the same exception class
+    if twin is None:
+        return
+    obs = np.full(4, 0.5, np.float32)
+    twin.call("add_env_reset", obs)
+    twin.call("add_env_step", obs, 1, 1.0, extra_model_outputs={"vf": 0.5})
+    if twin.ours.is_reset:  # (to_numpy without observations: a deliberate difference)
+        twin.call("to_numpy")
+    twin.call("get_observations", -1)
+    twin.call("cut")
+
+
+def test_constructor_without_data_skips_the_buffers_init(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise RuntimeError("InfiniteLookbackBuffer.__init__ was called")
+
+    monkeypatch.setattr(InfiniteLookbackBuffer, "__init__", refuse)
+    ep = SingleAgentEpisode(observation_space=BOX, action_space=DISCRETE, t_started=3)
+    assert type(ep.observations) is InfiniteLookbackBuffer and ep.observations.space is BOX
+    assert ep.rewards.space is not None and ep.t == ep.t_started == 3
+    ep.add_env_step(np.zeros(4, np.float32), 1, 1.0, extra_model_outputs={"vf": 0.5})
+    assert type(ep.extra_model_outputs["vf"]) is InfiniteLookbackBuffer
+
 
 # -- ids ------------------------------------------------------------------------------------
 

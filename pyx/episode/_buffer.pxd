@@ -44,3 +44,6 @@ cdef class BufferCore:
                                   object fill)
     cdef bint _fill_plan_matches(self, Column col, object fill)
     cdef bint _make_fill_plan(self, Column col, object fill) except -1
+
+
+cdef BufferCore empty_buffer(type cls, object space, object space_struct)

@@ -22,8 +22,11 @@ from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
 cimport numpy as cnp
 
-from episode._buffer cimport BufferCore
+from episode._buffer cimport BufferCore, empty_buffer
 from episode._column cimport array_bytes
+
+from episode.lookback_buffer import InfiniteLookbackBuffer
+from episode.spaces import base_struct
 
 # The Columns' inline push (inlined here) calls numpy's C-API.
 cnp.import_array()
@@ -42,6 +45,9 @@ cdef inline double now():
 
 cdef object Box = gym.spaces.Box
 cdef object Discrete = gym.spaces.Discrete
+
+# The class of the buffers the core makes (the facade's).
+cdef type Buffer = InfiniteLookbackBuffer
 
 
 # -- episode ids ------------------------------------------------------------------
@@ -500,3 +506,66 @@ def assemble(cls, id_, BufferCore observations, BufferCore infos, BufferCore act
     episode._custom_data = {}
     episode.validate()
     return episode
+
+
+# -- building episodes and buffers without the constructor ----------------------------
+
+
+cdef inline object space_struct(object space):
+    # spaces.base_struct(space), without the call for the usual spaces.
+    if space is None or type(space) is Box or type(space) is Discrete:
+        return space
+    return base_struct(space)
+
+
+def init_without_data(EpisodeCore episode, id_, observations, observation_space, infos,
+                      actions, action_space, rewards, terminated, truncated,
+                      extra_model_outputs, t_started, len_lookback_buffer, agent_id,
+                      module_id, multi_agent_episode_id):
+    """Does what SingleAgentEpisode.__init__ does with these arguments when
+    they hold no data (no observations, infos, actions, rewards or extra
+    model outputs; a plain lookback length and start), and returns True.
+    Returns False, having changed nothing, for any other arguments."""
+    cdef Py_ssize_t start = 0
+    if not (observations is None and infos is None and actions is None and rewards is None
+            and extra_model_outputs is None):
+        return False
+    if not ((type(len_lookback_buffer) is int and len_lookback_buffer >= 0)
+            or (type(len_lookback_buffer) is str and len_lookback_buffer == "auto")):
+        return False
+    if t_started is not None and type(t_started) is not int:
+        return False
+    if not id_:
+        id_ = new_id()
+    if t_started is not None:
+        start = t_started           # OverflowError past 64 bits, as the constructor's
+    episode.id_ = id_
+    episode.agent_id = agent_id
+    episode.module_id = module_id
+    episode.multi_agent_episode_id = multi_agent_episode_id
+    episode.observations = empty_buffer(Buffer, observation_space,
+                                        space_struct(observation_space))
+    episode._observation_space = observation_space
+    episode.infos = empty_buffer(Buffer, None, None)
+    episode.actions = empty_buffer(Buffer, action_space, space_struct(action_space))
+    episode._action_space = action_space
+    episode.rewards = empty_buffer(Buffer, REWARDS_SPACE, REWARDS_SPACE)
+    episode.is_terminated = terminated
+    episode.is_truncated = truncated
+    episode.extra_model_outputs = {}
+    episode.t_started = start
+    episode.t = start
+    episode._custom_data = {}
+    episode.start_time = NAN
+    episode.last_step_time = NAN
+    episode._last_added_observation = None
+    episode.last_infos = None
+    return True
+
+
+def buffer_of(list items):
+    """InfiniteLookbackBuffer(items), without the Python-level __init__."""
+    cdef BufferCore buffer = empty_buffer(Buffer, None, None)
+    for item in items:
+        buffer.push(item)
+    return buffer
