@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import operator
-import time
 from collections import defaultdict
 from typing import Any, Dict, List, Optional, Union
 
@@ -155,40 +154,6 @@ class SingleAgentEpisode(EpisodeCore):
         return type(self)(**kwargs)
 
     # -- building -------------------------------------------------------------
-
-    def add_env_reset(self, observation: Any, infos: Optional[Dict] = None) -> None:
-        """Adds the reset observation (and infos) of a new episode."""
-        if self.is_reset:
-            raise AssertionError("add_env_reset() expects an episode without observations; "
-                                 "this one is already reset")
-        if self.is_done:
-            raise AssertionError("add_env_reset() expects an episode that is not done")
-        if len(self.observations) != 0:
-            raise AssertionError("add_env_reset() expects no observations after the lookback, "
-                                 f"found {len(self.observations)}")
-        if not self.t == self.t_started == 0:
-            raise AssertionError("add_env_reset() expects t == t_started == 0, got "
-                                 f"t={self.t}, t_started={self.t_started}")
-        infos = infos or {}
-        self.observations.append(observation)
-        self.infos.append(infos)
-        self._last_added_observation = observation
-        self._last_added_infos = infos
-        self.validate()
-        self._start_time = time.perf_counter()
-
-    def to_numpy(self) -> "SingleAgentEpisode":
-        """Turns observations, actions, rewards and extra model outputs into
-        numpy arrays (infos stay a list). Returns self."""
-        self.validate()
-        steps = len(self)  # (raises for a state with t before t_started: before any change)
-        self.observations.finalize()
-        if steps > 0:
-            self.actions.finalize()
-            self.rewards.finalize()
-            for buf in self.extra_model_outputs.values():
-                buf.finalize()
-        return self
 
     def concat_episode(self, other: "SingleAgentEpisode") -> None:
         """Appends the next chunk `other` of this episode (as `cut()` made it).

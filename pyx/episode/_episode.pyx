@@ -23,7 +23,7 @@ from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 cimport numpy as cnp
 
 from episode._buffer cimport BufferCore, empty_buffer
-from episode._column cimport array_bytes
+from episode._column cimport Column, array_bytes
 
 from episode.lookback_buffer import InfiniteLookbackBuffer
 from episode.spaces import base_struct
@@ -356,6 +356,43 @@ cdef class EpisodeCore:
         """Number of env steps in this episode chunk (lookback excluded)."""
         return steps(self)
 
+    # -- reset and to_numpy ---------------------------------------------------------
+
+    def add_env_reset(self, observation, infos=None):
+        """Adds the reset observation (and infos) of a new episode."""
+        require_buffers(self)
+        if len(self.observations) > 0:
+            raise AssertionError("add_env_reset() expects an episode without observations; "
+                                 "this one is already reset")
+        if self.is_terminated or self.is_truncated:
+            raise AssertionError("add_env_reset() expects an episode that is not done")
+        if not self.t == self.t_started == 0:
+            raise AssertionError("add_env_reset() expects t == t_started == 0, got "
+                                 f"t={self.t}, t_started={self.t_started}")
+        self.observations.push(observation)
+        if infos:
+            self.infos.push(infos)
+        else:
+            self.infos.push_empty_dict()
+        self._last_added_observation = observation
+        self.last_infos = infos if infos else None
+        self.validate()
+        self.start_time = now()
+
+    def to_numpy(self):
+        """Turns observations, actions, rewards and extra model outputs into
+        numpy arrays (infos stay a list). Returns self."""
+        self.validate()
+        # (Raises for a state with t before t_started: before any change.)
+        cdef Py_ssize_t n = steps(self)
+        finalize(self.observations)
+        if n > 0:
+            finalize(self.actions)
+            finalize(self.rewards)
+            for buf in self.extra_model_outputs.values():
+                finalize(buf)
+        return self
+
     # -- pieces -------------------------------------------------------------------
 
     def cut(self, len_lookback_buffer=0):
@@ -569,3 +606,14 @@ def buffer_of(list items):
     for item in items:
         buffer.push(item)
     return buffer
+
+
+cdef int finalize(object buffer) except -1:
+    """buffer.finalize(), done here for the facade's buffers holding typed rows."""
+    cdef Column col
+    if type(buffer) is Buffer:
+        col = (<BufferCore>buffer)._col
+        if col is not None and (col.finalized or col.finalize()):
+            return 0
+    buffer.finalize()
+    return 0
