@@ -21,6 +21,7 @@ from episode._episode import (
     buffer_of,
     episode_id,
     init_without_data,
+    new_episode,
 )
 from episode.lookback_buffer import InfiniteLookbackBuffer
 from episode.spaces import (
@@ -147,11 +148,6 @@ class SingleAgentEpisode(EpisodeCore):
 
     def _new_buffer(self, items: list) -> InfiniteLookbackBuffer:
         return buffer_of(items)
-
-    def _construct(self, **kwargs) -> "SingleAgentEpisode":
-        # cut()/slice() fall back to the constructor for the shapes it treats
-        # specially (empty infos).
-        return type(self)(**kwargs)
 
     # -- building -------------------------------------------------------------
 
@@ -365,7 +361,7 @@ class SingleAgentEpisode(EpisodeCore):
 
         Raises AssertionError when the state's tracks have inconsistent lengths.
         """
-        episode = SingleAgentEpisode(id_=state["id_"])
+        episode = new_episode(SingleAgentEpisode, state["id_"])
         episode.agent_id = state["agent_id"]
         episode.module_id = state["module_id"]
         episode.multi_agent_episode_id = state["multi_agent_episode_id"]

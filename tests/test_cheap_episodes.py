@@ -204,6 +204,84 @@ def test_ids_are_unique_across_threads():
     assert len(set(ids)) == len(ids) == 16000
 
 
+# -- cut(), slice() and from_state() without the constructor ------------------------------
+
+
+def stepped(steps=3, numpy=False, reset=True):
+    ep = SingleAgentEpisode(id_="ep", observation_space=BOX, action_space=DISCRETE)
+    if reset:
+        ep.add_env_reset(np.zeros(4, np.float32), infos={"reset": True})
+    for i in range(steps):
+        ep.add_env_step(np.full(4, 0.1 * i, np.float32), i % 3, float(i),
+                        infos={"i": i} if i % 2 else None, extra_model_outputs={"vf": 0.5 * i})
+    return ep.to_numpy() if numpy else ep
+
+
+def refuse_constructor(monkeypatch):
+    def refuse(self, *args, **kwargs):
+        raise RuntimeError("SingleAgentEpisode.__init__ was called")
+
+    monkeypatch.setattr(SingleAgentEpisode, "__init__", refuse)
+
+
+@pytest.mark.parametrize("numpy", [False, True], ids=["list", "numpy"])
+def test_pieces_and_states_do_not_call_the_constructor(numpy, monkeypatch):
+    """Built directly, also where the constructor used to be the way (empty
+    infos: an episode that is not reset, an empty or reversed slice)."""
+    episodes = (stepped(3, numpy), stepped(0, numpy, reset=False))
+    refuse_constructor(monkeypatch)
+    for ep in episodes:
+        chunk = ep.cut(len_lookback_buffer=1)
+        assert type(chunk) is SingleAgentEpisode and chunk.id_ == "ep"
+        for sl in (slice(None), slice(1, 2), slice(2, 1), slice(5, 5), slice(-1, -2)):
+            ep.slice(sl)
+            ep.slice(sl, len_lookback_buffer=2)
+        restored = SingleAgentEpisode.from_state(ep.get_state())
+        compare(restored.get_state(), ep.get_state(), "from_state")
+
+
+def test_cut_of_an_episode_that_is_not_reset():
+    ep = stepped(0, reset=False)
+    chunk = ep.cut()
+    assert len(chunk.infos) == len(chunk.observations) == 0 and chunk.infos.lookback == 0
+    chunk.add_env_reset(np.ones(4, np.float32))
+    assert chunk.get_infos() == [{}] and chunk.get_observations(0).tolist() == [1.0] * 4
+
+
+@pytest.mark.rllib
+def test_pieces_with_empty_infos_match_rllib():
+    twin = EpTwin.new(id_="ep", observation_space=BOX, action_space=DISCRETE)
+    for lookback in (0, 2):
+        twin.call("cut", len_lookback_buffer=lookback)
+    twin.call("slice", slice(0, 0))
+    twin.call("slice", slice(0, 0), len_lookback_buffer=1)
+
+
+@pytest.mark.parametrize("id_", ["", None, "kept"])
+def test_from_state_id(id_):
+    ep = SingleAgentEpisode.from_state({**stepped(2).get_state(), "id_": id_})
+    if id_:
+        assert ep.id_ == id_
+    else:
+        check_id(ep.id_)
+
+
+def test_from_state_keeps_its_checks():
+    state = stepped(3).get_state()
+    state["t"] = 7
+    restored = SingleAgentEpisode.from_state(copy.deepcopy(state))   # t is not checked
+    assert restored.t == 7
+    for name in ("actions", "infos"):
+        bad = copy.deepcopy(state)
+        bad[name]["data"] = bad[name]["data"][:-1]
+        with pytest.raises(AssertionError):
+            SingleAgentEpisode.from_state(bad)
+    missing = copy.deepcopy(state)
+    del missing["infos"]["lookback"]
+    with pytest.raises(KeyError):
+        SingleAgentEpisode.from_state(missing)
+
+
 # -- the cached space conversions ------------------------------------------------------------
 
 

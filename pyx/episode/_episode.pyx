@@ -24,6 +24,7 @@ cimport numpy as cnp
 
 from episode._buffer cimport BufferCore, empty_buffer
 from episode._column cimport Column, array_bytes
+from episode._index cimport checked_lookback
 
 from episode.lookback_buffer import InfiniteLookbackBuffer
 from episode.spaces import base_struct
@@ -414,28 +415,23 @@ cdef class EpisodeCore:
         rewards = self.rewards.sub_buffer(rest, False, 0, REWARDS_SPACE)
         n = rewards.len_incl_lookback()          # len_lookback_buffer="auto"
         rewards._lookback = n                    # its own length: in range
+        infos = self.infos.sub_buffer(obs_slice, False, n, None)
+        if infos.len_incl_lookback() == 0:
+            # The constructor's rule (RLlib's cut goes through it): no infos
+            # given, one empty dict per observation given.
+            infos = empty_dicts(len(self.get_observations(obs_slice)), n)
         episode = assemble(
             type(self), self.id_,
             self.observations.sub_buffer(obs_slice, False, n, self._observation_space),
-            self.infos.sub_buffer(obs_slice, False, n, None),
+            infos,
             self.actions.sub_buffer(rest, False, n, self._action_space),
             rewards,
             {k: as_buffer(v).sub_buffer(rest, False, n, None)
              for k, v in self.extra_model_outputs.items()},
             False, False, self.t,
         )
-        if episode is None:
-            episode = self._construct(
-                id_=self.id_, observations=self.get_observations(obs_slice),
-                observation_space=self._observation_space, infos=self.get_infos(obs_slice),
-                actions=self.get_actions(rest), action_space=self._action_space,
-                rewards=self.get_rewards(rest),
-                extra_model_outputs={k: self.get_extra_model_outputs(k, rest)
-                                     for k in self.extra_model_outputs},
-                t_started=self.t, len_lookback_buffer="auto")
-        else:
-            episode._observation_space = self._observation_space
-            episode._action_space = self._action_space
+        episode._observation_space = self._observation_space
+        episode._action_space = self._action_space
         episode._custom_data = copy.deepcopy(self._custom_data) if self._custom_data else {}
         return episode
 
@@ -451,26 +447,23 @@ cdef class EpisodeCore:
         step = slice_.step if slice_.step is not None else 1
         keep_done = stop == n
         obs_space, action_space = self._observation_space, self._action_space
-        args = (
-            self.id_,
-            _piece(self.observations, start, stop, step, 1, len_lookback_buffer, obs_space),
-            _piece(self.infos, start, stop, step, 1, len_lookback_buffer, None),
-            _piece(self.actions, start, stop, step, 0, len_lookback_buffer, action_space),
-            _piece(self.rewards, start, stop, step, 0, len_lookback_buffer, None),
+        observations = _piece(self.observations, start, stop, step, 1, len_lookback_buffer,
+                              obs_space)
+        infos = _piece(self.infos, start, stop, step, 1, len_lookback_buffer, None)
+        actions = _piece(self.actions, start, stop, step, 0, len_lookback_buffer, action_space)
+        rewards = _piece(self.rewards, start, stop, step, 0, len_lookback_buffer, None)
+        if len(infos) == 0:
+            # The constructor's rule (RLlib's slice goes through it): no infos
+            # after the lookback, one empty dict per observation after it.
+            infos = empty_dicts(len(observations), len(rewards))
+        episode = assemble(
+            type(self), self.id_, observations, infos, actions, rewards,
             {k: _piece(v, start, stop, step, 0, len_lookback_buffer, None)
              for k, v in self.extra_model_outputs.items()},
             self.is_terminated if keep_done else False,
             self.is_truncated if keep_done else False,
             self.t_started + start,
         )
-        episode = assemble(type(self), *args)
-        if episode is None:
-            id_, obs, infos, actions, rewards, extras, term, trunc, t_started = args
-            return self._construct(
-                id_=id_, observations=obs, observation_space=obs_space, infos=infos,
-                actions=actions, action_space=action_space, rewards=rewards,
-                extra_model_outputs=extras, terminated=term, truncated=trunc,
-                t_started=t_started)
         episode._observation_space = obs_space
         episode._action_space = action_space
         return episode
@@ -523,12 +516,9 @@ def assemble(cls, id_, BufferCore observations, BufferCore infos, BufferCore act
              BufferCore rewards, dict extra_model_outputs, terminated, truncated,
              t_started):
     """A new episode of class `cls` from ready buffers, as the constructor
-    would build it, without its Python-level work. Returns None where the
-    constructor does more (empty infos are replaced there)."""
-    cdef EpisodeCore episode
-    if len(infos) == 0:
-        return None
-    episode = EpisodeCore.__new__(cls)
+    would build it from them, without its Python-level work. (Where the
+    constructor would replace empty infos, the caller passes the replacement.)"""
+    cdef EpisodeCore episode = EpisodeCore.__new__(cls)
     episode.id_ = id_
     episode.observations = observations
     episode.infos = infos
@@ -600,11 +590,30 @@ def init_without_data(EpisodeCore episode, id_, observations, observation_space,
     return True
 
 
+def new_episode(cls, id_):
+    """An episode of class `cls` with id `id_` (a new one when `id_` is
+    falsy) and nothing else set, for from_state() to fill in."""
+    cdef EpisodeCore episode = EpisodeCore.__new__(cls)
+    episode.id_ = id_ if id_ else new_id()
+    episode._custom_data = {}
+    return episode
+
+
 def buffer_of(list items):
     """InfiniteLookbackBuffer(items), without the Python-level __init__."""
     cdef BufferCore buffer = empty_buffer(Buffer, None, None)
     for item in items:
         buffer.push(item)
+    return buffer
+
+
+cdef BufferCore empty_dicts(Py_ssize_t count, Py_ssize_t lookback):
+    """InfiniteLookbackBuffer([{}] * count, lookback)."""
+    cdef BufferCore buffer = empty_buffer(Buffer, None, None)
+    cdef Py_ssize_t i
+    for i in range(count):
+        buffer.push_empty_dict()
+    buffer._lookback = checked_lookback(min(lookback, count))
     return buffer
 
 
