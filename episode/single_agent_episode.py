@@ -20,6 +20,8 @@ from episode._episode import (
     EpisodeCore,
     buffer_of,
     episode_id,
+    infos_from_state,
+    infos_state,
     init_without_data,
     new_episode,
 )
@@ -337,7 +339,8 @@ class SingleAgentEpisode(EpisodeCore):
             "observations": self.observations.get_state(),
             "actions": self.actions.get_state(),
             "rewards": self.rewards.get_state(),
-            "infos": self.infos.get_state(),
+            # (With no infos, one shared empty dict stands for all of them.)
+            "infos": infos_state(self.infos),
             # Always a state (RLlib keeps an all-lookback buffer as the object
             # itself, which its from_state() cannot read).
             "extra_model_outputs": {k: v.get_state()
@@ -368,7 +371,7 @@ class SingleAgentEpisode(EpisodeCore):
         episode.observations = InfiniteLookbackBuffer.from_state(state["observations"])
         episode.actions = InfiniteLookbackBuffer.from_state(state["actions"])
         episode.rewards = InfiniteLookbackBuffer.from_state(state["rewards"])
-        episode.infos = InfiniteLookbackBuffer.from_state(state["infos"])
+        episode.infos = infos_from_state(state["infos"])
         factory = functools.partial(InfiniteLookbackBuffer, lookback=episode.observations.lookback)
         episode.extra_model_outputs = defaultdict(factory, {
             k: InfiniteLookbackBuffer.from_state(v) if isinstance(v, dict) else _as_buffer(v, 0)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import os
+import pickle
 import re
 import threading
 import uuid
@@ -280,6 +281,53 @@ def test_from_state_keeps_its_checks():
     del missing["infos"]["lookback"]
     with pytest.raises(KeyError):
         SingleAgentEpisode.from_state(missing)
+
+
+# -- get_state() of infos and arrays ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("numpy", [False, True], ids=["list", "numpy"])
+def test_state_infos_round_trip_to_distinct_dicts(numpy):
+    ep = SingleAgentEpisode(id_="e")
+    ep.add_env_reset(0.0)
+    for i in range(5):
+        ep.add_env_step(float(i), 0, 1.0)
+    if numpy:
+        ep.to_numpy()
+    state = ep.get_state()
+    assert state["infos"] == {"data": [{}] * 6, "lookback": 0, "finalized": False,
+                              "space": None}
+    for restored in (SingleAgentEpisode.from_state(state),
+                     SingleAgentEpisode.from_state(pickle.loads(pickle.dumps(state, 5)))):
+        infos = restored.get_infos()
+        assert infos == [{}] * 6 and len({id(x) for x in infos}) == 6
+        restored.get_infos(0)["written"] = True
+        assert restored.get_infos() == [{}] * 6   # each read is a fresh dict
+        restored.add_env_step(9.0, 0, 1.0, infos={"new": 1})
+        assert restored.get_infos(-1) == {"new": 1} and restored.get_infos(0) == {}
+
+
+def test_state_with_some_infos_keeps_them():
+    ep = stepped(4)
+    infos = ep.get_infos()
+    state = ep.get_state()
+    assert state["infos"]["data"] == [{"reset": True}, {}, {"i": 1}, {}, {"i": 3}] == infos
+    restored = SingleAgentEpisode.from_state(pickle.loads(pickle.dumps(state, 5)))
+    assert restored.get_infos() == infos
+
+
+def test_numpy_state_pickles_arrays_out_of_band():
+    """The numpy'ized tracks of a state pickle as whole buffers (protocol 5)."""
+    ep = stepped(1000, numpy=True)
+    state = ep.get_state()
+    buffers = []
+    data = pickle.dumps(state, protocol=5, buffer_callback=buffers.append)
+    # observations, actions, rewards, vf: each one buffer outside the pickle
+    assert len(buffers) == 4
+    assert sum(memoryview(b).nbytes for b in buffers) == 1001 * 16 + 1000 * (8 + 8 + 8)
+    assert len(data) < 20_000
+    restored = SingleAgentEpisode.from_state(pickle.loads(data, buffers=buffers))
+    compare(restored.get_state(), state, "restored")
 
 
 # -- the cached space conversions ------------------------------------------------------------

@@ -12,7 +12,8 @@ import gymnasium as gym
 import numpy as np
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
-from cpython.dict cimport PyDict_GetItem, PyDict_Next
+from cpython.dict cimport PyDict_GetItem, PyDict_Next, PyDict_Size
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.object cimport PyObject
 from cpython.pyport cimport PY_SSIZE_T_MAX
@@ -23,11 +24,11 @@ from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 cimport numpy as cnp
 
 from episode._buffer cimport BufferCore, empty_buffer
-from episode._column cimport Column, array_bytes
+from episode._column cimport KIND_EMPTY_DICT, Column, array_bytes
 from episode._index cimport checked_lookback
 
 from episode.lookback_buffer import InfiniteLookbackBuffer
-from episode.spaces import base_struct
+from episode.spaces import base_struct, space_from_dict, space_to_dict
 
 # The Columns' inline push (inlined here) calls numpy's C-API.
 cnp.import_array()
@@ -626,3 +627,52 @@ cdef int finalize(object buffer) except -1:
             return 0
     buffer.finalize()
     return 0
+
+
+cdef bint all_empty_dicts(list items):
+    cdef Py_ssize_t i
+    cdef PyObject* item
+    for i in range(PyList_GET_SIZE(items)):
+        item = PyList_GET_ITEM(items, i)
+        if type(<object>item) is not dict or PyDict_Size(<object>item) != 0:
+            return False
+    return True
+
+
+def infos_state(infos):
+    """infos.get_state(). While all infos are empty dicts (stored as a count),
+    the data list holds one empty dict, shared: it pickles as references to
+    one dict, not as thousands of dicts."""
+    cdef Column col
+    if not isinstance(infos, BufferCore):
+        return infos.get_state()
+    col = (<BufferCore>infos)._col
+    if col is None or col.kind != KIND_EMPTY_DICT or col.finalized:
+        return infos.get_state()
+    space = (<BufferCore>infos)._space
+    return {
+        "data": [{}] * col.nrows(),
+        "lookback": (<BufferCore>infos)._lookback,
+        "finalized": False,
+        "space": space_to_dict(space) if space else None,
+    }
+
+
+def infos_from_state(state):
+    """InfiniteLookbackBuffer.from_state(state), step by step, except that a
+    list of empty dicts (the infos of an episode without any) is counted into
+    the buffer instead of appended dict by dict."""
+    cdef BufferCore buffer
+    cdef Py_ssize_t i
+    data = state["data"]
+    if type(data) is not list or not all_empty_dicts(data):
+        return Buffer.from_state(state)
+    buffer = empty_buffer(Buffer, None, None)
+    for i in range(PyList_GET_SIZE(data)):
+        buffer.push_empty_dict()
+    buffer.lookback = state["lookback"]
+    space = state["space"]
+    buffer.space = space_from_dict(space) if space else None
+    if state["finalized"] and not buffer.finalized:
+        buffer.finalize()
+    return buffer
