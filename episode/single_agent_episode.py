@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import functools
 import operator
-import time
-import uuid
 from collections import defaultdict
 from typing import Any, Dict, List, Optional, Union
 
@@ -18,7 +16,15 @@ import gymnasium as gym
 import numpy as np
 
 from episode._episode import REWARDS_SPACE as _REWARDS_SPACE
-from episode._episode import EpisodeCore
+from episode._episode import (
+    EpisodeCore,
+    buffer_of,
+    episode_id,
+    infos_from_state,
+    infos_state,
+    init_without_data,
+    new_episode,
+)
 from episode.lookback_buffer import InfiniteLookbackBuffer
 from episode.spaces import (
     check_same_nesting,
@@ -68,7 +74,7 @@ class SingleAgentEpisode(EpisodeCore):
     take a piece.
 
     Args:
-        id_: Unique id (a new uuid hex when None).
+        id_: Unique id (when empty, a new random one formatted as uuid4().hex).
         observations, infos, actions, rewards: Initial data, as lists or
             InfiniteLookbackBuffers; there is one more observation/info than
             actions/rewards.
@@ -102,7 +108,13 @@ class SingleAgentEpisode(EpisodeCore):
         module_id: Any = None,
         multi_agent_episode_id: Any = None,
     ):
-        self.id_ = id_ or uuid.uuid4().hex
+        # The usual calls (no data) are done in C; the rest below.
+        if init_without_data(self, id_, observations, observation_space, infos, actions,
+                             action_space, rewards, terminated, truncated, extra_model_outputs,
+                             t_started, len_lookback_buffer, agent_id, module_id,
+                             multi_agent_episode_id):
+            return
+        self.id_ = id_ or episode_id()
         self.agent_id = agent_id
         self.module_id = module_id
         self.multi_agent_episode_id = multi_agent_episode_id
@@ -137,48 +149,9 @@ class SingleAgentEpisode(EpisodeCore):
         self.validate()
 
     def _new_buffer(self, items: list) -> InfiniteLookbackBuffer:
-        return InfiniteLookbackBuffer(items)
-
-    def _construct(self, **kwargs) -> "SingleAgentEpisode":
-        # cut()/slice() fall back to the constructor for the shapes it treats
-        # specially (empty infos).
-        return type(self)(**kwargs)
+        return buffer_of(items)
 
     # -- building -------------------------------------------------------------
-
-    def add_env_reset(self, observation: Any, infos: Optional[Dict] = None) -> None:
-        """Adds the reset observation (and infos) of a new episode."""
-        if self.is_reset:
-            raise AssertionError("add_env_reset() expects an episode without observations; "
-                                 "this one is already reset")
-        if self.is_done:
-            raise AssertionError("add_env_reset() expects an episode that is not done")
-        if len(self.observations) != 0:
-            raise AssertionError("add_env_reset() expects no observations after the lookback, "
-                                 f"found {len(self.observations)}")
-        if not self.t == self.t_started == 0:
-            raise AssertionError("add_env_reset() expects t == t_started == 0, got "
-                                 f"t={self.t}, t_started={self.t_started}")
-        infos = infos or {}
-        self.observations.append(observation)
-        self.infos.append(infos)
-        self._last_added_observation = observation
-        self._last_added_infos = infos
-        self.validate()
-        self._start_time = time.perf_counter()
-
-    def to_numpy(self) -> "SingleAgentEpisode":
-        """Turns observations, actions, rewards and extra model outputs into
-        numpy arrays (infos stay a list). Returns self."""
-        self.validate()
-        steps = len(self)  # (raises for a state with t before t_started: before any change)
-        self.observations.finalize()
-        if steps > 0:
-            self.actions.finalize()
-            self.rewards.finalize()
-            for buf in self.extra_model_outputs.values():
-                buf.finalize()
-        return self
 
     def concat_episode(self, other: "SingleAgentEpisode") -> None:
         """Appends the next chunk `other` of this episode (as `cut()` made it).
@@ -366,7 +339,8 @@ class SingleAgentEpisode(EpisodeCore):
             "observations": self.observations.get_state(),
             "actions": self.actions.get_state(),
             "rewards": self.rewards.get_state(),
-            "infos": self.infos.get_state(),
+            # (With no infos, one shared empty dict stands for all of them.)
+            "infos": infos_state(self.infos),
             # Always a state (RLlib keeps an all-lookback buffer as the object
             # itself, which its from_state() cannot read).
             "extra_model_outputs": {k: v.get_state()
@@ -390,14 +364,14 @@ class SingleAgentEpisode(EpisodeCore):
 
         Raises AssertionError when the state's tracks have inconsistent lengths.
         """
-        episode = SingleAgentEpisode(id_=state["id_"])
+        episode = new_episode(SingleAgentEpisode, state["id_"])
         episode.agent_id = state["agent_id"]
         episode.module_id = state["module_id"]
         episode.multi_agent_episode_id = state["multi_agent_episode_id"]
         episode.observations = InfiniteLookbackBuffer.from_state(state["observations"])
         episode.actions = InfiniteLookbackBuffer.from_state(state["actions"])
         episode.rewards = InfiniteLookbackBuffer.from_state(state["rewards"])
-        episode.infos = InfiniteLookbackBuffer.from_state(state["infos"])
+        episode.infos = infos_from_state(state["infos"])
         factory = functools.partial(InfiniteLookbackBuffer, lookback=episode.observations.lookback)
         episode.extra_model_outputs = defaultdict(factory, {
             k: InfiniteLookbackBuffer.from_state(v) if isinstance(v, dict) else _as_buffer(v, 0)

@@ -7,6 +7,7 @@ RLlib-compatible, without importing ray: the same results as RLlib's
 from __future__ import annotations
 
 import base64
+import copy
 import io
 import zlib
 from collections import OrderedDict
@@ -290,6 +291,17 @@ def space_to_dict(space: gym.Space | None) -> dict | None:
     """A JSON-able dict describing `space`, in RLlib's serialization format."""
     if space is None:
         return None
+    key = _to_dict_key(space)
+    if key is not None:
+        d = _TO_DICT.get(key)
+        if d is None:
+            d = _remember(_TO_DICT, key, _space_to_dict(space))
+        # The values are strings and tuples: a shallow copy is a full one.
+        return dict(d)
+    return _space_to_dict(space)
+
+
+def _space_to_dict(space: gym.Space) -> dict:
     if isinstance(space, gym.spaces.Box):
         return {"space": "box", "low": _pack_array(space.low), "high": _pack_array(space.high),
                 "shape": space.shape, "dtype": space.dtype.str}
@@ -323,6 +335,16 @@ def space_from_dict(d: dict | None) -> gym.Space | None:
     """Rebuilds a space from `space_to_dict`'s (or RLlib's) description."""
     if d is None:
         return None
+    key = _from_dict_key(d)
+    if key is not None:
+        plan = _FROM_DICT.get(key)
+        if plan is None:
+            plan = _remember(_FROM_DICT, key, _copy_plan(_space_from_dict(d)))
+        return _copy_space(plan)
+    return _space_from_dict(d)
+
+
+def _space_from_dict(d: dict) -> gym.Space:
     kind = d["space"]
     args = {k: v for k, v in d.items() if k != "space"}
     if "dtype" in args:
@@ -352,6 +374,93 @@ def space_from_dict(d: dict | None) -> gym.Space | None:
             return Simplex(**args)
         return Repeated(space_from_dict(d["child_space"]), max_len=d["max_len"])
     raise ValueError(f"unknown serialized space kind {kind!r}")
+
+
+# -- caching the serialized forms of Box and MultiDiscrete spaces --------------
+#
+# Their descriptions hold arrays as np.save + zlib + base64 text, which costs
+# tens of microseconds each way, and every get_state()/from_state() of an
+# episode converts the same few spaces (its spaces, and the rewards' Box).
+# Both directions are cached, keyed by everything the result depends on, and
+# callers get copies: changing a returned dict or space changes no cached one.
+
+_TO_DICT: dict[tuple, dict] = {}
+_FROM_DICT: dict[tuple, tuple] = {}   # key -> _copy_plan()
+_MAX_CACHED = 256
+
+
+def _remember(cache: dict, key: tuple, value: Any) -> Any:
+    if len(cache) >= _MAX_CACHED:
+        cache.clear()
+    cache[key] = value
+    return value
+
+
+def _array_key(a: np.ndarray) -> tuple:
+    # What np.save writes for `a`: dtype, order, shape and the values' bytes.
+    return (a.dtype, a.shape, bool(np.isfortran(a)), a.tobytes())
+
+
+def _to_dict_key(space: Any) -> tuple | None:
+    """The key of space_to_dict(space) for an exact Box or MultiDiscrete, else None."""
+    t = type(space)
+    if t is gym.spaces.Box:
+        return ("box", space.shape, space.dtype.str, _array_key(space.low),
+                _array_key(space.high))
+    if t is gym.spaces.MultiDiscrete:
+        return ("multi-discrete", space.dtype.str, _array_key(space.nvec))
+    return None
+
+
+_BOX_FIELDS = frozenset(["space", "low", "high", "shape", "dtype"])
+_MULTI_DISCRETE_FIELDS = frozenset(["space", "nvec", "dtype"])
+
+
+def _from_dict_key(d: Any) -> tuple | None:
+    """The key of space_from_dict(d) for a Box or MultiDiscrete description
+    made of exact strs (and a tuple of ints as shape), else None."""
+    if type(d) is not dict:
+        return None
+    kind = d.get("space")
+    if kind == "box" and d.keys() == _BOX_FIELDS:
+        low, high, shape, dtype = d["low"], d["high"], d["shape"], d["dtype"]
+        if (type(low) is str and type(high) is str and type(dtype) is str
+                and type(shape) is tuple and all(type(n) is int for n in shape)):
+            return ("box", low, high, shape, dtype)
+    elif kind == "multi-discrete" and d.keys() == _MULTI_DISCRETE_FIELDS:
+        nvec, dtype = d["nvec"], d["dtype"]
+        if type(nvec) is str and type(dtype) is str:
+            return ("multi-discrete", nvec, dtype)
+    return None
+
+
+# Attribute types a copy of a space may share with it: immutable ones.
+_SHARED_TYPES = (type(None), bool, int, float, str, tuple, np.dtype, np.generic)
+
+
+def _copy_plan(space: gym.Space) -> tuple:
+    """(space, names of its array attributes), or (space, None) when it has
+    attributes of other mutable types (a copy then needs deepcopy)."""
+    arrays = []
+    for name, value in vars(space).items():
+        if type(value) is np.ndarray:
+            arrays.append(name)
+        elif not isinstance(value, _SHARED_TYPES):
+            return space, None
+    return space, tuple(arrays)
+
+
+def _copy_space(plan: tuple) -> gym.Space:
+    """A copy of a cached space that shares none of its mutable parts."""
+    space, arrays = plan
+    if arrays is None:
+        return copy.deepcopy(space)
+    fields = dict(vars(space))
+    for name in arrays:
+        fields[name] = fields[name].copy()
+    new = object.__new__(type(space))
+    new.__dict__ = fields
+    return new
 
 
 # -- pickling spaces by description ---------------------------------------------

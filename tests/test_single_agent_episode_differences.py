@@ -426,6 +426,46 @@ def test_rllib_empty_infos_are_the_stored_dicts():
     assert ep.get_infos(2) == {"written": True}
 
 
+@pytest.mark.parametrize("mode", ["list", "numpy"])
+def test_state_of_all_empty_infos_is_one_shared_dict(mode):
+    """While all infos are empty, the infos data of get_state() lists one empty
+    dict once per step (it pickles as references to that dict, not as one dict
+    per step); it is a new list, not the episode's. from_state() of it gives
+    distinct dicts again."""
+    ep = infos_history("empty")
+    if mode == "numpy":
+        ep.to_numpy()
+    state = ep.get_state()
+    data = state["infos"]["data"]
+    assert type(data) is list and data == [{}] * 5
+    assert all(info is data[0] for info in data)
+    data[0]["written"] = True               # shows in every entry of the state ...
+    assert data[4] == {"written": True}
+    assert ep.get_infos() == [{}] * 5       # ... not in the episode
+    data[0].clear()
+    for restored in (SingleAgentEpisode.from_state(state),
+                     SingleAgentEpisode.from_state(pickle.loads(pickle.dumps(state, 5)))):
+        infos = restored.get_infos()
+        assert infos == [{}] * 5 and len({id(info) for info in infos}) == 5
+    assert ep.get_state()["infos"]["data"][0] is not data[0]   # one dict per call
+
+
+@pytest.mark.rllib
+@pytest.mark.parametrize("mode", ["list", "numpy"])
+def test_rllib_state_of_all_empty_infos_is_its_own_list(mode):
+    ep = rllib_episode_class()(id_="i")
+    ep.add_env_reset(box(0))
+    for i, info in enumerate([None, {}, None, {}], 1):
+        ep.add_env_step(box(i), 0, 1.0, infos=info)
+    if mode == "numpy":
+        ep.to_numpy()
+    data = ep.get_state()["infos"]["data"]
+    assert data == [{}] * 5 and len({id(info) for info in data}) == 5
+    assert data is ep.infos.data
+    data[0]["written"] = True
+    assert ep.get_infos(0) == {"written": True} and data[4] == {}
+
+
 # -- copies on append ---------------------------------------------------------------------
 
 

@@ -75,3 +75,6 @@ cdef class BufferCore:
     cdef object _one_hot_leaves(self, Py_ssize_t first, Py_ssize_t count, Py_ssize_t step,
                                 bint rows, Py_ssize_t left, Py_ssize_t right, double fill_value)
     cdef bint _plan_leaf_spaces(self) except -1
+
+
+cdef BufferCore empty_buffer(type cls, object space, object space_struct)

@@ -663,3 +663,13 @@ cdef inline void repeat_bytes(char* dst, const char* element, Py_ssize_t itemsiz
     while done < nbytes:
         memcpy(dst + done, dst, min(done, nbytes - done))
         done += min(done, nbytes - done)
+
+
+cdef BufferCore empty_buffer(type cls, object space, object space_struct):
+    """An empty list-mode buffer of class `cls` (a BufferCore subclass) with
+    `space` and its struct (spaces.base_struct), as `cls(space=space)` makes
+    it, without the Python-level __init__."""
+    cdef BufferCore buffer = new_buffer(cls)      # its storage: an empty Column
+    buffer._space = space
+    buffer._space_struct = space_struct
+    return buffer

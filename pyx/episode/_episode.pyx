@@ -6,21 +6,29 @@ there to the buffers' C methods. The facade (episode/single_agent_episode.py)
 subclasses it and adds the rest of RLlib's API.
 """
 import copy
+import os
 
 import gymnasium as gym
 import numpy as np
 
-from cpython.dict cimport PyDict_GetItem, PyDict_Next
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
+from cpython.dict cimport PyDict_GetItem, PyDict_Next, PyDict_Size
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.object cimport PyObject
 from cpython.pyport cimport PY_SSIZE_T_MAX
+from cpython.unicode cimport PyUnicode_DecodeASCII
 from libc.math cimport NAN, isnan
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
 cimport numpy as cnp
 
-from episode._buffer cimport BufferCore
-from episode._column cimport array_bytes
+from episode._buffer cimport BufferCore, empty_buffer
+from episode._column cimport KIND_EMPTY_DICT, Column, array_bytes
+from episode._index cimport checked_lookback
+
+from episode.lookback_buffer import InfiniteLookbackBuffer
+from episode.spaces import base_struct, space_from_dict, space_to_dict
 
 # The Columns' inline push (inlined here) calls numpy's C-API.
 cnp.import_array()
@@ -39,6 +47,64 @@ cdef inline double now():
 
 cdef object Box = gym.spaces.Box
 cdef object Discrete = gym.spaces.Discrete
+
+# The class of the buffers the core makes (the facade's).
+cdef type Buffer = InfiniteLookbackBuffer
+
+
+# -- episode ids ------------------------------------------------------------------
+#
+# uuid.uuid4().hex costs about 1.5 us: an os.urandom call and a UUID object
+# per id. The same ids (random bytes from os.urandom, version and variant bits
+# set, 32 lowercase hex digits) come from bytes read a block at a time. A
+# forked child must not hand out the ids left in its parent's block, so it
+# drops the block.
+
+cdef Py_ssize_t ID_BLOCK_BYTES = 16 * 256
+cdef bytes id_block = b""
+cdef Py_ssize_t id_pos = 0
+cdef const char* HEX_DIGITS = b"0123456789abcdef"
+cdef object urandom = os.urandom
+
+
+cdef str new_id():
+    """A fresh id in the format of uuid.uuid4().hex."""
+    global id_block, id_pos
+    cdef const unsigned char* raw
+    cdef char text[32]
+    cdef unsigned char b
+    cdef int i
+    if id_pos > PyBytes_GET_SIZE(id_block) - 16:
+        block = urandom(ID_BLOCK_BYTES)
+        # No Python call from here to the end: no other thread runs in between.
+        id_block = block
+        id_pos = 0
+    raw = <const unsigned char*>PyBytes_AS_STRING(id_block) + id_pos
+    id_pos += 16
+    for i in range(16):
+        b = raw[i]
+        if i == 6:
+            b = (b & 0x0F) | 0x40       # version 4
+        elif i == 8:
+            b = (b & 0x3F) | 0x80       # the RFC 4122 variant
+        text[2 * i] = HEX_DIGITS[b >> 4]
+        text[2 * i + 1] = HEX_DIGITS[b & 0x0F]
+    return PyUnicode_DecodeASCII(text, 32, NULL)
+
+
+def episode_id():
+    """A new episode id: a random hex string formatted as uuid.uuid4().hex."""
+    return new_id()
+
+
+def _drop_id_block():
+    global id_block, id_pos
+    id_block = b""
+    id_pos = 0
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_drop_id_block)
 
 
 ctypedef fused real:
@@ -292,6 +358,43 @@ cdef class EpisodeCore:
         """Number of env steps in this episode chunk (lookback excluded)."""
         return steps(self)
 
+    # -- reset and to_numpy ---------------------------------------------------------
+
+    def add_env_reset(self, observation, infos=None):
+        """Adds the reset observation (and infos) of a new episode."""
+        require_buffers(self)
+        if len(self.observations) > 0:
+            raise AssertionError("add_env_reset() expects an episode without observations; "
+                                 "this one is already reset")
+        if self.is_terminated or self.is_truncated:
+            raise AssertionError("add_env_reset() expects an episode that is not done")
+        if not self.t == self.t_started == 0:
+            raise AssertionError("add_env_reset() expects t == t_started == 0, got "
+                                 f"t={self.t}, t_started={self.t_started}")
+        self.observations.push(observation)
+        if infos:
+            self.infos.push(infos)
+        else:
+            self.infos.push_empty_dict()
+        self._last_added_observation = observation
+        self.last_infos = infos if infos else None
+        self.validate()
+        self.start_time = now()
+
+    def to_numpy(self):
+        """Turns observations, actions, rewards and extra model outputs into
+        numpy arrays (infos stay a list). Returns self."""
+        self.validate()
+        # (Raises for a state with t before t_started: before any change.)
+        cdef Py_ssize_t n = steps(self)
+        finalize(self.observations)
+        if n > 0:
+            finalize(self.actions)
+            finalize(self.rewards)
+            for buf in self.extra_model_outputs.values():
+                finalize(buf)
+        return self
+
     # -- pieces -------------------------------------------------------------------
 
     def cut(self, len_lookback_buffer=0):
@@ -313,28 +416,23 @@ cdef class EpisodeCore:
         rewards = self.rewards.sub_buffer(rest, False, 0, REWARDS_SPACE)
         n = rewards.len_incl_lookback()          # len_lookback_buffer="auto"
         rewards._lookback = n                    # its own length: in range
+        infos = self.infos.sub_buffer(obs_slice, False, n, None)
+        if infos.len_incl_lookback() == 0:
+            # The constructor's rule (RLlib's cut goes through it): no infos
+            # given, one empty dict per observation given.
+            infos = empty_dicts(len(self.get_observations(obs_slice)), n)
         episode = assemble(
             type(self), self.id_,
             self.observations.sub_buffer(obs_slice, False, n, self._observation_space),
-            self.infos.sub_buffer(obs_slice, False, n, None),
+            infos,
             self.actions.sub_buffer(rest, False, n, self._action_space),
             rewards,
             {k: as_buffer(v).sub_buffer(rest, False, n, None)
              for k, v in self.extra_model_outputs.items()},
             False, False, self.t,
         )
-        if episode is None:
-            episode = self._construct(
-                id_=self.id_, observations=self.get_observations(obs_slice),
-                observation_space=self._observation_space, infos=self.get_infos(obs_slice),
-                actions=self.get_actions(rest), action_space=self._action_space,
-                rewards=self.get_rewards(rest),
-                extra_model_outputs={k: self.get_extra_model_outputs(k, rest)
-                                     for k in self.extra_model_outputs},
-                t_started=self.t, len_lookback_buffer="auto")
-        else:
-            episode._observation_space = self._observation_space
-            episode._action_space = self._action_space
+        episode._observation_space = self._observation_space
+        episode._action_space = self._action_space
         episode._custom_data = copy.deepcopy(self._custom_data) if self._custom_data else {}
         return episode
 
@@ -350,26 +448,23 @@ cdef class EpisodeCore:
         step = slice_.step if slice_.step is not None else 1
         keep_done = stop == n
         obs_space, action_space = self._observation_space, self._action_space
-        args = (
-            self.id_,
-            _piece(self.observations, start, stop, step, 1, len_lookback_buffer, obs_space),
-            _piece(self.infos, start, stop, step, 1, len_lookback_buffer, None),
-            _piece(self.actions, start, stop, step, 0, len_lookback_buffer, action_space),
-            _piece(self.rewards, start, stop, step, 0, len_lookback_buffer, None),
+        observations = _piece(self.observations, start, stop, step, 1, len_lookback_buffer,
+                              obs_space)
+        infos = _piece(self.infos, start, stop, step, 1, len_lookback_buffer, None)
+        actions = _piece(self.actions, start, stop, step, 0, len_lookback_buffer, action_space)
+        rewards = _piece(self.rewards, start, stop, step, 0, len_lookback_buffer, None)
+        if len(infos) == 0:
+            # The constructor's rule (RLlib's slice goes through it): no infos
+            # after the lookback, one empty dict per observation after it.
+            infos = empty_dicts(len(observations), len(rewards))
+        episode = assemble(
+            type(self), self.id_, observations, infos, actions, rewards,
             {k: _piece(v, start, stop, step, 0, len_lookback_buffer, None)
              for k, v in self.extra_model_outputs.items()},
             self.is_terminated if keep_done else False,
             self.is_truncated if keep_done else False,
             self.t_started + start,
         )
-        episode = assemble(type(self), *args)
-        if episode is None:
-            id_, obs, infos, actions, rewards, extras, term, trunc, t_started = args
-            return self._construct(
-                id_=id_, observations=obs, observation_space=obs_space, infos=infos,
-                actions=actions, action_space=action_space, rewards=rewards,
-                extra_model_outputs=extras, terminated=term, truncated=trunc,
-                t_started=t_started)
         episode._observation_space = obs_space
         episode._action_space = action_space
         return episode
@@ -422,12 +517,9 @@ def assemble(cls, id_, BufferCore observations, BufferCore infos, BufferCore act
              BufferCore rewards, dict extra_model_outputs, terminated, truncated,
              t_started):
     """A new episode of class `cls` from ready buffers, as the constructor
-    would build it, without its Python-level work. Returns None where the
-    constructor does more (empty infos are replaced there)."""
-    cdef EpisodeCore episode
-    if len(infos) == 0:
-        return None
-    episode = EpisodeCore.__new__(cls)
+    would build it from them, without its Python-level work. (Where the
+    constructor would replace empty infos, the caller passes the replacement.)"""
+    cdef EpisodeCore episode = EpisodeCore.__new__(cls)
     episode.id_ = id_
     episode.observations = observations
     episode.infos = infos
@@ -442,3 +534,143 @@ def assemble(cls, id_, BufferCore observations, BufferCore infos, BufferCore act
     episode._custom_data = {}
     episode.validate()
     return episode
+
+
+# -- building episodes and buffers without the constructor ----------------------------
+
+
+cdef inline object space_struct(object space):
+    # spaces.base_struct(space), without the call for the usual spaces.
+    if space is None or type(space) is Box or type(space) is Discrete:
+        return space
+    return base_struct(space)
+
+
+def init_without_data(EpisodeCore episode, id_, observations, observation_space, infos,
+                      actions, action_space, rewards, terminated, truncated,
+                      extra_model_outputs, t_started, len_lookback_buffer, agent_id,
+                      module_id, multi_agent_episode_id):
+    """Does what SingleAgentEpisode.__init__ does with these arguments when
+    they hold no data (no observations, infos, actions, rewards or extra
+    model outputs; a plain lookback length and start), and returns True.
+    Returns False, having changed nothing, for any other arguments."""
+    cdef Py_ssize_t start = 0
+    if not (observations is None and infos is None and actions is None and rewards is None
+            and extra_model_outputs is None):
+        return False
+    if not ((type(len_lookback_buffer) is int and len_lookback_buffer >= 0)
+            or (type(len_lookback_buffer) is str and len_lookback_buffer == "auto")):
+        return False
+    if t_started is not None and type(t_started) is not int:
+        return False
+    if not id_:
+        id_ = new_id()
+    if t_started is not None:
+        start = t_started           # OverflowError past 64 bits, as the constructor's
+    episode.id_ = id_
+    episode.agent_id = agent_id
+    episode.module_id = module_id
+    episode.multi_agent_episode_id = multi_agent_episode_id
+    episode.observations = empty_buffer(Buffer, observation_space,
+                                        space_struct(observation_space))
+    episode._observation_space = observation_space
+    episode.infos = empty_buffer(Buffer, None, None)
+    episode.actions = empty_buffer(Buffer, action_space, space_struct(action_space))
+    episode._action_space = action_space
+    episode.rewards = empty_buffer(Buffer, REWARDS_SPACE, REWARDS_SPACE)
+    episode.is_terminated = terminated
+    episode.is_truncated = truncated
+    episode.extra_model_outputs = {}
+    episode.t_started = start
+    episode.t = start
+    episode._custom_data = {}
+    episode.start_time = NAN
+    episode.last_step_time = NAN
+    episode._last_added_observation = None
+    episode.last_infos = None
+    return True
+
+
+def new_episode(cls, id_):
+    """An episode of class `cls` with id `id_` (a new one when `id_` is
+    falsy) and nothing else set, for from_state() to fill in."""
+    cdef EpisodeCore episode = EpisodeCore.__new__(cls)
+    episode.id_ = id_ if id_ else new_id()
+    episode._custom_data = {}
+    return episode
+
+
+def buffer_of(list items):
+    """InfiniteLookbackBuffer(items), without the Python-level __init__."""
+    cdef BufferCore buffer = empty_buffer(Buffer, None, None)
+    for item in items:
+        buffer.push(item)
+    return buffer
+
+
+cdef BufferCore empty_dicts(Py_ssize_t count, Py_ssize_t lookback):
+    """InfiniteLookbackBuffer([{}] * count, lookback)."""
+    cdef BufferCore buffer = empty_buffer(Buffer, None, None)
+    cdef Py_ssize_t i
+    for i in range(count):
+        buffer.push_empty_dict()
+    buffer._lookback = checked_lookback(min(lookback, count))
+    return buffer
+
+
+cdef int finalize(object buffer) except -1:
+    """buffer.finalize(), a C call for our buffers."""
+    if isinstance(buffer, BufferCore):
+        (<BufferCore>buffer).finalize()
+    else:
+        buffer.finalize()
+    return 0
+
+
+cdef bint all_empty_dicts(list items):
+    cdef Py_ssize_t i
+    cdef PyObject* item
+    for i in range(PyList_GET_SIZE(items)):
+        item = PyList_GET_ITEM(items, i)
+        if type(<object>item) is not dict or PyDict_Size(<object>item) != 0:
+            return False
+    return True
+
+
+def infos_state(infos):
+    """infos.get_state(). While all infos are empty dicts (stored as a count),
+    the data list holds one empty dict, shared: it pickles as references to
+    one dict, not as thousands of dicts."""
+    cdef Column col
+    if not isinstance(infos, BufferCore):
+        return infos.get_state()
+    col = (<BufferCore>infos)._col
+    if col is None or col.kind != KIND_EMPTY_DICT or col.finalized:
+        return infos.get_state()
+    space = (<BufferCore>infos)._space
+    return {
+        "data": [{}] * col.nrows(),
+        "lookback": (<BufferCore>infos)._lookback,
+        "finalized": False,
+        "space": space_to_dict(space) if space else None,
+    }
+
+
+def infos_from_state(state):
+    """InfiniteLookbackBuffer.from_state(state), step by step, except that a
+    list of empty dicts (the infos of an episode without any) is counted into
+    the buffer instead of appended dict by dict."""
+    cdef BufferCore buffer
+    cdef Py_ssize_t i
+    data = state["data"]
+    if type(data) is not list or not all_empty_dicts(data):
+        return Buffer.from_state(state)
+    buffer = empty_buffer(Buffer, None, None)
+    for i in range(PyList_GET_SIZE(data)):
+        buffer.push_empty_dict()
+    buffer.lookback = state["lookback"]
+    space = state["space"]
+    buffer.space = space_from_dict(space) if space else None
+    if state["finalized"] and not buffer.finalized:
+        buffer.finalize()
+    return buffer
