@@ -1,4 +1,6 @@
 """Column: the typed growable buffer under every lookback buffer."""
+import sys
+
 import numpy as np
 import pytest
 
@@ -163,3 +165,30 @@ def test_list_mode_growth_reallocs_one_block_unless_a_view_is_held():
     np.testing.assert_array_equal(held[-1], row)
     assert _block_owner(col.view()) is not _block_owner(held)
     np.testing.assert_array_equal(col.view()[:3000], np.tile(row, (3000, 1)))
+
+
+class Float32Subclass(np.float32):
+    pass
+
+
+def test_numpy_scalar_subclass_items_keep_their_type():
+    items = [Float32Subclass(1.5), Float32Subclass(2.5)]
+    col = Column.from_list(items)
+    assert [type(x) for x in col.to_list()] == [Float32Subclass, Float32Subclass]
+    assert col.to_list() == [1.5, 2.5]
+
+
+def test_rows_of_many_dimensions_keep_their_shape():
+    rows = [np.full((1, 2, 1, 3, 2), i, np.int16) for i in range(20)]
+    col = Column.from_list(rows)
+    assert col.is_typed and col.row_shape_tuple == (1, 2, 1, 3, 2)
+    col.finalize()
+    col.append(rows[0])
+    with pytest.raises(ValueError, match="shape"):
+        col.append(np.zeros((1, 2, 1, 3, 3), np.int16))
+    np.testing.assert_array_equal(col.view(), np.stack(rows + rows[:1]))
+
+
+def test_a_column_object_stays_small():
+    # Several per episode: for short episodes their size is most of the memory.
+    assert sys.getsizeof(Column()) <= 192

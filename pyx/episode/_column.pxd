@@ -55,9 +55,14 @@ cdef enum Kind:
 # final: calls between Column methods are direct (and inlinable), not virtual.
 @cython.final
 cdef class Column:
+    # Fields ordered to pack: a Column per data track, several per episode.
     cdef readonly int kind
     cdef readonly bint finalized   # numpy semantics on get/append (after finalize())
     cdef readonly bint row_type_open  # finalized empty with no known row type: the first rows set it
+    cdef int type_num              # numpy type number of the storage
+    cdef int row_ndim
+    cdef bint plain                # native bool/int/uint/float/complex: bytes are the values
+    cdef bint pod                  # storage holds no object references: memcpy is safe
     cdef object array              # ndarray (capacity, *row_shape): the typed storage
     cdef Memory memory             # the block `array` views, when the Column allocated it
     cdef char* data                # array's first byte
@@ -65,14 +70,11 @@ cdef class Column:
     cdef readonly Py_ssize_t capacity  # rows allocated
     cdef Py_ssize_t row_bytes      # bytes per row
     cdef Py_ssize_t itemsize       # bytes per element
-    cdef int type_num              # numpy type number of the storage
     cdef void* descr               # the storage's dtype (borrowed from `array`)
-    cdef bint plain                # native bool/int/uint/float/complex: bytes are the values
-    cdef bint pod                  # storage holds no object references: memcpy is safe
-    cdef int row_ndim
-    cdef cnp.npy_intp row_shape[64]
-    cdef object scalar_type        # exact type of KIND_SCALAR items
+    cdef object scalar_type        # plain storage: its dtype's numpy scalar type (else None)
     cdef list items                # object path storage
+    cdef cnp.npy_intp* row_shape   # row_ndim dims: inline_shape, or a PyMem block for more
+    cdef cnp.npy_intp inline_shape[3]
 
     cdef int _adopt_storage(self, cnp.ndarray arr, Py_ssize_t size) except -1
 
@@ -165,6 +167,7 @@ cdef class Column:
     cdef int _reserve(self, Py_ssize_t rows) except -1
     cdef int _open_row_type(self, cnp.ndarray rows) except -1
     cdef int _grow_list_mode(self, Py_ssize_t new_capacity) except -1
+    cdef int _set_row_shape(self, int ndim, cnp.npy_intp* dims) except -1
     cdef int _to_object_path(self) except -1
     cdef int _check_position(self, Py_ssize_t pos) except -1
     cdef object item(self, Py_ssize_t pos)

@@ -25,7 +25,7 @@ from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_FromLongLong
 from cpython.object cimport PyObject, PyTypeObject
 from cpython.ref cimport Py_INCREF
 from libc.stdint cimport int64_t, SIZE_MAX
-from cpython.mem cimport PyMem_RawFree, PyMem_RawMalloc, PyMem_RawRealloc
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_RawFree, PyMem_RawMalloc, PyMem_RawRealloc
 from libc.string cimport memcpy, memmove
 
 cdef extern from "Python.h":
@@ -133,6 +133,11 @@ cdef class Column:
         self.data = NULL
         self.size = 0
         self.capacity = 0
+        self.row_shape = self.inline_shape
+
+    def __dealloc__(self):
+        if self.row_shape != self.inline_shape:
+            PyMem_Free(self.row_shape)
 
     # -- construction ---------------------------------------------------------
 
@@ -182,13 +187,29 @@ cdef class Column:
         self.descr = <void*>cnp.PyArray_DESCR(arr)
         self.plain = is_plain_numeric(arr.dtype)
         self.pod = not PyDataType_REFCHK(cnp.PyArray_DESCR(arr))
-        self.row_ndim = cnp.PyArray_NDIM(arr) - 1
-        for i in range(self.row_ndim):
-            self.row_shape[i] = cnp.PyArray_DIMS(arr)[i + 1]
+        self._set_row_shape(cnp.PyArray_NDIM(arr) - 1, cnp.PyArray_DIMS(arr) + 1)
+        self.scalar_type = arr.dtype.type if self.plain else None
         self.itemsize = cnp.PyArray_ITEMSIZE(arr)
         self.row_bytes = self.itemsize
         for i in range(self.row_ndim):
             self.row_bytes *= self.row_shape[i]
+        return 0
+
+    cdef int _set_row_shape(self, int ndim, cnp.npy_intp* dims) except -1:
+        # A copy, not a pointer into the storage's dims: the C paths must not
+        # depend on an array object staying unchanged.
+        cdef cnp.npy_intp* shape = self.inline_shape
+        cdef int i
+        if ndim > 3:
+            shape = <cnp.npy_intp*>PyMem_Malloc(ndim * sizeof(cnp.npy_intp))
+            if shape == NULL:
+                raise MemoryError()
+        if self.row_shape != self.inline_shape:
+            PyMem_Free(self.row_shape)
+        for i in range(ndim):
+            shape[i] = dims[i]
+        self.row_shape = shape
+        self.row_ndim = ndim
         return 0
 
     # -- size -----------------------------------------------------------------
@@ -264,9 +285,10 @@ cdef class Column:
                 kind = KIND_OBJECT
             else:
                 kind, dtype = KIND_INT, int64
-        elif isinstance(item, generic_type) and is_plain_numeric(item.dtype):
+        elif isinstance(item, generic_type) and is_plain_numeric(item.dtype) \
+                and t is item.dtype.type:
+            # (Not a subclass: item() gives back the dtype's own scalar type.)
             kind, dtype = KIND_SCALAR, item.dtype
-            self.scalar_type = t
         elif t is ndarray_type and is_plain_numeric((<cnp.ndarray>item).dtype) \
                 and (<cnp.ndarray>item).ndim <= 64:
             arr = <cnp.ndarray>item
@@ -635,7 +657,6 @@ cdef class Column:
         self.check_range(start, stop)
         n = stop - start
         out.kind = self.kind
-        out.scalar_type = self.scalar_type
         if self.kind == KIND_OBJECT:
             out.items = self.items[start:start + n]
         elif self.kind == KIND_EMPTY_DICT:
@@ -741,7 +762,6 @@ def _restore_column(version, kind, finalized, row_type_open, payload):
         if not (arr.flags.writeable and arr.flags.c_contiguous):
             arr = arr.copy()
         col._adopt_storage(arr, len(arr))
-        col.scalar_type = dtype.type if kind == KIND_SCALAR else None
     else:
         raise ValueError(f"corrupt Column state: unknown kind {kind!r}")
     col.kind = kind
