@@ -192,3 +192,47 @@ def test_rows_of_many_dimensions_keep_their_shape():
 def test_a_column_object_stays_small():
     # Several per episode: for short episodes their size is most of the memory.
     assert sys.getsizeof(Column()) <= 192
+
+
+# -- after finalize() -----------------------------------------------------------
+
+@pytest.mark.parametrize("n", [1, 2, 17, 1000, 1025])
+def test_finalize_trims_capacity_to_the_rows_in_use(n):
+    col = Column.from_list([np.full(3, i, np.float32) for i in range(n)])
+    assert col.capacity > n                  # list mode's spare room
+    col.finalize()
+    assert col.capacity == n
+    np.testing.assert_array_equal(col.view(), np.repeat(np.arange(n, dtype=np.float32), 3)
+                                  .reshape(n, 3))
+
+
+def test_finalize_keeps_capacity_while_a_list_mode_view_is_out():
+    col = Column.from_list([1.0, 2.0, 3.0])
+    view = col.view()
+    col.finalize()                      # would realloc under the view: must not
+    assert col.capacity == 16
+    np.testing.assert_array_equal(view, [1.0, 2.0, 3.0])
+
+
+def test_growth_after_finalize_reallocs_one_block_unless_a_view_is_held():
+    col = Column.from_list([np.zeros(4, np.float32)])
+    col.finalize()
+    row = np.ones(4, np.float32)
+    owners = set()
+    for i in range(3000):
+        col.append(row)
+        if i % 100 == 0:
+            view = col.view()
+            # No reference kept: a held owner would be a user of the block.
+            # A copy would make a new owner while the old one still lives.
+            owners.add(id(_block_owner(view)))
+            del view
+    assert len(owners) == 1                 # realloc'd in place, never re-allocated
+    held = col.view()
+    first = col.get(0)
+    for _ in range(5000):                   # grows while a view is held: must copy
+        col.append(row + 1)
+    assert _block_owner(col.view()) is not _block_owner(held)
+    np.testing.assert_array_equal(held, np.vstack([np.zeros((1, 4)), np.ones((3000, 4))]))
+    np.testing.assert_array_equal(first, np.zeros(4))
+    np.testing.assert_array_equal(col.view()[3001:], np.full((5000, 4), 2.0))

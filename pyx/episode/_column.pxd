@@ -166,7 +166,9 @@ cdef class Column:
     cdef int _start_typed(self, object item) except -1
     cdef int _reserve(self, Py_ssize_t rows) except -1
     cdef int _open_row_type(self, cnp.ndarray rows) except -1
-    cdef int _grow_list_mode(self, Py_ssize_t new_capacity) except -1
+    cdef bint _owns_block(self) noexcept
+    cdef int _resize(self, Py_ssize_t new_capacity) except -1
+    cdef int _retype(self, object dtype) except -1
     cdef int _set_row_shape(self, int ndim, cnp.npy_intp* dims) except -1
     cdef int _to_object_path(self) except -1
     cdef int _check_position(self, Py_ssize_t pos) except -1

@@ -339,7 +339,7 @@ cdef class Column:
         self.check_row(x)
         dtype = np.result_type(self.array.dtype, x.dtype)
         if dtype != self.array.dtype:
-            self._adopt_storage(self.array.astype(dtype), self.size)
+            self._retype(dtype)
         # Slice assignment casts as np.concatenate does (int64 -> Python int in
         # an object column) and stores a 0-d item as its element.
         self.array[self.size:self.size + 1] = x[None]
@@ -363,7 +363,7 @@ cdef class Column:
         k = arr.shape[0]
         dtype = np.result_type(self.array.dtype, arr.dtype)
         if dtype != self.array.dtype:
-            self._adopt_storage(self.array.astype(dtype), self.size)
+            self._retype(dtype)
         self._reserve(k)
         self.array[self.size:self.size + k] = arr
         self.size += k
@@ -410,7 +410,7 @@ cdef class Column:
             )
 
     cdef int _reserve(self, Py_ssize_t rows) except -1:
-        """Makes room for `rows` more rows: capacity doubles, old rows are copied."""
+        """Makes room for `rows` more rows: capacity doubles, old rows are kept."""
         cdef Py_ssize_t needed = self.size + rows
         cdef Py_ssize_t new_capacity
         cdef cnp.ndarray new
@@ -419,44 +419,65 @@ cdef class Column:
         if needed < self.size or self.capacity > (<Py_ssize_t>(SIZE_MAX >> 2)) // max(self.row_bytes, 1):
             raise MemoryError("Column cannot grow any further")
         new_capacity = max(needed, 2 * self.capacity, MIN_CAPACITY)
-        if not self.finalized and self.pod:
-            self._grow_list_mode(new_capacity)
-            return 0
-        new = np.empty((new_capacity,) + self.row_shape_tuple, dtype=self.array.dtype)
         if self.pod:
-            memcpy(array_bytes(new, self.size * self.row_bytes), self.row_ptr(0, self.size),
-                   self.size * self.row_bytes)
-        else:
-            new[:self.size] = self.array[:self.size]
+            return self._resize(new_capacity)
+        # Object references: numpy copies them (and their counts).
+        new = np.empty((new_capacity,) + self.row_shape_tuple, dtype=self.array.dtype)
+        new[:self.size] = self.array[:self.size]
         self._adopt_storage(new, self.size)
         return 0
 
-    cdef int _grow_list_mode(self, Py_ssize_t new_capacity) except -1:
-        """Grows typed storage in list mode. No view of it leaves the Column
-        before finalize(), so when nothing else holds it the block is
-        realloc'd: often in place, never zero-filled (ndarray.resize would)."""
-        cdef Memory memory = self.memory
+    cdef bint _owns_block(self) noexcept:
+        # Nothing but this Column uses its block: the storage array is held
+        # only here, the block only here and by that array (its base). Every
+        # view handed out holds the storage array (its base), so then there
+        # is none, and the block may move.
+        return (self.memory is not None and refcount(<PyObject*>self.array) == 1
+                and refcount(<PyObject*>self.memory) == 2)
+
+    cdef int _resize(self, Py_ssize_t new_capacity) except -1:
+        """Moves plain-old-data storage to a block of `new_capacity` rows (at
+        least the rows in use). A block only this Column uses is realloc'd:
+        often in place, never zero-filled (ndarray.resize would). Otherwise
+        the rows are copied to a new block, and views handed out keep the old
+        one, unchanged."""
         cdef size_t nbytes = <size_t>new_capacity * <size_t>self.row_bytes
+        cdef Memory memory
         cdef char* moved
-        cdef cnp.ndarray grown
+        cdef cnp.ndarray resized
         descr = self.array.dtype
-        # Sole owners: the array is held only by this Column, the block only
-        # by this Column, the array (its base) and the local `memory`.
-        if (memory is not None and refcount(<PyObject*>self.array) == 1
-                and refcount(<PyObject*>memory) == 3):
+        if self._owns_block():
+            memory = self.memory
             moved = <char*>PyMem_RawRealloc(memory.ptr, nbytes if nbytes else 1)
             if moved == NULL:
                 raise MemoryError("Column cannot grow any further")
             memory.ptr = moved
             memory.nbytes = nbytes
             self.array = None            # it pointed into the old block
-            grown = memory.as_array(descr, new_capacity, self.row_ndim, self.row_shape)
+            self.data = NULL
+            resized = memory.as_array(descr, new_capacity, self.row_ndim, self.row_shape)
         else:
             memory = Memory.allocate(nbytes)
-            grown = memory.as_array(descr, new_capacity, self.row_ndim, self.row_shape)
-            memcpy(array_bytes(grown, self.size * self.row_bytes), self.row_ptr(0, self.size),
+            resized = memory.as_array(descr, new_capacity, self.row_ndim, self.row_shape)
+            memcpy(array_bytes(resized, self.size * self.row_bytes), self.row_ptr(0, self.size),
                    self.size * self.row_bytes)
-        self._adopt_storage(grown, self.size)
+        self._adopt_storage(resized, self.size)
+        self.memory = memory
+        return 0
+
+    cdef int _retype(self, object dtype) except -1:
+        """Storage of `dtype` (same capacity) holding the rows in use, cast as
+        numpy casts them; the old storage stays with views handed out."""
+        cdef Memory memory = None
+        cdef cnp.dtype descr = <cnp.dtype>dtype
+        cdef Py_ssize_t n = self.capacity
+        if PyDataType_REFCHK(<cnp.PyArray_Descr*>descr):
+            new = np.empty((n,) + self.row_shape_tuple, dtype=dtype)
+        else:
+            memory = Memory.allocate(<size_t>n * descr.itemsize * _product(self.row_shape_tuple))
+            new = memory.as_array(descr, n, self.row_ndim, self.row_shape)
+        new[:self.size] = self.array[:self.size]
+        self._adopt_storage(new, self.size)
         self.memory = memory
         return 0
 
@@ -633,11 +654,15 @@ cdef class Column:
 
     def finalize(self):
         """Switches to numpy semantics. Returns False if the caller must batch
-        the items itself (object path); the typed path costs nothing here."""
+        the items itself (object path). The typed path copies nothing: its
+        block is realloc'd down to the rows in use (spare capacity would
+        otherwise stay with the finalized data for good)."""
         if self.kind == KIND_OBJECT:
             return False
         if self.kind == KIND_EMPTY or self.kind == KIND_EMPTY_DICT:
             return False
+        if self.capacity > self.size and self._owns_block():
+            self._resize(self.size)
         self.finalized = True
         return True
 
