@@ -1,5 +1,6 @@
 """Column: the typed growable buffer under every lookback buffer."""
 import sys
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -196,6 +197,86 @@ def test_a_column_object_stays_small():
 
 # -- after finalize() -----------------------------------------------------------
 
+# One value per numeric kind, each with the extremes of its type: a typed
+# append that wrote the wrong width, sign or slot would change them.
+NUMERIC_KINDS = {
+    "float": [1.5, -1e300],
+    "int": [3, -(2**63)],
+    "bool": [True, False],
+    **{np.dtype(t).name: [np.iinfo(t).max, np.iinfo(t).min]
+       for t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
+                 np.uint64)},
+    "float16": [np.float16(0.099976), np.finfo(np.float16).min],
+    "float32": [np.float32(0.1), np.finfo(np.float32).tiny],
+    "float64": [np.float64(0.1), np.finfo(np.float64).max],
+    "bool_": [np.True_, np.False_],
+    "complex64": [np.complex64(1 - 2j), np.complex64(np.finfo(np.float32).max * 1j)],
+    "complex128": [np.complex128(0.1 + 3j), np.complex128(-1e300)],
+}
+
+
+def _items(kind):
+    first, second = NUMERIC_KINDS[kind]
+    if kind in ("float", "int", "bool"):
+        return [first, second]
+    dtype = {"bool_": np.bool_}.get(kind, kind)
+    return [np.dtype(dtype).type(first), np.dtype(dtype).type(second)]
+
+
+@pytest.mark.parametrize("stored", list(NUMERIC_KINDS))
+@pytest.mark.parametrize("appended", list(NUMERIC_KINDS))
+def test_append_after_finalize_stores_what_numpy_concatenate_gives(stored, appended):
+    """RLlib appends to finalized data with np.concatenate([data, [item]]):
+    the same kind stays in its dtype (the typed path), another kind promotes
+    as numpy does. Dtype and every value must match, the old rows too."""
+    items = _items(stored)
+    col = Column.from_list(items)
+    assert col.finalize() is True
+    expected = np.array(items)
+    for item in _items(appended):
+        expected = np.concatenate([expected, np.asarray(item)[np.newaxis]])
+        col.append(item)
+        assert col.view().dtype == expected.dtype
+        np.testing.assert_array_equal(col.view(), expected, strict=True)
+    # Past the trimmed capacity (the first append grew it) and on.
+    for _ in range(40):
+        item = _items(appended)[0]
+        expected = np.concatenate([expected, np.asarray(item)[np.newaxis]])
+        col.append(item)
+    np.testing.assert_array_equal(col.view(), expected, strict=True)
+
+
+@pytest.mark.parametrize("kind", list(NUMERIC_KINDS))
+def test_typed_append_after_finalize_gives_back_numpy_scalars(kind):
+    items = _items(kind)
+    col = Column.from_list(items[:1])
+    col.finalize()
+    col.append(items[1])
+    got = col.get(-1)
+    dtype = np.array(items).dtype
+    assert type(got) is dtype.type and got == np.array(items)[1]
+
+
+def test_rows_after_finalize_are_copied_in_and_keep_their_bits():
+    col = Column.from_list([np.zeros(4, np.float32)])
+    col.finalize()
+    row = np.array([np.nan, -0.0, np.inf, 1e-45], np.float32)
+    col.append(row)
+    row[:] = 7
+    assert col.view()[1].tobytes() == np.array([np.nan, -0.0, np.inf, 1e-45], np.float32).tobytes()
+
+
+def test_append_after_finalize_of_another_layout_takes_numpys_path():
+    col = Column.from_list([np.zeros(2, np.float32)])
+    col.finalize()
+    col.append(np.ones(2, np.float64))                      # promotes
+    col.append(np.arange(4, dtype=np.float32)[::2])         # not contiguous
+    col.append(np.array([5, 6], np.int64).astype(">i8"))    # byte-swapped
+    col.append([7, 8])                                      # a list
+    assert col.view().dtype == np.float64
+    np.testing.assert_array_equal(col.view(), [[0, 0], [1, 1], [0, 2], [5, 6], [7, 8]])
+
+
 @pytest.mark.parametrize("n", [1, 2, 17, 1000, 1025])
 def test_finalize_trims_capacity_to_the_rows_in_use(n):
     col = Column.from_list([np.full(3, i, np.float32) for i in range(n)])
@@ -236,3 +317,33 @@ def test_growth_after_finalize_reallocs_one_block_unless_a_view_is_held():
     np.testing.assert_array_equal(held, np.vstack([np.zeros((1, 4)), np.ones((3000, 4))]))
     np.testing.assert_array_equal(first, np.zeros(4))
     np.testing.assert_array_equal(col.view()[3001:], np.full((5000, 4), 2.0))
+
+
+def _peak_growth(call, items):
+    """Traced bytes at the peak of call(x) for each x in `items`, above what
+    was traced before."""
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        for x in items:
+            call(x)
+        return tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("kind", list(NUMERIC_KINDS))
+def test_same_kind_appends_after_finalize_allocate_nothing(kind):
+    """The typed path writes the item's bytes into the storage; numpy's
+    general path (np.asarray, promotion, slice assignment) allocates
+    temporaries on every append."""
+    items = _items(kind)
+    col = Column.from_list(items)
+    col.finalize()
+    col.append(items[0])               # grows: room for the appends below
+    more = items * 5
+    # The loop itself, calling a method that allocates nothing.
+    assert _peak_growth(col.append, more) == _peak_growth(callable, more)
+    expected = np.array(items + [items[0]] + more)
+    np.testing.assert_array_equal(col.view(), expected, strict=True)

@@ -142,6 +142,46 @@ def test_rss_stays_flat_over_millions_of_appends_after_to_numpy():
     assert max(rss[1:]) - rss[1] < 16 * 2**20, rss
 
 
+def _append_peak(to_numpy):
+    """Traced peak (above the start) of 30 CartPole-sized steps appended to
+    an episode whose storage has room for them, in list mode or after
+    to_numpy()."""
+    rng = np.random.default_rng(3)
+    obs = [row.copy() for row in rng.standard_normal((201, 4)).astype(np.float32)]
+    steps = [(obs[i + 1], i % 2, float(i), {"action_logp": np.float32(-i)})
+             for i in range(200)]
+    episode = SingleAgentEpisode()
+    episode.add_env_reset(obs[0])
+    for o, a, r, x in steps[:100]:
+        episode.add_env_step(o, a, r, extra_model_outputs=x)
+    if to_numpy:
+        episode.to_numpy()
+    # Past 128 rows (list mode's capacity) and 100 (to_numpy() trims to the
+    # rows in use): either way there is room for 190 rows after this.
+    for o, a, r, x in steps[100:160]:
+        episode.add_env_step(o, a, r, extra_model_outputs=x)
+    step = episode.add_env_step
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        for o, a, r, x in steps[160:190]:
+            step(o, a, r, extra_model_outputs=x)
+        peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    np.testing.assert_array_equal(episode.get_extra_model_outputs("action_logp", -1),
+                                  np.float32(-189))
+    return peak
+
+
+def test_steps_after_to_numpy_allocate_no_more_than_in_list_mode():
+    """A step's numbers are written straight into the typed storage in both
+    modes (numpy scalars included): no per-step temporaries, no checks that
+    allocate. numpy's general append path would allocate on every step."""
+    assert _append_peak(to_numpy=True) <= _append_peak(to_numpy=False)
+
+
 def test_views_handed_out_after_to_numpy_survive_the_appends_that_grow_storage():
     """Growth reallocs the storage only when no view of it is out; views the
     getters, slices and cuts handed out keep their rows (the sanitizer run

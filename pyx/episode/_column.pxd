@@ -92,7 +92,8 @@ cdef class Column:
     # module; everything else (growth, first item, a change of type,
     # finalized data) is push_slow's.
     cdef inline int push(self, object item) except -1:
-        if not self.finalized and self.size < self.capacity and self.store_typed(item):
+        if self.size < self.capacity and (self.store_finalized(item) if self.finalized
+                                          else self.store_typed(item)):
             return 0
         return self.push_slow(item)
 
@@ -133,22 +134,82 @@ cdef class Column:
         self.size += 1
         return 1
 
-    cdef inline bint _row_matches(self, cnp.ndarray arr) noexcept:
-        # A C-contiguous row of the column's row shape whose bytes mean what
-        # the storage's bytes mean: the very same dtype, or for plain numbers
-        # the same type, size and (native) byte order. Other dtypes of one
-        # type number (str/bytes widths, structured fields) take numpy's path.
+    cdef inline int store_finalized(self, object item) except -1:
+        # Finalized, room for one row: stores `item` if it is a row that
+        # numpy would store unchanged, without a change of dtype (1): an
+        # ndarray row of the storage's layout, a numpy scalar of its dtype, a
+        # Python float/int/bool in float64/int64/bool storage. 0 for anything
+        # else (numpy's general path).
+        cdef object t = type(item)
+        cdef char* dst
+        cdef int overflow = 0
+        cdef long long value
+        if self.row_type_open:
+            return 0
+        if cnp.PyArray_CheckExact(item):
+            if not (self.pod and self._row_matches(<cnp.ndarray>item)):
+                return 0
+            memcpy(self.row_ptr(self.size, 1), array_bytes(<cnp.ndarray>item, self.row_bytes),
+                   self.row_bytes)
+        elif self.row_ndim != 0 or not self.plain:
+            return 0
+        elif t is self.scalar_type:
+            dst = self.row_ptr(self.size, 1)
+            if CHECKED and cnp.PyArray_DescrFromScalar(item).itemsize != self.itemsize:
+                bytes_out_of_bounds(cnp.PyArray_DescrFromScalar(item).itemsize, self.itemsize)
+            cnp.PyArray_ScalarAsCtype(item, dst)
+        elif t is float:
+            if self.type_num != cnp.NPY_DOUBLE:
+                return 0
+            (<double*>self.row_ptr(self.size, 1))[0] = PyFloat_AS_DOUBLE(item)
+        elif t is int:
+            if self.type_num != cnp.NPY_INT64:
+                return 0
+            value = PyLong_AsLongLongAndOverflow(item, &overflow)
+            if overflow:
+                return 0
+            (<int64_t*>self.row_ptr(self.size, 1))[0] = value
+        elif t is bool:
+            if self.type_num != cnp.NPY_BOOL:
+                return 0
+            (<cnp.npy_bool*>self.row_ptr(self.size, 1))[0] = item is True
+        else:
+            return 0
+        self.size += 1
+        return 1
+
+    cdef inline bint row_fits(self, object row) noexcept:
+        # True when check_row(row) cannot fail: an ndarray of the row shape,
+        # or a number for a Column of scalars (or a row type still open).
+        cdef object t = type(row)
+        if self.row_type_open:
+            return True
+        if cnp.PyArray_CheckExact(row):
+            return self._shape_matches(<cnp.ndarray>row)
+        return self.row_ndim == 0 and (t is float or t is int or t is bool
+                                       or t is self.scalar_type)
+
+    cdef inline bint _shape_matches(self, cnp.ndarray arr) noexcept:
         cdef int i
-        if cnp.PyArray_NDIM(arr) != self.row_ndim or not cnp.PyArray_IS_C_CONTIGUOUS(arr):
-            return False
-        if <void*>cnp.PyArray_DESCR(arr) != self.descr and not (
-                self.plain and cnp.PyArray_TYPE(arr) == self.type_num
-                and cnp.PyArray_ITEMSIZE(arr) == self.itemsize and cnp.PyArray_ISNOTSWAPPED(arr)):
+        if cnp.PyArray_NDIM(arr) != self.row_ndim:
             return False
         for i in range(self.row_ndim):
             if cnp.PyArray_DIMS(arr)[i] != self.row_shape[i]:
                 return False
         return True
+
+    cdef inline bint _row_matches(self, cnp.ndarray arr) noexcept:
+        # A C-contiguous row of the column's row shape whose bytes mean what
+        # the storage's bytes mean: the very same dtype, or for plain numbers
+        # the same type, size and (native) byte order. Other dtypes of one
+        # type number (str/bytes widths, structured fields) take numpy's path.
+        if not cnp.PyArray_IS_C_CONTIGUOUS(arr):
+            return False
+        if <void*>cnp.PyArray_DESCR(arr) != self.descr and not (
+                self.plain and cnp.PyArray_TYPE(arr) == self.type_num
+                and cnp.PyArray_ITEMSIZE(arr) == self.itemsize and cnp.PyArray_ISNOTSWAPPED(arr)):
+            return False
+        return self._shape_matches(arr)
 
     cdef inline Py_ssize_t nrows(self) noexcept:
         # len(self) without a call through the type's slot.

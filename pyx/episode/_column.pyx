@@ -308,32 +308,12 @@ cdef class Column:
         return 0
 
     cdef int _push_array_mode(self, object item) except -1:
-        cdef object t = type(item)
-        cdef int overflow = 0
-        cdef long long value
-        cdef char* dst
         cdef cnp.ndarray x
         if self.row_type_open:
             self._open_row_type(np.asarray(item)[None])
-        if self.size == self.capacity:
-            self._reserve(1)
-        dst = self.row_ptr(self.size, 1)
-        if self.pod:
-            if t is ndarray_type and self._row_matches(<cnp.ndarray>item):
-                memcpy(dst, array_bytes(<cnp.ndarray>item, self.row_bytes), self.row_bytes)
-                self.size += 1
-                return 0
-            if self.row_ndim == 0:
-                if t is float and self.type_num == cnp.NPY_DOUBLE:
-                    (<double*>dst)[0] = PyFloat_AS_DOUBLE(item)
-                    self.size += 1
-                    return 0
-                if t is int and self.type_num == cnp.NPY_INT64:
-                    value = PyLong_AsLongLongAndOverflow(item, &overflow)
-                    if not overflow:
-                        (<int64_t*>dst)[0] = value
-                        self.size += 1
-                        return 0
+        self._reserve(1)
+        if self.store_finalized(item):
+            return 0
         # General case: what np.concatenate([data, [item]]) would give.
         x = np.asarray(item)
         self.check_row(x)
@@ -388,19 +368,7 @@ cdef class Column:
 
     def check_row(self, row):
         """Raises ValueError unless `row` has this (finalized) Column's row shape."""
-        cdef object t = type(row)
-        cdef int i
-        if self.row_type_open:
-            return
-        if t is ndarray_type:
-            if (<cnp.ndarray>row).ndim == self.row_ndim:
-                for i in range(self.row_ndim):
-                    if cnp.PyArray_DIMS(<cnp.ndarray>row)[i] != self.row_shape[i]:
-                        break
-                else:
-                    return
-        elif self.row_ndim == 0 and (t is float or t is int or t is bool
-                                     or isinstance(row, generic_type)):
+        if self.row_fits(row) or (self.row_ndim == 0 and isinstance(row, generic_type)):
             return
         shape = np.shape(row)
         if shape != self.row_shape_tuple:
