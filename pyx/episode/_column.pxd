@@ -16,6 +16,37 @@ cdef extern from *:
     # 1 in the checked build (-DEPISODE_CHECKED=1): raw accesses are bounds-checked.
     const bint CHECKED "EPISODE_CHECKED"
 
+cdef extern from *:
+    """
+    #include <stddef.h>
+    /* Where a numpy scalar of a plain numeric type keeps its value (numpy's
+       public scalar structs, read by PyArrayScalar_VAL); -1 for other types. */
+    static int episode_scalar_offset(int type_num) {
+        switch (type_num) {
+        case NPY_BOOL: return offsetof(PyBoolScalarObject, obval);
+        case NPY_BYTE: return offsetof(PyByteScalarObject, obval);
+        case NPY_UBYTE: return offsetof(PyUByteScalarObject, obval);
+        case NPY_SHORT: return offsetof(PyShortScalarObject, obval);
+        case NPY_USHORT: return offsetof(PyUShortScalarObject, obval);
+        case NPY_INT: return offsetof(PyIntScalarObject, obval);
+        case NPY_UINT: return offsetof(PyUIntScalarObject, obval);
+        case NPY_LONG: return offsetof(PyLongScalarObject, obval);
+        case NPY_ULONG: return offsetof(PyULongScalarObject, obval);
+        case NPY_LONGLONG: return offsetof(PyLongLongScalarObject, obval);
+        case NPY_ULONGLONG: return offsetof(PyULongLongScalarObject, obval);
+        case NPY_HALF: return offsetof(PyHalfScalarObject, obval);
+        case NPY_FLOAT: return offsetof(PyFloatScalarObject, obval);
+        case NPY_DOUBLE: return offsetof(PyDoubleScalarObject, obval);
+        case NPY_LONGDOUBLE: return offsetof(PyLongDoubleScalarObject, obval);
+        case NPY_CFLOAT: return offsetof(PyCFloatScalarObject, obval);
+        case NPY_CDOUBLE: return offsetof(PyCDoubleScalarObject, obval);
+        case NPY_CLONGDOUBLE: return offsetof(PyCLongDoubleScalarObject, obval);
+        default: return -1;
+        }
+    }
+    """
+    int scalar_offset "episode_scalar_offset"(int type_num) noexcept
+
 cdef int rows_out_of_bounds(Py_ssize_t pos, Py_ssize_t count, Py_ssize_t capacity) except -1
 cdef int bytes_out_of_bounds(Py_ssize_t nbytes, Py_ssize_t available) except -1
 
@@ -63,6 +94,7 @@ cdef class Column:
     cdef int row_ndim
     cdef bint plain                # native bool/int/uint/float/complex: bytes are the values
     cdef bint pod                  # storage holds no object references: memcpy is safe
+    cdef int value_offset          # where a scalar of scalar_type keeps its value's bytes
     cdef object array              # ndarray (capacity, *row_shape): the typed storage
     cdef Memory memory             # the block `array` views, when the Column allocated it
     cdef char* data                # array's first byte
@@ -126,9 +158,7 @@ cdef class Column:
         elif self.kind == KIND_SCALAR:
             if t is not self.scalar_type:
                 return 0
-            if CHECKED and cnp.PyArray_DescrFromScalar(item).itemsize != self.itemsize:
-                bytes_out_of_bounds(cnp.PyArray_DescrFromScalar(item).itemsize, self.itemsize)
-            cnp.PyArray_ScalarAsCtype(item, dst)
+            self.copy_scalar(item, dst)
         else:
             return 0
         self.size += 1
@@ -154,10 +184,7 @@ cdef class Column:
         elif self.row_ndim != 0 or not self.plain:
             return 0
         elif t is self.scalar_type:
-            dst = self.row_ptr(self.size, 1)
-            if CHECKED and cnp.PyArray_DescrFromScalar(item).itemsize != self.itemsize:
-                bytes_out_of_bounds(cnp.PyArray_DescrFromScalar(item).itemsize, self.itemsize)
-            cnp.PyArray_ScalarAsCtype(item, dst)
+            self.copy_scalar(item, self.row_ptr(self.size, 1))
         elif t is float:
             if self.type_num != cnp.NPY_DOUBLE:
                 return 0
@@ -177,6 +204,16 @@ cdef class Column:
             return 0
         self.size += 1
         return 1
+
+    cdef inline int copy_scalar(self, object item, char* dst) except -1:
+        # The value of `item`, a numpy scalar of exactly scalar_type, into
+        # `dst`: read where numpy's scalar object keeps it (what
+        # PyArray_ScalarAsCtype does after two lookups).
+        if CHECKED and (cnp.PyArray_DescrFromScalar(item).itemsize != self.itemsize
+                        or self.value_offset < 0):
+            bytes_out_of_bounds(cnp.PyArray_DescrFromScalar(item).itemsize, self.itemsize)
+        memcpy(dst, <char*><void*>item + self.value_offset, self.itemsize)
+        return 0
 
     cdef inline bint row_fits(self, object row) noexcept:
         # True when check_row(row) cannot fail: an ndarray of the row shape,

@@ -188,7 +188,8 @@ cdef class Column:
         self.plain = is_plain_numeric(arr.dtype)
         self.pod = not PyDataType_REFCHK(cnp.PyArray_DESCR(arr))
         self._set_row_shape(cnp.PyArray_NDIM(arr) - 1, cnp.PyArray_DIMS(arr) + 1)
-        self.scalar_type = arr.dtype.type if self.plain else None
+        self.value_offset = scalar_offset(self.type_num) if self.plain else -1
+        self.scalar_type = arr.dtype.type if self.value_offset >= 0 else None
         self.itemsize = cnp.PyArray_ITEMSIZE(arr)
         self.row_bytes = self.itemsize
         for i in range(self.row_ndim):
@@ -588,7 +589,7 @@ cdef class Column:
         elif self.kind == KIND_BOOL and t is bool:
             (<cnp.npy_bool*>dst)[0] = value is True
         elif self.kind == KIND_SCALAR and t is self.scalar_type:
-            cnp.PyArray_ScalarAsCtype(value, dst)
+            self.copy_scalar(value, dst)
         elif self.kind == KIND_INT and t is int:
             v = PyLong_AsLongLongAndOverflow(value, &overflow)
             if overflow:

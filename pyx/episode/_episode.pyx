@@ -10,7 +10,7 @@ import copy
 import gymnasium as gym
 import numpy as np
 
-from cpython.dict cimport PyDict_GetItem, PyDict_GetItemWithError, PyDict_Next
+from cpython.dict cimport PyDict_GetItemWithError, PyDict_Next
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.object cimport PyObject
 from cpython.pyport cimport PY_SSIZE_T_MAX
@@ -214,7 +214,7 @@ cdef class EpisodeCore:
                 # PyDict_Next and C lookups: no Python-level calls per key.
                 pos = 0
                 while PyDict_Next(extra_model_outputs, &pos, &key_ptr, &value_ptr):
-                    found = PyDict_GetItem(outputs, <object>key_ptr)
+                    found = PyDict_GetItemWithError(outputs, <object>key_ptr)
                     if found is NULL:
                         outputs[<object>key_ptr] = self._new_buffer([<object>value_ptr])
                     else:
