@@ -140,6 +140,16 @@ def test_public_methods_check_positions_before_touching_memory():
     assert col.to_list() == [1.0, 2.0]
 
 
+
+def test_extend_from_none_raises_type_error():
+    # A None typed as a Column once reached the C method with None's memory.
+    col = Column.from_list([1.0, 2.0])
+    for start, stop in ((0, 100), (0, 0), (10**6, 10**6 + 2)):
+        with pytest.raises(TypeError):
+            col.extend_from(None, start, stop)
+    assert col.to_list() == [1.0, 2.0]
+
+
 def _block_owner(array):
     # The object that owns the memory an array views (numpy's base chain ends there).
     while isinstance(array, np.ndarray):

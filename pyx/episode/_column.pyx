@@ -673,7 +673,7 @@ cdef class Column:
         out.finalized = True
         return out
 
-    def extend_from(self, Column other, Py_ssize_t start, Py_ssize_t stop):
+    def extend_from(self, Column other not None, Py_ssize_t start, Py_ssize_t stop):
         """Appends rows [start, stop) of `other`: one block copy when both hold
         the same kind of typed rows, item by item otherwise."""
         cdef Py_ssize_t n, i
