@@ -120,6 +120,8 @@ def _rss_bytes():
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="needs /proc")
+@pytest.mark.skipif("libasan" in os.environ.get("LD_PRELOAD", ""),
+                    reason="AddressSanitizer keeps freed blocks in its quarantine")
 def test_rss_stays_flat_over_millions_of_appends_after_to_numpy():
     """Each round: a numpy'ized episode grows by a million steps, then is
     dropped. Blocks left behind by growth would add up round after round."""
