@@ -1,4 +1,7 @@
 """Column: the typed growable buffer under every lookback buffer."""
+import sys
+import tracemalloc
+
 import numpy as np
 import pytest
 
@@ -137,6 +140,16 @@ def test_public_methods_check_positions_before_touching_memory():
     assert col.to_list() == [1.0, 2.0]
 
 
+
+def test_extend_from_none_raises_type_error():
+    # A None typed as a Column once reached the C method with None's memory.
+    col = Column.from_list([1.0, 2.0])
+    for start, stop in ((0, 100), (0, 0), (10**6, 10**6 + 2)):
+        with pytest.raises(TypeError):
+            col.extend_from(None, start, stop)
+    assert col.to_list() == [1.0, 2.0]
+
+
 def _block_owner(array):
     # The object that owns the memory an array views (numpy's base chain ends there).
     while isinstance(array, np.ndarray):
@@ -163,3 +176,184 @@ def test_list_mode_growth_reallocs_one_block_unless_a_view_is_held():
     np.testing.assert_array_equal(held[-1], row)
     assert _block_owner(col.view()) is not _block_owner(held)
     np.testing.assert_array_equal(col.view()[:3000], np.tile(row, (3000, 1)))
+
+
+class Float32Subclass(np.float32):
+    pass
+
+
+def test_numpy_scalar_subclass_items_keep_their_type():
+    items = [Float32Subclass(1.5), Float32Subclass(2.5)]
+    col = Column.from_list(items)
+    assert [type(x) for x in col.to_list()] == [Float32Subclass, Float32Subclass]
+    assert col.to_list() == [1.5, 2.5]
+
+
+def test_rows_of_many_dimensions_keep_their_shape():
+    rows = [np.full((1, 2, 1, 3, 2), i, np.int16) for i in range(20)]
+    col = Column.from_list(rows)
+    assert col.is_typed and col.row_shape_tuple == (1, 2, 1, 3, 2)
+    col.finalize()
+    col.append(rows[0])
+    with pytest.raises(ValueError, match="shape"):
+        col.append(np.zeros((1, 2, 1, 3, 3), np.int16))
+    np.testing.assert_array_equal(col.view(), np.stack(rows + rows[:1]))
+
+
+def test_a_column_object_stays_small():
+    # Several per episode: for short episodes their size is most of the memory.
+    assert sys.getsizeof(Column()) <= 192
+
+
+# -- after finalize() -----------------------------------------------------------
+
+# One value per numeric kind, each with the extremes of its type: a typed
+# append that wrote the wrong width, sign or slot would change them.
+NUMERIC_KINDS = {
+    "float": [1.5, -1e300],
+    "int": [3, -(2**63)],
+    "bool": [True, False],
+    **{np.dtype(t).name: [np.iinfo(t).max, np.iinfo(t).min]
+       for t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
+                 np.uint64)},
+    "float16": [np.float16(0.099976), np.finfo(np.float16).min],
+    "float32": [np.float32(0.1), np.finfo(np.float32).tiny],
+    "float64": [np.float64(0.1), np.finfo(np.float64).max],
+    "bool_": [np.True_, np.False_],
+    "complex64": [np.complex64(1 - 2j), np.complex64(np.finfo(np.float32).max * 1j)],
+    "complex128": [np.complex128(0.1 + 3j), np.complex128(-1e300)],
+}
+
+
+def _items(kind):
+    first, second = NUMERIC_KINDS[kind]
+    if kind in ("float", "int", "bool"):
+        return [first, second]
+    dtype = {"bool_": np.bool_}.get(kind, kind)
+    return [np.dtype(dtype).type(first), np.dtype(dtype).type(second)]
+
+
+@pytest.mark.parametrize("stored", list(NUMERIC_KINDS))
+@pytest.mark.parametrize("appended", list(NUMERIC_KINDS))
+def test_append_after_finalize_stores_what_numpy_concatenate_gives(stored, appended):
+    """RLlib appends to finalized data with np.concatenate([data, [item]]):
+    the same kind stays in its dtype (the typed path), another kind promotes
+    as numpy does. Dtype and every value must match, the old rows too."""
+    items = _items(stored)
+    col = Column.from_list(items)
+    assert col.finalize() is True
+    expected = np.array(items)
+    for item in _items(appended):
+        expected = np.concatenate([expected, np.asarray(item)[np.newaxis]])
+        col.append(item)
+        assert col.view().dtype == expected.dtype
+        np.testing.assert_array_equal(col.view(), expected, strict=True)
+    # Past the trimmed capacity (the first append grew it) and on.
+    for _ in range(40):
+        item = _items(appended)[0]
+        expected = np.concatenate([expected, np.asarray(item)[np.newaxis]])
+        col.append(item)
+    np.testing.assert_array_equal(col.view(), expected, strict=True)
+
+
+@pytest.mark.parametrize("kind", list(NUMERIC_KINDS))
+def test_typed_append_after_finalize_gives_back_numpy_scalars(kind):
+    items = _items(kind)
+    col = Column.from_list(items[:1])
+    col.finalize()
+    col.append(items[1])
+    got = col.get(-1)
+    dtype = np.array(items).dtype
+    assert type(got) is dtype.type and got == np.array(items)[1]
+
+
+def test_rows_after_finalize_are_copied_in_and_keep_their_bits():
+    col = Column.from_list([np.zeros(4, np.float32)])
+    col.finalize()
+    row = np.array([np.nan, -0.0, np.inf, 1e-45], np.float32)
+    col.append(row)
+    row[:] = 7
+    assert col.view()[1].tobytes() == np.array([np.nan, -0.0, np.inf, 1e-45], np.float32).tobytes()
+
+
+def test_append_after_finalize_of_another_layout_takes_numpys_path():
+    col = Column.from_list([np.zeros(2, np.float32)])
+    col.finalize()
+    col.append(np.ones(2, np.float64))                      # promotes
+    col.append(np.arange(4, dtype=np.float32)[::2])         # not contiguous
+    col.append(np.array([5, 6], np.int64).astype(">i8"))    # byte-swapped
+    col.append([7, 8])                                      # a list
+    assert col.view().dtype == np.float64
+    np.testing.assert_array_equal(col.view(), [[0, 0], [1, 1], [0, 2], [5, 6], [7, 8]])
+
+
+@pytest.mark.parametrize("n", [1, 2, 17, 1000, 1025])
+def test_finalize_trims_capacity_to_the_rows_in_use(n):
+    col = Column.from_list([np.full(3, i, np.float32) for i in range(n)])
+    assert col.capacity > n                  # list mode's spare room
+    col.finalize()
+    assert col.capacity == n
+    np.testing.assert_array_equal(col.view(), np.repeat(np.arange(n, dtype=np.float32), 3)
+                                  .reshape(n, 3))
+
+
+def test_finalize_keeps_capacity_while_a_list_mode_view_is_out():
+    col = Column.from_list([1.0, 2.0, 3.0])
+    view = col.view()
+    col.finalize()                      # would realloc under the view: must not
+    assert col.capacity == 16
+    np.testing.assert_array_equal(view, [1.0, 2.0, 3.0])
+
+
+def test_growth_after_finalize_reallocs_one_block_unless_a_view_is_held():
+    col = Column.from_list([np.zeros(4, np.float32)])
+    col.finalize()
+    row = np.ones(4, np.float32)
+    owners = set()
+    for i in range(3000):
+        col.append(row)
+        if i % 100 == 0:
+            view = col.view()
+            # No reference kept: a held owner would be a user of the block.
+            # A copy would make a new owner while the old one still lives.
+            owners.add(id(_block_owner(view)))
+            del view
+    assert len(owners) == 1                 # realloc'd in place, never re-allocated
+    held = col.view()
+    first = col.get(0)
+    for _ in range(5000):                   # grows while a view is held: must copy
+        col.append(row + 1)
+    assert _block_owner(col.view()) is not _block_owner(held)
+    np.testing.assert_array_equal(held, np.vstack([np.zeros((1, 4)), np.ones((3000, 4))]))
+    np.testing.assert_array_equal(first, np.zeros(4))
+    np.testing.assert_array_equal(col.view()[3001:], np.full((5000, 4), 2.0))
+
+
+def _peak_growth(call, items):
+    """Traced bytes at the peak of call(x) for each x in `items`, above what
+    was traced before."""
+    tracemalloc.start()
+    try:
+        base = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        for x in items:
+            call(x)
+        return tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize("kind", list(NUMERIC_KINDS))
+def test_same_kind_appends_after_finalize_allocate_nothing(kind):
+    """The typed path writes the item's bytes into the storage; numpy's
+    general path (np.asarray, promotion, slice assignment) allocates
+    temporaries on every append."""
+    items = _items(kind)
+    col = Column.from_list(items)
+    col.finalize()
+    col.append(items[0])               # grows: room for the appends below
+    more = items * 5
+    # The loop itself, calling a method that allocates nothing.
+    assert _peak_growth(col.append, more) == _peak_growth(callable, more)
+    expected = np.array(items + [items[0]] + more)
+    np.testing.assert_array_equal(col.view(), expected, strict=True)

@@ -481,16 +481,32 @@ def test_list_mode_data_is_the_live_list():
     assert buf.get() == [9.0, 2.0, 3.0] and len(buf) == 3
 
 
-def test_views_taken_before_an_append_after_finalize_still_share_memory():
+def test_views_of_finalized_data_detach_only_when_an_append_moves_the_rows():
     """RLlib's append after finalize makes a new array (O(n) each time), so
-    views taken earlier detach from the buffer; ours appends in place, so a
-    later set() still shows in them."""
+    every append detaches the views taken before it. Ours appends in place
+    while the storage has room. finalize() leaves none (it trims the storage
+    to the rows in use), so the first append moves the rows and detaches
+    earlier views as RLlib's does; a view taken after it keeps sharing memory
+    with the buffer until the storage grows again."""
     buf = InfiniteLookbackBuffer([1.0, 2.0, 3.0])
     buf.finalize()
-    view = buf.get(slice(0, 2))
+    before = buf.get(slice(0, 2))
     buf.append(4.0)
+    after = buf.get(slice(0, 2))
+    buf.append(5.0)
     buf.set(100.0, at_indices=0)
-    assert view.tolist() == [100.0, 2.0]
+    assert before.tolist() == [1.0, 2.0]
+    assert after.tolist() == [100.0, 2.0]
+
+
+@pytest.mark.rllib
+def test_rllib_append_after_finalize_detaches_every_view():
+    buf = finalized(rllib_buffer_class(), [1.0, 2.0, 3.0])
+    buf.append(4.0)
+    after = buf.get(slice(0, 2))
+    buf.append(5.0)
+    buf.set(100.0, at_indices=0)
+    assert after.tolist() == [1.0, 2.0]
 
 
 def test_lookback_of_finalized_dict_data_is_capped_by_rows_not_keys():

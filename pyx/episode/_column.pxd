@@ -16,6 +16,37 @@ cdef extern from *:
     # 1 in the checked build (-DEPISODE_CHECKED=1): raw accesses are bounds-checked.
     const bint CHECKED "EPISODE_CHECKED"
 
+cdef extern from *:
+    """
+    #include <stddef.h>
+    /* Where a numpy scalar of a plain numeric type keeps its value (numpy's
+       public scalar structs, read by PyArrayScalar_VAL); -1 for other types. */
+    static int episode_scalar_offset(int type_num) {
+        switch (type_num) {
+        case NPY_BOOL: return offsetof(PyBoolScalarObject, obval);
+        case NPY_BYTE: return offsetof(PyByteScalarObject, obval);
+        case NPY_UBYTE: return offsetof(PyUByteScalarObject, obval);
+        case NPY_SHORT: return offsetof(PyShortScalarObject, obval);
+        case NPY_USHORT: return offsetof(PyUShortScalarObject, obval);
+        case NPY_INT: return offsetof(PyIntScalarObject, obval);
+        case NPY_UINT: return offsetof(PyUIntScalarObject, obval);
+        case NPY_LONG: return offsetof(PyLongScalarObject, obval);
+        case NPY_ULONG: return offsetof(PyULongScalarObject, obval);
+        case NPY_LONGLONG: return offsetof(PyLongLongScalarObject, obval);
+        case NPY_ULONGLONG: return offsetof(PyULongLongScalarObject, obval);
+        case NPY_HALF: return offsetof(PyHalfScalarObject, obval);
+        case NPY_FLOAT: return offsetof(PyFloatScalarObject, obval);
+        case NPY_DOUBLE: return offsetof(PyDoubleScalarObject, obval);
+        case NPY_LONGDOUBLE: return offsetof(PyLongDoubleScalarObject, obval);
+        case NPY_CFLOAT: return offsetof(PyCFloatScalarObject, obval);
+        case NPY_CDOUBLE: return offsetof(PyCDoubleScalarObject, obval);
+        case NPY_CLONGDOUBLE: return offsetof(PyCLongDoubleScalarObject, obval);
+        default: return -1;
+        }
+    }
+    """
+    int scalar_offset "episode_scalar_offset"(int type_num) noexcept
+
 cdef int rows_out_of_bounds(Py_ssize_t pos, Py_ssize_t count, Py_ssize_t capacity) except -1
 cdef int bytes_out_of_bounds(Py_ssize_t nbytes, Py_ssize_t available) except -1
 
@@ -55,9 +86,15 @@ cdef enum Kind:
 # final: calls between Column methods are direct (and inlinable), not virtual.
 @cython.final
 cdef class Column:
+    # Fields ordered to pack: a Column per data track, several per episode.
     cdef readonly int kind
     cdef readonly bint finalized   # numpy semantics on get/append (after finalize())
     cdef readonly bint row_type_open  # finalized empty with no known row type: the first rows set it
+    cdef int type_num              # numpy type number of the storage
+    cdef int row_ndim
+    cdef bint plain                # native bool/int/uint/float/complex: bytes are the values
+    cdef bint pod                  # storage holds no object references: memcpy is safe
+    cdef int value_offset          # where a scalar of scalar_type keeps its value's bytes
     cdef object array              # ndarray (capacity, *row_shape): the typed storage
     cdef Memory memory             # the block `array` views, when the Column allocated it
     cdef char* data                # array's first byte
@@ -65,14 +102,11 @@ cdef class Column:
     cdef readonly Py_ssize_t capacity  # rows allocated
     cdef Py_ssize_t row_bytes      # bytes per row
     cdef Py_ssize_t itemsize       # bytes per element
-    cdef int type_num              # numpy type number of the storage
     cdef void* descr               # the storage's dtype (borrowed from `array`)
-    cdef bint plain                # native bool/int/uint/float/complex: bytes are the values
-    cdef bint pod                  # storage holds no object references: memcpy is safe
-    cdef int row_ndim
-    cdef cnp.npy_intp row_shape[64]
-    cdef object scalar_type        # exact type of KIND_SCALAR items
+    cdef object scalar_type        # plain storage: its dtype's numpy scalar type (else None)
     cdef list items                # object path storage
+    cdef cnp.npy_intp* row_shape   # row_ndim dims: inline_shape, or a PyMem block for more
+    cdef cnp.npy_intp inline_shape[3]
 
     cdef int _adopt_storage(self, cnp.ndarray arr, Py_ssize_t size) except -1
 
@@ -90,7 +124,8 @@ cdef class Column:
     # module; everything else (growth, first item, a change of type,
     # finalized data) is push_slow's.
     cdef inline int push(self, object item) except -1:
-        if not self.finalized and self.size < self.capacity and self.store_typed(item):
+        if self.size < self.capacity and (self.store_finalized(item) if self.finalized
+                                          else self.store_typed(item)):
             return 0
         return self.push_slow(item)
 
@@ -123,30 +158,95 @@ cdef class Column:
         elif self.kind == KIND_SCALAR:
             if t is not self.scalar_type:
                 return 0
-            if CHECKED and cnp.PyArray_DescrFromScalar(item).itemsize != self.itemsize:
-                bytes_out_of_bounds(cnp.PyArray_DescrFromScalar(item).itemsize, self.itemsize)
-            cnp.PyArray_ScalarAsCtype(item, dst)
+            self.copy_scalar(item, dst)
         else:
             return 0
         self.size += 1
         return 1
+
+    cdef inline int store_finalized(self, object item) except -1:
+        # Finalized, room for one row: stores `item` if it is a row that
+        # numpy would store unchanged, without a change of dtype (1): an
+        # ndarray row of the storage's layout, a numpy scalar of its dtype, a
+        # Python float/int/bool in float64/int64/bool storage. 0 for anything
+        # else (numpy's general path).
+        cdef object t = type(item)
+        cdef char* dst
+        cdef int overflow = 0
+        cdef long long value
+        if self.row_type_open:
+            return 0
+        if cnp.PyArray_CheckExact(item):
+            if not (self.pod and self._row_matches(<cnp.ndarray>item)):
+                return 0
+            memcpy(self.row_ptr(self.size, 1), array_bytes(<cnp.ndarray>item, self.row_bytes),
+                   self.row_bytes)
+        elif self.row_ndim != 0 or not self.plain:
+            return 0
+        elif t is self.scalar_type:
+            self.copy_scalar(item, self.row_ptr(self.size, 1))
+        elif t is float:
+            if self.type_num != cnp.NPY_DOUBLE:
+                return 0
+            (<double*>self.row_ptr(self.size, 1))[0] = PyFloat_AS_DOUBLE(item)
+        elif t is int:
+            if self.type_num != cnp.NPY_INT64:
+                return 0
+            value = PyLong_AsLongLongAndOverflow(item, &overflow)
+            if overflow:
+                return 0
+            (<int64_t*>self.row_ptr(self.size, 1))[0] = value
+        elif t is bool:
+            if self.type_num != cnp.NPY_BOOL:
+                return 0
+            (<cnp.npy_bool*>self.row_ptr(self.size, 1))[0] = item is True
+        else:
+            return 0
+        self.size += 1
+        return 1
+
+    cdef inline int copy_scalar(self, object item, char* dst) except -1:
+        # The value of `item`, a numpy scalar of exactly scalar_type, into
+        # `dst`: read where numpy's scalar object keeps it (what
+        # PyArray_ScalarAsCtype does after two lookups).
+        if CHECKED and (cnp.PyArray_DescrFromScalar(item).itemsize != self.itemsize
+                        or self.value_offset < 0):
+            bytes_out_of_bounds(cnp.PyArray_DescrFromScalar(item).itemsize, self.itemsize)
+        memcpy(dst, <char*><void*>item + self.value_offset, self.itemsize)
+        return 0
+
+    cdef inline bint row_fits(self, object row) noexcept:
+        # True when check_row(row) cannot fail: an ndarray of the row shape,
+        # or a number for a Column of scalars (or a row type still open).
+        cdef object t = type(row)
+        if self.row_type_open:
+            return True
+        if cnp.PyArray_CheckExact(row):
+            return self._shape_matches(<cnp.ndarray>row)
+        return self.row_ndim == 0 and (t is float or t is int or t is bool
+                                       or t is self.scalar_type)
+
+    cdef inline bint _shape_matches(self, cnp.ndarray arr) noexcept:
+        cdef int i
+        if cnp.PyArray_NDIM(arr) != self.row_ndim:
+            return False
+        for i in range(self.row_ndim):
+            if cnp.PyArray_DIMS(arr)[i] != self.row_shape[i]:
+                return False
+        return True
 
     cdef inline bint _row_matches(self, cnp.ndarray arr) noexcept:
         # A C-contiguous row of the column's row shape whose bytes mean what
         # the storage's bytes mean: the very same dtype, or for plain numbers
         # the same type, size and (native) byte order. Other dtypes of one
         # type number (str/bytes widths, structured fields) take numpy's path.
-        cdef int i
-        if cnp.PyArray_NDIM(arr) != self.row_ndim or not cnp.PyArray_IS_C_CONTIGUOUS(arr):
+        if not cnp.PyArray_IS_C_CONTIGUOUS(arr):
             return False
         if <void*>cnp.PyArray_DESCR(arr) != self.descr and not (
                 self.plain and cnp.PyArray_TYPE(arr) == self.type_num
                 and cnp.PyArray_ITEMSIZE(arr) == self.itemsize and cnp.PyArray_ISNOTSWAPPED(arr)):
             return False
-        for i in range(self.row_ndim):
-            if cnp.PyArray_DIMS(arr)[i] != self.row_shape[i]:
-                return False
-        return True
+        return self._shape_matches(arr)
 
     cdef inline Py_ssize_t nrows(self) noexcept:
         # len(self) without a call through the type's slot.
@@ -164,7 +264,10 @@ cdef class Column:
     cdef int _start_typed(self, object item) except -1
     cdef int _reserve(self, Py_ssize_t rows) except -1
     cdef int _open_row_type(self, cnp.ndarray rows) except -1
-    cdef int _grow_list_mode(self, Py_ssize_t new_capacity) except -1
+    cdef bint _owns_block(self) noexcept
+    cdef int _resize(self, Py_ssize_t new_capacity) except -1
+    cdef int _retype(self, object dtype) except -1
+    cdef int _set_row_shape(self, int ndim, cnp.npy_intp* dims) except -1
     cdef int _to_object_path(self) except -1
     cdef int _check_position(self, Py_ssize_t pos) except -1
     cdef object item(self, Py_ssize_t pos)

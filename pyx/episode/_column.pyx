@@ -25,7 +25,7 @@ from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_FromLongLong
 from cpython.object cimport PyObject, PyTypeObject
 from cpython.ref cimport Py_INCREF
 from libc.stdint cimport int64_t, SIZE_MAX
-from cpython.mem cimport PyMem_RawFree, PyMem_RawMalloc, PyMem_RawRealloc
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_RawFree, PyMem_RawMalloc, PyMem_RawRealloc
 from libc.string cimport memcpy, memmove
 
 cdef extern from "Python.h":
@@ -133,6 +133,11 @@ cdef class Column:
         self.data = NULL
         self.size = 0
         self.capacity = 0
+        self.row_shape = self.inline_shape
+
+    def __dealloc__(self):
+        if self.row_shape != self.inline_shape:
+            PyMem_Free(self.row_shape)
 
     # -- construction ---------------------------------------------------------
 
@@ -182,13 +187,30 @@ cdef class Column:
         self.descr = <void*>cnp.PyArray_DESCR(arr)
         self.plain = is_plain_numeric(arr.dtype)
         self.pod = not PyDataType_REFCHK(cnp.PyArray_DESCR(arr))
-        self.row_ndim = cnp.PyArray_NDIM(arr) - 1
-        for i in range(self.row_ndim):
-            self.row_shape[i] = cnp.PyArray_DIMS(arr)[i + 1]
+        self._set_row_shape(cnp.PyArray_NDIM(arr) - 1, cnp.PyArray_DIMS(arr) + 1)
+        self.value_offset = scalar_offset(self.type_num) if self.plain else -1
+        self.scalar_type = arr.dtype.type if self.value_offset >= 0 else None
         self.itemsize = cnp.PyArray_ITEMSIZE(arr)
         self.row_bytes = self.itemsize
         for i in range(self.row_ndim):
             self.row_bytes *= self.row_shape[i]
+        return 0
+
+    cdef int _set_row_shape(self, int ndim, cnp.npy_intp* dims) except -1:
+        # A copy, not a pointer into the storage's dims: the C paths must not
+        # depend on an array object staying unchanged.
+        cdef cnp.npy_intp* shape = self.inline_shape
+        cdef int i
+        if ndim > 3:
+            shape = <cnp.npy_intp*>PyMem_Malloc(ndim * sizeof(cnp.npy_intp))
+            if shape == NULL:
+                raise MemoryError()
+        if self.row_shape != self.inline_shape:
+            PyMem_Free(self.row_shape)
+        for i in range(ndim):
+            shape[i] = dims[i]
+        self.row_shape = shape
+        self.row_ndim = ndim
         return 0
 
     # -- size -----------------------------------------------------------------
@@ -264,9 +286,10 @@ cdef class Column:
                 kind = KIND_OBJECT
             else:
                 kind, dtype = KIND_INT, int64
-        elif isinstance(item, generic_type) and is_plain_numeric(item.dtype):
+        elif isinstance(item, generic_type) and is_plain_numeric(item.dtype) \
+                and t is item.dtype.type:
+            # (Not a subclass: item() gives back the dtype's own scalar type.)
             kind, dtype = KIND_SCALAR, item.dtype
-            self.scalar_type = t
         elif t is ndarray_type and is_plain_numeric((<cnp.ndarray>item).dtype) \
                 and (<cnp.ndarray>item).ndim <= 64:
             arr = <cnp.ndarray>item
@@ -286,38 +309,18 @@ cdef class Column:
         return 0
 
     cdef int _push_array_mode(self, object item) except -1:
-        cdef object t = type(item)
-        cdef int overflow = 0
-        cdef long long value
-        cdef char* dst
         cdef cnp.ndarray x
         if self.row_type_open:
             self._open_row_type(np.asarray(item)[None])
-        if self.size == self.capacity:
-            self._reserve(1)
-        dst = self.row_ptr(self.size, 1)
-        if self.pod:
-            if t is ndarray_type and self._row_matches(<cnp.ndarray>item):
-                memcpy(dst, array_bytes(<cnp.ndarray>item, self.row_bytes), self.row_bytes)
-                self.size += 1
-                return 0
-            if self.row_ndim == 0:
-                if t is float and self.type_num == cnp.NPY_DOUBLE:
-                    (<double*>dst)[0] = PyFloat_AS_DOUBLE(item)
-                    self.size += 1
-                    return 0
-                if t is int and self.type_num == cnp.NPY_INT64:
-                    value = PyLong_AsLongLongAndOverflow(item, &overflow)
-                    if not overflow:
-                        (<int64_t*>dst)[0] = value
-                        self.size += 1
-                        return 0
+        self._reserve(1)
+        if self.store_finalized(item):
+            return 0
         # General case: what np.concatenate([data, [item]]) would give.
         x = np.asarray(item)
         self.check_row(x)
         dtype = np.result_type(self.array.dtype, x.dtype)
         if dtype != self.array.dtype:
-            self._adopt_storage(self.array.astype(dtype), self.size)
+            self._retype(dtype)
         # Slice assignment casts as np.concatenate does (int64 -> Python int in
         # an object column) and stores a 0-d item as its element.
         self.array[self.size:self.size + 1] = x[None]
@@ -341,7 +344,7 @@ cdef class Column:
         k = arr.shape[0]
         dtype = np.result_type(self.array.dtype, arr.dtype)
         if dtype != self.array.dtype:
-            self._adopt_storage(self.array.astype(dtype), self.size)
+            self._retype(dtype)
         self._reserve(k)
         self.array[self.size:self.size + k] = arr
         self.size += k
@@ -366,19 +369,7 @@ cdef class Column:
 
     def check_row(self, row):
         """Raises ValueError unless `row` has this (finalized) Column's row shape."""
-        cdef object t = type(row)
-        cdef int i
-        if self.row_type_open:
-            return
-        if t is ndarray_type:
-            if (<cnp.ndarray>row).ndim == self.row_ndim:
-                for i in range(self.row_ndim):
-                    if cnp.PyArray_DIMS(<cnp.ndarray>row)[i] != self.row_shape[i]:
-                        break
-                else:
-                    return
-        elif self.row_ndim == 0 and (t is float or t is int or t is bool
-                                     or isinstance(row, generic_type)):
+        if self.row_fits(row) or (self.row_ndim == 0 and isinstance(row, generic_type)):
             return
         shape = np.shape(row)
         if shape != self.row_shape_tuple:
@@ -388,7 +379,7 @@ cdef class Column:
             )
 
     cdef int _reserve(self, Py_ssize_t rows) except -1:
-        """Makes room for `rows` more rows: capacity doubles, old rows are copied."""
+        """Makes room for `rows` more rows: capacity doubles, old rows are kept."""
         cdef Py_ssize_t needed = self.size + rows
         cdef Py_ssize_t new_capacity
         cdef cnp.ndarray new
@@ -397,44 +388,65 @@ cdef class Column:
         if needed < self.size or self.capacity > (<Py_ssize_t>(SIZE_MAX >> 2)) // max(self.row_bytes, 1):
             raise MemoryError("Column cannot grow any further")
         new_capacity = max(needed, 2 * self.capacity, MIN_CAPACITY)
-        if not self.finalized and self.pod:
-            self._grow_list_mode(new_capacity)
-            return 0
-        new = np.empty((new_capacity,) + self.row_shape_tuple, dtype=self.array.dtype)
         if self.pod:
-            memcpy(array_bytes(new, self.size * self.row_bytes), self.row_ptr(0, self.size),
-                   self.size * self.row_bytes)
-        else:
-            new[:self.size] = self.array[:self.size]
+            return self._resize(new_capacity)
+        # Object references: numpy copies them (and their counts).
+        new = np.empty((new_capacity,) + self.row_shape_tuple, dtype=self.array.dtype)
+        new[:self.size] = self.array[:self.size]
         self._adopt_storage(new, self.size)
         return 0
 
-    cdef int _grow_list_mode(self, Py_ssize_t new_capacity) except -1:
-        """Grows typed storage in list mode. No view of it leaves the Column
-        before finalize(), so when nothing else holds it the block is
-        realloc'd: often in place, never zero-filled (ndarray.resize would)."""
-        cdef Memory memory = self.memory
+    cdef bint _owns_block(self) noexcept:
+        # Nothing but this Column uses its block: the storage array is held
+        # only here, the block only here and by that array (its base). Every
+        # view handed out holds the storage array (its base), so then there
+        # is none, and the block may move.
+        return (self.memory is not None and refcount(<PyObject*>self.array) == 1
+                and refcount(<PyObject*>self.memory) == 2)
+
+    cdef int _resize(self, Py_ssize_t new_capacity) except -1:
+        """Moves plain-old-data storage to a block of `new_capacity` rows (at
+        least the rows in use). A block only this Column uses is realloc'd:
+        often in place, never zero-filled (ndarray.resize would). Otherwise
+        the rows are copied to a new block, and views handed out keep the old
+        one, unchanged."""
         cdef size_t nbytes = <size_t>new_capacity * <size_t>self.row_bytes
+        cdef Memory memory
         cdef char* moved
-        cdef cnp.ndarray grown
+        cdef cnp.ndarray resized
         descr = self.array.dtype
-        # Sole owners: the array is held only by this Column, the block only
-        # by this Column, the array (its base) and the local `memory`.
-        if (memory is not None and refcount(<PyObject*>self.array) == 1
-                and refcount(<PyObject*>memory) == 3):
+        if self._owns_block():
+            memory = self.memory
             moved = <char*>PyMem_RawRealloc(memory.ptr, nbytes if nbytes else 1)
             if moved == NULL:
                 raise MemoryError("Column cannot grow any further")
             memory.ptr = moved
             memory.nbytes = nbytes
             self.array = None            # it pointed into the old block
-            grown = memory.as_array(descr, new_capacity, self.row_ndim, self.row_shape)
+            self.data = NULL
+            resized = memory.as_array(descr, new_capacity, self.row_ndim, self.row_shape)
         else:
             memory = Memory.allocate(nbytes)
-            grown = memory.as_array(descr, new_capacity, self.row_ndim, self.row_shape)
-            memcpy(array_bytes(grown, self.size * self.row_bytes), self.row_ptr(0, self.size),
+            resized = memory.as_array(descr, new_capacity, self.row_ndim, self.row_shape)
+            memcpy(array_bytes(resized, self.size * self.row_bytes), self.row_ptr(0, self.size),
                    self.size * self.row_bytes)
-        self._adopt_storage(grown, self.size)
+        self._adopt_storage(resized, self.size)
+        self.memory = memory
+        return 0
+
+    cdef int _retype(self, object dtype) except -1:
+        """Storage of `dtype` (same capacity) holding the rows in use, cast as
+        numpy casts them; the old storage stays with views handed out."""
+        cdef Memory memory = None
+        cdef cnp.dtype descr = <cnp.dtype>dtype
+        cdef Py_ssize_t n = self.capacity
+        if PyDataType_REFCHK(<cnp.PyArray_Descr*>descr):
+            new = np.empty((n,) + self.row_shape_tuple, dtype=dtype)
+        else:
+            memory = Memory.allocate(<size_t>n * descr.itemsize * _product(self.row_shape_tuple))
+            new = memory.as_array(descr, n, self.row_ndim, self.row_shape)
+        new[:self.size] = self.array[:self.size]
+        self._adopt_storage(new, self.size)
         self.memory = memory
         return 0
 
@@ -577,7 +589,7 @@ cdef class Column:
         elif self.kind == KIND_BOOL and t is bool:
             (<cnp.npy_bool*>dst)[0] = value is True
         elif self.kind == KIND_SCALAR and t is self.scalar_type:
-            cnp.PyArray_ScalarAsCtype(value, dst)
+            self.copy_scalar(value, dst)
         elif self.kind == KIND_INT and t is int:
             v = PyLong_AsLongLongAndOverflow(value, &overflow)
             if overflow:
@@ -611,11 +623,15 @@ cdef class Column:
 
     def finalize(self):
         """Switches to numpy semantics. Returns False if the caller must batch
-        the items itself (object path); the typed path costs nothing here."""
+        the items itself (object path). The typed path copies nothing: its
+        block is realloc'd down to the rows in use (spare capacity would
+        otherwise stay with the finalized data for good)."""
         if self.kind == KIND_OBJECT:
             return False
         if self.kind == KIND_EMPTY or self.kind == KIND_EMPTY_DICT:
             return False
+        if self.capacity > self.size and self._owns_block():
+            self._resize(self.size)
         self.finalized = True
         return True
 
@@ -635,7 +651,6 @@ cdef class Column:
         self.check_range(start, stop)
         n = stop - start
         out.kind = self.kind
-        out.scalar_type = self.scalar_type
         if self.kind == KIND_OBJECT:
             out.items = self.items[start:start + n]
         elif self.kind == KIND_EMPTY_DICT:
@@ -658,7 +673,7 @@ cdef class Column:
         out.finalized = True
         return out
 
-    def extend_from(self, Column other, Py_ssize_t start, Py_ssize_t stop):
+    def extend_from(self, Column other not None, Py_ssize_t start, Py_ssize_t stop):
         """Appends rows [start, stop) of `other`: one block copy when both hold
         the same kind of typed rows, item by item otherwise."""
         cdef Py_ssize_t n, i
@@ -741,7 +756,6 @@ def _restore_column(version, kind, finalized, row_type_open, payload):
         if not (arr.flags.writeable and arr.flags.c_contiguous):
             arr = arr.copy()
         col._adopt_storage(arr, len(arr))
-        col.scalar_type = dtype.type if kind == KIND_SCALAR else None
     else:
         raise ValueError(f"corrupt Column state: unknown kind {kind!r}")
     col.kind = kind

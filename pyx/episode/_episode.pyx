@@ -12,7 +12,7 @@ import gymnasium as gym
 import numpy as np
 
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
-from cpython.dict cimport PyDict_GetItem, PyDict_Next, PyDict_Size
+from cpython.dict cimport PyDict_GetItem, PyDict_GetItemWithError, PyDict_Next, PyDict_Size
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.object cimport PyObject
@@ -277,10 +277,10 @@ cdef class EpisodeCore:
         if extra_model_outputs is not None:
             outputs = self.extra_model_outputs
             if type(extra_model_outputs) is dict and isinstance(outputs, dict):
-                # PyDict_Next/PyDict_GetItem: no Python-level calls per key.
+                # PyDict_Next and C lookups: no Python-level calls per key.
                 pos = 0
                 while PyDict_Next(extra_model_outputs, &pos, &key_ptr, &value_ptr):
-                    found = PyDict_GetItem(outputs, <object>key_ptr)
+                    found = PyDict_GetItemWithError(outputs, <object>key_ptr)
                     if found is NULL:
                         outputs[<object>key_ptr] = self._new_buffer([<object>value_ptr])
                     else:
@@ -302,15 +302,42 @@ cdef class EpisodeCore:
     cdef int _check_step(self, object observation, object action, object reward,
                          object extra_model_outputs) except -1:
         # RLlib's order: the appends' own errors (ValueError for a row of the
-        # wrong shape) come before the space checks (AssertionError).
-        self.observations.check_append(observation)
-        self.actions.check_append(action)
-        self.rewards.check_append(reward)
+        # wrong shape) come before the space checks (AssertionError). A row a
+        # finalized Column takes as it is (each step's usual case) needs no
+        # call: what check_append would check, row_fits has said.
+        cdef Py_ssize_t pos = 0
+        cdef PyObject* key_ptr
+        cdef PyObject* value_ptr
+        cdef PyObject* found
+        cdef Column col
+        col = self.observations._col
+        if col is None or col.finalized and not col.row_fits(observation):
+            self.observations.check_append(observation)
+        col = self.actions._col
+        if col is None or col.finalized and not col.row_fits(action):
+            self.actions.check_append(action)
+        col = self.rewards._col
+        if col is None or col.finalized and not col.row_fits(reward):
+            self.rewards.check_append(reward)
         if extra_model_outputs is not None:
-            for key, value in extra_model_outputs.items():
-                buf = self.extra_model_outputs.get(key)
-                if buf is not None:
-                    buf.check_append(value)
+            outputs = self.extra_model_outputs
+            if type(extra_model_outputs) is dict and type(outputs) is dict:
+                # PyDict_Next and C lookups: no Python-level calls per key.
+                while PyDict_Next(extra_model_outputs, &pos, &key_ptr, &value_ptr):
+                    found = PyDict_GetItemWithError(outputs, <object>key_ptr)
+                    if found is NULL:
+                        continue
+                    if isinstance(<object>found, BufferCore):
+                        col = (<BufferCore>found)._col
+                        if col is not None and (not col.finalized
+                                                or col.row_fits(<object>value_ptr)):
+                            continue
+                    (<object>found).check_append(<object>value_ptr)
+            else:
+                for key, value in extra_model_outputs.items():
+                    buf = outputs.get(key)
+                    if buf is not None:
+                        buf.check_append(value)
         space = self._observation_space
         if space is not None and not space_contains(space, observation):
             raise AssertionError(
