@@ -13,6 +13,10 @@ class FillPlan:
     """How a finalized Column's rows and a scalar fill combine."""
 
 @disjoint_base
+class FillState:
+    """A buffer's fill plans and leaf spaces."""
+
+@disjoint_base
 class BufferCore:
     """The compiled half of InfiniteLookbackBuffer."""
     @property

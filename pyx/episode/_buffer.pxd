@@ -18,6 +18,15 @@ cdef class FillPlan:
                      Py_ssize_t step)
 
 
+cdef class FillState:
+    # The compiled fill/one-hot path's view of a buffer: one plan per leaf and
+    # the leaf spaces, kept until the storage or the space changes.
+    cdef list plans
+    cdef object tree, space        # what they were made for
+    cdef list spaces               # None: the space does not fit the tree (general path)
+    cdef bint same_order           # a Dict space lists its keys in the data's order
+
+
 cdef class BufferCore:
     # The storage is one tree: a Column for flat items, a dict/tuple of
     # Columns (one per leaf) for Dict/Tuple items. Set only through
@@ -25,17 +34,21 @@ cdef class BufferCore:
     cdef readonly object _tree
     cdef readonly Column _col      # _tree when it is one Column (the flat fast paths), else None
     cdef Node _node                # _tree's walker when it is a dict/tuple, else None
-    cdef readonly list _leaves     # the Columns in dm-tree (sorted-key) order; one length
-    cdef Column _first             # _leaves[0]: the length and mode of them all
+    cdef tuple _tree_leaves        # a dict/tuple tree's Columns in dm-tree (sorted-key)
+                                   # order, one length; None for one Column
+    cdef Column _first             # a leaf: the length and mode of them all (_col if flat)
     cdef Py_ssize_t _lookback      # 0..LOOKBACK_LIMIT, through the checked `lookback` property
     cdef public object _space          # the gymnasium space, or None
     cdef public object _space_struct   # its dict/tuple struct of leaf spaces
 
-    # The compiled fill path: one plan per leaf, and the leaf spaces they use.
-    cdef list _plans
-    cdef object _plans_tree, _plans_space
-    cdef list _plan_spaces         # None: the space does not fit the tree (general path)
-    cdef bint _space_order_same    # a Dict space lists its keys in the data's order
+    cdef FillState _fill           # made on the first filled or one-hot get
+
+    cdef inline Py_ssize_t nleaves(self) noexcept:
+        return 1 if self._tree_leaves is None else len(self._tree_leaves)
+
+    cdef inline Column leaf(self, Py_ssize_t k):
+        # 0 <= k < nleaves()
+        return self._first if self._tree_leaves is None else <Column>self._tree_leaves[k]
 
     cpdef Py_ssize_t len_incl_lookback(self)
     cdef int set_storage(self, object tree) except -1
@@ -74,7 +87,7 @@ cdef class BufferCore:
     cdef object _get_one_hot(self, object indices, bint neg_index_as_lookback, object fill)
     cdef object _one_hot_leaves(self, Py_ssize_t first, Py_ssize_t count, Py_ssize_t step,
                                 bint rows, Py_ssize_t left, Py_ssize_t right, double fill_value)
-    cdef bint _plan_leaf_spaces(self) except -1
+    cdef FillState fill_state(self)
 
 
 cdef BufferCore empty_buffer(type cls, object space, object space_struct)

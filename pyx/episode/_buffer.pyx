@@ -262,13 +262,21 @@ cdef class BufferCore:
         else:
             raise TypeError(f"a buffer's storage is a Column or a dict/tuple of Columns, "
                             f"not {type(tree).__name__}")
-        self._tree, self._leaves, self._first, self._node = tree, leaves, leaves[0], node
-        self._col = <Column>tree if node is None and type(tree) is Column else None
+        self._tree, self._first, self._node = tree, leaves[0], node
+        if type(tree) is Column:
+            self._col, self._tree_leaves = <Column>tree, None
+        else:
+            self._col, self._tree_leaves = None, tuple(leaves)
         return 0
 
     def _set_storage(self, tree):
         """Python's way to set the storage (see set_storage)."""
         self.set_storage(tree)
+
+    @property
+    def _leaves(self):
+        """The storage's Columns, in dm-tree (sorted-key) order."""
+        return [self._col] if self._col is not None else list(self._tree_leaves)
 
     @property
     def finalized(self):
@@ -285,13 +293,14 @@ cdef class BufferCore:
         mode; items on the object path are batched as RLlib batches them."""
         if self._first.finalized:
             return
+        cdef Py_ssize_t k
         if self._first.nrows() > 0:
-            for leaf in self._leaves:
-                if (<Column>leaf).kind == KIND_OBJECT or (<Column>leaf).kind == KIND_EMPTY_DICT:
+            for k in range(self.nleaves()):
+                if self.leaf(k).kind == KIND_OBJECT or self.leaf(k).kind == KIND_EMPTY_DICT:
                     break
             else:
-                for leaf in self._leaves:
-                    (<Column>leaf).finalize()
+                for k in range(self.nleaves()):
+                    self.leaf(k).finalize()
                 return
         self._finalize_general()
 
@@ -328,7 +337,7 @@ cdef class BufferCore:
             # Only an item that changes while it is read gets here: the
             # leaves go back to one length, and list mode keeps the item
             # as it is on the object path.
-            truncate_leaves(self._leaves, n)
+            truncate_leaves(self._tree_leaves, n)
             if self._first.finalized or not isinstance(error, Exception):
                 raise
             self.to_object_path()
@@ -523,6 +532,7 @@ cdef class BufferCore:
         cdef SliceSpec spec
         cdef Py_ssize_t first, step, count, i, k
         cdef FillPlan plan
+        cdef FillState state
         cdef Column leaf
         interpret_slice(slice_, neg_index_as_lookback, self._lookback, n, &spec)
         if spec.fill_left == 0 and spec.fill_right == 0:
@@ -537,13 +547,14 @@ cdef class BufferCore:
         # Finalized: RLlib concatenates fill rows (typed by the space, else as
         # np.array([fill])) with the data rows, leaf by leaf; its result's
         # keys follow the fill rows' struct (the space's order) when they lead.
-        if not self._plan_leaf_spaces() or (spec.fill_left and not self._space_order_same):
+        state = self.fill_state()
+        if state.spaces is None or (spec.fill_left and not state.same_order):
             return self._get_general(slice_, neg_index_as_lookback, fill, False, False, None)
         results = []
-        for k in range(len(self._leaves)):
-            leaf = <Column>self._leaves[k]
-            plan = <FillPlan>self._plans[k]
-            space = self._plan_spaces[k]
+        for k in range(self.nleaves()):
+            leaf = self.leaf(k)
+            plan = <FillPlan>state.plans[k]
+            space = state.spaces[k]
             if not plan.fits(leaf, space, fill) and not plan.make(leaf, space, fill):
                 return self._get_general(slice_, neg_index_as_lookback, fill, False, False, None)
             rows = plan.rows(leaf, &spec, first, count, step)
@@ -563,15 +574,16 @@ cdef class BufferCore:
         cdef SliceSpec spec
         cdef double fill_value = 0.0
         cdef bint finalized = self._first.finalized
-        if not self._plan_leaf_spaces() or self._space is None:
+        cdef FillState state = self.fill_state()
+        if state.spaces is None or self._space is None:
             return None
-        for space in self._plan_spaces:
+        for space in state.spaces:
             if one_hot_width(space) < 0:
                 return None
         if fill is not None:
             # Fill rows follow the space's key order (fill_batch's), data rows
             # the data's: only the general path mixes the two.
-            if not finite_float(fill, &fill_value) or not self._space_order_same:
+            if not finite_float(fill, &fill_value) or not state.same_order:
                 return None
         if type(indices) is int:
             pos = int_position(clamped_index(indices), neg_index_as_lookback, lb, n,
@@ -609,16 +621,17 @@ cdef class BufferCore:
         general path."""
         cdef Py_ssize_t k
         cdef Column leaf
+        cdef list spaces = self._fill.spaces       # fill_state() made it
         results = []
-        for k in range(len(self._leaves)):
-            leaf = <Column>self._leaves[k]
+        for k in range(self.nleaves()):
+            leaf = self.leaf(k)
             if rows:
                 values = leaf.rows_view(first, count, step, True)
             elif count:
                 values = leaf.item(first)
             else:
                 values = None
-            out = one_hot_values(values, self._plan_spaces[k], rows, left, right, fill_value)
+            out = one_hot_values(values, spaces[k], rows, left, right, fill_value)
             if out is None:
                 return None
             results.append(out)
@@ -626,29 +639,29 @@ cdef class BufferCore:
             return results[0]
         return self._node.assemble(results)
 
-    cdef bint _plan_leaf_spaces(self) except -1:
-        """Pairs each leaf with its leaf space (kept until the storage or the
-        space changes). False when the space does not fit the tree."""
-        if self._plans_tree is self._tree and self._plans_space is self._space:
-            return self._plan_spaces is not None
-        self._plans = [FillPlan() for _ in self._leaves]
-        self._plans_tree, self._plans_space = self._tree, self._space
-        self._plan_spaces = None
-        self._space_order_same = True
+    cdef FillState fill_state(self):
+        """The leaves' fill plans and spaces for the current storage and space."""
+        cdef FillState state = self._fill
+        if state is not None and state.tree is self._tree and state.space is self._space:
+            return state
+        state = self._fill = FillState()
+        state.plans = [FillPlan() for _ in range(self.nleaves())]
+        state.tree, state.space = self._tree, self._space
+        state.same_order = True
         if self._col is not None:
-            self._plan_spaces = [self._space]
+            state.spaces = [self._space]
         elif self._node is None:
-            return False
+            pass                           # an OrderedDict tree: the general path
         elif self._space is None:
-            self._plan_spaces = [None] * len(self._leaves)
+            state.spaces = [None] * self.nleaves()
         else:
             try:
                 paired = map_struct(lambda col, s: s, self._tree, self._space_struct)
             except ValueError:
-                return False
-            self._plan_spaces = flatten_struct(paired)
-            self._space_order_same = _key_orders(self._tree) == _key_orders(self._space_struct)
-        return True
+                return state
+            state.spaces = flatten_struct(paired)
+            state.same_order = _key_orders(self._tree) == _key_orders(self._space_struct)
+        return state
 
 
 cdef inline void repeat_bytes(char* dst, const char* element, Py_ssize_t itemsize,

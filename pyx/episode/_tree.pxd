@@ -33,4 +33,4 @@ cdef class Node:
 
 cdef Node tree_node(object tree)
 cdef object new_tree(object item)
-cdef int truncate_leaves(list leaves, Py_ssize_t n) except -1
+cdef int truncate_leaves(tuple leaves, Py_ssize_t n) except -1

@@ -222,7 +222,7 @@ cdef object _shape_of(object item, int depth):
     return Column() if is_leaf(item) else None
 
 
-cdef int truncate_leaves(list leaves, Py_ssize_t n) except -1:
+cdef int truncate_leaves(tuple leaves, Py_ssize_t n) except -1:
     """Cuts every leaf Column back to `n` rows: undoes a push that failed
     part-way, so that the leaves keep one length."""
     cdef Column col
