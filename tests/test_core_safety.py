@@ -473,3 +473,13 @@ def test_cut_with_a_huge_lookback_takes_everything():
         assert chunk.observations.lookback == whole.observations.lookback == 2
         assert chunk.get_observations(slice(-3, None), neg_index_as_lookback=True) == \
             [0.0, 1.0, 2.0]
+
+
+def test_reshaping_the_callers_array_in_place_does_not_reach_the_storage():
+    data = np.arange(40.0).reshape(10, 2, 2)
+    buf = InfiniteLookbackBuffer(data)
+    data.shape = (40,)                 # the caller's object, reshaped in place
+    np.testing.assert_array_equal(buf[0], [[0.0, 1.0], [2.0, 3.0]])
+    np.testing.assert_array_equal(buf[-2:][1], [[36.0, 37.0], [38.0, 39.0]])
+    data[0] = 99.0                     # the memory is still shared, as RLlib's
+    assert buf[0][0, 0] == 99.0

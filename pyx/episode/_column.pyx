@@ -152,9 +152,15 @@ cdef class Column:
 
     @staticmethod
     def from_array(object array):
-        """A finalized Column adopting `array` (no copy) as its storage."""
+        """A finalized Column adopting `array`'s memory (no copy) as its storage.
+
+        It keeps a view of its own: the caller's array object may be
+        reshaped in place later (`a.shape = ...`), and the C paths read the
+        storage's shape and strides."""
         cdef Column col = Column()
         cdef cnp.ndarray arr = np.asarray(array)
+        if arr is array:
+            arr = arr.view()
         col._adopt_storage(arr, arr.shape[0] if arr.ndim else 0)
         col.kind = KIND_ARRAY
         col.finalized = True
