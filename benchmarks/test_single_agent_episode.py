@@ -9,12 +9,12 @@ file measures what a 100k-step episode holds, parametrized over ``sae_impl``
 in ``extra_info["memory"]`` (summarize.py prints it).
 """
 import gc
-import sys
 import tracemalloc
-import types
 
 import numpy as np
 import pytest
+
+from episode.workloads import held_input_bytes
 
 N_MEM = 100_000
 RAW_BYTES = (N_MEM + 1) * 16 + N_MEM * 8 * 3   # obs, actions, rewards, vf
@@ -43,26 +43,6 @@ def _build_100k(cls, inputs):
     return episode
 
 
-_LEAVES = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType,
-           np.ndarray, str, bytes, int, float)
-
-
-def _held_input_bytes(root, inputs_by_id):
-    """Bytes of the (pre-made, so untraced) input objects `root` still refers
-    to: the obs arrays, reward and vf floats that a list-mode buffer keeps."""
-    seen, stack, total = set(), [root], 0
-    while stack:
-        obj = stack.pop()
-        if id(obj) in seen:
-            continue
-        seen.add(id(obj))
-        if id(obj) in inputs_by_id:
-            total += sys.getsizeof(obj)
-        elif not isinstance(obj, _LEAVES):
-            stack.extend(gc.get_referents(obj))
-    return total
-
-
 def test_memory_100k(benchmark, sae_impl, inputs_100k):
     """Memory held by a 100k-step episode, list mode and after to_numpy().
 
@@ -77,7 +57,7 @@ def test_memory_100k(benchmark, sae_impl, inputs_100k):
     benchmark.group = "build_to_numpy_100k"
     benchmark.extra_info["items"] = N_MEM
     obs, _, rewards, vf, _ = inputs_100k
-    inputs_by_id = {id(x) for x in (*obs, *rewards, *vf)}
+    inputs = (*obs, *rewards, *vf)
 
     gc.collect()
     tracemalloc.start()
@@ -85,12 +65,12 @@ def test_memory_100k(benchmark, sae_impl, inputs_100k):
         episode = _build_100k(sae_impl, inputs_100k)
         gc.collect()
         list_cur, list_peak = tracemalloc.get_traced_memory()
-        list_held = _held_input_bytes(episode, inputs_by_id)
+        list_held = held_input_bytes(episode, inputs)
         tracemalloc.reset_peak()
         episode.to_numpy()
         gc.collect()
         np_cur, np_peak = tracemalloc.get_traced_memory()
-        np_held = _held_input_bytes(episode, inputs_by_id)
+        np_held = held_input_bytes(episode, inputs)
     finally:
         tracemalloc.stop()
     assert len(episode) == N_MEM and episode.is_numpy

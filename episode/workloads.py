@@ -19,8 +19,11 @@ gymnasium's Blackjack-v1 hands them out, and end terminated after 1 to 3 steps.
 from __future__ import annotations
 
 import functools
+import gc
 import importlib.metadata
 import pickle
+import sys
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -30,6 +33,7 @@ import numpy as np
 
 __all__ = [
     "WORKLOADS",
+    "held_input_bytes",
     "Round",
     "Workload",
     "assert_same",
@@ -431,3 +435,27 @@ def check(workload: Workload) -> None:
         raise ImportError("comparing with RLlib needs ray[rllib]: "
                           'pip install "ray[rllib]==2.60.*"')
     assert_same(workload.prepare(SingleAgentEpisode).once(), workload.prepare(rllib).once())
+
+
+# -- memory -------------------------------------------------------------------
+
+_NOT_CONTAINERS = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType,
+                   np.ndarray, str, bytes, int, float)
+
+
+def held_input_bytes(root: Any, inputs: Any) -> int:
+    """sys.getsizeof() of the objects in `inputs` (made before tracemalloc
+    started, so untraced) that `root` still refers to: the rows and floats a
+    list-mode buffer keeps. Memory measurements add it to the traced bytes."""
+    ids = {id(x) for x in inputs}
+    seen, stack, total = set(), [root], 0
+    while stack:
+        obj = stack.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if id(obj) in ids:
+            total += sys.getsizeof(obj)
+        elif not isinstance(obj, _NOT_CONTAINERS):
+            stack.extend(gc.get_referents(obj))
+    return total

@@ -8,14 +8,13 @@ process (tests marked `rllib`).
 """
 import gc
 import os
-import sys
 import tracemalloc
-import types
 
 import numpy as np
 import pytest
 
 from episode import SingleAgentEpisode
+from episode.workloads import held_input_bytes
 
 
 def raw_bytes(n):
@@ -31,26 +30,6 @@ def _inputs(n):
     rewards = rng.standard_normal(n).tolist()
     outputs = [{"vf": v} for v in rng.standard_normal(n).tolist()]
     return obs, actions, rewards, outputs
-
-
-_LEAVES = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType,
-           np.ndarray, str, bytes, int, float)
-
-
-def _held_inputs(root, inputs):
-    """sys.getsizeof() of the input objects reachable from `root`."""
-    ids = {id(x) for x in inputs}
-    seen, stack, total = set(), [root], 0
-    while stack:
-        obj = stack.pop()
-        if id(obj) in seen:
-            continue
-        seen.add(id(obj))
-        if id(obj) in ids:
-            total += sys.getsizeof(obj)
-        elif not isinstance(obj, _LEAVES):
-            stack.extend(gc.get_referents(obj))
-    return total
 
 
 def held_bytes(cls, n, to_numpy=True):
@@ -70,7 +49,7 @@ def held_bytes(cls, n, to_numpy=True):
         if to_numpy:
             episode.to_numpy()
         np.testing.assert_array_equal(episode.get_observations(-1), obs[-1])
-        inputs = _held_inputs(episode, [*obs, *rewards, *(o["vf"] for o in outputs)])
+        inputs = held_input_bytes(episode, [*obs, *rewards, *(o["vf"] for o in outputs)])
         gc.collect()
         with_episode = tracemalloc.get_traced_memory()[0]
         del episode
