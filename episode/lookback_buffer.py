@@ -326,16 +326,17 @@ class InfiniteLookbackBuffer(BufferCore):
         if not self.finalized:
             item = self._fill_item(fill, one_hot_discrete)
             return [item] * fill_left + (data if data is not None else []) + [item] * fill_right
-        pieces = []
+        # As RLlib: each side's fill rows are joined to the data leaf by leaf,
+        # mapped over the fill rows' struct (so its key order wins).
         if fill_left:
-            pieces.append(self._fill_rows(fill, fill_left, one_hot_discrete))
-        if data is not None:
-            pieces.append(data)
+            rows = self._fill_rows(fill, fill_left, one_hot_discrete)
+            data = rows if data is None else map_struct(
+                lambda f, d: np.concatenate([f, d]), rows, data)
         if fill_right:
-            pieces.append(self._fill_rows(fill, fill_right, one_hot_discrete))
-        if len(pieces) == 1:
-            return pieces[0]
-        return map_struct(lambda *parts: np.concatenate(parts), *pieces)
+            rows = self._fill_rows(fill, fill_right, one_hot_discrete)
+            data = rows if data is None else map_struct(
+                lambda f, d: np.concatenate([d, f]), rows, data)
+        return data
 
     def _fill_rows(self, fill: Any, count: int, one_hot_discrete: bool) -> Any:
         """`count` fill rows for finalized data: shaped by the space if there is

@@ -242,30 +242,42 @@ def stack_leaf(items: list) -> np.ndarray:
 
 
 def stack(items: list) -> Any:
-    """A list of (possibly nested) items as a (nested) struct of arrays."""
+    """A list of (possibly nested) items as a (nested) struct of arrays, as
+    RLlib's batching gives it: dict/tuple items (OrderedDicts and namedtuples
+    too) are mapped with dm-tree's rules (lists inside nest as well; another
+    structure raises ValueError, another container type TypeError) and the
+    result is built like the first item; anything else is one leaf."""
     if not items:
         raise ValueError("cannot batch an empty list of items")
     first = items[0]
-    if is_struct(first):
-        leaves = [[] for _ in flatten_struct(first)]
-        for item in items:
-            flat = flatten_struct(map_struct(lambda _, leaf: leaf, first, item))
-            if len(flat) != len(leaves):
-                raise ValueError("items of a batch must share one nested structure")
-            for column, leaf in zip(leaves, flat):
-                column.append(leaf)
-        stacked = iter([stack_leaf(column) for column in leaves])
-        return _unflatten_like(first, stacked)
-    return stack_leaf(items)
+    if not isinstance(first, (dict, tuple)):
+        return stack_leaf(items)
+    for item in items[1:]:
+        check_same_nesting(first, item)
+    columns = zip(*[_nested_leaves(item) for item in items])
+    return _nested_like(first, iter([stack_leaf(list(column)) for column in columns]))
 
 
-def _unflatten_like(template: Any, leaves: Any) -> Any:
-    if isinstance(template, dict):
-        values = {k: _unflatten_like(template[k], leaves) for k in sorted(template)}
-        return {k: values[k] for k in template}
-    if isinstance(template, tuple):
-        return tuple(_unflatten_like(part, leaves) for part in template)
-    return next(leaves)
+def _nested_leaves(x: Any) -> list:
+    """dm-tree's flatten: mappings in sorted key order, sequences in order."""
+    if not is_nesting(x):
+        return [x]
+    parts = [x[k] for k in sorted(x)] if isinstance(x, Mapping) else x
+    return [leaf for part in parts for leaf in _nested_leaves(part)]
+
+
+def _nested_like(template: Any, leaves: Any) -> Any:
+    """dm-tree's unflatten_as: `template`'s containers (their types and key
+    order) around the next values of `leaves`."""
+    if not is_nesting(template):
+        return next(leaves)
+    if isinstance(template, Mapping):
+        values = {k: _nested_like(template[k], leaves) for k in sorted(template)}
+        return type(template)((k, values[k]) for k in template)
+    parts = [_nested_like(part, leaves) for part in template]
+    if isinstance(template, tuple) and hasattr(template, "_fields"):
+        return type(template)(*parts)
+    return type(template)(parts)
 
 
 def empty_batch(space: Any) -> Any:

@@ -546,9 +546,9 @@ cdef class BufferCore:
                     + [item] * spec.fill_right)
         # Finalized: RLlib concatenates fill rows (typed by the space, else as
         # np.array([fill])) with the data rows, leaf by leaf; its result's
-        # keys follow the fill rows' struct (the space's order) when they lead.
+        # keys follow the fill rows' struct (the space's order).
         state = self.fill_state()
-        if state.spaces is None or (spec.fill_left and not state.same_order):
+        if state.spaces is None or not state.same_order:
             return self._get_general(slice_, neg_index_as_lookback, fill, False, False, None)
         results = []
         for k in range(self.nleaves()):
