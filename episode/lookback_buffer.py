@@ -109,10 +109,8 @@ class InfiniteLookbackBuffer(BufferCore):
         if isinstance(value, list):
             self._set_storage(Column())
             self._extend_items(value)
-        elif is_struct(value):
-            self._set_storage(map_struct(lambda a: Column.from_array(np.asarray(a)), value))
         else:
-            self._set_storage(Column.from_array(np.asarray(value)))
+            self._set_storage(_storage_of(value))
 
     def _snapshot(self) -> Any:
         """The data as `data` shows it, without moving typed storage to a list."""
@@ -175,6 +173,7 @@ class InfiniteLookbackBuffer(BufferCore):
     # -- adding and removing --------------------------------------------------
 
     def _check_struct(self, item: Any) -> list:
+        check_same_nesting(self._tree, item)      # dm-tree's errors, as RLlib's append
         pairs = flatten_struct(map_struct(lambda col, x: [col, x], self._tree, item))
         for col, x in pairs:
             col.check_row(x)
@@ -226,28 +225,22 @@ class InfiniteLookbackBuffer(BufferCore):
         for col in self._leaves:
             col.pop(pos)
 
-    def _finalize_general(self) -> None:
-        """finalize() for an empty buffer and for items on the object path
-        (flat, or some leaves of a tree), batched as RLlib batches them."""
+    def _batched_storage(self) -> Any:
+        """The storage finalize() makes for an empty buffer or for items on the
+        object path (flat, or some leaves of a tree), batched as RLlib batches
+        them; the buffer itself is not changed."""
         if self.len_incl_lookback() == 0:
             if self.space is not None:
-                self.data = empty_batch(self.space)
-            else:
-                # No rows and no space: the first rows appended decide the row type.
-                self._set_storage(Column.with_open_row_type())
-            return
+                return _storage_of(empty_batch(self.space))
+            # No rows and no space: the first rows appended decide the row type.
+            return Column.with_open_row_type()
         if self._col is not None:
-            if not self._col.finalize():
-                self.data = stack(self._col.to_list())
-            return
-        # Leaf by leaf; nothing changes until every object leaf is batched.
+            return _storage_of(stack(self._col.to_list()))
         stacked = {id(col): stack_leaf(col.to_list()) for col in self._leaves
                    if not col.is_typed}
-        for col in self._leaves:
-            col.finalize()
-        self._set_storage(map_struct(
+        return map_struct(
             lambda col: Column.from_array(stacked[id(col)]) if id(col) in stacked else col,
-            self._tree))
+            self._tree)
 
     # -- reading ------------------------------------------------------------
 
@@ -522,6 +515,13 @@ class InfiniteLookbackBuffer(BufferCore):
         else:
             head, tail = data[:lb], data[lb:]
         return f"{type(self).__name__}({head} <- lookback({lb}) | {tail})"
+
+
+def _storage_of(data: Any) -> Any:
+    """Finalized data (an array, or a dict/tuple of arrays) as storage."""
+    if is_struct(data):
+        return map_struct(lambda a: Column.from_array(np.asarray(a)), data)
+    return Column.from_array(np.asarray(data))
 
 
 def _restore(cls, tree, lookback, space):

@@ -97,10 +97,11 @@ def check_same_nesting(a: Any, b: Any) -> None:
         return
     if type(a) is not type(b):
         raise TypeError(f"the structures differ: a {type(a).__name__} vs a {type(b).__name__}")
-    if len(a) != len(b):
-        raise ValueError(f"the structures differ: {_nesting(a)} vs {_nesting(b)}")
+    # dm-tree compares the elements it can pair before the lengths.
     for x, y in zip(a, b):
         check_same_nesting(x, y)
+    if len(a) != len(b):
+        raise ValueError(f"the structures differ: {_nesting(a)} vs {_nesting(b)}")
 
 
 def _nesting(x: Any) -> str:

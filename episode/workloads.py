@@ -130,8 +130,9 @@ def _blackjack() -> tuple[_Steps, ...]:
 
 @functools.cache
 def _logp() -> list:
-    """N_APPEND np.float32 action log-probabilities, as a policy hands them out."""
-    return list(np.random.default_rng(5).uniform(-2.0, 0.0, size=N_APPEND).astype(np.float32))
+    """N_APPEND + 1 np.float32 action log-probabilities, as a policy hands them out."""
+    return list(np.random.default_rng(5).uniform(-2.0, 0.0, size=N_APPEND + 1)
+                .astype(np.float32))
 
 
 def _spaces() -> dict:
@@ -253,13 +254,17 @@ def _append_logp(numpy: bool) -> Callable[[type], Round]:
         logp = _logp()
 
         def setup():
+            # One step before to_numpy(): then every track is an array
+            # (is_numpy), as for an episode a sampler goes on with.
             episode = cls()
             episode.add_env_reset(obs[0])
+            episode.add_env_step(obs[1], actions[0], rewards[0],
+                                 extra_model_outputs={"action_logp": logp[0]})
             return (episode.to_numpy() if numpy else episode,)
 
         def run(episode):
             step = episode.add_env_step
-            for i in range(N_APPEND):
+            for i in range(1, N_APPEND + 1):
                 step(obs[i + 1], actions[i], rewards[i], None, terminated=False,
                      truncated=False, extra_model_outputs={"action_logp": logp[i]})
             return episode
@@ -348,10 +353,10 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in [
     Workload("cut_10_list", "cut() of a list-mode 10-step episode", 1, _cut_10_list),
     Workload("append_after_to_numpy_logp",
              "4,000 add_env_step calls with an np.float32 action_logp extra output on a "
-             "numpy'ized just-reset episode without spaces", N_APPEND, _append_logp(numpy=True)),
+             "numpy'ized 1-step episode without spaces", N_APPEND, _append_logp(numpy=True)),
     Workload("append_logp_list",
              "4,000 add_env_step calls with an np.float32 action_logp extra output on a "
-             "list-mode just-reset episode without spaces", N_APPEND, _append_logp(numpy=False)),
+             "list-mode 1-step episode without spaces", N_APPEND, _append_logp(numpy=False)),
     Workload("state_pickle_roundtrip_10k",
              "pickle.loads(pickle.dumps(episode.get_state(), protocol=5)) of a numpy'ized "
              "10k-step episode", 1, _state_pickle_roundtrip),

@@ -62,14 +62,12 @@ def _is_blackjack(r):
 
 def _is_logp_append(r, numpy):
     logp = r.get_extra_model_outputs("action_logp")
-    # to_numpy() of a just-reset episode without spaces leaves the empty
-    # columns (rewards among them) lists, in RLlib too: is_numpy stays False.
     observations = r.get_observations()
-    return (len(r) == N_APPEND and not r.is_numpy
+    return (len(r) == N_APPEND + 1 and r.is_numpy == numpy
             and isinstance(observations, np.ndarray) == numpy
-            and np.array_equal(r.get_observations(-1), _obs(N_APPEND))
-            and len(logp) == N_APPEND and type(logp[-1]) is np.float32
-            and logp[-1] == _logp()[-1])
+            and np.array_equal(r.get_observations(-1), _obs(N_APPEND + 1))
+            and len(logp) == N_APPEND + 1 and type(logp[-1]) is np.float32
+            and logp[-1] == _logp()[-1] and (not numpy or logp.dtype == np.float32))
 
 
 EXPECTED = {

@@ -71,6 +71,8 @@ cdef class BufferCore:
         return self.push({})
 
     cpdef finalize(self)
+    cpdef object prepare_finalize(self)
+    cpdef commit_finalize(self, object storage)
     cdef int push_struct(self, object item) except -1
     cdef int to_object_path(self) except -1
     cpdef check_append(self, object item)

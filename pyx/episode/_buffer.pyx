@@ -291,18 +291,37 @@ cdef class BufferCore:
         """Turns the data into numpy arrays (a dict/tuple of them for Dict/Tuple
         items). Typed Columns already are arrays, so this only flips their
         mode; items on the object path are batched as RLlib batches them."""
-        if self._first.finalized:
-            return
+        self.commit_finalize(self.prepare_finalize())
+
+    cpdef object prepare_finalize(self):
+        """The first half of finalize(), which changes nothing: None when it
+        only flips typed leaves (or the data is finalized already), else the
+        storage it makes (batching may raise; the buffer is unchanged)."""
         cdef Py_ssize_t k
+        if self._first.finalized:
+            return None
         if self._first.nrows() > 0:
             for k in range(self.nleaves()):
                 if self.leaf(k).kind == KIND_OBJECT or self.leaf(k).kind == KIND_EMPTY_DICT:
                     break
             else:
-                for k in range(self.nleaves()):
-                    self.leaf(k).finalize()
-                return
-        self._finalize_general()
+                return None
+        return self._batched_storage()
+
+    cpdef commit_finalize(self, object storage):
+        """The second half of finalize(), which cannot fail on what
+        prepare_finalize() gave: flips typed leaves, sets new storage."""
+        cdef Py_ssize_t k
+        if self._first.finalized:
+            return
+        if storage is None:
+            for k in range(self.nleaves()):
+                self.leaf(k).finalize()
+            return
+        for leaf in ([storage] if type(storage) is Column else flatten_struct(storage)):
+            if not (<Column>leaf).finalized:
+                (<Column>leaf).finalize()
+        self.set_storage(storage)
 
     def _extend_items(self, items):
         """Appends each of `items` (a list-mode extend)."""

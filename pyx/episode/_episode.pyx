@@ -414,12 +414,18 @@ cdef class EpisodeCore:
         self.validate()
         # (Raises for a state with t before t_started: before any change.)
         cdef Py_ssize_t n = steps(self)
-        finalize(self.observations)
+        buffers = [self.observations]
         if n > 0:
-            finalize(self.actions)
-            finalize(self.rewards)
-            for buf in self.extra_model_outputs.values():
-                finalize(buf)
+            buffers += [self.actions, self.rewards, *self.extra_model_outputs.values()]
+        # Everything that can fail (batching items on the object path) first:
+        # an episode whose data cannot be batched is left as it was.
+        storages = [(<BufferCore>buf).prepare_finalize() if isinstance(buf, BufferCore)
+                    else None for buf in buffers]
+        for buf, storage in zip(buffers, storages):
+            if isinstance(buf, BufferCore):
+                (<BufferCore>buf).commit_finalize(storage)
+            else:
+                buf.finalize()
         return self
 
     # -- pieces -------------------------------------------------------------------
@@ -643,15 +649,6 @@ cdef BufferCore empty_dicts(Py_ssize_t count, Py_ssize_t lookback):
         buffer.push_empty_dict()
     buffer._lookback = checked_lookback(min(lookback, count))
     return buffer
-
-
-cdef int finalize(object buffer) except -1:
-    """buffer.finalize(), a C call for our buffers."""
-    if isinstance(buffer, BufferCore):
-        (<BufferCore>buffer).finalize()
-    else:
-        buffer.finalize()
-    return 0
 
 
 cdef bint all_empty_dicts(list items):
