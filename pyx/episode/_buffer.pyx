@@ -240,33 +240,33 @@ cdef class BufferCore:
         """Makes `tree` the storage, after checking that it is one: a Column,
         or a dict/tuple of distinct Columns of one length and one mode, whose
         containers are exact dicts/tuples when in list mode."""
-        cdef Py_ssize_t n = -1
-        cdef Node node = None
+        cdef Py_ssize_t n, i
+        cdef Node node
+        cdef Column first
         if type(tree) is Column:
-            leaves = [tree]
-        elif is_struct(tree):
-            leaves = flatten_struct(tree)
-            if not leaves:
-                raise ValueError("a tree of Columns needs at least one Column")
-            for leaf in leaves:
-                if type(leaf) is not Column:
-                    raise TypeError(f"a tree's leaves are Columns, not {leaf!r}")
-                if n >= 0 and len(leaf) != n:
-                    raise ValueError("the Columns of a tree must have one length")
-                if (<Column>leaf).finalized != (<Column>leaves[0]).finalized:
-                    raise ValueError("the Columns of a tree are all finalized or none is")
-                n = len(leaf)
-            node = tree_node(tree)
-            if node is None and not (<Column>leaves[0]).finalized:
-                raise TypeError("a list-mode tree is made of exact dicts and tuples")
-        else:
+            self._tree, self._first, self._node = tree, <Column>tree, None
+            self._col, self._tree_leaves = <Column>tree, None
+            return 0
+        if not isinstance(tree, (dict, tuple)):
             raise TypeError(f"a buffer's storage is a Column or a dict/tuple of Columns, "
                             f"not {type(tree).__name__}")
-        self._tree, self._first, self._node = tree, leaves[0], node
-        if type(tree) is Column:
-            self._col, self._tree_leaves = <Column>tree, None
-        else:
-            self._col, self._tree_leaves = None, tuple(leaves)
+        leaves = []
+        node = tree_node(tree, leaves)
+        if not leaves:
+            raise ValueError("a tree of Columns needs at least one Column")
+        first = <Column>leaves[0]
+        n = first.nrows()
+        for i in range(len(leaves)):
+            if (<Column>leaves[i]).nrows() != n:
+                raise ValueError("the Columns of a tree must have one length")
+            if (<Column>leaves[i]).finalized != first.finalized:
+                raise ValueError("the Columns of a tree are all finalized or none is")
+        if len({id(leaf) for leaf in leaves}) != len(leaves):
+            raise ValueError("the Columns of a tree must be distinct objects")
+        if node is None and not first.finalized:
+            raise TypeError("a list-mode tree is made of exact dicts and tuples")
+        self._tree, self._first, self._node = tree, first, node
+        self._col, self._tree_leaves = None, tuple(leaves)
         return 0
 
     def _set_storage(self, tree):

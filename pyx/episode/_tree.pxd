@@ -31,6 +31,6 @@ cdef class Node:
     cdef int set(self, Py_ssize_t pos, object item) except -1
 
 
-cdef Node tree_node(object tree)
+cdef Node tree_node(object tree, list leaves)
 cdef object new_tree(object item)
 cdef int truncate_leaves(tuple leaves, Py_ssize_t n) except -1

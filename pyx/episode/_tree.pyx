@@ -150,43 +150,44 @@ cdef class Node:
         return tuple([(<Node>child).assemble(leaves) for child in self.children])
 
 
-cdef Node tree_node(object tree):
-    """The Node walking `tree` (a dict/tuple of distinct Columns), or None
-    when a container in it is not an exact dict or tuple (an OrderedDict of
-    finalized data) or it nests too deeply: the facade handles those."""
-    leaves = flatten_struct(tree)
-    positions = {id(leaf): k for k, leaf in enumerate(leaves)}
-    if len(positions) != len(leaves):
-        raise ValueError("the Columns of a tree must be distinct objects")
-    return _node(tree, positions, 0)
+cdef Node tree_node(object tree, list leaves):
+    """Walks `tree`, a dict/tuple of Columns, appending its Columns to
+    `leaves` in dm-tree (sorted-key) order. Returns the Node that walks it,
+    or None when a container in it is not an exact dict or tuple (an
+    OrderedDict of finalized data) or it nests too deeply: the facade
+    handles those. TypeError for a leaf that is not a Column."""
+    cdef bint exact = True
+    node = _node(tree, leaves, 0, &exact)
+    return node if exact else None
 
 
-cdef Node _node(object tree, dict positions, int depth):
+cdef Node _node(object tree, list leaves, int depth, bint* exact):
     cdef Node node = Node.__new__(Node)
-    cdef Node child
-    if depth > MAX_DEPTH:
-        return None
+    cdef Py_ssize_t i
     if type(tree) is Column:
         node.kind = NODE_LEAF
         node.col = <Column>tree
-        node.leaf = positions[id(tree)]
+        node.leaf = len(leaves)
+        leaves.append(tree)
         return node
-    if type(tree) is dict:
+    if depth > MAX_DEPTH:
+        exact[0] = False
+    if isinstance(tree, dict):
+        exact[0] = exact[0] and type(tree) is dict
         node.kind = NODE_DICT
         node.keys = tuple(tree)
-        parts = [tree[k] for k in node.keys]
-    elif type(tree) is tuple:
+        # Leaves are numbered in sorted-key order; children kept in the dict's.
+        children = [None] * len(node.keys)
+        position = {key: i for i, key in enumerate(node.keys)}
+        for key in sorted(node.keys):
+            children[position[key]] = _node(tree[key], leaves, depth + 1, exact)
+        node.children = tuple(children)
+    elif isinstance(tree, tuple):
+        exact[0] = exact[0] and type(tree) is tuple
         node.kind = NODE_TUPLE
-        parts = tree
+        node.children = tuple([_node(part, leaves, depth + 1, exact) for part in tree])
     else:
-        return None
-    children = []
-    for part in parts:
-        child = _node(part, positions, depth + 1)
-        if child is None:
-            return None
-        children.append(child)
-    node.children = tuple(children)
+        raise TypeError(f"a tree's leaves are Columns, not {tree!r}")
     return node
 
 
