@@ -765,6 +765,47 @@ def test_rllib_keeps_any_python_int_as_step_counter():
     assert episode.t == episode.t_started == 2**63 and len(episode) == 0
 
 
+def test_a_float_t_started_is_refused():
+    with pytest.raises(TypeError):
+        SingleAgentEpisode(t_started=2.0)
+
+
+@pytest.mark.rllib
+def test_rllib_keeps_a_float_t_started_and_len_fails():
+    episode = rllib_episode_class()(t_started=2.0)
+    assert episode.t == episode.t_started == 2.0
+    with pytest.raises(TypeError):
+        len(episode)
+
+
+# -- to_numpy() of data that cannot be batched ---------------------------------------------
+
+
+def _mixed_actions(cls):
+    episode = cls()
+    episode.add_env_reset({"a": 1})
+    episode.add_env_step({"a": 2}, {"x": 1}, 1.0)
+    episode.add_env_step({"a": 3}, {"y": 1}, 1.0)      # other keys: no batch of actions
+    return episode
+
+
+def test_to_numpy_that_cannot_batch_changes_nothing():
+    episode = _mixed_actions(SingleAgentEpisode)
+    with pytest.raises(ValueError):
+        episode.to_numpy()
+    assert not episode.observations.finalized and not episode.is_numpy
+    assert episode.get_observations() == [{"a": 1}, {"a": 2}, {"a": 3}]
+    assert episode.get_actions() == [{"x": 1}, {"y": 1}]
+
+
+@pytest.mark.rllib
+def test_rllib_to_numpy_that_cannot_batch_numpyizes_the_observations_first():
+    episode = _mixed_actions(rllib_episode_class())
+    with pytest.raises(ValueError):
+        episode.to_numpy()
+    assert episode.observations.finalized
+
+
 # -- extra model outputs that are not a mapping -----------------------------------------
 
 
