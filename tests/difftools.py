@@ -125,10 +125,16 @@ def compare(ours: Any, theirs: Any, path: str = "result") -> None:
         raise Mismatch(f"{path}: {_describe(ours)} (ours) != {_describe(theirs)} (RLlib)")
 
 
-def buffer_state(buf: Any) -> dict:
-    """Everything observable about a buffer, deep-copied (RLlib shares objects)."""
+def buffer_state(buf: Any, read_data: bool = True) -> dict:
+    """Everything observable about a buffer, deep-copied (RLlib shares objects).
+
+    With `read_data=False` the data is read through `get_state()` instead of
+    `.data`: reading our list-mode buffer's `.data` hands out its live list and
+    so moves typed storage to a plain list, and a check that read it after
+    every call would leave only that path to test.
+    """
     return {
-        "data": copy.deepcopy(buf.data),
+        "data": copy.deepcopy(buf.data if read_data else buf.get_state()["data"]),
         "len": len(buf),
         "len_incl_lookback": buf.len_incl_lookback(),
         "lookback": buf.lookback,
@@ -136,8 +142,8 @@ def buffer_state(buf: Any) -> dict:
     }
 
 
-def compare_buffers(ours: Any, theirs: Any, path: str = "buffer") -> None:
-    compare(buffer_state(ours), buffer_state(theirs), path)
+def compare_buffers(ours: Any, theirs: Any, path: str = "buffer", read_data: bool = True) -> None:
+    compare(buffer_state(ours, read_data), buffer_state(theirs, read_data), path)
     if theirs.space is None:
         assert ours.space is None, f"{path}.space: {ours.space} (ours) != None (RLlib)"
     else:
@@ -171,7 +177,12 @@ class Twin:
         our buffer must be unchanged (its state before the call). RLlib's
         buffer is then reset to its state before the call too (a failed RLlib
         call may leave its buffer modified), so the pair can go on.
+
+    `read_data = False` (a subclass's) reads states through get_state()
+    (see buffer_state).
     """
+
+    read_data = True
 
     def __init__(self, data: Any = None, lookback: int = 0, space: Any = None,
                  finalize: bool = False):
@@ -191,7 +202,7 @@ class Twin:
         return twin
 
     def check_state(self, label: str = "") -> None:
-        compare_buffers(self.ours, self.theirs, f"state after {label}")
+        compare_buffers(self.ours, self.theirs, f"state after {label}", self.read_data)
 
     def call(self, method: str, *args: Any, compare_result: bool = True,
              result_check: Optional[Callable[[Any, Any], None]] = None,
@@ -203,7 +214,7 @@ class Twin:
         """
         label = _call_label(method, args, kwargs)
         backup_theirs = copy.deepcopy(self.theirs)
-        before_ours = buffer_state(self.ours)
+        before_ours = buffer_state(self.ours, self.read_data)
         try:
             r_theirs = getattr(self.theirs, method)(*_resolve(args, "theirs"),
                                                      **_resolve(kwargs, "theirs"))
@@ -217,7 +228,8 @@ class Twin:
             exc_ours, r_ours = e, None
 
         if exc_theirs is not None and known is not None and known(exc_theirs):
-            compare(buffer_state(self.ours), before_ours, f"our state after {label}")
+            compare(buffer_state(self.ours, self.read_data), before_ours,
+                    f"our state after {label}")
             self.theirs = backup_theirs
             return None, None
         if exc_theirs is not None:
@@ -231,7 +243,8 @@ class Twin:
                     f"{label}: RLlib raised {type(exc_theirs).__name__}({exc_theirs}), ours "
                     f"raised {type(exc_ours).__name__}({exc_ours})"
                 )
-            compare(buffer_state(self.ours), before_ours, f"our state after failed {label}")
+            compare(buffer_state(self.ours, self.read_data), before_ours,
+                    f"our state after failed {label}")
             self.theirs = backup_theirs
             return None, None
         if exc_ours is not None:
@@ -247,7 +260,14 @@ class Twin:
         return r_ours, r_theirs
 
     def copy(self) -> "Twin":
-        return Twin.from_buffers(copy.deepcopy(self.ours), copy.deepcopy(self.theirs))
+        return type(self).from_buffers(copy.deepcopy(self.ours), copy.deepcopy(self.theirs))
+
+
+class KeptTwin(Twin):
+    """A Twin that reads states through get_state(), not `.data` (see
+    buffer_state): our list-mode buffer keeps its typed storage."""
+
+    read_data = False
 
 
 def _call_label(method: str, args: tuple, kwargs: dict) -> str:
@@ -397,9 +417,10 @@ def _safe(fn: Callable[[], Any]) -> Any:
         return ("<raised>", type(e).__name__)
 
 
-def episode_state(ep: Any) -> dict:
+def episode_state(ep: Any, read_data: bool = True) -> dict:
     """Everything observable about an episode (deep-copied): counters, flags,
-    ids, custom_data, each buffer's state and what every getter returns."""
+    ids, custom_data, each buffer's state and what every getter returns
+    (`read_data`: see buffer_state)."""
     return {
         "id_": ep.id_,
         "agent_id": ep.agent_id,
@@ -416,11 +437,12 @@ def episode_state(ep: Any) -> dict:
         "env_steps": ep.env_steps(),
         "agent_steps": ep.agent_steps(),
         "custom_data": copy.deepcopy(ep.custom_data),
-        "observations": buffer_state(ep.observations),
-        "actions": buffer_state(ep.actions),
-        "rewards": buffer_state(ep.rewards),
-        "infos": buffer_state(ep.infos),
-        "extra_model_outputs": {k: buffer_state(v) for k, v in ep.extra_model_outputs.items()},
+        "observations": buffer_state(ep.observations, read_data),
+        "actions": buffer_state(ep.actions, read_data),
+        "rewards": buffer_state(ep.rewards, read_data),
+        "infos": buffer_state(ep.infos, read_data),
+        "extra_model_outputs": {k: buffer_state(v, read_data)
+                                for k, v in ep.extra_model_outputs.items()},
         "get_observations()": _safe(ep.get_observations),
         "get_actions()": _safe(ep.get_actions),
         "get_rewards()": _safe(ep.get_rewards),
@@ -438,9 +460,10 @@ def _space_eq(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
-def compare_episodes(ours: Any, theirs: Any, path: str = "episode") -> None:
+def compare_episodes(ours: Any, theirs: Any, path: str = "episode",
+                     read_data: bool = True) -> None:
     """Asserts two episodes (ours, RLlib's) are observably the same."""
-    compare(episode_state(ours), episode_state(theirs), path)
+    compare(episode_state(ours, read_data), episode_state(theirs, read_data), path)
     pairs = [("observation_space", ours.observation_space, theirs.observation_space),
              ("action_space", ours.action_space, theirs.action_space)]
     for name in ("observations", "actions", "rewards", "infos"):
@@ -497,8 +520,11 @@ class EpTwin:
     Like `Twin`: after each `call` results (episodes compared as episodes,
     SampleBatches by type, keys and values) and states must agree; where
     RLlib raises, ours must raise the same class (or a subclass) and keep its
-    state, and RLlib's episode is restored from a backup.
+    state, and RLlib's episode is restored from a backup. `read_data`: as
+    for Twin.
     """
+
+    read_data = True
 
     def __init__(self, ours: Any, theirs: Any):
         self.Rllib = rllib_episode_class()
@@ -534,7 +560,7 @@ class EpTwin:
         return twin
 
     def check_state(self, label: str = "") -> None:
-        compare_episodes(self.ours, self.theirs, f"state after {label}")
+        compare_episodes(self.ours, self.theirs, f"state after {label}", self.read_data)
 
     def compare_results(self, r_ours: Any, r_theirs: Any, label: str) -> None:
         if r_theirs is self.theirs:
@@ -545,7 +571,7 @@ class EpTwin:
         if _is_episode(r_theirs):
             if not isinstance(r_ours, self.Ours):
                 raise Mismatch(f"{label}: RLlib returned an episode, ours {_describe(r_ours)}")
-            compare_episodes(r_ours, r_theirs, f"episode returned by {label}")
+            compare_episodes(r_ours, r_theirs, f"episode returned by {label}", self.read_data)
             return
         if type(r_theirs).__name__ == "SampleBatch":
             compare_sample_batches(r_ours, r_theirs, f"result of {label}")
@@ -558,7 +584,7 @@ class EpTwin:
         """Calls `method` on both episodes; returns (ours, RLlib's) results."""
         label = _call_label(method, args, kwargs)
         backup_theirs = copy.deepcopy(self.theirs)
-        before_ours = episode_state(self.ours)
+        before_ours = episode_state(self.ours, self.read_data)
         try:
             r_theirs = getattr(self.theirs, method)(*_resolve_ep(args, "theirs"),
                                                      **_resolve_ep(kwargs, "theirs"))
@@ -582,7 +608,8 @@ class EpTwin:
                 raise Mismatch(f"{label}: RLlib raised {type(exc_theirs).__name__}"
                                f"({_short(str(exc_theirs))}), ours raised "
                                f"{type(exc_ours).__name__}({exc_ours})")
-            compare(episode_state(self.ours), before_ours, f"our state after failed {label}")
+            compare(episode_state(self.ours, self.read_data), before_ours,
+                    f"our state after failed {label}")
             self.theirs = backup_theirs
             return None, None
         if exc_ours is not None:
@@ -626,7 +653,14 @@ class EpTwin:
         coll.check(label, run)
 
     def copy(self) -> "EpTwin":
-        return EpTwin(copy.deepcopy(self.ours), copy.deepcopy(self.theirs))
+        return type(self)(copy.deepcopy(self.ours), copy.deepcopy(self.theirs))
+
+
+class KeptEpTwin(EpTwin):
+    """An EpTwin that reads states through get_state(), not `.data` (see
+    buffer_state): our list-mode buffers keep their typed storage."""
+
+    read_data = False
 
 
 def _traceback_text(exc: BaseException) -> str:
