@@ -158,11 +158,12 @@ class Other:
 
 
 def _resolve(args: Any, side: str) -> Any:
+    # Exact types: a namedtuple or OrderedDict argument is an item, copied as it is.
     if isinstance(args, Other):
         return args.twin.ours if side == "ours" else args.twin.theirs
-    if isinstance(args, tuple):
+    if type(args) is tuple:
         return tuple(_resolve(a, side) for a in args)
-    if isinstance(args, dict):
+    if type(args) is dict:
         return {k: _resolve(v, side) for k, v in args.items()}
     return copy.deepcopy(args)
 
@@ -499,9 +500,9 @@ def _resolve_ep(args: Any, side: str) -> Any:
         return args.build(rllib_buffer_class() if side == "theirs" else ours_buffer_class())
     if isinstance(args, Other):
         return args.twin.ours if side == "ours" else args.twin.theirs
-    if isinstance(args, tuple):
+    if type(args) is tuple:  # (exact types, as in _resolve)
         return tuple(_resolve_ep(a, side) for a in args)
-    if isinstance(args, dict):
+    if type(args) is dict:
         return {k: _resolve_ep(v, side) for k, v in args.items()}
     return copy.deepcopy(args)
 
