@@ -588,3 +588,13 @@ def test_bug_append_of_a_leaf_that_became_a_dict():
 @pytest.mark.parametrize("method", ["append", "set"])
 def test_bug_tuple_of_another_length_and_another_container_inside(method):
     assert_write_like_rllib(method, [((1,), 2), ((3,), 4)], ({"x": 1},))
+
+
+@pytest.mark.xfail(strict=True, reason="_add_last_ts_value with a slice in list mode: RLlib "
+                   "np.append()s the items, so it returns an ndarray (array([1., 2., 3.]); "
+                   "an object array of the dict items); ours returns a list")
+@pytest.mark.parametrize("items, extra", [([1.0, 2.0], 3.0), ([{"a": 1}, {"a": 2}], {"a": 3})],
+                         ids=["floats", "dicts"])
+def test_bug_add_last_ts_value_with_a_slice_in_list_mode(items, extra):
+    twin = KeptTwin(items, 0)
+    twin.call("get", slice(0, 3), _add_last_ts_value=extra)
