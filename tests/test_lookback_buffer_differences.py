@@ -179,6 +179,23 @@ def test_rllib_finalize_mixed_dtype_rows_casts_to_first():
     assert buf.data.dtype == np.int64 and buf.data[1].tolist() == [0, 1]
 
 
+def test_finalize_mixed_dtype_leaves_of_dict_items_promotes():
+    """The same rule for each leaf of Dict/Tuple items."""
+    first, second = np.array([1, 2], np.uint8), np.array([300, -1], np.int64)
+    buf = InfiniteLookbackBuffer([{"v": first, "k": 1}, {"v": second, "k": 2}])
+    buf.finalize()
+    assert buf.data["v"].dtype == np.int64 and buf.data["k"].dtype == np.int64
+    np.testing.assert_array_equal(buf.get(1)["v"], second)
+
+
+@pytest.mark.rllib
+def test_rllib_finalize_mixed_dtype_leaves_casts_to_first():
+    buf = rllib_buffer_class()([{"v": np.array([1, 2], np.uint8), "k": 1},
+                                {"v": np.array([300, -1], np.int64), "k": 2}])
+    buf.finalize()
+    assert buf.data["v"].dtype == np.uint8 and buf.data["v"][1].tolist() == [44, 255]
+
+
 # -- rows that do not form one array at finalize ---------------------------------------
 
 
@@ -199,6 +216,38 @@ def test_finalize_ragged_rows_keeps_each_item(items):
     for got, item in zip(buf.get(slice(None)), items):
         assert type(got) is type(item) and np.shape(got) == np.shape(item)
         np.testing.assert_array_equal(got, item)
+
+
+RAGGED_LEAVES = [
+    [{"v": np.zeros(2), "k": 1}, {"v": np.ones(3), "k": 2}],     # leaves of two lengths
+    [{"v": np.int64(1), "k": 1}, {"v": np.array([1, 2]), "k": 2}],  # a scalar before a row
+    [{"v": np.ones(2), "k": 1}, {"v": 0.5, "k": 2}],             # a scalar after a row
+]
+
+
+@pytest.mark.parametrize("items", RAGGED_LEAVES)
+def test_finalize_ragged_leaves_keeps_each_value(items):
+    """The same rule for a leaf of Dict/Tuple items: that leaf becomes an
+    object array, the other leaves stack as usual."""
+    buf = InfiniteLookbackBuffer([dict(item) for item in items])
+    buf.finalize()
+    assert buf.data["v"].dtype == object and buf.data["v"].shape == (len(items),)
+    assert buf.data["k"].tolist() == [1, 2] and buf.data["k"].dtype == np.int64
+    for i, item in enumerate(items):
+        got = buf.get(i)["v"]
+        assert type(got) is type(item["v"]) and np.shape(got) == np.shape(item["v"])
+        np.testing.assert_array_equal(got, item["v"])
+
+
+@pytest.mark.rllib
+def test_rllib_finalize_ragged_leaves_raises_or_broadcasts():
+    for items in RAGGED_LEAVES[:2]:
+        buf = rllib_buffer_class()([dict(item) for item in items])
+        with pytest.raises(ValueError):  # numpy's error while stacking the leaf
+            buf.finalize()
+    buf = rllib_buffer_class()([dict(item) for item in RAGGED_LEAVES[2]])
+    buf.finalize()
+    assert buf.data["v"].tolist() == [[1.0, 1.0], [0.5, 0.5]]
 
 
 @pytest.mark.rllib

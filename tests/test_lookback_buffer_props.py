@@ -2,27 +2,35 @@
 
 A hypothesis state machine per kind of content drives one RLlib buffer and
 one of ours (difftools.Twin) through random mixes of append / extend / pop /
-finalize / get / set / lookback changes / state round trips, and compares
-results, exception classes and buffer states after every step. The
-deliberate differences (test_lookback_buffer_differences.py) are avoided.
+finalize / get / set / lookback changes / state and pickle round trips, and
+compares results, exception classes and buffer states after every step. Two
+more machines hold Dict/Tuple items of a structure drawn per run: one without
+a space whose items now and then change (a leaf promoted, a key added, ...),
+one with a Dict/Tuple space of Discrete/MultiDiscrete/Box/MultiBinary leaves.
+States are read through get_state(), so our list-mode buffer keeps its typed
+storage until a rule reads `.data`. The deliberate differences
+(test_lookback_buffer_differences.py) are avoided.
 """
 from __future__ import annotations
 
 import copy
 import os
+import pickle
 
-import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
-from difftools import (KINDS, Other, Twin, compare_buffers, known_rllib_crash,
-                       rllib_buffer_class, rllib_slice_assertion)
+from difftools import (KINDS, Kind, KeptTwin, Other, compare_buffers, finalize_known_bug,
+                       known_rllib_crash, right_fill_key_order_bug, rllib_buffer_class,
+                       rllib_slice_assertion, rllib_stacks_otherwise, rows_of,
+                       write_known_bug, written_values)
 
 pytestmark = pytest.mark.rllib
 
-from strategies import ITEMS, OUTSIDE
+from strategies import (ITEMS, LEAVES, OUTSIDE, SPACE_LEAVES, item_of, items_of, space_of,
+                        structures)
 
 
 INDEX = st.integers(-9, 9)
@@ -32,9 +40,13 @@ SLICE = st.builds(slice, BOUND, BOUND, STEP)
 
 
 def make_batch(items):
-    """A batch of `items` as RLlib's finalize() makes it."""
-    ref = rllib_buffer_class()(list(items))
-    ref.finalize()
+    """A batch of `items` as RLlib's finalize() makes it, or None where RLlib
+    cannot batch them (items of different structures)."""
+    ref = rllib_buffer_class()(copy.deepcopy(list(items)))
+    try:
+        ref.finalize()
+    except (ValueError, TypeError):
+        return None
     return ref.data
 
 
@@ -44,6 +56,8 @@ class BufferMachine(RuleBasedStateMachine):
     def __init__(self):
         super().__init__()
         self.twin = None
+        self.items = ITEMS.get(self.kind.name)       # item strategy
+        self.outside = OUTSIDE.get(self.kind.name)   # items outside the space, or None
 
     # -- helpers --------------------------------------------------------------
 
@@ -67,6 +81,12 @@ class BufferMachine(RuleBasedStateMachine):
         return (self.fin and not self.kind.struct and neg and fill is None and not one_hot
                 and not ignore and self.lookback + idx < 0)
 
+    def finalize_differs(self):
+        """finalize() of the list-mode items would meet a deliberate stacking
+        difference or a known bug (see difftools)."""
+        items = self.twin.theirs.data
+        return not self.fin and (rllib_stacks_otherwise(items) or finalize_known_bug(items))
+
     def get_opts(self, data):
         k = self.kind
         neg = data.draw(st.booleans(), label="neg_index_as_lookback")
@@ -79,19 +99,23 @@ class BufferMachine(RuleBasedStateMachine):
 
     @initialize(data=st.data(), lookback=st.integers(0, 6))
     def init(self, data, lookback):
-        items = data.draw(st.lists(ITEMS[self.kind.name], max_size=6), label="initial items")
-        self.twin = Twin(items, lookback, self.kind.space)
+        items = data.draw(st.lists(self.items, max_size=6), label="initial items")
+        self.twin = KeptTwin(items, lookback, self.kind.space)
 
     @rule(data=st.data())
     def append(self, data):
-        self.twin.call("append", data.draw(ITEMS[self.kind.name], label="item"))
+        item = data.draw(self.items, label="item")
+        if not write_known_bug(self.twin.theirs, item):
+            self.twin.call("append", item)
 
     @rule(data=st.data())
     def extend(self, data):
-        items = data.draw(st.lists(ITEMS[self.kind.name], min_size=1 if self.fin else 0,
+        items = data.draw(st.lists(self.items, min_size=1 if self.fin else 0,
                                    max_size=3), label="items")
         if self.fin and (self.kind.struct or data.draw(st.booleans(), label="as batch")):
-            self.twin.call("extend", make_batch(items))
+            batch = make_batch(items)
+            if batch is not None and not write_known_bug(self.twin.theirs, batch):
+                self.twin.call("extend", batch)
         else:
             self.twin.call("extend", items)
 
@@ -105,7 +129,8 @@ class BufferMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.twin.theirs.len_incl_lookback() > 0)
     @rule()
     def finalize(self):
-        self.twin.call("finalize")
+        if not self.finalize_differs():
+            self.twin.call("finalize")
 
     @rule(lookback=st.integers(0, 8))
     def set_lookback(self, lookback):
@@ -133,7 +158,8 @@ class BufferMachine(RuleBasedStateMachine):
     @rule(data=st.data(), sl=SLICE)
     def get_slice(self, data, sl):
         neg, fill, one_hot, ignore = self.get_opts(data)
-        if not self.fill_ok(fill):
+        if not self.fill_ok(fill) or right_fill_key_order_bug(self.twin.theirs, sl, neg, fill,
+                                                              ignore):
             return
         self.twin.call("get", sl, neg_index_as_lookback=neg, fill=fill,
                        one_hot_discrete=one_hot, _ignore_last_ts=ignore, known=known_rllib_crash)
@@ -153,7 +179,7 @@ class BufferMachine(RuleBasedStateMachine):
         """_add_last_ts_value: only the int-index path with scalar data (the
         slice path is a deliberate difference)."""
         neg, fill, _, ignore = self.get_opts(data)
-        extra = data.draw(ITEMS[self.kind.name], label="_add_last_ts_value")
+        extra = data.draw(self.items, label="_add_last_ts_value")
         self.twin.call("get", idx, neg_index_as_lookback=neg, fill=fill, _ignore_last_ts=ignore,
                        _add_last_ts_value=extra)
 
@@ -170,9 +196,9 @@ class BufferMachine(RuleBasedStateMachine):
     def new_item(self, data, outside=False):
         """An item of the kind; with `outside`, one outside the space (if the
         kind has such items)."""
-        if outside and self.kind.name in OUTSIDE:
-            return data.draw(OUTSIDE[self.kind.name], label="item outside the space")
-        return data.draw(ITEMS[self.kind.name], label="item")
+        if outside and self.outside is not None:
+            return data.draw(self.outside, label="item outside the space")
+        return data.draw(self.items, label="item")
 
     @rule(data=st.data(), idx=INDEX, neg=st.booleans(), dunder=st.booleans(),
           outside=st.sampled_from([False] * 3 + [True]))
@@ -180,6 +206,8 @@ class BufferMachine(RuleBasedStateMachine):
         if not self.can_set():
             return
         item = self.new_item(data, outside)
+        if write_known_bug(self.twin.theirs, item):
+            return
         if dunder:
             self.twin.call("__setitem__", idx, item)
         else:
@@ -197,6 +225,8 @@ class BufferMachine(RuleBasedStateMachine):
         where = data.draw(st.integers(0, max(count - 1, 0)), label="outside at")
         items = [self.new_item(data, outside and i == where) for i in range(count)]
         new = make_batch(items) if self.fin and as_batch and items else items
+        if new is None or write_known_bug(self.twin.theirs, written_values(new, indices)):
+            return
         self.twin.call("set", new, at_indices=indices, neg_index_as_lookback=neg)
 
     @rule(data=st.data(), sl=st.one_of(st.none(), SLICE), neg=st.booleans(),
@@ -214,15 +244,16 @@ class BufferMachine(RuleBasedStateMachine):
             current = probe.get(sl, neg_index_as_lookback=neg) if sl is not None else probe.get()
         except Exception:  # noqa: BLE001 - any length will do then
             current = []
-        count = len(current) if not isinstance(current, dict) else len(next(iter(current.values())))
-        if isinstance(current, tuple):
-            count = len(np.asarray(current[0]))
-        count = max(count + extra, 0)
+        count = max(rows_of(current) + extra, 0)
         items = [self.new_item(data, outside and i == 0) for i in range(count)]
         if self.fin and items and not as_list:
             new = make_batch(items)
+            if new is None:
+                return
         else:
             new = items  # (a list after finalize: dm-tree nesting errors in RLlib)
+        if write_known_bug(self.twin.theirs, new):
+            return
         if sl is None:
             self.twin.call("set", new, known=rllib_slice_assertion)
         else:
@@ -243,25 +274,40 @@ class BufferMachine(RuleBasedStateMachine):
         self.twin.call("get_state")
         ours = self.twin.Ours.from_state(copy.deepcopy(state))
         theirs = self.twin.Rllib.from_state(copy.deepcopy(state))
-        self.twin = Twin.from_buffers(ours, theirs)
+        self.twin = KeptTwin.from_buffers(ours, theirs)
         self.twin.check_state("from_state")
 
     @rule()
+    def pickle_round_trip(self):
+        ours = pickle.loads(pickle.dumps(self.twin.ours, protocol=5))
+        theirs = pickle.loads(pickle.dumps(self.twin.theirs, protocol=5))
+        self.twin = KeptTwin.from_buffers(ours, theirs)
+        self.twin.check_state("pickle round trip")
+
+    @rule(now=st.sampled_from([False] * 4 + [True]))
+    def read_data(self, now):
+        """Now and then compares `.data` itself. In list mode that hands out
+        our live list, so the typed storage moves to a plain list from here on."""
+        if now:
+            compare_buffers(self.twin.ours, self.twin.theirs, "data", read_data=True)
+
+    @rule()
     def eq_copy(self):
-        other = Twin.from_buffers(copy.deepcopy(self.twin.ours), copy.deepcopy(self.twin.theirs))
+        other = KeptTwin.from_buffers(copy.deepcopy(self.twin.ours),
+                                      copy.deepcopy(self.twin.theirs))
         self.twin.call("__eq__", Other(other))
 
     @precondition(lambda self: not self.twin.theirs.finalized)
     @rule(data=st.data(), other_lookback=st.integers(0, 3))
     def concat(self, data, other_lookback):
-        items = data.draw(st.lists(ITEMS[self.kind.name], max_size=4), label="other items")
-        other = Twin(items, other_lookback, self.kind.space)
+        items = data.draw(st.lists(self.items, max_size=4), label="other items")
+        other = KeptTwin(items, other_lookback, self.kind.space)
         self.twin.call("concat", Other(other))
 
     @precondition(lambda self: not self.twin.theirs.finalized)
     @rule(data=st.data())
     def add(self, data):
-        items = data.draw(st.lists(ITEMS[self.kind.name], max_size=3), label="other items")
+        items = data.draw(st.lists(self.items, max_size=3), label="other items")
         results = {}
 
         def keep(ours, theirs):
@@ -269,7 +315,46 @@ class BufferMachine(RuleBasedStateMachine):
             results["pair"] = (ours, theirs)
 
         self.twin.call("__add__", items, result_check=keep)
-        self.twin = Twin.from_buffers(*results["pair"])
+        self.twin = KeptTwin.from_buffers(*results["pair"])
+
+
+class StructMachine(BufferMachine):
+    """Dict/Tuple items of a structure drawn per run (see strategies.structures).
+    Without a space, about one item in six changes the structure or promotes
+    a leaf; with one (`spaced`), every item lies in it."""
+
+    spaced = False
+    kind = Kind("struct", None, None, struct=True)  # replaced per run in init()
+
+    @initialize(data=st.data(), lookback=st.integers(0, 6),
+                finalize=st.sampled_from([False, False, True]))
+    def init(self, data, lookback, finalize):
+        if self.spaced:
+            structure = data.draw(structures(SPACE_LEAVES), label="structure")
+            ordered = data.draw(st.booleans(), label="the space keeps the key order")
+            space, self.items = space_of(structure, ordered), item_of(structure)
+            fill = data.draw(st.sampled_from([0, 0.0]), label="fill value")
+        else:
+            structure = data.draw(structures(list(LEAVES) + list(SPACE_LEAVES)),
+                                  label="structure")
+            # Half the runs without changes, so that more of them finalize.
+            changed = data.draw(st.sampled_from([0, 1]), label="changed items in 6")
+            space, self.items, fill = None, items_of(structure, changed), 0.0
+        self.kind = Kind("struct", space, None, fill=fill, struct=True)
+        super().init(data=data, lookback=lookback)
+        if finalize and self.twin.theirs.len_incl_lookback() and not self.finalize_differs():
+            self.twin.call("finalize")
+
+    @precondition(lambda self: not self.fin)
+    @rule(data=st.data(), idx=INDEX)
+    def get_add_last_ts_value_struct(self, data, idx):
+        """_add_last_ts_value with an int index in list mode. (With a slice,
+        RLlib's np.append gives an array: a known bug in test_struct_items.py;
+        after finalize() it flattens rows: a deliberate difference.)"""
+        neg, fill, _, ignore = self.get_opts(data)
+        extra = data.draw(self.items, label="_add_last_ts_value")
+        self.twin.call("get", idx, neg_index_as_lookback=neg, fill=fill, _ignore_last_ts=ignore,
+                       _add_last_ts_value=extra)
 
 
 # PROPS_MAX_EXAMPLES=1000 for a longer hunt; the default keeps the suite fast.
@@ -284,3 +369,14 @@ for _name, _kind in KINDS.items():
     _case.__name__ = f"TestRandomSequences_{_name}"
     globals()[_case.__name__] = _case
 del _name, _kind, _machine, _case
+
+# The structure is drawn anew in every run: more runs than for a fixed kind.
+STRUCT_SETTINGS = settings(SETTINGS, max_examples=int(os.environ.get("PROPS_MAX_EXAMPLES", 100)))
+
+for _name, _spaced in [("struct_changing", False), ("struct_space", True)]:
+    _machine = type(f"Machine_{_name}", (StructMachine,), {"spaced": _spaced})
+    _case = _machine.TestCase
+    _case.settings = STRUCT_SETTINGS
+    _case.__name__ = f"TestRandomSequences_{_name}"
+    globals()[_case.__name__] = _case
+del _name, _spaced, _machine, _case
