@@ -732,25 +732,6 @@ def rllib_stacks_otherwise(items: list) -> bool:
     return False
 
 
-def _nests(x: Any) -> bool:
-    """Whether dm-tree descends into `x` (dicts, tuples, lists)."""
-    return isinstance(x, (dict, tuple, list))
-
-
-def _leaf_meets_container(a: Any, b: Any) -> bool:
-    """Whether `b` has a container where `a` has a leaf (or the other way
-    round), or a dict where `a` has a tuple or list (or the other way round)."""
-    if _nests(a) != _nests(b):
-        return True
-    if not _nests(a):
-        return False
-    if isinstance(a, dict) != isinstance(b, dict):
-        return True
-    if isinstance(a, dict):
-        return any(_leaf_meets_container(a[k], b[k]) for k in a if k in b)
-    return any(_leaf_meets_container(x, y) for x, y in zip(a, b))
-
-
 def _holds(x: Any, test: Callable[[Any], bool]) -> bool:
     if test(x):
         return True
@@ -769,70 +750,11 @@ def finalize_known_bug(items: list) -> bool:
     """Whether finalize() of the list-mode Dict/Tuple `items` meets one of the
     bugs that test_struct_items.py pins with xfail (our finalize() disagrees
     with RLlib's): a list or namedtuple inside an item (dm-tree nests into
-    lists and tells a namedtuple from a tuple), an OrderedDict in the first
-    item (RLlib's batch keeps its type), or a later item with a container
-    where the first has a leaf, or a dict where it has a tuple (RLlib raises
-    ValueError or TypeError). Drop a case here once its xfail test passes."""
+    lists and keeps a namedtuple's type; our finalized storage does neither).
+    Drop a case here once its xfail test passes."""
     if not items or not isinstance(items[0], (dict, tuple)):
         return False
-    first = items[0]
-    return (any(_holds(item, _is_list_or_namedtuple) for item in items)
-            or _holds(first, lambda x: isinstance(x, OrderedDict))
-            or any(_leaf_meets_container(first, item) for item in items[1:]))
-
-
-def write_known_bug(buf: Any, value: Any) -> bool:
-    """Whether appending or set()ting `value` (an item, a batch, or a list of
-    items) into RLlib's numpy'ized Dict/Tuple buffer `buf` meets one of the
-    bugs test_struct_items.py pins with xfail: a namedtuple or list inside an
-    item, a container where the data has a leaf, or a dict where it has a
-    tuple, at any depth (RLlib raises TypeError or ValueError, checking a
-    tuple's elements before its length; ours appends, or raises ValueError)."""
-    if not buf.finalized or not isinstance(buf.data, (dict, tuple)):
-        return False
-    if isinstance(value, list):
-        return any(write_known_bug(buf, v) for v in value)
-    return _holds(value, _is_list_or_namedtuple) or _leaf_meets_container(buf.data, value)
-
-
-def written_values(new: Any, at_indices: Any) -> Any:
-    """What set(new, at_indices=...) writes: with a list of indices, new[0],
-    new[1], ... (as RLlib indexes new_data, even a batch), else `new` itself."""
-    if not isinstance(at_indices, list):
-        return new
-    try:
-        return [new[i] for i in range(len(at_indices))]
-    except (KeyError, IndexError, TypeError):
-        return []
-
-
-def _dict_key_orders(x: Any) -> list:
-    """The key order of every dict in `x`, depth first."""
-    if isinstance(x, dict):
-        return [list(x)] + [o for v in x.values() for o in _dict_key_orders(v)]
-    if isinstance(x, tuple):
-        return [o for v in x for o in _dict_key_orders(v)]
-    return []
-
-
-def right_fill_key_order_bug(buf: Any, indices: Any, neg: bool, fill: Any,
-                             ignore_last: bool = False) -> bool:
-    """Whether get(indices, fill=...) on RLlib's finalized Dict buffer `buf`
-    meets the bug test_struct_items.py pins with xfail: a slice with data and
-    fill on its right only, where the space orders the keys otherwise than
-    the data. RLlib's result has the space's key order (the fill rows come
-    first in its tree.map_structure); ours has the data's."""
-    if (fill is None or not isinstance(indices, slice) or not buf.finalized
-            or buf.space is None or not isinstance(buf.data, (dict, tuple))):
-        return False
-    if _dict_key_orders(buf.data) == _dict_key_orders(buf.space_struct):
-        return False
-    try:
-        _, length, left, right = buf._interpret_slice(
-            indices, neg, len_self_plus_lookback=buf.len_incl_lookback() - int(ignore_last))
-    except AssertionError:  # (RLlib fails on this slice anyway)
-        return False
-    return length > 0 and left == 0 and right > 0
+    return any(_holds(item, _is_list_or_namedtuple) for item in items)
 
 
 # Kinds of observations/actions for episodes (see KINDS) and what an env

@@ -23,9 +23,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
 from difftools import (KINDS, Kind, KeptTwin, Other, compare_buffers, finalize_known_bug,
-                       known_rllib_crash, right_fill_key_order_bug, rllib_buffer_class,
-                       rllib_slice_assertion, rllib_stacks_otherwise, rows_of,
-                       write_known_bug, written_values)
+                       known_rllib_crash, rllib_buffer_class,
+                       rllib_slice_assertion, rllib_stacks_otherwise, rows_of)
 
 pytestmark = pytest.mark.rllib
 
@@ -105,8 +104,7 @@ class BufferMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def append(self, data):
         item = data.draw(self.items, label="item")
-        if not write_known_bug(self.twin.theirs, item):
-            self.twin.call("append", item)
+        self.twin.call("append", item)
 
     @rule(data=st.data())
     def extend(self, data):
@@ -114,7 +112,7 @@ class BufferMachine(RuleBasedStateMachine):
                                    max_size=3), label="items")
         if self.fin and (self.kind.struct or data.draw(st.booleans(), label="as batch")):
             batch = make_batch(items)
-            if batch is not None and not write_known_bug(self.twin.theirs, batch):
+            if batch is not None:
                 self.twin.call("extend", batch)
         else:
             self.twin.call("extend", items)
@@ -158,8 +156,7 @@ class BufferMachine(RuleBasedStateMachine):
     @rule(data=st.data(), sl=SLICE)
     def get_slice(self, data, sl):
         neg, fill, one_hot, ignore = self.get_opts(data)
-        if not self.fill_ok(fill) or right_fill_key_order_bug(self.twin.theirs, sl, neg, fill,
-                                                              ignore):
+        if not self.fill_ok(fill):
             return
         self.twin.call("get", sl, neg_index_as_lookback=neg, fill=fill,
                        one_hot_discrete=one_hot, _ignore_last_ts=ignore, known=known_rllib_crash)
@@ -206,8 +203,6 @@ class BufferMachine(RuleBasedStateMachine):
         if not self.can_set():
             return
         item = self.new_item(data, outside)
-        if write_known_bug(self.twin.theirs, item):
-            return
         if dunder:
             self.twin.call("__setitem__", idx, item)
         else:
@@ -225,7 +220,7 @@ class BufferMachine(RuleBasedStateMachine):
         where = data.draw(st.integers(0, max(count - 1, 0)), label="outside at")
         items = [self.new_item(data, outside and i == where) for i in range(count)]
         new = make_batch(items) if self.fin and as_batch and items else items
-        if new is None or write_known_bug(self.twin.theirs, written_values(new, indices)):
+        if new is None:
             return
         self.twin.call("set", new, at_indices=indices, neg_index_as_lookback=neg)
 
@@ -252,8 +247,6 @@ class BufferMachine(RuleBasedStateMachine):
                 return
         else:
             new = items  # (a list after finalize: dm-tree nesting errors in RLlib)
-        if write_known_bug(self.twin.theirs, new):
-            return
         if sl is None:
             self.twin.call("set", new, known=rllib_slice_assertion)
         else:

@@ -28,9 +28,9 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition,
 from difftools import (KINDS, Kind, KeptEpTwin, Mismatch, Other, buffer_wraps_around,
                        compare_episode_states, compare_episodes,
                        fill_without_space_on_finalized_rows, finalize_known_bug,
-                       known_rllib_crash, right_fill_key_order_bug, rllib_buffer_class,
+                       known_rllib_crash, rllib_buffer_class,
                        rllib_slice_assertion, rllib_slice_overflows, rllib_stacks_otherwise,
-                       rows_of, write_known_bug, written_values)
+                       rows_of)
 
 pytestmark = pytest.mark.rllib
 
@@ -92,12 +92,6 @@ def to_numpy_differs(ep):
     except Exception:  # noqa: BLE001 - any error after the first buffer
         return probe.observations.finalized
     return False
-
-
-def step_known_bug(ep, obs, action):
-    """add_env_step() of `obs` and `action` meets a bug pinned with xfail
-    (see difftools.write_known_bug)."""
-    return write_known_bug(ep.observations, obs) or write_known_bug(ep.actions, action)
 
 
 def extras(data):
@@ -213,8 +207,6 @@ class EpisodeMachine(RuleBasedStateMachine):
         action = data.draw(self.act_items, label="action")
         reward = data.draw(REWARDS, label="reward")
         infos = data.draw(INFOS, label="infos")
-        if step_known_bug(self.theirs, obs, action):
-            return
         kwargs = {done: True} if done else {}
         if self.with_extras:
             kwargs["extra_model_outputs"] = extras(data)
@@ -232,8 +224,6 @@ class EpisodeMachine(RuleBasedStateMachine):
             kwargs = {"extra_model_outputs": extras(data)} if self.with_extras else {}
             obs = data.draw(self.obs_items, label="observation")
             action = data.draw(self.act_items, label="action")
-            if step_known_bug(self.theirs, obs, action):
-                return
             self.twin.call("add_env_step", obs, action, data.draw(REWARDS, label="reward"),
                            **kwargs)
 
@@ -313,8 +303,6 @@ class EpisodeMachine(RuleBasedStateMachine):
             return
         if fill_without_space_on_finalized_rows(buf, fill):
             return
-        if right_fill_key_order_bug(buf, indices, neg, fill):
-            return
         kwargs = dict(neg_index_as_lookback=neg, fill=fill)
         if hot:
             kwargs["one_hot_discrete"] = True
@@ -344,8 +332,6 @@ class EpisodeMachine(RuleBasedStateMachine):
         if buf.finalized and isinstance(buf.data, (dict, tuple)) and buf.space is not None:
             return  # deliberate buffer difference (set on numpy'ized Dict/Tuple with a space)
         item = self.new_item(data, side, lead.get("key"), outside=False)
-        if write_known_bug(buf, item):
-            return
         self.twin.call(name, **lead, new_data=item, at_indices=idx, neg_index_as_lookback=neg)
 
     def setters(self):
@@ -417,8 +403,6 @@ class EpisodeMachine(RuleBasedStateMachine):
                 except (ValueError, TypeError):
                     return  # rows of different structures: RLlib cannot batch them
                 new = batch.data
-        if write_known_bug(buf, written_values(new, at)):
-            return
         kwargs = dict(new_data=new, neg_index_as_lookback=neg)
         if at is not None or data.draw(st.booleans(), label="at_indices=None given"):
             kwargs["at_indices"] = at
@@ -478,8 +462,6 @@ class EpisodeMachine(RuleBasedStateMachine):
         if right == "cut":
             for _ in range(data.draw(st.integers(0, 2), label="steps on the cut")):
                 obs, action = data.draw(self.obs_items), data.draw(self.act_items)
-                if step_known_bug(other.theirs, obs, action):
-                    return
                 other.call("add_env_step", obs, action, data.draw(REWARDS),
                            extra_model_outputs=extras(data) if self.with_extras else None)
         if numpy and other.theirs.is_reset and not to_numpy_differs(other.theirs):

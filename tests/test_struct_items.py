@@ -10,10 +10,9 @@ not compared (RLlib hands out what it stores; ours may hand out a copy).
 States are read through get_state() (difftools.KeptTwin), so our list-mode
 storage is not moved to a plain list by the checks themselves.
 
-Cases where our finalize()/to_numpy() disagrees with RLlib's today are pinned
-as xfail(strict=True) at the end, each with what RLlib gives and what ours
-gives; the property tests skip them through difftools.finalize_known_bug and
-difftools.right_fill_key_order_bug.
+Cases where ours still disagrees with RLlib's are pinned as xfail(strict=True)
+at the end, each with what RLlib gives and what ours gives; the property
+tests skip them through difftools.finalize_known_bug.
 """
 from __future__ import annotations
 
@@ -28,8 +27,7 @@ import pytest
 from difftools import (Collector, KeptEpTwin, KeptTwin, Mismatch, Other, compare,
                        compare_buffers, compare_episode_states, compare_episodes,
                        known_rllib_crash,
-                       ours_buffer_class, ours_episode_class, right_fill_key_order_bug,
-                       rllib_buffer_class, rllib_episode_class, rllib_slice_assertion)
+                       ours_buffer_class, ours_episode_class, rllib_buffer_class, rllib_episode_class, rllib_slice_assertion)
 
 pytestmark = pytest.mark.rllib
 
@@ -394,8 +392,6 @@ def test_one_hot_of_discrete_leaves(name, finalize):
                 slice(-9, 1), slice(None, None, -1)]:
         for neg in (False, True):
             for fill in (None, 0):
-                if right_fill_key_order_bug(twin.theirs, idx, neg, fill):
-                    continue  # (pinned below)
                 query(twin, coll, "get", idx, neg_index_as_lookback=neg, fill=fill,
                       one_hot_discrete=True)
     coll.assert_ok()
@@ -445,11 +441,11 @@ def test_episode_cut_slice_state_and_pickle_with_dict_and_tuple_data(numpy):
         twin.call("concat_episode", Other(chunk))
 
 
-# -- known bugs: our finalize()/to_numpy() disagrees with RLlib's ---------------------
+# -- finalize(), appends and fill by dm-tree's rules, as RLlib's -------------------------
 #
-# Each case states RLlib's result and ours. difftools.finalize_known_bug and
-# right_fill_key_order_bug keep the property tests away from them; drop a case
-# there when its test here passes.
+# The xfail cases are known bugs: each states RLlib's result and ours, and
+# difftools.finalize_known_bug keeps the property tests away from them (drop
+# a case there when its test here passes).
 
 
 def finalize_both(items):
@@ -480,24 +476,16 @@ def test_bug_finalize_of_a_list_inside_the_items():
     assert_finalize_like_rllib([{"a": [1, 2]}, {"a": [3, 4]}])
 
 
-@pytest.mark.xfail(strict=True, reason="a leaf that becomes a dict/tuple: RLlib's finalize() "
-                   "raises ValueError (structures differ); ours flattens the new container "
-                   "into the leaf: {'a': array([1, 2])}, key 'x' lost")
 @pytest.mark.parametrize("later", [{"x": 2}, (2,)], ids=["dict", "tuple"])
-def test_bug_finalize_of_a_leaf_that_becomes_a_container(later):
+def test_finalize_of_a_leaf_that_becomes_a_container(later):
     assert_finalize_like_rllib([{"a": 1}, {"a": later}])
 
 
-@pytest.mark.xfail(strict=True, reason="a leaf that becomes a list: RLlib's finalize() raises "
-                   "ValueError (structures differ); ours gives {'a': array([1, list([2, 3])], "
-                   "dtype=object)}")
-def test_bug_finalize_of_a_leaf_that_becomes_a_list():
+def test_finalize_of_a_leaf_that_becomes_a_list():
     assert_finalize_like_rllib([{"a": 1}, {"a": [2, 3]}])
 
 
-@pytest.mark.xfail(strict=True, reason="a namedtuple after tuples: RLlib's finalize() raises "
-                   "TypeError (dm-tree checks the sequence type); ours stacks it as a tuple")
-def test_bug_finalize_of_a_namedtuple_after_tuples():
+def test_finalize_of_a_namedtuple_after_tuples():
     assert_finalize_like_rllib([(1, 2), Pair(3, 4)])
 
 
@@ -507,55 +495,27 @@ def test_bug_finalize_of_namedtuple_items():
     assert_finalize_like_rllib([Pair(1, 2), Pair(3, 4)])
 
 
-@pytest.mark.xfail(strict=True, reason="an OrderedDict first item: RLlib's finalize() gives an "
-                   "OrderedDict (also nested: {'o': OrderedDict(...)}); ours plain dicts")
 @pytest.mark.parametrize("items", [
     [OrderedDict([("a", 1), ("b", 2)]), {"b": 4, "a": 3}],
     [{"o": OrderedDict([("a", 1)])}, {"o": {"a": 2}}],
 ], ids=["top", "nested"])
-def test_bug_finalize_keeps_the_ordereddict_type(items):
+def test_finalize_keeps_the_ordereddict_type(items):
     assert_finalize_like_rllib(items)
 
 
-@pytest.mark.xfail(strict=True, reason="a dict where the first item has a tuple (or a list "
-                   "for a tuple): RLlib's finalize() raises TypeError; ours ValueError")
 @pytest.mark.parametrize("items", [[{"a": 1}, (1,)], [(1, 2), [3, 4]]],
                          ids=["dict-tuple", "tuple-list"])
-def test_bug_finalize_of_another_container_type_raises_type_error(items):
+def test_finalize_of_another_container_type_raises_type_error(items):
     assert_finalize_like_rllib(items)
 
 
-@pytest.mark.xfail(strict=True, reason="fill on the right only of numpy'ized Dict data whose "
-                   "space orders the keys otherwise: RLlib's result has the space's key order "
-                   "(['a', 'z']), ours the data's (['z', 'a'])")
-def test_bug_right_fill_takes_the_key_order_of_the_space():
+def test_right_fill_takes_the_key_order_of_the_space():
     space = gym.spaces.Dict({"z": gym.spaces.Discrete(3),
                              "a": gym.spaces.Box(-1.0, 1.0, (2,), F32)})
     assert list(space.spaces) == ["a", "z"]          # gymnasium sorts a plain dict
     items = [{"z": np.int64(i), "a": np.full(2, 0.5, F32)} for i in range(3)]
     twin = KeptTwin(items, 1, space, finalize=True)
     twin.call("get", slice(1, 5), fill=0)
-
-
-@pytest.mark.xfail(strict=True, reason="to_numpy() whose actions cannot be stacked (items of "
-                   "other keys) raises ValueError after it numpy'ized the observations, in "
-                   "RLlib and in ours; ours should check first and leave the episode as it was")
-def test_bug_to_numpy_that_fails_leaves_the_episode_unchanged():
-    ep = ours_episode_class()(observations=[0.0, 1.0, 2.0], actions=[{"a": 1, "b": 2}, {"a": 3}],
-                              rewards=[1.0, 2.0], len_lookback_buffer=0)
-    with pytest.raises(ValueError):
-        ep.to_numpy()
-    assert not ep.observations.finalized and not ep.is_numpy
-    assert ep.get_observations() == [0.0, 1.0, 2.0]
-
-
-def test_rllib_to_numpy_that_fails_has_numpyized_the_observations():
-    ep = rllib_episode_class()(observations=[0.0, 1.0, 2.0],
-                               actions=[{"a": 1, "b": 2}, {"a": 3}], rewards=[1.0, 2.0],
-                               len_lookback_buffer=0)
-    with pytest.raises(ValueError):
-        ep.to_numpy()
-    assert ep.observations.finalized and not ep.actions.finalized and not ep.is_numpy
 
 
 def assert_write_like_rllib(method, items, value):
@@ -569,24 +529,16 @@ def assert_write_like_rllib(method, items, value):
         twin.call("set", value, at_indices=0)
 
 
-@pytest.mark.xfail(strict=True, reason="append() of a namedtuple to numpy'ized tuple data: "
-                   "RLlib raises TypeError (dm-tree checks the sequence type); ours appends it")
-def test_bug_append_of_a_namedtuple_to_numpyized_tuples():
+def test_append_of_a_namedtuple_to_numpyized_tuples():
     assert_write_like_rllib("append", [(1, 2), (3, 4)], Pair(5, 6))
 
 
-@pytest.mark.xfail(strict=True, reason="append() of an item whose leaf became a dict, to "
-                   "numpy'ized data: RLlib raises ValueError (structures differ); ours appends "
-                   "the dict into an object array: {'a': array([1, 1, {'x': 2}], dtype=object)}")
-def test_bug_append_of_a_leaf_that_became_a_dict():
+def test_append_of_a_leaf_that_became_a_dict():
     assert_write_like_rllib("append", [{"a": 1}, {"a": 1}], {"a": {"x": 2}})
 
 
-@pytest.mark.xfail(strict=True, reason="a tuple of another length whose first element is "
-                   "another container: dm-tree checks a tuple's elements before its length, so "
-                   "RLlib raises TypeError; ours ValueError (the length)")
 @pytest.mark.parametrize("method", ["append", "set"])
-def test_bug_tuple_of_another_length_and_another_container_inside(method):
+def test_tuple_of_another_length_and_another_container_inside(method):
     assert_write_like_rllib(method, [((1,), 2), ((3,), 4)], ({"x": 1},))
 
 
