@@ -355,21 +355,18 @@ SETTINGS = settings(max_examples=int(os.environ.get("PROPS_MAX_EXAMPLES", 60)),
                     stateful_step_count=30, deadline=None, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 
-for _name, _kind in KINDS.items():
-    _machine = type(f"Machine_{_name}", (BufferMachine,), {"kind": _kind})
-    _case = _machine.TestCase
-    _case.settings = SETTINGS
-    _case.__name__ = f"TestRandomSequences_{_name}"
-    globals()[_case.__name__] = _case
-del _name, _kind, _machine, _case
+def _register(base, attribute, variants, case_settings):
+    """One TestRandomSequences_<name> test case per (name, value) variant of
+    the machine `base` (with `attribute` set to the value)."""
+    for name, value in variants:
+        case = type(f"Machine_{name}", (base,), {attribute: value}).TestCase
+        case.settings = case_settings
+        case.__name__ = f"TestRandomSequences_{name}"
+        globals()[case.__name__] = case
 
+
+_register(BufferMachine, "kind", KINDS.items(), SETTINGS)
 # The structure is drawn anew in every run: more runs than for a fixed kind.
 STRUCT_SETTINGS = settings(SETTINGS, max_examples=int(os.environ.get("PROPS_MAX_EXAMPLES", 100)))
-
-for _name, _spaced in [("struct_changing", False), ("struct_space", True)]:
-    _machine = type(f"Machine_{_name}", (StructMachine,), {"spaced": _spaced})
-    _case = _machine.TestCase
-    _case.settings = STRUCT_SETTINGS
-    _case.__name__ = f"TestRandomSequences_{_name}"
-    globals()[_case.__name__] = _case
-del _name, _spaced, _machine, _case
+_register(StructMachine, "spaced", [("struct_changing", False), ("struct_space", True)],
+          STRUCT_SETTINGS)
