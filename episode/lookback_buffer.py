@@ -199,6 +199,7 @@ class InfiniteLookbackBuffer(BufferCore):
         if self._col is not None:
             self._col.extend_rows(items)
             return
+        check_same_nesting(self._tree, items)     # dm-tree's errors, as RLlib's extend
         pairs = flatten_struct(map_struct(lambda col, x: [col, np.asarray(x)], self._tree, items))
         for col, x in pairs:
             col.check_rows(x)
