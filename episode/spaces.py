@@ -128,13 +128,15 @@ _LEAF_SPACES = frozenset([type(None), gym.spaces.Box, gym.spaces.Discrete,
 
 def base_struct(space: gym.Space | None) -> Any:
     """A Dict/Tuple space as a plain dict/tuple of its leaf spaces; others as is."""
-    if type(space) in _LEAF_SPACES:
+    t = type(space)
+    if t in _LEAF_SPACES:
         # Dict and Tuple are typing ABCs: isinstance against them is slow.
         return space
-    if isinstance(space, gym.spaces.Tuple):
-        return tuple(base_struct(s) for s in space)
-    if isinstance(space, gym.spaces.Dict):
-        return {k: base_struct(space[k]) for k in space.spaces}
+    # Their `spaces` attribute, not their (Python-level) Sequence/Mapping API.
+    if t is gym.spaces.Tuple or isinstance(space, gym.spaces.Tuple):
+        return tuple([base_struct(s) for s in space.spaces])
+    if t is gym.spaces.Dict or isinstance(space, gym.spaces.Dict):
+        return {k: base_struct(s) for k, s in space.spaces.items()}
     return space
 
 

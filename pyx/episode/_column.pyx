@@ -426,6 +426,14 @@ cdef class Column:
             moved = <char*>PyMem_RawRealloc(memory.ptr, nbytes if nbytes else 1)
             if moved == NULL:
                 raise MemoryError("Column cannot grow any further")
+            if moved == memory.ptr:
+                # Resized in place: the storage array (held only here) keeps
+                # its data and strides; only its leading dimension changes,
+                # as numpy's own resize does it.
+                memory.nbytes = nbytes
+                cnp.PyArray_DIMS(<cnp.ndarray>self.array)[0] = new_capacity
+                self.capacity = new_capacity
+                return 0
             memory.ptr = moved
             memory.nbytes = nbytes
             self.array = None            # it pointed into the old block
