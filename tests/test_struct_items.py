@@ -364,6 +364,34 @@ def test_dict_observation_workload_1000_steps(spaces):
     compare_episodes(chunk_ours, chunk_theirs, "cut", read_data=False)
 
 
+@pytest.mark.parametrize("name", ["numpy_scalars", "unsorted_keys", "dict_in_tuple",
+                                  "empty_parts"])
+def test_episode_to_numpy_of_dict_and_tuple_observations(name):
+    """Observations of each leaf kind and actions of Python ints in a tuple:
+    list-mode getters, then to_numpy() with the first item's key order and
+    numpy's dtype per leaf."""
+    items = ITEM_SETS[name] * 2
+    twin = KeptEpTwin.new(id_="ep", observations=items[:2], actions=[(0, 1.5)],
+                          rewards=[1.0], len_lookback_buffer=1)
+    for i, obs in enumerate(items[2:]):
+        twin.call("add_env_step", obs, (i, 0.5 * i), float(i))
+    coll = Collector()
+    for method in ("get_observations", "get_actions"):
+        for idx in (None, 0, -1, [0, -1], slice(-3, None), slice(-2, 2)):
+            twin.query(coll, method, idx, neg_index_as_lookback=True)
+    coll.assert_ok()
+    for i, obs in enumerate(items[1:]):
+        assert_same_leaves(twin.ours.get_observations(i), obs)
+    twin.call("to_numpy")
+    data = twin.ours.get_observations()
+    assert type(data) is type(items[0])
+    for leaf, values in zip(leaves(data), zip(*[leaves(obs) for obs in items[1:]])):
+        expected = np.array(values)
+        assert leaf.dtype == expected.dtype and leaf.shape == expected.shape
+    actions = twin.ours.get_actions()
+    assert actions[0].dtype == np.int64 and actions[1].dtype == np.float64
+
+
 # Tuple/Dict action spaces with Discrete/MultiDiscrete leaves, and their items.
 DISCRETE_STRUCTS = {
     "tuple_discrete_py": (TUPLE_ACTIONS, lambda i: (i % 3, i % 2)),
