@@ -522,6 +522,25 @@ def test_rllib_list_mode_hands_back_the_appended_dict():
     assert buf.get(0)["a"] == 5
 
 
+def test_finalize_of_items_without_leaves_raises_and_changes_nothing():
+    """Dicts that hold only empty dicts have no leaf to make an array of:
+    ours refuses to finalize them; RLlib finalizes to a struct without
+    arrays, whose len() then fails."""
+    buf = InfiniteLookbackBuffer([{"e": {}}] * 3)
+    with pytest.raises(ValueError):
+        buf.finalize()
+    assert not buf.finalized and len(buf) == 3 and buf.get(-1) == {"e": {}}
+
+
+@pytest.mark.rllib
+def test_rllib_finalize_of_items_without_leaves_breaks_len():
+    buf = rllib_buffer_class()([{"e": {}}] * 3)
+    buf.finalize()
+    assert buf.data == {"e": {}}
+    with pytest.raises(IndexError):
+        len(buf)
+
+
 def test_list_mode_data_is_the_live_list():
     """As in RLlib, changing `.data` in list mode changes the buffer."""
     buf = InfiniteLookbackBuffer([1.0, 2.0])
