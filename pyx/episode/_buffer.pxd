@@ -77,6 +77,7 @@ cdef class BufferCore:
     cdef int to_object_path(self) except -1
     cpdef check_append(self, object item)
     cdef object item_at(self, Py_ssize_t pos)
+    cdef object assembled(self, list results)
     cdef object cget(self, object indices, bint neg_index_as_lookback, object fill,
                      bint one_hot_discrete, bint ignore_last_ts, object add_last_ts_value)
     cpdef BufferCore sub_buffer(self, object slice_, bint neg_index_as_lookback,

@@ -424,6 +424,10 @@ cdef class BufferCore:
             return self._node.gather(GATHER_ITEM, pos, 0, 0)
         return map_struct(lambda col: col.get(pos), self._tree)
 
+    cdef object assembled(self, list results):
+        # One result per leaf (dm-tree order) in the items' shape.
+        return results[0] if self._col is not None else self._node.assemble(results)
+
     def _item(self, Py_ssize_t pos):
         """The item at raw position `pos` (lookback included)."""
         if pos < 0 or pos >= self._first.nrows():
@@ -526,8 +530,7 @@ cdef class BufferCore:
                 f"of range for a buffer of {n} items ({lb} of them lookback); "
                 f"pass `fill` to pad"
             )
-        return self._col.item(pos) if self._col is not None \
-            else self._node.gather(GATHER_ITEM, pos, 0, 0)
+        return self.item_at(pos)
 
     cdef object _get_slice(self, object slice_, bint neg_index_as_lookback):
         cdef SliceSpec spec
@@ -580,9 +583,7 @@ cdef class BufferCore:
             if rows is None:
                 return self._get_general(slice_, neg_index_as_lookback, fill, False, False, None)
             results.append(rows)
-        if self._col is not None:
-            return results[0]
-        return self._node.assemble(results)
+        return self.assembled(results)
 
     cdef object _get_one_hot(self, object indices, bint neg_index_as_lookback, object fill):
         """get() with one_hot_discrete for Discrete/MultiDiscrete leaves, one
@@ -654,9 +655,7 @@ cdef class BufferCore:
             if out is None:
                 return None
             results.append(out)
-        if self._col is not None:
-            return results[0]
-        return self._node.assemble(results)
+        return self.assembled(results)
 
     cdef FillState fill_state(self):
         """The leaves' fill plans and spaces for the current storage and space."""
