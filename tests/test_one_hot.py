@@ -130,3 +130,24 @@ def test_one_hot_values_and_fill_rows(finalized):
     assert len(got if not finalized else got[0]) == len(raw if not finalized else raw[0])
     compare(buf.get(20, fill=2, one_hot_discrete=True),
             (np.full(4, 2, np.float32), np.full(5, 2, np.float32)))
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("finalized", [False, True])
+def test_one_hot_of_odd_values_and_indices_fails_cleanly(case, finalized):
+    """Every case and index of the RLlib comparison on ours alone (so the
+    sanitizer run, which has no ray, covers the compiled encoding too): a
+    value or an error of the classes RLlib raises, and the data unchanged."""
+    space, make = CASES[case]
+    items = [make(i) for i in range(7)]
+    buf = ours_buffer_class()(list(items), lookback=2, space=space)
+    if finalized:
+        buf.finalize()
+    before = buf.get(slice(None))
+    for idx, neg, fill in itertools.product(INDICES + [2**62, -2**62], [False, True],
+                                            [None, 0, 1.5, True, 1e300]):
+        try:
+            buf.get(idx, neg_index_as_lookback=neg, fill=fill, one_hot_discrete=True)
+        except (IndexError, AssertionError, ValueError):
+            pass       # (ValueError: bool rows encode 2 wide, fill rows as wide as the space)
+    compare(buf.get(slice(None)), before)
