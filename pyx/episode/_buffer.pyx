@@ -52,7 +52,7 @@ cdef class FillPlan:
         # The storage's very dtype object, held by the plan (so its address
         # cannot be reused): a dtype widened within one type number (U5 to
         # U20, m8[D] to m8[s]) needs a new plan.
-        return (self.col is col and <void*>self.data_dtype == col.descr
+        return (self.col is col and <void*>self.data_dtype == <void*>col.descr
                 and self.space is space and type(fill) is type(self.fill)
                 and fill == self.fill)
 
@@ -64,7 +64,7 @@ cdef class FillPlan:
             fill_dtype = space.dtype
         else:
             return False
-        data_dtype = <object>cnp.PyArray_DESCR(col.array)
+        data_dtype = col.descr
         try:
             dtype = fill_dtype if fill_dtype == data_dtype \
                 else np.result_type(fill_dtype, data_dtype)
@@ -114,14 +114,13 @@ cdef class FillPlan:
         if count:
             # Raw rows only where they mean the same in both (not, say, str
             # rows of another width): everything else is numpy's cast.
-            if col.pod and (<void*>cnp.PyArray_DESCR(out) == col.descr or cnp.PyArray_EquivTypes(
+            if col.pod and (<void*>cnp.PyArray_DESCR(out) == <void*>col.descr or cnp.PyArray_EquivTypes(
                     <cnp.dtype>cnp.PyArray_DESCR(out), <cnp.dtype>col.descr)):
                 dst += left * row_bytes
                 for i in range(count):
                     memcpy(dst + i * row_bytes, col.row_ptr(first + i * step, 1), row_bytes)
             else:
-                out[left:left + count] = col.array[first:first + count * step:step] \
-                    if first + count * step >= 0 else col.array[first::step][:count]
+                out[left:left + count] = col.rows_view(first, count, step, True)
         return out
 
 

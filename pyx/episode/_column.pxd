@@ -4,6 +4,7 @@ cimport numpy as cnp
 from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.list cimport PyList_GET_SIZE
 from cpython.long cimport PyLong_AsLongLongAndOverflow
+from cpython.object cimport PyTypeObject
 from libc.stdint cimport int64_t
 from libc.string cimport memcpy
 
@@ -62,12 +63,9 @@ cdef inline char* array_bytes(cnp.ndarray arr, Py_ssize_t nbytes) except NULL:
 
 
 cdef class Memory:
-    cdef char* ptr                 # PyMem_RawMalloc'd block, freed in __dealloc__
-    cdef size_t nbytes             # its size
-    @staticmethod
-    cdef Memory allocate(size_t nbytes)
-    cdef object as_array(self, cnp.dtype descr, Py_ssize_t rows, int row_ndim,
-                         cnp.npy_intp* row_shape)
+    # A Column's block once an array view of it is handed out: the base of
+    # those views, freeing the block (PyMem_RawFree) with the last of them.
+    cdef char* ptr
 
 
 # How an appended item is stored, and so how it is handed back before the
@@ -94,21 +92,26 @@ cdef class Column:
     cdef int row_ndim
     cdef bint plain                # native bool/int/uint/float/complex: bytes are the values
     cdef bint pod                  # storage holds no object references: memcpy is safe
-    cdef int value_offset          # where a scalar of scalar_type keeps its value's bytes
-    cdef object array              # ndarray (capacity, *row_shape): the typed storage
-    cdef Memory memory             # the block `array` views, when the Column allocated it
-    cdef char* data                # array's first byte
+    cdef int value_offset          # where a numpy scalar of the dtype keeps its value's bytes
+    cdef object owner              # what keeps the storage alive: None while the Column
+                                   # owns its block alone (freed with it), a Memory once
+                                   # views share the block, or an ndarray it adopted
+    cdef cnp.dtype descr           # the storage's dtype (None without storage)
+    cdef char* data                # the storage's first byte
     cdef Py_ssize_t size           # rows in use
     cdef readonly Py_ssize_t capacity  # rows allocated
     cdef Py_ssize_t row_bytes      # bytes per row
     cdef Py_ssize_t itemsize       # bytes per element
-    cdef void* descr               # the storage's dtype (borrowed from `array`)
-    cdef object scalar_type        # plain storage: its dtype's numpy scalar type (else None)
     cdef list items                # object path storage
     cdef cnp.npy_intp* row_shape   # row_ndim dims: inline_shape, or a PyMem block for more
     cdef cnp.npy_intp inline_shape[3]
 
     cdef int _adopt_storage(self, cnp.ndarray arr, Py_ssize_t size) except -1
+    cdef int _adopt_block(self, size_t nbytes, cnp.dtype descr, Py_ssize_t capacity,
+                          int row_ndim, cnp.npy_intp* row_shape, Py_ssize_t size) except -1
+    cdef int _release_storage(self) noexcept
+    cdef object _view_base(self)
+    cdef int _set_layout(self, cnp.dtype descr, int row_ndim, cnp.npy_intp* row_shape) except -1
 
     # Every raw access to the storage goes through row_ptr: rows [pos, pos +
     # count) must lie within the capacity. The checked build proves it on each
@@ -156,7 +159,7 @@ cdef class Column:
                 return 0
             (<cnp.npy_bool*>dst)[0] = item is True
         elif self.kind == KIND_SCALAR:
-            if t is not self.scalar_type:
+            if not self.is_scalar_type(t):
                 return 0
             self.copy_scalar(item, dst)
         else:
@@ -183,7 +186,7 @@ cdef class Column:
                    self.row_bytes)
         elif self.row_ndim != 0 or not self.plain:
             return 0
-        elif t is self.scalar_type:
+        elif self.is_scalar_type(t):
             self.copy_scalar(item, self.row_ptr(self.size, 1))
         elif t is float:
             if self.type_num != cnp.NPY_DOUBLE:
@@ -205,8 +208,12 @@ cdef class Column:
         self.size += 1
         return 1
 
+    cdef inline bint is_scalar_type(self, object t) noexcept:
+        # `t` is the numpy scalar type of plain storage's dtype.
+        return self.plain and <PyTypeObject*>t == self.descr.typeobj
+
     cdef inline int copy_scalar(self, object item, char* dst) except -1:
-        # The value of `item`, a numpy scalar of exactly scalar_type, into
+        # The value of `item`, a numpy scalar of exactly the storage's scalar type, into
         # `dst`: read where numpy's scalar object keeps it (what
         # PyArray_ScalarAsCtype does after two lookups).
         if CHECKED and (cnp.PyArray_DescrFromScalar(item).itemsize != self.itemsize
@@ -224,7 +231,7 @@ cdef class Column:
         if cnp.PyArray_CheckExact(row):
             return self._shape_matches(<cnp.ndarray>row)
         return self.row_ndim == 0 and (t is float or t is int or t is bool
-                                       or t is self.scalar_type)
+                                       or self.is_scalar_type(t))
 
     cdef inline bint _shape_matches(self, cnp.ndarray arr) noexcept:
         cdef int i
@@ -242,7 +249,7 @@ cdef class Column:
         # type number (str/bytes widths, structured fields) take numpy's path.
         if not cnp.PyArray_IS_C_CONTIGUOUS(arr):
             return False
-        if <void*>cnp.PyArray_DESCR(arr) != self.descr and not (
+        if <void*>cnp.PyArray_DESCR(arr) != <void*>self.descr and not (
                 self.plain and cnp.PyArray_TYPE(arr) == self.type_num
                 and cnp.PyArray_ITEMSIZE(arr) == self.itemsize and cnp.PyArray_ISNOTSWAPPED(arr)):
             return False
@@ -274,4 +281,7 @@ cdef class Column:
     cdef object row_view(self, Py_ssize_t pos)
     cdef object rows_view(self, Py_ssize_t first, Py_ssize_t count, Py_ssize_t step,
                           bint leading_axis)
+    cdef inline object rows(self, Py_ssize_t start, Py_ssize_t stop):
+        # Rows [start, stop) (within the capacity) as an ndarray view.
+        return self.rows_view(start, stop - start, 1, True)
     cdef Column view_rows(self, Py_ssize_t start, Py_ssize_t stop)

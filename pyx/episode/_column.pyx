@@ -19,6 +19,7 @@ from pickle import PickleBuffer
 
 import numpy as np
 
+cimport cython
 cimport numpy as cnp
 from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_FromDouble
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_FromLongLong
@@ -36,7 +37,7 @@ cdef extern from "numpy/arrayobject.h":
     # numpy's own .pxd leaves these three out (they steal a reference to
     # `descr`, which Cython cannot express); declared with numpy's C types,
     # and callers INCREF `descr` first.
-    object PyArray_Scalar(void* data, cnp.PyArray_Descr* descr, object base)
+    object PyArray_Scalar(void* data, cnp.PyArray_Descr* descr, PyObject* base)
     object PyArray_Empty(int nd, cnp.npy_intp* dims, cnp.PyArray_Descr* descr, int fortran)
     object PyArray_NewFromDescr(PyTypeObject* subtype, cnp.PyArray_Descr* descr, int nd,
                                 cnp.npy_intp* dims, cnp.npy_intp* strides, void* data,
@@ -68,42 +69,20 @@ cdef Py_ssize_t _product(tuple shape):
 
 
 cdef class Memory:
-    """A block from Python's raw allocator (so tracemalloc sees it) that
-    arrays view as their base: freed with the last of them. Lets a Column
-    realloc its storage, which numpy arrays cannot without zero-filling."""
-
-    @staticmethod
-    cdef Memory allocate(size_t nbytes):
-        cdef Memory memory = Memory.__new__(Memory)
-        memory.ptr = <char*>PyMem_RawMalloc(nbytes if nbytes else 1)
-        if memory.ptr == NULL:
-            raise MemoryError(f"cannot allocate {nbytes} bytes")
-        memory.nbytes = nbytes
-        return memory
-
-    cdef object as_array(self, cnp.dtype descr, Py_ssize_t rows, int row_ndim,
-                         cnp.npy_intp* row_shape):
-        """An ndarray (rows, *row_shape) of `descr` over this block."""
-        cdef cnp.npy_intp dims[65]
-        cdef int i
-        cdef size_t nbytes = descr.itemsize
-        dims[0] = rows
-        for i in range(row_ndim):
-            dims[i + 1] = row_shape[i]
-        if CHECKED:
-            for i in range(row_ndim + 1):
-                nbytes *= <size_t>dims[i]
-            if rows < 0 or nbytes > self.nbytes:
-                bytes_out_of_bounds(nbytes, self.nbytes)
-        Py_INCREF(descr)
-        array = PyArray_NewFromDescr(<PyTypeObject*>ndarray_type, <cnp.PyArray_Descr*>descr,
-                                     row_ndim + 1, dims, NULL, self.ptr,
-                                     cnp.NPY_ARRAY_WRITEABLE | cnp.NPY_ARRAY_C_CONTIGUOUS, NULL)
-        cnp.set_array_base(<cnp.ndarray>array, self)
-        return array
+    """A Column's block (from Python's raw allocator, so tracemalloc sees it)
+    once array views of it are out: their base, freeing the block with the
+    last of them. Until then the Column owns its block alone and may realloc
+    it, which numpy arrays cannot do without zero-filling."""
 
     def __dealloc__(self):
         PyMem_RawFree(self.ptr)
+
+
+cdef char* allocate(size_t nbytes) except NULL:
+    cdef char* block = <char*>PyMem_RawMalloc(nbytes if nbytes else 1)
+    if block == NULL:
+        raise MemoryError(f"cannot allocate {nbytes} bytes")
+    return block
 
 
 cdef inline bint is_plain_numeric(cnp.dtype dt):
@@ -123,19 +102,23 @@ cdef int bytes_out_of_bounds(Py_ssize_t nbytes, Py_ssize_t available) except -1:
     raise SystemError(f"episode core: {nbytes} bytes asked of a block of {available}")
 
 
+# no_gc_clear: __dealloc__ reads `owner` to know whether the block is the
+# Column's own to free; a cycle through a Column always also runs through a
+# clearable object (its `items` list, a buffer), so the collector can break it.
+@cython.no_gc_clear
 cdef class Column:
     """A growable data track. See the module docstring."""
 
     def __cinit__(self):
         self.kind = KIND_EMPTY
         self.items = None
-        self.array = None
         self.data = NULL
         self.size = 0
         self.capacity = 0
         self.row_shape = self.inline_shape
 
     def __dealloc__(self):
+        self._release_storage()
         if self.row_shape != self.inline_shape:
             PyMem_Free(self.row_shape)
 
@@ -152,15 +135,11 @@ cdef class Column:
 
     @staticmethod
     def from_array(object array):
-        """A finalized Column adopting `array`'s memory (no copy) as its storage.
-
-        It keeps a view of its own: the caller's array object may be
-        reshaped in place later (`a.shape = ...`), and the C paths read the
-        storage's shape and strides."""
+        """A finalized Column adopting `array`'s memory (no copy) as its storage
+        (the C paths keep their own copy of its layout: the caller may reshape
+        the array object in place later)."""
         cdef Column col = Column()
         cdef cnp.ndarray arr = np.asarray(array)
-        if arr is array:
-            arr = arr.view()
         col._adopt_storage(arr, arr.shape[0] if arr.ndim else 0)
         col.kind = KIND_ARRAY
         col.finalized = True
@@ -176,7 +155,8 @@ cdef class Column:
         return col
 
     cdef int _adopt_storage(self, cnp.ndarray arr, Py_ssize_t size) except -1:
-        cdef int i
+        # Storage in an ndarray (numpy's own, or one handed in): it stays the
+        # owner, and is never realloc'd.
         if arr.ndim == 0:
             raise ValueError("a Column's storage needs a leading (time) axis")
         if arr.ndim - 1 > 64:
@@ -184,19 +164,60 @@ cdef class Column:
         # C-API reads throughout: this runs for every view that slice()/cut() make.
         if not cnp.PyArray_IS_C_CONTIGUOUS(arr) or not cnp.PyArray_ISNOTSWAPPED(arr):
             arr = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("="))
-        self.array = arr
-        self.memory = None             # callers that allocated it set it after
+        self._set_layout(<cnp.dtype>cnp.PyArray_DESCR(arr), cnp.PyArray_NDIM(arr) - 1,
+                         cnp.PyArray_DIMS(arr) + 1)
+        self._release_storage()
+        self.owner = arr
         self.data = <char*>cnp.PyArray_DATA(arr)
         self.capacity = cnp.PyArray_DIMS(arr)[0]
         self.size = size
-        self.type_num = cnp.PyArray_TYPE(arr)
-        self.descr = <void*>cnp.PyArray_DESCR(arr)
-        self.plain = is_plain_numeric(arr.dtype)
-        self.pod = not PyDataType_REFCHK(cnp.PyArray_DESCR(arr))
-        self._set_row_shape(cnp.PyArray_NDIM(arr) - 1, cnp.PyArray_DIMS(arr) + 1)
+        return 0
+
+    cdef int _adopt_block(self, size_t nbytes, cnp.dtype descr, Py_ssize_t capacity,
+                          int row_ndim, cnp.npy_intp* row_shape, Py_ssize_t size) except -1:
+        # Storage in a new block of `nbytes` (`capacity` rows) that the Column owns.
+        cdef char* block = allocate(nbytes)
+        try:
+            self._set_layout(descr, row_ndim, row_shape)
+            if CHECKED and <size_t>(capacity * self.row_bytes) > nbytes:
+                bytes_out_of_bounds(capacity * self.row_bytes, nbytes)
+        except BaseException:
+            PyMem_RawFree(block)
+            raise
+        self._release_storage()
+        self.data = block
+        self.capacity = capacity
+        self.size = size
+        return 0
+
+    cdef int _release_storage(self) noexcept:
+        # Lets go of the storage: frees a block the Column owns alone; views
+        # keep a shared one (their Memory) or an adopted array alive.
+        if self.owner is None:
+            PyMem_RawFree(self.data)
+        self.owner = None
+        self.data = NULL
+        return 0
+
+    cdef object _view_base(self):
+        # The base for a view of the storage: its Memory, made on the first
+        # view of a block the Column owned alone.
+        cdef Memory memory
+        if self.owner is None:
+            memory = Memory.__new__(Memory)
+            memory.ptr = self.data
+            self.owner = memory
+        return self.owner
+
+    cdef int _set_layout(self, cnp.dtype descr, int row_ndim, cnp.npy_intp* row_shape) except -1:
+        cdef int i
+        self._set_row_shape(row_ndim, row_shape)
+        self.descr = descr
+        self.type_num = descr.type_num
+        self.plain = is_plain_numeric(descr)
+        self.pod = not PyDataType_REFCHK(<cnp.PyArray_Descr*>descr)
         self.value_offset = scalar_offset(self.type_num) if self.plain else -1
-        self.scalar_type = arr.dtype.type if self.value_offset >= 0 else None
-        self.itemsize = cnp.PyArray_ITEMSIZE(arr)
+        self.itemsize = descr.itemsize
         self.row_bytes = self.itemsize
         for i in range(self.row_ndim):
             self.row_bytes *= self.row_shape[i]
@@ -231,7 +252,7 @@ cdef class Column:
 
     @property
     def dtype(self):
-        return None if self.array is None else self.array.dtype
+        return self.descr
 
     @property
     def row_shape_tuple(self):
@@ -250,13 +271,16 @@ cdef class Column:
             self.push(item)
 
     cdef int push_slow(self, object item) except -1:
+        if self.kind == KIND_OBJECT:
+            self.items.append(item)
+            return 0
         if self.finalized:
             return self._push_array_mode(item)
         if self.kind == KIND_EMPTY:
             self._start_typed(item)
-        if self.kind == KIND_OBJECT:
-            self.items.append(item)
-            return 0
+            if self.kind == KIND_OBJECT:
+                self.items.append(item)
+                return 0
         if self.kind == KIND_EMPTY_DICT:
             if type(item) is dict and not item:
                 self.size += 1
@@ -306,11 +330,9 @@ cdef class Column:
             self.kind = KIND_OBJECT
             self.items = []
             return 0
-        memory = Memory.allocate(MIN_CAPACITY * dtype.itemsize * _product(shape))
-        self._adopt_storage(memory.as_array(dtype, MIN_CAPACITY, len(shape),
-                                            cnp.PyArray_DIMS(item) if kind == KIND_ARRAY else NULL),
-                            0)
-        self.memory = memory
+        self._adopt_block(MIN_CAPACITY * dtype.itemsize * _product(shape),
+                          dtype, MIN_CAPACITY, len(shape),
+                          cnp.PyArray_DIMS(item) if kind == KIND_ARRAY else NULL, 0)
         self.kind = kind
         return 0
 
@@ -324,12 +346,12 @@ cdef class Column:
         # General case: what np.concatenate([data, [item]]) would give.
         x = np.asarray(item)
         self.check_row(x)
-        dtype = np.result_type(self.array.dtype, x.dtype)
-        if dtype != self.array.dtype:
+        dtype = np.result_type(self.descr, x.dtype)
+        if dtype != self.descr:
             self._retype(dtype)
         # Slice assignment casts as np.concatenate does (int64 -> Python int in
         # an object column) and stores a 0-d item as its element.
-        self.array[self.size:self.size + 1] = x[None]
+        self.rows(self.size, self.size + 1)[...] = x[None]
         self.size += 1
         return 0
 
@@ -338,7 +360,7 @@ cdef class Column:
         row by row (types kept) before."""
         cdef cnp.ndarray arr
         cdef Py_ssize_t k
-        if not self.finalized:
+        if not self.finalized or self.kind == KIND_OBJECT:
             self.extend(rows)
             return
         arr = np.asarray(rows)
@@ -348,11 +370,11 @@ cdef class Column:
             self._open_row_type(arr)
         self.check_rows(arr)
         k = arr.shape[0]
-        dtype = np.result_type(self.array.dtype, arr.dtype)
-        if dtype != self.array.dtype:
+        dtype = np.result_type(self.descr, arr.dtype)
+        if dtype != self.descr:
             self._retype(dtype)
         self._reserve(k)
-        self.array[self.size:self.size + k] = arr
+        self.rows(self.size, self.size + k)[...] = arr
         self.size += k
 
     cdef int _open_row_type(self, cnp.ndarray rows) except -1:
@@ -397,18 +419,16 @@ cdef class Column:
         if self.pod:
             return self._resize(new_capacity)
         # Object references: numpy copies them (and their counts).
-        new = np.empty((new_capacity,) + self.row_shape_tuple, dtype=self.array.dtype)
-        new[:self.size] = self.array[:self.size]
+        new = np.empty((new_capacity,) + self.row_shape_tuple, dtype=self.descr)
+        new[:self.size] = self.rows(0, self.size)
         self._adopt_storage(new, self.size)
         return 0
 
     cdef bint _owns_block(self) noexcept:
-        # Nothing but this Column uses its block: the storage array is held
-        # only here, the block only here and by that array (its base). Every
-        # view handed out holds the storage array (its base), so then there
-        # is none, and the block may move.
-        return (self.memory is not None and refcount(<PyObject*>self.array) == 1
-                and refcount(<PyObject*>self.memory) == 2)
+        # Nothing but this Column uses its storage: a block it allocated, of
+        # which no view is out (every view holds the block's Memory as its base).
+        return self.data != NULL and (self.owner is None or (
+            type(self.owner) is Memory and refcount(<PyObject*>self.owner) == 1))
 
     cdef int _resize(self, Py_ssize_t new_capacity) except -1:
         """Moves plain-old-data storage to a block of `new_capacity` rows (at
@@ -417,51 +437,29 @@ cdef class Column:
         the rows are copied to a new block, and views handed out keep the old
         one, unchanged."""
         cdef size_t nbytes = <size_t>new_capacity * <size_t>self.row_bytes
-        cdef Memory memory
-        cdef char* moved
-        cdef cnp.ndarray resized
-        descr = self.array.dtype
+        cdef char* block
         if self._owns_block():
-            memory = self.memory
-            moved = <char*>PyMem_RawRealloc(memory.ptr, nbytes if nbytes else 1)
-            if moved == NULL:
+            if self.owner is not None:      # a Memory no view holds any more
+                (<Memory>self.owner).ptr = NULL
+                self.owner = None
+            block = <char*>PyMem_RawRealloc(self.data, nbytes if nbytes else 1)
+            if block == NULL:
                 raise MemoryError("Column cannot grow any further")
-            if moved == memory.ptr:
-                # Resized in place: the storage array (held only here) keeps
-                # its data and strides; only its leading dimension changes,
-                # as numpy's own resize does it.
-                memory.nbytes = nbytes
-                cnp.PyArray_DIMS(<cnp.ndarray>self.array)[0] = new_capacity
-                self.capacity = new_capacity
-                return 0
-            memory.ptr = moved
-            memory.nbytes = nbytes
-            self.array = None            # it pointed into the old block
-            self.data = NULL
-            resized = memory.as_array(descr, new_capacity, self.row_ndim, self.row_shape)
         else:
-            memory = Memory.allocate(nbytes)
-            resized = memory.as_array(descr, new_capacity, self.row_ndim, self.row_shape)
-            memcpy(array_bytes(resized, self.size * self.row_bytes), self.row_ptr(0, self.size),
-                   self.size * self.row_bytes)
-        self._adopt_storage(resized, self.size)
-        self.memory = memory
+            block = allocate(nbytes)
+            memcpy(block, self.row_ptr(0, self.size), self.size * self.row_bytes)
+            self.owner = None               # views keep the old storage
+        self.data = block
+        self.capacity = new_capacity
         return 0
 
     cdef int _retype(self, object dtype) except -1:
         """Storage of `dtype` (same capacity) holding the rows in use, cast as
-        numpy casts them; the old storage stays with views handed out."""
-        cdef Memory memory = None
-        cdef cnp.dtype descr = <cnp.dtype>dtype
-        cdef Py_ssize_t n = self.capacity
-        if PyDataType_REFCHK(<cnp.PyArray_Descr*>descr):
-            new = np.empty((n,) + self.row_shape_tuple, dtype=dtype)
-        else:
-            memory = Memory.allocate(<size_t>n * descr.itemsize * _product(self.row_shape_tuple))
-            new = memory.as_array(descr, n, self.row_ndim, self.row_shape)
-        new[:self.size] = self.array[:self.size]
+        numpy casts them; the old storage stays with views handed out.
+        (numpy's own array: a finalized dtype promotion is rare.)"""
+        new = np.empty((self.capacity,) + self.row_shape_tuple, dtype=dtype)
+        new[:self.size] = self.rows(0, self.size)
         self._adopt_storage(new, self.size)
-        self.memory = memory
         return 0
 
     cdef int _to_object_path(self) except -1:
@@ -472,10 +470,9 @@ cdef class Column:
         else:
             self.items = [self.item(i) for i in range(self.size)] if self.kind != KIND_EMPTY else []
         self.kind = KIND_OBJECT
-        self.array = None
-        self.memory = None
-        self.data = NULL
-        self.descr = NULL
+        self._release_storage()
+        self.descr = None
+        self.plain = self.pod = False
         self.size = self.capacity = 0
         return 0
 
@@ -491,9 +488,11 @@ cdef class Column:
             return {}
         src = self.row_ptr(pos, 1)
         if self.finalized:
-            if self.row_ndim == 0:
-                return PyArray_Scalar(src, cnp.PyArray_DESCR(self.array), self.array)
-            return self.row_view(pos)
+            if self.row_ndim != 0:
+                return self.row_view(pos)
+            if not self.plain:
+                return self.rows(pos, pos + 1)[0]    # numpy's scalar of any dtype
+            return PyArray_Scalar(src, <cnp.PyArray_Descr*>self.descr, NULL)
         if self.kind == KIND_FLOAT:
             return PyFloat_FromDouble((<double*>src)[0])
         if self.kind == KIND_INT:
@@ -501,9 +500,9 @@ cdef class Column:
         if self.kind == KIND_BOOL:
             return (<cnp.npy_bool*>src)[0] != 0
         if self.kind == KIND_SCALAR:
-            return PyArray_Scalar(src, cnp.PyArray_DESCR(self.array), self.array)
+            return PyArray_Scalar(src, <cnp.PyArray_Descr*>self.descr, NULL)
         # KIND_ARRAY: a fresh copy, as RLlib hands back the caller's own array.
-        descr = self.array.dtype
+        descr = self.descr
         Py_INCREF(descr)
         row = PyArray_Empty(self.row_ndim, self.row_shape, <cnp.PyArray_Descr*>descr, 0)
         memcpy(array_bytes(row, self.row_bytes), src, self.row_bytes)
@@ -520,26 +519,28 @@ cdef class Column:
         than the rest of a get()."""
         cdef cnp.npy_intp dims[65]
         cdef cnp.npy_intp strides[65]
-        cdef int i, nd = 0
-        cdef cnp.ndarray storage = self.array
+        cdef cnp.npy_intp stride = self.itemsize
+        cdef int i, nd = 1 if leading_axis else 0
+        if self.descr is None:
+            raise TypeError("the object path has no array view")
         if leading_axis:
             dims[0] = count
             # One row or none: its stride is never used, and a huge step
             # times the row size would overflow.
             strides[0] = step * self.row_bytes if count > 1 else self.row_bytes
-            nd = 1
-        for i in range(self.row_ndim):
+        for i in range(self.row_ndim - 1, -1, -1):     # rows are C-contiguous
             dims[nd + i] = self.row_shape[i]
-            strides[nd + i] = cnp.PyArray_STRIDES(storage)[i + 1]
+            strides[nd + i] = stride
+            stride *= self.row_shape[i]
         cdef char* start = self.row_ptr(first, 1) if count else self.data
         if CHECKED and count > 1:
             self.row_ptr(first + (count - 1) * step, 1)
-        descr = storage.dtype
+        descr = self.descr
         Py_INCREF(descr)
         view = PyArray_NewFromDescr(
             <PyTypeObject*>ndarray_type, <cnp.PyArray_Descr*>descr, nd + self.row_ndim, dims,
             strides, start, cnp.NPY_ARRAY_WRITEABLE, NULL)
-        cnp.set_array_base(<cnp.ndarray>view, storage)
+        cnp.set_array_base(<cnp.ndarray>view, self._view_base())
         return view
 
     def get(self, Py_ssize_t pos):
@@ -567,9 +568,9 @@ cdef class Column:
         """Rows in use as an ndarray view of the storage (finalized or typed)."""
         if self.kind == KIND_OBJECT:
             raise TypeError("the object path has no array view")
-        if self.array is None:
+        if self.descr is None:
             return None
-        return self.array[:self.size]
+        return self.rows(0, self.size)
 
     # -- changing -------------------------------------------------------------
 
@@ -583,11 +584,11 @@ cdef class Column:
         cdef int overflow = 0
         cdef char* dst
         self._check_position(pos)
-        if self.finalized:
-            self.array[pos] = value
-            return
         if self.kind == KIND_OBJECT:
             self.items[pos] = value
+            return
+        if self.finalized:
+            self.rows(pos, pos + 1)[0] = value
             return
         t = type(value)
         if self.kind == KIND_EMPTY_DICT:
@@ -602,7 +603,7 @@ cdef class Column:
             (<double*>dst)[0] = PyFloat_AS_DOUBLE(value)
         elif self.kind == KIND_BOOL and t is bool:
             (<cnp.npy_bool*>dst)[0] = value is True
-        elif self.kind == KIND_SCALAR and t is self.scalar_type:
+        elif self.kind == KIND_SCALAR and self.is_scalar_type(t):
             self.copy_scalar(value, dst)
         elif self.kind == KIND_INT and t is int:
             v = PyLong_AsLongLongAndOverflow(value, &overflow)
@@ -627,7 +628,7 @@ cdef class Column:
         if self.finalized:
             # New storage, as np.delete gives: views handed out earlier keep
             # their rows even when later appends reuse the freed slot.
-            self._adopt_storage(np.delete(self.array[:self.size], pos, axis=0), self.size - 1)
+            self._adopt_storage(np.delete(self.rows(0, self.size), pos, axis=0), self.size - 1)
             return
         if pos < self.size - 1:
             memmove(self.row_ptr(pos, self.size - pos - 1),
@@ -674,10 +675,8 @@ cdef class Column:
         elif self.kind == KIND_EMPTY_DICT:
             out.size = n
         elif self.kind != KIND_EMPTY:
-            memory = Memory.allocate(max(n, MIN_CAPACITY) * self.row_bytes)
-            out._adopt_storage(memory.as_array(self.array.dtype, max(n, MIN_CAPACITY),
-                                               self.row_ndim, self.row_shape), n)
-            out.memory = memory
+            out._adopt_block(max(n, MIN_CAPACITY) * self.row_bytes, self.descr,
+                             max(n, MIN_CAPACITY), self.row_ndim, self.row_shape, n)
             memcpy(out.row_ptr(0, n), self.row_ptr(start, n), n * self.row_bytes)
         return out
 
@@ -699,16 +698,15 @@ cdef class Column:
         n = stop - start
         if (not self.finalized and not other.finalized and self.kind == other.kind
                 and self.kind in (KIND_FLOAT, KIND_INT, KIND_BOOL, KIND_SCALAR, KIND_ARRAY)
-                and self.array.dtype == other.array.dtype
-                and self.row_shape_tuple == other.row_shape_tuple
-                and self.scalar_type is other.scalar_type):
+                and self.descr == other.descr
+                and self.row_shape_tuple == other.row_shape_tuple):
             self._reserve(n)
             memcpy(self.row_ptr(self.size, n), other.row_ptr(start, n), n * self.row_bytes)
             self.size += n
         elif not self.finalized and self.kind == KIND_EMPTY_DICT and other.kind == KIND_EMPTY_DICT:
             self.size += n
-        elif self.finalized and other.finalized:
-            self.extend_rows(other.array[start:stop])
+        elif self.finalized and other.finalized and other.kind != KIND_OBJECT:
+            self.extend_rows(other.rows(start, stop))
         else:
             for i in range(start, stop):
                 self.push(other.item(i))
@@ -726,10 +724,10 @@ cdef class Column:
             # (Protocol 5 only: copy.deepcopy and older protocols cannot take
             # a PickleBuffer. Plain numbers only: numpy refuses to export
             # datetimes and the like as buffers, and pickles them itself.)
-            rows = self.array[:self.size]
+            rows = self.rows(0, self.size)
             payload = (PickleBuffer(rows), rows.dtype.str, rows.shape)
         else:
-            payload = self.array[:self.size]
+            payload = self.rows(0, self.size)
         return (_restore_column, (COLUMN_FORMAT, self.kind, self.finalized, self.row_type_open,
                                   payload))
 
