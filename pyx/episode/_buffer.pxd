@@ -1,3 +1,4 @@
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 from episode._column cimport Column, KIND_EMPTY, KIND_EMPTY_DICT, KIND_OBJECT
 from episode._index cimport SliceSpec
 from episode._tree cimport Node
@@ -33,10 +34,9 @@ cdef class BufferCore:
     # set_storage, which checks what the C paths trust.
     cdef readonly object _tree
     cdef readonly Column _col      # _tree when it is one Column (the flat fast paths), else None
-    cdef Node _node                # _tree's walker when it is a dict/tuple, else None
+    cdef Node _node                # _tree's walker when it is an exact dict/tuple, else None
     cdef tuple _tree_leaves        # a dict/tuple tree's Columns in dm-tree (sorted-key)
                                    # order, one length; None for one Column
-    cdef Column _first             # a leaf: the length and mode of them all (_col if flat)
     cdef Py_ssize_t _lookback      # 0..LOOKBACK_LIMIT, through the checked `lookback` property
     cdef public object _space          # the gymnasium space, or None
     cdef public object _space_struct   # its dict/tuple struct of leaf spaces
@@ -44,17 +44,22 @@ cdef class BufferCore:
     cdef FillState _fill           # made on the first filled or one-hot get
 
     cdef inline Py_ssize_t nleaves(self) noexcept:
-        return 1 if self._tree_leaves is None else len(self._tree_leaves)
+        return 1 if self._tree_leaves is None else PyTuple_GET_SIZE(self._tree_leaves)
 
     cdef inline Column leaf(self, Py_ssize_t k):
         # 0 <= k < nleaves()
-        return self._first if self._tree_leaves is None else <Column>self._tree_leaves[k]
+        return self._col if self._tree_leaves is None \
+            else <Column>PyTuple_GET_ITEM(self._tree_leaves, k)
+
+    cdef inline Column first(self):
+        # A leaf: the length and mode of them all (_col if flat).
+        return self.leaf(0)
 
     cpdef Py_ssize_t len_incl_lookback(self)
     cdef int set_storage(self, object tree) except -1
 
     cdef inline bint is_finalized(self) noexcept:
-        return self._first.finalized
+        return self.first().finalized
 
     # Inline: add_env_step's pushes reach the Column's inline push with no call.
     cdef inline int push(self, object item) except -1:

@@ -243,8 +243,7 @@ cdef class BufferCore:
         cdef Node node
         cdef Column first
         if type(tree) is Column:
-            self._tree, self._first, self._node = tree, <Column>tree, None
-            self._col, self._tree_leaves = <Column>tree, None
+            self._tree, self._col, self._node, self._tree_leaves = tree, <Column>tree, None, None
             return 0
         if not isinstance(tree, (dict, tuple)):
             raise TypeError(f"a buffer's storage is a Column or a dict/tuple of Columns, "
@@ -264,8 +263,7 @@ cdef class BufferCore:
             raise ValueError("the Columns of a tree must be distinct objects")
         if node is None and not first.finalized:
             raise TypeError("a list-mode tree is made of exact dicts and tuples")
-        self._tree, self._first, self._node = tree, first, node
-        self._col, self._tree_leaves = None, tuple(leaves)
+        self._tree, self._col, self._node, self._tree_leaves = tree, None, node, tuple(leaves)
         return 0
 
     def _set_storage(self, tree):
@@ -280,7 +278,7 @@ cdef class BufferCore:
     @property
     def finalized(self):
         """True once finalize() turned the data into numpy arrays."""
-        return self._first.finalized
+        return self.first().finalized
 
     def append(self, item):
         """Appends `item` at the end of the buffer."""
@@ -297,9 +295,9 @@ cdef class BufferCore:
         only flips typed leaves (or the data is finalized already), else the
         storage it makes (batching may raise; the buffer is unchanged)."""
         cdef Py_ssize_t k
-        if self._first.finalized:
+        if self.first().finalized:
             return None
-        if self._first.nrows() > 0:
+        if self.first().nrows() > 0:
             for k in range(self.nleaves()):
                 if self.leaf(k).kind == KIND_OBJECT or self.leaf(k).kind == KIND_EMPTY_DICT:
                     break
@@ -311,7 +309,7 @@ cdef class BufferCore:
         """The second half of finalize(), which cannot fail on what
         prepare_finalize() gave: flips typed leaves, sets new storage."""
         cdef Py_ssize_t k
-        if self._first.finalized:
+        if self.first().finalized:
             return
         if storage is None:
             for k in range(self.nleaves()):
@@ -340,15 +338,15 @@ cdef class BufferCore:
             self.set_storage(tree)
             node = self._node
         elif node is None or not node.matches(item):
-            if self._first.finalized:
+            if self.first().finalized:
                 self._append_struct(item)     # dm-tree's rules (the facade)
                 return 0
             # Another shape: every item as it was given, on the object path.
             self.to_object_path()
             return self._col.push(item)
-        if self._first.finalized:
+        if self.first().finalized:
             node.check_rows(item)
-        n = self._first.nrows()
+        n = self.first().nrows()
         try:
             node.push(item)
         except BaseException as error:
@@ -356,7 +354,7 @@ cdef class BufferCore:
             # leaves go back to one length, and list mode keeps the item
             # as it is on the object path.
             truncate_leaves(self._tree_leaves, n)
-            if self._first.finalized or not isinstance(error, Exception):
+            if self.first().finalized or not isinstance(error, Exception):
                 raise
             self.to_object_path()
             return self._col.push(item)
@@ -366,9 +364,9 @@ cdef class BufferCore:
         """Moves list-mode tree storage to the object path: one Column
         holding each item as a dict/tuple (as RLlib's list does)."""
         cdef Py_ssize_t i
-        if self._node is None or self._first.finalized:
+        if self._node is None or self.first().finalized:
             return 0
-        items = [self._node.gather(GATHER_ITEM, i, 0, 0) for i in range(self._first.nrows())]
+        items = [self._node.gather(GATHER_ITEM, i, 0, 0) for i in range(self.first().nrows())]
         col = Column()
         for item in items:
             col.push(item)
@@ -386,9 +384,9 @@ cdef class BufferCore:
     def _set_item(self, Py_ssize_t pos, item):
         """Overwrites list-mode row `pos` (0 <= pos < len) with `item`,
         leaf by leaf when it has the tree's shape."""
-        if pos < 0 or pos >= self._first.nrows():
-            raise IndexError(f"row {pos} is out of range for {self._first.nrows()} rows")
-        if self._col is None and not self._first.finalized and not self._node.matches(item):
+        if pos < 0 or pos >= self.first().nrows():
+            raise IndexError(f"row {pos} is out of range for {self.first().nrows()} rows")
+        if self._col is None and not self.first().finalized and not self._node.matches(item):
             self.to_object_path()
         if self._col is not None:
             self._col.set(pos, item)
@@ -397,7 +395,7 @@ cdef class BufferCore:
 
     cpdef check_append(self, object item):
         """Raises (ValueError) if `item` cannot be appended to finalized data."""
-        if not self._first.finalized:
+        if not self.first().finalized:
             return
         if self._col is not None:
             self._col.check_row(item)
@@ -408,12 +406,12 @@ cdef class BufferCore:
 
     def __len__(self):
         """Number of items after the lookback."""
-        cdef Py_ssize_t n = self._first.nrows()
+        cdef Py_ssize_t n = self.first().nrows()
         return n - self._lookback if n > self._lookback else 0
 
     cpdef Py_ssize_t len_incl_lookback(self):
         """Number of items, lookback included."""
-        return self._first.nrows()
+        return self.first().nrows()
 
     cdef object item_at(self, Py_ssize_t pos):
         # 0 <= pos < len_incl_lookback(), checked by the caller.
@@ -429,8 +427,8 @@ cdef class BufferCore:
 
     def _item(self, Py_ssize_t pos):
         """The item at raw position `pos` (lookback included)."""
-        if pos < 0 or pos >= self._first.nrows():
-            raise IndexError(f"row {pos} is out of range for {self._first.nrows()} rows")
+        if pos < 0 or pos >= self.first().nrows():
+            raise IndexError(f"row {pos} is out of range for {self.first().nrows()} rows")
         return self.item_at(pos)
 
     def _items(self):
@@ -438,7 +436,7 @@ cdef class BufferCore:
         cdef Py_ssize_t i
         if self._col is not None:
             return self._col.to_list()
-        return [self.item_at(i) for i in range(self._first.nrows())]
+        return [self.item_at(i) for i in range(self.first().nrows())]
 
     def get(self, indices=None, *, neg_index_as_lookback=False, fill=None,
             one_hot_discrete=False, _ignore_last_ts=False, _add_last_ts_value=None):
@@ -491,12 +489,12 @@ cdef class BufferCore:
         cdef Py_ssize_t n, first, step, count
         cdef SliceSpec spec
         cdef BufferCore out
-        cdef bint finalized = self._first.finalized
+        cdef bint finalized = self.first().finalized
         if type(slice_) is not slice or (col is None and self._node is None):
             return self._sub_buffer_general(slice_, neg_index_as_lookback, lookback, space)
         if lookback < 0:
             checked_lookback(lookback)      # raises
-        n = self._first.nrows()
+        n = self.first().nrows()
         interpret_slice(slice_, neg_index_as_lookback, self._lookback, n, &spec)
         count = slice_positions(&spec, n, &first, &step)
         if step != 1:
@@ -518,7 +516,7 @@ cdef class BufferCore:
         return out
 
     cdef object _get_int(self, object index, bint neg_index_as_lookback):
-        cdef Py_ssize_t n = self._first.nrows()
+        cdef Py_ssize_t n = self.first().nrows()
         cdef Py_ssize_t idx = clamped_index(index)
         cdef Py_ssize_t lb = self._lookback
         cdef Py_ssize_t underflow = (n - lb if n > lb else 0) + lb
@@ -533,14 +531,14 @@ cdef class BufferCore:
 
     cdef object _get_slice(self, object slice_, bint neg_index_as_lookback):
         cdef SliceSpec spec
-        interpret_slice(slice_, neg_index_as_lookback, self._lookback, self._first.nrows(), &spec)
+        interpret_slice(slice_, neg_index_as_lookback, self._lookback, self.first().nrows(), &spec)
         return self._slice_rows(&spec)
 
     cdef object _slice_rows(self, SliceSpec* spec):
         """The rows `spec` selects (no fill): views once finalized, else a list."""
         cdef Py_ssize_t first, step, count, i
-        count = slice_positions(spec, self._first.nrows(), &first, &step)
-        if self._first.finalized:
+        count = slice_positions(spec, self.first().nrows(), &first, &step)
+        if self.first().finalized:
             if self._col is not None:
                 return self._col.rows_view(first, count, step, True)
             return self._node.gather(GATHER_ROWS, first, count, step)
@@ -549,7 +547,7 @@ cdef class BufferCore:
     cdef object _get_slice_filled(self, object slice_, bint neg_index_as_lookback,
                                   object fill):
         """A slice padded with `fill` where it runs past the data, one gather per leaf."""
-        cdef Py_ssize_t n = self._first.nrows()
+        cdef Py_ssize_t n = self.first().nrows()
         cdef SliceSpec spec
         cdef Py_ssize_t first, step, count, i, k
         cdef FillPlan plan
@@ -561,7 +559,7 @@ cdef class BufferCore:
         count = slice_positions(&spec, n, &first, &step)
         if spec.length <= 0:
             count = 0
-        if not self._first.finalized:
+        if not self.first().finalized:
             item = fill if self._space is None else self._fill_item(fill, False)
             return ([item] * spec.fill_left + [self.item_at(first + i * step) for i in range(count)]
                     + [item] * spec.fill_right)
@@ -588,11 +586,11 @@ cdef class BufferCore:
         """get() with one_hot_discrete for Discrete/MultiDiscrete leaves, one
         pass per leaf. None: a case for the general path (other spaces, fill
         rows that need the space's shape, values the encoding refuses)."""
-        cdef Py_ssize_t n = self._first.nrows(), lb = self._lookback
+        cdef Py_ssize_t n = self.first().nrows(), lb = self._lookback
         cdef Py_ssize_t pos, first, step, count, i, k, left = 0, right = 0
         cdef SliceSpec spec
         cdef double fill_value = 0.0
-        cdef bint finalized = self._first.finalized
+        cdef bint finalized = self.first().finalized
         cdef FillState state = self.fill_state()
         if state.spaces is None or self._space is None:
             return None

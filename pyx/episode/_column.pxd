@@ -88,11 +88,10 @@ cdef class Column:
     cdef readonly int kind
     cdef readonly bint finalized   # numpy semantics on get/append (after finalize())
     cdef readonly bint row_type_open  # finalized empty with no known row type: the first rows set it
-    cdef int type_num              # numpy type number of the storage
     cdef int row_ndim
-    cdef bint plain                # native bool/int/uint/float/complex: bytes are the values
     cdef bint pod                  # storage holds no object references: memcpy is safe
-    cdef int value_offset          # where a numpy scalar of the dtype keeps its value's bytes
+    cdef int value_offset          # plain storage (see plain()): where a numpy scalar of
+                                   # its dtype keeps its value's bytes; else -1
     cdef object owner              # what keeps the storage alive: None while the Column
                                    # owns its block alone (freed with it), a Memory once
                                    # views share the block, or an ndarray it adopted
@@ -101,10 +100,16 @@ cdef class Column:
     cdef Py_ssize_t size           # rows in use
     cdef readonly Py_ssize_t capacity  # rows allocated
     cdef Py_ssize_t row_bytes      # bytes per row
-    cdef Py_ssize_t itemsize       # bytes per element
     cdef list items                # object path storage
-    cdef cnp.npy_intp* row_shape   # row_ndim dims: inline_shape, or a PyMem block for more
-    cdef cnp.npy_intp inline_shape[3]
+    cdef cnp.npy_intp* row_shape   # row_ndim dims in a PyMem block (NULL for scalar rows)
+
+    cdef inline bint plain(self) noexcept:
+        # Native bool/int/uint/float/complex storage: its bytes are the values.
+        return self.value_offset >= 0
+
+    cdef inline Py_ssize_t itemsize(self) noexcept:
+        # Bytes per element of typed storage.
+        return self.descr.itemsize
 
     cdef int _adopt_storage(self, cnp.ndarray arr, Py_ssize_t size) except -1
     cdef int _adopt_block(self, size_t nbytes, cnp.dtype descr, Py_ssize_t capacity,
@@ -184,23 +189,23 @@ cdef class Column:
                 return 0
             memcpy(self.row_ptr(self.size, 1), array_bytes(<cnp.ndarray>item, self.row_bytes),
                    self.row_bytes)
-        elif self.row_ndim != 0 or not self.plain:
+        elif self.row_ndim != 0 or not self.plain():
             return 0
         elif self.is_scalar_type(t):
             self.copy_scalar(item, self.row_ptr(self.size, 1))
         elif t is float:
-            if self.type_num != cnp.NPY_DOUBLE:
+            if self.descr.type_num != cnp.NPY_DOUBLE:
                 return 0
             (<double*>self.row_ptr(self.size, 1))[0] = PyFloat_AS_DOUBLE(item)
         elif t is int:
-            if self.type_num != cnp.NPY_INT64:
+            if self.descr.type_num != cnp.NPY_INT64:
                 return 0
             value = PyLong_AsLongLongAndOverflow(item, &overflow)
             if overflow:
                 return 0
             (<int64_t*>self.row_ptr(self.size, 1))[0] = value
         elif t is bool:
-            if self.type_num != cnp.NPY_BOOL:
+            if self.descr.type_num != cnp.NPY_BOOL:
                 return 0
             (<cnp.npy_bool*>self.row_ptr(self.size, 1))[0] = item is True
         else:
@@ -210,16 +215,16 @@ cdef class Column:
 
     cdef inline bint is_scalar_type(self, object t) noexcept:
         # `t` is the numpy scalar type of plain storage's dtype.
-        return self.plain and <PyTypeObject*>t == self.descr.typeobj
+        return self.plain() and <PyTypeObject*>t == self.descr.typeobj
 
     cdef inline int copy_scalar(self, object item, char* dst) except -1:
         # The value of `item`, a numpy scalar of exactly the storage's scalar type, into
         # `dst`: read where numpy's scalar object keeps it (what
         # PyArray_ScalarAsCtype does after two lookups).
-        if CHECKED and (cnp.PyArray_DescrFromScalar(item).itemsize != self.itemsize
+        if CHECKED and (cnp.PyArray_DescrFromScalar(item).itemsize != self.itemsize()
                         or self.value_offset < 0):
-            bytes_out_of_bounds(cnp.PyArray_DescrFromScalar(item).itemsize, self.itemsize)
-        memcpy(dst, <char*><void*>item + self.value_offset, self.itemsize)
+            bytes_out_of_bounds(cnp.PyArray_DescrFromScalar(item).itemsize, self.itemsize())
+        memcpy(dst, <char*><void*>item + self.value_offset, self.itemsize())
         return 0
 
     cdef inline bint row_fits(self, object row) noexcept:
@@ -250,8 +255,8 @@ cdef class Column:
         if not cnp.PyArray_IS_C_CONTIGUOUS(arr):
             return False
         if <void*>cnp.PyArray_DESCR(arr) != <void*>self.descr and not (
-                self.plain and cnp.PyArray_TYPE(arr) == self.type_num
-                and cnp.PyArray_ITEMSIZE(arr) == self.itemsize and cnp.PyArray_ISNOTSWAPPED(arr)):
+                self.plain() and cnp.PyArray_TYPE(arr) == self.descr.type_num
+                and cnp.PyArray_ITEMSIZE(arr) == self.itemsize() and cnp.PyArray_ISNOTSWAPPED(arr)):
             return False
         return self._shape_matches(arr)
 

@@ -115,12 +115,12 @@ cdef class Column:
         self.data = NULL
         self.size = 0
         self.capacity = 0
-        self.row_shape = self.inline_shape
+        self.value_offset = -1
+        self.row_shape = NULL
 
     def __dealloc__(self):
         self._release_storage()
-        if self.row_shape != self.inline_shape:
-            PyMem_Free(self.row_shape)
+        PyMem_Free(self.row_shape)
 
     # -- construction ---------------------------------------------------------
 
@@ -213,29 +213,26 @@ cdef class Column:
         cdef int i
         self._set_row_shape(row_ndim, row_shape)
         self.descr = descr
-        self.type_num = descr.type_num
-        self.plain = is_plain_numeric(descr)
         self.pod = not PyDataType_REFCHK(<cnp.PyArray_Descr*>descr)
-        self.value_offset = scalar_offset(self.type_num) if self.plain else -1
-        self.itemsize = descr.itemsize
-        self.row_bytes = self.itemsize
+        self.value_offset = scalar_offset(descr.type_num) if is_plain_numeric(descr) else -1
+        self.row_bytes = descr.itemsize
         for i in range(self.row_ndim):
             self.row_bytes *= self.row_shape[i]
         return 0
 
     cdef int _set_row_shape(self, int ndim, cnp.npy_intp* dims) except -1:
         # A copy, not a pointer into the storage's dims: the C paths must not
-        # depend on an array object staying unchanged.
-        cdef cnp.npy_intp* shape = self.inline_shape
+        # depend on an array object staying unchanged. (`dims` may be the
+        # current row_shape: copied before that is freed.)
+        cdef cnp.npy_intp* shape = NULL
         cdef int i
-        if ndim > 3:
+        if ndim > 0:
             shape = <cnp.npy_intp*>PyMem_Malloc(ndim * sizeof(cnp.npy_intp))
             if shape == NULL:
                 raise MemoryError()
-        if self.row_shape != self.inline_shape:
-            PyMem_Free(self.row_shape)
-        for i in range(ndim):
-            shape[i] = dims[i]
+            for i in range(ndim):
+                shape[i] = dims[i]
+        PyMem_Free(self.row_shape)
         self.row_shape = shape
         self.row_ndim = ndim
         return 0
@@ -472,7 +469,8 @@ cdef class Column:
         self.kind = KIND_OBJECT
         self._release_storage()
         self.descr = None
-        self.plain = self.pod = False
+        self.value_offset = -1
+        self.pod = False
         self.size = self.capacity = 0
         return 0
 
@@ -490,7 +488,7 @@ cdef class Column:
         if self.finalized:
             if self.row_ndim != 0:
                 return self.row_view(pos)
-            if not self.plain:
+            if not self.plain():
                 return self.rows(pos, pos + 1)[0]    # numpy's scalar of any dtype
             return PyArray_Scalar(src, <cnp.PyArray_Descr*>self.descr, NULL)
         if self.kind == KIND_FLOAT:
@@ -519,7 +517,7 @@ cdef class Column:
         than the rest of a get()."""
         cdef cnp.npy_intp dims[65]
         cdef cnp.npy_intp strides[65]
-        cdef cnp.npy_intp stride = self.itemsize
+        cdef cnp.npy_intp stride = self.itemsize()
         cdef int i, nd = 1 if leading_axis else 0
         if self.descr is None:
             raise TypeError("the object path has no array view")
@@ -718,7 +716,7 @@ cdef class Column:
             payload = self.items
         elif self.kind == KIND_EMPTY_DICT or self.kind == KIND_EMPTY:
             payload = self.size
-        elif self.plain and protocol >= 5:
+        elif self.plain() and protocol >= 5:
             # The rows as a raw buffer, dtype as a string: numpy's own array
             # reduction pickles a dtype object and costs several times more.
             # (Protocol 5 only: copy.deepcopy and older protocols cannot take
