@@ -1,8 +1,8 @@
 """Column: one growable, typed, contiguous buffer.
 
 A Column stores one data track (observations, actions, ...). Numeric items go
-into a numpy array with spare capacity that doubles when full, so an append is
-a type check and a memcpy. Items that cannot be stored that way (strings,
+into a typed block with spare capacity that doubles when full, so an append is
+a type check and a memcpy; getters hand out numpy views of the block. Items that cannot be stored that way (strings,
 dicts, ragged rows, a change of type) move the Column to the object path: a
 Python list, exactly what RLlib keeps. A Column that has only seen empty dicts
 (an episode's infos, most of the time) stores just their count.
