@@ -141,7 +141,6 @@ class SingleAgentEpisode(EpisodeCore):
         }
         self.t_started = t_started or 0
         self.t = len(self.rewards) + self.t_started
-        self._custom_data = {}
         self._start_time = None
         self._last_step_time = None
         self._last_added_observation = None

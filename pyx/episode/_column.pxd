@@ -17,6 +17,10 @@ cdef extern from *:
     # 1 in the checked build (-DEPISODE_CHECKED=1): raw accesses are bounds-checked.
     const bint CHECKED "EPISODE_CHECKED"
 
+cdef extern from "<stdbool.h>":
+    # A one-byte C bool that Python sees as bool (bint is a C int).
+    ctypedef bint flag "bool"
+
 cdef extern from *:
     """
     #include <stddef.h>
@@ -84,13 +88,14 @@ cdef enum Kind:
 # final: calls between Column methods are direct (and inlinable), not virtual.
 @cython.final
 cdef class Column:
-    # Fields ordered to pack: a Column per data track, several per episode.
-    cdef readonly int kind
-    cdef readonly bint finalized   # numpy semantics on get/append (after finalize())
-    cdef readonly bint row_type_open  # finalized empty with no known row type: the first rows set it
-    cdef int row_ndim
-    cdef bint pod                  # storage holds no object references: memcpy is safe
-    cdef int value_offset          # plain storage (see plain()): where a numpy scalar of
+    # Fields ordered to pack (the small ones share 8 bytes): a Column per
+    # data track, several per episode, many episodes in a replay buffer.
+    cdef readonly unsigned char kind    # a Kind
+    cdef readonly flag finalized   # numpy semantics on get/append (after finalize())
+    cdef readonly flag row_type_open  # finalized empty with no known row type: the first rows set it
+    cdef flag pod                  # storage holds no object references: memcpy is safe
+    cdef unsigned char row_ndim    # at most 64
+    cdef short value_offset        # plain storage (see plain()): where a numpy scalar of
                                    # its dtype keeps its value's bytes; else -1
     cdef object owner              # what keeps the storage alive: None while the Column
                                    # owns its block alone (freed with it), a Memory once

@@ -164,6 +164,11 @@ cdef class Column:
         # C-API reads throughout: this runs for every view that slice()/cut() make.
         if not cnp.PyArray_IS_C_CONTIGUOUS(arr) or not cnp.PyArray_ISNOTSWAPPED(arr):
             arr = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("="))
+        if cnp.PyArray_DIMS(arr)[0] == 0 and not PyDataType_REFCHK(cnp.PyArray_DESCR(arr)):
+            # No rows to share: an empty block of the same layout costs a
+            # byte where keeping the array would cost an ndarray.
+            return self._adopt_block(0, <cnp.dtype>cnp.PyArray_DESCR(arr), 0,
+                                     cnp.PyArray_NDIM(arr) - 1, cnp.PyArray_DIMS(arr) + 1, 0)
         self._set_layout(<cnp.dtype>cnp.PyArray_DESCR(arr), cnp.PyArray_NDIM(arr) - 1,
                          cnp.PyArray_DIMS(arr) + 1)
         self._release_storage()

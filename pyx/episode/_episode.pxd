@@ -16,7 +16,7 @@ cdef class EpisodeCore:
     cdef public Py_ssize_t t_started
     cdef public object _observation_space
     cdef public object _action_space
-    cdef public object _custom_data
+    cdef object custom_data_        # None until first used (see _custom_data)
     cdef double start_time          # NaN: not started (RLlib's None)
     cdef double last_step_time      # NaN: no step yet
     cdef public object _last_added_observation

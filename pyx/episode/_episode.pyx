@@ -241,6 +241,17 @@ cdef class EpisodeCore:
     def _last_added_infos(self, value):
         self.last_infos = value if value else None
 
+    # Most episodes never get custom data: the dict is made on first use.
+    @property
+    def _custom_data(self):
+        if self.custom_data_ is None:
+            self.custom_data_ = {}
+        return self.custom_data_
+
+    @_custom_data.setter
+    def _custom_data(self, value):
+        self.custom_data_ = value
+
     # -- the step ---------------------------------------------------------------
 
     def add_env_step(self, observation, action, reward, infos=None, *,
@@ -466,7 +477,8 @@ cdef class EpisodeCore:
         )
         episode._observation_space = self._observation_space
         episode._action_space = self._action_space
-        episode._custom_data = copy.deepcopy(self._custom_data) if self._custom_data else {}
+        if self.custom_data_:
+            (<EpisodeCore>episode).custom_data_ = copy.deepcopy(self.custom_data_)
         return episode
 
     def slice(self, slice_, *, len_lookback_buffer=None):
@@ -564,7 +576,6 @@ def assemble(cls, id_, BufferCore observations, BufferCore infos, BufferCore act
     t_started = t_started or 0
     episode.t_started = t_started
     episode.t = len(rewards) + t_started      # Python ints: OverflowError, not a wrap
-    episode._custom_data = {}
     episode.validate()
     return episode
 
@@ -616,7 +627,6 @@ def init_without_data(EpisodeCore episode, id_, observations, observation_space,
     episode.extra_model_outputs = {}
     episode.t_started = start
     episode.t = start
-    episode._custom_data = {}
     episode.start_time = NAN
     episode.last_step_time = NAN
     episode._last_added_observation = None
@@ -629,7 +639,6 @@ def new_episode(cls, id_):
     falsy) and nothing else set, for from_state() to fill in."""
     cdef EpisodeCore episode = EpisodeCore.__new__(cls)
     episode.id_ = id_ if id_ else new_id()
-    episode._custom_data = {}
     return episode
 
 
