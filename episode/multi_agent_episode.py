@@ -1,0 +1,530 @@
+"""MultiAgentEpisode: RLlib's multi-agent episode, one SingleAgentEpisode per agent.
+
+Each agent's data lives in its own `SingleAgentEpisode` (`agent_episodes`).
+`env_t_to_agent_t` maps every env step to the agent's own step, or to the
+skip tag "S" where the agent received no observation. Actions, rewards and
+extra model outputs that an agent produced after its last observation are
+"hanging": they join its episode with its next observation.
+
+Where RLlib iterates a set of agent ids (so the order changes from one
+process to the next), ours takes agents in the order the step's dicts name
+them: observations, actions, rewards, terminateds, truncateds.
+"""
+from __future__ import annotations
+
+import sys
+import time
+import uuid
+from collections import defaultdict
+from typing import Any, Callable, Optional
+
+from episode.lookback_buffer import InfiniteLookbackBuffer
+from episode.single_agent_episode import SingleAgentEpisode
+
+SKIP_ENV_TS_TAG = "S"
+DEFAULT_MODULE_ID = "default_policy"
+
+
+def default_agent_to_module_mapping_fn(agent_id: Any, episode: Any) -> str:
+    """Every agent to RLlib's default module id."""
+    return DEFAULT_MODULE_ID
+
+
+class MultiAgentEnvError(Exception):
+    """An env handed the episode data that no multi-agent env may produce."""
+
+
+_error_classes: dict = {}
+
+
+def env_error(message: str) -> Exception:
+    """Our MultiAgentEnvError; when RLlib's error module is loaded, one that
+    is also RLlib's, so code catching RLlib's class keeps working."""
+    rllib = sys.modules.get("ray.rllib.utils.error")
+    theirs = getattr(rllib, "MultiAgentEnvError", None)
+    if not isinstance(theirs, type) or not issubclass(theirs, Exception):
+        return MultiAgentEnvError(message)
+    cls = _error_classes.get(theirs)
+    if cls is None:
+        cls = _error_classes[theirs] = type(
+            "MultiAgentEnvError", (MultiAgentEnvError, theirs), {"__module__": __name__})
+    return cls(message)
+
+
+class MultiAgentEpisode:
+    """A multi-agent episode (chunk): the same API and behaviour as RLlib
+    2.60's `MultiAgentEpisode`, storing each agent's data in our compiled
+    `SingleAgentEpisode`."""
+
+    __slots__ = (
+        "id_", "agent_to_module_mapping_fn", "_agent_to_module_mapping",
+        "observation_space", "action_space", "env_t_started", "env_t",
+        "agent_t_started", "env_t_to_agent_t", "_hanging_actions_end",
+        "_hanging_extra_model_outputs_end", "_hanging_rewards_end",
+        "_hanging_rewards_begin", "is_terminated", "is_truncated", "agent_episodes",
+        "_last_step_time", "_len_lookback_buffers", "_start_time", "_custom_data",
+    )
+
+    SKIP_ENV_TS_TAG = SKIP_ENV_TS_TAG
+
+    def __init__(
+        self,
+        id_: Optional[str] = None,
+        *,
+        observations: Optional[list] = None,
+        observation_space: Any = None,
+        infos: Optional[list] = None,
+        actions: Optional[list] = None,
+        action_space: Any = None,
+        rewards: Optional[list] = None,
+        terminateds: Any = False,
+        truncateds: Any = False,
+        extra_model_outputs: Optional[list] = None,
+        env_t_started: Optional[int] = None,
+        agent_t_started: Optional[dict] = None,
+        len_lookback_buffer: Any = "auto",
+        agent_episode_ids: Optional[dict] = None,
+        agent_module_ids: Optional[dict] = None,
+        agent_to_module_mapping_fn: Optional[Callable] = None,
+    ):
+        self.id_ = id_ or uuid.uuid4().hex
+        self.agent_to_module_mapping_fn = (
+            agent_to_module_mapping_fn or default_agent_to_module_mapping_fn)
+        self._agent_to_module_mapping = agent_module_ids or {}
+        if len_lookback_buffer == "auto":
+            len_lookback_buffer = len(rewards or [])
+        self._len_lookback_buffers = len_lookback_buffer
+        self.observation_space = observation_space or {}
+        self.action_space = action_space or {}
+        terminateds = terminateds or {}
+        truncateds = truncateds or {}
+        self.env_t_started = env_t_started or 0
+        self.env_t = (len(rewards) if rewards is not None else 0) \
+            - self._len_lookback_buffers + self.env_t_started
+        self.agent_t_started = defaultdict(int, agent_t_started or {})
+        self.env_t_to_agent_t = defaultdict(InfiniteLookbackBuffer)
+        self._hanging_actions_end = {}
+        self._hanging_extra_model_outputs_end = defaultdict(dict)
+        self._hanging_rewards_end = defaultdict(float)
+        self._hanging_rewards_begin = defaultdict(float)
+        self.is_terminated = terminateds if isinstance(terminateds, bool) \
+            else terminateds.get("__all__", False)
+        self.is_truncated = truncateds if isinstance(truncateds, bool) \
+            else truncateds.get("__all__", False)
+        self.agent_episodes = {}
+        self._init_agent_episodes(
+            agent_module_ids=agent_module_ids, agent_episode_ids=agent_episode_ids,
+            observations=observations, infos=infos, actions=actions, rewards=rewards,
+            terminateds=terminateds, truncateds=truncateds,
+            extra_model_outputs=extra_model_outputs)
+        self._custom_data = {}
+        self._start_time = None
+        self._last_step_time = None
+        self.validate()
+
+    # -- building from lists ------------------------------------------------------
+
+    def _init_agent_episodes(self, *, agent_module_ids, agent_episode_ids, observations,
+                             infos, actions, rewards, terminateds, truncateds,
+                             extra_model_outputs):
+        """Splits the constructor's per-env-step dicts into one single-agent
+        episode per agent (and the hanging values after each agent's last
+        observation), as RLlib does."""
+        if observations is None:
+            return
+        if actions is None:
+            if rewards or extra_model_outputs:
+                raise AssertionError("rewards and extra_model_outputs need actions")
+            actions, rewards, extra_model_outputs = [], [], []
+        if infos is None:
+            infos = [{} for _ in observations]
+        if extra_model_outputs is None:
+            extra_model_outputs = [{} for _ in actions]
+        lookback = self._len_lookback_buffers
+        obs_of = defaultdict(list)
+        infos_of = defaultdict(list)
+        actions_of = defaultdict(list)
+        rewards_of = defaultdict(list)
+        outputs_of = defaultdict(list)
+        done = defaultdict(bool)
+        lookback_of = defaultdict(lambda: lookback)
+        all_agents = dict.fromkeys(agent_episode_ids or ())
+        agent_module_ids = agent_module_ids or {}
+
+        # Each agent's step counter starts so that its first observation after
+        # the lookback is step agent_t_started.
+        in_lookback, total = defaultdict(int), defaultdict(int)
+        for i, obs in enumerate(observations):
+            for agent_id in obs:
+                total[agent_id] += 1
+                if i < lookback:
+                    in_lookback[agent_id] += 1
+        agent_t = {}
+        for agent_id, n in in_lookback.items():
+            first = self.agent_t_started[agent_id] - n
+            agent_t[agent_id] = first if total[agent_id] > n else first + 1
+
+        for i, (obs, info) in enumerate(zip(observations, infos)):
+            act = actions[i] if i < len(actions) else {}
+            outs = extra_model_outputs[i] if i < len(extra_model_outputs) else {}
+            rew = rewards[i] if i < len(rewards) else {}
+            for agent_id, value in obs.items():
+                all_agents[agent_id] = None
+                obs_of[agent_id].append(value)
+                infos_of[agent_id].append(info.get(agent_id, {}))
+                if len(obs_of[agent_id]) > 1:
+                    actions_of[agent_id].append(self._hanging_actions_end.pop(agent_id))
+                    outputs_of[agent_id].append(
+                        self._hanging_extra_model_outputs_end.pop(agent_id))
+                    rewards_of[agent_id].append(self._hanging_rewards_end.pop(agent_id))
+                elif agent_id not in self.env_t_to_agent_t:
+                    self.env_t_to_agent_t[agent_id].extend([SKIP_ENV_TS_TAG] * i)
+                    lookback_of[agent_id] -= i
+                if agent_id in act:
+                    self._hanging_actions_end[agent_id] = act[agent_id]
+                    self._hanging_extra_model_outputs_end[agent_id] = outs.get(agent_id, {})
+                    self._hanging_rewards_end[agent_id] += rew.get(agent_id, 0.0)
+                elif terminateds.get(agent_id) or truncateds.get(agent_id):
+                    done[agent_id] = True
+                elif i < len(observations) - 1:
+                    done[agent_id] = terminateds[agent_id] = True
+                if agent_id not in agent_t:
+                    agent_t[agent_id] = self.agent_t_started.get(agent_id, 0)
+                self.env_t_to_agent_t[agent_id].append(agent_t[agent_id])
+                agent_t[agent_id] += 1
+            for agent_id in all_agents:
+                if agent_id not in obs and agent_id not in done:
+                    self.env_t_to_agent_t[agent_id].append(SKIP_ENV_TS_TAG)
+                    if len(self.env_t_to_agent_t[agent_id]) - lookback <= 0:
+                        lookback_of[agent_id] -= 1
+                    self._hanging_rewards_end[agent_id] += rew.get(agent_id, 0.0)
+
+        for agent_id in list(self.env_t_to_agent_t):
+            if agent_id not in obs_of:
+                del self.env_t_to_agent_t[agent_id]
+                continue
+            n = len(obs_of[agent_id])
+            if not (len(infos_of[agent_id]) == n and len(actions_of[agent_id]) + 1 == n
+                    and len(outputs_of[agent_id]) + 1 == n
+                    and len(rewards_of[agent_id]) + 1 == n):
+                raise AssertionError(
+                    f"agent {agent_id!r}: {n} observations need {n} infos and {n - 1} "
+                    f"actions, rewards and extra model outputs")
+            self.env_t_to_agent_t[agent_id].lookback = lookback
+
+        for agent_id, agent_obs in obs_of.items():
+            if len(agent_obs) == 1 and done.get(agent_id):
+                self._del_agent(agent_id)
+                continue
+            module_id = agent_module_ids.get(
+                agent_id, self.agent_to_module_mapping_fn(agent_id, self))
+            outputs = outputs_of[agent_id]
+            self.agent_episodes[agent_id] = SingleAgentEpisode(
+                id_=agent_episode_ids.get(agent_id) if agent_episode_ids is not None else None,
+                agent_id=agent_id,
+                module_id=module_id,
+                multi_agent_episode_id=self.id_,
+                observations=agent_obs,
+                observation_space=self.observation_space.get(agent_id),
+                infos=infos_of[agent_id],
+                actions=actions_of[agent_id],
+                action_space=self.action_space.get(agent_id),
+                rewards=rewards_of[agent_id],
+                extra_model_outputs=(
+                    {k: [o[k] for o in outputs] for k in outputs[0]} if outputs else None),
+                terminated=terminateds.get(agent_id, False),
+                truncated=truncateds.get(agent_id, False),
+                t_started=self.agent_t_started[agent_id],
+                len_lookback_buffer=max(lookback_of[agent_id], 0),
+            )
+
+    # -- stepping -------------------------------------------------------------------
+
+    def _new_agent_episode(self, agent_id: Any) -> SingleAgentEpisode:
+        return SingleAgentEpisode(
+            agent_id=agent_id,
+            module_id=self.module_for(agent_id),
+            multi_agent_episode_id=self.id_,
+            observation_space=self.observation_space.get(agent_id),
+            action_space=self.action_space.get(agent_id),
+        )
+
+    def add_env_reset(self, *, observations: dict, infos: Optional[dict] = None) -> None:
+        """Adds the env's reset observations (and infos) of the agents that
+        have one."""
+        if self.is_done:
+            raise AssertionError("add_env_reset() on an episode that is done")
+        if not self.env_t == self.env_t_started == 0:
+            raise AssertionError(
+                f"add_env_reset() expects env_t == env_t_started == 0, got env_t="
+                f"{self.env_t}, env_t_started={self.env_t_started}")
+        infos = infos or {}
+        for agent_id, obs in observations.items():
+            self.env_t_to_agent_t[agent_id].append(0)
+            if agent_id not in self.agent_episodes:
+                self.agent_episodes[agent_id] = self._new_agent_episode(agent_id)
+            self.agent_episodes[agent_id].add_env_reset(
+                observation=obs, infos=infos.get(agent_id))
+        self.validate()
+        self._start_time = time.perf_counter()
+
+    def _check_step(self, observations, actions, rewards, infos, terminateds, truncateds,
+                    extra_model_outputs, agents, all_done):
+        """Raises what add_env_step would raise part-way, before anything changes."""
+        for agent_id in agents:
+            episode = self.agent_episodes.get(agent_id)
+            obs, act = observations.get(agent_id), actions.get(agent_id)
+            terminated = terminateds.get(agent_id, False) or all_done[0]
+            truncated = truncateds.get(agent_id, False) or all_done[1]
+            if episode is not None and episode.is_done and any(
+                    v is not None for v in (obs, act, rewards.get(agent_id),
+                                            infos.get(agent_id),
+                                            extra_model_outputs.get(agent_id))):
+                raise env_error(
+                    f"Agent {agent_id} already had its `SingleAgentEpisode.is_done` set to "
+                    f"True, but still received data in a following step! obs={obs} act={act} "
+                    f"rew={rewards.get(agent_id)} info={infos.get(agent_id)} "
+                    f"extra_model_outputs={extra_model_outputs.get(agent_id)}.")
+            if obs is not None and act is not None:
+                if agent_id not in rewards:
+                    raise env_error(f"Agent {agent_id} acted (and received next obs), but "
+                                    f"did NOT receive any reward from the env!")
+            elif obs is not None:
+                if (agent_id not in self._hanging_actions_end and not (terminated or truncated)
+                        and agent_id in self.env_t_to_agent_t):
+                    raise AssertionError(
+                        f"agent {agent_id!r} received a first observation, but it has "
+                        f"stepped in this episode before")
+            elif act is not None:
+                if truncated:
+                    raise env_error(
+                        f"Agent {agent_id} acted and then got truncated, but did NOT receive "
+                        f"a last (truncation) observation, required for e.g. value function "
+                        f"bootstrapping!")
+                if not terminated and agent_id in self._hanging_actions_end:
+                    raise AssertionError(
+                        f"agent {agent_id!r} acted again without an observation in between")
+            elif (terminated or truncated) and truncated \
+                    and self._hanging_actions_end.get(agent_id) is not None:
+                raise env_error(
+                    f"Agent {agent_id} acted and then got truncated, but did NOT receive a "
+                    f"last (truncation) observation, required for e.g. value function "
+                    f"bootstrapping!")
+
+    def add_env_step(self, observations: dict, actions: dict, rewards: dict,
+                     infos: Optional[dict] = None, *, terminateds: Optional[dict] = None,
+                     truncateds: Optional[dict] = None,
+                     extra_model_outputs: Optional[dict] = None) -> None:
+        """Adds one env step: the agents' next observations and the actions,
+        rewards, infos, done flags and extra model outputs that came with it.
+        Agents that act without an observation keep their action (and reward,
+        outputs) hanging until their next observation."""
+        if self.is_done:
+            raise env_error("Cannot call `add_env_step` on a MultiAgentEpisode that is "
+                            "already done!")
+        infos = infos or {}
+        terminateds = terminateds or {}
+        truncateds = truncateds or {}
+        extra_model_outputs = extra_model_outputs or {}
+        is_terminated = terminateds.get("__all__", False)
+        is_truncated = truncateds.get("__all__", False)
+        done_agents = {aid for aid, ep in self.agent_episodes.items() if ep.is_done}
+        done_agents.update(aid for aid in terminateds if terminateds[aid])
+        done_agents.update(aid for aid in truncateds if truncateds[aid])
+        if all(aid in done_agents for aid in self.agent_episodes):
+            is_terminated = True
+        agents = dict.fromkeys(
+            [*observations, *actions, *rewards, *terminateds, *truncateds,
+             *(self.agent_episodes if terminateds.get("__all__") or truncateds.get("__all__")
+               else ())])
+        agents.pop("__all__", None)
+        self._check_step(observations, actions, rewards, infos, terminateds, truncateds,
+                         extra_model_outputs, agents, (is_terminated, is_truncated))
+
+        self.env_t += 1
+        self.is_terminated, self.is_truncated = is_terminated, is_truncated
+        for agent_id, steps in self.env_t_to_agent_t.items():
+            if agent_id not in observations:
+                steps.append(SKIP_ENV_TS_TAG)
+        for agent_id in agents:
+            self._step_agent(agent_id, observations, actions, rewards, infos, terminateds,
+                             truncateds, extra_model_outputs)
+        self.validate()
+        self._last_step_time = time.perf_counter()
+        if self._start_time is None:
+            self._start_time = self._last_step_time
+
+    def _step_agent(self, agent_id, observations, actions, rewards, infos, terminateds,
+                    truncateds, extra_model_outputs):
+        episode = self.agent_episodes.get(agent_id)
+        if episode is None:
+            episode = self._new_agent_episode(agent_id)
+        obs, act = observations.get(agent_id), actions.get(agent_id)
+        info = infos.get(agent_id)
+        terminated = terminateds.get(agent_id, False) or self.is_terminated
+        truncated = truncateds.get(agent_id, False) or self.is_truncated
+        outputs = extra_model_outputs.get(agent_id)
+        reward = rewards.get(agent_id) or 0.0
+        if obs is not None and act is None:
+            act = self._hanging_actions_end.pop(agent_id, None)
+            if act is not None:
+                outputs = self._hanging_extra_model_outputs_end.pop(agent_id, None)
+                reward = self._hanging_rewards_end.pop(agent_id, 0.0) + reward
+            elif terminated or truncated:
+                self._del_hanging(agent_id)
+                return
+            else:
+                # The agent's first observation: its reset.
+                steps = self.env_t_to_agent_t[agent_id]
+                steps.extend([SKIP_ENV_TS_TAG] * self.env_t + [0])
+                steps.lookback = self._len_lookback_buffers
+                episode.add_env_reset(observation=obs, infos=info)
+                self._hanging_rewards_begin[agent_id] += reward
+                self.agent_episodes[agent_id] = episode
+                return
+        elif obs is None and act is not None:
+            if terminated:
+                obs, info = episode._last_added_observation, episode._last_added_infos
+            else:
+                self._hanging_actions_end[agent_id] = act
+                self._hanging_rewards_end[agent_id] = reward
+                self._hanging_extra_model_outputs_end[agent_id] = outputs
+        elif obs is None:
+            act = self._hanging_actions_end.get(agent_id)
+            if terminated or truncated:
+                if act is None:
+                    self._del_hanging(agent_id)
+                    return
+                obs, info = episode._last_added_observation, episode._last_added_infos
+                outputs = self._hanging_extra_model_outputs_end.pop(agent_id, None)
+                reward = self._hanging_rewards_end.pop(agent_id, 0.0) + reward
+            elif agent_id not in self.agent_episodes:
+                self._hanging_rewards_begin[agent_id] += reward
+            else:
+                self._hanging_rewards_end[agent_id] += reward
+        if obs is not None:
+            episode.add_env_step(observation=obs, action=act, reward=reward, infos=info,
+                                 terminated=terminated, truncated=truncated,
+                                 extra_model_outputs=outputs)
+            self.env_t_to_agent_t[agent_id].append(
+                len(episode) + self.agent_t_started[agent_id])
+        if terminated or truncated:
+            self._del_hanging(agent_id)
+
+    def validate(self) -> None:
+        """Checks every agent's episode (see SingleAgentEpisode.validate)."""
+        for episode in self.agent_episodes.values():
+            episode.validate()
+
+    # -- properties -------------------------------------------------------------------
+
+    @property
+    def custom_data(self) -> dict:
+        """A dict for the user's own per-episode data."""
+        return self._custom_data
+
+    @property
+    def is_reset(self) -> bool:
+        """True once add_env_reset() gave some agent an observation."""
+        return any(len(ep.observations) > 0 for ep in self.agent_episodes.values())
+
+    @property
+    def is_numpy(self) -> bool:
+        """True once to_numpy() made every agent's data numpy arrays."""
+        episodes = iter(self.agent_episodes.values())
+        is_numpy = next(episodes).is_numpy
+        if any(ep.is_numpy is not is_numpy for ep in episodes):
+            raise RuntimeError(f"Only some SingleAgentEpisode objects in {self} are "
+                               f"converted to numpy, others are not!")
+        return is_numpy
+
+    @property
+    def is_done(self) -> bool:
+        """True once the episode is terminated or truncated (for all agents)."""
+        return self.is_terminated or self.is_truncated
+
+    @property
+    def agent_ids(self) -> set:
+        """The ids of the agents that have an episode here."""
+        return set(self.agent_episodes)
+
+    @property
+    def agent_episode_ids(self) -> dict:
+        """Each agent's SingleAgentEpisode id."""
+        return {agent_id: ep.id_ for agent_id, ep in self.agent_episodes.items()}
+
+    def module_for(self, agent_id: Any) -> Any:
+        """The module id of `agent_id`, mapped once per episode."""
+        if agent_id not in self._agent_to_module_mapping:
+            self._agent_to_module_mapping[agent_id] = \
+                self.agent_to_module_mapping_fn(agent_id, self)
+        return self._agent_to_module_mapping[agent_id]
+
+    def get_terminateds(self) -> dict:
+        """Each agent's terminated flag, and "__all__"."""
+        flags = {agent_id: ep.is_terminated for agent_id, ep in self.agent_episodes.items()}
+        flags["__all__"] = self.is_terminated
+        return flags
+
+    def get_truncateds(self) -> dict:
+        """Each agent's truncated flag, and "__all__"."""
+        flags = {agent_id: ep.is_truncated for agent_id, ep in self.agent_episodes.items()}
+        flags["__all__"] = self.is_truncated
+        return flags
+
+    def __len__(self) -> int:
+        return self.env_t - self.env_t_started
+
+    def __repr__(self) -> str:
+        returns = {aid: ep.get_return() for aid, ep in self.agent_episodes.items()}
+        return f"MAEps(len={len(self)} done={self.is_done} Rs={returns} id_={self.id_})"
+
+    def env_steps(self) -> int:
+        """The env steps in this chunk (its length)."""
+        return len(self)
+
+    def agent_steps(self) -> int:
+        """The agent steps in this chunk: the sum of the agents' lengths."""
+        return sum(len(ep) for ep in self.agent_episodes.values())
+
+    def get_duration_s(self) -> float:
+        """Seconds between the first and the last step (0.0 before a step)."""
+        if self._last_step_time is None:
+            return 0.0
+        return self._last_step_time - self._start_time
+
+    def get_agents_to_act(self) -> set:
+        """The agents that received an observation in the last env step and
+        are not done: those that send the next actions."""
+        return {aid for aid in self.get_agents_that_stepped()
+                if not self.agent_episodes[aid].is_done}
+
+    def get_agents_that_stepped(self) -> set:
+        """The agents that received an observation in the last env step (done
+        ones included)."""
+        return {aid for aid in self.agent_episodes
+                if self.env_t_to_agent_t[aid].get(-1) != SKIP_ENV_TS_TAG}
+
+    def get_return(self, include_hanging_rewards: bool = False) -> float:
+        """The sum of all agents' rewards in this chunk (and, if asked, the
+        rewards still hanging before or after an agent's observations)."""
+        total = sum(ep.get_return() for ep in self.agent_episodes.values())
+        if include_hanging_rewards:
+            total += sum(self._hanging_rewards_begin.values())
+            total += sum(self._hanging_rewards_end.values())
+        return total
+
+    # -- hanging values ----------------------------------------------------------------
+
+    def _del_hanging(self, agent_id: Any) -> None:
+        self._hanging_rewards_begin.pop(agent_id, None)
+        self._hanging_actions_end.pop(agent_id, None)
+        self._hanging_extra_model_outputs_end.pop(agent_id, None)
+        self._hanging_rewards_end.pop(agent_id, None)
+
+    def _del_agent(self, agent_id: Any) -> None:
+        self._del_hanging(agent_id)
+        self.agent_episodes.pop(agent_id, None)
+        self.env_t_to_agent_t.pop(agent_id, None)
+        self._agent_to_module_mapping.pop(agent_id, None)
+        self.agent_t_started.pop(agent_id, None)
