@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 import time
 import uuid
-from collections import defaultdict
+from collections import defaultdict, deque
 from typing import Any, Callable, Optional
 
 from episode.lookback_buffer import InfiniteLookbackBuffer
@@ -513,6 +513,60 @@ class MultiAgentEpisode:
             total += sum(self._hanging_rewards_begin.values())
             total += sum(self._hanging_rewards_end.values())
         return total
+
+    # -- reading ---------------------------------------------------------------------
+
+    def _requested(self, agent_ids: Any) -> set:
+        """The agents a getter asks for: RLlib's force_list of `agent_ids`
+        (a list, set, tuple or deque of ids, or one id), all agents if none."""
+        if agent_ids is None:
+            ids: Any = ()
+        elif type(agent_ids) in (list, set, tuple, deque):
+            ids = agent_ids
+        else:
+            ids = (agent_ids,)
+        return set(ids) or self.agent_ids
+
+    def _hanging(self, what: str, agent_id: Any) -> Any:
+        """The action, reward or extra model outputs (dict) an agent produced
+        after its last observation, or None."""
+        if what == "actions":
+            return self._hanging_actions_end.get(agent_id)
+        if what == "rewards":
+            return self._hanging_rewards_end.get(agent_id)
+        if what == "extra_model_outputs":
+            return self._hanging_extra_model_outputs_end.get(agent_id)
+        return None
+
+    def _get_by_agent_steps(self, what: str, indices: Any, agent_ids: set,
+                            neg_index_as_lookback: bool, fill: Any, one_hot: dict,
+                            key: Any) -> dict:
+        """Each requested agent's data on its own time scale, with its hanging
+        value as the step after its last one. Agents with nothing there are
+        left out. Extra model outputs without a key come as a dict of keys
+        (RLlib fails there)."""
+        result = {}
+        for agent_id, episode in self.agent_episodes.items():
+            if agent_id not in agent_ids:
+                continue
+            hanging = self._hanging(what, agent_id)
+            if what == "extra_model_outputs" and key is None:
+                value = {
+                    k: buffer.get(indices, neg_index_as_lookback=neg_index_as_lookback,
+                                  fill=fill, _add_last_ts_value=None if hanging is None
+                                  else hanging.get(k), **one_hot)
+                    for k, buffer in episode.extra_model_outputs.items()}
+            else:
+                buffer = getattr(episode, what)
+                if key is not None:
+                    buffer = buffer[key]
+                    hanging = None if hanging is None else hanging.get(key)
+                value = buffer.get(indices, neg_index_as_lookback=neg_index_as_lookback,
+                                   fill=fill, _add_last_ts_value=hanging, **one_hot)
+            if value is None or (isinstance(value, list) and value == []):
+                continue
+            result[agent_id] = value
+        return result
 
     # -- hanging values ----------------------------------------------------------------
 
