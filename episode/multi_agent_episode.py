@@ -20,6 +20,7 @@ from typing import Any, Callable, Optional
 
 from episode.lookback_buffer import InfiniteLookbackBuffer
 from episode.single_agent_episode import SingleAgentEpisode
+from episode.spaces import stack as batch
 
 SKIP_ENV_TS_TAG = "S"
 DEFAULT_MODULE_ID = "default_policy"
@@ -49,6 +50,31 @@ def env_error(message: str) -> Exception:
         cls = _error_classes[theirs] = type(
             "MultiAgentEnvError", (MultiAgentEnvError, theirs), {"__module__": __name__})
     return cls(message)
+
+
+class _EmptyHistory:
+    """What an agent has stored under an extra-output key it produced only
+    as a hanging value (or never): no rows, as many of them as the actions
+    have, and the hanging value as the row after them."""
+
+    __slots__ = ("lookback", "_rows")
+
+    def __init__(self, actions: InfiniteLookbackBuffer):
+        self.lookback = actions.lookback
+        self._rows = actions.len_incl_lookback()
+
+    def len_incl_lookback(self) -> int:
+        return self._rows
+
+    def get(self, indices: Any, *, neg_index_as_lookback: bool, fill: Any,
+            _add_last_ts_value: Any = None, **one_hot: Any) -> Any:
+        if isinstance(indices, list):
+            values = [self.get(i, neg_index_as_lookback=neg_index_as_lookback, fill=fill,
+                               _add_last_ts_value=_add_last_ts_value) for i in indices]
+            return [v for v in values if v is not None]
+        if indices + self.lookback == self._rows and _add_last_ts_value is not None:
+            return _add_last_ts_value
+        return fill
 
 
 class MultiAgentEpisode:
@@ -514,6 +540,12 @@ class MultiAgentEpisode:
             total += sum(self._hanging_rewards_end.values())
         return total
 
+    def to_numpy(self) -> "MultiAgentEpisode":
+        """Turns every agent's data (infos aside) into numpy arrays; returns self."""
+        for episode in list(self.agent_episodes.values()):
+            episode.to_numpy()
+        return self
+
     # -- reading ---------------------------------------------------------------------
 
     def _requested(self, agent_ids: Any) -> set:
@@ -567,6 +599,205 @@ class MultiAgentEpisode:
                 continue
             result[agent_id] = value
         return result
+
+    def _positions(self, agent_id: Any, what: str, key: Any, steps: Any,
+                   hanging: Any) -> Any:
+        """Agent steps (or skip tags) as positions in `buffer` (lookback
+        included). For actions, rewards and extra outputs, the row one past
+        the stored ones is the hanging value when there is one; a step past
+        that has nothing yet (the agent's latest observation awaits its
+        action) and becomes a skip. (RLlib compares that boundary with the
+        agent step itself, which is wrong once a chunk's agent_t_started
+        differs from its lookback, e.g. after cut(1).)"""
+        buffer = self._reference(agent_id, what, key)
+        offset = buffer.lookback - self.agent_t_started[agent_id]
+        limit = buffer.len_incl_lookback() + (hanging is not None) \
+            if what not in ("observations", "infos") else None
+
+        def position(t):
+            if t == SKIP_ENV_TS_TAG:
+                return t
+            p = t + offset
+            return SKIP_ENV_TS_TAG if p == limit else p
+
+        return [position(t) for t in steps] if isinstance(steps, list) else position(steps)
+
+    def _reference(self, agent_id: Any, what: str, key: Any) -> Any:
+        """The buffer whose lookback and length place an agent's steps:
+        extra outputs without a key use their first buffer, or the actions
+        when none is stored yet (they would have the same rows)."""
+        buffers = self._leaf_buffers(agent_id, what, key)
+        if isinstance(buffers, dict):
+            return next(iter(buffers.values()), None) or self.agent_episodes[agent_id].actions
+        return buffers
+
+    def _leaf_buffers(self, agent_id: Any, what: str, key: Any) -> Any:
+        """The buffer a getter reads for one agent: a dict of buffers for
+        extra outputs without a key."""
+        episode = self.agent_episodes[agent_id]
+        buffer = getattr(episode, what)
+        if what != "extra_model_outputs" or key is None:
+            return buffer
+        if key in buffer:
+            return buffer[key]
+        # Nothing stored under `key` (only hanging, or nothing): an empty
+        # history as long as the actions', without adding the key.
+        return _EmptyHistory(episode.actions)
+
+    def _read_at(self, agent_id: Any, what: str, key: Any, position: Any, fill: Any,
+                 one_hot: dict, hanging: Any) -> Any:
+        """One agent's value at one position (lookback included); None for a
+        skipped step without `fill`, else the fill value."""
+        buffers = self._leaf_buffers(agent_id, what, key)
+        if position == SKIP_ENV_TS_TAG and (fill is None or not isinstance(buffers, dict)):
+            # Far past the end: the fill value as the buffer makes it.
+            return None if fill is None else buffers.get(
+                10 ** 12, neg_index_as_lookback=False, fill=fill, **one_hot)
+        if isinstance(buffers, dict):
+            keys = dict.fromkeys([*buffers, *(hanging or ())])
+            return {k: self._read_at(agent_id, what, k, position, fill, one_hot, hanging)
+                    for k in keys}
+        if key is not None and isinstance(hanging, dict):
+            hanging = hanging.get(key)
+        return buffers.get(position - buffers.lookback, neg_index_as_lookback=True,
+                           fill=fill, _add_last_ts_value=hanging, **one_hot)
+
+    def _agent_steps_at(self, agent_id: Any, what: str, indices: Any,
+                        neg_index_as_lookback: bool, fill: Any) -> Any:
+        """The agent steps (or skip tags) at env-step `indices`."""
+        return self.env_t_to_agent_t[agent_id].get(
+            indices, neg_index_as_lookback=neg_index_as_lookback, fill=fill,
+            _ignore_last_ts=what not in ("observations", "infos"))
+
+    def _get_by_env_steps(self, what: str, indices: Any, agent_ids: set,
+                          neg_index_as_lookback: bool, fill: Any, one_hot: dict,
+                          key: Any) -> dict:
+        """Each requested agent's data at env-step `indices`: agents that did
+        not step there are left out (or filled, with `fill`)."""
+        result = {}
+        for agent_id in self.agent_episodes:
+            if agent_id not in agent_ids:
+                continue
+            hanging = self._hanging(what, agent_id)
+            steps = self._agent_steps_at(agent_id, what, indices, neg_index_as_lookback,
+                                         SKIP_ENV_TS_TAG if fill is not None else None)
+            positions = self._positions(agent_id, what, key, steps, hanging)
+            if not isinstance(positions, list):
+                value = self._read_at(agent_id, what, key, positions, fill, one_hot, hanging)
+                if value is not None:
+                    result[agent_id] = value
+                continue
+            values = self._read_list(agent_id, what, key, positions, fill, one_hot, hanging)
+            if len(values) > 0:
+                result[agent_id] = values
+        return result
+
+    def _read_list(self, agent_id: Any, what: str, key: Any, positions: list, fill: Any,
+                   one_hot: dict, hanging: Any) -> Any:
+        """One agent's values at a list of positions: skips are dropped, or
+        filled (then batched once numpy'ized), as RLlib does."""
+        buffers = self._leaf_buffers(agent_id, what, key)
+        if isinstance(buffers, dict):
+            return {k: self._read_list(agent_id, what, k, positions, fill, one_hot, hanging)
+                    for k in buffers}
+        if key is not None and isinstance(hanging, dict):
+            hanging = hanging.get(key)
+        if SKIP_ENV_TS_TAG in positions and fill is not None:
+            filler = buffers.get(10 ** 12, neg_index_as_lookback=False, fill=fill, **one_hot)
+            values = [filler if p == SKIP_ENV_TS_TAG else
+                      buffers.get(p - buffers.lookback, neg_index_as_lookback=True, fill=fill,
+                                  _add_last_ts_value=hanging, **one_hot)
+                      for p in positions]
+            return batch(values) if self.agent_episodes[agent_id].is_numpy else values
+        kept = [p - buffers.lookback for p in positions if p != SKIP_ENV_TS_TAG]
+        if not kept:
+            return []
+        return buffers.get(kept, neg_index_as_lookback=True, fill=fill,
+                           _add_last_ts_value=hanging, **one_hot)
+
+    def _get_by_env_steps_as_list(self, what: str, indices: Any, agent_ids: set,
+                                  neg_index_as_lookback: bool, fill: Any, one_hot: dict,
+                                  key: Any) -> list:
+        """One multi-agent dict per env step in `indices`."""
+        columns = {}
+        for agent_id in self.agent_episodes:
+            if agent_id not in agent_ids:
+                continue
+            steps = self._agent_steps_at(agent_id, what, indices, neg_index_as_lookback,
+                                         SKIP_ENV_TS_TAG)
+            columns[agent_id] = steps if isinstance(steps, list) else [steps]
+        if not columns:
+            return []
+        result = []
+        for i in range(len(next(iter(columns.values())))):
+            row = {}
+            for agent_id, steps in columns.items():
+                hanging = self._hanging(what, agent_id)
+                buffers = self._leaf_buffers(agent_id, what, key)
+                if isinstance(buffers, dict) and not buffers and not hanging:
+                    continue
+                position = self._positions(agent_id, what, key, steps[i], hanging)
+                value = self._read_at(agent_id, what, key, position, fill, one_hot, hanging)
+                if value is not None:
+                    row[agent_id] = value
+            result.append(row)
+        return result
+
+    def _get(self, what: str, indices: Any, agent_ids: Any, env_steps: bool,
+             neg_index_as_lookback: bool, fill: Any, one_hot_discrete: bool,
+             return_list: bool, key: Any = None) -> Any:
+        agents = self._requested(agent_ids)
+        one_hot = {"one_hot_discrete": one_hot_discrete} if one_hot_discrete else {}
+        args = (what, indices, agents, neg_index_as_lookback, fill, one_hot, key)
+        if not env_steps:
+            if return_list:
+                raise ValueError(f"`MultiAgentEpisode.get_{what}()` can't be called with "
+                                 f"both `env_steps=False` and `return_list=True`!")
+            return self._get_by_agent_steps(*args)
+        if return_list:
+            return self._get_by_env_steps_as_list(*args)
+        return self._get_by_env_steps(*args)
+
+    def get_observations(self, indices: Any = None, agent_ids: Any = None, *,
+                         env_steps: bool = True, neg_index_as_lookback: bool = False,
+                         fill: Any = None, one_hot_discrete: bool = False,
+                         return_list: bool = False) -> Any:
+        """Observations at `indices` (env steps by default, else each agent's
+        own steps), per agent, or one dict per env step with `return_list`."""
+        return self._get("observations", indices, agent_ids, env_steps,
+                         neg_index_as_lookback, fill, one_hot_discrete, return_list)
+
+    def get_infos(self, indices: Any = None, agent_ids: Any = None, *,
+                  env_steps: bool = True, neg_index_as_lookback: bool = False,
+                  fill: Any = None, return_list: bool = False) -> Any:
+        """Infos at `indices` (see get_observations)."""
+        return self._get("infos", indices, agent_ids, env_steps, neg_index_as_lookback,
+                         fill, False, return_list)
+
+    def get_actions(self, indices: Any = None, agent_ids: Any = None, *,
+                    env_steps: bool = True, neg_index_as_lookback: bool = False,
+                    fill: Any = None, one_hot_discrete: bool = False,
+                    return_list: bool = False) -> Any:
+        """Actions at `indices` (see get_observations); an action taken
+        after an agent's last observation (hanging) counts as its last step."""
+        return self._get("actions", indices, agent_ids, env_steps, neg_index_as_lookback,
+                         fill, one_hot_discrete, return_list)
+
+    def get_rewards(self, indices: Any = None, agent_ids: Any = None, *,
+                    env_steps: bool = True, neg_index_as_lookback: bool = False,
+                    fill: Any = None, return_list: bool = False) -> Any:
+        """Rewards at `indices` (see get_actions)."""
+        return self._get("rewards", indices, agent_ids, env_steps, neg_index_as_lookback,
+                         fill, False, return_list)
+
+    def get_extra_model_outputs(self, key: Any = None, indices: Any = None,
+                                agent_ids: Any = None, *, env_steps: bool = True,
+                                neg_index_as_lookback: bool = False, fill: Any = None,
+                                return_list: bool = False) -> Any:
+        """Extra model outputs under `key` (all keys, as a dict, without one)
+        at `indices` (see get_actions)."""
+        return self._get("extra_model_outputs", indices, agent_ids, env_steps,
+                         neg_index_as_lookback, fill, False, return_list, key)
 
     # -- hanging values ----------------------------------------------------------------
 
