@@ -1,7 +1,8 @@
 """episode: a Cython-optimized, drop-in engine for RLlib's episode classes."""
 from episode.lookback_buffer import InfiniteLookbackBuffer
+from episode.multi_agent_episode import MultiAgentEpisode
 from episode.single_agent_episode import SingleAgentEpisode
 
 __version__ = "0.1.0"
 
-__all__ = ["InfiniteLookbackBuffer", "SingleAgentEpisode"]
+__all__ = ["InfiniteLookbackBuffer", "MultiAgentEpisode", "SingleAgentEpisode"]

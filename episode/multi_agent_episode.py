@@ -12,6 +12,7 @@ them: observations, actions, rewards, terminateds, truncateds.
 """
 from __future__ import annotations
 
+import copy
 import sys
 import time
 import uuid
@@ -19,7 +20,7 @@ from collections import defaultdict, deque
 from typing import Any, Callable, Optional
 
 from episode.lookback_buffer import InfiniteLookbackBuffer
-from episode.single_agent_episode import SingleAgentEpisode
+from episode.single_agent_episode import EpisodeIndexError, SingleAgentEpisode
 from episode.spaces import stack as batch
 
 SKIP_ENV_TS_TAG = "S"
@@ -33,6 +34,11 @@ def default_agent_to_module_mapping_fn(agent_id: Any, episode: Any) -> str:
 
 class MultiAgentEnvError(Exception):
     """An env handed the episode data that no multi-agent env may produce."""
+
+
+class SliceStepError(ValueError, NotImplementedError):
+    """Raised for a slice with a step other than 1: a ValueError by meaning;
+    also a NotImplementedError because that is the class RLlib raises."""
 
 
 _error_classes: dict = {}
@@ -799,7 +805,305 @@ class MultiAgentEpisode:
         return self._get("extra_model_outputs", indices, agent_ids, env_steps,
                          neg_index_as_lookback, fill, False, return_list, key)
 
+    # -- writing ----------------------------------------------------------------------
+
+    def _check_agents(self, new_data: dict) -> None:
+        missing = [aid for aid in new_data if aid not in self.agent_episodes]
+        if missing:
+            raise KeyError(f"AgentID '{missing[0]}' not found in this episode.")
+
+    def set_observations(self, *, new_data: dict, at_indices: Any = None,
+                         neg_index_as_lookback: bool = False) -> None:
+        """Overwrites each named agent's observations at `at_indices` (its own
+        steps). KeyError, before anything changes, for an unknown agent."""
+        self._check_agents(new_data)
+        for agent_id, data in new_data.items():
+            self.agent_episodes[agent_id].set_observations(
+                new_data=data, at_indices=at_indices,
+                neg_index_as_lookback=neg_index_as_lookback)
+
+    def set_actions(self, *, new_data: dict, at_indices: Any = None,
+                    neg_index_as_lookback: bool = False) -> None:
+        """Overwrites each named agent's actions (see set_observations)."""
+        self._check_agents(new_data)
+        for agent_id, data in new_data.items():
+            self.agent_episodes[agent_id].set_actions(
+                new_data=data, at_indices=at_indices,
+                neg_index_as_lookback=neg_index_as_lookback)
+
+    def set_rewards(self, *, new_data: dict, at_indices: Any = None,
+                    neg_index_as_lookback: bool = False) -> None:
+        """Overwrites each named agent's rewards (see set_observations)."""
+        self._check_agents(new_data)
+        for agent_id, data in new_data.items():
+            self.agent_episodes[agent_id].set_rewards(
+                new_data=data, at_indices=at_indices,
+                neg_index_as_lookback=neg_index_as_lookback)
+
+    def set_extra_model_outputs(self, *, key: Any, new_data: dict, at_indices: Any = None,
+                                neg_index_as_lookback: bool = False) -> None:
+        """Overwrites each named agent's extra output `key` (see set_observations)."""
+        self._check_agents(new_data)
+        for agent_id, data in new_data.items():
+            self.agent_episodes[agent_id].set_extra_model_outputs(
+                key=key, new_data=data, at_indices=at_indices,
+                neg_index_as_lookback=neg_index_as_lookback)
+
+    # -- pieces -----------------------------------------------------------------------
+
+    def cut(self, len_lookback_buffer: int = 0) -> "MultiAgentEpisode":
+        """The next chunk of this episode: it starts at env_t, with the last
+        `len_lookback_buffer` env steps (at least back to each hanging
+        agent's last observation) as lookback."""
+        if not len_lookback_buffer >= 0:
+            raise AssertionError(f"cut() expects len_lookback_buffer >= 0, got "
+                                 f"{len_lookback_buffer!r}")
+        if self.is_done:
+            raise RuntimeError(
+                "Can't call `MultiAgentEpisode.cut()` when the episode is already done!")
+        lookback = len_lookback_buffer
+        for agent_id in self._hanging_actions_end:
+            steps = self.env_t_to_agent_t[agent_id]
+            # The agent's last observation must come along, for its hanging
+            # action to join it. (RLlib starts this search at -0, i.e. at the
+            # first step, and so drops such an agent with a lookback of 0.)
+            for i in range(max(len_lookback_buffer, 1), len(steps.data) + 1):
+                if steps.get(-i) != SKIP_ENV_TS_TAG:
+                    lookback = max(lookback, i - 1)
+                    break
+        obs_indices = slice(-lookback - 1, None)
+        rest = slice(-lookback, None) if lookback > 0 else slice(None, 0)
+        successor = type(self)(
+            id_=self.id_,
+            observations=self.get_observations(indices=obs_indices, return_list=True),
+            observation_space=self.observation_space,
+            infos=self.get_infos(indices=obs_indices, return_list=True),
+            actions=self.get_actions(indices=rest, return_list=True),
+            action_space=self.action_space,
+            rewards=self.get_rewards(indices=rest, return_list=True),
+            extra_model_outputs=self.get_extra_model_outputs(
+                key=None, indices=rest, return_list=True),
+            terminateds=self.get_terminateds(),
+            truncateds=self.get_truncateds(),
+            env_t_started=self.env_t,
+            agent_t_started={aid: ep.t for aid, ep in self.agent_episodes.items()
+                             if not ep.is_done},
+            agent_episode_ids=self.agent_episode_ids,
+            agent_module_ids={aid: ep.module_id for aid, ep in self.agent_episodes.items()},
+            agent_to_module_mapping_fn=self.agent_to_module_mapping_fn,
+            len_lookback_buffer="auto",
+        )
+        successor._hanging_rewards_begin = self._hanging_rewards_end.copy()
+        successor._custom_data = copy.deepcopy(self.custom_data)
+        return successor
+
+    def concat_episode(self, other: "MultiAgentEpisode") -> None:
+        """Appends `other`, the chunk that follows this one (same id, starting
+        at this one's env_t), to this episode."""
+        if other.id_ != self.id_:
+            raise AssertionError(f"concat_episode() expects the same id: {other.id_!r} "
+                                 f"vs {self.id_!r}")
+        if self.is_done:
+            raise AssertionError("concat_episode() on an episode that is done")
+        if self.env_t != other.env_t_started:
+            raise AssertionError(f"concat_episode() expects the successor to start at "
+                                 f"env_t={self.env_t}, not {other.env_t_started}")
+        other.validate()
+        for agent_id in dict.fromkeys([*self.agent_episodes, *other.agent_episodes]):
+            episode = self.agent_episodes.get(agent_id)
+            if episode is None:
+                self.agent_episodes[agent_id] = other.agent_episodes[agent_id]
+                self.agent_t_started[agent_id] = other.agent_t_started[agent_id]
+                if agent_id not in self.env_t_to_agent_t:
+                    self.env_t_to_agent_t[agent_id] = other.env_t_to_agent_t[agent_id]
+                else:
+                    for step in other.env_t_to_agent_t[agent_id][1:]:
+                        self.env_t_to_agent_t[agent_id].append(step)
+                self._copy_hanging(agent_id, other)
+            elif episode.is_done:
+                continue
+            elif agent_id in other.agent_episodes:
+                episode.concat_episode(other.agent_episodes[agent_id])
+                if agent_id in other._hanging_actions_end:
+                    self._hanging_actions_end[agent_id] = copy.deepcopy(
+                        other._hanging_actions_end[agent_id])
+                    self._hanging_rewards_end[agent_id] = \
+                        other._hanging_rewards_end[agent_id]
+                    self._hanging_extra_model_outputs_end[agent_id] = copy.deepcopy(
+                        other._hanging_extra_model_outputs_end[agent_id])
+                for step in other.env_t_to_agent_t[agent_id][1:]:
+                    self.env_t_to_agent_t[agent_id].append(step)
+        self.env_t = other.env_t
+        if other.is_terminated:
+            self.is_terminated = True
+        elif other.is_truncated:
+            self.is_truncated = True
+        self.custom_data.update(other.custom_data)
+        self.validate()
+
+    def slice(self, slice_: slice, *, len_lookback_buffer: Optional[int] = None
+              ) -> "MultiAgentEpisode":
+        """A new episode with the env steps in `slice_` (step 1 only) and a
+        lookback of `len_lookback_buffer` env steps (default: this one's)."""
+        if slice_.step not in (1, None):
+            raise SliceStepError(f"Slicing MultiAgentEnv with a step other than 1 (you used "
+                                 f"{slice_.step}) is not supported!")
+        n = len(self)
+        start, stop = slice_.start, slice_.stop
+        start = 0 if start is None else max(n + start, 0) if start < 0 else min(start, n)
+        stop = n if stop is None else max(n + stop, 0) if stop < 0 else min(stop, n)
+        lookbacks = {b.lookback for ep in self.agent_episodes.values()
+                     for b in (ep.observations, ep.actions, ep.rewards,
+                               *ep.extra_model_outputs.values())}
+        if len(lookbacks) > 1:
+            raise ValueError("Can only slice a MultiAgentEpisode if all lookback buffers in "
+                             "this episode have the exact same size!")
+        ref_lookback = next(iter(lookbacks), None)
+        terminateds, truncateds, agent_t_started = {}, {}, {}
+        for agent_id, episode in self.agent_episodes.items():
+            steps = self.env_t_to_agent_t[agent_id]
+            if stop < len(steps) and steps[stop] != SKIP_ENV_TS_TAG \
+                    and len(episode) == steps[stop]:
+                terminateds[agent_id] = episode.is_terminated
+                truncateds[agent_id] = episode.is_truncated
+            for i in range(start, len(steps)):
+                if steps[i] != SKIP_ENV_TS_TAG:
+                    agent_t_started[agent_id] = steps[i]
+                    break
+        terminateds["__all__"] = all(terminateds.get(aid) for aid in self.agent_episodes)
+        truncateds["__all__"] = all(truncateds.get(aid) for aid in self.agent_episodes)
+        lookback = len_lookback_buffer if len_lookback_buffer is not None else ref_lookback
+        if start - lookback < 0 and ref_lookback < lookback - start:
+            lookback = ref_lookback + start
+        piece = type(self)(
+            id_=self.id_,
+            observations=self.get_observations(slice(start - lookback, stop + 1),
+                                               neg_index_as_lookback=True, return_list=True),
+            observation_space=self.observation_space,
+            actions=self.get_actions(slice(start - lookback, stop),
+                                     neg_index_as_lookback=True, return_list=True),
+            action_space=self.action_space,
+            rewards=self.get_rewards(slice(start - lookback, stop),
+                                     neg_index_as_lookback=True, return_list=True),
+            extra_model_outputs=self.get_extra_model_outputs(
+                indices=slice(start - lookback, stop), neg_index_as_lookback=True,
+                return_list=True),
+            terminateds=terminateds,
+            truncateds=truncateds,
+            len_lookback_buffer=lookback,
+            env_t_started=self.env_t_started + start,
+            agent_episode_ids=self.agent_episode_ids,
+            agent_t_started=agent_t_started,
+            agent_module_ids=self._agent_to_module_mapping,
+            agent_to_module_mapping_fn=self.agent_to_module_mapping_fn,
+        )
+        if self.agent_episodes and self.is_numpy:
+            piece.to_numpy()
+        return piece
+
+    def __getitem__(self, item: slice) -> "MultiAgentEpisode":
+        """episode[a:b] is episode.slice(slice(a, b)); nothing else indexes it."""
+        if isinstance(item, slice):
+            return self.slice(slice_=item)
+        raise EpisodeIndexError(
+            f"MultiAgentEpisode does not support getting item '{item}'! Only slice "
+            f"objects allowed with the syntax: `episode[a:b]`.")
+
+    # -- state ------------------------------------------------------------------------
+
+    def get_state(self) -> dict:
+        """Everything needed to rebuild this episode (see from_state)."""
+        return {
+            "id_": self.id_,
+            "agent_to_module_mapping_fn": self.agent_to_module_mapping_fn,
+            "_agent_to_module_mapping": self._agent_to_module_mapping,
+            "observation_space": self.observation_space,
+            "action_space": self.action_space,
+            "env_t_started": self.env_t_started,
+            "env_t": self.env_t,
+            "agent_t_started": self.agent_t_started,
+            "env_t_to_agent_t": self.env_t_to_agent_t,
+            "_hanging_actions_end": self._hanging_actions_end,
+            "_hanging_extra_model_outputs_end": self._hanging_extra_model_outputs_end,
+            "_hanging_rewards_end": self._hanging_rewards_end,
+            "_hanging_rewards_begin": self._hanging_rewards_begin,
+            "is_terminated": self.is_terminated,
+            "is_truncated": self.is_truncated,
+            "agent_episodes": [(aid, ep.get_state())
+                               for aid, ep in self.agent_episodes.items()],
+            "_start_time": self._start_time,
+            "_last_step_time": self._last_step_time,
+            "custom_data": self.custom_data,
+        }
+
+    @staticmethod
+    def from_state(state: dict) -> "MultiAgentEpisode":
+        """The episode a get_state() dict describes."""
+        episode = MultiAgentEpisode(id_=state["id_"])
+        for name in ("agent_to_module_mapping_fn", "_agent_to_module_mapping",
+                     "observation_space", "action_space", "env_t_started", "env_t",
+                     "agent_t_started", "env_t_to_agent_t", "_hanging_actions_end",
+                     "_hanging_extra_model_outputs_end", "_hanging_rewards_end",
+                     "_hanging_rewards_begin", "is_terminated", "is_truncated",
+                     "_start_time", "_last_step_time"):
+            setattr(episode, name, state[name])
+        episode.agent_episodes = {aid: SingleAgentEpisode.from_state(agent_state)
+                                  for aid, agent_state in state["agent_episodes"]}
+        episode._custom_data = state.get("custom_data", {})
+        episode.validate()
+        return episode
+
+    def get_sample_batch(self):
+        """The agents' data as RLlib's MultiAgentBatch (needs ray[rllib])."""
+        try:
+            from ray.rllib.policy.sample_batch import MultiAgentBatch
+        except ImportError as e:
+            raise ImportError(
+                "get_sample_batch() returns RLlib's MultiAgentBatch and needs ray[rllib]: "
+                "pip install 'ray[rllib]==2.60.*' (or this package's 'test' extra)"
+            ) from e
+        return MultiAgentBatch(
+            policy_batches={aid: ep.get_sample_batch()
+                            for aid, ep in self.agent_episodes.items()
+                            if ep.t - ep.t_started > 0},
+            env_steps=self.env_t - self.env_t_started)
+
+    def print(self) -> None:
+        """Prints which agent stepped at which env step, as a grid."""
+        width = max(steps.len_incl_lookback() for steps in self.env_t_to_agent_t.values())
+        lookback = next(iter(self.env_t_to_agent_t.values())).lookback
+        name_width = max(len(aid) for aid in self.agent_ids)
+        header = "ts" + " " * name_width + "   ".join(
+            str(i) for i in range(-lookback, width - lookback)) + "\n"
+        rows = []
+        for agent_id, steps in self.env_t_to_agent_t.items():
+            row = f"{agent_id}  " + " " * (name_width - len(agent_id))
+            row += "".join("    " if t == SKIP_ENV_TS_TAG else " x  " for t in steps.data)
+            rows.append(row.rstrip())
+        print(header + "\n".join(rows))
+
+    def add_temporary_timestep_data(self, *args: Any, **kwargs: Any) -> None:
+        """Removed: use `custom_data[key] = ...`."""
+        raise ValueError("`add_temporary_timestep_data` has been deprecated. Use "
+                         "`MultiAgentEpisode.custom_data[some-key] = ...` instead.")
+
+    def get_temporary_timestep_data(self, *args: Any, **kwargs: Any) -> None:
+        """Removed: use `custom_data[key]`."""
+        raise ValueError("`get_temporary_timestep_data` has been deprecated. Use "
+                         "`MultiAgentEpisode.custom_data[some-key]` instead.")
+
     # -- hanging values ----------------------------------------------------------------
+
+    def _copy_hanging(self, agent_id: Any, other: "MultiAgentEpisode") -> None:
+        if agent_id in other._hanging_rewards_begin:
+            self._hanging_rewards_begin[agent_id] = other._hanging_rewards_begin[agent_id]
+        if agent_id in other._hanging_rewards_end:
+            self._hanging_actions_end[agent_id] = copy.deepcopy(
+                other._hanging_actions_end[agent_id])
+            self._hanging_rewards_end[agent_id] = other._hanging_rewards_end[agent_id]
+            self._hanging_extra_model_outputs_end[agent_id] = copy.deepcopy(
+                other._hanging_extra_model_outputs_end[agent_id])
+
 
     def _del_hanging(self, agent_id: Any) -> None:
         self._hanging_rewards_begin.pop(agent_id, None)
