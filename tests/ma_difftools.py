@@ -112,7 +112,8 @@ def deliberate(exc: BaseException) -> bool:
     MultiAgentEnvError, NotImplementedError, the ValueErrors of slice()/_get(),
     KeyError of set_*() for an unknown agent, RuntimeError of cut() on a done
     episode, the `assert`s at the top of add_env_reset/concat_episode/cut and
-    the checks of the single-agent episodes and buffers."""
+    the asserts of add_env_step on a broken step and the buffers' IndexError
+    for an index out of range (as in the single-agent episode)."""
     name = type(exc).__name__
     if name in ("MultiAgentEnvError", "NotImplementedError"):
         return True
@@ -126,9 +127,28 @@ def deliberate(exc: BaseException) -> bool:
     if isinstance(exc, RuntimeError) and "already done" in str(exc):
         return True
     if isinstance(exc, AssertionError) and " -> " not in site and first.split(":")[0] in (
-            "add_env_reset", "concat_episode", "cut"):
+            "add_env_reset", "add_env_step", "concat_episode", "cut"):
         return True
+    if isinstance(exc, ValueError) and "gym.Space was NOT provided" in str(exc):
+        return True  # one_hot_discrete without a space, as in the single-agent episode
+    if isinstance(exc, KeyError) and exc.args and exc.args[0] in _asked_keys(exc):
+        return True  # an extra-model-output key the agent does not have
+    if isinstance(exc, IndexError) and "infinite_lookback_buffer.py:_get_int_index:" in site:
+        return True  # the buffer's own range check, as in the single-agent episode
     return False
+
+
+def _asked_keys(exc: BaseException) -> set:
+    """The `key` arguments of the frames an exception passed through."""
+    keys = set()
+    tb = exc.__traceback__
+    while tb is not None:
+        loc = tb.tb_frame.f_locals
+        for name in ("key", "extra_model_outputs_key"):
+            if isinstance(loc.get(name), str):
+                keys.add(loc[name])
+        tb = tb.tb_next
+    return keys
 
 
 def known_rllib_crash(exc: BaseException) -> bool:
