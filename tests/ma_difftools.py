@@ -229,10 +229,25 @@ def normalized_state(ep: Any, state: dict, theirs_side: bool) -> dict:
     return out
 
 
-def compare_states(ours_ep: Any, theirs_ep: Any, ids: IdMap, path: str) -> None:
-    """get_state() of both episodes, normalized, ids mapped."""
-    ours = normalized_state(ours_ep, copy.deepcopy(ours_ep.get_state()), False)
-    theirs = normalized_state(theirs_ep, copy.deepcopy(theirs_ep.get_state()), True)
+def _extras_as_states(state: dict) -> dict:
+    """A single-agent state whose length-0 extra-output buffers (RLlib keeps the
+    buffer object there) are given as their states, as compare_episode_states
+    does for RLlib's side; needed where "ours" is RLlib's class too."""
+    extras = state.get("extra_model_outputs")
+    if extras:
+        state["extra_model_outputs"] = {
+            k: v.get_state() if hasattr(v, "len_incl_lookback") else v
+            for k, v in extras.items()}
+    return state
+
+
+def compare_states(ours_ep: Any, theirs_ep: Any, ids: IdMap, path: str,
+                   ours_state: Optional[dict] = None, theirs_state: Optional[dict] = None) -> None:
+    """get_state() of both episodes (or the states given), normalized, ids mapped."""
+    ours = normalized_state(ours_ep, copy.deepcopy(
+        ours_ep.get_state() if ours_state is None else ours_state), False)
+    theirs = normalized_state(theirs_ep, copy.deepcopy(
+        theirs_ep.get_state() if theirs_state is None else theirs_state), True)
     ids.check(theirs.pop("id_"), ours.pop("id_"), f"{path}.id_")
     o_agents, t_agents = ours.pop("agent_episodes"), theirs.pop("agent_episodes")
     compare([a for a, _ in o_agents], [a for a, _ in t_agents], f"{path}: agent_episodes keys")
@@ -241,7 +256,7 @@ def compare_states(ours_ep: Any, theirs_ep: Any, ids: IdMap, path: str) -> None:
         ids.check(t.pop("id_"), o.pop("id_"), f"{path}.agent_episodes[{aid!r}].id_")
         ids.check(t.pop("multi_agent_episode_id"), o.pop("multi_agent_episode_id"),
                   f"{path}.agent_episodes[{aid!r}].multi_agent_episode_id")
-        compare_episode_states(o, t, f"{path}.agent_episodes[{aid!r}]")
+        compare_episode_states(_extras_as_states(o), t, f"{path}.agent_episodes[{aid!r}]")
     compare(ours, theirs, path)
 
 
@@ -490,7 +505,20 @@ class MATwin:
         compare_ma_episodes(self.ours, self.theirs, self.ids, f"state after {label}",
                             restored=self.restored)
 
-    def compare_results(self, r_ours: Any, r_theirs: Any, label: str) -> None:
+    def compare_results(self, r_ours: Any, r_theirs: Any, label: str,
+                        method: str = "") -> None:
+        if method == "get_state":
+            compare_states(self.ours, self.theirs, self.ids, f"result of {label}",
+                           r_ours, r_theirs)
+            return
+        if method == "agent_episode_ids":
+            compare(list(r_ours), list(r_theirs), f"result of {label}: keys")
+            for aid in r_theirs:
+                self.ids.check(r_theirs[aid], r_ours[aid], f"result of {label}[{aid!r}]")
+            return
+        if method == "__repr__" and isinstance(r_ours, str):
+            self.ids.check(self.theirs.id_, self.ours.id_, f"{label}: id_")
+            r_ours = r_ours.replace(str(self.ours.id_), str(self.theirs.id_))
         if r_theirs is self.theirs:
             if r_ours is not self.ours:
                 raise Mismatch(f"{label}: RLlib returned the episode itself; ours "
@@ -567,7 +595,7 @@ class MATwin:
             if result_check is not None:
                 result_check(r_ours, r_theirs)
             elif compare_result:
-                self.compare_results(r_ours, r_theirs, label)
+                self.compare_results(r_ours, r_theirs, label, method)
             self.check_state(label)
         except Mismatch as e:
             raise Mismatch(f"{e}\ncalls:\n{self.context()}") from None
