@@ -31,7 +31,7 @@ from ma_difftools import (Known, MATwin, Mismatch, known_wrong, ours_ma_class, r
 
 pytestmark = pytest.mark.rllib
 
-MAX = int(os.environ.get("MA_MAX_EXAMPLES", 40))
+MAX = int(os.environ.get("MA_MAX_EXAMPLES", 60))
 SETTINGS = settings(max_examples=MAX, deadline=None, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                            HealthCheck.filter_too_much])
@@ -190,6 +190,8 @@ def restore_both(twin: MATwin, how: str, ours_state: bool) -> MATwin:
         source = twin.ours if ours_state else twin.theirs
         ours = twin.Ours.from_state(copy.deepcopy(source.get_state()))
     new = twin.child(ours, theirs)
+    if how == "from_state" and not ours_state:
+        new.ids = type(twin.ids)()  # ours took RLlib's ids with its state
     new.restored = True
     new.check_state(how)
     return new
