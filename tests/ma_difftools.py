@@ -34,6 +34,7 @@ import copy
 import io
 import json
 import os
+import pickle
 import traceback
 from contextlib import redirect_stdout
 from typing import Any, Callable, Optional
@@ -94,9 +95,12 @@ def rllib_site(exc: BaseException) -> str:
 
 
 def record(label: str, exc: BaseException, context: str = "", kind: str = "raised") -> None:
-    entry = {"kind": kind, "call": label, "exc": type(exc).__name__,
-             "msg": str(exc)[:300], "site": rllib_site(exc), "context": context[:4000],
-             "tail": "".join(traceback.format_list(_frames(exc)[-3:]))[-1500:]}
+    log({"kind": kind, "call": label, "exc": type(exc).__name__,
+         "msg": str(exc)[:300], "site": rllib_site(exc), "context": context[:4000],
+         "tail": "".join(traceback.format_list(_frames(exc)[-3:]))[-1500:]})
+
+
+def log(entry: dict) -> None:
     CATALOG.append(entry)
     path = os.environ.get("EPISODE_MA_CATALOG")
     if path:
@@ -549,8 +553,8 @@ class MATwin:
         self.history.append(label)
         reason = known_wrong(self.theirs, method, args, kwargs, self.restored)
         if reason:
-            CATALOG.append({"kind": "known-wrong", "call": label, "msg": reason,
-                            "context": self.context()})
+            log({"kind": "known-wrong", "call": label, "msg": reason,
+                 "context": self.context()})
             if not selftest():
                 return None, Known(reason)
         backup_theirs = copy.deepcopy(self.theirs)
@@ -610,9 +614,49 @@ class MATwin:
         except Mismatch as e:
             if not selftest():
                 raise Mismatch(f"{e}\ncalls:\n{self.context()}") from None
-            CATALOG.append({"kind": "mutated-on-failure", "call": label, "msg": str(e)[:500],
-                            "context": self.context()})
+            log({"kind": "mutated-on-failure", "call": label, "msg": str(e)[:500],
+                 "context": self.context()})
         self.ours = backup_ours
+
+    def restored_copy(self, how: str, from_ours: bool = True) -> Optional["MATwin"]:
+        """A twin of both episodes rebuilt by from_state() (ours from its own
+        state, or with `from_ours=False` from RLlib's, taking RLlib's ids) or by
+        a pickle round trip. None where RLlib's from_state() crashes on its own
+        state (recorded; ours must then rebuild, or fail alike in the self-test)."""
+        label = f"{how} round trip"
+        self.history.append(label)
+        try:
+            if how == "pickle":
+                theirs = pickle.loads(pickle.dumps(self.theirs, protocol=5))
+            else:
+                theirs = self.Rllib.from_state(copy.deepcopy(self.theirs.get_state()))
+            exc_theirs = None
+        except Exception as e:  # noqa: BLE001
+            theirs, exc_theirs = None, e
+        try:
+            if how == "pickle":
+                ours = pickle.loads(pickle.dumps(self.ours, protocol=5))
+            else:
+                source = self.ours if from_ours else self.theirs
+                ours = self.Ours.from_state(copy.deepcopy(source.get_state()))
+            exc_ours = None
+        except Exception as e:  # noqa: BLE001
+            ours, exc_ours = None, e
+        if exc_theirs is not None:
+            record(label, exc_theirs, self.context(), "crash")
+            if selftest() and not _exc_match(exc_ours, exc_theirs):
+                raise Mismatch(f"{label}: RLlib raised {exc_theirs!r}, ours {exc_ours!r}")
+            if not selftest() and exc_ours is not None:
+                raise Mismatch(f"{label}: RLlib crashed; ours raised {_tb(exc_ours)}")
+            return None
+        if exc_ours is not None:
+            raise Mismatch(f"{label}: RLlib worked, ours raised {_tb(exc_ours)}")
+        twin = self.child(ours, theirs)
+        if how != "pickle" and not from_ours:
+            twin.ids = IdMap()
+        twin.restored = True
+        twin.check_state(label)
+        return twin
 
     def copy(self) -> "MATwin":
         return self.child(copy.deepcopy(self.ours), copy.deepcopy(self.theirs))

@@ -15,9 +15,7 @@ EPISODE_MA_SELFTEST=1 they run RLlib against itself (the harness's own test).
 """
 from __future__ import annotations
 
-import copy
 import os
-import pickle
 
 import numpy as np
 import pytest
@@ -179,24 +177,6 @@ def test_slices(ep, start, stop, lookback, numpy, data):
         piece.call(name, *args, **kw)
 
 
-def restore_both(twin: MATwin, how: str, ours_state: bool) -> MATwin:
-    """A twin of the episodes rebuilt by from_state() (ours from its own
-    state or from RLlib's) or by a pickle round trip."""
-    if how == "pickle":
-        ours = pickle.loads(pickle.dumps(twin.ours, protocol=5))
-        theirs = pickle.loads(pickle.dumps(twin.theirs, protocol=5))
-    else:
-        theirs = twin.Rllib.from_state(copy.deepcopy(twin.theirs.get_state()))
-        source = twin.ours if ours_state else twin.theirs
-        ours = twin.Ours.from_state(copy.deepcopy(source.get_state()))
-    new = twin.child(ours, theirs)
-    if how == "from_state" and not ours_state:
-        new.ids = type(twin.ids)()  # ours took RLlib's ids with its state
-    new.restored = True
-    new.check_state(how)
-    return new
-
-
 @SETTINGS
 @given(ep=mas.episodes(invalid=False), how=st.sampled_from(["from_state", "pickle"]),
        ours_state=st.booleans(), more=st.integers(0, 3), data=st.data())
@@ -204,10 +184,11 @@ def test_state_and_pickle_round_trips(ep, how, ours_state, more, data):
     twin = run_calls(new_twin(ep), ep.calls)
     if twin.diverged:
         return
-    twin.call("get_state", compare_result=False)
-    if how == "from_state" and not ours_state and not selftest():
-        ours_state = True  # (RLlib's state holds RLlib's buffers: ours reads its own)
-    twin = restore_both(twin, how, ours_state)
+    twin.call("get_state")
+    # (Ours reads RLlib's state only in the self-test: RLlib's holds RLlib's buffers.)
+    twin = twin.restored_copy(how, from_ours=ours_state or not selftest())
+    if twin is None:
+        return
     steps_on(twin, ep.scenario, data, more)
     for _ in range(3):
         name, args, kw = data.draw(mas.getter_call(ep.scenario.agents), label="getter")
