@@ -515,6 +515,11 @@ class MATwin:
             compare_states(self.ours, self.theirs, self.ids, f"result of {label}",
                            r_ours, r_theirs)
             return
+        if method == "get_duration_s":
+            # (A clock reading: the same type, and 0.0 on both sides or on neither.)
+            compare(type(r_ours), type(r_theirs), f"type of result of {label}")
+            compare(r_ours == 0.0, r_theirs == 0.0, f"result of {label} is 0.0")
+            return
         if method == "agent_episode_ids":
             compare(list(r_ours), list(r_theirs), f"result of {label}: keys")
             for aid in r_theirs:

@@ -237,7 +237,7 @@ def env_step(draw, sc, states):
             breakers.append("no reward")
         if [a for a in sc.agents if states[a] == DONE]:
             breakers.append("data for done agent")
-        if [a for a in ready if a not in acting] or ready:
+        if ready:
             breakers.append("obs without action")
         if hanging:
             breakers.append("second action")

@@ -19,7 +19,7 @@ import os
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import ma_strategies as mas
@@ -29,8 +29,13 @@ from ma_difftools import (IdMap, Known, MATwin, Mismatch, compare_ma_episodes, k
 
 pytestmark = pytest.mark.rllib
 
+# MA_MAX_EXAMPLES=300 for a longer hunt. Failing examples are not shrunk (that
+# can take minutes) unless PROPS_SHRINK=1.
 MAX = int(os.environ.get("MA_MAX_EXAMPLES", 60))
-SETTINGS = settings(max_examples=MAX, deadline=None, database=None,
+_PHASES = [Phase.explicit, Phase.reuse, Phase.generate, Phase.target]
+if os.environ.get("PROPS_SHRINK"):
+    _PHASES.append(Phase.shrink)
+SETTINGS = settings(max_examples=MAX, deadline=None, database=None, phases=_PHASES,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                            HealthCheck.filter_too_much])
 
