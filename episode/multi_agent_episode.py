@@ -6,9 +6,9 @@ skip tag "S" where the agent received no observation. Actions, rewards and
 extra model outputs that an agent produced after its last observation are
 "hanging": they join its episode with its next observation.
 
-Where RLlib iterates a set of agent ids (so the order changes from one
-process to the next), ours takes agents in the order the step's dicts name
-them: observations, actions, rewards, terminateds, truncateds.
+Where RLlib iterates a set of agent ids (so the order of agents in results
+changes from one process to the next), ours iterates the same set, so results
+list agents in RLlib's order within a process.
 """
 from __future__ import annotations
 
@@ -19,9 +19,11 @@ import uuid
 from collections import defaultdict, deque
 from typing import Any, Callable, Optional
 
+import numpy as np
+
 from episode.lookback_buffer import InfiniteLookbackBuffer
 from episode.single_agent_episode import EpisodeIndexError, SingleAgentEpisode
-from episode.spaces import stack as batch
+from episode.spaces import map_struct
 
 SKIP_ENV_TS_TAG = "S"
 DEFAULT_MODULE_ID = "default_policy"
@@ -56,6 +58,23 @@ def env_error(message: str) -> Exception:
         cls = _error_classes[theirs] = type(
             "MultiAgentEnvError", (MultiAgentEnvError, theirs), {"__module__": __name__})
     return cls(message)
+
+
+def batch_like_rllib(items: list) -> Any:
+    """Items (of one structure) stacked leaf by leaf as RLlib's `batch` does
+    it: a leaf whose first item is an ndarray takes that item's dtype and
+    shape (a float32 fill value makes float32 rows); other leaves are
+    np.array() of their items."""
+    def leaf(*values):
+        first = values[0]
+        if not isinstance(first, np.ndarray):
+            return np.array(values)
+        out = np.empty((len(values), *first.shape), dtype=first.dtype)
+        for i, value in enumerate(values):
+            out[i] = value
+        return out
+
+    return map_struct(leaf, *items)
 
 
 class _EmptyHistory:
@@ -180,7 +199,7 @@ class MultiAgentEpisode:
         outputs_of = defaultdict(list)
         done = defaultdict(bool)
         lookback_of = defaultdict(lambda: lookback)
-        all_agents = dict.fromkeys(agent_episode_ids or ())
+        all_agents = set(agent_episode_ids or ())
         agent_module_ids = agent_module_ids or {}
 
         # Each agent's step counter starts so that its first observation after
@@ -201,7 +220,7 @@ class MultiAgentEpisode:
             outs = extra_model_outputs[i] if i < len(extra_model_outputs) else {}
             rew = rewards[i] if i < len(rewards) else {}
             for agent_id, value in obs.items():
-                all_agents[agent_id] = None
+                all_agents.add(agent_id)
                 obs_of[agent_id].append(value)
                 infos_of[agent_id].append(info.get(agent_id, {}))
                 if len(obs_of[agent_id]) > 1:
@@ -365,11 +384,12 @@ class MultiAgentEpisode:
         done_agents.update(aid for aid in truncateds if truncateds[aid])
         if all(aid in done_agents for aid in self.agent_episodes):
             is_terminated = True
-        agents = dict.fromkeys(
-            [*observations, *actions, *rewards, *terminateds, *truncateds,
-             *(self.agent_episodes if terminateds.get("__all__") or truncateds.get("__all__")
-               else ())])
-        agents.pop("__all__", None)
+        # A set, as RLlib's: its order decides the order new agents join in.
+        agents = (set(observations) | set(actions) | set(rewards) | set(terminateds)
+                  | set(truncateds)
+                  | (set(self.agent_episodes)
+                     if terminateds.get("__all__") or truncateds.get("__all__") else set())
+                  ) - {"__all__"}
         self._check_step(observations, actions, rewards, infos, terminateds, truncateds,
                          extra_model_outputs, agents, (is_terminated, is_truncated))
 
@@ -494,13 +514,13 @@ class MultiAgentEpisode:
 
     def get_terminateds(self) -> dict:
         """Each agent's terminated flag, and "__all__"."""
-        flags = {agent_id: ep.is_terminated for agent_id, ep in self.agent_episodes.items()}
+        flags = {aid: self.agent_episodes[aid].is_terminated for aid in self.agent_ids}
         flags["__all__"] = self.is_terminated
         return flags
 
     def get_truncateds(self) -> dict:
         """Each agent's truncated flag, and "__all__"."""
-        flags = {agent_id: ep.is_truncated for agent_id, ep in self.agent_episodes.items()}
+        flags = {aid: self.agent_episodes[aid].is_truncated for aid in self.agent_ids}
         flags["__all__"] = self.is_truncated
         return flags
 
@@ -646,9 +666,11 @@ class MultiAgentEpisode:
             return buffer
         if key in buffer:
             return buffer[key]
-        # Nothing stored under `key` (only hanging, or nothing): an empty
-        # history as long as the actions', without adding the key.
-        return _EmptyHistory(episode.actions)
+        if key in (self._hanging_extra_model_outputs_end.get(agent_id) or ()):
+            # Only a hanging value so far (RLlib fails here): an empty history
+            # as long as the actions', without adding the key.
+            return _EmptyHistory(episode.actions)
+        raise KeyError(key)
 
     def _read_at(self, agent_id: Any, what: str, key: Any, position: Any, fill: Any,
                  one_hot: dict, hanging: Any) -> Any:
@@ -694,6 +716,8 @@ class MultiAgentEpisode:
                     result[agent_id] = value
                 continue
             values = self._read_list(agent_id, what, key, positions, fill, one_hot, hanging)
+            if isinstance(values, dict) and all(len(v) == 0 for v in values.values()):
+                continue
             if len(values) > 0:
                 result[agent_id] = values
         return result
@@ -714,7 +738,8 @@ class MultiAgentEpisode:
                       buffers.get(p - buffers.lookback, neg_index_as_lookback=True, fill=fill,
                                   _add_last_ts_value=hanging, **one_hot)
                       for p in positions]
-            return batch(values) if self.agent_episodes[agent_id].is_numpy else values
+            return batch_like_rllib(values) if self.agent_episodes[agent_id].is_numpy \
+                else values
         kept = [p - buffers.lookback for p in positions if p != SKIP_ENV_TS_TAG]
         if not kept:
             return []
@@ -886,10 +911,11 @@ class MultiAgentEpisode:
             terminateds=self.get_terminateds(),
             truncateds=self.get_truncateds(),
             env_t_started=self.env_t,
-            agent_t_started={aid: ep.t for aid, ep in self.agent_episodes.items()
-                             if not ep.is_done},
+            agent_t_started={aid: self.agent_episodes[aid].t for aid in self.agent_ids
+                             if not self.agent_episodes[aid].is_done},
             agent_episode_ids=self.agent_episode_ids,
-            agent_module_ids={aid: ep.module_id for aid, ep in self.agent_episodes.items()},
+            agent_module_ids={aid: self.agent_episodes[aid].module_id
+                              for aid in self.agent_ids},
             agent_to_module_mapping_fn=self.agent_to_module_mapping_fn,
             len_lookback_buffer="auto",
         )
@@ -909,7 +935,7 @@ class MultiAgentEpisode:
             raise AssertionError(f"concat_episode() expects the successor to start at "
                                  f"env_t={self.env_t}, not {other.env_t_started}")
         other.validate()
-        for agent_id in dict.fromkeys([*self.agent_episodes, *other.agent_episodes]):
+        for agent_id in set(self.agent_episodes) | set(other.agent_episodes):
             episode = self.agent_episodes.get(agent_id)
             if episode is None:
                 self.agent_episodes[agent_id] = other.agent_episodes[agent_id]
