@@ -290,13 +290,17 @@ class InfiniteLookbackBuffer(BufferCore):
         """data_to_use[slice_], where data_to_use drops/adds a last item as asked."""
         n = max(self.len_incl_lookback() - ignore_last, 0)
         if not self.finalized:
-            positions = range(n + (add_last is not None))[slice_]
-            return [add_last if p == n else self._item(p) for p in positions]
+            if add_last is None:
+                return [self._item(p) for p in range(n)[slice_]]
+            return _appended([self._item(p) for p in range(n)], add_last)[slice_]
 
         def rows(col, extra=None):
             base = col.view()[:n]
             if add_last is not None:
-                base = np.concatenate([base, np.asarray(extra)[None]])
+                # (RLlib np.append()s it, which flattens rows; an empty leaf
+                # takes the hanging value's own shape and dtype.)
+                last = np.asarray(extra)[None]
+                base = np.concatenate([base, last]) if len(base) else last
             return base[slice_]
 
         if add_last is None:
@@ -319,7 +323,10 @@ class InfiniteLookbackBuffer(BufferCore):
             data = None
         if not self.finalized:
             item = self._fill_item(fill, one_hot_discrete)
-            return [item] * fill_left + (data if data is not None else []) + [item] * fill_right
+            # (Rows read with a hanging value come as an array; RLlib adds the
+            # fill list to it elementwise, ours joins them as items.)
+            data = [] if data is None else list(data)
+            return [item] * fill_left + data + [item] * fill_right
         # As RLlib: each side's fill rows are joined to the data leaf by leaf,
         # mapped over the fill rows' struct (so its key order wins).
         if fill_left:
@@ -516,6 +523,19 @@ class InfiniteLookbackBuffer(BufferCore):
         else:
             head, tail = data[:lb], data[lb:]
         return f"{type(self).__name__}({head} <- lookback({lb}) | {tail})"
+
+
+def _appended(items: list, last: Any) -> Any:
+    """List-mode items with a hanging value after them, as RLlib reads them:
+    np.append(items, last), an ndarray. Rows keep their shape, where
+    np.append would flatten them; items that do not stack stay a list."""
+    data = np.asarray(items)
+    if np.ndim(last) == 0 and data.ndim <= 1:
+        return np.append(data, last)
+    try:
+        return np.asarray([*items, last])
+    except ValueError:
+        return [*items, last]
 
 
 def _storage_of(data: Any) -> Any:

@@ -562,14 +562,23 @@ class MultiAgentEpisode:
         rewards still hanging before or after an agent's observations)."""
         total = sum(ep.get_return() for ep in self.agent_episodes.values())
         if include_hanging_rewards:
-            total += sum(self._hanging_rewards_begin.values())
-            total += sum(self._hanging_rewards_end.values())
+            for reward in (*self._hanging_rewards_begin.values(),
+                           *self._hanging_rewards_end.values()):
+                total += reward
         return total
 
     def to_numpy(self) -> "MultiAgentEpisode":
         """Turns every agent's data (infos aside) into numpy arrays; returns self."""
         for episode in list(self.agent_episodes.values()):
             episode.to_numpy()
+            if not episode.is_numpy:
+                # No step yet (a reset, maybe a hanging action): the
+                # single-agent to_numpy() leaves all but the observations as
+                # they are; here every agent is numpy'ized (RLlib leaves the
+                # episode half-converted, and is_numpy then raises).
+                for buffer in (episode.actions, episode.rewards,
+                               *episode.extra_model_outputs.values()):
+                    buffer.finalize()
         return self
 
     # -- reading ---------------------------------------------------------------------
@@ -949,7 +958,15 @@ class MultiAgentEpisode:
             elif episode.is_done:
                 continue
             elif agent_id in other.agent_episodes:
-                episode.concat_episode(other.agent_episodes[agent_id])
+                successor = other.agent_episodes[agent_id]
+                if len(episode.actions) == 0 and episode.actions.lookback == 0:
+                    # An agent with no action yet has no extra outputs either:
+                    # it starts the successor's keys empty (RLlib's
+                    # single-agent concat refuses the new keys).
+                    for key in successor.extra_model_outputs:
+                        if key not in episode.extra_model_outputs:
+                            episode.extra_model_outputs[key] = InfiniteLookbackBuffer()
+                episode.concat_episode(successor)
                 if agent_id in other._hanging_actions_end:
                     self._hanging_actions_end[agent_id] = copy.deepcopy(
                         other._hanging_actions_end[agent_id])
@@ -957,6 +974,12 @@ class MultiAgentEpisode:
                         other._hanging_rewards_end[agent_id]
                     self._hanging_extra_model_outputs_end[agent_id] = copy.deepcopy(
                         other._hanging_extra_model_outputs_end[agent_id])
+                else:
+                    # The successor took the hanging action into a step (RLlib
+                    # keeps it here as still hanging).
+                    self._hanging_actions_end.pop(agent_id, None)
+                    self._hanging_rewards_end.pop(agent_id, None)
+                    self._hanging_extra_model_outputs_end.pop(agent_id, None)
                 for step in other.env_t_to_agent_t[agent_id][1:]:
                     self.env_t_to_agent_t[agent_id].append(step)
         self.env_t = other.env_t

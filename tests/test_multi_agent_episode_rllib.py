@@ -401,13 +401,16 @@ def test_bug_concat_turn_based_with_extras(side):
             ep.concat_episode(c)
     else:
         ep.concat_episode(c)
-        # The same as the episode stepped without a cut (RLlib's, right there).
+        # The same as the episode stepped without a cut (RLlib's, right there),
+        # but for when steps were timed: a0 took no step before the cut.
         direct = rllib_ma_class()(id_="x")
         direct.add_env_reset(observations={"a0": 0})
         direct.add_env_step({"a1": 1}, {"a0": 0}, {"a0": 0.0},
                             extra_model_outputs={"a0": {"action_logp": np.float32(-1)}})
         direct.add_env_step({"a0": 2}, {"a1": 1}, {"a0": 1.0, "a1": 1.0},
                             extra_model_outputs={"a1": {"action_logp": np.float32(-2)}})
+        for agent_episode in (*ep.agent_episodes.values(), *direct.agent_episodes.values()):
+            agent_episode._start_time = agent_episode._last_step_time = None
         compare_ma_episodes(ep, direct, IdMap(), "concatenated")
 
 
@@ -475,3 +478,32 @@ def test_known_wrong_names_only_the_listed_cases():
         assert known_wrong(ep, name, (), {}) is None, name
     with pytest.raises(Mismatch):
         compare([1], [1.0])
+
+
+@pytest.mark.parametrize("side", SIDES)
+@pytest.mark.parametrize("step", [
+    # a0 acted and got its next observation, but no reward
+    (({"a0": 1}, {"a0": 1, "a1": 1}, {}), {}),
+    # a0 acted twice without an observation in between (the second time here)
+    (({}, {"a0": 2}, {}), {"first": ({}, {"a0": 1}, {"a0": 0.0})}),
+    # a0 acted and was truncated without a last observation
+    (({}, {"a0": 1}, {"a0": 0.0}), {"truncateds": {"a0": True}}),
+], ids=["no-reward", "second-action", "truncated-without-obs"])
+def test_bug_refused_step_changes_the_episode(side, step):
+    (obs, actions, rewards), options = step
+    ep = _cls(side)()
+    ep.add_env_reset(observations={"a0": 0, "a1": 0})
+    if "first" in options:
+        ep.add_env_step(*options["first"])
+    before = (ep.env_t, {a: list(m.data) for a, m in ep.env_t_to_agent_t.items()},
+              {a: len(e) for a, e in ep.agent_episodes.items()})
+    kwargs = {k: v for k, v in options.items() if k != "first"}
+    with pytest.raises(Exception) as info:
+        ep.add_env_step(dict(obs), dict(actions), dict(rewards), **kwargs)
+    assert type(info.value).__name__ in ("MultiAgentEnvError", "AssertionError")
+    after = (ep.env_t, {a: list(m.data) for a, m in ep.env_t_to_agent_t.items()},
+             {a: len(e) for a, e in ep.agent_episodes.items()})
+    if side == "rllib":
+        assert after != before          # env_t advanced, skip tags appended
+    else:
+        assert after == before

@@ -570,11 +570,57 @@ def test_tuple_of_another_length_and_another_container_inside(method):
     assert_write_like_rllib(method, [((1,), 2), ((3,), 4)], ({"x": 1},))
 
 
-@pytest.mark.xfail(strict=True, reason="_add_last_ts_value with a slice in list mode: RLlib "
-                   "np.append()s the items, so it returns an ndarray (array([1., 2., 3.]); "
-                   "an object array of the dict items); ours returns a list")
-@pytest.mark.parametrize("items, extra", [([1.0, 2.0], 3.0), ([{"a": 1}, {"a": 2}], {"a": 3})],
-                         ids=["floats", "dicts"])
-def test_bug_add_last_ts_value_with_a_slice_in_list_mode(items, extra):
+# A hanging value read with a slice in list mode: RLlib np.append()s the items,
+# so the result is an ndarray (array([1., 2., 3.]); an object array of dicts).
+# The multi-agent episode reads hanging actions and rewards this way.
+@pytest.mark.parametrize("items, extra", [([1.0, 2.0], 3.0), ([{"a": 1}, {"a": 2}], {"a": 3}),
+                                          ([1, 2], 3.5), ([], 3)],
+                         ids=["floats", "dicts", "ints-then-float", "nothing-then-int"])
+def test_add_last_ts_value_with_a_slice_in_list_mode(items, extra):
     twin = KeptTwin(items, 0)
     twin.call("get", slice(0, 3), _add_last_ts_value=extra)
+
+
+def test_add_last_ts_value_rows_keep_their_shape():
+    """Vector rows: RLlib's np.append flattens them with the hanging row into
+    one 1-d array (corrupt); ours stacks them, list mode and numpy'ized."""
+    from episode import InfiniteLookbackBuffer
+
+    rows = [np.array([1.0, 2.0]), np.array([3.0, 4.0])]
+    last = np.array([5.0, 6.0])
+    for finalize in (False, True):
+        buffer = InfiniteLookbackBuffer([r.copy() for r in rows])
+        if finalize:
+            buffer.finalize()
+        got = buffer.get(slice(None), _add_last_ts_value=last)
+        np.testing.assert_array_equal(got, [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+    empty = InfiniteLookbackBuffer()
+    empty.finalize()
+    got = empty.get(slice(None), _add_last_ts_value=np.array([1, 2], np.float32))
+    assert got.shape == (1, 2) and got.dtype == np.float32
+
+
+@pytest.mark.rllib
+def test_rllib_add_last_ts_value_flattens_rows():
+    rows = [np.array([1.0, 2.0]), np.array([3.0, 4.0])]
+    buffer = rllib_buffer_class()([r.copy() for r in rows])
+    got = buffer.get(slice(None), _add_last_ts_value=np.array([5.0, 6.0]))
+    # The first three of the six flattened numbers, not three rows.
+    np.testing.assert_array_equal(got, [1.0, 2.0, 3.0])
+
+
+def test_add_last_ts_value_with_fill_in_list_mode_joins_items():
+    """Fill rows beside a hanging value in list mode: RLlib adds the fill
+    list to the np.append()ed array elementwise (a ValueError, or an empty
+    array by broadcasting); ours lists the items and the fill values."""
+    from episode import InfiniteLookbackBuffer
+
+    got = InfiniteLookbackBuffer([1.0, 2.0, 4.0]).get(slice(1, 5), fill=0,
+                                                       _add_last_ts_value=3.0)
+    assert got == [2.0, 4.0, 3.0, 0]
+
+
+@pytest.mark.rllib
+def test_rllib_add_last_ts_value_with_fill_in_list_mode_fails():
+    with pytest.raises(ValueError):
+        rllib_buffer_class()([1.0, 2.0, 4.0]).get(slice(1, 5), fill=0, _add_last_ts_value=3.0)
