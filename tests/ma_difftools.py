@@ -325,6 +325,11 @@ def known_wrong(ep: Any, method: str, args: tuple, kwargs: dict,
         lost = [a for a in ep._hanging_actions_end if a not in out.agent_episodes]
         if lost:
             return f"cut() drops agents with a hanging action: {lost}"
+    if method == "concat_episode" and args:
+        other = _resolve(args, "theirs")[0]
+        if any(a in other.agent_episodes and a not in other._hanging_actions_end
+               for a in ep._hanging_actions_end):
+            return "concat_episode() keeps a hanging action the successor took into a step"
     if method in ("set_observations", "set_actions") and _struct_space_set(ep, method, kwargs):
         return "set() on numpy'ized Dict/Tuple data checks each leaf against the whole space"
     if method in ("slice", "__getitem__", "cut") and (
@@ -339,8 +344,16 @@ def known_wrong(ep: Any, method: str, args: tuple, kwargs: dict,
         return "half-converted episode: some agents' data still lists"
     agents = _requested_agents(ep, kwargs)
     env_steps = kwargs.get("env_steps", True)
+    if not env_steps and kwargs.get("neg_index_as_lookback") and _wraps_around(
+            ep, method, _indices(method, args, kwargs), agents):
+        return "negative index before a numpy'ized lookback wraps around (buffer difference)"
     if method == "get_extra_model_outputs":
         key = args[0] if args else kwargs.get("key")
+        if key is not None and any(
+                key not in ep.agent_episodes[a].extra_model_outputs
+                and key in (ep._hanging_extra_model_outputs_end.get(a) or {})
+                for a in agents):
+            return "an extra-output key an agent has only as a hanging value"
         if restored and key is not None and any(
                 key not in ep.agent_episodes[a].extra_model_outputs for a in agents):
             return "missing key after from_state() creates buffers"
@@ -389,6 +402,27 @@ def _struct_space_set(ep: Any, method: str, kwargs: dict) -> bool:
         if buffer is not None and buffer.finalized and isinstance(
                 buffer.space, (gym.spaces.Dict, gym.spaces.Tuple)):
             return True
+    return False
+
+
+def _wraps_around(ep: Any, method: str, indices: Any, agents: list) -> bool:
+    """A negative index reaching before a numpy'ized agent track's lookback:
+    RLlib's numpy indexing wraps around to the end there (pinned in the
+    lookback buffer's differences)."""
+    if isinstance(indices, int):
+        indices = [indices]
+    if not isinstance(indices, list):
+        return False
+    track = {"get_observations": "observations", "get_infos": "infos",
+             "get_actions": "actions", "get_rewards": "rewards"}.get(method)
+    for agent_id in agents:
+        agent_episode = ep.agent_episodes[agent_id]
+        buffers = [getattr(agent_episode, track)] if track else \
+            list(agent_episode.extra_model_outputs.values())
+        for buffer in buffers:
+            if buffer.finalized and any(isinstance(i, int) and i < 0 and -i > buffer.lookback
+                                        for i in indices):
+                return True
     return False
 
 
