@@ -315,7 +315,7 @@ def known_wrong(ep: Any, method: str, args: tuple, kwargs: dict,
         return "get_truncateds()['__all__'] is is_terminated"
     if method == "to_numpy" and any(len(sa) == 0 for sa in ep.agent_episodes.values()):
         return "to_numpy() skips agents without a completed step"
-    if method in ("cut", "slice", "__getitem__", "to_numpy") and _half_numpy(ep):
+    if method in ("cut", "slice", "__getitem__", "to_numpy", "get_state") and _half_numpy(ep):
         return "half-converted episode"
     if method == "cut" and ep._hanging_actions_end and not ep.is_done:
         try:
