@@ -139,9 +139,11 @@ def deliberate(exc: BaseException) -> bool:
     if isinstance(exc, KeyError) and exc.args and exc.args[0] in _asked_keys(exc):
         return True  # an extra-model-output key the agent does not have
     if isinstance(exc, IndexError) and "infinite_lookback_buffer.py:_get_int_index:" in site \
-            and not first.startswith(("cut:", "slice:", "__getitem__:")):
+            and not first.startswith(("cut:", "slice:", "__getitem__:", "get_agents_to_act:",
+                                      "get_agents_that_stepped:")):
         return True  # the buffer's own range check on the caller's index (inside
-        # cut()/slice(), RLlib's own indices ran out: a crash)
+        # cut()/slice() or the agents-to-act sets, which take no index, RLlib's
+        # own indices ran out: a crash)
     return False
 
 
@@ -344,6 +346,8 @@ def known_wrong(ep: Any, method: str, args: tuple, kwargs: dict,
         return "half-converted episode: some agents' data still lists"
     agents = _requested_agents(ep, kwargs)
     env_steps = kwargs.get("env_steps", True)
+    if kwargs.get("fill") is not None and _fill_without_space(ep, method, agents):
+        return "fill rows without a space on numpy'ized rows (buffer difference)"
     if not env_steps and kwargs.get("neg_index_as_lookback") and _wraps_around(
             ep, method, _indices(method, args, kwargs), agents):
         return "negative index before a numpy'ized lookback wraps around (buffer difference)"
@@ -401,6 +405,21 @@ def _struct_space_set(ep: Any, method: str, kwargs: dict) -> bool:
         buffer = getattr(agent_episode, track, None)
         if buffer is not None and buffer.finalized and isinstance(
                 buffer.space, (gym.spaces.Dict, gym.spaces.Tuple)):
+            return True
+    return False
+
+
+def _fill_without_space(ep: Any, method: str, agents: list) -> bool:
+    """Fill rows for a numpy'ized agent track with no space whose rows are
+    not scalars: RLlib makes scalar fill rows (or fails to join them); ours
+    gives rows of the row shape (pinned in the lookback buffer's differences)."""
+    track = {"get_observations": "observations", "get_actions": "actions"}.get(method)
+    if track is None:
+        return False
+    for agent_id in agents:
+        buffer = getattr(ep.agent_episodes[agent_id], track)
+        if buffer.finalized and buffer.space is None and len(buffer.data) and (
+                isinstance(buffer.data, dict) or np.ndim(buffer.data) > 1):
             return True
     return False
 
