@@ -120,6 +120,7 @@ cdef class Column:
     cdef int _adopt_block(self, size_t nbytes, cnp.dtype descr, Py_ssize_t capacity,
                           int row_ndim, cnp.npy_intp* row_shape, Py_ssize_t size) except -1
     cdef int _release_storage(self) noexcept
+    cdef int _install(self, object owner, Py_ssize_t capacity, Py_ssize_t size) noexcept
     cdef object _view_base(self)
     cdef int _set_layout(self, cnp.dtype descr, int row_ndim, cnp.npy_intp* row_shape) except -1
 

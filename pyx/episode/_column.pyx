@@ -2,9 +2,9 @@
 
 A Column stores one data track (observations, actions, ...). Numeric items go
 into a typed block with spare capacity that doubles when full, so an append is
-a type check and a memcpy; getters hand out numpy views of the block. Items that cannot be stored that way (strings,
-dicts, ragged rows, a change of type) move the Column to the object path: a
-Python list, exactly what RLlib keeps. A Column that has only seen empty dicts
+a type check and a memcpy; getters hand out numpy views of the block. Items
+that cannot be stored that way (strings, dicts, ragged rows, a change of type)
+move the Column to the object path: a Python list, exactly what RLlib keeps. A Column that has only seen empty dicts
 (an episode's infos, most of the time) stores just their count.
 
 Two sets of semantics, chosen by ``finalized``:
@@ -34,9 +34,9 @@ cdef extern from "Python.h":
     Py_ssize_t refcount "Py_REFCNT"(PyObject* obj)
 
 cdef extern from "numpy/arrayobject.h":
-    # numpy's own .pxd leaves these three out (they steal a reference to
-    # `descr`, which Cython cannot express); declared with numpy's C types,
-    # and callers INCREF `descr` first.
+    # numpy's own .pxd leaves these three out; declared with numpy's C types.
+    # PyArray_Empty and PyArray_NewFromDescr steal a reference to `descr`
+    # (which Cython cannot express): their callers INCREF it first.
     object PyArray_Scalar(void* data, cnp.PyArray_Descr* descr, PyObject* base)
     object PyArray_Empty(int nd, cnp.npy_intp* dims, cnp.PyArray_Descr* descr, int fortran)
     object PyArray_NewFromDescr(PyTypeObject* subtype, cnp.PyArray_Descr* descr, int nd,
@@ -171,11 +171,8 @@ cdef class Column:
                                      cnp.PyArray_NDIM(arr) - 1, cnp.PyArray_DIMS(arr) + 1, 0)
         self._set_layout(<cnp.dtype>cnp.PyArray_DESCR(arr), cnp.PyArray_NDIM(arr) - 1,
                          cnp.PyArray_DIMS(arr) + 1)
-        self._release_storage()
-        self.owner = arr
+        self._install(arr, cnp.PyArray_DIMS(arr)[0], size)
         self.data = <char*>cnp.PyArray_DATA(arr)
-        self.capacity = cnp.PyArray_DIMS(arr)[0]
-        self.size = size
         return 0
 
     cdef int _adopt_block(self, size_t nbytes, cnp.dtype descr, Py_ssize_t capacity,
@@ -189,8 +186,15 @@ cdef class Column:
         except BaseException:
             PyMem_RawFree(block)
             raise
-        self._release_storage()
+        self._install(None, capacity, size)
         self.data = block
+        return 0
+
+    cdef int _install(self, object owner, Py_ssize_t capacity, Py_ssize_t size) noexcept:
+        # Lets the old storage go and takes the new one's owner and sizes (its
+        # layout is set already; the caller sets `data` next).
+        self._release_storage()
+        self.owner = owner
         self.capacity = capacity
         self.size = size
         return 0
