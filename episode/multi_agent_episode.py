@@ -21,11 +21,12 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from episode._multi import (SKIP_ENV_TS_TAG, SKIP_STEP, AgentStepsCore, MultiAgentCore,
+                            _register_agent_steps)
 from episode.lookback_buffer import InfiniteLookbackBuffer
 from episode.single_agent_episode import EpisodeIndexError, SingleAgentEpisode
 from episode.spaces import map_struct
 
-SKIP_ENV_TS_TAG = "S"
 DEFAULT_MODULE_ID = "default_policy"
 
 
@@ -77,6 +78,51 @@ def batch_like_rllib(items: list) -> Any:
     return map_struct(leaf, *items)
 
 
+def _as_step(item: Any) -> Any:
+    return SKIP_STEP if type(item) is str and item == SKIP_ENV_TS_TAG else item
+
+
+class AgentSteps(AgentStepsCore, InfiniteLookbackBuffer):
+    """One agent's env_t -> agent_t mapping: RLlib's lookback buffer of agent
+    steps and "S" tags, stored as int64 (the tag as SKIP_STEP). Its `data` is
+    a list made on each read (RLlib's is the buffer's own list)."""
+
+    __slots__ = ()
+
+    def append(self, item: Any) -> None:
+        """Appends an agent step or SKIP_ENV_TS_TAG."""
+        InfiniteLookbackBuffer.append(self, _as_step(item))
+
+    def extend(self, items: Any) -> None:
+        """Appends each agent step or SKIP_ENV_TS_TAG of `items`."""
+        for item in items:
+            InfiniteLookbackBuffer.append(self, _as_step(item))
+
+    def _items(self) -> list:
+        return [self._item(pos) for pos in range(self.len_incl_lookback())]
+
+    @property
+    def data(self) -> list:
+        """The agent steps and "S" tags, lookback included (a new list)."""
+        return self._items()
+
+    @data.setter
+    def data(self, value: Any) -> None:
+        if isinstance(value, list):
+            value = [_as_step(item) for item in value]
+        InfiniteLookbackBuffer.data.fset(self, value)
+
+    @staticmethod
+    def of(buffer: Any) -> "AgentSteps":
+        """`buffer` (RLlib's lookback buffer or ours, of steps and tags) as AgentSteps."""
+        if type(buffer) is AgentSteps:
+            return buffer
+        return AgentSteps(data=list(buffer.data), lookback=buffer.lookback)
+
+
+_register_agent_steps(AgentSteps)
+
+
 class _EmptyHistory:
     """What an agent has stored under an extra-output key it produced only
     as a hanging value (or never): no rows, as many of them as the actions
@@ -102,19 +148,13 @@ class _EmptyHistory:
         return fill
 
 
-class MultiAgentEpisode:
+class MultiAgentEpisode(MultiAgentCore):
     """A multi-agent episode (chunk): the same API and behaviour as RLlib
     2.60's `MultiAgentEpisode`, storing each agent's data in our compiled
-    `SingleAgentEpisode`."""
+    `SingleAgentEpisode`. The fields, the usual add_env_step and the
+    latest-observation read are compiled (MultiAgentCore)."""
 
-    __slots__ = (
-        "id_", "agent_to_module_mapping_fn", "_agent_to_module_mapping",
-        "observation_space", "action_space", "env_t_started", "env_t",
-        "agent_t_started", "env_t_to_agent_t", "_hanging_actions_end",
-        "_hanging_extra_model_outputs_end", "_hanging_rewards_end",
-        "_hanging_rewards_begin", "is_terminated", "is_truncated", "agent_episodes",
-        "_last_step_time", "_len_lookback_buffers", "_start_time", "_custom_data",
-    )
+    __slots__ = ()
 
     SKIP_ENV_TS_TAG = SKIP_ENV_TS_TAG
 
@@ -153,7 +193,7 @@ class MultiAgentEpisode:
         self.env_t = (len(rewards) if rewards is not None else 0) \
             - self._len_lookback_buffers + self.env_t_started
         self.agent_t_started = defaultdict(int, agent_t_started or {})
-        self.env_t_to_agent_t = defaultdict(InfiniteLookbackBuffer)
+        self.env_t_to_agent_t = defaultdict(AgentSteps)
         self._hanging_actions_end = {}
         self._hanging_extra_model_outputs_end = defaultdict(dict)
         self._hanging_rewards_end = defaultdict(float)
@@ -362,14 +402,13 @@ class MultiAgentEpisode:
                     f"last (truncation) observation, required for e.g. value function "
                     f"bootstrapping!")
 
-    def add_env_step(self, observations: dict, actions: dict, rewards: dict,
-                     infos: Optional[dict] = None, *, terminateds: Optional[dict] = None,
-                     truncateds: Optional[dict] = None,
-                     extra_model_outputs: Optional[dict] = None) -> None:
-        """Adds one env step: the agents' next observations and the actions,
-        rewards, infos, done flags and extra model outputs that came with it.
-        Agents that act without an observation keep their action (and reward,
-        outputs) hanging until their next observation."""
+    def _add_env_step_general(self, observations: dict, actions: dict, rewards: dict,
+                              infos: Optional[dict] = None, *,
+                              terminateds: Optional[dict] = None,
+                              truncateds: Optional[dict] = None,
+                              extra_model_outputs: Optional[dict] = None) -> None:
+        """add_env_step() for every step the compiled path declines (new
+        agents, done flags, refused steps)."""
         if self.is_done:
             raise env_error("Cannot call `add_env_step` on a MultiAgentEpisode that is "
                             "already done!")
@@ -402,9 +441,7 @@ class MultiAgentEpisode:
             self._step_agent(agent_id, observations, actions, rewards, infos, terminateds,
                              truncateds, extra_model_outputs)
         self.validate()
-        self._last_step_time = time.perf_counter()
-        if self._start_time is None:
-            self._start_time = self._last_step_time
+        self._stepped()
 
     def _step_agent(self, agent_id, observations, actions, rewards, infos, terminateds,
                     truncateds, extra_model_outputs):
@@ -798,15 +835,6 @@ class MultiAgentEpisode:
             return self._get_by_env_steps_as_list(*args)
         return self._get_by_env_steps(*args)
 
-    def get_observations(self, indices: Any = None, agent_ids: Any = None, *,
-                         env_steps: bool = True, neg_index_as_lookback: bool = False,
-                         fill: Any = None, one_hot_discrete: bool = False,
-                         return_list: bool = False) -> Any:
-        """Observations at `indices` (env steps by default, else each agent's
-        own steps), per agent, or one dict per env step with `return_list`."""
-        return self._get("observations", indices, agent_ids, env_steps,
-                         neg_index_as_lookback, fill, one_hot_discrete, return_list)
-
     def get_infos(self, indices: Any = None, agent_ids: Any = None, *,
                   env_steps: bool = True, neg_index_as_lookback: bool = False,
                   fill: Any = None, return_list: bool = False) -> Any:
@@ -1096,11 +1124,19 @@ class MultiAgentEpisode:
                      "_hanging_rewards_begin", "is_terminated", "is_truncated",
                      "_start_time", "_last_step_time"):
             setattr(episode, name, state[name])
+        mapping = state["env_t_to_agent_t"]
+        episode.env_t_to_agent_t = defaultdict(
+            AgentSteps, {aid: AgentSteps.of(steps) for aid, steps in mapping.items()})
         episode.agent_episodes = {aid: SingleAgentEpisode.from_state(agent_state)
                                   for aid, agent_state in state["agent_episodes"]}
         episode._custom_data = state.get("custom_data", {})
         episode.validate()
         return episode
+
+    def __reduce__(self):
+        # The fields as they are: agent episodes and mappings pickle as whole
+        # arrays (out of band with protocol 5).
+        return (_restore, (type(self), tuple(getattr(self, name) for name in _FIELDS)))
 
     def get_sample_batch(self):
         """The agents' data as RLlib's MultiAgentBatch (needs ray[rllib])."""
@@ -1166,3 +1202,24 @@ class MultiAgentEpisode:
         self.env_t_to_agent_t.pop(agent_id, None)
         self._agent_to_module_mapping.pop(agent_id, None)
         self.agent_t_started.pop(agent_id, None)
+
+
+_FIELDS = (
+    "id_", "agent_to_module_mapping_fn", "_agent_to_module_mapping", "observation_space",
+    "action_space", "env_t_started", "env_t", "agent_t_started", "env_t_to_agent_t",
+    "_hanging_actions_end", "_hanging_extra_model_outputs_end", "_hanging_rewards_end",
+    "_hanging_rewards_begin", "is_terminated", "is_truncated", "agent_episodes",
+    "_len_lookback_buffers", "_custom_data", "_start_time", "_last_step_time",
+)
+
+
+def _restore(cls: Any, values: Any) -> MultiAgentEpisode:
+    if not (isinstance(cls, type) and issubclass(cls, MultiAgentEpisode)):
+        raise TypeError(f"cannot restore a multi-agent episode as {cls!r}")
+    if not (isinstance(values, tuple) and len(values) == len(_FIELDS)):
+        raise TypeError("a pickled multi-agent episode holds one value per field")
+    episode = cls.__new__(cls)
+    for name, value in zip(_FIELDS, values):
+        setattr(episode, name, value)
+    episode.validate()
+    return episode

@@ -1,4 +1,14 @@
+from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
+
 from episode._buffer cimport BufferCore
+
+
+cdef inline double now() noexcept:
+    # time.perf_counter()'s clock on Linux, without a Python call.
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return ts.tv_sec + ts.tv_nsec * 1e-9
+
 
 cdef class EpisodeCore:
     cdef public object id_
@@ -23,5 +33,8 @@ cdef class EpisodeCore:
     cdef object last_infos          # None: the last infos were empty
 
     cpdef validate(self)
+    cdef int append_step(self, object observation, object action, object reward,
+                         object infos, object terminated, object truncated,
+                         object extra_model_outputs) except -1
     cdef int _check_step(self, object observation, object action, object reward,
                          object extra_model_outputs) except -1

@@ -19,7 +19,6 @@ from cpython.object cimport PyObject
 from cpython.pyport cimport PY_SSIZE_T_MAX
 from cpython.unicode cimport PyUnicode_DecodeASCII
 from libc.math cimport NAN, isnan
-from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
 cimport numpy as cnp
 
@@ -36,13 +35,6 @@ cnp.import_array()
 
 # RLlib gives every rewards buffer this space (it shapes `fill` values).
 REWARDS_SPACE = gym.spaces.Box(float("-inf"), float("inf"), (), np.float32)
-
-
-cdef inline double now():
-    # time.perf_counter()'s clock on Linux, without a Python call.
-    cdef timespec ts
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return ts.tv_sec + ts.tv_nsec * 1e-9
 
 
 cdef object Box = gym.spaces.Box
@@ -258,6 +250,13 @@ cdef class EpisodeCore:
                      terminated=False, truncated=False, extra_model_outputs=None):
         """Adds one environment step: the observation after `action`, the
         reward, infos, the done flags and the model's extra outputs."""
+        self.append_step(observation, action, reward, infos, terminated, truncated,
+                         extra_model_outputs)
+
+    cdef int append_step(self, object observation, object action, object reward,
+                         object infos, object terminated, object truncated,
+                         object extra_model_outputs) except -1:
+        # add_env_step without the Python call (the multi-agent step calls it).
         cdef BufferCore buf
         cdef Py_ssize_t pos
         cdef PyObject* key_ptr
@@ -309,6 +308,7 @@ cdef class EpisodeCore:
         self.last_step_time = now()
         if isnan(self.start_time):
             self.start_time = self.last_step_time
+        return 0
 
     cdef int _check_step(self, object observation, object action, object reward,
                          object extra_model_outputs) except -1:

@@ -1,0 +1,388 @@
+"""MultiAgentCore: the compiled half of MultiAgentEpisode.
+
+It holds the episode's fields, the env_t -> agent_t mapping of each agent as a
+typed int64 buffer (AgentStepsCore) and the per-step paths a sampler calls:
+the usual add_env_step (every stepping agent known, none done) and the
+latest-observation read. Everything else, and every step these paths decline
+before changing anything, is the facade's (episode/multi_agent_episode.py).
+"""
+from cpython.dict cimport PyDict_DelItem, PyDict_GetItem, PyDict_Next, PyDict_SetItem, PyDict_Size
+from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_FromLongLong
+from cpython.object cimport PyObject
+from libc.math cimport NAN, isnan
+from libc.stdint cimport INT64_MAX, INT64_MIN, int64_t
+
+cimport numpy as cnp
+
+from episode._buffer cimport BufferCore
+from episode._column cimport Column, KIND_EMPTY, KIND_INT
+from episode._episode cimport EpisodeCore, now
+from episode._index cimport clamped_index, int_position
+
+cnp.import_array()
+
+# RLlib's tag for "the agent did not step at this env step".
+SKIP_ENV_TS_TAG = "S"
+cdef object SKIP_TAG = SKIP_ENV_TS_TAG
+# How the mapping stores that tag: no agent step can be this int.
+SKIP_STEP = INT64_MIN
+cdef object SKIP_OBJ = SKIP_STEP
+
+cdef enum:
+    # Agents that one fast step handles at most (its per-agent plan is on the stack).
+    MAX_FAST_AGENTS = 64
+
+cdef dict EMPTY = {}    # read only: stands in for a missing dict argument
+
+
+cdef class AgentStepsCore(BufferCore):
+    # One agent's env_t -> agent_t mapping: an int64 Column in list mode,
+    # SKIP_STEP where the agent did not step; reads show RLlib's "S" there.
+
+    cdef object item_at(self, Py_ssize_t pos):
+        cdef int64_t value
+        if self.typed():
+            value = (<int64_t*>self._col.data)[pos]
+            return SKIP_TAG if value == INT64_MIN else PyLong_FromLongLong(value)
+        item = BufferCore.item_at(self, pos)
+        if type(item) is int and item == SKIP_OBJ:
+            return SKIP_TAG
+        return item
+
+    cdef inline bint typed(self) noexcept:
+        # The C paths read and append raw int64 steps only in this state.
+        cdef Column col = self._col
+        return col is not None and not col.finalized and (
+            col.kind == KIND_INT or col.kind == KIND_EMPTY)
+
+    cdef inline int push_step(self, int64_t step) except -1:
+        # A raw append; typed() is true.
+        cdef Column col = self._col
+        if col.kind != KIND_INT:
+            return col.push(PyLong_FromLongLong(step))      # the first one types the Column
+        if col.size == col.capacity:
+            col._reserve(1)
+        (<int64_t*>col.row_ptr(col.size, 1))[0] = step
+        col.size += 1
+        return 0
+
+    def _push_step(self, step):
+        """Appends one agent step, or SKIP_ENV_TS_TAG."""
+        self.push(SKIP_OBJ if type(step) is str and step == SKIP_TAG else step)
+
+
+cdef inline bint absent(PyObject* value) noexcept:
+    return value is NULL or <object>value is None
+
+
+cdef inline object get_or(object d, object key, object default):
+    # d.get(key, default) for a dict (subclass), without a method call.
+    cdef PyObject* value = PyDict_GetItem(d, key)
+    return default if value is NULL else <object>value
+
+
+cdef inline object pop_or(object d, object key, object default):
+    # d.pop(key, default) for a dict (subclass), without a method call.
+    cdef PyObject* value = PyDict_GetItem(d, key)
+    if value is NULL:
+        return default
+    result = <object>value
+    PyDict_DelItem(d, key)
+    return result
+
+
+# What one agent does in a fast step.
+cdef enum Move:
+    MOVE_NONE = 0      # not in this step's dicts
+    MOVE_STEP = 1      # observation and action: one agent step
+    MOVE_JOIN = 2      # observation: its hanging action completes an agent step
+    MOVE_HANG = 3      # action without observation: it hangs until the next one
+    MOVE_REWARD = 4    # only a reward (or falsy done flags): added to the hanging reward
+
+
+cdef class MultiAgentCore:
+    cdef public object id_
+    cdef public object agent_to_module_mapping_fn
+    cdef public object _agent_to_module_mapping
+    cdef public object observation_space
+    cdef public object action_space
+    cdef public object env_t_started
+    cdef public object env_t
+    cdef public object agent_t_started       # AgentID -> its t_started (defaultdict(int))
+    cdef public object env_t_to_agent_t      # AgentID -> AgentSteps
+    cdef public object _hanging_actions_end
+    cdef public object _hanging_extra_model_outputs_end
+    cdef public object _hanging_rewards_end
+    cdef public object _hanging_rewards_begin
+    cdef public object is_terminated
+    cdef public object is_truncated
+    cdef public object agent_episodes        # AgentID -> SingleAgentEpisode
+    cdef public object _len_lookback_buffers
+    cdef public object _custom_data
+    cdef double start_time                   # NaN: RLlib's None
+    cdef double last_step_time
+
+    def __cinit__(self, *args, **kwargs):
+        self.start_time = NAN
+        self.last_step_time = NAN
+
+    @property
+    def _start_time(self):
+        return None if isnan(self.start_time) else self.start_time
+
+    @_start_time.setter
+    def _start_time(self, value):
+        self.start_time = NAN if value is None else value
+
+    @property
+    def _last_step_time(self):
+        return None if isnan(self.last_step_time) else self.last_step_time
+
+    @_last_step_time.setter
+    def _last_step_time(self, value):
+        self.last_step_time = NAN if value is None else value
+
+    def _stepped(self):
+        """Marks the time of a step (the first one starts the clock)."""
+        self.last_step_time = now()
+        if isnan(self.start_time):
+            self.start_time = self.last_step_time
+
+    def add_env_step(self, observations, actions, rewards, infos=None, *, terminateds=None,
+                     truncateds=None, extra_model_outputs=None):
+        """Adds one env step: the agents' next observations and the actions,
+        rewards, infos, done flags and extra model outputs that came with it.
+        Agents that act without an observation keep their action (and reward,
+        outputs) hanging until their next observation."""
+        if not self._fast_step(observations, actions, rewards, infos or EMPTY,
+                               terminateds or EMPTY, truncateds or EMPTY,
+                               extra_model_outputs or EMPTY):
+            self._add_env_step_general(
+                observations, actions, rewards, infos, terminateds=terminateds,
+                truncateds=truncateds, extra_model_outputs=extra_model_outputs)
+
+    cdef bint _fast_step(self, object observations, object actions, object rewards,
+                         object infos, object terminateds, object truncateds,
+                         object outputs) except -1:
+        """The step of agents that all have an episode, are not done and get
+        no done flag, with nothing the step would refuse: False, with nothing
+        changed, for any other step."""
+        cdef unsigned char moves[MAX_FAST_AGENTS]
+        cdef Py_ssize_t pos = 0, i = 0, n_live = 0
+        cdef Py_ssize_t n_obs = 0, n_act = 0, n_rew = 0, n_term = 0, n_trunc = 0
+        cdef PyObject* key
+        cdef PyObject* value
+        cdef PyObject* obs
+        cdef PyObject* act
+        cdef PyObject* found
+        cdef PyObject* term
+        cdef PyObject* trunc
+        cdef bint in_rewards
+        cdef int64_t step
+        cdef int overflow = 0
+        cdef EpisodeCore ep
+        cdef AgentStepsCore steps
+        cdef Move move
+        episodes, mapping = self.agent_episodes, self.env_t_to_agent_t
+        hanging_actions = self._hanging_actions_end
+        hanging_rewards = self._hanging_rewards_end
+        hanging_outputs = self._hanging_extra_model_outputs_end
+        t_started = self.agent_t_started
+        if self.is_terminated or self.is_truncated:
+            return False
+        if not (type(observations) is dict and type(actions) is dict and type(rewards) is dict
+                and type(infos) is dict and type(terminateds) is dict
+                and type(truncateds) is dict and type(outputs) is dict
+                and isinstance(episodes, dict) and isinstance(mapping, dict)
+                and isinstance(hanging_actions, dict) and isinstance(hanging_rewards, dict)
+                and isinstance(hanging_outputs, dict) and isinstance(t_started, dict)):
+            return False
+        if PyDict_Size(episodes) > MAX_FAST_AGENTS:
+            return False
+        for flags in (terminateds, truncateds):
+            found = PyDict_GetItem(flags, "__all__")
+            if found is not NULL and <object>found:
+                return False
+        # Every mapping takes a raw step (or a skip).
+        while PyDict_Next(mapping, &pos, &key, &value):
+            if type(<object>value) is not AgentSteps or not (<AgentStepsCore>value).typed():
+                return False
+
+        # Plan each agent's move; decline anything but the usual cases.
+        pos = 0
+        while PyDict_Next(episodes, &pos, &key, &value):
+            aid = <object>key
+            obs = PyDict_GetItem(observations, aid)
+            act = PyDict_GetItem(actions, aid)
+            in_rewards = PyDict_GetItem(rewards, aid) is not NULL
+            term = PyDict_GetItem(terminateds, aid)
+            trunc = PyDict_GetItem(truncateds, aid)
+            n_obs += obs is not NULL
+            n_act += act is not NULL
+            n_rew += in_rewards
+            n_term += term is not NULL
+            n_trunc += trunc is not NULL
+            if not isinstance(<object>value, EpisodeCore):
+                return False
+            ep = <EpisodeCore>value
+            done = ep.is_terminated or ep.is_truncated
+            if not done:
+                n_live += 1
+            if obs is NULL and act is NULL and not in_rewards and term is NULL and trunc is NULL:
+                moves[i] = MOVE_NONE
+                i += 1
+                continue
+            if done or (term is not NULL and <object>term) or (trunc is not NULL and <object>trunc):
+                return False
+            if (obs is not NULL and <object>obs is None) or ep.rewards.is_finalized():
+                return False
+            found = PyDict_GetItem(t_started, aid)
+            if PyDict_GetItem(mapping, aid) is NULL or found is NULL or type(<object>found) is not int:
+                return False
+            if not absent(obs) and not absent(act):
+                if not in_rewards:
+                    return False
+                move = MOVE_STEP
+            elif not absent(obs):
+                if PyDict_GetItem(hanging_actions, aid) is NULL:
+                    return False
+                move = MOVE_JOIN
+            elif not absent(act):
+                if PyDict_GetItem(hanging_actions, aid) is not NULL:
+                    return False
+                move = MOVE_HANG
+            else:
+                move = MOVE_REWARD
+            moves[i] = move
+            i += 1
+        # A key of no known agent (a new agent, "__all__" among the agents' data).
+        if (n_obs != PyDict_Size(observations) or n_act != PyDict_Size(actions)
+                or n_rew != PyDict_Size(rewards)
+                or n_term != PyDict_Size(terminateds) - (PyDict_GetItem(terminateds, "__all__") is not NULL)
+                or n_trunc != PyDict_Size(truncateds) - (PyDict_GetItem(truncateds, "__all__") is not NULL)
+                or n_live == 0):
+            return False
+
+        # Apply: nothing below refuses the step (but MemoryError).
+        self.env_t = self.env_t + 1
+        self.is_terminated = get_or(terminateds, "__all__", False)
+        self.is_truncated = get_or(truncateds, "__all__", False)
+        pos = 0
+        while PyDict_Next(mapping, &pos, &key, &value):
+            if PyDict_GetItem(observations, <object>key) is NULL:
+                (<AgentStepsCore>value).push_step(INT64_MIN)
+        pos = 0
+        i = 0
+        while PyDict_Next(episodes, &pos, &key, &value):
+            move = <Move>moves[i]
+            i += 1
+            if move == MOVE_NONE:
+                continue
+            aid = <object>key
+            reward = get_or(rewards, aid, None) or 0.0
+            if move == MOVE_HANG:
+                PyDict_SetItem(hanging_actions, aid, actions[aid])
+                PyDict_SetItem(hanging_rewards, aid, reward)
+                PyDict_SetItem(hanging_outputs, aid, get_or(outputs, aid, None))
+                continue
+            if move == MOVE_REWARD:
+                PyDict_SetItem(hanging_rewards, aid, get_or(hanging_rewards, aid, 0.0) + reward)
+                continue
+            ep = <EpisodeCore>value
+            if move == MOVE_STEP:
+                ep.append_step(<object>PyDict_GetItem(observations, aid),
+                               <object>PyDict_GetItem(actions, aid), reward,
+                               get_or(infos, aid, None), False, False,
+                               get_or(outputs, aid, None))
+            else:
+                action = pop_or(hanging_actions, aid, None)
+                agent_outputs = pop_or(hanging_outputs, aid, None)
+                reward = pop_or(hanging_rewards, aid, 0.0) + reward
+                ep.append_step(<object>PyDict_GetItem(observations, aid), action, reward,
+                               get_or(infos, aid, None), False, False, agent_outputs)
+            # The agent's step, as RLlib counts it: len(episode) + agent_t_started.
+            step = PyLong_AsLongLongAndOverflow(<object>PyDict_GetItem(t_started, aid), &overflow)
+            steps = <AgentStepsCore>PyDict_GetItem(mapping, aid)
+            if overflow or step > INT64_MAX - (ep.t - ep.t_started):
+                steps.push(<object>PyDict_GetItem(t_started, aid) + (ep.t - ep.t_started))
+            else:
+                steps.push_step(step + (ep.t - ep.t_started))
+        self.last_step_time = now()
+        if isnan(self.start_time):
+            self.start_time = self.last_step_time
+        return True
+
+    def get_observations(self, indices=None, agent_ids=None, *, env_steps=True,
+                         neg_index_as_lookback=False, fill=None, one_hot_discrete=False,
+                         return_list=False):
+        """Observations at `indices` (env steps by default, else each agent's
+        own steps), per agent, or one dict per env step with `return_list`."""
+        if (type(indices) is int and agent_ids is None and env_steps is True
+                and not neg_index_as_lookback and fill is None and not one_hot_discrete
+                and not return_list):
+            result = self._observations_at(indices)
+            if result is not None:
+                return result
+        return self._get("observations", indices, agent_ids, env_steps,
+                         neg_index_as_lookback, fill, one_hot_discrete, return_list)
+
+    cdef object _observations_at(self, object index):
+        """Each agent's observation at env step `index` (agents that did not
+        step there left out); None, before anything changes, where the
+        general path has to answer (an index out of range raises there)."""
+        cdef Py_ssize_t pos = 0, idx = clamped_index(index), n, lb, p
+        cdef PyObject* key
+        cdef PyObject* value
+        cdef PyObject* found
+        cdef AgentStepsCore steps
+        cdef BufferCore obs
+        cdef int64_t t
+        episodes, mapping, t_started = self.agent_episodes, self.env_t_to_agent_t, \
+            self.agent_t_started
+        if not (isinstance(episodes, dict) and isinstance(mapping, dict)
+                and isinstance(t_started, dict)):
+            return None
+        result = {}
+        while PyDict_Next(episodes, &pos, &key, &value):
+            found = PyDict_GetItem(mapping, <object>key)
+            if found is NULL or type(<object>found) is not AgentSteps:
+                return None
+            steps = <AgentStepsCore>found
+            if not steps.typed():
+                return None
+            n = steps._col.size
+            lb = steps._lookback
+            p = int_position(idx, False, lb, n, (n - lb if n > lb else 0) + lb)
+            if p < 0:
+                return None
+            t = (<int64_t*>steps._col.data)[p]
+            if t == INT64_MIN:
+                continue
+            found = PyDict_GetItem(t_started, <object>key)
+            if found is NULL or type(<object>found) is not int \
+                    or not isinstance(<object>value, EpisodeCore):
+                return None
+            obs = (<EpisodeCore>value).observations
+            if obs is None:
+                return None
+            # The agent step as a row of its observations (lookback included).
+            p = <Py_ssize_t>t + obs._lookback - <Py_ssize_t><object>found
+            if p < 0 or p >= obs.len_incl_lookback():
+                return None
+            item = obs.item_at(p)
+            if item is not None:
+                result[<object>key] = item
+        return result
+
+
+# The facade's class of mappings (set by episode.multi_agent_episode): the C
+# paths take only those, whose reads go through AgentStepsCore.item_at.
+cdef type AgentSteps = AgentStepsCore
+
+
+def _register_agent_steps(cls):
+    """Tells the core which Python class the facade's mappings have."""
+    global AgentSteps
+    if not (isinstance(cls, type) and issubclass(cls, AgentStepsCore)):
+        raise TypeError(f"expected a subclass of AgentStepsCore, got {cls!r}")
+    AgentSteps = cls
