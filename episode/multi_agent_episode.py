@@ -842,15 +842,6 @@ class MultiAgentEpisode(MultiAgentCore):
         return self._get("infos", indices, agent_ids, env_steps, neg_index_as_lookback,
                          fill, False, return_list)
 
-    def get_actions(self, indices: Any = None, agent_ids: Any = None, *,
-                    env_steps: bool = True, neg_index_as_lookback: bool = False,
-                    fill: Any = None, one_hot_discrete: bool = False,
-                    return_list: bool = False) -> Any:
-        """Actions at `indices` (see get_observations); an action taken
-        after an agent's last observation (hanging) counts as its last step."""
-        return self._get("actions", indices, agent_ids, env_steps, neg_index_as_lookback,
-                         fill, one_hot_discrete, return_list)
-
     def get_rewards(self, indices: Any = None, agent_ids: Any = None, *,
                     env_steps: bool = True, neg_index_as_lookback: bool = False,
                     fill: Any = None, return_list: bool = False) -> Any:
@@ -923,6 +914,13 @@ class MultiAgentEpisode(MultiAgentCore):
         if self.is_done:
             raise RuntimeError(
                 "Can't call `MultiAgentEpisode.cut()` when the episode is already done!")
+        if len_lookback_buffer == 0 and not self._hanging_actions_end:
+            successor = self._cut_at_last_observations()     # (compiled)
+            if successor is not None:
+                return successor
+        return self._cut_general(len_lookback_buffer)
+
+    def _cut_general(self, len_lookback_buffer: int) -> "MultiAgentEpisode":
         lookback = len_lookback_buffer
         for agent_id in self._hanging_actions_end:
             steps = self.env_t_to_agent_t[agent_id]

@@ -6,6 +6,9 @@ the usual add_env_step (every stepping agent known, none done) and the
 latest-observation read. Everything else, and every step these paths decline
 before changing anything, is the facade's (episode/multi_agent_episode.py).
 """
+import copy
+from collections import defaultdict
+
 from cpython.dict cimport PyDict_DelItem, PyDict_GetItem, PyDict_Next, PyDict_SetItem, PyDict_Size
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_FromLongLong
 from cpython.object cimport PyObject
@@ -17,7 +20,8 @@ cimport numpy as cnp
 from episode._buffer cimport BufferCore
 from episode._column cimport Column, KIND_EMPTY, KIND_INT
 from episode._episode cimport EpisodeCore, now
-from episode._index cimport clamped_index, int_position
+from episode._index cimport (INDEX_LIMIT, SliceSpec, clamped_index, int_position,
+                             interpret_slice, slice_positions)
 
 cnp.import_array()
 
@@ -312,6 +316,73 @@ cdef class MultiAgentCore:
             self.start_time = self.last_step_time
         return True
 
+    def _cut_at_last_observations(self):
+        """cut() without lookback when no action hangs and every agent observed
+        at the last env step, none done or numpy'ized (a sampler's chunk
+        boundary): each agent's successor is its own single-agent cut. None,
+        having changed nothing, for anything else."""
+        cdef PyObject* key
+        cdef PyObject* value
+        cdef PyObject* found
+        cdef Py_ssize_t pos = 0
+        cdef EpisodeCore episode
+        cdef AgentStepsCore steps
+        cdef MultiAgentCore successor
+        episodes, mapping = self.agent_episodes, self.env_t_to_agent_t
+        if not (type(episodes) is dict and isinstance(mapping, dict)) or self._hanging_actions_end:
+            return None
+        while PyDict_Next(episodes, &pos, &key, &value):
+            found = PyDict_GetItem(mapping, <object>key)
+            if found is NULL or type(<object>found) is not AgentSteps \
+                    or not isinstance(<object>value, EpisodeCore):
+                return None
+            steps = <AgentStepsCore>found
+            episode = <EpisodeCore>value
+            if (not steps.typed() or steps._col.size == 0
+                    or (<int64_t*>steps._col.data)[steps._col.size - 1] == INT64_MIN
+                    or episode.is_terminated or episode.is_truncated
+                    or episode.observations is None or episode.observations.is_finalized()):
+                return None
+        agent_ids = set(episodes)     # RLlib builds these dicts in this set's order
+        successor = type(self).__new__(type(self))
+        successor.id_ = self.id_
+        successor.agent_to_module_mapping_fn = self.agent_to_module_mapping_fn
+        successor._agent_to_module_mapping = {
+            aid: (<EpisodeCore>episodes[aid]).module_id for aid in agent_ids}
+        successor.observation_space = self.observation_space or {}
+        successor.action_space = self.action_space or {}
+        successor.env_t_started = successor.env_t = self.env_t
+        successor._len_lookback_buffers = 0
+        successor.agent_t_started = defaultdict(
+            int, {aid: (<EpisodeCore>episodes[aid]).t for aid in agent_ids})
+        successor._hanging_actions_end = {}
+        successor._hanging_extra_model_outputs_end = defaultdict(dict)
+        successor._hanging_rewards_end = defaultdict(float)
+        successor._hanging_rewards_begin = self._hanging_rewards_end.copy()
+        successor.is_terminated = self.is_terminated
+        successor.is_truncated = self.is_truncated
+        pieces = {}
+        new_mapping = defaultdict(AgentSteps)
+        pos = 0
+        while PyDict_Next(episodes, &pos, &key, &value):
+            episode = <EpisodeCore>value
+            piece = episode.cut()
+            # The single-agent cut drops the ids and keeps the output keys
+            # (empty); a multi-agent chunk's agent has its ids and no keys yet.
+            (<EpisodeCore>piece).agent_id = <object>key
+            (<EpisodeCore>piece).module_id = episode.module_id
+            (<EpisodeCore>piece).multi_agent_episode_id = self.id_
+            (<EpisodeCore>piece).extra_model_outputs = {}
+            (<EpisodeCore>piece).custom_data_ = None
+            pieces[<object>key] = piece
+            steps = AgentSteps.__new__(AgentSteps)
+            steps.push_step(episode.t)
+            new_mapping[<object>key] = steps
+        successor.agent_episodes = pieces
+        successor.env_t_to_agent_t = new_mapping
+        successor._custom_data = copy.deepcopy(self._custom_data) if self._custom_data else {}
+        return successor
+
     def get_observations(self, indices=None, agent_ids=None, *, env_steps=True,
                          neg_index_as_lookback=False, fill=None, one_hot_discrete=False,
                          return_list=False):
@@ -325,6 +396,94 @@ cdef class MultiAgentCore:
                 return result
         return self._get("observations", indices, agent_ids, env_steps,
                          neg_index_as_lookback, fill, one_hot_discrete, return_list)
+
+    def get_actions(self, indices=None, agent_ids=None, *, env_steps=True,
+                    neg_index_as_lookback=False, fill=None, one_hot_discrete=False,
+                    return_list=False):
+        """Actions at `indices` (see get_observations); an action taken
+        after an agent's last observation (hanging) counts as its last step."""
+        if (type(indices) is slice and agent_ids is None and env_steps is True
+                and not neg_index_as_lookback and fill is not None and not one_hot_discrete
+                and not return_list):
+            result = self._actions_filled(indices, fill)
+            if result is not None:
+                return result
+        return self._get("actions", indices, agent_ids, env_steps, neg_index_as_lookback,
+                         fill, one_hot_discrete, return_list)
+
+    cdef object _actions_filled(self, object slice_, object fill):
+        """Each agent's actions at the env steps of `slice_`, `fill` where it
+        did not act (its hanging action as the step after its last one), as
+        lists: list mode only. None, before anything changes, for the general
+        path."""
+        cdef Py_ssize_t pos = 0, n, total, lb, first, step, count, i, p = 0, limit
+        cdef bint skip
+        cdef Py_ssize_t left, right, offset
+        cdef SliceSpec spec
+        cdef PyObject* key
+        cdef PyObject* value
+        cdef PyObject* found
+        cdef AgentStepsCore steps
+        cdef BufferCore actions
+        cdef int64_t t
+        cdef list values
+        episodes, mapping, t_started = self.agent_episodes, self.env_t_to_agent_t, \
+            self.agent_t_started
+        hanging_actions = self._hanging_actions_end
+        if not (isinstance(episodes, dict) and isinstance(mapping, dict)
+                and isinstance(t_started, dict) and isinstance(hanging_actions, dict)):
+            return None
+        result = {}
+        while PyDict_Next(episodes, &pos, &key, &value):
+            found = PyDict_GetItem(mapping, <object>key)
+            if found is NULL or type(<object>found) is not AgentSteps \
+                    or not isinstance(<object>value, EpisodeCore):
+                return None
+            steps = <AgentStepsCore>found
+            actions = (<EpisodeCore>value).actions
+            if not steps.typed() or actions is None or actions.is_finalized():
+                return None
+            # The mapping's rows without its last one (the step awaiting an action).
+            n = steps._col.size
+            total = n - 1
+            lb = steps._lookback
+            if total < 1:
+                return None
+            interpret_slice(slice_, False, lb, total, &spec)
+            left, right = spec.fill_left, spec.fill_right
+            count = slice_positions(&spec, total, &first, &step)
+            if (left or right) and spec.length <= 0:
+                count = 0
+            found = PyDict_GetItem(t_started, <object>key)
+            if found is NULL or type(<object>found) is not int:
+                return None
+            offset = actions._lookback - <Py_ssize_t><object>found
+            found = PyDict_GetItem(hanging_actions, <object>key)
+            hanging = None if found is NULL else <object>found
+            limit = actions.len_incl_lookback() + (hanging is not None)
+            filler = None
+            values = []
+            for i in range(left + count + right):
+                skip = i < left or i >= left + count
+                if not skip:
+                    t = (<int64_t*>steps._col.data)[first + (i - left) * step]
+                    p = <Py_ssize_t>t + offset
+                    # No step, or the step after the hanging one (awaiting an action).
+                    skip = t == INT64_MIN or p == limit
+                if skip:
+                    if filler is None:
+                        filler = fill if actions._space is None else actions.get(
+                            INDEX_LIMIT, neg_index_as_lookback=False, fill=fill)
+                    values.append(filler)
+                elif 0 <= p < limit - (hanging is not None):
+                    values.append(actions.item_at(p))
+                elif hanging is not None and p == limit - 1:
+                    values.append(hanging)
+                else:
+                    return None
+            if len(values) > 0:
+                result[<object>key] = values
+        return result
 
     cdef object _observations_at(self, object index):
         """Each agent's observation at env step `index` (agents that did not
