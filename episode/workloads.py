@@ -15,6 +15,14 @@ observations are ``{"img": uint8 (8, 8, 3), "vec": float32 (5,) in [-1, 1]}``
 (the space of ``_dict_space``), with CartPole's actions and rewards.
 Blackjack-sized episodes have tuples of three Python ints as observations, as
 gymnasium's Blackjack-v1 hands them out, and end terminated after 1 to 3 steps.
+
+Multi-agent workloads (names starting ``ma_``) take the MultiAgentEpisode of
+the same implementation as the class they are given. Their agents ``a0``,
+``a1``, ... each get CartPole-sized data (distinct observation arrays per agent
+and step). Simultaneous episodes: every agent observes, acts and is rewarded
+at every env step. Turn-based episodes: two agents take turns; the one that
+acts receives no observation until its next turn (its action hangs), and both
+are rewarded at every step.
 """
 from __future__ import annotations
 
@@ -46,6 +54,7 @@ N_STEPS = 10_000   # steps of the "10k" episodes
 N_COLLECT = 1_000  # steps per collect / append round
 N_APPEND = 4_000   # steps per round of the action_logp appends
 N_CUT = 10         # steps of the episode the short cut() cuts
+N_MA = 1_000       # env steps of the multi-agent episodes
 VF = 0.5
 
 
@@ -166,6 +175,103 @@ def _cartpole_10k(cls: type, numpy: bool = True):
 def _dict_1000(cls: type):
     """A numpy'ized N_COLLECT-step episode of Dict observations, its observation space set."""
     return _episode(cls, N_COLLECT, _dict_obs(), observation_space=_dict_space()).to_numpy()
+
+
+def _multi_class(cls: type) -> type:
+    """The MultiAgentEpisode of the implementation `cls` (a SingleAgentEpisode) is from."""
+    if cls.__module__.startswith("ray."):
+        from ray.rllib.env.multi_agent_episode import MultiAgentEpisode
+    else:
+        from episode import MultiAgentEpisode
+    return MultiAgentEpisode
+
+
+@functools.cache
+def _ma_steps(n_agents: int) -> list:
+    """N_MA + 1 env steps of `n_agents` simultaneous agents: one
+    (observations, actions, rewards) triple of agent dicts per step (the
+    first one's observations are the reset's)."""
+    rng = np.random.default_rng(7 + n_agents)
+    ids = [f"a{i}" for i in range(n_agents)]
+    steps = []
+    for _ in range(N_MA + 1):
+        steps.append((
+            {a: rng.uniform(-1.0, 1.0, size=4).astype(np.float32) for a in ids},
+            {a: int(rng.integers(0, 2)) for a in ids},
+            {a: float(rng.uniform(-1.0, 1.0)) for a in ids},
+        ))
+    return steps
+
+
+@functools.cache
+def _ma_turns() -> list:
+    """N_MA + 1 env steps of two agents taking turns: at step t the agent
+    a(t % 2) acts and the other one observes; both are rewarded."""
+    rng = np.random.default_rng(20)
+    steps = [({"a0": rng.uniform(-1.0, 1.0, size=4).astype(np.float32)}, {}, {})]
+    for t in range(N_MA):
+        actor, other = ("a0", "a1") if t % 2 == 0 else ("a1", "a0")
+        steps.append((
+            {other: rng.uniform(-1.0, 1.0, size=4).astype(np.float32)},
+            {actor: int(rng.integers(0, 2))},
+            {"a0": float(rng.uniform(-1.0, 1.0)), "a1": float(rng.uniform(-1.0, 1.0))},
+        ))
+    return steps
+
+
+def _ma_run(episode, steps: list, n: int = N_MA):
+    step = episode.add_env_step
+    for obs, actions, rewards in steps[1:n + 1]:
+        step(obs, actions, rewards)
+    return episode
+
+
+def _ma_episode(cls: type, steps: list, n: int = N_MA):
+    """A reset list-mode multi-agent episode with n env steps of `steps`."""
+    episode = _multi_class(cls)()
+    episode.add_env_reset(observations=steps[0][0])
+    return _ma_run(episode, steps, n)
+
+
+def _ma_add_env_step(steps_of: Callable[[], list]) -> Callable[[type], Round]:
+    def prepare(cls: type) -> Round:
+        steps = steps_of()
+
+        def setup():
+            episode = _multi_class(cls)()
+            episode.add_env_reset(observations=steps[0][0])
+            return (episode,)
+
+        return Round(lambda episode: _ma_run(episode, steps), setup)
+    return prepare
+
+
+def _ma_get_observations_last(cls: type) -> Round:
+    return Round(functools.partial(_ma_episode(cls, _ma_steps(2)).get_observations, -1))
+
+
+def _ma_get_actions_filled(cls: type) -> Round:
+    episode = _ma_episode(cls, _ma_turns())
+    return Round(lambda: episode.get_actions(slice(-4, None), env_steps=True, fill=0))
+
+
+def _ma_cut(cls: type) -> Round:
+    return Round(_ma_episode(cls, _ma_steps(2)).cut)
+
+
+def _ma_to_numpy(cls: type) -> Round:
+    steps = _ma_steps(2)
+    return Round(lambda episode: episode.to_numpy(),
+                 lambda: (_ma_episode(cls, steps),))
+
+
+def _ma_pickle_roundtrip(numpy: bool) -> Callable[[type], Round]:
+    def prepare(cls: type) -> Round:
+        episode = _ma_episode(cls, _ma_steps(2))
+        if numpy:
+            episode.to_numpy()
+        return Round(lambda: pickle.loads(pickle.dumps(episode, protocol=5)))
+    return prepare
 
 
 # -- workloads ----------------------------------------------------------------
@@ -360,6 +466,33 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in [
     Workload("state_pickle_roundtrip_10k",
              "pickle.loads(pickle.dumps(episode.get_state(), protocol=5)) of a numpy'ized "
              "10k-step episode", 1, _state_pickle_roundtrip),
+    Workload("ma_add_env_step_2",
+             "MultiAgentEpisode: 1,000 add_env_step calls, 2 simultaneous agents",
+             N_MA, _ma_add_env_step(lambda: _ma_steps(2))),
+    Workload("ma_add_env_step_8",
+             "MultiAgentEpisode: 1,000 add_env_step calls, 8 simultaneous agents",
+             N_MA, _ma_add_env_step(lambda: _ma_steps(8))),
+    Workload("ma_add_env_step_turns",
+             "MultiAgentEpisode: 1,000 add_env_step calls, 2 agents taking turns",
+             N_MA, _ma_add_env_step(_ma_turns)),
+    Workload("ma_get_observations_last",
+             "MultiAgentEpisode: get_observations(-1) of a list-mode 1,000-step episode "
+             "(2 simultaneous agents)", 1, _ma_get_observations_last),
+    Workload("ma_get_actions_filled",
+             "MultiAgentEpisode: get_actions(slice(-4, None), env_steps=True, fill=0) of a "
+             "list-mode 1,000-step turn-based episode (a hanging action)", 1,
+             _ma_get_actions_filled),
+    Workload("ma_cut", "MultiAgentEpisode: cut() of a list-mode 1,000-step episode "
+             "(2 simultaneous agents)", 1, _ma_cut),
+    Workload("ma_to_numpy", "MultiAgentEpisode: to_numpy() of a list-mode 1,000-step "
+             "episode (2 simultaneous agents)", 1, _ma_to_numpy),
+    Workload("ma_pickle_roundtrip",
+             "MultiAgentEpisode: pickle.loads(pickle.dumps(episode, protocol=5)) of a "
+             "numpy'ized 1,000-step episode (2 simultaneous agents)", 1,
+             _ma_pickle_roundtrip(numpy=True)),
+    Workload("ma_pickle_roundtrip_list",
+             "MultiAgentEpisode: the same pickle round trip of the list-mode episode", 1,
+             _ma_pickle_roundtrip(numpy=False)),
 ]}
 
 
@@ -383,6 +516,7 @@ def ray_version() -> str | None:
 
 
 _UNIQUE_KEYS = ("id_", "_start_time", "_last_step_time")   # differ between any two episodes
+_MA_UNIQUE_KEYS = ("multi_agent_episode_id",)             # an agent's copy of the episode id
 
 
 def _state(x: Any) -> Any:
@@ -393,8 +527,19 @@ def _state(x: Any) -> Any:
         state["len"] = len(x)
         state["is_numpy"] = x.is_numpy
         return state
+    if hasattr(x, "get_state") and hasattr(x, "env_t_started"):
+        # A multi-agent episode: its agents' episodes and mappings as plain
+        # data too; the mapping function is each implementation's own.
+        state = _state(x.get_state())
+        del state["agent_to_module_mapping_fn"]
+        state["agent_episodes"] = {aid: _state(ep) for aid, ep in x.agent_episodes.items()}
+        state["env_t_to_agent_t"] = {aid: _state(steps)
+                                     for aid, steps in x.env_t_to_agent_t.items()}
+        state["len"] = len(x)
+        state["is_numpy"] = x.is_numpy
+        return state
     if isinstance(x, dict) and all(key in x for key in _UNIQUE_KEYS):
-        return {k: v for k, v in x.items() if k not in _UNIQUE_KEYS}
+        return {k: v for k, v in x.items() if k not in _UNIQUE_KEYS + _MA_UNIQUE_KEYS}
     if hasattr(x, "get_state") and hasattr(x, "lookback"):
         # A buffer (RLlib's get_state() keeps empty extra-output buffers as is).
         return x.get_state()

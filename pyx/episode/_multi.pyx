@@ -241,7 +241,15 @@ cdef class MultiAgentCore:
             if (obs is not NULL and <object>obs is None) or ep.rewards.is_finalized():
                 return False
             found = PyDict_GetItem(t_started, aid)
-            if PyDict_GetItem(mapping, aid) is NULL or found is NULL or type(<object>found) is not int:
+            if PyDict_GetItem(mapping, aid) is NULL:
+                return False
+            if found is NULL:
+                # The general step reads agent_t_started[aid], so its
+                # defaultdict(int) gains 0 there: the same below.
+                if not (type(t_started) is defaultdict
+                        and (<object>t_started).default_factory is int):
+                    return False
+            elif type(<object>found) is not int:
                 return False
             if not absent(obs) and not absent(act):
                 if not in_rewards:
@@ -305,6 +313,8 @@ cdef class MultiAgentCore:
                 ep.append_step(<object>PyDict_GetItem(observations, aid), action, reward,
                                get_or(infos, aid, None), False, False, agent_outputs)
             # The agent's step, as RLlib counts it: len(episode) + agent_t_started.
+            if PyDict_GetItem(t_started, aid) is NULL:
+                PyDict_SetItem(t_started, aid, 0)
             step = PyLong_AsLongLongAndOverflow(<object>PyDict_GetItem(t_started, aid), &overflow)
             steps = <AgentStepsCore>PyDict_GetItem(mapping, aid)
             if overflow or step > INT64_MAX - (ep.t - ep.t_started):

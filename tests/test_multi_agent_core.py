@@ -1,0 +1,229 @@
+"""MultiAgentEpisode's compiled paths against its general (Python) paths.
+
+The compiled core (episode/_multi.pyx) takes the usual add_env_step, the
+latest-observation read, filled action slices and cut() at a chunk boundary,
+and declines everything else to the facade's general code. Here one episode
+uses both and a twin only the general code, on the same random sequences
+(tests/ma_strategies.py): after every call their states, results and
+exception classes must agree. No ray needed, so the sanitizer build runs these.
+"""
+from __future__ import annotations
+
+import pickle
+from collections import defaultdict
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import ma_strategies as mas
+from episode import InfiniteLookbackBuffer, MultiAgentEpisode
+from episode.multi_agent_episode import AgentSteps
+from episode.workloads import _state, assert_same
+
+SETTINGS = settings(max_examples=150, deadline=None, derandomize=True,
+                    suppress_health_check=list(HealthCheck))
+
+
+class GeneralOnly(MultiAgentEpisode):
+    """The same episode with every compiled path declined."""
+
+    __slots__ = ()
+
+    def add_env_step(self, *args, **kwargs):
+        return self._add_env_step_general(*args, **kwargs)
+
+    def get_observations(self, indices=None, agent_ids=None, *, env_steps=True,
+                         neg_index_as_lookback=False, fill=None, one_hot_discrete=False,
+                         return_list=False):
+        return self._get("observations", indices, agent_ids, env_steps,
+                         neg_index_as_lookback, fill, one_hot_discrete, return_list)
+
+    def get_actions(self, indices=None, agent_ids=None, *, env_steps=True,
+                    neg_index_as_lookback=False, fill=None, one_hot_discrete=False,
+                    return_list=False):
+        return self._get("actions", indices, agent_ids, env_steps, neg_index_as_lookback,
+                         fill, one_hot_discrete, return_list)
+
+    def _cut_at_last_observations(self):
+        return None
+
+
+def _run(episode, name, args, kwargs):
+    try:
+        return getattr(episode, name)(*args, **kwargs), None
+    except Exception as e:  # noqa: BLE001 -- the class is what is compared
+        return None, type(e)
+
+
+def _same(a, b, what):
+    (ra, ea), (rb, eb) = a, b
+    assert ea is eb, f"{what}: {ea} vs {eb}"
+    if ea is None:
+        assert_same(ra, rb, what)
+
+
+def _twins(sequence):
+    """The sequence's episode built by both, compared after every call."""
+    fast = MultiAgentEpisode(**sequence.constructor)
+    general = GeneralOnly(**sequence.constructor)
+    for name, args, kwargs in sequence.calls:
+        _same(_run(fast, name, args, kwargs), _run(general, name, args, kwargs), name)
+        assert_same(_state(fast), _state(general), f"state after {name}")
+    return fast, general
+
+
+FAST_READS = st.one_of(
+    st.tuples(st.just("get_observations"), st.integers(-12, 12).map(lambda i: (i,)),
+              st.just({})),
+    st.tuples(st.just("get_actions"),
+              st.tuples(st.integers(-12, 4), st.one_of(st.none(), st.integers(-6, 12)))
+              .map(lambda t: (slice(*t),)),
+              st.sampled_from([{"fill": 0}, {"fill": 0.5}, {"fill": -1}])),
+)
+
+
+@SETTINGS
+@given(sequence=mas.episodes(max_steps=10),
+       reads=st.lists(st.one_of(FAST_READS, mas.getter_call(
+           name=None).filter(lambda c: c[0] in ("get_observations", "get_actions"))),
+           max_size=8))
+def test_compiled_paths_agree_with_the_general_ones(sequence, reads):
+    fast, general = _twins(sequence)
+    for name, args, kwargs in reads:
+        _same(_run(fast, name, args, kwargs), _run(general, name, args, kwargs),
+              f"{name}{args}{kwargs}")
+    for lookback in (0, 1):
+        cut = (_run(fast, "cut", (lookback,), {}), _run(general, "cut", (lookback,), {}))
+        _same(*cut, f"cut({lookback})")
+        if cut[0][1] is None:
+            for name, args, kwargs in reads:
+                _same(_run(cut[0][0], name, args, kwargs),
+                      _run(cut[1][0], name, args, kwargs), f"after cut: {name}")
+    copy = pickle.loads(pickle.dumps(fast, protocol=5))
+    assert type(copy) is MultiAgentEpisode
+    assert_same(_state(copy), _state(fast), "pickled")
+    assert copy.id_ == fast.id_
+
+
+@SETTINGS
+@given(sequence=mas.episodes(modes=("simultaneous",), max_steps=10, invalid=False))
+def test_cut_at_a_chunk_boundary_is_the_general_cut(sequence):
+    fast, general = _twins(sequence)
+    if fast.is_done:
+        return
+    successor = fast._cut_at_last_observations()
+    expected = general._cut_general(0)
+    if successor is None:
+        assert fast._hanging_actions_end or any(
+            steps.get(-1) == "S" for steps in fast.env_t_to_agent_t.values()) or any(
+            ep.is_done or ep.is_numpy for ep in fast.agent_episodes.values())
+        return
+    assert_same(_state(successor), _state(expected), "cut")
+    assert list(successor.agent_t_started) == list(expected.agent_t_started)
+    assert list(successor.agent_episodes) == list(expected.agent_episodes)
+    # The successor steps on (through the compiled step) as the general one does.
+    steps = {aid: 0 for aid in successor.agent_episodes}
+    obs = {aid: ep.get_observations(-1) for aid, ep in successor.agent_episodes.items()}
+    for e in (successor, expected):
+        e.add_env_step(obs, steps, {aid: 1.0 for aid in steps})
+    assert_same(_state(successor), _state(expected), "step after cut")
+
+
+# -- the mapping ------------------------------------------------------------------
+
+STEP_LISTS = st.lists(st.one_of(st.integers(-3, 40), st.just("S")), max_size=12)
+INDEX = st.one_of(
+    st.none(), st.integers(-15, 15),
+    st.lists(st.integers(-15, 15), max_size=4),
+    st.tuples(st.one_of(st.none(), st.integers(-15, 15)),
+              st.one_of(st.none(), st.integers(-15, 15)),
+              st.sampled_from([None, 1, 2, -1])).map(lambda t: slice(*t)),
+)
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(items=STEP_LISTS, lookback=st.integers(0, 5), index=INDEX,
+       neg=st.booleans(), fill=st.sampled_from([None, "S"]), ignore_last=st.booleans())
+def test_agent_steps_read_as_a_lookback_buffer_of_steps_and_tags(items, lookback, index, neg,
+                                                                 fill, ignore_last):
+    steps = AgentSteps(data=items, lookback=lookback)
+    plain = InfiniteLookbackBuffer(data=list(items), lookback=lookback)
+    assert steps.data == plain.data and len(steps) == len(plain)
+    assert steps.lookback == plain.lookback
+    assert steps.get_state() == plain.get_state()
+    kwargs = dict(neg_index_as_lookback=neg, fill=fill, _ignore_last_ts=ignore_last)
+    _same(_run(steps, "get", (index,), kwargs), _run(plain, "get", (index,), kwargs), "get")
+    if index is not None and not isinstance(index, list):
+        _same(_run(steps, "__getitem__", (index,), {}), _run(plain, "__getitem__", (index,), {}),
+              "[]")
+    copy = pickle.loads(pickle.dumps(steps, protocol=5))
+    assert type(copy) is AgentSteps and copy.data == steps.data
+    steps.append("S")
+    steps.extend([7, "S"])
+    assert steps.data == [*items, "S", 7, "S"]
+
+
+def test_agent_steps_store_the_tag_as_an_int64_sentinel():
+    steps = AgentSteps(data=[0, "S", 1])
+    assert steps._col.kind == 2      # KIND_INT: one int64 per env step
+    assert steps.data == [0, "S", 1] and steps.get(-2) == "S"
+    assert AgentSteps.of(InfiniteLookbackBuffer([0, "S"], lookback=1)).data == [0, "S"]
+
+
+# -- garbage ------------------------------------------------------------------------
+
+def _stepped():
+    episode = MultiAgentEpisode()
+    episode.add_env_reset(observations={"a0": np.zeros(2), "a1": np.ones(2)})
+    episode.add_env_step({"a0": np.ones(2)}, {"a0": 0, "a1": 1}, {"a0": 1.0, "a1": 2.0})
+    return episode
+
+
+GARBAGE_FIELDS = [
+    ("agent_episodes", None), ("agent_episodes", [1, 2]), ("agent_episodes", {"a0": 3}),
+    ("env_t_to_agent_t", None), ("env_t_to_agent_t", {"a0": [0, 1]}),
+    ("env_t_to_agent_t", defaultdict(AgentSteps)),
+    ("agent_t_started", None), ("agent_t_started", {"a0": "x", "a1": 2.5}),
+    ("agent_t_started", {"a0": 2 ** 80, "a1": -2 ** 80}),
+    ("_hanging_actions_end", None), ("_hanging_rewards_end", []),
+    ("_hanging_extra_model_outputs_end", 5),
+]
+
+
+@pytest.mark.parametrize("name,value", GARBAGE_FIELDS)
+def test_garbage_fields_never_reach_the_c_paths(name, value):
+    """A field a C path reads that is not what it expects sends the call to
+    the general code: a Python error or an answer, never a crash."""
+    calls = [
+        ("add_env_step", ({"a0": np.ones(2), "a1": np.ones(2)}, {"a0": 1},
+                          {"a0": 1.0, "a1": 0.5}), {}),
+        ("get_observations", (-1,), {}),
+        ("get_actions", (slice(-2, None),), {"fill": 0}),
+        ("cut", (), {}),
+        ("__reduce__", (), {}),
+    ]
+    for call in calls:
+        episode = _stepped()
+        setattr(episode, name, value)
+        _run(episode, *call)
+
+
+def test_mapping_steps_with_garbage_mapping_entries():
+    episode = _stepped()
+    episode.env_t_to_agent_t["a1"] = AgentSteps(data=[0, 1.5, "S"])   # a float: not typed
+    episode.add_env_step({"a1": np.ones(2)}, {"a0": 1}, {"a0": 1.0, "a1": 0.0})
+    assert episode.env_t_to_agent_t["a1"].data == [0, 1.5, "S", 1]
+    finalized = AgentSteps(data=[0, "S"])
+    finalized._push_step(1)
+    assert finalized.data == [0, "S", 1]
+
+
+@pytest.mark.parametrize("values", [None, (), (1, 2), ("x",) * 3])
+def test_unpickling_garbage_raises(values):
+    from episode.multi_agent_episode import _restore
+    with pytest.raises(TypeError):
+        _restore(MultiAgentEpisode, values)
+    with pytest.raises(TypeError):
+        _restore(dict, ())
