@@ -227,3 +227,43 @@ def test_unpickling_garbage_raises(values):
         _restore(MultiAgentEpisode, values)
     with pytest.raises(TypeError):
         _restore(dict, ())
+
+
+class _Meddler:
+    """A value whose truth empties every dict the step reads."""
+
+    def __init__(self, episode, inputs):
+        self.episode, self.inputs = episode, inputs
+
+    def __bool__(self):
+        for d in (*self.inputs, self.episode.env_t_to_agent_t, self.episode.agent_episodes,
+                  self.episode._hanging_actions_end, self.episode.agent_t_started):
+            d.clear()
+        return True
+
+    def __add__(self, other):
+        return 1.0
+
+    __radd__ = __add__
+
+
+@pytest.mark.parametrize("where", ["reward", "terminated", "agent_flag"])
+def test_user_code_inside_a_step_cannot_pull_data_from_under_it(where):
+    """A reward or flag whose __bool__ empties the dicts the step reads while
+    it runs: the step keeps its own references (no crash)."""
+    episode = _stepped()
+    obs = {"a0": np.ones(2), "a1": np.ones(2)}
+    actions, rewards = {"a0": 1}, {"a0": 1.0, "a1": 0.5}
+    kwargs = {}
+    meddler = _Meddler(episode, (obs, actions, rewards))
+    if where == "reward":
+        rewards["a0"] = meddler
+    elif where == "terminated":
+        kwargs["terminateds"] = {"__all__": False, "a1": False}
+        episode.agent_episodes["a0"].is_terminated = 0
+        episode.agent_episodes["a0"].is_truncated = meddler
+    else:
+        kwargs["truncateds"] = {"a0": meddler}
+    _run(episode, "add_env_step", (obs, actions, rewards), kwargs)
+    _run(episode, "get_observations", (-1,), {})
+    _run(episode, "get_actions", (slice(-2, None),), {"fill": 0})

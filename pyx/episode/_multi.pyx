@@ -12,6 +12,7 @@ from collections import defaultdict
 from cpython.dict cimport PyDict_DelItem, PyDict_GetItem, PyDict_Next, PyDict_SetItem, PyDict_Size
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_FromLongLong
 from cpython.object cimport PyObject
+from cpython.ref cimport Py_INCREF, Py_XDECREF, Py_XINCREF
 from libc.math cimport NAN, isnan
 from libc.stdint cimport INT64_MAX, INT64_MIN, int64_t
 
@@ -104,6 +105,23 @@ cdef enum Move:
     MOVE_REWARD = 4    # only a reward (or falsy done flags): added to the hanging reward
 
 
+cdef struct Plan:
+    # One agent's part of a fast step; the pointers are strong references.
+    PyObject* aid
+    PyObject* episode
+    PyObject* steps           # its AgentSteps
+    PyObject* obs             # NULL: not in the step's observations
+    PyObject* act             # NULL: not in the step's actions
+    int64_t t_started         # agent_t_started[aid]
+    bint new_t_started        # ... which the step adds (0), as the general step does
+    unsigned char move        # a Move
+
+
+# An agent_t_started beyond this declines the fast step, whose steps are
+# t_started + len(episode) in int64.
+cdef long long T_STARTED_LIMIT = 1LL << 62
+
+
 cdef class MultiAgentCore:
     cdef public object id_
     cdef public object agent_to_module_mapping_fn
@@ -171,160 +189,198 @@ cdef class MultiAgentCore:
         """The step of agents that all have an episode, are not done and get
         no done flag, with nothing the step would refuse: False, with nothing
         changed, for any other step."""
-        cdef unsigned char moves[MAX_FAST_AGENTS]
-        cdef Py_ssize_t pos = 0, i = 0, n_live = 0
+        cdef Plan plans[MAX_FAST_AGENTS]
+        cdef Py_ssize_t n = 0, k
+        try:
+            if not self._plan_step(plans, &n, observations, actions, rewards, infos,
+                                   terminateds, truncateds):
+                return False
+            self._apply_step(plans, n, observations, actions, rewards, infos, terminateds,
+                             truncateds, outputs)
+            return True
+        finally:
+            for k in range(n):
+                Py_XDECREF(plans[k].aid)
+                Py_XDECREF(plans[k].episode)
+                Py_XDECREF(plans[k].steps)
+                Py_XDECREF(plans[k].obs)
+                Py_XDECREF(plans[k].act)
+
+    cdef bint _plan_step(self, Plan* plans, Py_ssize_t* n, object observations,
+                         object actions, object rewards, object infos, object terminateds,
+                         object truncateds) except -1:
+        """Each agent's move, with strong references to what it needs (user
+        code that runs in between, such as a flag's __bool__, cannot take
+        them away). False to decline the step; `n` plans are filled either way."""
+        cdef Py_ssize_t pos = 0, n_live = 0
         cdef Py_ssize_t n_obs = 0, n_act = 0, n_rew = 0, n_term = 0, n_trunc = 0
         cdef PyObject* key
         cdef PyObject* value
         cdef PyObject* obs
         cdef PyObject* act
         cdef PyObject* found
-        cdef PyObject* term
-        cdef PyObject* trunc
-        cdef bint in_rewards
-        cdef int64_t step
+        cdef bint in_rewards, in_term, in_trunc, flagged
+        cdef long long agent_t_started
         cdef int overflow = 0
         cdef EpisodeCore ep
-        cdef AgentStepsCore steps
-        cdef Move move
+        cdef Plan* plan
         episodes, mapping = self.agent_episodes, self.env_t_to_agent_t
         hanging_actions = self._hanging_actions_end
-        hanging_rewards = self._hanging_rewards_end
-        hanging_outputs = self._hanging_extra_model_outputs_end
         t_started = self.agent_t_started
         if self.is_terminated or self.is_truncated:
             return False
         if not (type(observations) is dict and type(actions) is dict and type(rewards) is dict
                 and type(infos) is dict and type(terminateds) is dict
-                and type(truncateds) is dict and type(outputs) is dict
-                and isinstance(episodes, dict) and isinstance(mapping, dict)
-                and isinstance(hanging_actions, dict) and isinstance(hanging_rewards, dict)
-                and isinstance(hanging_outputs, dict) and isinstance(t_started, dict)):
+                and type(truncateds) is dict
+                and type(episodes) is dict and isinstance(mapping, dict)
+                and isinstance(hanging_actions, dict)
+                and isinstance(self._hanging_rewards_end, dict)
+                and isinstance(self._hanging_extra_model_outputs_end, dict)
+                and isinstance(t_started, dict)):
             return False
-        if PyDict_Size(episodes) > MAX_FAST_AGENTS:
+        if PyDict_Size(episodes) > MAX_FAST_AGENTS or PyDict_Size(mapping) != PyDict_Size(episodes):
             return False
         for flags in (terminateds, truncateds):
             found = PyDict_GetItem(flags, "__all__")
             if found is not NULL and <object>found:
                 return False
-        # Every mapping takes a raw step (or a skip).
-        while PyDict_Next(mapping, &pos, &key, &value):
-            if type(<object>value) is not AgentSteps or not (<AgentStepsCore>value).typed():
-                return False
-
-        # Plan each agent's move; decline anything but the usual cases.
-        pos = 0
+        # Snapshot the agents first: nothing below iterates a dict that user
+        # code could change.
         while PyDict_Next(episodes, &pos, &key, &value):
-            aid = <object>key
-            obs = PyDict_GetItem(observations, aid)
-            act = PyDict_GetItem(actions, aid)
-            in_rewards = PyDict_GetItem(rewards, aid) is not NULL
-            term = PyDict_GetItem(terminateds, aid)
-            trunc = PyDict_GetItem(truncateds, aid)
-            n_obs += obs is not NULL
-            n_act += act is not NULL
-            n_rew += in_rewards
-            n_term += term is not NULL
-            n_trunc += trunc is not NULL
-            if not isinstance(<object>value, EpisodeCore):
-                return False
-            ep = <EpisodeCore>value
+            if not ((type(<object>key) is str or type(<object>key) is int)
+                    and isinstance(<object>value, EpisodeCore)):
+                return False       # (ids whose hash or == could run user code)
+            plan = &plans[n[0]]
+            plan.aid = key
+            plan.episode = value
+            plan.steps = plan.obs = plan.act = NULL
+            Py_INCREF(<object>key)
+            Py_INCREF(<object>value)
+            n[0] += 1
+        for k in range(n[0]):
+            plan = &plans[k]
+            aid = <object>plan.aid
+            ep = <EpisodeCore>plan.episode
+            # Flags first: their truth may run user code, before any borrowing.
+            found = PyDict_GetItem(terminateds, aid)
+            in_term = found is not NULL
+            flagged = in_term and <object>found
+            found = PyDict_GetItem(truncateds, aid)
+            in_trunc = found is not NULL
+            flagged = flagged or (in_trunc and <object>found)
             done = ep.is_terminated or ep.is_truncated
             if not done:
                 n_live += 1
-            if obs is NULL and act is NULL and not in_rewards and term is NULL and trunc is NULL:
-                moves[i] = MOVE_NONE
-                i += 1
+            found = PyDict_GetItem(mapping, aid)
+            if found is NULL or type(<object>found) is not AgentSteps \
+                    or not (<AgentStepsCore>found).typed():
+                return False
+            plan.steps = found
+            Py_INCREF(<object>found)
+            obs = PyDict_GetItem(observations, aid)
+            act = PyDict_GetItem(actions, aid)
+            in_rewards = PyDict_GetItem(rewards, aid) is not NULL
+            n_obs += obs is not NULL
+            n_act += act is not NULL
+            n_rew += in_rewards
+            n_term += in_term
+            n_trunc += in_trunc
+            plan.obs, plan.act = obs, act
+            Py_XINCREF(obs)
+            Py_XINCREF(act)
+            if obs is NULL and act is NULL and not in_rewards and not in_term and not in_trunc:
+                plan.move = MOVE_NONE
                 continue
-            if done or (term is not NULL and <object>term) or (trunc is not NULL and <object>trunc):
+            if done or flagged:
                 return False
             if (obs is not NULL and <object>obs is None) or ep.rewards.is_finalized():
                 return False
             found = PyDict_GetItem(t_started, aid)
-            if PyDict_GetItem(mapping, aid) is NULL:
-                return False
+            plan.new_t_started = found is NULL
             if found is NULL:
                 # The general step reads agent_t_started[aid], so its
                 # defaultdict(int) gains 0 there: the same below.
                 if not (type(t_started) is defaultdict
                         and (<object>t_started).default_factory is int):
                     return False
-            elif type(<object>found) is not int:
-                return False
+                plan.t_started = 0
+            else:
+                if type(<object>found) is not int:
+                    return False
+                agent_t_started = PyLong_AsLongLongAndOverflow(<object>found, &overflow)
+                if overflow or agent_t_started > T_STARTED_LIMIT \
+                        or agent_t_started < -T_STARTED_LIMIT:
+                    return False
+                plan.t_started = agent_t_started
             if not absent(obs) and not absent(act):
                 if not in_rewards:
                     return False
-                move = MOVE_STEP
+                plan.move = MOVE_STEP
             elif not absent(obs):
                 if PyDict_GetItem(hanging_actions, aid) is NULL:
                     return False
-                move = MOVE_JOIN
+                plan.move = MOVE_JOIN
             elif not absent(act):
                 if PyDict_GetItem(hanging_actions, aid) is not NULL:
                     return False
-                move = MOVE_HANG
+                plan.move = MOVE_HANG
             else:
-                move = MOVE_REWARD
-            moves[i] = move
-            i += 1
+                plan.move = MOVE_REWARD
         # A key of no known agent (a new agent, "__all__" among the agents' data).
-        if (n_obs != PyDict_Size(observations) or n_act != PyDict_Size(actions)
-                or n_rew != PyDict_Size(rewards)
-                or n_term != PyDict_Size(terminateds) - (PyDict_GetItem(terminateds, "__all__") is not NULL)
-                or n_trunc != PyDict_Size(truncateds) - (PyDict_GetItem(truncateds, "__all__") is not NULL)
-                or n_live == 0):
-            return False
+        return (n_obs == PyDict_Size(observations) and n_act == PyDict_Size(actions)
+                and n_rew == PyDict_Size(rewards)
+                and n_term == PyDict_Size(terminateds) - (PyDict_GetItem(terminateds, "__all__") is not NULL)
+                and n_trunc == PyDict_Size(truncateds) - (PyDict_GetItem(truncateds, "__all__") is not NULL)
+                and n_live > 0)
 
-        # Apply: nothing below refuses the step (but MemoryError).
+    cdef int _apply_step(self, Plan* plans, Py_ssize_t n, object observations, object actions,
+                         object rewards, object infos, object terminateds, object truncateds,
+                         object outputs) except -1:
+        """The planned moves: nothing here refuses the step (but MemoryError)."""
+        cdef Py_ssize_t k
+        cdef EpisodeCore ep
+        cdef Plan* plan
+        hanging_actions = self._hanging_actions_end
+        hanging_rewards = self._hanging_rewards_end
+        hanging_outputs = self._hanging_extra_model_outputs_end
         self.env_t = self.env_t + 1
         self.is_terminated = get_or(terminateds, "__all__", False)
         self.is_truncated = get_or(truncateds, "__all__", False)
-        pos = 0
-        while PyDict_Next(mapping, &pos, &key, &value):
-            if PyDict_GetItem(observations, <object>key) is NULL:
-                (<AgentStepsCore>value).push_step(INT64_MIN)
-        pos = 0
-        i = 0
-        while PyDict_Next(episodes, &pos, &key, &value):
-            move = <Move>moves[i]
-            i += 1
-            if move == MOVE_NONE:
+        for k in range(n):
+            plan = &plans[k]
+            if plan.obs is NULL:
+                (<AgentStepsCore>plan.steps).push_step(INT64_MIN)
+            if plan.move == MOVE_NONE:
                 continue
-            aid = <object>key
+            aid = <object>plan.aid
             reward = get_or(rewards, aid, None) or 0.0
-            if move == MOVE_HANG:
-                PyDict_SetItem(hanging_actions, aid, actions[aid])
+            if plan.move == MOVE_HANG:
+                PyDict_SetItem(hanging_actions, aid, <object>plan.act)
                 PyDict_SetItem(hanging_rewards, aid, reward)
                 PyDict_SetItem(hanging_outputs, aid, get_or(outputs, aid, None))
                 continue
-            if move == MOVE_REWARD:
+            if plan.move == MOVE_REWARD:
                 PyDict_SetItem(hanging_rewards, aid, get_or(hanging_rewards, aid, 0.0) + reward)
                 continue
-            ep = <EpisodeCore>value
-            if move == MOVE_STEP:
-                ep.append_step(<object>PyDict_GetItem(observations, aid),
-                               <object>PyDict_GetItem(actions, aid), reward,
+            ep = <EpisodeCore>plan.episode
+            if plan.move == MOVE_STEP:
+                ep.append_step(<object>plan.obs, <object>plan.act, reward,
                                get_or(infos, aid, None), False, False,
                                get_or(outputs, aid, None))
             else:
                 action = pop_or(hanging_actions, aid, None)
                 agent_outputs = pop_or(hanging_outputs, aid, None)
                 reward = pop_or(hanging_rewards, aid, 0.0) + reward
-                ep.append_step(<object>PyDict_GetItem(observations, aid), action, reward,
-                               get_or(infos, aid, None), False, False, agent_outputs)
+                ep.append_step(<object>plan.obs, action, reward, get_or(infos, aid, None),
+                               False, False, agent_outputs)
             # The agent's step, as RLlib counts it: len(episode) + agent_t_started.
-            if PyDict_GetItem(t_started, aid) is NULL:
-                PyDict_SetItem(t_started, aid, 0)
-            step = PyLong_AsLongLongAndOverflow(<object>PyDict_GetItem(t_started, aid), &overflow)
-            steps = <AgentStepsCore>PyDict_GetItem(mapping, aid)
-            if overflow or step > INT64_MAX - (ep.t - ep.t_started):
-                steps.push(<object>PyDict_GetItem(t_started, aid) + (ep.t - ep.t_started))
-            else:
-                steps.push_step(step + (ep.t - ep.t_started))
+            if plan.new_t_started:
+                PyDict_SetItem(self.agent_t_started, aid, 0)
+            (<AgentStepsCore>plan.steps).push_step(plan.t_started + (ep.t - ep.t_started))
         self.last_step_time = now()
         if isnan(self.start_time):
             self.start_time = self.last_step_time
-        return True
+        return 0
 
     def _cut_at_last_observations(self):
         """cut() without lookback when no action hangs and every agent observed
@@ -375,19 +431,20 @@ cdef class MultiAgentCore:
         new_mapping = defaultdict(AgentSteps)
         pos = 0
         while PyDict_Next(episodes, &pos, &key, &value):
+            aid = <object>key      # held: user code (a __deepcopy__) may run in between
             episode = <EpisodeCore>value
             piece = episode.cut()
             # The single-agent cut drops the ids and keeps the output keys
             # (empty); a multi-agent chunk's agent has its ids and no keys yet.
-            (<EpisodeCore>piece).agent_id = <object>key
+            (<EpisodeCore>piece).agent_id = aid
             (<EpisodeCore>piece).module_id = episode.module_id
             (<EpisodeCore>piece).multi_agent_episode_id = self.id_
             (<EpisodeCore>piece).extra_model_outputs = {}
             (<EpisodeCore>piece).custom_data_ = None
-            pieces[<object>key] = piece
+            pieces[aid] = piece
             steps = AgentSteps.__new__(AgentSteps)
             steps.push_step(episode.t)
-            new_mapping[<object>key] = steps
+            new_mapping[aid] = steps
         successor.agent_episodes = pieces
         successor.env_t_to_agent_t = new_mapping
         successor._custom_data = copy.deepcopy(self._custom_data) if self._custom_data else {}
@@ -445,7 +502,8 @@ cdef class MultiAgentCore:
             return None
         result = {}
         while PyDict_Next(episodes, &pos, &key, &value):
-            found = PyDict_GetItem(mapping, <object>key)
+            aid = <object>key      # held: a fill value's code may run in between
+            found = PyDict_GetItem(mapping, aid)
             if found is NULL or type(<object>found) is not AgentSteps \
                     or not isinstance(<object>value, EpisodeCore):
                 return None
@@ -464,11 +522,11 @@ cdef class MultiAgentCore:
             count = slice_positions(&spec, total, &first, &step)
             if (left or right) and spec.length <= 0:
                 count = 0
-            found = PyDict_GetItem(t_started, <object>key)
+            found = PyDict_GetItem(t_started, aid)
             if found is NULL or type(<object>found) is not int:
                 return None
             offset = actions._lookback - <Py_ssize_t><object>found
-            found = PyDict_GetItem(hanging_actions, <object>key)
+            found = PyDict_GetItem(hanging_actions, aid)
             hanging = None if found is NULL else <object>found
             limit = actions.len_incl_lookback() + (hanging is not None)
             filler = None
@@ -492,7 +550,7 @@ cdef class MultiAgentCore:
                 else:
                     return None
             if len(values) > 0:
-                result[<object>key] = values
+                result[aid] = values
         return result
 
     cdef object _observations_at(self, object index):
@@ -513,7 +571,8 @@ cdef class MultiAgentCore:
             return None
         result = {}
         while PyDict_Next(episodes, &pos, &key, &value):
-            found = PyDict_GetItem(mapping, <object>key)
+            aid = <object>key
+            found = PyDict_GetItem(mapping, aid)
             if found is NULL or type(<object>found) is not AgentSteps:
                 return None
             steps = <AgentStepsCore>found
@@ -527,7 +586,7 @@ cdef class MultiAgentCore:
             t = (<int64_t*>steps._col.data)[p]
             if t == INT64_MIN:
                 continue
-            found = PyDict_GetItem(t_started, <object>key)
+            found = PyDict_GetItem(t_started, aid)
             if found is NULL or type(<object>found) is not int \
                     or not isinstance(<object>value, EpisodeCore):
                 return None
@@ -540,7 +599,7 @@ cdef class MultiAgentCore:
                 return None
             item = obs.item_at(p)
             if item is not None:
-                result[<object>key] = item
+                result[aid] = item
         return result
 
 
