@@ -1,11 +1,12 @@
 """The `episode` command (`python -m episode`): a sampling demo and a benchmark.
 
-    episode demo [--env CartPole-v1] [--num-envs 1] [--steps 100000] ...
+    episode demo [--env CartPole-v1] [--num-envs 1] [--agents N] [--steps 100000] ...
     episode bench [--rounds 7] [--workloads a,b] [--json PATH] [--plot PATH]
     episode --version
 
-`demo` samples a gymnasium environment with random actions and keeps the
-episodes the way an RLlib sampler does; `bench` times the workloads of
+`demo` samples a gymnasium environment (or a multi-agent one: N copies of a
+gymnasium env as agents, a PettingZoo ParallelEnv or an RLlib MultiAgentEnv)
+with random actions and keeps the episodes the way an RLlib sampler does; `bench` times the workloads of
 episode.workloads for ours and, when ray[rllib] is installed, for RLlib's
 SingleAgentEpisode in the same process. Without a command, `demo` runs.
 
@@ -165,6 +166,161 @@ def _make_env(env_id: str, num_envs: int):
         raise UsageError(f"cannot make environment {env_id!r}: {e}") from None
 
 
+# -- multi-agent envs ------------------------------------------------------------
+
+class Copies:
+    """`n` copies of a gymnasium env as the agents ``agent_0``... of one
+    multi-agent env (RLlib's dict API): they step together, each ends on its
+    own, and ``"__all__"`` ends the episode once all have."""
+
+    def __init__(self, env_id: str, n: int):
+        import gymnasium as gym
+
+        try:
+            self.envs = {f"agent_{i}": gym.make(env_id) for i in range(n)}
+        except gym.error.UnregisteredEnv as e:
+            raise UsageError(f"unknown environment id {env_id!r}: {e}") from None
+        except (gym.error.Error, ImportError) as e:
+            raise UsageError(f"cannot make environment {env_id!r}: {e}") from None
+        self.done: set = set()
+
+    def action_space(self, agent_id):
+        return self.envs[agent_id].action_space
+
+    def reset(self, seed: int | None = None):
+        self.done = set()
+        obs, infos = {}, {}
+        for i, (aid, env) in enumerate(self.envs.items()):
+            obs[aid], infos[aid] = env.reset(seed=None if seed is None else seed + i)
+            env.action_space.seed(None if seed is None else seed + i)
+        return obs, infos
+
+    def step(self, actions: dict):
+        obs, rewards, terminateds, truncateds, infos = {}, {}, {}, {}, {}
+        for aid, action in actions.items():
+            o, r, term, trunc, info = self.envs[aid].step(action)
+            obs[aid], rewards[aid], infos[aid] = o, float(r), info
+            terminateds[aid], truncateds[aid] = bool(term), bool(trunc)
+            if term or trunc:
+                self.done.add(aid)
+        all_done = len(self.done) == len(self.envs)
+        terminateds["__all__"] = all_done and any(terminateds.values())
+        truncateds["__all__"] = all_done and not terminateds["__all__"]
+        return obs, rewards, terminateds, truncateds, infos
+
+    def close(self) -> None:
+        for env in self.envs.values():
+            env.close()
+
+
+def _multi_agent_env(reference: str):
+    """The multi-agent env `module:attr` makes (a PettingZoo ParallelEnv or
+    an RLlib MultiAgentEnv, class or factory called without arguments), or
+    None when `reference` is not such a reference (a gymnasium id)."""
+    import importlib
+
+    module_name, sep, attr = reference.partition(":")
+    if not sep or not attr.isidentifier():
+        return None
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError:
+        return None
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        return None
+    try:
+        env = factory()
+    except Exception as e:  # noqa: BLE001 -- a user's env: report, do not trace back
+        raise UsageError(f"cannot make environment {reference!r}: {e}") from None
+    if hasattr(env, "possible_agents") or hasattr(env, "get_agent_ids") \
+            or callable(getattr(env, "get_action_space", None)):
+        return env
+    raise UsageError(f"{reference!r} made a {type(env).__name__}, which is neither a "
+                     f"PettingZoo ParallelEnv nor an RLlib MultiAgentEnv")
+
+
+def _action_space(env, agent_id):
+    # PettingZoo and Copies: a method; RLlib's MultiAgentEnv: get_action_space().
+    if callable(getattr(env, "get_action_space", None)):
+        return env.get_action_space(agent_id)
+    return env.action_space(agent_id)
+
+
+def _sample_multi(env, steps: int, rollout: int, seed: int | None, stats: DemoStats,
+                  progress: Progress) -> None:
+    """Steps a multi-agent env with random actions until `steps` env steps are
+    recorded into MultiAgentEpisodes: the agents that observed last and are
+    not done act; a finished episode is to_numpy()'d and dropped, an unfinished
+    one is cut() every `rollout` env steps (the chunk to_numpy()'d)."""
+    from episode import MultiAgentEpisode
+
+    clock = time.perf_counter
+    returns = 0.0
+    length = 0
+
+    def reset(i: int):
+        t0 = clock()
+        obs, infos = env.reset(seed=None if seed is None else seed + i)
+        t1 = clock()
+        episode = MultiAgentEpisode()
+        episode.add_env_reset(observations=obs, infos=infos)
+        stats.env_s += t1 - t0
+        stats.episode_s += clock() - t1
+        return episode
+
+    episode = reset(0)
+    stats.live = [episode]
+    spaces: dict = {}
+    while stats.env_steps < steps:
+        t0 = clock()
+        to_act = episode.get_agents_to_act()
+        book = clock() - t0
+        actions = {}
+        for aid in to_act:
+            if aid not in spaces:
+                spaces[aid] = _action_space(env, aid)
+                spaces[aid].seed(None if seed is None else seed + len(spaces))
+            actions[aid] = spaces[aid].sample()
+        t0 = clock()
+        obs, rewards, terminateds, truncateds, infos = env.step(actions)
+        stats.env_s += clock() - t0
+        if "__all__" not in terminateds:
+            # PettingZoo's parallel API: the episode ends once no agent is left.
+            left = getattr(env, "agents", None)
+            terminateds = {**terminateds, "__all__": not left and any(terminateds.values())}
+            truncateds = {**truncateds, "__all__": not left and not terminateds["__all__"]}
+        t0 = clock()
+        episode.add_env_step(obs, actions, rewards, infos, terminateds=terminateds,
+                             truncateds=truncateds)
+        book += clock() - t0
+        stats.env_steps += 1
+        length += 1
+        returns += float(sum(rewards.values()))
+        if episode.is_done:
+            t0 = clock()
+            episode.to_numpy()
+            stats.episode_s += book + clock() - t0
+            stats.episodes += 1
+            stats.chunks += 1
+            stats.returns += returns
+            stats.lengths += length
+            returns, length = 0.0, 0
+            episode = reset(stats.episodes)
+            stats.live = [episode]
+        else:
+            if stats.env_steps % rollout == 0:
+                t0 = clock()
+                successor = episode.cut()
+                episode.to_numpy()
+                episode = successor
+                stats.live = [episode]
+                stats.chunks += 1
+                book += clock() - t0
+            stats.episode_s += book
+        progress.update(stats.env_steps)
+
+
 def _autoreset_mode(env) -> str:
     # Gymnasium 1.x vector envs state it in metadata; NextStep is the default.
     mode = env.metadata.get("autoreset_mode", "NextStep")
@@ -280,7 +436,16 @@ def _demo_summary(args, env, stats: DemoStats) -> str:
         return f"{stats.env_steps / seconds:>12,.0f} steps/s" if seconds > 0 else ""
 
     live = [e for e in stats.live if e is not None]
-    mode = _autoreset_mode(env)
+    if hasattr(env, "num_envs"):
+        head = (f"{args.env}: {args.num_envs} sync env(s), autoreset {_autoreset_mode(env)}, "
+                f"seed {args.seed}, random actions")
+        calls = "add_env_reset, add_env_step, cut, to_numpy"
+        rollout = f"cut() every {args.rollout} steps of a sub-env"
+    else:
+        agents = f"{args.agents} copies as agents" if args.agents > 1 else "multi-agent"
+        head = f"{args.env}: {agents}, seed {args.seed}, random actions, MultiAgentEpisode"
+        calls = "add_env_reset, add_env_step, get_agents_to_act, cut, to_numpy"
+        rollout = f"cut() every {args.rollout} env steps"
     if stats.episodes:
         means = (f"mean return {stats.returns / stats.episodes:.1f}, "
                  f"mean length {stats.lengths / stats.episodes:.1f}")
@@ -291,26 +456,34 @@ def _demo_summary(args, env, stats: DemoStats) -> str:
         ("env steps", f"{stats.env_steps:,}", f"in {stats.wall_s:.2f} s wall time"),
         ("in the env", f"{stats.env_s:.3f} s", f"{rate(stats.env_s)}  (env.reset, env.step)"),
         ("in episode calls", f"{stats.episode_s:.3f} s",
-         f"{rate(stats.episode_s)}  (add_env_reset, add_env_step, cut, to_numpy)"),
+         f"{rate(stats.episode_s)}  ({calls})"),
         ("chunks handed on", f"{stats.chunks:,}",
-         f"to_numpy()'d: finished episodes, cut() every {args.rollout} steps of a sub-env"),
+         f"to_numpy()'d: finished episodes, {rollout}"),
         ("memory held", format_bytes(_held_bytes(live)),
          f"by {len(live)} live episode(s) (tracemalloc, on an unpickled copy)"),
     ]
-    head = (f"{args.env}: {args.num_envs} sync env(s), autoreset {mode}, seed {args.seed}, "
-            "random actions")
     width = max(len(r[1]) for r in rows)
     return "\n".join([head] + [f"  {a:<18} {b:>{width}}  {c}" for a, b, c in rows])
 
 
 def demo(args) -> int:
-    env = _make_env(args.env, args.num_envs)
+    if args.agents > 1:
+        if args.num_envs != 1:
+            raise UsageError("--agents and --num-envs cannot be combined (one multi-agent env)")
+        env = Copies(args.env, args.agents)
+    else:
+        env = _multi_agent_env(args.env)
+        if env is not None and args.num_envs != 1:
+            raise UsageError("--num-envs needs a gymnasium env id, not a multi-agent env")
+        if env is None:
+            env = _make_env(args.env, args.num_envs)
+    sample = _sample if hasattr(env, "num_envs") else _sample_multi
     stats = DemoStats()
     progress = Progress(args.steps, "steps", args.progress)
     start = time.perf_counter()
     interrupted = False
     try:
-        _sample(env, args.steps, args.rollout, args.seed, stats, progress)
+        sample(env, args.steps, args.rollout, args.seed, stats, progress)
     except KeyboardInterrupt:
         interrupted = True
     finally:
@@ -581,8 +754,12 @@ def _parser() -> argparse.ArgumentParser:
                     "add_env_step, cut() every --rollout steps, to_numpy() of every chunk "
                     "handed on. Ends with a summary of the time spent in the env and in "
                     "episode calls.")
-    d.add_argument("--env", default="CartPole-v1", help="a registered gymnasium env id "
-                   "(default: %(default)s)")
+    d.add_argument("--env", default="CartPole-v1", help="a registered gymnasium env id, or "
+                   "module:factory making a PettingZoo ParallelEnv or an RLlib "
+                   "MultiAgentEnv (default: %(default)s)")
+    d.add_argument("--agents", type=_positive_int, default=1,
+                   help="with N > 1: N copies of the --env gymnasium env as the agents of "
+                        "one multi-agent env, kept in MultiAgentEpisodes (default: 1)")
     d.add_argument("--num-envs", type=_positive_int, default=1,
                    help="sub-envs of the vector env (default: %(default)s)")
     d.add_argument("--steps", type=_positive_int, default=100_000,

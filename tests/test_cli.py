@@ -66,6 +66,10 @@ def test_bad_input_exits_2_with_one_line(args, fragments):
     (["demo", "--rollout", "0"], ["--rollout"]),
     (["demo", "--env", "CartPole-v9"], ["unknown environment id 'CartPole-v9'"]),
     (["demo", "--env", "nomodule:Env-v0"], ["'nomodule:Env-v0'"]),
+    (["demo", "--env", "os:getcwd"], ["'os:getcwd'", "neither a PettingZoo"]),
+    (["demo", "--agents", "2", "--num-envs", "2"], ["--agents", "--num-envs"]),
+    (["demo", "--agents", "2", "--env", "Nope-v0"], ["unknown environment id 'Nope-v0'"]),
+    (["demo", "--agents", "0"], ["--agents"]),
     (["bench", "--rounds", "0"], ["--rounds"]),
     (["bench", "--workloads", "nope,slice_64"], ["unknown workload", "nope"]),
     (["bench", "--plot", "/nonexistent/dir/x.png"], ["--plot", "/nonexistent/dir/x.png"]),
@@ -155,6 +159,42 @@ def test_demo_records_every_step_once(mode, monkeypatch):
     assert stats.returns == stats.lengths      # reward 1.0 per step
     assert stats.lengths + sum(e.t for e in live) == 700
     assert all(not e.is_done and not e.is_numpy for e in live)
+
+
+def test_demo_multi_agent_records_every_env_step_once():
+    """N copies of CartPole as agents: every env step lands in one chunk, and
+    each agent step's reward (1.0) in its agent's episode."""
+    env = cli.Copies("CartPole-v1", 3)
+    stats = cli.DemoStats()
+    cli._sample_multi(env, 700, 7, 0, stats, cli.Progress(700, "steps", enabled=False))
+    env.close()
+    (live,) = stats.live
+    assert stats.env_steps == 700 and stats.episodes > 0
+    assert stats.lengths + live.env_t == 700
+    assert not live.is_done and not live.is_numpy
+    assert live.get_return() == sum(len(ep) for ep in live.agent_episodes.values())
+
+
+def test_demo_multi_agent_short_run():
+    result = run_module("demo", "--agents", "2", "--steps", "300", "--rollout", "20")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert out.startswith("CartPole-v1: 2 copies as agents")
+    assert summary_value(out, "env steps") == "300"
+    assert int(summary_value(out, "episodes finished")) > 0
+
+
+@pytest.mark.rllib
+@pytest.mark.parametrize("reference", [
+    "ray.rllib.examples.envs.classes.multi_agent:MultiAgentCartPole",
+    "ray.rllib.examples.envs.classes.multi_agent.tic_tac_toe:TicTacToe",
+])
+def test_demo_rllib_multi_agent_env(capsys, reference):
+    pytest.importorskip("ray.rllib")
+    assert cli.main(["demo", "--env", reference, "--steps", "400", "--rollout", "30"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{reference}: multi-agent")
+    assert summary_value(out, "env steps") == "400"
 
 
 def test_demo_progress_bar(capsys):
