@@ -267,3 +267,27 @@ def test_user_code_inside_a_step_cannot_pull_data_from_under_it(where):
     _run(episode, "add_env_step", (obs, actions, rewards), kwargs)
     _run(episode, "get_observations", (-1,), {})
     _run(episode, "get_actions", (slice(-2, None),), {"fill": 0})
+
+
+def test_mapping_data_is_a_new_list_each_read():
+    """A difference (README): `env_t_to_agent_t[aid].data` is a list made on
+    each read, since the steps are stored as int64; writing into it changes
+    nothing. RLlib's is the buffer's own list."""
+    episode = _stepped()
+    data = episode.env_t_to_agent_t["a1"].data
+    assert data == [0, "S"]
+    data.append(5)
+    assert episode.env_t_to_agent_t["a1"].data == [0, "S"]
+    # What RLlib's own code reads from it still works: list methods and indexing.
+    assert episode.env_t_to_agent_t["a0"].data.index(1) == 1
+    assert episode.env_t_to_agent_t["a0"][-1] == 1
+
+
+@pytest.mark.rllib
+def test_rllib_mapping_data_is_its_live_list():
+    module = pytest.importorskip("ray.rllib.env.multi_agent_episode")
+    episode = module.MultiAgentEpisode()
+    episode.add_env_reset(observations={"a0": np.zeros(2), "a1": np.ones(2)})
+    episode.add_env_step({"a0": np.ones(2)}, {"a0": 0, "a1": 1}, {"a0": 1.0, "a1": 2.0})
+    episode.env_t_to_agent_t["a1"].data.append(5)
+    assert episode.env_t_to_agent_t["a1"].data == [0, "S", 5]
