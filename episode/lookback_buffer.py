@@ -279,7 +279,8 @@ class InfiniteLookbackBuffer(BufferCore):
                 )
             return self._fill_item(fill, one_hot_discrete)
         if add_last is not None and self.finalized:
-            data = map_struct(lambda a: a[pos], self._rows(slice(None), ignore_last, add_last))
+            data = map_struct(lambda a: a[0], self._rows(slice(pos, pos + 1), ignore_last,
+                                                         add_last))
         elif add_last is not None and pos == length - 1:
             data = add_last
         else:
@@ -287,21 +288,26 @@ class InfiniteLookbackBuffer(BufferCore):
         return self._one_hot(data) if one_hot_discrete else data
 
     def _rows(self, slice_: slice, ignore_last: bool, add_last: Any) -> Any:
-        """data_to_use[slice_], where data_to_use drops/adds a last item as asked."""
+        """data_to_use[slice_], where data_to_use drops/adds a last item as
+        asked. A hanging value is a virtual row after the data: only the rows
+        the slice picks are read."""
         n = max(self.len_incl_lookback() - ignore_last, 0)
         if not self.finalized:
             if add_last is None:
                 return [self._item(p) for p in range(n)[slice_]]
-            return _appended([self._item(p) for p in range(n)], add_last)[slice_]
+            col = self._col
+            if (n == 0 or col is None or not col.is_typed
+                    or np.shape(add_last) != col.view().shape[1:]):
+                # Items of several types or shapes: RLlib's np.append of them all.
+                return _appended([self._item(p) for p in range(n)], add_last)[slice_]
+            # Typed rows: np.asarray(items) is the storage's own array.
+            return _with_last_row(col.view()[:n], add_last, slice_)
 
         def rows(col, extra=None):
             base = col.view()[:n]
-            if add_last is not None:
-                # (RLlib np.append()s it, which flattens rows; an empty leaf
-                # takes the hanging value's own shape and dtype.)
-                last = np.asarray(extra)[None]
-                base = np.concatenate([base, last]) if len(base) else last
-            return base[slice_]
+            if add_last is None:
+                return base[slice_]
+            return _with_last_row(base, extra, slice_)
 
         if add_last is None:
             return map_struct(rows, self._tree)
@@ -523,6 +529,31 @@ class InfiniteLookbackBuffer(BufferCore):
         else:
             head, tail = data[:lb], data[lb:]
         return f"{type(self).__name__}({head} <- lookback({lb}) | {tail})"
+
+
+def _range_slice(r: range) -> slice:
+    """The slice that picks range `r` out of a sequence of `len(r)` or more."""
+    if len(r) == 0:
+        return slice(0, 0)
+    return slice(r.start, r.stop if r.stop >= 0 else None, r.step)
+
+
+def _with_last_row(base: np.ndarray, extra: Any, slice_: slice) -> np.ndarray:
+    """np.concatenate([base, extra as one more row])[slice_] (RLlib's read
+    with a hanging value; an empty base takes the value's own shape and
+    dtype), copying only the rows the slice picks."""
+    last = np.asarray(extra)[None]
+    n = len(base)
+    if n == 0:
+        return last[slice_]
+    if last.shape[1:] != base.shape[1:]:
+        return np.concatenate([base, last])[slice_]     # numpy's error, as before
+    picked = range(n + 1)[slice_]
+    if n not in picked:
+        return np.array(base[_range_slice(picked)], dtype=np.result_type(base, last))
+    if picked.step > 0:
+        return np.concatenate([base[_range_slice(picked[:-1])], last])
+    return np.concatenate([last, base[_range_slice(picked[1:])]])
 
 
 def _appended(items: list, last: Any) -> Any:

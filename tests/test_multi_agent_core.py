@@ -291,3 +291,29 @@ def test_rllib_mapping_data_is_its_live_list():
     episode.add_env_step({"a0": np.ones(2)}, {"a0": 0, "a1": 1}, {"a0": 1.0, "a1": 2.0})
     episode.env_t_to_agent_t["a1"].data.append(5)
     assert episode.env_t_to_agent_t["a1"].data == [0, "S", 5]
+
+
+@pytest.mark.parametrize("finalized", [True, False])
+@pytest.mark.parametrize("index", [-1, -2, slice(-3, None), slice(5, 8)])
+def test_a_hanging_value_is_a_virtual_row_not_a_copy_of_the_column(finalized, index):
+    """Reads with a hanging value (`_add_last_ts_value`, how the multi-agent
+    episode reads hanging actions) touch only the rows they return."""
+    import tracemalloc
+
+    items = list(np.arange(200_000, dtype=np.float64))
+    buffer = InfiniteLookbackBuffer(items)
+    if finalized:
+        buffer.finalize()
+    if isinstance(index, int) and not finalized:
+        expected = (items + [7.0])[index]       # list mode: the item, or the value itself
+    else:
+        expected = np.append(np.arange(200_000, dtype=np.float64), 7.0)[index]
+    tracemalloc.start()
+    try:
+        got = buffer.get(index, _add_last_ts_value=7.0)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 100_000       # the column is 1.6 MB
+    assert type(got) is type(expected) and np.array_equal(got, expected)
+    assert np.asarray(got).dtype == np.asarray(expected).dtype

@@ -9,12 +9,15 @@ from episode.workloads import (
     N_APPEND,
     N_COLLECT,
     N_CUT,
+    N_MA,
     N_STEPS,
     WORKLOADS,
     _blackjack,
     _cartpole,
     _dict_obs,
     _logp,
+    _ma_steps,
+    _ma_turns,
     assert_same,
     check,
     rllib_class,
@@ -70,7 +73,41 @@ def _is_logp_append(r, numpy):
             and logp[-1] == _logp()[-1] and (not numpy or logp.dtype == np.float32))
 
 
+def _is_ma_run(r, steps, numpy=False):
+    """r is the multi-agent episode of all env steps of `steps`."""
+    last = {}
+    for obs, _, _ in steps:
+        last.update(obs)
+    final = r.get_observations(-1, env_steps=False)
+    return (r.env_t == N_MA and len(r) == N_MA and r.is_numpy == numpy
+            and set(r.agent_episodes) == set(last)
+            and all(np.array_equal(final[aid], o) for aid, o in last.items()))
+
+
+def _is_filled_turns(r):
+    """r is each agent's last four env steps of actions, 0 where it waited."""
+    turns = _ma_turns()
+    expected = {"a0": [], "a1": []}
+    for t in range(N_MA - 4, N_MA):
+        (actor, action), = turns[t + 1][1].items()
+        for aid in expected:
+            expected[aid].append(action if aid == actor else 0)
+    return r == expected
+
+
 EXPECTED = {
+    "ma_add_env_step_2": lambda r: _is_ma_run(r, _ma_steps(2)),
+    "ma_add_env_step_8": lambda r: _is_ma_run(r, _ma_steps(8)),
+    "ma_add_env_step_turns": lambda r: _is_ma_run(r, _ma_turns())
+    and list(r._hanging_actions_end) == ["a1"],
+    "ma_get_observations_last": lambda r: r.keys() == {"a0", "a1"}
+    and all(np.array_equal(r[aid], _ma_steps(2)[-1][0][aid]) for aid in r),
+    "ma_get_actions_filled": _is_filled_turns,
+    "ma_cut": lambda r: len(r) == 0 and r.env_t_started == N_MA and not r.is_numpy
+    and set(r.agent_episodes) == {"a0", "a1"},
+    "ma_to_numpy": lambda r: _is_ma_run(r, _ma_steps(2), numpy=True),
+    "ma_pickle_roundtrip": lambda r: _is_ma_run(r, _ma_steps(2), numpy=True),
+    "ma_pickle_roundtrip_list": lambda r: _is_ma_run(r, _ma_steps(2)),
     "add_env_step": lambda r: len(r) == N_COLLECT and not r.is_numpy,
     "collect_to_numpy_cartpole": lambda r: len(r) == N_COLLECT and r.is_numpy
     and r.get_observations().dtype == np.float32,

@@ -1,3 +1,4 @@
+from libc.math cimport NAN
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
 from episode._buffer cimport BufferCore
@@ -8,6 +9,15 @@ cdef inline double now() noexcept:
     cdef timespec ts
     clock_gettime(CLOCK_MONOTONIC, &ts)
     return ts.tv_sec + ts.tv_nsec * 1e-9
+
+
+# Step times are C doubles; NaN stands for RLlib's None (not started, no step).
+cdef inline object time_or_none(double t):
+    return None if t != t else t
+
+
+cdef inline double time_from(object value) except? -1:
+    return NAN if value is None else value
 
 
 cdef class EpisodeCore:

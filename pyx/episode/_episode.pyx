@@ -210,19 +210,19 @@ cdef class EpisodeCore:
     # Times are kept as C doubles (perf_counter's clock); None reads as unset.
     @property
     def _start_time(self):
-        return None if isnan(self.start_time) else self.start_time
+        return time_or_none(self.start_time)
 
     @_start_time.setter
     def _start_time(self, value):
-        self.start_time = NAN if value is None else value
+        self.start_time = time_from(value)
 
     @property
     def _last_step_time(self):
-        return None if isnan(self.last_step_time) else self.last_step_time
+        return time_or_none(self.last_step_time)
 
     @_last_step_time.setter
     def _last_step_time(self, value):
-        self.last_step_time = NAN if value is None else value
+        self.last_step_time = time_from(value)
 
     @property
     def _last_added_infos(self):

@@ -20,7 +20,7 @@ cimport numpy as cnp
 
 from episode._buffer cimport BufferCore
 from episode._column cimport Column, KIND_EMPTY, KIND_INT
-from episode._episode cimport EpisodeCore, now
+from episode._episode cimport EpisodeCore, now, time_from, time_or_none
 from episode._index cimport (INDEX_LIMIT, SliceSpec, clamped_index, int_position,
                              interpret_slice, slice_positions)
 
@@ -150,19 +150,19 @@ cdef class MultiAgentCore:
 
     @property
     def _start_time(self):
-        return None if isnan(self.start_time) else self.start_time
+        return time_or_none(self.start_time)
 
     @_start_time.setter
     def _start_time(self, value):
-        self.start_time = NAN if value is None else value
+        self.start_time = time_from(value)
 
     @property
     def _last_step_time(self):
-        return None if isnan(self.last_step_time) else self.last_step_time
+        return time_or_none(self.last_step_time)
 
     @_last_step_time.setter
     def _last_step_time(self, value):
-        self.last_step_time = NAN if value is None else value
+        self.last_step_time = time_from(value)
 
     def _stepped(self):
         """Marks the time of a step (the first one starts the clock)."""
