@@ -187,14 +187,14 @@ def _multi_class(cls: type) -> type:
 
 
 @functools.cache
-def _ma_steps(n_agents: int) -> list:
-    """N_MA + 1 env steps of `n_agents` simultaneous agents: one
+def _ma_steps(n_agents: int, n: int = N_MA) -> list:
+    """n + 1 env steps of `n_agents` simultaneous agents: one
     (observations, actions, rewards) triple of agent dicts per step (the
     first one's observations are the reset's)."""
     rng = np.random.default_rng(7 + n_agents)
     ids = [f"a{i}" for i in range(n_agents)]
     steps = []
-    for _ in range(N_MA + 1):
+    for _ in range(n + 1):
         steps.append((
             {a: rng.uniform(-1.0, 1.0, size=4).astype(np.float32) for a in ids},
             {a: int(rng.integers(0, 2)) for a in ids},
@@ -265,9 +265,9 @@ def _ma_to_numpy(cls: type) -> Round:
                  lambda: (_ma_episode(cls, steps),))
 
 
-def _ma_pickle_roundtrip(numpy: bool) -> Callable[[type], Round]:
+def _ma_pickle_roundtrip(numpy: bool, n: int = N_MA) -> Callable[[type], Round]:
     def prepare(cls: type) -> Round:
-        episode = _ma_episode(cls, _ma_steps(2))
+        episode = _ma_episode(cls, _ma_steps(2, n), n)
         if numpy:
             episode.to_numpy()
         return Round(lambda: pickle.loads(pickle.dumps(episode, protocol=5)))
@@ -493,6 +493,10 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in [
     Workload("ma_pickle_roundtrip_list",
              "MultiAgentEpisode: the same pickle round trip of the list-mode episode", 1,
              _ma_pickle_roundtrip(numpy=False)),
+    Workload("ma_pickle_roundtrip_10k",
+             "MultiAgentEpisode: pickle.loads(pickle.dumps(episode, protocol=5)) of a "
+             "numpy'ized 10k-step episode (2 simultaneous agents; as pickle_roundtrip_10k)",
+             1, _ma_pickle_roundtrip(numpy=True, n=N_STEPS)),
 ]}
 
 

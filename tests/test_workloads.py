@@ -79,7 +79,8 @@ def _is_ma_run(r, steps, numpy=False):
     for obs, _, _ in steps:
         last.update(obs)
     final = r.get_observations(-1, env_steps=False)
-    return (r.env_t == N_MA and len(r) == N_MA and r.is_numpy == numpy
+    n = len(steps) - 1
+    return (r.env_t == n and len(r) == n and r.is_numpy == numpy
             and set(r.agent_episodes) == set(last)
             and all(np.array_equal(final[aid], o) for aid, o in last.items()))
 
@@ -108,6 +109,7 @@ EXPECTED = {
     "ma_to_numpy": lambda r: _is_ma_run(r, _ma_steps(2), numpy=True),
     "ma_pickle_roundtrip": lambda r: _is_ma_run(r, _ma_steps(2), numpy=True),
     "ma_pickle_roundtrip_list": lambda r: _is_ma_run(r, _ma_steps(2)),
+    "ma_pickle_roundtrip_10k": lambda r: _is_ma_run(r, _ma_steps(2, N_STEPS), numpy=True),
     "add_env_step": lambda r: len(r) == N_COLLECT and not r.is_numpy,
     "collect_to_numpy_cartpole": lambda r: len(r) == N_COLLECT and r.is_numpy
     and r.get_observations().dtype == np.float32,
