@@ -317,3 +317,27 @@ def test_a_hanging_value_is_a_virtual_row_not_a_copy_of_the_column(finalized, in
     assert peak < 100_000       # the column is 1.6 MB
     assert type(got) is type(expected) and np.array_equal(got, expected)
     assert np.asarray(got).dtype == np.asarray(expected).dtype
+
+
+@pytest.mark.parametrize("step, t_started", [
+    (2 ** 62 + 5, 0), (-(2 ** 63) + 1, 0), (2 ** 63 - 1, 0), (1, 2 ** 62 + 1), (1, -(2 ** 62) - 1),
+    (1, 2 ** 70),
+])
+def test_extreme_agent_steps_read_as_the_general_path_reads_them(step, t_started):
+    """Mapping entries and agent_t_started values at the ends of int64 (only
+    user code puts them there): the compiled reads give what the general
+    path gives (no overflow in C)."""
+    episodes = []
+    for cls in (MultiAgentEpisode, GeneralOnly):
+        episode = cls()
+        episode.add_env_reset(observations={"a0": 0, "a1": 1})
+        episode.add_env_step({"a0": 1}, {"a0": 0, "a1": 1}, {"a0": 1.0, "a1": 2.0})
+        episode.env_t_to_agent_t["a0"].append(step)
+        episode.env_t_to_agent_t["a1"].append(step)
+        episode.agent_t_started["a0"] = t_started
+        episodes.append(episode)
+    for name, args, kwargs in [("get_observations", (-1,), {}), ("get_observations", (-2,), {}),
+                               ("get_actions", (slice(-3, None),), {"fill": 0}),
+                               ("get_actions", (slice(None),), {"fill": -1})]:
+        _same(_run(episodes[0], name, args, kwargs), _run(episodes[1], name, args, kwargs),
+              f"{name}{args}")

@@ -117,9 +117,19 @@ cdef struct Plan:
     unsigned char move        # a Move
 
 
-# An agent_t_started beyond this declines the fast step, whose steps are
-# t_started + len(episode) in int64.
+# Agent steps and agent_t_started values beyond this send a call to the
+# general path: the C paths add two of them and a length in int64.
 cdef long long T_STARTED_LIMIT = 1LL << 62
+
+
+cdef inline bint small_int(object value, long long* out) noexcept:
+    # An exact int within +-T_STARTED_LIMIT: sums of two of them and a
+    # lookback stay inside int64. False for anything else.
+    cdef int overflow = 0
+    if type(value) is not int:
+        return False
+    out[0] = PyLong_AsLongLongAndOverflow(value, &overflow)
+    return not overflow and -T_STARTED_LIMIT <= out[0] <= T_STARTED_LIMIT
 
 
 cdef class MultiAgentCore:
@@ -221,7 +231,6 @@ cdef class MultiAgentCore:
         cdef PyObject* found
         cdef bint in_rewards, in_term, in_trunc, flagged
         cdef long long agent_t_started
-        cdef int overflow = 0
         cdef EpisodeCore ep
         cdef Plan* plan
         episodes, mapping = self.agent_episodes, self.env_t_to_agent_t
@@ -305,11 +314,7 @@ cdef class MultiAgentCore:
                     return False
                 plan.t_started = 0
             else:
-                if type(<object>found) is not int:
-                    return False
-                agent_t_started = PyLong_AsLongLongAndOverflow(<object>found, &overflow)
-                if overflow or agent_t_started > T_STARTED_LIMIT \
-                        or agent_t_started < -T_STARTED_LIMIT:
+                if not small_int(<object>found, &agent_t_started):
                     return False
                 plan.t_started = agent_t_started
             if not absent(obs) and not absent(act):
@@ -484,6 +489,7 @@ cdef class MultiAgentCore:
         lists: list mode only. None, before anything changes, for the general
         path."""
         cdef Py_ssize_t pos = 0, n, total, lb, first, step, count, i, p = 0, limit
+        cdef long long agent_t_started
         cdef bint skip
         cdef Py_ssize_t left, right, offset
         cdef SliceSpec spec
@@ -525,7 +531,9 @@ cdef class MultiAgentCore:
             found = PyDict_GetItem(t_started, aid)
             if found is NULL or type(<object>found) is not int:
                 return None
-            offset = actions._lookback - <Py_ssize_t><object>found
+            if not small_int(<object>found, &agent_t_started):
+                return None
+            offset = actions._lookback - agent_t_started
             found = PyDict_GetItem(hanging_actions, aid)
             hanging = None if found is NULL else <object>found
             limit = actions.len_incl_lookback() + (hanging is not None)
@@ -535,7 +543,9 @@ cdef class MultiAgentCore:
                 skip = i < left or i >= left + count
                 if not skip:
                     t = (<int64_t*>steps._col.data)[first + (i - left) * step]
-                    p = <Py_ssize_t>t + offset
+                    if t != INT64_MIN and (t > T_STARTED_LIMIT or t < -T_STARTED_LIMIT):
+                        return None
+                    p = 0 if t == INT64_MIN else <Py_ssize_t>t + offset
                     # No step, or the step after the hanging one (awaiting an action).
                     skip = t == INT64_MIN or p == limit
                 if skip:
@@ -558,6 +568,7 @@ cdef class MultiAgentCore:
         step there left out); None, before anything changes, where the
         general path has to answer (an index out of range raises there)."""
         cdef Py_ssize_t pos = 0, idx = clamped_index(index), n, lb, p
+        cdef long long agent_t_started
         cdef PyObject* key
         cdef PyObject* value
         cdef PyObject* found
@@ -594,7 +605,10 @@ cdef class MultiAgentCore:
             if obs is None:
                 return None
             # The agent step as a row of its observations (lookback included).
-            p = <Py_ssize_t>t + obs._lookback - <Py_ssize_t><object>found
+            if not small_int(<object>found, &agent_t_started) \
+                    or t > T_STARTED_LIMIT or t < -T_STARTED_LIMIT:
+                return None
+            p = <Py_ssize_t>t + obs._lookback - agent_t_started
             if p < 0 or p >= obs.len_incl_lookback():
                 return None
             item = obs.item_at(p)
