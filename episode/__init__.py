@@ -2,7 +2,9 @@
 from episode.lookback_buffer import InfiniteLookbackBuffer
 from episode.multi_agent_episode import MultiAgentEpisode
 from episode.single_agent_episode import SingleAgentEpisode
+from episode.views import ViewRequirement
 
 __version__ = "0.1.0"
 
-__all__ = ["InfiniteLookbackBuffer", "MultiAgentEpisode", "SingleAgentEpisode"]
+__all__ = ["InfiniteLookbackBuffer", "MultiAgentEpisode", "SingleAgentEpisode",
+           "ViewRequirement"]
