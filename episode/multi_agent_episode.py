@@ -833,6 +833,10 @@ class MultiAgentEpisode(MultiAgentCore):
             return self._get_by_agent_steps(*args)
         if return_list:
             return self._get_by_env_steps_as_list(*args)
+        if not one_hot_discrete:
+            result = self._env_read(what, indices, agent_ids, neg_index_as_lookback, fill, key)
+            if result is not None:
+                return result
         return self._get_by_env_steps(*args)
 
     def get_infos(self, indices: Any = None, agent_ids: Any = None, *,

@@ -563,6 +563,157 @@ cdef class MultiAgentCore:
                 result[aid] = values
         return result
 
+    def _env_read(self, str what, object indices, object agent_ids, bint neg_index_as_lookback,
+                  object fill, object key):
+        """get_<what>(indices, agent_ids, env_steps=True, fill=...) without
+        one-hot or return_list, for list-mode data (and single steps without
+        a hanging value once numpy'ized): the mapping is read and translated
+        to rows in C, one pass per agent. None, before anything changes, for
+        anything else (the general path answers)."""
+        cdef Py_ssize_t pos = 0, n, lb, first = 0, step = 1, count = 0, left = 0, right = 0
+        cdef Py_ssize_t i, k, p, rows, total, idx = 0
+        cdef long long agent_t_started
+        cdef int64_t t
+        cdef bint single, ignore_last, has_limit, finalized, has_hanging
+        cdef SliceSpec spec
+        cdef PyObject* key_ptr
+        cdef PyObject* value
+        cdef PyObject* found
+        cdef AgentStepsCore steps
+        cdef BufferCore buffer
+        cdef EpisodeCore episode
+        cdef list values
+        episodes, mapping, t_started = self.agent_episodes, self.env_t_to_agent_t, \
+            self.agent_t_started
+        if not (type(episodes) is dict and isinstance(mapping, dict)
+                and isinstance(t_started, dict)):
+            return None
+        if what == "observations" or what == "infos":
+            ignore_last = False
+            hanging_of = None
+        elif what == "actions":
+            ignore_last, hanging_of = True, self._hanging_actions_end
+        elif what == "rewards":
+            ignore_last, hanging_of = True, self._hanging_rewards_end
+        elif what == "extra_model_outputs" and key is not None:
+            ignore_last, hanging_of = True, self._hanging_extra_model_outputs_end
+        else:
+            return None
+        if hanging_of is not None and not isinstance(hanging_of, dict):
+            return None
+        if type(indices) is int:
+            single = True
+            idx = clamped_index(indices)
+        elif indices is None or type(indices) is slice:
+            single = False
+        else:
+            return None
+        requested = None if agent_ids is None else self._requested(agent_ids)
+        result = {}
+        while PyDict_Next(episodes, &pos, &key_ptr, &value):
+            aid = <object>key_ptr
+            if requested is not None and aid not in requested:
+                continue
+            found = PyDict_GetItem(mapping, aid)
+            if found is NULL or type(<object>found) is not AgentSteps \
+                    or not isinstance(<object>value, EpisodeCore):
+                return None
+            steps = <AgentStepsCore>found
+            episode = <EpisodeCore>value
+            if not steps.typed():
+                return None
+            # The agent's buffer and its hanging value (the virtual last row).
+            if what == "extra_model_outputs":
+                outputs = episode.extra_model_outputs
+                if not isinstance(outputs, dict):
+                    return None
+                found = PyDict_GetItem(outputs, key)
+                if found is NULL or not isinstance(<object>found, BufferCore):
+                    return None       # (a key only hanging so far, or none: general)
+                buffer = <BufferCore>found
+            else:
+                buffer = getattr(episode, what)
+                if buffer is None:
+                    return None
+            # A hanging row exists when the agent has a hanging value (for
+            # extra outputs: a hanging dict, whatever keys it has).
+            hanging = None
+            has_hanging = False
+            if hanging_of is not None:
+                found = PyDict_GetItem(hanging_of, aid)
+                if found is not NULL and <object>found is not None:
+                    has_hanging = True
+                    hanging = <object>found
+                    if what == "extra_model_outputs":
+                        if not isinstance(hanging, dict):
+                            return None
+                        hanging = hanging.get(key)
+            finalized = buffer.is_finalized() or episode.rewards is None \
+                or episode.rewards.is_finalized()
+            if finalized and (has_hanging or not single):
+                return None
+            found = PyDict_GetItem(t_started, aid)
+            if found is NULL or not small_int(<object>found, &agent_t_started):
+                return None
+            rows = buffer.len_incl_lookback()
+            has_limit = ignore_last
+            # The mapping's rows at `indices` (SKIP where filled), as its get() reads them.
+            n = steps._col.size
+            lb = steps._lookback
+            total = n - ignore_last
+            if single:
+                p = int_position(idx, neg_index_as_lookback, lb, total if total > 0 else 0,
+                                 (n - lb if n > lb else 0) + lb - ignore_last)
+                if p < 0 and fill is None:
+                    return None           # (the general path raises IndexError)
+                first, count, step, left, right = p, 1, 1, 0, 0
+            elif indices is None:
+                interpret_slice(slice(None, -1 if ignore_last else None), False, lb, n, &spec)
+                count = slice_positions(&spec, n, &first, &step)
+                left = right = 0
+            else:
+                interpret_slice(indices, neg_index_as_lookback, lb, total, &spec)
+                count = slice_positions(&spec, total if total > 0 else 0, &first, &step)
+                left = right = 0
+                if fill is not None and (spec.fill_left or spec.fill_right):
+                    left, right = spec.fill_left, spec.fill_right
+                    if spec.length <= 0:
+                        count = 0
+            values = []
+            filler = None
+            for i in range(left + count + right):
+                p = -1
+                if left <= i < left + count and (not single or first >= 0):
+                    t = (<int64_t*>steps._col.data)[first + (i - left) * step]
+                    if t != INT64_MIN:
+                        if t > T_STARTED_LIMIT or t < -T_STARTED_LIMIT:
+                            return None
+                        # The agent step as a row of the buffer (lookback included).
+                        p = <Py_ssize_t>t + buffer._lookback - agent_t_started
+                        if p < 0:
+                            return None       # (below the lookback: general rules)
+                        if has_limit and p == rows + has_hanging:
+                            p = -1            # its latest observation awaits an action
+                if p < 0:
+                    if fill is None:
+                        continue
+                    if filler is None:
+                        filler = fill if buffer._space is None else buffer.get(
+                            INDEX_LIMIT, neg_index_as_lookback=False, fill=fill)
+                    values.append(filler)
+                elif p < rows:
+                    values.append(buffer.item_at(p))
+                elif has_hanging and p == rows and hanging is not None:
+                    values.append(hanging)
+                else:
+                    return None               # past the data: general rules
+            if single:
+                if len(values) == 1 and values[0] is not None:
+                    result[aid] = values[0]
+            elif len(values) > 0:
+                result[aid] = values
+        return result
+
     cdef object _observations_at(self, object index):
         """Each agent's observation at env step `index` (agents that did not
         step there left out); None, before anything changes, where the
