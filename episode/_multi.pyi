@@ -63,6 +63,37 @@ class MultiAgentCore:
         one_hot_discrete: bool = False,
         return_list: bool = False,
     ) -> Any: ...
+    def get_infos(
+        self,
+        indices: _Indices = None,
+        agent_ids: Any = None,
+        *,
+        env_steps: bool = True,
+        neg_index_as_lookback: bool = False,
+        fill: Any = None,
+        return_list: bool = False,
+    ) -> Any: ...
+    def get_rewards(
+        self,
+        indices: _Indices = None,
+        agent_ids: Any = None,
+        *,
+        env_steps: bool = True,
+        neg_index_as_lookback: bool = False,
+        fill: Any = None,
+        return_list: bool = False,
+    ) -> Any: ...
+    def get_extra_model_outputs(
+        self,
+        key: Any = None,
+        indices: _Indices = None,
+        agent_ids: Any = None,
+        *,
+        env_steps: bool = True,
+        neg_index_as_lookback: bool = False,
+        fill: Any = None,
+        return_list: bool = False,
+    ) -> Any: ...
     def get_actions(
         self,
         indices: _Indices = None,

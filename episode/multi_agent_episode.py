@@ -833,34 +833,7 @@ class MultiAgentEpisode(MultiAgentCore):
             return self._get_by_agent_steps(*args)
         if return_list:
             return self._get_by_env_steps_as_list(*args)
-        if not one_hot_discrete:
-            result = self._env_read(what, indices, agent_ids, neg_index_as_lookback, fill, key)
-            if result is not None:
-                return result
         return self._get_by_env_steps(*args)
-
-    def get_infos(self, indices: Any = None, agent_ids: Any = None, *,
-                  env_steps: bool = True, neg_index_as_lookback: bool = False,
-                  fill: Any = None, return_list: bool = False) -> Any:
-        """Infos at `indices` (see get_observations)."""
-        return self._get("infos", indices, agent_ids, env_steps, neg_index_as_lookback,
-                         fill, False, return_list)
-
-    def get_rewards(self, indices: Any = None, agent_ids: Any = None, *,
-                    env_steps: bool = True, neg_index_as_lookback: bool = False,
-                    fill: Any = None, return_list: bool = False) -> Any:
-        """Rewards at `indices` (see get_actions)."""
-        return self._get("rewards", indices, agent_ids, env_steps, neg_index_as_lookback,
-                         fill, False, return_list)
-
-    def get_extra_model_outputs(self, key: Any = None, indices: Any = None,
-                                agent_ids: Any = None, *, env_steps: bool = True,
-                                neg_index_as_lookback: bool = False, fill: Any = None,
-                                return_list: bool = False) -> Any:
-        """Extra model outputs under `key` (all keys, as a dict, without one)
-        at `indices` (see get_actions)."""
-        return self._get("extra_model_outputs", indices, agent_ids, env_steps,
-                         neg_index_as_lookback, fill, False, return_list, key)
 
     # -- writing ----------------------------------------------------------------------
 

@@ -41,16 +41,29 @@ class GeneralOnly(MultiAgentEpisode):
         return self._get("observations", indices, agent_ids, env_steps,
                          neg_index_as_lookback, fill, one_hot_discrete, return_list)
 
+    def get_infos(self, indices=None, agent_ids=None, *, env_steps=True,
+                  neg_index_as_lookback=False, fill=None, return_list=False):
+        return self._get("infos", indices, agent_ids, env_steps, neg_index_as_lookback,
+                         fill, False, return_list)
+
     def get_actions(self, indices=None, agent_ids=None, *, env_steps=True,
                     neg_index_as_lookback=False, fill=None, one_hot_discrete=False,
                     return_list=False):
         return self._get("actions", indices, agent_ids, env_steps, neg_index_as_lookback,
                          fill, one_hot_discrete, return_list)
 
-    def _cut_at_last_observations(self):
-        return None
+    def get_rewards(self, indices=None, agent_ids=None, *, env_steps=True,
+                    neg_index_as_lookback=False, fill=None, return_list=False):
+        return self._get("rewards", indices, agent_ids, env_steps, neg_index_as_lookback,
+                         fill, False, return_list)
 
-    def _env_read(self, *args):
+    def get_extra_model_outputs(self, key=None, indices=None, agent_ids=None, *,
+                                env_steps=True, neg_index_as_lookback=False, fill=None,
+                                return_list=False):
+        return self._get("extra_model_outputs", indices, agent_ids, env_steps,
+                         neg_index_as_lookback, fill, False, return_list, key)
+
+    def _cut_at_last_observations(self):
         return None
 
 

@@ -38,6 +38,7 @@ cdef enum:
     MAX_FAST_AGENTS = 64
 
 cdef dict EMPTY = {}    # read only: stands in for a missing dict argument
+cdef object MISSING = object()   # an agent without a value at an env step
 
 
 cdef class AgentStepsCore(BufferCore):
@@ -103,6 +104,15 @@ cdef enum Move:
     MOVE_JOIN = 2      # observation: its hanging action completes an agent step
     MOVE_HANG = 3      # action without observation: it hangs until the next one
     MOVE_REWARD = 4    # only a reward (or falsy done flags): added to the hanging reward
+
+
+# What an env-step read reads.
+cdef enum Read:
+    READ_OBSERVATIONS
+    READ_INFOS
+    READ_ACTIONS
+    READ_REWARDS
+    READ_EXTRA_MODEL_OUTPUTS
 
 
 cdef struct Plan:
@@ -455,150 +465,94 @@ cdef class MultiAgentCore:
         successor._custom_data = copy.deepcopy(self._custom_data) if self._custom_data else {}
         return successor
 
+    # -- the getters: the compiled env-step read, else the facade's _get ---------
+
     def get_observations(self, indices=None, agent_ids=None, *, env_steps=True,
                          neg_index_as_lookback=False, fill=None, one_hot_discrete=False,
                          return_list=False):
         """Observations at `indices` (env steps by default, else each agent's
         own steps), per agent, or one dict per env step with `return_list`."""
-        if (type(indices) is int and agent_ids is None and env_steps is True
-                and not neg_index_as_lookback and fill is None and not one_hot_discrete
-                and not return_list):
-            result = self._observations_at(indices)
+        if env_steps is True and not one_hot_discrete:
+            result = self.env_read(READ_OBSERVATIONS, indices, agent_ids, neg_index_as_lookback,
+                                   fill, None, return_list)
             if result is not None:
                 return result
         return self._get("observations", indices, agent_ids, env_steps,
                          neg_index_as_lookback, fill, one_hot_discrete, return_list)
+
+    def get_infos(self, indices=None, agent_ids=None, *, env_steps=True,
+                  neg_index_as_lookback=False, fill=None, return_list=False):
+        """Infos at `indices` (see get_observations)."""
+        if env_steps is True:
+            result = self.env_read(READ_INFOS, indices, agent_ids, neg_index_as_lookback,
+                                   fill, None, return_list)
+            if result is not None:
+                return result
+        return self._get("infos", indices, agent_ids, env_steps, neg_index_as_lookback,
+                         fill, False, return_list)
 
     def get_actions(self, indices=None, agent_ids=None, *, env_steps=True,
                     neg_index_as_lookback=False, fill=None, one_hot_discrete=False,
                     return_list=False):
         """Actions at `indices` (see get_observations); an action taken
         after an agent's last observation (hanging) counts as its last step."""
-        if (type(indices) is slice and agent_ids is None and env_steps is True
-                and not neg_index_as_lookback and fill is not None and not one_hot_discrete
-                and not return_list):
-            result = self._actions_filled(indices, fill)
+        if env_steps is True and not one_hot_discrete:
+            result = self.env_read(READ_ACTIONS, indices, agent_ids, neg_index_as_lookback,
+                                   fill, None, return_list)
             if result is not None:
                 return result
         return self._get("actions", indices, agent_ids, env_steps, neg_index_as_lookback,
                          fill, one_hot_discrete, return_list)
 
-    cdef object _actions_filled(self, object slice_, object fill):
-        """Each agent's actions at the env steps of `slice_`, `fill` where it
-        did not act (its hanging action as the step after its last one), as
-        lists: list mode only. None, before anything changes, for the general
-        path."""
-        cdef Py_ssize_t pos = 0, n, total, lb, first, step, count, i, p = 0, limit
-        cdef long long agent_t_started
-        cdef bint skip
-        cdef Py_ssize_t left, right, offset
-        cdef SliceSpec spec
-        cdef PyObject* key
-        cdef PyObject* value
-        cdef PyObject* found
-        cdef AgentStepsCore steps
-        cdef BufferCore actions
-        cdef int64_t t
-        cdef list values
-        episodes, mapping, t_started = self.agent_episodes, self.env_t_to_agent_t, \
-            self.agent_t_started
-        hanging_actions = self._hanging_actions_end
-        if not (isinstance(episodes, dict) and isinstance(mapping, dict)
-                and isinstance(t_started, dict) and isinstance(hanging_actions, dict)):
-            return None
-        result = {}
-        while PyDict_Next(episodes, &pos, &key, &value):
-            aid = <object>key      # held: a fill value's code may run in between
-            found = PyDict_GetItem(mapping, aid)
-            if found is NULL or type(<object>found) is not AgentSteps \
-                    or not isinstance(<object>value, EpisodeCore):
-                return None
-            steps = <AgentStepsCore>found
-            actions = (<EpisodeCore>value).actions
-            if not steps.typed() or actions is None or actions.is_finalized():
-                return None
-            # The mapping's rows without its last one (the step awaiting an action).
-            n = steps._col.size
-            total = n - 1
-            lb = steps._lookback
-            if total < 1:
-                return None
-            interpret_slice(slice_, False, lb, total, &spec)
-            left, right = spec.fill_left, spec.fill_right
-            count = slice_positions(&spec, total, &first, &step)
-            if (left or right) and spec.length <= 0:
-                count = 0
-            found = PyDict_GetItem(t_started, aid)
-            if found is NULL or type(<object>found) is not int:
-                return None
-            if not small_int(<object>found, &agent_t_started):
-                return None
-            offset = actions._lookback - agent_t_started
-            found = PyDict_GetItem(hanging_actions, aid)
-            hanging = None if found is NULL else <object>found
-            limit = actions.len_incl_lookback() + (hanging is not None)
-            filler = None
-            values = []
-            for i in range(left + count + right):
-                skip = i < left or i >= left + count
-                if not skip:
-                    t = (<int64_t*>steps._col.data)[first + (i - left) * step]
-                    if t != INT64_MIN and (t > T_STARTED_LIMIT or t < -T_STARTED_LIMIT):
-                        return None
-                    p = 0 if t == INT64_MIN else <Py_ssize_t>t + offset
-                    # No step, or the step after the hanging one (awaiting an action).
-                    skip = t == INT64_MIN or p == limit
-                if skip:
-                    if filler is None:
-                        filler = fill if actions._space is None else actions.get(
-                            INDEX_LIMIT, neg_index_as_lookback=False, fill=fill)
-                    values.append(filler)
-                elif 0 <= p < limit - (hanging is not None):
-                    values.append(actions.item_at(p))
-                elif hanging is not None and p == limit - 1:
-                    values.append(hanging)
-                else:
-                    return None
-            if len(values) > 0:
-                result[aid] = values
-        return result
+    def get_rewards(self, indices=None, agent_ids=None, *, env_steps=True,
+                    neg_index_as_lookback=False, fill=None, return_list=False):
+        """Rewards at `indices` (see get_actions)."""
+        if env_steps is True:
+            result = self.env_read(READ_REWARDS, indices, agent_ids, neg_index_as_lookback,
+                                   fill, None, return_list)
+            if result is not None:
+                return result
+        return self._get("rewards", indices, agent_ids, env_steps, neg_index_as_lookback,
+                         fill, False, return_list)
 
-    def _env_read(self, str what, object indices, object agent_ids, bint neg_index_as_lookback,
-                  object fill, object key):
-        """get_<what>(indices, agent_ids, env_steps=True, fill=...) without
-        one-hot or return_list, for list-mode data (and single steps without
-        a hanging value once numpy'ized): the mapping is read and translated
-        to rows in C, one pass per agent. None, before anything changes, for
+    def get_extra_model_outputs(self, key=None, indices=None, agent_ids=None, *,
+                                env_steps=True, neg_index_as_lookback=False, fill=None,
+                                return_list=False):
+        """Extra model outputs under `key` (all keys, as a dict, without one)
+        at `indices` (see get_actions)."""
+        if env_steps is True and key is not None:
+            result = self.env_read(READ_EXTRA_MODEL_OUTPUTS, indices, agent_ids,
+                                   neg_index_as_lookback, fill, key, return_list)
+            if result is not None:
+                return result
+        return self._get("extra_model_outputs", indices, agent_ids, env_steps,
+                         neg_index_as_lookback, fill, False, return_list, key)
+
+    cdef object env_read(self, Read what, object indices, object agent_ids,
+                         bint neg_index_as_lookback, object fill, object key, bint return_list):
+        """get_<what>(indices, agent_ids, env_steps=True, fill=..., return_list=...)
+        without one-hot, for list-mode data (and single steps without a
+        hanging value once numpy'ized): the mapping is read and translated to
+        rows in C, one pass per agent. None, before anything changes, for
         anything else (the general path answers)."""
-        cdef Py_ssize_t pos = 0, n, lb, first = 0, step = 1, count = 0, left = 0, right = 0
-        cdef Py_ssize_t i, k, p, rows, total, idx = 0
-        cdef long long agent_t_started
-        cdef int64_t t
-        cdef bint single, ignore_last, has_limit, finalized, has_hanging
-        cdef SliceSpec spec
+        cdef Py_ssize_t pos = 0, i, idx = 0, n_rows = -1
         cdef PyObject* key_ptr
         cdef PyObject* value
         cdef PyObject* found
-        cdef AgentStepsCore steps
-        cdef BufferCore buffer
-        cdef EpisodeCore episode
-        cdef list values
-        episodes, mapping, t_started = self.agent_episodes, self.env_t_to_agent_t, \
-            self.agent_t_started
+        cdef bint single
+        cdef list out
+        episodes, mapping = self.agent_episodes, self.env_t_to_agent_t
         if not (type(episodes) is dict and isinstance(mapping, dict)
-                and isinstance(t_started, dict)):
+                and isinstance(self.agent_t_started, dict)):
             return None
-        if what == "observations" or what == "infos":
-            ignore_last = False
-            hanging_of = None
-        elif what == "actions":
-            ignore_last, hanging_of = True, self._hanging_actions_end
-        elif what == "rewards":
-            ignore_last, hanging_of = True, self._hanging_rewards_end
-        elif what == "extra_model_outputs" and key is not None:
-            ignore_last, hanging_of = True, self._hanging_extra_model_outputs_end
+        if what == READ_ACTIONS:
+            hanging_of = self._hanging_actions_end
+        elif what == READ_REWARDS:
+            hanging_of = self._hanging_rewards_end
+        elif what == READ_EXTRA_MODEL_OUTPUTS:
+            hanging_of = self._hanging_extra_model_outputs_end
         else:
-            return None
+            hanging_of = None
         if hanging_of is not None and not isinstance(hanging_of, dict):
             return None
         if type(indices) is int:
@@ -610,6 +564,7 @@ cdef class MultiAgentCore:
             return None
         requested = None if agent_ids is None else self._requested(agent_ids)
         result = {}
+        columns = {}
         while PyDict_Next(episodes, &pos, &key_ptr, &value):
             aid = <object>key_ptr
             if requested is not None and aid not in requested:
@@ -618,155 +573,142 @@ cdef class MultiAgentCore:
             if found is NULL or type(<object>found) is not AgentSteps \
                     or not isinstance(<object>value, EpisodeCore):
                 return None
-            steps = <AgentStepsCore>found
-            episode = <EpisodeCore>value
-            if not steps.typed():
+            out = []
+            if not self.agent_reads(aid, <EpisodeCore>value, <AgentStepsCore>found, what, key,
+                                    hanging_of, single, idx, indices, neg_index_as_lookback,
+                                    fill, return_list, out):
                 return None
-            # The agent's buffer and its hanging value (the virtual last row).
-            if what == "extra_model_outputs":
-                outputs = episode.extra_model_outputs
-                if not isinstance(outputs, dict):
+            if return_list:
+                if n_rows >= 0 and len(out) != n_rows:
                     return None
-                found = PyDict_GetItem(outputs, key)
-                if found is NULL or not isinstance(<object>found, BufferCore):
-                    return None       # (a key only hanging so far, or none: general)
-                buffer = <BufferCore>found
+                n_rows = len(out)
+                columns[aid] = out
+            elif single:
+                if out[0] is not MISSING and out[0] is not None:
+                    result[aid] = out[0]
             else:
-                buffer = getattr(episode, what)
-                if buffer is None:
-                    return None
-            # A hanging row exists when the agent has a hanging value (for
-            # extra outputs: a hanging dict, whatever keys it has).
-            hanging = None
-            has_hanging = False
-            if hanging_of is not None:
-                found = PyDict_GetItem(hanging_of, aid)
-                if found is not NULL and <object>found is not None:
-                    has_hanging = True
-                    hanging = <object>found
-                    if what == "extra_model_outputs":
-                        if not isinstance(hanging, dict):
-                            return None
-                        hanging = hanging.get(key)
-            finalized = buffer.is_finalized() or episode.rewards is None \
-                or episode.rewards.is_finalized()
-            if finalized and (has_hanging or not single):
-                return None
-            found = PyDict_GetItem(t_started, aid)
-            if found is NULL or not small_int(<object>found, &agent_t_started):
-                return None
-            rows = buffer.len_incl_lookback()
-            has_limit = ignore_last
-            # The mapping's rows at `indices` (SKIP where filled), as its get() reads them.
-            n = steps._col.size
-            lb = steps._lookback
-            total = n - ignore_last
-            if single:
-                p = int_position(idx, neg_index_as_lookback, lb, total if total > 0 else 0,
-                                 (n - lb if n > lb else 0) + lb - ignore_last)
-                if p < 0 and fill is None:
-                    return None           # (the general path raises IndexError)
-                first, count, step, left, right = p, 1, 1, 0, 0
-            elif indices is None:
-                interpret_slice(slice(None, -1 if ignore_last else None), False, lb, n, &spec)
-                count = slice_positions(&spec, n, &first, &step)
-                left = right = 0
-            else:
-                interpret_slice(indices, neg_index_as_lookback, lb, total, &spec)
-                count = slice_positions(&spec, total if total > 0 else 0, &first, &step)
-                left = right = 0
-                if fill is not None and (spec.fill_left or spec.fill_right):
-                    left, right = spec.fill_left, spec.fill_right
-                    if spec.length <= 0:
-                        count = 0
-            values = []
-            filler = None
-            for i in range(left + count + right):
-                p = -1
-                if left <= i < left + count and (not single or first >= 0):
-                    t = (<int64_t*>steps._col.data)[first + (i - left) * step]
-                    if t != INT64_MIN:
-                        if t > T_STARTED_LIMIT or t < -T_STARTED_LIMIT:
-                            return None
-                        # The agent step as a row of the buffer (lookback included).
-                        p = <Py_ssize_t>t + buffer._lookback - agent_t_started
-                        if p < 0:
-                            return None       # (below the lookback: general rules)
-                        if has_limit and p == rows + has_hanging:
-                            p = -1            # its latest observation awaits an action
-                if p < 0:
-                    if fill is None:
-                        continue
-                    if filler is None:
-                        filler = fill if buffer._space is None else buffer.get(
-                            INDEX_LIMIT, neg_index_as_lookback=False, fill=fill)
-                    values.append(filler)
-                elif p < rows:
-                    values.append(buffer.item_at(p))
-                elif has_hanging and p == rows and hanging is not None:
-                    values.append(hanging)
-                else:
-                    return None               # past the data: general rules
-            if single:
-                if len(values) == 1 and values[0] is not None:
-                    result[aid] = values[0]
-            elif len(values) > 0:
-                result[aid] = values
-        return result
+                out = [v for v in out if v is not MISSING]
+                if len(out) > 0:
+                    result[aid] = out
+        if not return_list:
+            return result
+        # One dict per env step; an agent without a value there is left out.
+        rows = []
+        for i in range(n_rows if n_rows > 0 else 0):
+            row = {}
+            for aid, out in columns.items():
+                item = out[i]
+                if item is not MISSING and item is not None:
+                    row[aid] = item
+            rows.append(row)
+        return rows
 
-    cdef object _observations_at(self, object index):
-        """Each agent's observation at env step `index` (agents that did not
-        step there left out); None, before anything changes, where the
-        general path has to answer (an index out of range raises there)."""
-        cdef Py_ssize_t pos = 0, idx = clamped_index(index), n, lb, p
+    cdef bint agent_reads(self, object aid, EpisodeCore episode, AgentStepsCore steps,
+                          Read what, object key, object hanging_of, bint single,
+                          Py_ssize_t idx, object indices, bint neg_index_as_lookback,
+                          object fill, bint fill_mapping, list out) except -1:
+        """Appends one agent's value at each env step `indices` selects to
+        `out` (MISSING where it has none): what its mapping's get() with
+        `fill` ("S" with `fill_mapping`) and the buffer's reads at the
+        translated rows give. False, having read nothing, to decline."""
+        cdef Py_ssize_t n, lb, first = 0, step = 1, count = 0, left = 0, right = 0
+        cdef Py_ssize_t i, p, rows, total
         cdef long long agent_t_started
-        cdef PyObject* key
-        cdef PyObject* value
-        cdef PyObject* found
-        cdef AgentStepsCore steps
-        cdef BufferCore obs
         cdef int64_t t
-        episodes, mapping, t_started = self.agent_episodes, self.env_t_to_agent_t, \
-            self.agent_t_started
-        if not (isinstance(episodes, dict) and isinstance(mapping, dict)
-                and isinstance(t_started, dict)):
-            return None
-        result = {}
-        while PyDict_Next(episodes, &pos, &key, &value):
-            aid = <object>key
-            found = PyDict_GetItem(mapping, aid)
-            if found is NULL or type(<object>found) is not AgentSteps:
-                return None
-            steps = <AgentStepsCore>found
-            if not steps.typed():
-                return None
-            n = steps._col.size
-            lb = steps._lookback
-            p = int_position(idx, False, lb, n, (n - lb if n > lb else 0) + lb)
+        cdef bint ignore_last = hanging_of is not None, has_hanging = False, finalized
+        cdef SliceSpec spec
+        cdef PyObject* found
+        cdef BufferCore buffer
+        if not steps.typed():
+            return False
+        # The agent's buffer and its hanging value (the virtual last row).
+        if what == READ_OBSERVATIONS:
+            buffer = episode.observations
+        elif what == READ_INFOS:
+            buffer = episode.infos
+        elif what == READ_ACTIONS:
+            buffer = episode.actions
+        elif what == READ_REWARDS:
+            buffer = episode.rewards
+        else:
+            outputs = episode.extra_model_outputs
+            if not isinstance(outputs, dict):
+                return False
+            found = PyDict_GetItem(outputs, key)
+            if found is NULL or not isinstance(<object>found, BufferCore):
+                return False       # (a key only hanging so far, or none: general)
+            buffer = <BufferCore>found
+        if buffer is None:
+            return False
+        # A hanging row exists when the agent has a hanging value (for extra
+        # outputs: a hanging dict, whatever keys it has).
+        hanging = None
+        if hanging_of is not None:
+            found = PyDict_GetItem(hanging_of, aid)
+            if found is not NULL and <object>found is not None:
+                has_hanging = True
+                hanging = <object>found
+                if what == READ_EXTRA_MODEL_OUTPUTS:
+                    if not isinstance(hanging, dict):
+                        return False
+                    hanging = hanging.get(key)
+        finalized = buffer.is_finalized() or episode.rewards is None \
+            or episode.rewards.is_finalized()
+        if finalized and (has_hanging or not single):
+            return False
+        found = PyDict_GetItem(self.agent_t_started, aid)
+        if found is NULL or not small_int(<object>found, &agent_t_started):
+            return False
+        rows = buffer.len_incl_lookback()
+        # The mapping's rows at `indices` (SKIP where filled), as its get() reads them.
+        n = steps._col.size
+        lb = steps._lookback
+        total = n - ignore_last
+        if single:
+            p = int_position(idx, neg_index_as_lookback, lb, total if total > 0 else 0,
+                             (n - lb if n > lb else 0) + lb - ignore_last)
+            if p < 0 and fill is None and not fill_mapping:
+                return False           # (the general path raises IndexError)
+            first, count = p, 1
+        elif indices is None:
+            interpret_slice(slice(None, -1 if ignore_last else None), False, lb, n, &spec)
+            count = slice_positions(&spec, n, &first, &step)
+        else:
+            interpret_slice(indices, neg_index_as_lookback, lb, total, &spec)
+            count = slice_positions(&spec, total if total > 0 else 0, &first, &step)
+            if (fill is not None or fill_mapping) and (spec.fill_left or spec.fill_right):
+                left, right = spec.fill_left, spec.fill_right
+                if spec.length <= 0:
+                    count = 0
+        filler = None
+        for i in range(left + count + right):
+            p = -1
+            if left <= i < left + count and first >= 0:
+                t = (<int64_t*>steps._col.data)[first + (i - left) * step]
+                if t != INT64_MIN:
+                    if t > T_STARTED_LIMIT or t < -T_STARTED_LIMIT:
+                        return False
+                    # The agent step as a row of the buffer (lookback included).
+                    p = <Py_ssize_t>t + buffer._lookback - agent_t_started
+                    if p < 0:
+                        return False       # (below the lookback: general rules)
+                    if ignore_last and p == rows + has_hanging:
+                        p = -1             # its latest observation awaits an action
             if p < 0:
-                return None
-            t = (<int64_t*>steps._col.data)[p]
-            if t == INT64_MIN:
-                continue
-            found = PyDict_GetItem(t_started, aid)
-            if found is NULL or type(<object>found) is not int \
-                    or not isinstance(<object>value, EpisodeCore):
-                return None
-            obs = (<EpisodeCore>value).observations
-            if obs is None:
-                return None
-            # The agent step as a row of its observations (lookback included).
-            if not small_int(<object>found, &agent_t_started) \
-                    or t > T_STARTED_LIMIT or t < -T_STARTED_LIMIT:
-                return None
-            p = <Py_ssize_t>t + obs._lookback - agent_t_started
-            if p < 0 or p >= obs.len_incl_lookback():
-                return None
-            item = obs.item_at(p)
-            if item is not None:
-                result[aid] = item
-        return result
-
+                if fill is None:
+                    out.append(MISSING)
+                    continue
+                if filler is None:
+                    filler = fill if buffer._space is None else buffer.get(
+                        INDEX_LIMIT, neg_index_as_lookback=False, fill=fill)
+                out.append(filler)
+            elif p < rows:
+                out.append(buffer.item_at(p))
+            elif has_hanging and p == rows and hanging is not None:
+                out.append(hanging)
+            else:
+                return False               # past the data: general rules
+        return True
 
 # The facade's class of mappings (set by episode.multi_agent_episode): the C
 # paths take only those, whose reads go through AgentStepsCore.item_at.
