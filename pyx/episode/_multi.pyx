@@ -9,7 +9,8 @@ before changing anything, is the facade's (episode/multi_agent_episode.py).
 import copy
 from collections import defaultdict
 
-from cpython.dict cimport PyDict_DelItem, PyDict_GetItem, PyDict_Next, PyDict_SetItem, PyDict_Size
+from cpython.dict cimport (PyDict_DelItem, PyDict_GetItemWithError, PyDict_Next,
+                           PyDict_SetItem, PyDict_Size)
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_FromLongLong
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_INCREF, Py_XDECREF, Py_XINCREF
@@ -39,6 +40,7 @@ cdef enum:
 
 cdef dict EMPTY = {}    # read only: stands in for a missing dict argument
 cdef object MISSING = object()   # an agent without a value at an env step
+cdef object DECLINE = object()   # a compiled read leaves the call to the general path
 
 
 cdef class AgentStepsCore(BufferCore):
@@ -83,13 +85,13 @@ cdef inline bint absent(PyObject* value) noexcept:
 
 cdef inline object get_or(object d, object key, object default):
     # d.get(key, default) for a dict (subclass), without a method call.
-    cdef PyObject* value = PyDict_GetItem(d, key)
+    cdef PyObject* value = PyDict_GetItemWithError(d, key)
     return default if value is NULL else <object>value
 
 
 cdef inline object pop_or(object d, object key, object default):
     # d.pop(key, default) for a dict (subclass), without a method call.
-    cdef PyObject* value = PyDict_GetItem(d, key)
+    cdef PyObject* value = PyDict_GetItemWithError(d, key)
     if value is NULL:
         return default
     result = <object>value
@@ -260,7 +262,7 @@ cdef class MultiAgentCore:
         if PyDict_Size(episodes) > MAX_FAST_AGENTS or PyDict_Size(mapping) != PyDict_Size(episodes):
             return False
         for flags in (terminateds, truncateds):
-            found = PyDict_GetItem(flags, "__all__")
+            found = PyDict_GetItemWithError(flags, "__all__")
             if found is not NULL and <object>found:
                 return False
         # Snapshot the agents first: nothing below iterates a dict that user
@@ -281,24 +283,24 @@ cdef class MultiAgentCore:
             aid = <object>plan.aid
             ep = <EpisodeCore>plan.episode
             # Flags first: their truth may run user code, before any borrowing.
-            found = PyDict_GetItem(terminateds, aid)
+            found = PyDict_GetItemWithError(terminateds, aid)
             in_term = found is not NULL
             flagged = in_term and <object>found
-            found = PyDict_GetItem(truncateds, aid)
+            found = PyDict_GetItemWithError(truncateds, aid)
             in_trunc = found is not NULL
             flagged = flagged or (in_trunc and <object>found)
             done = ep.is_terminated or ep.is_truncated
             if not done:
                 n_live += 1
-            found = PyDict_GetItem(mapping, aid)
+            found = PyDict_GetItemWithError(mapping, aid)
             if found is NULL or type(<object>found) is not AgentSteps \
                     or not (<AgentStepsCore>found).typed():
                 return False
             plan.steps = found
             Py_INCREF(<object>found)
-            obs = PyDict_GetItem(observations, aid)
-            act = PyDict_GetItem(actions, aid)
-            in_rewards = PyDict_GetItem(rewards, aid) is not NULL
+            obs = PyDict_GetItemWithError(observations, aid)
+            act = PyDict_GetItemWithError(actions, aid)
+            in_rewards = PyDict_GetItemWithError(rewards, aid) is not NULL
             n_obs += obs is not NULL
             n_act += act is not NULL
             n_rew += in_rewards
@@ -314,7 +316,7 @@ cdef class MultiAgentCore:
                 return False
             if (obs is not NULL and <object>obs is None) or ep.rewards.is_finalized():
                 return False
-            found = PyDict_GetItem(t_started, aid)
+            found = PyDict_GetItemWithError(t_started, aid)
             plan.new_t_started = found is NULL
             if found is NULL:
                 # The general step reads agent_t_started[aid], so its
@@ -332,11 +334,11 @@ cdef class MultiAgentCore:
                     return False
                 plan.move = MOVE_STEP
             elif not absent(obs):
-                if PyDict_GetItem(hanging_actions, aid) is NULL:
+                if PyDict_GetItemWithError(hanging_actions, aid) is NULL:
                     return False
                 plan.move = MOVE_JOIN
             elif not absent(act):
-                if PyDict_GetItem(hanging_actions, aid) is not NULL:
+                if PyDict_GetItemWithError(hanging_actions, aid) is not NULL:
                     return False
                 plan.move = MOVE_HANG
             else:
@@ -344,8 +346,8 @@ cdef class MultiAgentCore:
         # A key of no known agent (a new agent, "__all__" among the agents' data).
         return (n_obs == PyDict_Size(observations) and n_act == PyDict_Size(actions)
                 and n_rew == PyDict_Size(rewards)
-                and n_term == PyDict_Size(terminateds) - (PyDict_GetItem(terminateds, "__all__") is not NULL)
-                and n_trunc == PyDict_Size(truncateds) - (PyDict_GetItem(truncateds, "__all__") is not NULL)
+                and n_term == PyDict_Size(terminateds) - (PyDict_GetItemWithError(terminateds, "__all__") is not NULL)
+                and n_trunc == PyDict_Size(truncateds) - (PyDict_GetItemWithError(truncateds, "__all__") is not NULL)
                 and n_live > 0)
 
     cdef int _apply_step(self, Plan* plans, Py_ssize_t n, object observations, object actions,
@@ -413,7 +415,7 @@ cdef class MultiAgentCore:
         if not (type(episodes) is dict and isinstance(mapping, dict)) or self._hanging_actions_end:
             return None
         while PyDict_Next(episodes, &pos, &key, &value):
-            found = PyDict_GetItem(mapping, <object>key)
+            found = PyDict_GetItemWithError(mapping, <object>key)
             if found is NULL or type(<object>found) is not AgentSteps \
                     or not isinstance(<object>value, EpisodeCore):
                 return None
@@ -564,28 +566,30 @@ cdef class MultiAgentCore:
             return None
         requested = None if agent_ids is None else self._requested(agent_ids)
         result = {}
-        columns = {}
+        columns = {} if return_list else None
         while PyDict_Next(episodes, &pos, &key_ptr, &value):
             aid = <object>key_ptr
             if requested is not None and aid not in requested:
                 continue
-            found = PyDict_GetItem(mapping, aid)
+            found = PyDict_GetItemWithError(mapping, aid)
             if found is NULL or type(<object>found) is not AgentSteps \
                     or not isinstance(<object>value, EpisodeCore):
                 return None
-            out = []
-            if not self.agent_reads(aid, <EpisodeCore>value, <AgentStepsCore>found, what, key,
-                                    hanging_of, single, idx, indices, neg_index_as_lookback,
-                                    fill, return_list, out):
+            got = self.agent_reads(aid, <EpisodeCore>value, <AgentStepsCore>found, what, key,
+                                   hanging_of, single, idx, indices, neg_index_as_lookback,
+                                   fill, return_list)
+            if got is DECLINE:
                 return None
+            if single and not return_list:
+                if got is not MISSING and got is not None:
+                    result[aid] = got
+                continue
+            out = [got] if single else <list>got
             if return_list:
                 if n_rows >= 0 and len(out) != n_rows:
                     return None
                 n_rows = len(out)
                 columns[aid] = out
-            elif single:
-                if out[0] is not MISSING and out[0] is not None:
-                    result[aid] = out[0]
             else:
                 out = [v for v in out if v is not MISSING]
                 if len(out) > 0:
@@ -603,14 +607,15 @@ cdef class MultiAgentCore:
             rows.append(row)
         return rows
 
-    cdef bint agent_reads(self, object aid, EpisodeCore episode, AgentStepsCore steps,
-                          Read what, object key, object hanging_of, bint single,
-                          Py_ssize_t idx, object indices, bint neg_index_as_lookback,
-                          object fill, bint fill_mapping, list out) except -1:
-        """Appends one agent's value at each env step `indices` selects to
-        `out` (MISSING where it has none): what its mapping's get() with
-        `fill` ("S" with `fill_mapping`) and the buffer's reads at the
-        translated rows give. False, having read nothing, to decline."""
+    cdef object agent_reads(self, object aid, EpisodeCore episode, AgentStepsCore steps,
+                            Read what, object key, object hanging_of, bint single,
+                            Py_ssize_t idx, object indices, bint neg_index_as_lookback,
+                            object fill, bint fill_mapping):
+        """One agent's value at each env step `indices` selects (MISSING where
+        it has none), as its mapping's get() with `fill` ("S" with
+        `fill_mapping`) and the buffer's reads at the translated rows give
+        them: the value for an int index, else a list. DECLINE, having read
+        nothing, for the general path."""
         cdef Py_ssize_t n, lb, first = 0, step = 1, count = 0, left = 0, right = 0
         cdef Py_ssize_t i, p, rows, total
         cdef long long agent_t_started
@@ -620,7 +625,7 @@ cdef class MultiAgentCore:
         cdef PyObject* found
         cdef BufferCore buffer
         if not steps.typed():
-            return False
+            return DECLINE
         # The agent's buffer and its hanging value (the virtual last row).
         if what == READ_OBSERVATIONS:
             buffer = episode.observations
@@ -633,33 +638,33 @@ cdef class MultiAgentCore:
         else:
             outputs = episode.extra_model_outputs
             if not isinstance(outputs, dict):
-                return False
-            found = PyDict_GetItem(outputs, key)
+                return DECLINE
+            found = PyDict_GetItemWithError(outputs, key)
             if found is NULL or not isinstance(<object>found, BufferCore):
-                return False       # (a key only hanging so far, or none: general)
+                return DECLINE       # (a key only hanging so far, or none: general)
             buffer = <BufferCore>found
         if buffer is None:
-            return False
+            return DECLINE
         # A hanging row exists when the agent has a hanging value (for extra
         # outputs: a hanging dict, whatever keys it has).
         hanging = None
         if hanging_of is not None:
-            found = PyDict_GetItem(hanging_of, aid)
+            found = PyDict_GetItemWithError(hanging_of, aid)
             if found is not NULL and <object>found is not None:
                 has_hanging = True
                 hanging = <object>found
                 if what == READ_EXTRA_MODEL_OUTPUTS:
                     if not isinstance(hanging, dict):
-                        return False
+                        return DECLINE
                     hanging = hanging.get(key)
         finalized = buffer.is_finalized() or episode.rewards is None \
             or episode.rewards.is_finalized()
         if finalized and (has_hanging or not single):
-            return False
-        found = PyDict_GetItem(self.agent_t_started, aid)
+            return DECLINE
+        found = PyDict_GetItemWithError(self.agent_t_started, aid)
         if found is NULL or not small_int(<object>found, &agent_t_started):
-            return False
-        rows = buffer.len_incl_lookback()
+            return DECLINE
+        rows = buffer.first().nrows()      # (not the cpdef: no override lookup)
         # The mapping's rows at `indices` (SKIP where filled), as its get() reads them.
         n = steps._col.size
         lb = steps._lookback
@@ -668,7 +673,7 @@ cdef class MultiAgentCore:
             p = int_position(idx, neg_index_as_lookback, lb, total if total > 0 else 0,
                              (n - lb if n > lb else 0) + lb - ignore_last)
             if p < 0 and fill is None and not fill_mapping:
-                return False           # (the general path raises IndexError)
+                return DECLINE           # (the general path raises IndexError)
             first, count = p, 1
         elif indices is None:
             interpret_slice(slice(None, -1 if ignore_last else None), False, lb, n, &spec)
@@ -681,34 +686,38 @@ cdef class MultiAgentCore:
                 if spec.length <= 0:
                     count = 0
         filler = None
+        out = None if single else []
         for i in range(left + count + right):
             p = -1
             if left <= i < left + count and first >= 0:
                 t = (<int64_t*>steps._col.data)[first + (i - left) * step]
                 if t != INT64_MIN:
                     if t > T_STARTED_LIMIT or t < -T_STARTED_LIMIT:
-                        return False
+                        return DECLINE
                     # The agent step as a row of the buffer (lookback included).
                     p = <Py_ssize_t>t + buffer._lookback - agent_t_started
                     if p < 0:
-                        return False       # (below the lookback: general rules)
+                        return DECLINE       # (below the lookback: general rules)
                     if ignore_last and p == rows + has_hanging:
                         p = -1             # its latest observation awaits an action
             if p < 0:
                 if fill is None:
-                    out.append(MISSING)
-                    continue
-                if filler is None:
-                    filler = fill if buffer._space is None else buffer.get(
-                        INDEX_LIMIT, neg_index_as_lookback=False, fill=fill)
-                out.append(filler)
+                    item = MISSING
+                else:
+                    if filler is None:
+                        filler = fill if buffer._space is None else buffer.get(
+                            INDEX_LIMIT, neg_index_as_lookback=False, fill=fill)
+                    item = filler
             elif p < rows:
-                out.append(buffer.item_at(p))
+                item = buffer.item_at(p)
             elif has_hanging and p == rows and hanging is not None:
-                out.append(hanging)
+                item = hanging
             else:
-                return False               # past the data: general rules
-        return True
+                return DECLINE               # past the data: general rules
+            if single:
+                return item
+            out.append(item)
+        return out
 
 # The facade's class of mappings (set by episode.multi_agent_episode): the C
 # paths take only those, whose reads go through AgentStepsCore.item_at.
