@@ -304,10 +304,14 @@ class InfiniteLookbackBuffer(BufferCore):
             return _with_last_row(col.view()[:n], add_last, slice_)
 
         def rows(col, extra=None):
-            base = col.view()[:n]
+            data = col.view()
             if add_last is None:
-                return base[slice_]
-            return _with_last_row(base, extra, slice_)
+                return data[:n][slice_]
+            if len(data) == 0:
+                # A leaf without rows (RLlib cannot finalize one): the
+                # hanging value's own shape and dtype.
+                return np.asarray(extra)[None][slice_]
+            return _with_last_row(data[:n], extra, slice_)
 
         if add_last is None:
             return map_struct(rows, self._tree)
@@ -540,13 +544,13 @@ def _range_slice(r: range) -> slice:
 
 def _with_last_row(base: np.ndarray, extra: Any, slice_: slice) -> np.ndarray:
     """np.concatenate([base, extra as one more row])[slice_] (RLlib's read
-    with a hanging value; an empty base takes the value's own shape and
-    dtype), copying only the rows the slice picks."""
+    with a hanging value, whose dtype both decide), copying only the rows the
+    slice picks."""
     last = np.asarray(extra)[None]
     n = len(base)
-    if n == 0:
-        return last[slice_]
     if last.shape[1:] != base.shape[1:]:
+        if n == 0:
+            return last[slice_]           # rows of the value's own shape
         return np.concatenate([base, last])[slice_]     # numpy's error, as before
     picked = range(n + 1)[slice_]
     if n not in picked:

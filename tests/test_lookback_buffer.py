@@ -335,6 +335,18 @@ def test_ignore_last_ts_and_add_last_value():
     assert isinstance(out, np.ndarray) and out.tolist() == [3, 9]
 
 
+def test_hanging_value_after_ignored_rows_promotes_with_the_data():
+    """Rows that _ignore_last_ts leaves out still decide the dtype, as in
+    RLlib's np.append(data[:-1], value): float64 data and an int value give
+    float64 (a leaf with no rows at all takes the value's own dtype)."""
+    buf = InfiniteLookbackBuffer([0.0])
+    buf.finalize()
+    out = buf.get(0, _ignore_last_ts=True, _add_last_ts_value=0)
+    assert type(out) is np.float64 and out == 0.0
+    rows = buf.get(slice(None), _ignore_last_ts=True, _add_last_ts_value=3)
+    assert rows.dtype == np.float64 and rows.tolist() == [3.0]
+
+
 def test_finalized_can_be_set():
     buf = InfiniteLookbackBuffer([1.0, 2.0])
     buf.finalized = True
