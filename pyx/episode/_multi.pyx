@@ -117,6 +117,9 @@ cdef enum Read:
     READ_EXTRA_MODEL_OUTPUTS
 
 
+cdef tuple READ_NAMES = ("observations", "infos", "actions", "rewards", "extra_model_outputs")
+
+
 cdef struct Plan:
     # One agent's part of a fast step; the pointers are strong references.
     PyObject* aid
@@ -474,61 +477,49 @@ cdef class MultiAgentCore:
                          return_list=False):
         """Observations at `indices` (env steps by default, else each agent's
         own steps), per agent, or one dict per env step with `return_list`."""
-        if env_steps is True and not one_hot_discrete:
-            result = self.env_read(READ_OBSERVATIONS, indices, agent_ids, neg_index_as_lookback,
-                                   fill, None, return_list)
-            if result is not None:
-                return result
-        return self._get("observations", indices, agent_ids, env_steps,
-                         neg_index_as_lookback, fill, one_hot_discrete, return_list)
+        return self.read(READ_OBSERVATIONS, indices, agent_ids, env_steps,
+                         neg_index_as_lookback, fill, one_hot_discrete, return_list, None)
 
     def get_infos(self, indices=None, agent_ids=None, *, env_steps=True,
                   neg_index_as_lookback=False, fill=None, return_list=False):
         """Infos at `indices` (see get_observations)."""
-        if env_steps is True:
-            result = self.env_read(READ_INFOS, indices, agent_ids, neg_index_as_lookback,
-                                   fill, None, return_list)
-            if result is not None:
-                return result
-        return self._get("infos", indices, agent_ids, env_steps, neg_index_as_lookback,
-                         fill, False, return_list)
+        return self.read(READ_INFOS, indices, agent_ids, env_steps, neg_index_as_lookback,
+                         fill, False, return_list, None)
 
     def get_actions(self, indices=None, agent_ids=None, *, env_steps=True,
                     neg_index_as_lookback=False, fill=None, one_hot_discrete=False,
                     return_list=False):
         """Actions at `indices` (see get_observations); an action taken
         after an agent's last observation (hanging) counts as its last step."""
-        if env_steps is True and not one_hot_discrete:
-            result = self.env_read(READ_ACTIONS, indices, agent_ids, neg_index_as_lookback,
-                                   fill, None, return_list)
-            if result is not None:
-                return result
-        return self._get("actions", indices, agent_ids, env_steps, neg_index_as_lookback,
-                         fill, one_hot_discrete, return_list)
+        return self.read(READ_ACTIONS, indices, agent_ids, env_steps, neg_index_as_lookback,
+                         fill, one_hot_discrete, return_list, None)
 
     def get_rewards(self, indices=None, agent_ids=None, *, env_steps=True,
                     neg_index_as_lookback=False, fill=None, return_list=False):
         """Rewards at `indices` (see get_actions)."""
-        if env_steps is True:
-            result = self.env_read(READ_REWARDS, indices, agent_ids, neg_index_as_lookback,
-                                   fill, None, return_list)
-            if result is not None:
-                return result
-        return self._get("rewards", indices, agent_ids, env_steps, neg_index_as_lookback,
-                         fill, False, return_list)
+        return self.read(READ_REWARDS, indices, agent_ids, env_steps, neg_index_as_lookback,
+                         fill, False, return_list, None)
 
     def get_extra_model_outputs(self, key=None, indices=None, agent_ids=None, *,
                                 env_steps=True, neg_index_as_lookback=False, fill=None,
                                 return_list=False):
         """Extra model outputs under `key` (all keys, as a dict, without one)
         at `indices` (see get_actions)."""
-        if env_steps is True and key is not None:
-            result = self.env_read(READ_EXTRA_MODEL_OUTPUTS, indices, agent_ids,
-                                   neg_index_as_lookback, fill, key, return_list)
+        return self.read(READ_EXTRA_MODEL_OUTPUTS, indices, agent_ids, env_steps,
+                         neg_index_as_lookback, fill, False, return_list, key)
+
+    cdef object read(self, Read what, object indices, object agent_ids, object env_steps,
+                     object neg_index_as_lookback, object fill, object one_hot_discrete,
+                     object return_list, object key):
+        # The compiled env-step read where it answers, else the facade's _get.
+        if env_steps is True and not one_hot_discrete and (
+                key is not None or what != READ_EXTRA_MODEL_OUTPUTS):
+            result = self.env_read(what, indices, agent_ids, neg_index_as_lookback, fill, key,
+                                   return_list)
             if result is not None:
                 return result
-        return self._get("extra_model_outputs", indices, agent_ids, env_steps,
-                         neg_index_as_lookback, fill, False, return_list, key)
+        return self._get(READ_NAMES[what], indices, agent_ids, env_steps,
+                         neg_index_as_lookback, fill, one_hot_discrete, return_list, key)
 
     cdef object env_read(self, Read what, object indices, object agent_ids,
                          bint neg_index_as_lookback, object fill, object key, bint return_list):
