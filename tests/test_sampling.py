@@ -1,0 +1,169 @@
+"""VectorEpisodes: a gymnasium vector env's steps into one episode per sub-env.
+
+The reference is the same env run as separate single envs (sub-env k seeded
+with seed + k, as SyncVectorEnv seeds them), reset by hand where the vector
+env autoresets: every episode must come out with exactly the observations,
+actions, rewards and done flags the single env produced, in both autoreset
+modes, with and without cut() chunks in between.
+"""
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from episode import SingleAgentEpisode
+from episode.sampling import VectorEpisodes, sub_env_infos
+
+MODES = {"NextStep": gym.vector.AutoresetMode.NEXT_STEP,
+         "SameStep": gym.vector.AutoresetMode.SAME_STEP}
+
+
+def _reference(env_id, n, seed, actions, mode):
+    """Each sub-env's episodes as (observations, actions, rewards, terminated,
+    truncated) lists, stepping single envs with the vector env's actions."""
+    envs = [gym.make(env_id) for _ in range(n)]
+    episodes = [[] for _ in range(n)]
+    resetting = [False] * n
+    for k, env in enumerate(envs):
+        obs, _ = env.reset(seed=seed + k)
+        episodes[k].append([[obs], [], [], False, False])
+    for batch in actions:
+        for k, env in enumerate(envs):
+            if resetting[k]:
+                obs, _ = env.reset()
+                episodes[k].append([[obs], [], [], False, False])
+                resetting[k] = False
+                continue
+            obs, reward, terminated, truncated, _ = env.step(batch[k])
+            current = episodes[k][-1]
+            current[0].append(obs)
+            current[1].append(batch[k])
+            current[2].append(reward)
+            current[3], current[4] = terminated, truncated
+            if terminated or truncated:
+                if mode == "SameStep":
+                    obs, _ = env.reset()
+                    episodes[k].append([[obs], [], [], False, False])
+                else:
+                    resetting[k] = True
+    return episodes
+
+
+def _run(env_id, n, seed, steps, mode, cut_every=0):
+    env = gym.make_vec(env_id, num_envs=n, vectorization_mode="sync",
+                       vector_kwargs={"autoreset_mode": MODES[mode]})
+    vec = VectorEpisodes.for_env(env)
+    obs, infos = env.reset(seed=seed)
+    vec.add_reset(obs, infos)
+    env.action_space.seed(seed)
+    chunks = {}          # episode id -> its chunks, in order
+    order = [[] for _ in range(n)]
+
+    def keep(k, episode):
+        if episode.id_ not in chunks:
+            chunks[episode.id_] = []
+            order[k].append(episode.id_)
+        chunks[episode.id_].append(episode)
+
+    actions = []
+    for t in range(steps):
+        batch = env.action_space.sample()
+        actions.append(batch)
+        before = list(vec.episodes)
+        obs, rewards, terminateds, truncateds, infos = env.step(batch)
+        done = vec.add_step(obs, batch, rewards, terminateds, truncateds, infos)
+        for k, episode in enumerate(before):
+            if vec.episodes[k] is not episode:
+                keep(k, episode)
+        assert all(d in before for d in done)
+        if cut_every and (t + 1) % cut_every == 0:
+            running = list(vec.episodes)
+            for chunk in vec.cut():
+                keep(running.index(chunk), chunk)
+    for k, episode in enumerate(vec.episodes):
+        keep(k, episode)
+    env.close()
+    # Each episode: its chunks concatenated.
+    result = []
+    for k in range(n):
+        episodes = []
+        for id_ in order[k]:
+            first, *rest = chunks[id_]
+            whole = SingleAgentEpisode.from_state(first.get_state())
+            for successor in rest:
+                whole.concat_episode(successor)
+            episodes.append(whole)
+        result.append(episodes)
+    return result, actions
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("cut_every", [0, 5])
+@pytest.mark.parametrize("env_id, n", [("CartPole-v1", 4), ("Pendulum-v1", 3)])
+def test_every_step_lands_once_in_its_episode(env_id, n, mode, cut_every):
+    steps = 150 if env_id == "CartPole-v1" else 420      # Pendulum truncates at 200
+    ours, actions = _run(env_id, n, 7, steps, mode, cut_every)
+    reference = _reference(env_id, n, 7, actions, mode)
+    for k in range(n):
+        # (A NextStep sub-env waiting for its reset has no next episode yet.)
+        want = [e for e in reference[k] if e[1] or e is reference[k][-1]]
+        got = ours[k]
+        assert len(got) == len(want)
+        for episode, (obs, acts, rewards, terminated, truncated) in zip(got, want):
+            assert len(episode) == len(acts)
+            assert all(np.array_equal(a, b) for a, b in zip(episode.get_observations(), obs))
+            assert all(np.array_equal(a, b) for a, b in zip(episode.get_actions(), acts))
+            assert np.allclose(episode.get_rewards(), rewards)
+            assert (bool(episode.is_terminated), bool(episode.is_truncated)) == \
+                (bool(terminated), bool(truncated))
+    assert sum(e.is_done for episodes in ours for e in episodes) >= n
+
+
+def test_sub_env_infos_reads_the_vector_info_dict():
+    infos = {"a": np.array([1, 2, 3]), "_a": np.array([True, False, True]),
+             "final_info": {"x": np.array([0, 5, 0]), "_x": np.array([False, True, False])}}
+    assert sub_env_infos(infos, 0) == {"a": 1, "final_info": {}}
+    assert sub_env_infos(infos, 1) == {"final_info": {"x": 5}}
+    assert sub_env_infos({}, 2) == {} and sub_env_infos(None, 0) == {}
+
+
+def test_extra_model_outputs_go_with_each_step():
+    vec = VectorEpisodes(2)
+    vec.add_reset(np.zeros((2, 3)))
+    vec.add_step(np.ones((2, 3)), np.array([0, 1]), np.array([1.0, 2.0]),
+                 np.array([False, False]), np.array([False, False]),
+                 extra_model_outputs={"vf": np.array([0.5, 0.25])})
+    assert [ep.get_extra_model_outputs("vf", -1) for ep in vec.episodes] == [0.5, 0.25]
+
+
+@pytest.mark.parametrize("kwargs, error", [
+    ({"num_envs": 0}, ValueError), ({"num_envs": 2.5}, ValueError),
+    ({"num_envs": 2, "autoreset_mode": "Disabled"}, ValueError),
+])
+def test_bad_construction(kwargs, error):
+    with pytest.raises(error):
+        VectorEpisodes(**kwargs)
+
+
+def test_bad_batches_raise_before_anything_is_added():
+    vec = VectorEpisodes(2)
+    with pytest.raises(RuntimeError):
+        vec.add_step(np.zeros((2, 1)), [0, 0], [0.0, 0.0], [False] * 2, [False] * 2)
+    vec.add_reset(np.zeros((2, 1)))
+    with pytest.raises(ValueError, match="rewards"):
+        vec.add_step(np.zeros((2, 1)), [0, 0], [0.0], [False] * 2, [False] * 2)
+    with pytest.raises(ValueError, match="observations"):
+        vec.add_step(np.zeros((3, 1)), [0, 0], [0.0, 0.0], [False] * 2, [False] * 2)
+    assert all(len(ep) == 0 for ep in vec.episodes)
+    with pytest.raises(ValueError):
+        vec.add_reset(np.zeros((1, 1)))
+    assert all(ep.is_reset for ep in vec.episodes)
+
+
+def test_same_step_without_final_obs_raises_before_anything_is_added():
+    vec = VectorEpisodes(2, autoreset_mode="SameStep")
+    vec.add_reset(np.zeros((2, 2)))
+    with pytest.raises(ValueError, match="final_obs"):
+        vec.add_step(np.zeros((2, 2)), [0, 1], [0.0, 1.0], [False, True], [False, False], {})
+    assert [len(ep) for ep in vec.episodes] == [0, 0]
