@@ -55,6 +55,8 @@ N_COLLECT = 1_000  # steps per collect / append round
 N_APPEND = 4_000   # steps per round of the action_logp appends
 N_CUT = 10         # steps of the episode the short cut() cuts
 N_MA = 1_000       # env steps of the multi-agent episodes
+N_VEC_ENVS = 64    # sub-envs of the vector env workload
+N_VEC_STEPS = 100  # its vector steps
 VF = 0.5
 
 
@@ -274,6 +276,66 @@ def _ma_pickle_roundtrip(numpy: bool, n: int = N_MA) -> Callable[[type], Round]:
     return prepare
 
 
+@functools.cache
+def _vector_steps() -> tuple:
+    """N_VEC_STEPS + 1 batches of N_VEC_ENVS CartPole-sized sub-env steps, as
+    a NextStep-autoreset vector env hands them out: observations (the first
+    batch is the reset's), actions, rewards and terminateds; each sub-env's
+    episodes end after 20 to 60 steps, and the step after an end is the
+    sub-env's reset."""
+    rng = np.random.default_rng(30)
+    n, steps = N_VEC_ENVS, N_VEC_STEPS
+    obs = rng.uniform(-1.0, 1.0, size=(steps + 1, n, 4)).astype(np.float32)
+    actions = rng.integers(0, 2, size=(steps, n))
+    rewards = np.ones((steps, n))
+    terminateds = np.zeros((steps, n), dtype=bool)
+    for k in range(n):
+        t = int(rng.integers(20, 60))
+        while t < steps:
+            terminateds[t, k] = True
+            t += 1 + int(rng.integers(20, 60))     # the next step is the reset
+    return obs, actions, rewards, terminateds
+
+
+def _vector_append(cls: type) -> Round:
+    obs, actions, rewards, terminateds = _vector_steps()
+    truncateds = np.zeros_like(terminateds)
+    if cls.__module__.startswith("ray."):
+        def run():
+            # RLlib's SingleAgentEnvRunner: add_env_step per sub-env, a new
+            # episode at each NextStep reset.
+            episodes = [cls() for _ in range(N_VEC_ENVS)]
+            for k, episode in enumerate(episodes):
+                episode.add_env_reset(obs[0][k])
+            done, resetting = [], [False] * N_VEC_ENVS
+            for t in range(N_VEC_STEPS):
+                for k in range(N_VEC_ENVS):
+                    if resetting[k]:
+                        episodes[k] = cls()
+                        episodes[k].add_env_reset(obs[t + 1][k])
+                        resetting[k] = False
+                        continue
+                    episodes[k].add_env_step(obs[t + 1][k], actions[t][k], rewards[t][k],
+                                             terminated=terminateds[t][k],
+                                             truncated=truncateds[t][k])
+                    if terminateds[t][k]:
+                        done.append(episodes[k])
+                        resetting[k] = True
+            return done + [e for e, r in zip(episodes, resetting) if not r]
+    else:
+        from episode.sampling import VectorEpisodes
+
+        def run():
+            vec = VectorEpisodes(N_VEC_ENVS)
+            vec.add_reset(obs[0])
+            done = []
+            for t in range(N_VEC_STEPS):
+                done += vec.add_step(obs[t + 1], actions[t], rewards[t], terminateds[t],
+                                     truncateds[t])
+            return done + [e for e, r in zip(vec.episodes, vec._resetting) if not r]
+    return Round(run)
+
+
 # -- workloads ----------------------------------------------------------------
 
 def _add_env_step(cls: type) -> Round:
@@ -466,6 +528,10 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in [
     Workload("state_pickle_roundtrip_10k",
              "pickle.loads(pickle.dumps(episode.get_state(), protocol=5)) of a numpy'ized "
              "10k-step episode", 1, _state_pickle_roundtrip),
+    Workload("vector_append_64",
+             "100 steps of a 64-env CartPole-sized vector env (NextStep autoreset) into "
+             "episodes: VectorEpisodes.add_step, or add_env_step per sub-env as RLlib's "
+             "EnvRunner does (items: env steps)", N_VEC_ENVS * N_VEC_STEPS, _vector_append),
     Workload("ma_add_env_step_2",
              "MultiAgentEpisode: 1,000 add_env_step calls, 2 simultaneous agents",
              N_MA, _ma_add_env_step(lambda: _ma_steps(2))),

@@ -11,6 +11,8 @@ from episode.workloads import (
     N_CUT,
     N_MA,
     N_STEPS,
+    N_VEC_ENVS,
+    N_VEC_STEPS,
     WORKLOADS,
     _blackjack,
     _cartpole,
@@ -18,6 +20,7 @@ from episode.workloads import (
     _logp,
     _ma_steps,
     _ma_turns,
+    _vector_steps,
     assert_same,
     check,
     rllib_class,
@@ -96,7 +99,18 @@ def _is_filled_turns(r):
     return r == expected
 
 
+def _is_vector_run(r):
+    """r is every episode of the vector workload: as many steps as the sub-envs
+    took (resets are no steps), each ended one terminated."""
+    _, _, _, terminateds = _vector_steps()
+    resets = int(terminateds[:-1].sum())       # the step after an end is a reset
+    return (sum(len(e) for e in r) == N_VEC_ENVS * N_VEC_STEPS - resets
+            and sum(bool(e.is_terminated) for e in r) == int(terminateds.sum())
+            and len(r) == N_VEC_ENVS + int(terminateds.sum()) - int(terminateds[-1].sum()))
+
+
 EXPECTED = {
+    "vector_append_64": _is_vector_run,
     "ma_add_env_step_2": lambda r: _is_ma_run(r, _ma_steps(2)),
     "ma_add_env_step_8": lambda r: _is_ma_run(r, _ma_steps(8)),
     "ma_add_env_step_turns": lambda r: _is_ma_run(r, _ma_turns())
