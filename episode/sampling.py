@@ -21,6 +21,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from episode._episode import append_rows
 from episode.single_agent_episode import SingleAgentEpisode
 
 __all__ = ["VectorEpisodes"]
@@ -136,6 +137,10 @@ class VectorEpisodes:
                 for k in range(self.num_envs) if not self._resetting[k]):
             raise ValueError("a SameStep vector env ended an episode without "
                              "infos['final_obs']")
+        if not outputs and self._batchable(observations, actions, rewards, terminateds,
+                                           truncateds, infos):
+            return self._add_batch(observations, actions, rewards, terminateds, truncateds,
+                                   final_obs, final_infos)
         done = []
         for k in range(self.num_envs):
             if self._resetting[k]:
@@ -162,6 +167,44 @@ class VectorEpisodes:
                         observations[k], sub_env_infos(_without_final(infos), k))
                 else:
                     self._resetting[k] = True
+        return done
+
+    def _batchable(self, observations, actions, rewards, terminateds, truncateds,
+                   infos) -> bool:
+        """Whether the compiled pass takes this step: ndarray batches, bool
+        flags, and no infos but a SameStep env's final entries."""
+        return (not _without_final(infos)
+                and all(type(b) is np.ndarray and b.flags.c_contiguous
+                        for b in (observations, actions, rewards))
+                and all(type(b) is np.ndarray and b.dtype == np.bool_ and b.ndim == 1
+                        for b in (terminateds, truncateds)))
+
+    def _add_batch(self, observations, actions, rewards, terminateds, truncateds,
+                   final_obs, final_infos) -> list:
+        """add_step() of ndarray batches without infos or extra outputs: the
+        ongoing sub-envs' rows in one compiled pass (append_rows), the
+        resets and ends after it, sub-env by sub-env."""
+        resetting = np.array(self._resetting, dtype=bool)
+        ended = terminateds | truncateds
+        same_step = self.autoreset_mode == "SameStep"
+        todo = ~resetting & ~ended if same_step else ~resetting
+        append_rows(self.episodes, observations, actions, rewards, terminateds, truncateds,
+                    todo)
+        done = []
+        for k in np.flatnonzero(resetting | ended).tolist():
+            if self._resetting[k]:
+                self.episodes[k] = self._new_episode(observations[k], {})
+                self._resetting[k] = False
+                continue
+            episode = self.episodes[k]
+            if same_step:
+                episode.add_env_step(final_obs[k], actions[k], rewards[k],
+                                     sub_env_infos(final_infos, k),
+                                     terminated=terminateds[k], truncated=truncateds[k])
+                self.episodes[k] = self._new_episode(observations[k], {})
+            else:
+                self._resetting[k] = True
+            done.append(episode)
         return done
 
     def cut(self, len_lookback_buffer: int = 0) -> list:

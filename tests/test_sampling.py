@@ -167,3 +167,72 @@ def test_same_step_without_final_obs_raises_before_anything_is_added():
     with pytest.raises(ValueError, match="final_obs"):
         vec.add_step(np.zeros((2, 2)), [0, 1], [0.0, 1.0], [False, True], [False, False], {})
     assert [len(ep) for ep in vec.episodes] == [0, 0]
+
+
+class _OneByOne(VectorEpisodes):
+    """VectorEpisodes without the compiled batch pass."""
+
+    def _batchable(self, *args):
+        return False
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("env_id, n", [("CartPole-v1", 5), ("Pendulum-v1", 3),
+                                       ("MountainCarContinuous-v0", 2)])
+def test_the_compiled_batch_pass_stores_what_add_env_step_stores(env_id, n, mode):
+    """The same steps through the compiled pass and through add_env_step per
+    sub-env: the same episodes, state for state (types included)."""
+    env = gym.make_vec(env_id, num_envs=n, vectorization_mode="sync",
+                       vector_kwargs={"autoreset_mode": MODES[mode]})
+    fast, slow = VectorEpisodes.for_env(env), _OneByOne.for_env(env)
+    obs, infos = env.reset(seed=3)
+    env.action_space.seed(3)
+    for vec in (fast, slow):
+        vec.add_reset(obs, infos)
+    ended = [[], []]
+    for t in range(260):
+        actions = env.action_space.sample()
+        step = env.step(actions)
+        for i, vec in enumerate((fast, slow)):
+            assert vec._batchable(*step[:1], actions, *step[1:]) == (vec is fast)
+            ended[i] += vec.add_step(step[0], actions, *step[1:])
+        if t % 50 == 49:
+            ended[0] += fast.cut()
+            ended[1] += slow.cut()
+    env.close()
+    for a, b in zip(ended[0] + fast.episodes, ended[1] + slow.episodes):
+        state_a, state_b = a.get_state(), b.get_state()
+        for key in ("id_", "_start_time", "_last_step_time"):
+            state_a.pop(key), state_b.pop(key)
+        assert repr(state_a) == repr(state_b)
+        assert type(a.is_terminated) is type(b.is_terminated)
+        assert type(a.get_actions(-1) if len(a) else None) is \
+            type(b.get_actions(-1) if len(b) else None)
+        assert np.array_equal(a._last_added_observation, b._last_added_observation)
+
+
+def test_append_rows_checks_its_batches():
+    from episode._episode import append_rows
+    episodes = [SingleAgentEpisode(), SingleAgentEpisode()]
+    for e in episodes:
+        e.add_env_reset(np.zeros(2))
+    ok = dict(observations=np.ones((2, 2)), actions=np.zeros(2, np.int64),
+              rewards=np.zeros(2), terminateds=np.zeros(2, bool),
+              truncateds=np.zeros(2, bool), todo=np.ones(2, bool))
+    for name, bad in [("observations", np.ones((3, 2))), ("actions", [0, 1]),
+                      ("rewards", np.zeros((4, 2))[:, 0]), ("terminateds", np.zeros(2)),
+                      ("todo", np.ones(3, bool))]:
+        with pytest.raises(ValueError):
+            append_rows(episodes, **{**ok, name: bad})
+    with pytest.raises(TypeError):
+        append_rows([episodes[0], "x"], **ok)
+    assert [len(e) for e in episodes] == [0, 0]
+    append_rows(episodes, **ok)
+    assert [len(e) for e in episodes] == [1, 1]
+    # Rows whose type the storage does not hold take add_env_step's path.
+    append_rows(episodes, **{**ok, "observations": np.ones((2, 2), np.float32)})
+    assert episodes[0].get_observations(-1).dtype == np.float32
+    # A done episode refuses the step, as add_env_step does.
+    append_rows(episodes, **{**ok, "terminateds": np.ones(2, bool)})
+    with pytest.raises(AssertionError):
+        append_rows(episodes, **ok)

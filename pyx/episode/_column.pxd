@@ -266,6 +266,36 @@ cdef class Column:
             return False
         return self._shape_matches(arr)
 
+    cdef inline int push_batch_row(self, cnp.ndarray batch, Py_ssize_t k) except -1:
+        # What push(batch[k]) does in list mode when it stores the row's bytes
+        # unchanged (1), without making the row object: ndarray rows
+        # (KIND_ARRAY) or numpy scalars (KIND_SCALAR) of the storage's plain
+        # dtype and row shape. 0 (nothing stored) for anything else. The
+        # caller has checked that `batch` is C-contiguous with k < len(batch).
+        cdef int i
+        if self.finalized or not self.plain():
+            return 0
+        if self.kind == KIND_ARRAY:
+            if cnp.PyArray_NDIM(batch) != self.row_ndim + 1:
+                return 0
+            for i in range(self.row_ndim):
+                if cnp.PyArray_DIMS(batch)[i + 1] != self.row_shape[i]:
+                    return 0
+        elif self.kind != KIND_SCALAR or cnp.PyArray_NDIM(batch) != 1:
+            return 0
+        # The same type, size and (native) byte order: the same bytes.
+        if not (cnp.PyArray_TYPE(batch) == self.descr.type_num
+                and cnp.PyArray_ITEMSIZE(batch) == self.itemsize()
+                and cnp.PyArray_ISNOTSWAPPED(batch)):
+            return 0
+        if self.size == self.capacity:
+            self._reserve(1)
+        memcpy(self.row_ptr(self.size, 1),
+               array_bytes(batch, (k + 1) * self.row_bytes) + k * self.row_bytes,
+               self.row_bytes)
+        self.size += 1
+        return 1
+
     cdef inline Py_ssize_t nrows(self) noexcept:
         # len(self) without a call through the type's slot.
         return PyList_GET_SIZE(self.items) if self.kind == KIND_OBJECT else self.size

@@ -558,6 +558,82 @@ cdef BufferCore _piece(object buf, start, stop, step, int extra,
     return (<BufferCore>buf).sub_buffer(slice(start - lb, stop + extra, step), True, lb, space)
 
 
+# -- batched steps (vector envs) --------------------------------------------------
+
+cdef object NP_TRUE = np.True_      # what a numpy bool array hands out per element
+cdef object NP_FALSE = np.False_
+
+
+cdef cnp.ndarray batch_of(object batch, Py_ssize_t n, str name):
+    # `batch` as the C-contiguous ndarray with a leading axis of n that the
+    # row writes index into.
+    if not (cnp.PyArray_CheckExact(batch) and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>batch)
+            and cnp.PyArray_NDIM(<cnp.ndarray>batch) >= 1
+            and cnp.PyArray_DIMS(<cnp.ndarray>batch)[0] == n):
+        raise ValueError(f"{name} must be a C-contiguous ndarray with a leading axis of {n}")
+    return <cnp.ndarray>batch
+
+
+def append_rows(list episodes, observations, actions, rewards, terminateds, truncateds,
+                todo):
+    """For each k where todo[k]: episodes[k].add_env_step(observations[k],
+    actions[k], rewards[k], terminated=terminateds[k], truncated=truncateds[k])
+    (no infos, no extra outputs). Where add_env_step would store a row's
+    bytes unchanged, they are written straight into the episode's storage,
+    without making the row object; the rest takes add_env_step's own path."""
+    cdef Py_ssize_t n = len(episodes), k
+    cdef cnp.ndarray obs = batch_of(observations, n, "observations")
+    cdef cnp.ndarray act = batch_of(actions, n, "actions")
+    cdef cnp.ndarray rew = batch_of(rewards, n, "rewards")
+    cdef cnp.ndarray term = batch_of(terminateds, n, "terminateds")
+    cdef cnp.ndarray trunc = batch_of(truncateds, n, "truncateds")
+    cdef cnp.ndarray mask = batch_of(todo, n, "todo")
+    cdef EpisodeCore ep
+    cdef double t_now = now()
+    for a in (term, trunc, mask):
+        if cnp.PyArray_TYPE(<cnp.ndarray>a) != cnp.NPY_BOOL or cnp.PyArray_NDIM(<cnp.ndarray>a) != 1:
+            raise ValueError("terminateds, truncateds and todo must be 1-d bool arrays")
+    cdef const cnp.npy_bool* term_k = <const cnp.npy_bool*>array_bytes(term, n)
+    cdef const cnp.npy_bool* trunc_k = <const cnp.npy_bool*>array_bytes(trunc, n)
+    cdef const cnp.npy_bool* todo_k = <const cnp.npy_bool*>array_bytes(mask, n)
+    for k in range(n):
+        if not isinstance(episodes[k], EpisodeCore):
+            raise TypeError(f"episodes[{k}] is a {type(episodes[k]).__name__}, not an episode")
+    for k in range(n):
+        if not todo_k[k]:
+            continue
+        ep = <EpisodeCore>episodes[k]
+        terminated = NP_TRUE if term_k[k] else NP_FALSE
+        truncated = NP_TRUE if trunc_k[k] else NP_FALSE
+        if (ep.observations is None or ep.actions is None or ep.rewards is None
+                or ep.infos is None or ep.is_terminated or ep.is_truncated
+                or ep.rewards.is_finalized() or ep.t == PY_SSIZE_T_MAX
+                or ep.observations._col is None or ep.actions._col is None
+                or ep.rewards._col is None):
+            # add_env_step's own checks and paths (numpy'ized data, Dict
+            # rows, a done episode's error).
+            ep.append_step(observations[k], actions[k], rewards[k], None, terminated,
+                           truncated, None)
+            continue
+        # add_env_step's appends, in its order.
+        if not ep.observations._col.push_batch_row(obs, k):
+            ep.observations.push(observations[k])
+        if not ep.actions._col.push_batch_row(act, k):
+            ep.actions.push(actions[k])
+        if not ep.rewards._col.push_batch_row(rew, k):
+            ep.rewards.push(rewards[k])
+        ep.infos.push_empty_dict()
+        ep.last_infos = None
+        ep.t += 1
+        ep.is_terminated = terminated
+        ep.is_truncated = truncated
+        # The observation object add_env_step keeps: the batch's row view.
+        ep._last_added_observation = observations[k]
+        ep.last_step_time = t_now
+        if isnan(ep.start_time):
+            ep.start_time = t_now
+
+
 def assemble(cls, id_, BufferCore observations, BufferCore infos, BufferCore actions,
              BufferCore rewards, dict extra_model_outputs, terminated, truncated,
              t_started):
