@@ -78,7 +78,7 @@ class VectorEpisodes:
         self.autoreset_mode = _mode_name(autoreset_mode)
         self.episodes: list = [None] * self.num_envs
         # NextStep: sub-envs whose next step is their reset.
-        self._resetting = [False] * self.num_envs
+        self._resetting = np.zeros(self.num_envs, dtype=bool)
 
     @classmethod
     def for_env(cls, env: Any) -> "VectorEpisodes":
@@ -110,7 +110,7 @@ class VectorEpisodes:
         self._check_batch(observations=observations)
         self.episodes = [self._new_episode(observations[k], sub_env_infos(infos, k))
                          for k in range(self.num_envs)]
-        self._resetting = [False] * self.num_envs
+        self._resetting = np.zeros(self.num_envs, dtype=bool)
 
     def add_step(self, observations: Any, actions: Any, rewards: Any, terminateds: Any,
                  truncateds: Any, infos: Optional[dict] = None, *,
@@ -120,7 +120,7 @@ class VectorEpisodes:
         dict of such batches). Returns the episodes that ended in this step;
         their sub-envs go on in new episodes. Checks every batch before
         anything is added."""
-        if any(episode is None for episode in self.episodes):
+        if self.episodes[0] is None:
             raise RuntimeError("add_step() before add_reset(): call it with env.reset()'s "
                                "result first")
         outputs = extra_model_outputs or {}
@@ -173,18 +173,21 @@ class VectorEpisodes:
                    infos) -> bool:
         """Whether the compiled pass takes this step: ndarray batches, bool
         flags, and no infos but a SameStep env's final entries."""
-        return (not _without_final(infos)
-                and all(type(b) is np.ndarray and b.flags.c_contiguous
-                        for b in (observations, actions, rewards))
-                and all(type(b) is np.ndarray and b.dtype == np.bool_ and b.ndim == 1
-                        for b in (terminateds, truncateds)))
+        return (type(observations) is np.ndarray and observations.flags.c_contiguous
+                and type(actions) is np.ndarray and actions.flags.c_contiguous
+                and type(rewards) is np.ndarray and rewards.flags.c_contiguous
+                and type(terminateds) is np.ndarray and terminateds.dtype == np.bool_
+                and terminateds.ndim == 1
+                and type(truncateds) is np.ndarray and truncateds.dtype == np.bool_
+                and truncateds.ndim == 1
+                and not _without_final(infos))
 
     def _add_batch(self, observations, actions, rewards, terminateds, truncateds,
                    final_obs, final_infos) -> list:
         """add_step() of ndarray batches without infos or extra outputs: the
         ongoing sub-envs' rows in one compiled pass (append_rows), the
         resets and ends after it, sub-env by sub-env."""
-        resetting = np.array(self._resetting, dtype=bool)
+        resetting = self._resetting.copy()
         ended = terminateds | truncateds
         same_step = self.autoreset_mode == "SameStep"
         todo = ~resetting & ~ended if same_step else ~resetting
