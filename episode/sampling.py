@@ -140,34 +140,43 @@ class VectorEpisodes:
         if not outputs and self._batchable(observations, actions, rewards, terminateds,
                                            truncateds, infos):
             return self._add_batch(observations, actions, rewards, terminateds, truncateds,
-                                   final_obs, final_infos)
+                                   infos, final_obs, final_infos)
         done = []
         for k in range(self.num_envs):
-            if self._resetting[k]:
-                # NextStep: this step reset the sub-env (its action was ignored).
-                self.episodes[k] = self._new_episode(observations[k], sub_env_infos(infos, k))
-                self._resetting[k] = False
-                continue
-            terminated, truncated = terminateds[k], truncateds[k]
-            ended = bool(terminated) or bool(truncated)
+            self._sub_env_step(k, observations, actions, rewards, terminateds, truncateds,
+                               infos, outputs, final_obs, final_infos, done, appended=False)
+        return done
+
+    def _sub_env_step(self, k, observations, actions, rewards, terminateds, truncateds,
+                      infos, outputs, final_obs, final_infos, done, appended) -> None:
+        """Sub-env k's part of a step: its NextStep reset, or its step (unless
+        the batch pass `appended` it) and, if its episode ended, the end."""
+        if self._resetting[k]:
+            # NextStep: this step reset the sub-env (its action was ignored).
+            self.episodes[k] = self._new_episode(observations[k], sub_env_infos(infos, k))
+            self._resetting[k] = False
+            return
+        terminated, truncated = terminateds[k], truncateds[k]
+        ended = bool(terminated) or bool(truncated)
+        same_step = self.autoreset_mode == "SameStep"
+        episode = self.episodes[k]
+        if not appended:
             if ended and same_step:
                 last_obs, last_infos = final_obs[k], sub_env_infos(final_infos, k)
             else:
                 last_obs, last_infos = observations[k], sub_env_infos(infos, k)
-            episode = self.episodes[k]
             episode.add_env_step(last_obs, actions[k], rewards[k], last_infos,
                                  terminated=terminated, truncated=truncated,
                                  extra_model_outputs={key: value[k]
                                                       for key, value in outputs.items()}
                                  if outputs else None)
-            if ended:
-                done.append(episode)
-                if same_step:
-                    self.episodes[k] = self._new_episode(
-                        observations[k], sub_env_infos(_without_final(infos), k))
-                else:
-                    self._resetting[k] = True
-        return done
+        if ended:
+            done.append(episode)
+            if same_step:
+                self.episodes[k] = self._new_episode(
+                    observations[k], sub_env_infos(_without_final(infos), k))
+            else:
+                self._resetting[k] = True
 
     def _batchable(self, observations, actions, rewards, terminateds, truncateds,
                    infos) -> bool:
@@ -182,7 +191,7 @@ class VectorEpisodes:
                 and truncateds.ndim == 1
                 and not _without_final(infos))
 
-    def _add_batch(self, observations, actions, rewards, terminateds, truncateds,
+    def _add_batch(self, observations, actions, rewards, terminateds, truncateds, infos,
                    final_obs, final_infos) -> list:
         """add_step() of ndarray batches without infos or extra outputs: the
         ongoing sub-envs' rows in one compiled pass (append_rows), the
@@ -194,20 +203,12 @@ class VectorEpisodes:
         append_rows(self.episodes, observations, actions, rewards, terminateds, truncateds,
                     todo)
         done = []
+        # NextStep ends were appended above, SameStep ends need their final
+        # observation: the resets and ends, sub-env by sub-env.
         for k in np.flatnonzero(resetting | ended).tolist():
-            if self._resetting[k]:
-                self.episodes[k] = self._new_episode(observations[k], {})
-                self._resetting[k] = False
-                continue
-            episode = self.episodes[k]
-            if same_step:
-                episode.add_env_step(final_obs[k], actions[k], rewards[k],
-                                     sub_env_infos(final_infos, k),
-                                     terminated=terminateds[k], truncated=truncateds[k])
-                self.episodes[k] = self._new_episode(observations[k], {})
-            else:
-                self._resetting[k] = True
-            done.append(episode)
+            self._sub_env_step(k, observations, actions, rewards, terminateds, truncateds,
+                               infos, None, final_obs, final_infos, done,
+                               appended=not same_step)
         return done
 
     def cut(self, len_lookback_buffer: int = 0) -> list:

@@ -1,4 +1,4 @@
-from libc.math cimport NAN
+from libc.math cimport NAN, isnan
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
 from episode._buffer cimport BufferCore
@@ -43,6 +43,18 @@ cdef class EpisodeCore:
     cdef object last_infos          # None: the last infos were empty
 
     cpdef validate(self)
+
+    cdef inline void end_step(self, object observation, object terminated, object truncated,
+                              double t):
+        # What closes every appended step (add_env_step's and a batch's):
+        # the done flags, the observation kept as the last one, the times.
+        self.is_terminated = terminated
+        self.is_truncated = truncated
+        self._last_added_observation = observation
+        self.last_step_time = t
+        if isnan(self.start_time):
+            self.start_time = t
+
     cdef int append_step(self, object observation, object action, object reward,
                          object infos, object terminated, object truncated,
                          object extra_model_outputs) except -1

@@ -302,12 +302,7 @@ cdef class EpisodeCore:
                         outputs[key] = self._new_buffer([value])
                     else:
                         as_buffer(outputs[key]).push(value)
-        self.is_terminated = terminated
-        self.is_truncated = truncated
-        self._last_added_observation = observation
-        self.last_step_time = now()
-        if isnan(self.start_time):
-            self.start_time = self.last_step_time
+        self.end_step(observation, terminated, truncated, now())
         return 0
 
     cdef int _check_step(self, object observation, object action, object reward,
@@ -625,13 +620,8 @@ def append_rows(list episodes, observations, actions, rewards, terminateds, trun
         ep.infos.push_empty_dict()
         ep.last_infos = None
         ep.t += 1
-        ep.is_terminated = terminated
-        ep.is_truncated = truncated
         # The observation object add_env_step keeps: the batch's row view.
-        ep._last_added_observation = observations[k]
-        ep.last_step_time = t_now
-        if isnan(ep.start_time):
-            ep.start_time = t_now
+        ep.end_step(observations[k], terminated, truncated, t_now)
 
 
 def assemble(cls, id_, BufferCore observations, BufferCore infos, BufferCore actions,

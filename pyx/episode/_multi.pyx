@@ -191,6 +191,9 @@ cdef class MultiAgentCore:
 
     def _stepped(self):
         """Marks the time of a step (the first one starts the clock)."""
+        self.mark_step()
+
+    cdef inline void mark_step(self):
         self.last_step_time = now()
         if isnan(self.start_time):
             self.start_time = self.last_step_time
@@ -397,9 +400,7 @@ cdef class MultiAgentCore:
             if plan.new_t_started:
                 PyDict_SetItem(self.agent_t_started, aid, 0)
             (<AgentStepsCore>plan.steps).push_step(plan.t_started + (ep.t - ep.t_started))
-        self.last_step_time = now()
-        if isnan(self.start_time):
-            self.start_time = self.last_step_time
+        self.mark_step()
         return 0
 
     def _cut_at_last_observations(self):
