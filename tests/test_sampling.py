@@ -236,3 +236,30 @@ def test_append_rows_checks_its_batches():
     append_rows(episodes, **{**ok, "terminateds": np.ones(2, bool)})
     with pytest.raises(AssertionError):
         append_rows(episodes, **ok)
+
+
+@pytest.mark.parametrize("obs_dtype", [">f4", "<f8", "O", "U3", "f2"])
+@pytest.mark.parametrize("act", [np.array([0, 1], ">i8"), np.array([0.5, 1.5]),
+                                 np.array([[0, 1], [1, 0]], np.int8), np.array([True, False])])
+def test_append_rows_with_odd_dtypes_stores_what_add_env_step_stores(obs_dtype, act):
+    """Garbage and unusual batches (byte-swapped, object, string, half
+    floats, row actions, bools): rows the storage cannot take as bytes go
+    add_env_step's way; the episodes equal ones stepped by add_env_step."""
+    from episode._episode import append_rows
+    obs = np.array([[1, 2, 3], [4, 5, 6]]).astype(obs_dtype)
+    fast = [SingleAgentEpisode() for _ in range(2)]
+    slow = [SingleAgentEpisode() for _ in range(2)]
+    for k in range(2):
+        for e in (fast[k], slow[k]):
+            e.add_env_reset(obs[k])
+    for _ in range(3):
+        append_rows(fast, obs, act, np.array([1.0, 2.0]), np.zeros(2, bool),
+                    np.zeros(2, bool), np.ones(2, bool))
+        for k in range(2):
+            slow[k].add_env_step(obs[k], act[k], np.array([1.0, 2.0])[k],
+                                 terminated=np.False_, truncated=np.False_)
+    for a, b in zip(fast, slow):
+        sa, sb = a.get_state(), b.get_state()
+        for key in ("id_", "_start_time", "_last_step_time"):
+            sa.pop(key), sb.pop(key)
+        assert repr(sa) == repr(sb)
