@@ -3,6 +3,12 @@
 `ViewRequirement` is RLlib 2.60's dataclass of the same name
 (`ray.rllib.policy.view_requirement`): one column of a model's input dict,
 read from the data column `data_col` at `t + shift` for each timestep `t`.
+
+The gathers below turn one data track (an array of rows, padded in front
+as the collector pads it) into a view column with one fancy index over all
+timesteps. The padding rule is RLlib's AgentCollector's: rows before the
+start are whatever the track holds there (the first value repeated, or
+zeros for prev_actions / prev_rewards), rows past the end are zeros.
 """
 from __future__ import annotations
 
@@ -15,7 +21,7 @@ import numpy as np
 
 from episode.spaces import space_from_dict, space_to_dict
 
-__all__ = ["ViewRequirement"]
+__all__ = ["ViewRequirement", "as_float32", "gather_training", "gather_inference"]
 
 
 @dataclasses.dataclass
@@ -92,3 +98,60 @@ class ViewRequirement:
         replaces d["space"] with the space it describes.)"""
         d["space"] = space_from_dict(d["space"])
         return cls(**d)
+
+
+def as_float32(rows: list | np.ndarray) -> np.ndarray:
+    """Rows as one array, float64 narrowed to float32 (as RLlib's collector
+    stores them, to save memory)."""
+    arr = np.asarray(rows) if isinstance(rows, np.ndarray) else np.array(rows)
+    return arr.astype(np.float32) if arr.dtype == np.float64 else arr
+
+
+def gather_training(track: np.ndarray, first: int, shift_arr: np.ndarray, repeat: int,
+                    count: int) -> np.ndarray:
+    """Timesteps i = 0, repeat, 2*repeat, ... (`count` of them) of a view on
+    `track`: row `first + i + shift` for each shift, zeros past the end.
+
+    One shift gives a (count, *row) array, several a (count, len(shifts),
+    *row) one; no timesteps give float64 (0,), as RLlib's collector does."""
+    if count <= 0:
+        return np.array([])
+    positions = (first + np.arange(0, count * repeat, repeat))[:, None] + shift_arr[None, :]
+    n = len(track)
+    if track.dtype == object and positions.max() >= n:
+        return _gather_padded_objects(track, positions)
+    if positions.max() < n:
+        out = track[positions]
+    else:
+        out = track[np.minimum(positions, n - 1)]
+        out[positions >= n] = 0
+    return out[:, 0] if positions.shape[1] == 1 else out
+
+
+def _gather_padded_objects(track: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    # Object rows (infos) padded past the end: the pad is the last item with
+    # each leaf zeroed, stacked with the others as numpy stacks objects.
+    pad = _zeros_like_leaves(track[-1])
+    rows = []
+    for pos in positions:
+        if pos.max() < len(track):
+            row = track[pos]
+        else:
+            row = np.stack([track[p] if p < len(track) else pad for p in pos])
+        rows.append(row[0] if len(pos) == 1 else row)
+    return np.stack(rows, 0)
+
+
+def _zeros_like_leaves(item: Any) -> Any:
+    if isinstance(item, dict):
+        return type(item)((k, _zeros_like_leaves(v)) for k, v in item.items())
+    if isinstance(item, (list, tuple)) and not hasattr(item, "_fields"):
+        return type(item)(_zeros_like_leaves(v) for v in item)
+    return np.zeros_like(item)
+
+
+def gather_inference(track: np.ndarray, shift_arr: np.ndarray) -> np.ndarray:
+    """The view at the track's last row (shifts <= 0), with a batch axis of
+    one: (1, *row) for one shift, (1, len(shifts), *row) for several."""
+    rows = track[shift_arr + len(track) - 1]
+    return rows if rows.shape[0] == 1 else rows[None]
