@@ -1,4 +1,5 @@
 """episode: a Cython-optimized, drop-in engine for RLlib's episode classes."""
+from episode.collector import AgentCollector
 from episode.lookback_buffer import InfiniteLookbackBuffer
 from episode.multi_agent_episode import MultiAgentEpisode
 from episode.sampling import VectorEpisodes
@@ -7,5 +8,5 @@ from episode.views import ViewRequirement
 
 __version__ = "0.1.0"
 
-__all__ = ["InfiniteLookbackBuffer", "MultiAgentEpisode", "SingleAgentEpisode",
+__all__ = ["AgentCollector", "InfiniteLookbackBuffer", "MultiAgentEpisode", "SingleAgentEpisode",
            "VectorEpisodes", "ViewRequirement"]

@@ -13,15 +13,18 @@ zeros for prev_actions / prev_rewards), rows past the end are zeros.
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import math
 import numbers
-from typing import Any, Dict, List, Optional, Union
+import sys
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 import gymnasium as gym
 import numpy as np
 
-from episode.spaces import space_from_dict, space_to_dict
+from episode.spaces import empty_batch, map_struct, space_from_dict, space_to_dict
 
-__all__ = ["ViewRequirement", "as_float32", "gather_training", "gather_inference"]
+__all__ = ["ViewRequirement", "build_training_batch", "build_inference_batch"]
 
 
 @dataclasses.dataclass
@@ -155,3 +158,239 @@ def gather_inference(track: np.ndarray, shift_arr: np.ndarray) -> np.ndarray:
     one: (1, *row) for one shift, (1, len(shifts), *row) for several."""
     rows = track[shift_arr + len(track) - 1]
     return rows if rows.shape[0] == 1 else rows[None]
+
+
+
+# -- views over episodes ------------------------------------------------------
+#
+# An episode's track of a data column holds its rows with timestep 0 at
+# position `lookback` (obs and infos: the observation the first action was
+# taken on), so the view at timestep t reads positions lookback + t + shift.
+# Training batches take t = 0, r, 2r, ... (r the batch_repeat_value) of each
+# episode; the inference input takes t = len(episode), the next action's.
+
+_unroll_ids = itertools.count()
+_SAMPLER_COLUMNS = ("terminateds", "truncateds", "t", "eps_id", "env_id", "agent_index",
+                    "unroll_id")
+
+
+def _leaf_track(col: Any) -> np.ndarray:
+    if col.is_typed and len(col):
+        view = col.view()
+        if view is not None:
+            return as_float32(view)
+    return as_float32(col.to_list())
+
+
+class _Tracks:
+    """The data tracks of one single-agent episode, made once per build."""
+
+    def __init__(self, episode: Any, agent_index: int, env_id: Any, unroll_id: Any,
+                 next_row: bool):
+        self.episode = episode
+        self.steps = len(episode)
+        # Inference reads the sampler columns one row past the last step.
+        self.next_row = next_row
+        self.constants = {"eps_id": episode.id_, "agent_index": agent_index,
+                          "env_id": env_id, "unroll_id": unroll_id}
+        self.cache: dict = {}
+
+    def get(self, data_col: str) -> Optional[tuple]:
+        """(struct of row arrays, lookback) of a data column; None if the
+        episode has no such column."""
+        if data_col not in self.cache:
+            self.cache[data_col] = self._find(data_col)
+        return self.cache[data_col]
+
+    def _find(self, data_col: str) -> Optional[tuple]:
+        e = self.episode
+        buffer = {"obs": e.observations, "infos": e.infos, "actions": e.actions,
+                  "rewards": e.rewards}.get(data_col)
+        if buffer is None and data_col in e.extra_model_outputs:
+            buffer = e.extra_model_outputs[data_col]
+        if data_col == "infos":
+            # Whole items (RLlib's collector does not take infos apart).
+            items = [buffer._item(p) for p in range(buffer.len_incl_lookback())]
+            return as_float32(items), buffer.lookback
+        if buffer is not None:
+            if buffer.len_incl_lookback() == 0:
+                # No rows yet: none of the space's shape and dtype.
+                return map_struct(as_float32, empty_batch(buffer.space)), 0
+            return map_struct(_leaf_track, buffer._tree), buffer.lookback
+        if data_col not in _SAMPLER_COLUMNS:
+            return None
+        lookback = e.actions.lookback
+        rows = lookback + self.steps + self.next_row
+        if data_col in ("terminateds", "truncateds"):
+            flags = np.zeros(rows, bool)
+            if self.steps and not self.next_row:
+                flags[-1] = e.is_terminated if data_col == "terminateds" else e.is_truncated
+            return flags, lookback
+        # t and the constant columns start one row earlier, at the reset
+        # (t: one less than the first step's), as in RLlib's collector.
+        if data_col == "t":
+            return np.arange(e.t_started - lookback - 1, e.t_started - lookback + rows), lookback + 1
+        value = self.constants[data_col]
+        if value is None:
+            return None
+        return as_float32([value] * (rows + 1)), lookback + 1
+
+
+def _gather(track: np.ndarray, positions: np.ndarray, zeros_before: bool) -> np.ndarray:
+    """Rows of `track` at `positions` (timesteps x shifts), padded: before
+    the first row the first row again (zeros if `zeros_before`), past the
+    last row zeros; one shift drops the shift axis."""
+    n = len(track)
+    if n == 0:
+        out = np.zeros(positions.shape + track.shape[1:], track.dtype)
+    elif track.dtype == object:
+        out = np.empty(positions.shape, object)
+        pad = _zeros_like_leaves(track[-1])
+        for index, p in np.ndenumerate(positions):
+            out[index] = (pad if p >= n or (p < 0 and zeros_before)
+                          else track[max(p, 0)])
+    else:
+        out = track[np.clip(positions, 0, n - 1)]
+        outside = (positions >= n) | (positions < 0) if zeros_before else positions >= n
+        if outside.any():
+            out[outside] = 0
+    return out[:, 0] if positions.shape[1] == 1 else out
+
+
+def _episode_view(tracks: _Tracks, data_col: str, vr: "ViewRequirement",
+                  timesteps: np.ndarray, zero_cols: frozenset) -> Any:
+    found = tracks.get(data_col)
+    if found is None:
+        return None
+    rows, lookback = found
+    positions = (lookback + timesteps)[:, None] + vr.shift_arr[None, :]
+    zeros = data_col in zero_cols
+    return map_struct(lambda track: _gather(track, positions, zeros), rows)
+
+
+def _single_agent_parts(episodes: Sequence[Any], env_ids: Optional[Sequence[Any]]) -> list:
+    """(module id, episode, agent index, env id) of each single-agent
+    episode, multi-agent episodes broken into their agents'."""
+    parts = []
+    for i, e in enumerate(episodes):
+        env_id = env_ids[i] if env_ids is not None else None
+        agent_episodes = getattr(e, "agent_episodes", None)
+        if agent_episodes is None:
+            parts.append((None, e, 0, env_id))
+            continue
+        for index, (agent_id, sa) in enumerate(agent_episodes.items()):
+            module = sa.module_id if sa.module_id is not None else agent_id
+            parts.append((module, sa, index, env_id))
+    return parts
+
+
+def _zero_cols(view_requirements: Dict[str, "ViewRequirement"]) -> frozenset:
+    # RLlib's collector pads actions / rewards with zeros (not the first
+    # value) when the model reads prev_actions / prev_rewards.
+    return frozenset(col for col, prev in (("actions", "prev_actions"),
+                                           ("rewards", "prev_rewards"))
+                     if prev in view_requirements)
+
+
+def _concat(pieces: list) -> Any:
+    if len(pieces) == 1:
+        return pieces[0]
+    return map_struct(lambda *leaves: np.concatenate(leaves), *pieces)
+
+
+def build_training_batch(episodes: Sequence[Any],
+                         view_requirements: Dict[str, "ViewRequirement"], *,
+                         env_ids: Optional[Sequence[Any]] = None,
+                         max_seq_len: Optional[int] = None,
+                         sample_batch: bool = False) -> Any:
+    """The training batch of `episodes`: every timestep of each, each view
+    gathered at its shifts with RLlib's collector padding (first value
+    repeated before the start, zeros for prev_actions / prev_rewards, zeros
+    past the end; float64 stored as float32).
+
+    Single-agent episodes give one dict of columns, rows ordered by episode.
+    Multi-agent episodes give a dict of such dicts, one per module id (the
+    agent id where an agent has none). Besides the episodes' own data the
+    views can read "terminateds", "truncateds", "t", "eps_id",
+    "agent_index", "unroll_id" and (with `env_ids`, one per episode)
+    "env_id". Views of columns no episode has are left out, as RLlib's
+    collector leaves out what postprocessing adds later. `max_seq_len`
+    adds "seq_lens" (each episode cut into sequences of at most that many
+    timesteps). `sample_batch=True` returns RLlib's SampleBatch /
+    MultiAgentBatch (needs ray).
+    """
+    parts = _single_agent_parts(episodes, env_ids)
+    zero_cols = _zero_cols(view_requirements)
+    by_module: Dict[Any, dict] = {}
+    for module, e, agent_index, env_id in parts:
+        steps = len(e)
+        if steps == 0:
+            continue
+        tracks = _Tracks(e, agent_index, env_id, next(_unroll_ids), False)
+        columns = by_module.setdefault(module, {})
+        for view_col, vr in view_requirements.items():
+            repeat = vr.batch_repeat_value
+            timesteps = np.arange(0, steps, repeat)
+            piece = _episode_view(tracks, vr.data_col or view_col, vr, timesteps, zero_cols)
+            if piece is not None:
+                columns.setdefault(view_col, []).append(piece)
+        if max_seq_len is not None:
+            lengths = [min(max_seq_len, steps - k) for k in range(0, steps, max_seq_len)]
+            columns.setdefault("seq_lens", []).append(np.array(lengths, np.int32))
+    batches = {module: {col: _concat(pieces) for col, pieces in columns.items()}
+               for module, columns in by_module.items()}
+    multi_agent = any(module is not None for module, *_ in parts)
+    if not multi_agent:
+        batch = batches.get(None, {})
+        return _sample_batch(batch) if sample_batch else batch
+    if not sample_batch:
+        return batches
+    from ray.rllib.policy.sample_batch import MultiAgentBatch
+    env_steps = sum(e.env_steps() for e in episodes)
+    return MultiAgentBatch({m: _sample_batch(b) for m, b in batches.items()}, env_steps)
+
+
+def _sample_batch(columns: dict) -> Any:
+    from ray.rllib.policy.sample_batch import SampleBatch
+    return SampleBatch(columns)
+
+
+def build_inference_batch(episodes: Sequence[Any],
+                          view_requirements: Dict[str, "ViewRequirement"], *,
+                          env_ids: Optional[Sequence[Any]] = None,
+                          sample_batch: bool = False) -> Any:
+    """The input for the next action of each of `episodes` (single-agent
+    episodes, e.g. a multi-agent episode's agents that act next), one row
+    per episode: each view used for computing actions, read at timestep
+    len(episode) with the same padding as training batches, so that a
+    training batch's row t is the input the action at t was computed from.
+    Views with positive shifts cannot be used for computing actions
+    (ValueError, as RLlib's collector)."""
+    zero_cols = _zero_cols(view_requirements)
+    tracks = [_Tracks(e, 0, env_ids[i] if env_ids is not None else None, None, True)
+              for i, e in enumerate(episodes)]
+    columns = {}
+    for view_col, vr in view_requirements.items():
+        if not vr.used_for_compute_actions:
+            continue
+        if np.any(vr.shift_arr > 0):
+            raise ValueError(
+                f"view {view_col!r} reads future timesteps (shift {vr.shift_arr}) but is used "
+                f"for computing actions, which can only see the past: set "
+                f"used_for_compute_actions=False or use shifts <= 0")
+        data_col = vr.data_col or view_col
+        pieces = []
+        for t in tracks:
+            piece = _episode_view(t, data_col, vr, np.array([t.steps]), zero_cols)
+            if piece is None:
+                # Not recorded yet (e.g. a model output before the first
+                # action): zeros of its space, as RLlib's collector gives.
+                space = view_requirements[data_col].space \
+                    if data_col in view_requirements else vr.space
+                no_rows = np.full((1, len(vr.shift_arr)), -1)
+                piece = map_struct(lambda track: _gather(as_float32(track), no_rows, False),
+                                   empty_batch(space))
+            pieces.append(piece)
+        if pieces:
+            columns[view_col] = _concat(pieces)
+    return _sample_batch(columns) if sample_batch else columns
