@@ -17,14 +17,15 @@ flags as numpy bools), as RLlib's SingleAgentEnvRunner appends them.
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
+import gymnasium as gym
 import numpy as np
 
 from episode._episode import append_rows
 from episode.single_agent_episode import SingleAgentEpisode
 
-__all__ = ["VectorEpisodes"]
+__all__ = ["Sampler", "VectorEpisodes", "default_view_requirements"]
 
 AUTORESET_MODES = ("NextStep", "SameStep")
 
@@ -231,3 +232,362 @@ def _without_final(infos: Optional[dict]) -> Optional[dict]:
         return infos
     return {k: v for k, v in infos.items()
             if k not in ("final_obs", "_final_obs", "final_info", "_final_info")}
+
+
+# -- the sampler ----------------------------------------------------------------
+
+BATCH_MODES = ("truncate_episodes", "complete_episodes")
+COUNT_STEPS_BY = ("env_steps", "agent_steps")
+
+
+def default_view_requirements(observation_space: Any = None,
+                              action_space: Any = None) -> dict:
+    """The views RLlib's policies start from: the observation the action was
+    taken on and the next one, the action, reward, done flags, infos and the
+    sampler's bookkeeping columns. Only "obs" is read for computing actions."""
+    from episode.views import ViewRequirement
+
+    obs = {} if observation_space is None else {"space": observation_space}
+    act = {} if action_space is None else {"space": action_space}
+    train_only = {"used_for_compute_actions": False}
+    return {
+        "obs": ViewRequirement(**obs),
+        "new_obs": ViewRequirement("obs", shift=1, **obs, **train_only),
+        "actions": ViewRequirement(**act, **train_only),
+        "rewards": ViewRequirement(**train_only),
+        "terminateds": ViewRequirement(**train_only),
+        "truncateds": ViewRequirement(**train_only),
+        "infos": ViewRequirement(**train_only),
+        "eps_id": ViewRequirement(**train_only),
+        "unroll_id": ViewRequirement(**train_only),
+        "agent_index": ViewRequirement(**train_only),
+        "t": ViewRequirement(**train_only),
+    }
+
+
+def _is_multi_agent(env: Any) -> bool:
+    return (hasattr(env, "possible_agents") and not isinstance(env, gym.Env)) or \
+        callable(getattr(env, "get_action_space", None))
+
+
+class _MultiAgentEnv:
+    """A PettingZoo parallel env or an RLlib MultiAgentEnv behind one API:
+    RLlib's, with "__all__" in the done dicts."""
+
+    def __init__(self, env: Any):
+        self.env = env
+        self.rllib = callable(getattr(env, "get_action_space", None))
+        self._spaces: dict = {}
+
+    def action_space(self, agent_id: Any) -> Any:
+        if agent_id not in self._spaces:
+            self._spaces[agent_id] = (self.env.get_action_space(agent_id) if self.rllib
+                                      else self.env.action_space(agent_id))
+        return self._spaces[agent_id]
+
+    def observation_space(self, agent_id: Any) -> Any:
+        return (self.env.get_observation_space(agent_id) if self.rllib
+                else self.env.observation_space(agent_id))
+
+    def reset(self, seed: Optional[int]) -> tuple:
+        return self.env.reset(seed=seed)
+
+    def step(self, actions: dict) -> tuple:
+        obs, rewards, terminateds, truncateds, infos = self.env.step(actions)
+        if "__all__" not in terminateds:
+            # PettingZoo: the episode ends once no agent is left.
+            left = getattr(self.env, "agents", None)
+            ended = not left
+            terminateds = {**terminateds, "__all__": ended and any(terminateds.values())}
+            truncateds = {**truncateds, "__all__": ended and not terminateds["__all__"]}
+        return obs, rewards, terminateds, truncateds, infos
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def _vector_env(env: Any, num_envs: int) -> Any:
+    if isinstance(env, str):
+        return gym.make_vec(env, num_envs=num_envs, vectorization_mode="sync")
+    if isinstance(env, gym.vector.VectorEnv):
+        if num_envs not in (1, env.num_envs):
+            raise ValueError(f"num_envs={num_envs} but the vector env has {env.num_envs} "
+                             f"sub-envs")
+        return env
+    if isinstance(env, gym.Env):
+        if num_envs != 1:
+            raise ValueError(f"num_envs={num_envs} needs as many envs: pass a gymnasium id, "
+                             f"a VectorEnv or a function making one env, not one Env")
+        return gym.vector.SyncVectorEnv([lambda: env])
+    if callable(env):
+        return gym.vector.SyncVectorEnv([env] * num_envs)
+    raise TypeError(f"env must be a gymnasium id, Env or VectorEnv, a function making an "
+                    f"Env, or a multi-agent env, got {type(env).__name__}")
+
+
+def _check_in_space(space: Any, value: Any, what: str) -> None:
+    if not space.contains(value):
+        raise ValueError(f"{what} outside {space}: {value!r}")
+
+
+class Sampler:
+    """Runs an env and a policy and collects episodes and training batches,
+    with the semantics of RLlib 2.60's EnvRunners.
+
+    Args:
+        env: A gymnasium id, Env, VectorEnv or function making an Env; or a
+            multi-agent env (an RLlib MultiAgentEnv, or a PettingZoo
+            ParallelEnv).
+        policy: Called with the inference input (a dict of batched views,
+            one row per sub-env) and returning the actions, a batch with
+            one row per sub-env, or (actions, extra model outputs as a dict
+            of such batches). For a multi-agent env: called with
+            {agent_id: input dict of one row} for the agents to act, and
+            returning {agent_id: action} or (that, {agent_id: extras}).
+            None: random actions.
+        view_requirements: The views of the inference input and of
+            `sample()`'s batches (default: RLlib's default views).
+        batch_mode: "truncate_episodes": each call covers
+            rollout_fragment_length x num_envs steps; running episodes are
+            cut and go on in the next call. "complete_episodes": only
+            finished episodes, at least that many steps of them; running
+            episodes go on in the next call.
+        rollout_fragment_length: Steps per sub-env and call.
+        count_steps_by: "env_steps" or "agent_steps" (multi-agent envs).
+        num_envs: Sub-envs (gymnasium id or env factory).
+        seed: Sub-env i is reset with seed + i the first time.
+    """
+
+    def __init__(self, env: Any, policy: Optional[Callable] = None, *,
+                 view_requirements: Optional[dict] = None,
+                 batch_mode: str = "truncate_episodes", rollout_fragment_length: int = 200,
+                 count_steps_by: str = "env_steps", num_envs: int = 1,
+                 seed: Optional[int] = None):
+        if batch_mode not in BATCH_MODES:
+            raise ValueError(f"batch_mode must be one of {BATCH_MODES}, got {batch_mode!r}")
+        if count_steps_by not in COUNT_STEPS_BY:
+            raise ValueError(f"count_steps_by must be one of {COUNT_STEPS_BY}, "
+                             f"got {count_steps_by!r}")
+        for name, value in (("rollout_fragment_length", rollout_fragment_length),
+                            ("num_envs", num_envs)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
+            raise ValueError(f"seed must be an int or None, got {seed!r}")
+        if policy is not None and not callable(policy):
+            raise TypeError(f"policy must be callable or None, got {type(policy).__name__}")
+        self.batch_mode = batch_mode
+        self.rollout_fragment_length = int(rollout_fragment_length)
+        self.count_steps_by = count_steps_by
+        self.seed = None if seed is None else int(seed)
+        self.policy = policy
+        self.multi_agent = _is_multi_agent(env)
+        if self.multi_agent:
+            if num_envs != 1:
+                raise ValueError("a multi-agent env runs one env per Sampler (num_envs=1)")
+            self.env = _MultiAgentEnv(env)
+            self.num_envs = 1
+            self._episode = None
+            default_views = default_view_requirements()
+        else:
+            self.env = _vector_env(env, int(num_envs))
+            self.num_envs = self.env.num_envs
+            self._vector = VectorEpisodes.for_env(self.env)
+            default_views = default_view_requirements(self.env.single_observation_space,
+                                                      self.env.single_action_space)
+        self.view_requirements = view_requirements if view_requirements is not None \
+            else default_views
+        from episode.views import ViewRequirement
+        for key, vr in self.view_requirements.items():
+            if not isinstance(vr, ViewRequirement) and not hasattr(vr, "shift_arr"):
+                raise TypeError(f"view_requirements[{key!r}] must be a ViewRequirement, "
+                                f"got {type(vr).__name__}")
+        # The rows before a chunk's first timestep its views read.
+        self._lookback = max([0] + [int(-min(vr.shift_arr.min(), 0))
+                                    for vr in self.view_requirements.values()])
+        self._started = False
+        self._env_ids: dict = {}
+        self._metrics = _Metrics()
+
+    # -- public -----------------------------------------------------------------
+
+    def sample_episodes(self) -> list:
+        """One rollout's episodes (finished ones, then the chunks of running
+        ones in truncate mode), numpy'ized."""
+        episodes = (self._sample_multi_agent() if self.multi_agent
+                    else self._sample_single_agent())
+        for e in episodes:
+            e.to_numpy()
+        return episodes
+
+    def sample(self) -> Any:
+        """One rollout as the training batch of the view requirements (those
+        with used_for_training), a dict of columns (per module id for
+        multi-agent envs)."""
+        from episode.views import build_training_batch
+
+        episodes = self.sample_episodes()
+        views = {k: vr for k, vr in self.view_requirements.items() if vr.used_for_training}
+        env_ids = [self._env_ids.get(e.id_, 0) for e in episodes]
+        return build_training_batch(episodes, views, env_ids=env_ids)
+
+    def get_metrics(self) -> dict:
+        """What was sampled since the last call: "episodes_done",
+        "episode_returns", "episode_lengths", "env_steps", "agent_steps"."""
+        metrics, self._metrics = self._metrics.as_dict(), _Metrics()
+        return metrics
+
+    def close(self) -> None:
+        self.env.close()
+
+    # -- single-agent ----------------------------------------------------------------
+
+    def _target(self) -> int:
+        return self.rollout_fragment_length * self.num_envs
+
+    def _reset_vector(self) -> None:
+        obs, infos = self.env.reset(seed=self.seed)
+        _check_in_space(self.env.observation_space, obs, "the env's reset observations are")
+        self._vector.add_reset(obs, infos)
+        if self.seed is not None:
+            self.env.action_space.seed(self.seed)
+        self._note_ids()
+        self._started = True
+
+    def _note_ids(self) -> None:
+        for k, e in enumerate(self._vector.episodes):
+            self._env_ids.setdefault(e.id_, k)
+
+    def _actions(self) -> tuple:
+        if self.policy is None:
+            return self.env.action_space.sample(), None
+        from episode.views import build_inference_batch
+
+        views = {k: vr for k, vr in self.view_requirements.items()
+                 if vr.used_for_compute_actions}
+        inputs = build_inference_batch(self._vector.episodes, views,
+                                       env_ids=list(range(self.num_envs)))
+        out = self.policy(inputs)
+        actions, extras = out if isinstance(out, tuple) and len(out) == 2 else (out, None)
+        actions = np.asarray(actions)
+        if actions.shape[:1] != (self.num_envs,):
+            raise ValueError(f"the policy returned {len(actions) if actions.ndim else 'one'} "
+                             f"action(s) for {self.num_envs} sub-envs (expected a batch of "
+                             f"{self.num_envs} actions)")
+        _check_in_space(self.env.action_space, actions, "the policy returned actions")
+        return actions, extras
+
+    def _sample_single_agent(self) -> list:
+        if not self._started:
+            self._reset_vector()
+        complete = self.batch_mode == "complete_episodes"
+        target = self._target()
+        done_episodes: list = []
+        counted = 0
+        while counted < target:
+            actions, extras = self._actions()
+            obs, rewards, terminateds, truncateds, infos = self.env.step(actions)
+            _check_in_space(self.env.observation_space, obs, "the env returned observations")
+            stepping = ~self._vector._resetting
+            ended = self._vector.add_step(obs, actions, rewards, terminateds, truncateds,
+                                          infos, extra_model_outputs=extras)
+            self._note_ids()
+            steps = int(stepping.sum())
+            self._metrics.add_steps(steps, steps)
+            for e in ended:
+                self._metrics.add_episode(e)
+            done_episodes.extend(ended)
+            counted += sum(len(e) for e in ended) if complete else steps
+        if complete:
+            return done_episodes
+        return done_episodes + self._vector.cut(self._lookback)
+
+    # -- multi-agent -----------------------------------------------------------------
+
+    def _reset_multi_agent(self) -> None:
+        from episode.multi_agent_episode import MultiAgentEpisode
+
+        seed = self.seed if not self._started else None
+        obs, infos = self.env.reset(seed=seed)
+        for aid, o in obs.items():
+            _check_in_space(self.env.observation_space(aid), o,
+                            f"agent {aid!r}'s reset observation is")
+        self._episode = MultiAgentEpisode()
+        self._episode.add_env_reset(observations=obs, infos=infos)
+        self._started = True
+
+    def _multi_agent_actions(self, to_act: list) -> tuple:
+        if self.policy is None:
+            return {aid: self.env.action_space(aid).sample() for aid in to_act}, None
+        from episode.views import build_inference_batch
+
+        views = {k: vr for k, vr in self.view_requirements.items()
+                 if vr.used_for_compute_actions}
+        agents = self._episode.agent_episodes
+        inputs = {aid: build_inference_batch([agents[aid]], views) for aid in to_act}
+        out = self.policy(inputs)
+        actions, extras = out if isinstance(out, tuple) and len(out) == 2 else (out, None)
+        if not isinstance(actions, dict) or set(actions) != set(to_act):
+            got = sorted(actions, key=str) if isinstance(actions, dict) else type(actions).__name__
+            raise ValueError(f"the policy must return one action for each agent to act "
+                             f"({sorted(to_act, key=str)}), got {got}")
+        for aid, action in actions.items():
+            _check_in_space(self.env.action_space(aid), action,
+                            f"the policy returned agent {aid!r} an action")
+        return actions, extras
+
+    def _sample_multi_agent(self) -> list:
+        if self._episode is None:
+            self._reset_multi_agent()
+        complete = self.batch_mode == "complete_episodes"
+        by_agents = self.count_steps_by == "agent_steps"
+        target = self.rollout_fragment_length
+        done_episodes: list = []
+        counted = 0
+        while counted < target:
+            episode = self._episode
+            to_act = sorted(episode.get_agents_to_act(), key=str)
+            actions, extras = self._multi_agent_actions(to_act)
+            obs, rewards, terminateds, truncateds, infos = self.env.step(actions)
+            for aid, o in obs.items():
+                _check_in_space(self.env.observation_space(aid), o,
+                                f"the env returned agent {aid!r} an observation")
+            before = episode.agent_steps()
+            episode.add_env_step(obs, actions, rewards, infos, terminateds=terminateds,
+                                 truncateds=truncateds, extra_model_outputs=extras)
+            agent_steps = episode.agent_steps() - before
+            self._metrics.add_steps(1, agent_steps)
+            if not complete:
+                counted += agent_steps if by_agents else 1
+            if episode.is_done:
+                self._metrics.add_episode(episode)
+                done_episodes.append(episode)
+                if complete:
+                    counted += episode.agent_steps() if by_agents else episode.env_steps()
+                self._reset_multi_agent()
+        if complete or len(self._episode) == 0:
+            return done_episodes
+        chunk = self._episode
+        self._episode = chunk.cut(len_lookback_buffer=self._lookback)
+        return done_episodes + [chunk]
+
+
+class _Metrics:
+    def __init__(self):
+        self.returns: list = []
+        self.lengths: list = []
+        self.env_steps = 0
+        self.agent_steps = 0
+
+    def add_steps(self, env_steps: int, agent_steps: int) -> None:
+        self.env_steps += env_steps
+        self.agent_steps += agent_steps
+
+    def add_episode(self, episode: Any) -> None:
+        self.returns.append(float(episode.get_return()))
+        self.lengths.append(int(episode.env_steps()))
+
+    def as_dict(self) -> dict:
+        return {"episodes_done": len(self.returns), "episode_returns": self.returns,
+                "episode_lengths": self.lengths, "env_steps": self.env_steps,
+                "agent_steps": self.agent_steps}
