@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 import gymnasium as gym
 import numpy as np
 
+from episode._views import gather_next_rows
 from episode.spaces import empty_batch, map_struct, space_from_dict, space_to_dict
 
 __all__ = ["ViewRequirement", "build_training_batch", "build_inference_batch"]
@@ -367,8 +368,8 @@ def build_inference_batch(episodes: Sequence[Any],
     Views with positive shifts cannot be used for computing actions
     (ValueError, as RLlib's collector)."""
     zero_cols = _zero_cols(view_requirements)
-    tracks = [_Tracks(e, 0, env_ids[i] if env_ids is not None else None, None, True)
-              for i, e in enumerate(episodes)]
+    episodes = list(episodes)
+    tracks = None
     columns = {}
     for view_col, vr in view_requirements.items():
         if not vr.used_for_compute_actions:
@@ -379,6 +380,14 @@ def build_inference_batch(episodes: Sequence[Any],
                 f"for computing actions, which can only see the past: set "
                 f"used_for_compute_actions=False or use shifts <= 0")
         data_col = vr.data_col or view_col
+        # Flat typed tracks: one compiled pass over all episodes.
+        rows = gather_next_rows(episodes, data_col, vr.shift_arr, data_col in zero_cols)
+        if rows is not None:
+            columns[view_col] = as_float32(rows[:, 0] if rows.shape[1] == 1 else rows)
+            continue
+        if tracks is None:
+            tracks = [_Tracks(e, 0, env_ids[i] if env_ids is not None else None, None, True)
+                      for i, e in enumerate(episodes)]
         pieces = []
         for t in tracks:
             piece = _episode_view(t, data_col, vr, np.array([t.steps]), zero_cols)

@@ -247,3 +247,85 @@ def test_multi_agent_episodes_give_one_batch_per_module():
     np.testing.assert_array_equal(batch["shared"]["obs"], np.array([0, 1, 10], np.float32))
     np.testing.assert_array_equal(batch["shared"]["agent_index"], [0, 0, 1])
     np.testing.assert_array_equal(batch["solo"]["actions"], [2, 1])
+
+
+# -- the compiled inference pass ----------------------------------------------
+
+from episode import views as views_module  # noqa: E402
+from episode._views import gather_next_rows  # noqa: E402
+
+
+@st.composite
+def ongoing_episodes(draw):
+    dtype = draw(st.sampled_from([np.float32, np.float64, np.int8]))
+    episodes = []
+    for _ in range(draw(st.integers(1, 5))):
+        e = SingleAgentEpisode()
+        e.add_env_reset(np.zeros(2, dtype))
+        for i in range(draw(st.integers(0, 8))):
+            e.add_env_step(np.full(2, i + 1, dtype), i % 3, float(i),
+                           extra_model_outputs={"vf": np.float32(i)})
+        if len(e) and draw(st.booleans()):
+            e = e.cut(len_lookback_buffer=draw(st.integers(0, 3)))
+            e.add_env_step(np.full(2, 50, dtype), 2, 5.0, extra_model_outputs={"vf": np.float32(9)})
+        if draw(st.booleans()):
+            e.to_numpy()
+        episodes.append(e)
+    return episodes
+
+
+@settings(max_examples=150, deadline=None)
+@given(ongoing_episodes(), st.sampled_from(["obs", "actions", "rewards", "vf"]),
+       st.lists(st.integers(-6, 0), min_size=1, max_size=4), st.booleans())
+def test_compiled_inference_pass_equals_the_general_one(episodes, data_col, shifts, zeros):
+    vrs = {"view": ViewRequirement(data_col, shift=shifts)}
+    if zeros:
+        vrs["prev_actions"] = ViewRequirement("actions", shift=-1)
+        vrs["prev_rewards"] = ViewRequirement("rewards", shift=-1)
+    fast = build_inference_batch(episodes, vrs)
+    original = views_module.gather_next_rows
+    views_module.gather_next_rows = lambda *args: None
+    try:
+        general = build_inference_batch(episodes, vrs)
+    finally:
+        views_module.gather_next_rows = original
+    assert list(fast) == list(general)
+    for key in fast:
+        _same(general[key], fast[key], key)
+
+
+def test_compiled_inference_pass_declines_what_it_cannot_read():
+    a, b = _episode(3), _episode(2)
+    assert gather_next_rows([], "obs", [0], False) is None
+    assert gather_next_rows([a, "not an episode"], "obs", [0], False) is None
+    assert gather_next_rows([a], "infos", [0], False) is None
+    assert gather_next_rows([a], "missing", [0], False) is None
+    assert gather_next_rows([a], "obs", [[0]], False) is None
+    assert gather_next_rows([a], "obs", [-(1 << 41)], False) is None
+    c = SingleAgentEpisode()
+    c.add_env_reset(np.zeros(3, np.float32))  # another row shape
+    assert gather_next_rows([a, c], "obs", [0], False) is None
+    d = SingleAgentEpisode()
+    d.add_env_reset(0.0)  # Python float: float64 rows, not float32
+    assert gather_next_rows([a, d], "obs", [0], False) is None
+    e = SingleAgentEpisode()
+    e.add_env_reset({"x": 1.0})  # Dict items
+    assert gather_next_rows([e], "obs", [0], False) is None
+
+
+def test_compiled_inference_pass_with_garbage_steps():
+    # t and t_started are plain attributes: a length beyond the rows, or one
+    # that does not fit an index, must not reach the memory.
+    a = _episode(3)
+    a.t = 10 ** 6
+    assert gather_next_rows([a], "obs", [0, -1], False) is None
+    a.t, a.t_started = 2 ** 62, -(2 ** 62)
+    with pytest.raises(OverflowError):
+        gather_next_rows([a], "obs", [0], False)
+    a.t, a.t_started = 0, 5
+    with pytest.raises(ValueError):
+        gather_next_rows([a], "obs", [0], False)
+    b = _episode(2)
+    b.observations.lookback = 7  # more lookback than rows: positions past the end are zeros
+    np.testing.assert_array_equal(gather_next_rows([b], "obs", [0, -20], False)[0],
+                                  [0.0, 0.0])

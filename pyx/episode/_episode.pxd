@@ -60,3 +60,7 @@ cdef class EpisodeCore:
                          object extra_model_outputs) except -1
     cdef int _check_step(self, object observation, object action, object reward,
                          object extra_model_outputs) except -1
+
+
+# len() of an episode (t - t_started), checked.
+cdef Py_ssize_t steps(EpisodeCore episode) except -1

@@ -1,0 +1,94 @@
+# Gathers of view rows across many episodes in one C pass: the inference
+# input (each episode's rows around its next timestep) without a Python step
+# per episode. The rules are those of episode/views.py; tracks that do not
+# fit here (Dict/Tuple items, the object path, mixed dtypes) take its path.
+
+cimport numpy as cnp
+from libc.string cimport memcpy, memset
+
+from episode._buffer cimport BufferCore
+from episode._column cimport Column, KIND_OBJECT, KIND_EMPTY, KIND_EMPTY_DICT
+from episode._episode cimport EpisodeCore, steps
+
+import numpy as np
+
+cnp.import_array()
+
+# Larger shifts take the general path (no overflow in the position sums).
+cdef long long SHIFT_LIMIT = 1 << 40
+
+
+cdef BufferCore track_of(EpisodeCore e, str data_col):
+    # The buffer holding `data_col`, or None.
+    if data_col == "obs":
+        return e.observations
+    if data_col == "actions":
+        return e.actions
+    if data_col == "rewards":
+        return e.rewards
+    if data_col == "infos":
+        return None
+    found = e.extra_model_outputs.get(data_col)
+    return found if isinstance(found, BufferCore) else None
+
+
+def gather_next_rows(list episodes, str data_col, object shifts, bint zeros_before):
+    """Rows len(e) + shift of `data_col` ("obs", "actions", "rewards" or an
+    extra model output) of each of `episodes`, as one (episodes, shifts,
+    *row) array: before a track's first row its first row again (zeros if
+    `zeros_before`), past its last row zeros. None if a track does not fit
+    (not one flat typed Column with rows, or dtypes or row shapes that
+    differ), for the caller's general path."""
+    cdef cnp.ndarray shift_arr = np.ascontiguousarray(shifts, dtype=np.int64)
+    cdef const long long* shift = <const long long*>cnp.PyArray_DATA(shift_arr)
+    cdef Py_ssize_t n_eps = len(episodes), n_shifts = cnp.PyArray_SIZE(shift_arr)
+    cdef Py_ssize_t i, j, k, pos, rows, row_bytes = 0
+    cdef Column col, first = None
+    cdef BufferCore buffer
+    cdef list cols = [None] * n_eps
+    cdef cnp.ndarray out
+    cdef char* dst
+    cdef Py_ssize_t[::1] base = np.empty(n_eps, dtype=np.intp)
+    if n_eps == 0 or cnp.PyArray_NDIM(shift_arr) != 1:
+        return None
+    for j in range(n_shifts):
+        if not -SHIFT_LIMIT <= shift[j] <= SHIFT_LIMIT:
+            return None
+    for i in range(n_eps):
+        e = episodes[i]
+        if not isinstance(e, EpisodeCore):
+            return None
+        buffer = track_of(<EpisodeCore>e, data_col)
+        if buffer is None or buffer._col is None:
+            return None
+        col = buffer._col
+        if (col.kind in (KIND_OBJECT, KIND_EMPTY, KIND_EMPTY_DICT) or col.row_type_open
+                or not col.pod or col.size == 0 or col.descr is None):
+            return None
+        if first is None:
+            first = col
+            row_bytes = col.row_bytes
+        elif not (col.descr == first.descr and col.row_bytes == row_bytes
+                  and col.row_ndim == first.row_ndim
+                  and all([col.row_shape[k] == first.row_shape[k]
+                           for k in range(col.row_ndim)])):
+            return None
+        if steps(<EpisodeCore>e) > col.size:
+            return None  # more steps than rows: not an episode this path reads
+        cols[i] = buffer
+        base[i] = buffer._lookback + steps(<EpisodeCore>e)
+    shape = (n_eps, n_shifts) + tuple([first.row_shape[k] for k in range(first.row_ndim)])
+    out = np.empty(shape, dtype=first.descr)
+    dst = <char*>cnp.PyArray_DATA(out)
+    for i in range(n_eps):
+        buffer = <BufferCore>cols[i]
+        col = buffer._col
+        rows = col.size
+        for j in range(n_shifts):
+            pos = base[i] + shift[j]
+            if pos >= rows or (pos < 0 and zeros_before):
+                memset(dst, 0, row_bytes)
+            else:
+                memcpy(dst, col.row_ptr(pos if pos > 0 else 0, 1), row_bytes)
+            dst += row_bytes
+    return out

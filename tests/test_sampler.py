@@ -1,0 +1,263 @@
+"""Sampler: batch modes, step counting, policies, bad input (no RLlib needed).
+
+tests/test_sampler_rllib.py compares truncate mode with RLlib's EnvRunners.
+"""
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from episode import Sampler, ViewRequirement
+from episode.sampling import default_view_requirements
+
+
+class Counter(gym.Env):
+    """Observations count the steps; episodes end after `length` steps
+    (terminated) or, with `lengths`, after each length in turn."""
+
+    observation_space = gym.spaces.Box(0.0, 1e6, (1,), np.float32)
+    action_space = gym.spaces.Discrete(3)
+
+    def __init__(self, length=98, lengths=None, bad_obs_at=None):
+        self.lengths = list(lengths) if lengths else None
+        self.length = length
+        self.bad_obs_at = bad_obs_at
+        self.total = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        if self.lengths:
+            self.length = self.lengths.pop(0) if len(self.lengths) > 1 else self.lengths[0]
+        self.t = 0
+        return np.array([self.total], np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        self.total += 1
+        obs = np.array([self.total], np.float32)
+        if self.bad_obs_at is not None and self.total == self.bad_obs_at:
+            obs = np.array([-5.0], np.float32)
+        return obs, float(action), self.t >= self.length, False, {}
+
+
+def _steps(episodes):
+    return sum(len(e) for e in episodes)
+
+
+def test_complete_episodes_cover_the_fragment_with_whole_episodes():
+    # The seed document's example: 98-step episodes, fragment length 100.
+    s = Sampler(Counter(98), batch_mode="complete_episodes", rollout_fragment_length=100)
+    for _ in range(3):
+        episodes = s.sample_episodes()
+        assert [len(e) for e in episodes] == [98, 98]
+        assert all(e.is_terminated and e.t_started == 0 for e in episodes)
+
+
+def test_complete_episodes_waste_no_step():
+    # Episodes still running when a call returns go on in the next call:
+    # every observation the env made is in exactly one episode, in order.
+    s = Sampler(lambda: Counter(lengths=[5, 30, 7, 12, 3, 40]), num_envs=2,
+                batch_mode="complete_episodes", rollout_fragment_length=10)
+    seen = []
+    for _ in range(6):
+        for e in s.sample_episodes():
+            obs = e.get_observations()[:, 0]
+            np.testing.assert_array_equal(np.diff(obs), 1)
+            seen.append((obs[0], obs[-1]))
+    for a, b in zip(seen, seen[1:]):
+        pass
+    # Per sub-env the episodes tile its counter: each starts where one ended.
+    starts = sorted(s for s, _ in seen)
+    ends = sorted(e for _, e in seen)
+    assert starts[0] == 0 and all(x in ends for x in starts[2:] if x != 0)
+
+
+@pytest.mark.parametrize("num_envs, fragment", [(1, 7), (3, 5), (4, 50)])
+def test_truncate_mode_steps_and_continuation(num_envs, fragment):
+    s = Sampler("CartPole-v1", num_envs=num_envs, rollout_fragment_length=fragment, seed=5)
+    by_id: dict = {}
+    for _ in range(6):
+        episodes = s.sample_episodes()
+        # rollout_fragment_length x num_envs env steps per call (the reset
+        # step after an episode ends is not one).
+        assert _steps(episodes) == num_envs * fragment
+        metrics = s.get_metrics()
+        assert metrics["env_steps"] == num_envs * fragment
+        for e in episodes:
+            assert isinstance(e.get_observations(), np.ndarray)  # numpy'ized
+            chunks = by_id.setdefault(e.id_, [])
+            if chunks:
+                # A chunk goes on where the last one of its episode stopped.
+                assert e.t_started == chunks[-1].t
+                np.testing.assert_array_equal(e.get_observations(0),
+                                              chunks[-1].get_observations(-1))
+            chunks.append(e)
+    for chunks in by_id.values():
+        assert all(not c.is_done for c in chunks[:-1])
+
+
+def test_truncate_chunks_keep_the_lookback_their_views_need():
+    views = {"obs": ViewRequirement(), "stack": ViewRequirement("obs", shift="-3:0")}
+    s = Sampler(Counter(1000), view_requirements=views, rollout_fragment_length=5)
+    s.sample()
+    batch = s.sample()
+    np.testing.assert_array_equal(batch["stack"][0], [[2], [3], [4], [5]])
+    np.testing.assert_array_equal(batch["obs"][:, 0], [5, 6, 7, 8, 9])
+
+
+def test_sample_leaves_out_views_not_used_for_training():
+    views = default_view_requirements()
+    views["obs"] = ViewRequirement(used_for_training=False)
+    batch = Sampler("CartPole-v1", view_requirements=views, rollout_fragment_length=4).sample()
+    assert "obs" not in batch and "new_obs" in batch
+    assert len(batch["actions"]) == 4
+
+
+def test_policy_sees_the_inference_views_and_its_outputs_are_stored():
+    views = {"obs": ViewRequirement(),
+             "prev_actions": ViewRequirement("actions", shift=-1),
+             "stack": ViewRequirement("obs", shift="-1:0")}
+    seen = []
+
+    def policy(inputs):
+        seen.append(inputs)
+        n = len(inputs["obs"])
+        return np.ones(n, np.int64), {"vf_preds": np.full(n, 0.5, np.float32)}
+
+    s = Sampler(lambda: Counter(1000), policy, view_requirements=views, num_envs=2,
+                rollout_fragment_length=3)
+    episodes = s.sample_episodes()
+    assert set(seen[0]) == {"obs", "prev_actions", "stack"}
+    np.testing.assert_array_equal(seen[0]["prev_actions"], [0, 0])
+    np.testing.assert_array_equal(seen[1]["prev_actions"], [1, 1])
+    np.testing.assert_array_equal(seen[1]["stack"][:, :, 0], [[0, 1], [0, 1]])
+    for e in episodes:
+        np.testing.assert_array_equal(e.get_extra_model_outputs("vf_preds"), [0.5] * 3)
+
+
+@pytest.mark.parametrize("kwargs", [
+    {"rollout_fragment_length": 0}, {"rollout_fragment_length": -3},
+    {"rollout_fragment_length": 2.5}, {"batch_mode": "whole"},
+    {"count_steps_by": "steps"}, {"num_envs": 0}, {"seed": "x"},
+])
+def test_bad_arguments(kwargs):
+    with pytest.raises(ValueError):
+        Sampler("CartPole-v1", **kwargs)
+
+
+def test_one_env_cannot_be_several():
+    with pytest.raises(ValueError, match="num_envs"):
+        Sampler(Counter(), num_envs=2)
+
+
+@pytest.mark.parametrize("bad, match", [
+    (lambda n: np.zeros(n + 1, np.int64), "sub-envs"),
+    (lambda n: np.full(n, 7, np.int64), "outside"),
+    (lambda n: 1, "sub-envs"),
+])
+def test_bad_policy_output_raises_before_anything_is_added(bad, match):
+    calls = []
+
+    def policy(inputs):
+        calls.append(1)
+        n = len(inputs["obs"])
+        return bad(n) if len(calls) == 4 else np.zeros(n, np.int64)
+
+    s = Sampler(lambda: Counter(1000), policy, num_envs=2, rollout_fragment_length=10)
+    with pytest.raises(ValueError, match=match):
+        s.sample_episodes()
+    # The three steps taken so far are intact, the bad one is not there.
+    assert [len(e) for e in s._vector.episodes] == [3, 3]
+
+
+def test_observation_outside_the_space_raises_before_it_is_added():
+    s = Sampler(Counter(1000, bad_obs_at=3), rollout_fragment_length=10)
+    with pytest.raises(ValueError, match="outside"):
+        s.sample_episodes()
+    assert len(s._vector.episodes[0]) == 2
+
+
+def test_metrics():
+    s = Sampler(Counter(4), rollout_fragment_length=10)
+    s.sample_episodes()
+    m = s.get_metrics()
+    assert m["episodes_done"] == 2 and m["episode_lengths"] == [4, 4]
+    assert m["episode_returns"] == [pytest.approx(r) for r in m["episode_returns"]]
+    assert m["env_steps"] == m["agent_steps"] == 10
+    assert s.get_metrics()["env_steps"] == 0
+
+
+def _relay():
+    pettingzoo = pytest.importorskip("pettingzoo")
+
+    class Relay(pettingzoo.ParallelEnv):
+        """Two agents; a0 ends after 3 steps, a1 after 5."""
+
+        metadata = {"name": "relay_v0"}
+        possible_agents = ["a0", "a1"]
+
+        def observation_space(self, agent):
+            return gym.spaces.Box(-10.0, 10.0, (1,), np.float32)
+
+        def action_space(self, agent):
+            return gym.spaces.Discrete(2)
+
+        def reset(self, seed=None, options=None):
+            self.agents = list(self.possible_agents)
+            self.t = 0
+            return {a: np.zeros(1, np.float32) for a in self.agents}, {a: {} for a in self.agents}
+
+        def step(self, actions):
+            self.t += 1
+            ends = {"a0": 3, "a1": 5}
+            obs = {a: np.full(1, self.t, np.float32) for a in self.agents}
+            rewards = {a: 1.0 for a in self.agents}
+            terms = {a: self.t >= ends[a] for a in self.agents}
+            truncs = {a: False for a in self.agents}
+            self.agents = [a for a in self.agents if not terms[a]]
+            return obs, rewards, terms, truncs, {a: {} for a in obs}
+
+    return Relay()
+
+
+@pytest.mark.parametrize("count_steps_by, expected", [
+    # env steps: 4 per call; agent steps (fragment 5): both agents step for
+    # 3 env steps, a1 alone for 2 more, 8 agent steps per episode.
+    ("env_steps", [4, 4, 4]),
+    ("agent_steps", [3, 4, 4]),
+])
+def test_multi_agent_counting(count_steps_by, expected):
+    s = Sampler(_relay(), rollout_fragment_length=4 if count_steps_by == "env_steps" else 5,
+                count_steps_by=count_steps_by)
+    counts = []
+    for _ in range(3):
+        episodes = s.sample_episodes()
+        m = s.get_metrics()
+        counts.append(m["env_steps"])
+        assert m["agent_steps"] == sum(e.agent_steps() for e in episodes)
+    assert counts == expected
+
+
+def test_multi_agent_complete_episodes_and_batches():
+    s = Sampler(_relay(), batch_mode="complete_episodes", rollout_fragment_length=6)
+    episodes = s.sample_episodes()
+    assert [e.env_steps() for e in episodes] == [5, 5]
+    assert all(e.is_done for e in episodes)
+    batch = Sampler(_relay(), batch_mode="complete_episodes", rollout_fragment_length=1).sample()
+    (module, columns), = batch.items()
+    np.testing.assert_array_equal(columns["obs"][:, 0], [0, 1, 2, 0, 1, 2, 3, 4])
+    np.testing.assert_array_equal(columns["agent_index"], [0, 0, 0, 1, 1, 1, 1, 1])
+
+
+def test_multi_agent_policy_and_its_errors():
+    def policy(inputs):
+        return {aid: 1 for aid in inputs}
+
+    s = Sampler(_relay(), policy, rollout_fragment_length=5)
+    episodes = s.sample_episodes()
+    assert episodes[0].get_actions(env_steps=False)["a0"].tolist() == [1, 1, 1]
+    with pytest.raises(ValueError, match="each agent"):
+        Sampler(_relay(), lambda inputs: {"a0": 1}).sample_episodes()
+    with pytest.raises(ValueError, match="outside"):
+        Sampler(_relay(), lambda inputs: {a: 5 for a in inputs}).sample_episodes()
