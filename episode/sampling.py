@@ -124,28 +124,54 @@ class VectorEpisodes:
         if self.episodes[0] is None:
             raise RuntimeError("add_step() before add_reset(): call it with env.reset()'s "
                                "result first")
+        same_step = self.autoreset_mode == "SameStep"
+        if not extra_model_outputs and (not infos or not _without_final(infos)):
+            # ndarray batches without infos: the rows in one compiled pass.
+            found = self._append_rows(self.episodes, observations, actions, rewards,
+                                      terminateds, truncateds, self._resetting, same_step,
+                                      bool(infos) and infos.get("final_obs") is not None)
+            if found is not None:
+                return self._close(found, observations, actions, rewards, terminateds,
+                                   truncateds, infos)
         outputs = extra_model_outputs or {}
         self._check_batch(observations=observations, actions=actions, rewards=rewards,
                           terminateds=terminateds, truncateds=truncateds,
                           **{f"extra_model_outputs[{k!r}]": v for k, v in outputs.items()})
-        same_step = self.autoreset_mode == "SameStep"
-        final_obs = final_infos = None
-        if same_step and infos:
-            final_obs = infos.get("final_obs")
-            final_infos = infos.get("final_info")
-        if same_step and final_obs is None and any(
-                bool(terminateds[k]) or bool(truncateds[k])
-                for k in range(self.num_envs) if not self._resetting[k]):
-            raise ValueError("a SameStep vector env ended an episode without "
-                             "infos['final_obs']")
-        if not outputs and self._batchable(observations, actions, rewards, terminateds,
-                                           truncateds, infos):
-            return self._add_batch(observations, actions, rewards, terminateds, truncateds,
-                                   infos, final_obs, final_infos)
+        final_obs, final_infos = self._finals(terminateds, truncateds, infos)
         done = []
         for k in range(self.num_envs):
             self._sub_env_step(k, observations, actions, rewards, terminateds, truncateds,
                                infos, outputs, final_obs, final_infos, done, appended=False)
+        return done
+
+    # The compiled pass (a class attribute, so that a test can take it away).
+    _append_rows = staticmethod(append_rows)
+
+    def _finals(self, terminateds: Any, truncateds: Any, infos: Optional[dict]) -> tuple:
+        """A SameStep step's final observations and infos (None otherwise);
+        ValueError if an episode ended without them."""
+        if self.autoreset_mode != "SameStep":
+            return None, None
+        final_obs = infos.get("final_obs") if infos else None
+        final_infos = infos.get("final_info") if infos else None
+        if final_obs is None and any(bool(terminateds[k]) or bool(truncateds[k])
+                                     for k in range(self.num_envs) if not self._resetting[k]):
+            raise ValueError("a SameStep vector env ended an episode without "
+                             "infos['final_obs']")
+        return final_obs, final_infos
+
+    def _close(self, found: tuple, observations, actions, rewards, terminateds, truncateds,
+               infos) -> list:
+        """After the compiled pass: the resets and ends, sub-env by sub-env."""
+        resets, ends = found
+        done: list = []
+        if not resets and not ends:
+            return done
+        final_obs, final_infos = self._finals(terminateds, truncateds, infos)
+        for k in sorted(resets + ends):
+            self._sub_env_step(k, observations, actions, rewards, terminateds, truncateds,
+                               infos, None, final_obs, final_infos, done,
+                               appended=self.autoreset_mode != "SameStep")
         return done
 
     def _sub_env_step(self, k, observations, actions, rewards, terminateds, truncateds,
@@ -178,39 +204,6 @@ class VectorEpisodes:
                     observations[k], sub_env_infos(_without_final(infos), k))
             else:
                 self._resetting[k] = True
-
-    def _batchable(self, observations, actions, rewards, terminateds, truncateds,
-                   infos) -> bool:
-        """Whether the compiled pass takes this step: ndarray batches, bool
-        flags, and no infos but a SameStep env's final entries."""
-        return (type(observations) is np.ndarray and observations.flags.c_contiguous
-                and type(actions) is np.ndarray and actions.flags.c_contiguous
-                and type(rewards) is np.ndarray and rewards.flags.c_contiguous
-                and type(terminateds) is np.ndarray and terminateds.dtype == np.bool_
-                and terminateds.ndim == 1
-                and type(truncateds) is np.ndarray and truncateds.dtype == np.bool_
-                and truncateds.ndim == 1
-                and not _without_final(infos))
-
-    def _add_batch(self, observations, actions, rewards, terminateds, truncateds, infos,
-                   final_obs, final_infos) -> list:
-        """add_step() of ndarray batches without infos or extra outputs: the
-        ongoing sub-envs' rows in one compiled pass (append_rows), the
-        resets and ends after it, sub-env by sub-env."""
-        resetting = self._resetting.copy()
-        ended = terminateds | truncateds
-        same_step = self.autoreset_mode == "SameStep"
-        todo = ~resetting & ~ended if same_step else ~resetting
-        append_rows(self.episodes, observations, actions, rewards, terminateds, truncateds,
-                    todo)
-        done = []
-        # NextStep ends were appended above, SameStep ends need their final
-        # observation: the resets and ends, sub-env by sub-env.
-        for k in np.flatnonzero(resetting | ended).tolist():
-            self._sub_env_step(k, observations, actions, rewards, terminateds, truncateds,
-                               infos, None, final_obs, final_infos, done,
-                               appended=not same_step)
-        return done
 
     def cut(self, len_lookback_buffer: int = 0) -> list:
         """The running episodes' chunks so far (those with steps, and not

@@ -209,6 +209,9 @@ class SingleAgentEpisode(EpisodeCore):
     def set_observations(self, *, new_data: Any, at_indices: Indices = None,
                          neg_index_as_lookback: bool = False) -> None:
         """Overwrites observations at `at_indices` (see InfiniteLookbackBuffer.set)."""
+        # The last added observation stays the one added (as RLlib keeps the
+        # object), even when it was a batch's row, read back on demand.
+        self._last_added_observation = self._last_added_observation
         self.observations.set(new_data, at_indices=at_indices,
                               neg_index_as_lookback=neg_index_as_lookback)
 

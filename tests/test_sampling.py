@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from episode import SingleAgentEpisode
+from episode._episode import append_rows
 from episode.sampling import VectorEpisodes, sub_env_infos
 
 MODES = {"NextStep": gym.vector.AutoresetMode.NEXT_STEP,
@@ -169,11 +170,24 @@ def test_same_step_without_final_obs_raises_before_anything_is_added():
     assert [len(ep) for ep in vec.episodes] == [0, 0]
 
 
+class _Counted(VectorEpisodes):
+    """VectorEpisodes counting the steps its compiled pass took."""
+
+    passes = 0
+
+    @staticmethod
+    def _append_rows(*args):
+        found = append_rows(*args)
+        _Counted.passes += found is not None
+        return found
+
+
 class _OneByOne(VectorEpisodes):
     """VectorEpisodes without the compiled batch pass."""
 
-    def _batchable(self, *args):
-        return False
+    @staticmethod
+    def _append_rows(*args):
+        return None
 
 
 @pytest.mark.parametrize("mode", list(MODES))
@@ -184,7 +198,8 @@ def test_the_compiled_batch_pass_stores_what_add_env_step_stores(env_id, n, mode
     sub-env: the same episodes, state for state (types included)."""
     env = gym.make_vec(env_id, num_envs=n, vectorization_mode="sync",
                        vector_kwargs={"autoreset_mode": MODES[mode]})
-    fast, slow = VectorEpisodes.for_env(env), _OneByOne.for_env(env)
+    fast, slow = _Counted.for_env(env), _OneByOne.for_env(env)
+    _Counted.passes = 0
     obs, infos = env.reset(seed=3)
     env.action_space.seed(3)
     for vec in (fast, slow):
@@ -194,8 +209,8 @@ def test_the_compiled_batch_pass_stores_what_add_env_step_stores(env_id, n, mode
         actions = env.action_space.sample()
         step = env.step(actions)
         for i, vec in enumerate((fast, slow)):
-            assert vec._batchable(*step[:1], actions, *step[1:]) == (vec is fast)
             ended[i] += vec.add_step(step[0], actions, *step[1:])
+        assert _Counted.passes == t + 1  # every step took the compiled pass
         if t % 50 == 49:
             ended[0] += fast.cut()
             ended[1] += slow.cut()
@@ -212,28 +227,33 @@ def test_the_compiled_batch_pass_stores_what_add_env_step_stores(env_id, n, mode
 
 
 def test_append_rows_checks_its_batches():
-    from episode._episode import append_rows
     episodes = [SingleAgentEpisode(), SingleAgentEpisode()]
     for e in episodes:
         e.add_env_reset(np.zeros(2))
     ok = dict(observations=np.ones((2, 2)), actions=np.zeros(2, np.int64),
               rewards=np.zeros(2), terminateds=np.zeros(2, bool),
-              truncateds=np.zeros(2, bool), todo=np.ones(2, bool))
+              truncateds=np.zeros(2, bool), resetting=np.zeros(2, bool))
+    # Batches the compiled pass cannot index: declined, nothing added.
     for name, bad in [("observations", np.ones((3, 2))), ("actions", [0, 1]),
                       ("rewards", np.zeros((4, 2))[:, 0]), ("terminateds", np.zeros(2)),
-                      ("todo", np.ones(3, bool))]:
-        with pytest.raises(ValueError):
-            append_rows(episodes, **{**ok, name: bad})
+                      ("truncateds", np.zeros((2, 1), bool)), ("resetting", np.ones(3, bool))]:
+        assert append_rows(episodes, **{**ok, name: bad}) is None
+    # A SameStep end without its final observation: declined.
+    assert append_rows(episodes, **{**ok, "terminateds": np.array([False, True])},
+                       same_step=True) is None
     with pytest.raises(TypeError):
         append_rows([episodes[0], "x"], **ok)
     assert [len(e) for e in episodes] == [0, 0]
-    append_rows(episodes, **ok)
+    assert append_rows(episodes, **ok) == ([], [])
     assert [len(e) for e in episodes] == [1, 1]
     # Rows whose type the storage does not hold take add_env_step's path.
     append_rows(episodes, **{**ok, "observations": np.ones((2, 2), np.float32)})
     assert episodes[0].get_observations(-1).dtype == np.float32
+    # Resetting sub-envs get nothing; ends are reported (and, NextStep, added).
+    assert append_rows(episodes, **{**ok, "resetting": np.array([True, False]),
+                                    "truncateds": np.ones(2, bool)}) == ([0], [1])
+    assert [len(e) for e in episodes] == [2, 3]
     # A done episode refuses the step, as add_env_step does.
-    append_rows(episodes, **{**ok, "terminateds": np.ones(2, bool)})
     with pytest.raises(AssertionError):
         append_rows(episodes, **ok)
 
@@ -245,7 +265,6 @@ def test_append_rows_with_odd_dtypes_stores_what_add_env_step_stores(obs_dtype, 
     """Garbage and unusual batches (byte-swapped, object, string, half
     floats, row actions, bools): rows the storage cannot take as bytes go
     add_env_step's way; the episodes equal ones stepped by add_env_step."""
-    from episode._episode import append_rows
     obs = np.array([[1, 2, 3], [4, 5, 6]]).astype(obs_dtype)
     fast = [SingleAgentEpisode() for _ in range(2)]
     slow = [SingleAgentEpisode() for _ in range(2)]
@@ -254,7 +273,7 @@ def test_append_rows_with_odd_dtypes_stores_what_add_env_step_stores(obs_dtype, 
             e.add_env_reset(obs[k])
     for _ in range(3):
         append_rows(fast, obs, act, np.array([1.0, 2.0]), np.zeros(2, bool),
-                    np.zeros(2, bool), np.ones(2, bool))
+                    np.zeros(2, bool), np.zeros(2, bool))
         for k in range(2):
             slow[k].add_env_step(obs[k], act[k], np.array([1.0, 2.0])[k],
                                  terminated=np.False_, truncated=np.False_)

@@ -39,7 +39,9 @@ cdef class EpisodeCore:
     cdef object custom_data_        # None until first used (see _custom_data)
     cdef double start_time          # NaN: not started (RLlib's None)
     cdef double last_step_time      # NaN: no step yet
-    cdef public object _last_added_observation
+    cdef object last_observation    # the last observation added (see last_row_observed)
+    cdef bint last_row_observed     # it is the observations' last row (a batch row,
+                                    # read back on demand instead of kept as a view)
     cdef object last_infos          # None: the last infos were empty
 
     cpdef validate(self)
@@ -47,10 +49,12 @@ cdef class EpisodeCore:
     cdef inline void end_step(self, object observation, object terminated, object truncated,
                               double t):
         # What closes every appended step (add_env_step's and a batch's):
-        # the done flags, the observation kept as the last one, the times.
+        # the done flags, the observation kept as the last one (None: the
+        # last row, a batch's), the times.
         self.is_terminated = terminated
         self.is_truncated = truncated
-        self._last_added_observation = observation
+        self.last_observation = observation
+        self.last_row_observed = observation is None
         self.last_step_time = t
         if isnan(self.start_time):
             self.start_time = t

@@ -225,6 +225,19 @@ cdef class EpisodeCore:
         self.last_step_time = time_from(value)
 
     @property
+    def _last_added_observation(self):
+        cdef Py_ssize_t n
+        if self.last_row_observed:
+            n = self.observations.len_incl_lookback() if self.observations is not None else 0
+            return self.observations.item_at(n - 1) if n else None
+        return self.last_observation
+
+    @_last_added_observation.setter
+    def _last_added_observation(self, value):
+        self.last_observation = value
+        self.last_row_observed = False
+
+    @property
     def _last_added_infos(self):
         # Empty infos are not kept as objects (see add_env_step).
         return {} if self.last_infos is None else self.last_infos
@@ -409,7 +422,8 @@ cdef class EpisodeCore:
             self.infos.push(infos)
         else:
             self.infos.push_empty_dict()
-        self._last_added_observation = observation
+        self.last_observation = observation
+        self.last_row_observed = False
         self.last_infos = infos if infos else None
         self.validate()
         self.start_time = now()
@@ -559,44 +573,62 @@ cdef object NP_TRUE = np.True_      # what a numpy bool array hands out per elem
 cdef object NP_FALSE = np.False_
 
 
-cdef cnp.ndarray batch_of(object batch, Py_ssize_t n, str name):
-    # `batch` as the C-contiguous ndarray with a leading axis of n that the
-    # row writes index into.
-    if not (cnp.PyArray_CheckExact(batch) and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>batch)
+cdef inline bint is_batch(object batch, Py_ssize_t n) noexcept:
+    # A C-contiguous ndarray with a leading axis of n: what the row writes
+    # index into.
+    return (cnp.PyArray_CheckExact(batch) and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>batch)
             and cnp.PyArray_NDIM(<cnp.ndarray>batch) >= 1
-            and cnp.PyArray_DIMS(<cnp.ndarray>batch)[0] == n):
-        raise ValueError(f"{name} must be a C-contiguous ndarray with a leading axis of {n}")
-    return <cnp.ndarray>batch
+            and cnp.PyArray_DIMS(<cnp.ndarray>batch)[0] == n)
+
+
+cdef inline bint is_flags(object batch, Py_ssize_t n) noexcept:
+    return (is_batch(batch, n) and cnp.PyArray_NDIM(<cnp.ndarray>batch) == 1
+            and cnp.PyArray_TYPE(<cnp.ndarray>batch) == cnp.NPY_BOOL)
 
 
 def append_rows(list episodes, observations, actions, rewards, terminateds, truncateds,
-                todo):
-    """For each k where todo[k]: episodes[k].add_env_step(observations[k],
-    actions[k], rewards[k], terminated=terminateds[k], truncated=truncateds[k])
-    (no infos, no extra outputs). Where add_env_step would store a row's
-    bytes unchanged, they are written straight into the episode's storage,
-    without making the row object; the rest takes add_env_step's own path."""
+                resetting, bint same_step=False, bint final_obs_given=False):
+    """One vector env step into the sub-envs' episodes: for each sub-env k
+    that is not resetting (resetting[k]: its NextStep reset is this step)
+    and, with `same_step`, whose episode did not end in it,
+    episodes[k].add_env_step(observations[k], actions[k], rewards[k],
+    terminated=terminateds[k], truncated=truncateds[k]) (no infos, no extra
+    outputs). Where add_env_step would store a row's bytes unchanged, they
+    are written straight into the episode's storage; the rest takes
+    add_env_step's own path.
+
+    Returns (the resetting sub-envs, the sub-envs whose episode ended), or
+    None, adding nothing, unless every batch is a C-contiguous ndarray with
+    a leading axis of len(episodes) (the flags and `resetting` 1-d bool),
+    and, with `same_step`, an episode that ended has its final observation
+    (`final_obs_given`)."""
     cdef Py_ssize_t n = len(episodes), k
-    cdef cnp.ndarray obs = batch_of(observations, n, "observations")
-    cdef cnp.ndarray act = batch_of(actions, n, "actions")
-    cdef cnp.ndarray rew = batch_of(rewards, n, "rewards")
-    cdef cnp.ndarray term = batch_of(terminateds, n, "terminateds")
-    cdef cnp.ndarray trunc = batch_of(truncateds, n, "truncateds")
-    cdef cnp.ndarray mask = batch_of(todo, n, "todo")
     cdef EpisodeCore ep
     cdef double t_now = now()
-    for a in (term, trunc, mask):
-        if cnp.PyArray_TYPE(<cnp.ndarray>a) != cnp.NPY_BOOL or cnp.PyArray_NDIM(<cnp.ndarray>a) != 1:
-            raise ValueError("terminateds, truncateds and todo must be 1-d bool arrays")
-    cdef const cnp.npy_bool* term_k = <const cnp.npy_bool*>array_bytes(term, n)
-    cdef const cnp.npy_bool* trunc_k = <const cnp.npy_bool*>array_bytes(trunc, n)
-    cdef const cnp.npy_bool* todo_k = <const cnp.npy_bool*>array_bytes(mask, n)
+    cdef list resets = [], ends = []
+    if not (is_batch(observations, n) and is_batch(actions, n) and is_batch(rewards, n)
+            and is_flags(terminateds, n) and is_flags(truncateds, n)
+            and is_flags(resetting, n)):
+        return None
+    cdef cnp.ndarray obs = <cnp.ndarray>observations
+    cdef cnp.ndarray act = <cnp.ndarray>actions
+    cdef cnp.ndarray rew = <cnp.ndarray>rewards
+    cdef const cnp.npy_bool* term_k = <const cnp.npy_bool*>array_bytes(terminateds, n)
+    cdef const cnp.npy_bool* trunc_k = <const cnp.npy_bool*>array_bytes(truncateds, n)
+    cdef const cnp.npy_bool* reset_k = <const cnp.npy_bool*>array_bytes(resetting, n)
     for k in range(n):
         if not isinstance(episodes[k], EpisodeCore):
             raise TypeError(f"episodes[{k}] is a {type(episodes[k]).__name__}, not an episode")
+        if same_step and not final_obs_given and not reset_k[k] and (term_k[k] or trunc_k[k]):
+            return None
     for k in range(n):
-        if not todo_k[k]:
+        if reset_k[k]:
+            resets.append(k)
             continue
+        if term_k[k] or trunc_k[k]:
+            ends.append(k)
+            if same_step:
+                continue  # its last observation is in the infos: the caller's
         ep = <EpisodeCore>episodes[k]
         terminated = NP_TRUE if term_k[k] else NP_FALSE
         truncated = NP_TRUE if trunc_k[k] else NP_FALSE
@@ -620,8 +652,9 @@ def append_rows(list episodes, observations, actions, rewards, terminateds, trun
         ep.infos.push_empty_dict()
         ep.last_infos = None
         ep.t += 1
-        # The observation object add_env_step keeps: the batch's row view.
-        ep.end_step(observations[k], terminated, truncated, t_now)
+        # The last observation is the row just written: no row view made.
+        ep.end_step(None, terminated, truncated, t_now)
+    return resets, ends
 
 
 def assemble(cls, id_, BufferCore observations, BufferCore infos, BufferCore actions,
@@ -695,7 +728,8 @@ def init_without_data(EpisodeCore episode, id_, observations, observation_space,
     episode.t = start
     episode.start_time = NAN
     episode.last_step_time = NAN
-    episode._last_added_observation = None
+    episode.last_observation = None
+    episode.last_row_observed = False
     episode.last_infos = None
     return True
 
