@@ -7,7 +7,7 @@ cimport numpy as cnp
 from libc.string cimport memcpy, memset
 
 from episode._buffer cimport BufferCore
-from episode._column cimport Column, KIND_OBJECT, KIND_EMPTY, KIND_EMPTY_DICT
+from episode._column cimport Column, KIND_OBJECT, KIND_EMPTY, KIND_EMPTY_DICT, array_bytes
 from episode._episode cimport EpisodeCore, steps
 
 import numpy as np
@@ -40,8 +40,9 @@ def gather_next_rows(list episodes, str data_col, object shifts, bint zeros_befo
     (not one flat typed Column with rows, or dtypes or row shapes that
     differ), for the caller's general path."""
     cdef cnp.ndarray shift_arr = np.ascontiguousarray(shifts, dtype=np.int64)
-    cdef const long long* shift = <const long long*>cnp.PyArray_DATA(shift_arr)
     cdef Py_ssize_t n_eps = len(episodes), n_shifts = cnp.PyArray_SIZE(shift_arr)
+    cdef const long long* shift = <const long long*>array_bytes(
+        shift_arr, n_shifts * <Py_ssize_t>sizeof(long long))
     cdef Py_ssize_t i, j, k, pos, rows, row_bytes = 0
     cdef Column col, first = None
     cdef BufferCore buffer
@@ -79,7 +80,7 @@ def gather_next_rows(list episodes, str data_col, object shifts, bint zeros_befo
         base[i] = buffer._lookback + steps(<EpisodeCore>e)
     shape = (n_eps, n_shifts) + tuple([first.row_shape[k] for k in range(first.row_ndim)])
     out = np.empty(shape, dtype=first.descr)
-    dst = <char*>cnp.PyArray_DATA(out)
+    dst = array_bytes(out, n_eps * n_shifts * row_bytes)
     for i in range(n_eps):
         buffer = <BufferCore>cols[i]
         col = buffer._col
