@@ -509,6 +509,7 @@ class BenchResult:
     workload: Any
     times: dict = field(default_factory=lambda: {"ours": [], "rllib": []})  # s per call
     mismatch: str | None = None
+    missing: str | None = None     # why RLlib's side could not run, if it could not
 
     def median(self, impl: str) -> float | None:
         return statistics.median(self.times[impl]) if self.times[impl] else None
@@ -560,7 +561,14 @@ def _bench_workload(workload, classes: dict, rounds: int, min_s: float, result: 
                     progress: Progress, done: int) -> None:
     from episode.workloads import assert_same
 
-    prepared = {impl: workload.prepare(cls) for impl, cls in classes.items()}
+    prepared = {}
+    for impl, cls in classes.items():
+        try:
+            prepared[impl] = workload.prepare(cls)
+        except ImportError as e:
+            if impl == "ours":
+                raise
+            result.missing = f"RLlib's side needs {e.name or e}"
     outputs = {impl: rnd.once() for impl, rnd in prepared.items()}
     if len(outputs) == 2:
         try:
@@ -710,6 +718,9 @@ def bench(args) -> int:
     if interrupted:
         print("interrupted", file=sys.stderr)
     for r in results:
+        if r.missing:
+            print(f"episode: note: {r.workload.name}: {r.missing}; timed ours only",
+                  file=sys.stderr)
         if r.mismatch:
             print(f"episode: warning: {r.workload.name}: ours and RLlib's results differ: "
                   f"{r.mismatch}", file=sys.stderr)

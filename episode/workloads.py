@@ -336,6 +336,142 @@ def _vector_append(cls: type) -> Round:
     return Round(run)
 
 
+# -- views, collector and sampler (names starting views_, collector_, sampler_) --
+#
+# These take the implementation of the class they are given: ours, or RLlib's
+# AgentCollector / SingleAgentEnvRunner when given RLlib's episode class.
+
+N_INFER = 64       # ongoing episodes of the inference input
+N_SAMPLE = 100     # rollout_fragment_length of the sampler workload
+
+
+def _is_rllib(cls: type) -> bool:
+    return cls.__module__.startswith("ray.")
+
+
+def _training_views(view_requirement: type) -> dict:
+    box = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+    train_only = {"used_for_compute_actions": False}
+    return {
+        "obs": view_requirement(space=box),
+        "new_obs": view_requirement("obs", shift=1, space=box, **train_only),
+        "actions": view_requirement(space=gym.spaces.Discrete(2), **train_only),
+        "rewards": view_requirement(**train_only),
+        "prev_actions": view_requirement("actions", shift=-1, space=gym.spaces.Discrete(2)),
+        "prev_rewards": view_requirement("rewards", shift=-1),
+        "frames": view_requirement("obs", shift="-3:0", space=box),
+    }
+
+
+def _view_requirement(cls: type) -> type:
+    if _is_rllib(cls):
+        from ray.rllib.policy.view_requirement import ViewRequirement
+    else:
+        from episode.views import ViewRequirement
+    return ViewRequirement
+
+
+def _collector(cls: type, views: dict, n: int, done: bool = True) -> Any:
+    """A collector (RLlib's or ours) holding an n-step trajectory, terminated
+    at its last step if `done`."""
+    if _is_rllib(cls):
+        from ray.rllib.evaluation.collectors.agent_collector import AgentCollector
+    else:
+        from episode.collector import AgentCollector
+    steps = _cartpole()
+    collector = AgentCollector(views)
+    collector.add_init_obs(episode_id=0, agent_index=0, env_id=0, init_obs=steps.obs[0])
+    for i in range(n):
+        collector.add_action_reward_next_obs({
+            "new_obs": steps.obs[i + 1], "actions": steps.actions[i],
+            "rewards": steps.rewards[i], "terminateds": done and i == n - 1,
+            "truncateds": False})
+    return collector
+
+
+def _training_batch(batch: Any) -> dict:
+    # The columns both sides build (unroll ids count per implementation).
+    return {k: v for k, v in batch.items() if k != "unroll_id"}
+
+
+def _collector_training(cls: type) -> Round:
+    views = _training_views(_view_requirement(cls))
+    collector = _collector(cls, views, N_COLLECT)
+    return Round(lambda: _training_batch(collector.build_for_training(views)))
+
+
+def _views_training(cls: type) -> Round:
+    views = _training_views(_view_requirement(cls))
+    if _is_rllib(cls):
+        return _collector_training(cls)
+    from episode.views import build_training_batch
+
+    episode = cls()
+    steps = _cartpole()
+    episode.add_env_reset(steps.obs[0])
+    _steps(episode, steps.obs, 0, N_COLLECT)
+    return Round(lambda: build_training_batch([episode], views))
+
+
+def _inference_views(view_requirement: type) -> dict:
+    # Observation views: RLlib's collector reads prev_actions / prev_rewards
+    # one step late at inference (README, differences), so they are left out.
+    box = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+    return {"obs": view_requirement(space=box),
+            "prev_obs": view_requirement("obs", shift=-1, space=box),
+            "frames": view_requirement("obs", shift="-3:0", space=box)}
+
+
+def _inference_input(cls: type) -> Round:
+    views = _inference_views(_view_requirement(cls))
+    if _is_rllib(cls):
+        from ray.rllib.policy.sample_batch import concat_samples
+
+        # RLlib's old stack: one collector per ongoing episode, their inputs
+        # concatenated into the policy's batch.
+        collectors = [_collector(cls, views, 20 + k, done=False) for k in range(N_INFER)]
+        return Round(lambda: dict(concat_samples([c.build_for_inference()
+                                                  for c in collectors])))
+    from episode.views import build_inference_batch
+
+    steps = _cartpole()
+    episodes = []
+    for k in range(N_INFER):
+        episode = cls()
+        episode.add_env_reset(steps.obs[0])
+        _steps(episode, steps.obs, 0, 20 + k)
+        episodes.append(episode)
+    return Round(lambda: build_inference_batch(episodes, views))
+
+
+def _sampler(cls: type) -> Round:
+    """64 CartPole-v1 sub-envs, random actions, one sample() call of
+    N_SAMPLE steps per sub-env (the envs stepping included)."""
+    if _is_rllib(cls):
+        # RLlib's runner needs torch even for random actions.
+        import torch  # noqa: F401
+        from ray.rllib.algorithms.ppo import PPOConfig
+        from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
+
+        config = (PPOConfig().environment("CartPole-v1")
+                  .env_runners(num_envs_per_env_runner=N_VEC_ENVS,
+                               rollout_fragment_length=N_SAMPLE))
+        runner = SingleAgentEnvRunner(config=config)
+        runner.sample(random_actions=True)
+        return Round(lambda: _covers(runner.sample(random_actions=True)))
+    from episode.sampling import Sampler
+
+    sampler = Sampler("CartPole-v1", num_envs=N_VEC_ENVS, rollout_fragment_length=N_SAMPLE,
+                      seed=0)
+    sampler.sample_episodes()
+    return Round(lambda: _covers(sampler.sample_episodes()))
+
+
+def _covers(episodes: list) -> bool:
+    # Whether a call's episodes hold its N_SAMPLE steps per sub-env.
+    return sum(len(e) for e in episodes) >= N_VEC_ENVS * N_SAMPLE
+
+
 # -- workloads ----------------------------------------------------------------
 
 def _add_env_step(cls: type) -> Round:
@@ -532,6 +668,20 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in [
              "100 steps of a 64-env CartPole-sized vector env (NextStep autoreset) into "
              "episodes: VectorEpisodes.add_step, or add_env_step per sub-env as RLlib's "
              "EnvRunner does (items: env steps)", N_VEC_ENVS * N_VEC_STEPS, _vector_append),
+    Workload("collector_build_for_training",
+             "AgentCollector.build_for_training of 1,000 timesteps: obs, new_obs, actions, "
+             "rewards, prev_actions, prev_rewards and a 4-frame stack", 1, _collector_training),
+    Workload("views_build_for_training",
+             "the same batch from a 1,000-step episode with views.build_training_batch "
+             "(RLlib: its AgentCollector)", 1, _views_training),
+    Workload("views_inference_64",
+             "the inference input of 64 ongoing episodes (20-83 steps): obs, prev_obs and a "
+             "4-frame stack, views.build_inference_batch (RLlib: 64 AgentCollectors' "
+             "build_for_inference, concatenated)", 1, _inference_input),
+    Workload("sampler_cartpole_64",
+             "Sampler.sample_episodes() on 64 CartPole-v1 envs with random actions, 100 steps "
+             "per env, env stepping included (RLlib: SingleAgentEnvRunner.sample(random_"
+             "actions=True); items: env steps)", N_VEC_ENVS * N_SAMPLE, _sampler),
     Workload("ma_add_env_step_2",
              "MultiAgentEpisode: 1,000 add_env_step calls, 2 simultaneous agents",
              N_MA, _ma_add_env_step(lambda: _ma_steps(2))),

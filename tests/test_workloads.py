@@ -109,7 +109,35 @@ def _is_vector_run(r):
             and len(r) == N_VEC_ENVS + int(terminateds.sum()) - int(terminateds[-1].sum()))
 
 
+def _is_training_batch(r):
+    """r is the 1,000-timestep training batch of the CartPole-sized steps."""
+    obs = np.stack(_cartpole().obs[:N_COLLECT + 1])
+    actions = np.array(_cartpole().actions[:N_COLLECT])
+    padded = np.concatenate([obs[:1]] * 3 + [obs[:N_COLLECT]])
+    frames = np.stack([padded[t:t + 4] for t in range(N_COLLECT)])
+    return (set(r) == {"obs", "new_obs", "actions", "rewards", "prev_actions", "prev_rewards",
+                       "frames"}
+            and np.array_equal(r["obs"], obs[:-1]) and np.array_equal(r["new_obs"], obs[1:])
+            and np.array_equal(r["prev_actions"], np.concatenate([[0], actions[:-1]]))
+            and r["rewards"].dtype == np.float32 and r["prev_rewards"][0] == 0
+            and np.array_equal(r["frames"], frames))
+
+
+def _is_inference_input(r):
+    """r is the 64 episodes' inputs: episode k has 20 + k steps."""
+    obs = _cartpole().obs
+    return (set(r) == {"obs", "prev_obs", "frames"} and r["frames"].shape == (64, 4, 4)
+            and all(np.array_equal(r["obs"][k], obs[20 + k])
+                    and np.array_equal(r["prev_obs"][k], obs[19 + k])
+                    and np.array_equal(r["frames"][k], np.stack(obs[17 + k:21 + k]))
+                    for k in range(64)))
+
+
 EXPECTED = {
+    "collector_build_for_training": _is_training_batch,
+    "views_build_for_training": _is_training_batch,
+    "views_inference_64": _is_inference_input,
+    "sampler_cartpole_64": lambda r: r is True,
     "vector_append_64": _is_vector_run,
     "ma_add_env_step_2": lambda r: _is_ma_run(r, _ma_steps(2)),
     "ma_add_env_step_8": lambda r: _is_ma_run(r, _ma_steps(8)),
@@ -175,6 +203,8 @@ def test_workload_does_what_it_says(name):
 def test_workload_matches_rllib(name):
     if rllib_class() is None:
         pytest.skip("ray[rllib] is not installed")
+    if name.startswith("sampler_"):
+        pytest.importorskip("torch")   # RLlib's EnvRunner needs it
     check(WORKLOADS[name])
 
 
