@@ -1,12 +1,13 @@
 """The `episode` command (`python -m episode`): a sampling demo and a benchmark.
 
-    episode demo [--env CartPole-v1] [--num-envs 1] [--agents N] [--steps 100000] ...
+    episode demo [--env CartPole-v1] [--num-envs 1] [--agents N] [--steps 100000]
+                 [--batch-mode truncate_episodes] [--rollout-fragment-length 200] ...
     episode bench [--rounds 7] [--workloads a,b] [--json PATH] [--plot PATH]
     episode --version
 
-`demo` samples a gymnasium environment (or a multi-agent one: N copies of a
-gymnasium env as agents, a PettingZoo ParallelEnv or an RLlib MultiAgentEnv)
-with random actions and keeps the episodes the way an RLlib sampler does; `bench` times the workloads of
+`demo` runs an episode.Sampler on a gymnasium environment (or a multi-agent
+one: N copies of a gymnasium env as agents, a PettingZoo ParallelEnv or an
+RLlib MultiAgentEnv) with random actions; `bench` times the workloads of
 episode.workloads for ours and, when ray[rllib] is installed, for RLlib's
 SingleAgentEpisode in the same process. Without a command, `demo` runs.
 
@@ -143,15 +144,18 @@ def format_table(header: list[str], rows: list[list[str]], right: Collection[int
 
 @dataclass
 class DemoStats:
-    env_steps: int = 0          # transitions recorded in episodes
+    env_steps: int = 0          # env steps sampled
+    agent_steps: int = 0        # agent steps (multi-agent envs; else the env steps)
     episodes: int = 0           # finished episodes
-    chunks: int = 0             # chunks handed on: cut() pieces and finished episodes
     returns: float = 0.0        # sum of the finished episodes' returns
-    lengths: int = 0            # sum of their lengths
+    lengths: int = 0            # sum of their lengths (env steps)
+    batches: int = 0            # training batches built (sample() calls)
+    rows: int = 0               # their rows
     env_s: float = 0.0          # seconds in env.reset() / env.step()
-    episode_s: float = 0.0      # seconds in episode calls
+    policy_s: float = 0.0       # seconds in the policy
     wall_s: float = 0.0
-    live: list = field(default_factory=list)   # the episodes still being filled
+    columns: dict = field(default_factory=dict)   # the last batch's column shapes
+    inputs: dict = field(default_factory=dict)    # the last policy input's column shapes
 
 
 def _make_env(env_id: str, num_envs: int):
@@ -164,6 +168,43 @@ def _make_env(env_id: str, num_envs: int):
         raise UsageError(f"unknown environment id {env_id!r}: {e}") from None
     except (gym.error.Error, ImportError) as e:
         raise UsageError(f"cannot make environment {env_id!r}: {e}") from None
+
+
+class _Timed:
+    """An env whose reset() and step() add their seconds to stats.env_s;
+    everything else is the env's own."""
+
+    def __init__(self, env, stats: DemoStats):
+        self.env, self.stats = env, stats
+
+    def __getattr__(self, name):
+        return getattr(self.env, name)
+
+    def reset(self, *args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return self.env.reset(*args, **kwargs)
+        finally:
+            self.stats.env_s += time.perf_counter() - t0
+
+    def step(self, actions):
+        t0 = time.perf_counter()
+        try:
+            return self.env.step(actions)
+        finally:
+            self.stats.env_s += time.perf_counter() - t0
+
+
+def _timed_vector_env(env, stats: DemoStats):
+    import gymnasium as gym
+
+    class TimedVectorEnv(gym.vector.VectorWrapper):
+        reset = _Timed.reset
+        step = _Timed.step
+
+    timed = TimedVectorEnv(env)
+    timed.stats = stats
+    return timed
 
 
 # -- multi-agent envs ------------------------------------------------------------
@@ -182,7 +223,11 @@ class Copies:
             raise UsageError(f"unknown environment id {env_id!r}: {e}") from None
         except (gym.error.Error, ImportError) as e:
             raise UsageError(f"cannot make environment {env_id!r}: {e}") from None
+        self.possible_agents = list(self.envs)
         self.done: set = set()
+
+    def observation_space(self, agent_id):
+        return self.envs[agent_id].observation_space
 
     def action_space(self, agent_id):
         return self.envs[agent_id].action_space
@@ -240,178 +285,70 @@ def _multi_agent_env(reference: str):
                      f"PettingZoo ParallelEnv nor an RLlib MultiAgentEnv")
 
 
-def _action_space(env, agent_id):
-    # PettingZoo and Copies: a method; RLlib's MultiAgentEnv: get_action_space().
-    if callable(getattr(env, "get_action_space", None)):
-        return env.get_action_space(agent_id)
-    return env.action_space(agent_id)
+# -- the demo --------------------------------------------------------------------
+
+def demo_views(frame_stack: int, prev_actions: bool, observation_space=None,
+               action_space=None) -> dict:
+    """RLlib's default views, plus a stack of the last `frame_stack`
+    observations ("obs_frames") and prev_actions / prev_rewards if asked."""
+    from episode.sampling import default_view_requirements
+    from episode.views import ViewRequirement
+
+    views = default_view_requirements(observation_space, action_space)
+    space = {} if observation_space is None else {"space": observation_space}
+    if frame_stack > 1:
+        views["obs_frames"] = ViewRequirement("obs", shift=f"{1 - frame_stack}:0", **space)
+    if prev_actions:
+        views["prev_actions"] = ViewRequirement("actions", shift=-1, **(
+            {} if action_space is None else {"space": action_space}))
+        views["prev_rewards"] = ViewRequirement("rewards", shift=-1)
+    return views
 
 
-def _sample_multi(env, steps: int, rollout: int, seed: int | None, stats: DemoStats,
-                  progress: Progress) -> None:
-    """Steps a multi-agent env with random actions until `steps` env steps are
-    recorded into MultiAgentEpisodes: the agents that observed last and are
-    not done act; a finished episode is to_numpy()'d and dropped, an unfinished
-    one is cut() every `rollout` env steps (the chunk to_numpy()'d)."""
-    from episode import MultiAgentEpisode
+def _random_policy(sampler, stats: DemoStats):
+    """Random actions, from a policy that is handed the inference input (so
+    the views it reads are built each step) and notes its shapes."""
+    def shapes(inputs: dict) -> dict:
+        return {k: getattr(v, "shape", None) for k, v in inputs.items()}
 
-    clock = time.perf_counter
-    returns = 0.0
-    length = 0
-
-    def reset(i: int):
-        t0 = clock()
-        obs, infos = env.reset(seed=None if seed is None else seed + i)
-        t1 = clock()
-        episode = MultiAgentEpisode()
-        episode.add_env_reset(observations=obs, infos=infos)
-        stats.env_s += t1 - t0
-        stats.episode_s += clock() - t1
-        return episode
-
-    episode = reset(0)
-    stats.live = [episode]
-    spaces: dict = {}
-    while stats.env_steps < steps:
-        t0 = clock()
-        to_act = episode.get_agents_to_act()
-        book = clock() - t0
-        actions = {}
-        for aid in to_act:
-            if aid not in spaces:
-                spaces[aid] = _action_space(env, aid)
-                spaces[aid].seed(None if seed is None else seed + len(spaces))
-            actions[aid] = spaces[aid].sample()
-        t0 = clock()
-        obs, rewards, terminateds, truncateds, infos = env.step(actions)
-        stats.env_s += clock() - t0
-        if "__all__" not in terminateds:
-            # PettingZoo's parallel API: the episode ends once no agent is left.
-            left = getattr(env, "agents", None)
-            terminateds = {**terminateds, "__all__": not left and any(terminateds.values())}
-            truncateds = {**truncateds, "__all__": not left and not terminateds["__all__"]}
-        t0 = clock()
-        episode.add_env_step(obs, actions, rewards, infos, terminateds=terminateds,
-                             truncateds=truncateds)
-        book += clock() - t0
-        stats.env_steps += 1
-        length += 1
-        returns += float(sum(rewards.values()))
-        if episode.is_done:
-            t0 = clock()
-            episode.to_numpy()
-            stats.episode_s += book + clock() - t0
-            stats.episodes += 1
-            stats.chunks += 1
-            stats.returns += returns
-            stats.lengths += length
-            returns, length = 0.0, 0
-            episode = reset(stats.episodes)
-            stats.live = [episode]
+    def policy(inputs):
+        t0 = time.perf_counter()
+        if sampler.multi_agent:
+            stats.inputs = shapes(next(iter(inputs.values()))) if inputs else stats.inputs
+            actions = {aid: sampler.env.action_space(aid).sample() for aid in inputs}
         else:
-            if stats.env_steps % rollout == 0:
-                t0 = clock()
-                successor = episode.cut()
-                episode.to_numpy()
-                episode = successor
-                stats.live = [episode]
-                stats.chunks += 1
-                book += clock() - t0
-            stats.episode_s += book
-        progress.update(stats.env_steps)
+            stats.inputs = shapes(inputs)
+            actions = sampler.env.action_space.sample()
+        stats.policy_s += time.perf_counter() - t0
+        return actions
+
+    return policy
 
 
-def _autoreset_mode(env) -> str:
-    # Gymnasium 1.x vector envs state it in metadata; NextStep is the default.
-    mode = env.metadata.get("autoreset_mode", "NextStep")
-    mode = getattr(mode, "value", mode)
-    if mode not in ("NextStep", "SameStep"):
-        raise UsageError(f"unsupported vector env autoreset mode {mode!r} "
-                         "(the demo handles NextStep and SameStep)")
-    return mode
+def _collect(sampler, steps: int, stats: DemoStats, progress: Progress) -> None:
+    """sample() until `steps` env steps: each call's training batch counted,
+    each finished episode's return and length."""
+    try:
+        while stats.env_steps < steps:
+            batch = sampler.sample()
+            columns = next(iter(batch.values())) if sampler.multi_agent and batch else batch
+            stats.batches += 1
+            if columns:
+                stats.rows += len(next(iter(columns.values())))
+                stats.columns = {k: getattr(v, "shape", None) for k, v in columns.items()}
+            _add_metrics(sampler, stats)
+            progress.update(min(stats.env_steps, steps))
+    finally:
+        _add_metrics(sampler, stats)
 
 
-def _sample(env, steps: int, rollout: int, seed: int | None, stats: DemoStats,
-            progress: Progress) -> None:
-    """Steps `env` with random actions until `steps` transitions are recorded.
-
-    One episode per sub-env. A finished episode is to_numpy()'d (as handed to
-    a learner) and dropped, and a new one starts with the reset observation.
-    Every `rollout` vector steps the unfinished episodes are cut(): the chunk
-    is to_numpy()'d and dropped, the successor goes on. Episode calls and env
-    calls are timed separately.
-    """
-    from episode import SingleAgentEpisode
-
-    clock = time.perf_counter
-    n = env.num_envs
-    same_step = _autoreset_mode(env) == "SameStep"
-    spaces = {"observation_space": env.single_observation_space,
-              "action_space": env.single_action_space}
-
-    t0 = clock()
-    obs, _ = env.reset(seed=seed)
-    t1 = clock()
-    episodes = stats.live = [SingleAgentEpisode(**spaces) for _ in range(n)]
-    for i in range(n):
-        episodes[i].add_env_reset(obs[i])
-    stats.env_s += t1 - t0
-    stats.episode_s += clock() - t1
-    env.action_space.seed(seed)
-    returns = [0.0] * n
-    vector_steps = 0
-
-    while stats.env_steps < steps:
-        actions = env.action_space.sample()
-        t0 = clock()
-        obs, rewards, terminated, truncated, infos = env.step(actions)
-        stats.env_s += clock() - t0
-        rewards, terminated, truncated = rewards.tolist(), terminated.tolist(), truncated.tolist()
-        book = 0.0
-        for i in range(n):
-            episode = episodes[i]
-            if episode is None:
-                # NextStep autoreset: this step() reset sub-env i and ignored its action.
-                t0 = clock()
-                episodes[i] = episode = SingleAgentEpisode(**spaces)
-                episode.add_env_reset(obs[i])
-                book += clock() - t0
-                continue
-            if stats.env_steps == steps:
-                break
-            done = terminated[i] or truncated[i]
-            # SameStep autoreset: obs[i] already is the next reset observation.
-            last_obs = infos["final_obs"][i] if done and same_step else obs[i]
-            t0 = clock()
-            episode.add_env_step(last_obs, actions[i], rewards[i],
-                                 terminated=terminated[i], truncated=truncated[i])
-            if done:
-                episode.to_numpy()
-                if same_step:
-                    episodes[i] = SingleAgentEpisode(**spaces)
-                    episodes[i].add_env_reset(obs[i])
-                else:
-                    episodes[i] = None
-            book += clock() - t0
-            stats.env_steps += 1
-            returns[i] += rewards[i]
-            if done:
-                stats.episodes += 1
-                stats.chunks += 1
-                stats.returns += returns[i]
-                stats.lengths += episode.t    # t counts the steps of all chunks
-                returns[i] = 0.0
-        vector_steps += 1
-        if vector_steps % rollout == 0:
-            t0 = clock()
-            for i, episode in enumerate(episodes):
-                if episode is not None and len(episode) > 0:
-                    episodes[i] = episode.cut()
-                    episode.to_numpy()
-                    stats.chunks += 1
-            book += clock() - t0
-        stats.episode_s += book
-        progress.update(stats.env_steps)
+def _add_metrics(sampler, stats: DemoStats) -> None:
+    m = sampler.get_metrics()
+    stats.env_steps += m["env_steps"]
+    stats.agent_steps += m["agent_steps"]
+    stats.episodes += m["episodes_done"]
+    stats.returns += sum(m["episode_returns"])
+    stats.lengths += sum(m["episode_lengths"])
 
 
 def _held_bytes(episodes: list) -> int:
@@ -431,59 +368,86 @@ def _held_bytes(episodes: list) -> int:
     return held
 
 
-def _demo_summary(args, env, stats: DemoStats) -> str:
+def _shapes(shapes: dict) -> str:
+    return ", ".join(f"{k} {'x'.join(map(str, v)) if v else '-'}" for k, v in shapes.items())
+
+
+def _demo_summary(args, sampler, stats: DemoStats) -> str:
     def rate(seconds: float) -> str:
         return f"{stats.env_steps / seconds:>12,.0f} steps/s" if seconds > 0 else ""
 
-    live = [e for e in stats.live if e is not None]
-    if hasattr(env, "num_envs"):
-        head = (f"{args.env}: {args.num_envs} sync env(s), autoreset {_autoreset_mode(env)}, "
-                f"seed {args.seed}, random actions")
-        calls = "add_env_reset, add_env_step, cut, to_numpy"
-        rollout = f"cut() every {args.rollout} steps of a sub-env"
-    else:
+    if sampler.multi_agent:
         agents = f"{args.agents} copies as agents" if args.agents > 1 else "multi-agent"
-        head = f"{args.env}: {agents}, seed {args.seed}, random actions, MultiAgentEpisode"
-        calls = "add_env_reset, add_env_step, get_agents_to_act, cut, to_numpy"
-        rollout = f"cut() every {args.rollout} env steps"
+        head = f"{args.env}: {agents}, seed {args.seed}, count_steps_by={args.count_steps_by}"
+    else:
+        head = f"{args.env}: {sampler.num_envs} sync env(s), seed {args.seed}"
+    head += (f", {args.batch_mode}, rollout_fragment_length={args.rollout_fragment_length}, "
+             f"random actions")
     if stats.episodes:
         means = (f"mean return {stats.returns / stats.episodes:.1f}, "
                  f"mean length {stats.lengths / stats.episodes:.1f}")
     else:
         means = "none finished yet"
+    sampler_s = max(stats.wall_s - stats.env_s - stats.policy_s, 0.0)
+    steps_note = f"in {stats.wall_s:.2f} s wall time"
+    if sampler.multi_agent:
+        steps_note = f"{stats.agent_steps:,} agent steps, " + steps_note
     rows = [
         ("episodes finished", f"{stats.episodes:,}", means),
-        ("env steps", f"{stats.env_steps:,}", f"in {stats.wall_s:.2f} s wall time"),
+        ("env steps", f"{stats.env_steps:,}", steps_note),
         ("in the env", f"{stats.env_s:.3f} s", f"{rate(stats.env_s)}  (env.reset, env.step)"),
-        ("in episode calls", f"{stats.episode_s:.3f} s",
-         f"{rate(stats.episode_s)}  ({calls})"),
-        ("chunks handed on", f"{stats.chunks:,}",
-         f"to_numpy()'d: finished episodes, {rollout}"),
-        ("memory held", format_bytes(_held_bytes(live)),
-         f"by {len(live)} live episode(s) (tracemalloc, on an unpickled copy)"),
+        ("in the sampler", f"{sampler_s:.3f} s",
+         f"{rate(sampler_s)}  (episodes, views, batches; {stats.policy_s:.3f} s in the policy)"),
+        ("batches built", f"{stats.batches:,}", f"{stats.rows:,} rows: {_shapes(stats.columns)}"),
     ]
+    if stats.inputs:
+        rows.append(("policy input", "", _shapes(stats.inputs)))
+    live = sampler.ongoing_episodes()
+    rows.append(("memory held", format_bytes(_held_bytes(live)),
+                 f"by {len(live)} ongoing episode(s) (tracemalloc, on an unpickled copy)"))
     width = max(len(r[1]) for r in rows)
     return "\n".join([head] + [f"  {a:<18} {b:>{width}}  {c}" for a, b, c in rows])
 
 
-def demo(args) -> int:
+def _demo_sampler(args, stats: DemoStats):
+    from episode.sampling import Sampler
+
     if args.agents > 1:
         if args.num_envs != 1:
             raise UsageError("--agents and --num-envs cannot be combined (one multi-agent env)")
-        env = Copies(args.env, args.agents)
+        env = _Timed(Copies(args.env, args.agents), stats)
+        views = demo_views(args.frame_stack, args.prev_actions)
     else:
-        env = _multi_agent_env(args.env)
-        if env is not None and args.num_envs != 1:
-            raise UsageError("--num-envs needs a gymnasium env id, not a multi-agent env")
-        if env is None:
-            env = _make_env(args.env, args.num_envs)
-    sample = _sample if hasattr(env, "num_envs") else _sample_multi
+        made = _multi_agent_env(args.env)
+        if made is not None:
+            if args.num_envs != 1:
+                raise UsageError("--num-envs needs a gymnasium env id, not a multi-agent env")
+            env = _Timed(made, stats)
+            views = demo_views(args.frame_stack, args.prev_actions)
+        else:
+            env = _timed_vector_env(_make_env(args.env, args.num_envs), stats)
+            views = demo_views(args.frame_stack, args.prev_actions,
+                               env.single_observation_space, env.single_action_space)
+    try:
+        sampler = Sampler(env, view_requirements=views, batch_mode=args.batch_mode,
+                          rollout_fragment_length=args.rollout_fragment_length,
+                          count_steps_by=args.count_steps_by, seed=args.seed)
+    except ValueError as e:
+        env.close()
+        raise UsageError(str(e)) from None
+    if args.frame_stack > 1 or args.prev_actions:
+        sampler.policy = _random_policy(sampler, stats)
+    return sampler
+
+
+def demo(args) -> int:
     stats = DemoStats()
+    sampler = _demo_sampler(args, stats)
     progress = Progress(args.steps, "steps", args.progress)
     start = time.perf_counter()
     interrupted = False
     try:
-        sample(env, args.steps, args.rollout, args.seed, stats, progress)
+        _collect(sampler, args.steps, stats, progress)
     except KeyboardInterrupt:
         interrupted = True
     finally:
@@ -492,9 +456,9 @@ def demo(args) -> int:
     try:
         if interrupted:
             print("interrupted", file=sys.stderr)
-        print(_demo_summary(args, env, stats))
+        print(_demo_summary(args, sampler, stats))
     finally:
-        env.close()
+        sampler.close()
     return 130 if interrupted else 0
 
 
@@ -759,12 +723,13 @@ def _parser() -> argparse.ArgumentParser:
                           help="show a progress bar on stderr (default: when it is a terminal)")
 
     d = commands.add_parser(
-        "demo", parents=[progress], help="sample a gymnasium env into episodes",
-        description="Steps a gymnasium vector env with random actions and keeps one "
-                    "SingleAgentEpisode per sub-env, as a sampler does: add_env_reset, "
-                    "add_env_step, cut() every --rollout steps, to_numpy() of every chunk "
-                    "handed on. Ends with a summary of the time spent in the env and in "
-                    "episode calls.")
+        "demo", parents=[progress], help="sample an env into episodes and training batches",
+        description="Runs an episode.Sampler on a gymnasium env (vectorized with --num-envs) "
+                    "or a multi-agent env with random actions, the way RLlib's EnvRunners "
+                    "sample: rollouts of --rollout-fragment-length steps per sub-env "
+                    "(--batch-mode), each turned into a training batch of RLlib's default "
+                    "views (plus --frame-stack / --prev-actions). Ends with a summary of "
+                    "the time spent in the env and in the sampler.")
     d.add_argument("--env", default="CartPole-v1", help="a registered gymnasium env id, or "
                    "module:factory making a PettingZoo ParallelEnv or an RLlib "
                    "MultiAgentEnv (default: %(default)s)")
@@ -774,10 +739,25 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--num-envs", type=_positive_int, default=1,
                    help="sub-envs of the vector env (default: %(default)s)")
     d.add_argument("--steps", type=_positive_int, default=100_000,
-                   help="env steps to collect, over all sub-envs (default: %(default)s)")
-    d.add_argument("--rollout", type=_positive_int, default=200,
-                   help="cut() the unfinished episodes every this many vector steps "
+                   help="env steps to collect, over all sub-envs (rollouts run whole, so a "
+                        "few more may be taken) (default: %(default)s)")
+    d.add_argument("--batch-mode", choices=["truncate_episodes", "complete_episodes"],
+                   default="truncate_episodes",
+                   help="truncate_episodes: rollouts of exactly the fragment length, running "
+                        "episodes cut and continued; complete_episodes: whole episodes only "
                         "(default: %(default)s)")
+    d.add_argument("--rollout-fragment-length", "--rollout", dest="rollout_fragment_length",
+                   type=_positive_int, default=200,
+                   help="steps per sub-env and rollout (default: %(default)s)")
+    d.add_argument("--count-steps-by", choices=["env_steps", "agent_steps"],
+                   default="env_steps",
+                   help="what a multi-agent rollout's length counts (default: %(default)s)")
+    d.add_argument("--frame-stack", type=_positive_int, default=1, metavar="K",
+                   help="with K > 1: a view of the last K observations (obs_frames), read by "
+                        "the policy and in the batches (default: 1, none)")
+    d.add_argument("--prev-actions", action="store_true",
+                   help="views of the previous action and reward (prev_actions, "
+                        "prev_rewards), read by the policy and in the batches")
     d.add_argument("--seed", type=int, default=0, help="env and action seed "
                    "(default: %(default)s)")
     d.set_defaults(func=demo)

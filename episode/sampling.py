@@ -259,6 +259,10 @@ def default_view_requirements(observation_space: Any = None,
 
 
 def _is_multi_agent(env: Any) -> bool:
+    # An RLlib MultiAgentEnv (get_action_space) or a PettingZoo parallel env
+    # (possible_agents, not a gymnasium Env); a class is not an env.
+    if isinstance(env, type):
+        return False
     return (hasattr(env, "possible_agents") and not isinstance(env, gym.Env)) or \
         callable(getattr(env, "get_action_space", None))
 
@@ -271,6 +275,10 @@ class _MultiAgentEnv:
         self.env = env
         self.rllib = callable(getattr(env, "get_action_space", None))
         self._spaces: dict = {}
+
+    @property
+    def possible_agents(self) -> list:
+        return list(self.env.possible_agents)
 
     def action_space(self, agent_id: Any) -> Any:
         if agent_id not in self._spaces:
@@ -374,13 +382,20 @@ class Sampler:
         self.count_steps_by = count_steps_by
         self.seed = None if seed is None else int(seed)
         self.policy = policy
-        self.multi_agent = _is_multi_agent(env)
+        made, env = _resolve_env(env, int(num_envs))
+        self.multi_agent = made is not None
         if self.multi_agent:
-            if num_envs != 1:
-                raise ValueError("a multi-agent env runs one env per Sampler (num_envs=1)")
-            self.env = _MultiAgentEnv(env)
-            self.num_envs = 1
-            self._episode = None
+            self.envs = [_MultiAgentEnv(e) for e in made]
+            self.num_envs = len(self.envs)
+            self._episodes: list = [None] * self.num_envs
+            # RLlib draws random actions from each agent's space; seeded per
+            # sub-env, as a Dict of them (one seed each, agents distinct).
+            self._action_spaces = [gym.spaces.Dict({aid: e.action_space(aid)
+                                                    for aid in e.possible_agents})
+                                   for e in self.envs]
+            if seed is not None:
+                for i, spaces in enumerate(self._action_spaces):
+                    spaces.seed(int(seed) + i)
             default_views = default_view_requirements()
         else:
             self.env = _vector_env(env, int(num_envs))
@@ -395,8 +410,9 @@ class Sampler:
             if not isinstance(vr, ViewRequirement) and not hasattr(vr, "shift_arr"):
                 raise TypeError(f"view_requirements[{key!r}] must be a ViewRequirement, "
                                 f"got {type(vr).__name__}")
-        # The rows before a chunk's first timestep its views read.
-        self._lookback = max([0] + [int(-min(vr.shift_arr.min(), 0))
+        # The rows before a chunk's first timestep its views read (at least
+        # one, as RLlib's episode_lookback_horizon).
+        self._lookback = max([1] + [int(-min(vr.shift_arr.min(), 0))
                                     for vr in self.view_requirements.values()])
         self._started = False
         self._env_ids: dict = {}
@@ -427,11 +443,22 @@ class Sampler:
     def get_metrics(self) -> dict:
         """What was sampled since the last call: "episodes_done",
         "episode_returns", "episode_lengths", "env_steps", "agent_steps"."""
-        metrics, self._metrics = self._metrics.as_dict(), _Metrics()
+        metrics = self._metrics.as_dict()
+        self._metrics = _Metrics(self._metrics.partial_returns)
         return metrics
 
+    def ongoing_episodes(self) -> list:
+        """The episodes still being filled (a multi-agent env's one, or each
+        sub-env's that is not waiting for its reset)."""
+        if self.multi_agent:
+            return [e for e in self._episodes if e is not None]
+        if not self._started:
+            return []
+        return [e for k, e in enumerate(self._vector.episodes) if not self._vector._resetting[k]]
+
     def close(self) -> None:
-        self.env.close()
+        for env in self.envs if self.multi_agent else [self.env]:
+            env.close()
 
     # -- single-agent ----------------------------------------------------------------
 
@@ -493,30 +520,42 @@ class Sampler:
             counted += sum(len(e) for e in ended) if complete else steps
         if complete:
             return done_episodes
-        return done_episodes + self._vector.cut(self._lookback)
+        chunks = self._vector.cut(self._lookback)
+        for chunk in chunks:
+            self._metrics.add_chunk(chunk)
+        return done_episodes + chunks
 
     # -- multi-agent -----------------------------------------------------------------
+    #
+    # RLlib's MultiAgentEnvRunner over num_envs sub-envs: each pass steps every
+    # sub-env once (NextStep autoreset: a sub-env whose episode ended is reset
+    # in the next pass, which counts no step), and a rollout goes on until
+    # rollout_fragment_length x num_envs env steps (or agent steps: the agents
+    # that observed) are counted at the top of a pass.
 
-    def _reset_multi_agent(self) -> None:
+    def _new_multi_agent_episode(self, i: int, seed: Optional[int]) -> None:
         from episode.multi_agent_episode import MultiAgentEpisode
 
-        seed = self.seed if not self._started else None
-        obs, infos = self.env.reset(seed=seed)
+        env = self.envs[i]
+        obs, infos = env.reset(seed=seed)
         for aid, o in obs.items():
-            _check_in_space(self.env.observation_space(aid), o,
-                            f"agent {aid!r}'s reset observation is")
-        self._episode = MultiAgentEpisode()
-        self._episode.add_env_reset(observations=obs, infos=infos)
-        self._started = True
+            _check_in_space(env.observation_space(aid), o, f"agent {aid!r}'s reset observation is")
+        episode = MultiAgentEpisode(
+            observation_space={aid: env.observation_space(aid) for aid in env.possible_agents},
+            action_space={aid: env.action_space(aid) for aid in env.possible_agents})
+        episode.add_env_reset(observations=obs, infos=infos)
+        self._episodes[i] = episode
+        self._env_ids.setdefault(episode.id_, i)
 
-    def _multi_agent_actions(self, to_act: list) -> tuple:
+    def _multi_agent_actions(self, i: int, to_act: Any) -> tuple:
+        spaces = self._action_spaces[i]
         if self.policy is None:
-            return {aid: self.env.action_space(aid).sample() for aid in to_act}, None
+            return {aid: spaces[aid].sample() for aid in to_act}, None
         from episode.views import build_inference_batch
 
         views = {k: vr for k, vr in self.view_requirements.items()
                  if vr.used_for_compute_actions}
-        agents = self._episode.agent_episodes
+        agents = self._episodes[i].agent_episodes
         inputs = {aid: build_inference_batch([agents[aid]], views) for aid in to_act}
         out = self.policy(inputs)
         actions, extras = out if isinstance(out, tuple) and len(out) == 2 else (out, None)
@@ -525,60 +564,111 @@ class Sampler:
             raise ValueError(f"the policy must return one action for each agent to act "
                              f"({sorted(to_act, key=str)}), got {got}")
         for aid, action in actions.items():
-            _check_in_space(self.env.action_space(aid), action,
-                            f"the policy returned agent {aid!r} an action")
+            if aid in spaces.spaces:
+                _check_in_space(spaces[aid], action,
+                                f"the policy returned agent {aid!r} an action")
         return actions, extras
 
     def _sample_multi_agent(self) -> list:
-        if self._episode is None:
-            self._reset_multi_agent()
+        if not self._started:
+            for i in range(self.num_envs):
+                self._new_multi_agent_episode(i, None if self.seed is None else self.seed + i)
+            self._started = True
         complete = self.batch_mode == "complete_episodes"
         by_agents = self.count_steps_by == "agent_steps"
-        target = self.rollout_fragment_length
+        target = self.rollout_fragment_length * self.num_envs
         done_episodes: list = []
         counted = 0
         while counted < target:
-            episode = self._episode
-            to_act = sorted(episode.get_agents_to_act(), key=str)
-            actions, extras = self._multi_agent_actions(to_act)
-            obs, rewards, terminateds, truncateds, infos = self.env.step(actions)
-            for aid, o in obs.items():
-                _check_in_space(self.env.observation_space(aid), o,
-                                f"the env returned agent {aid!r} an observation")
-            before = episode.agent_steps()
-            episode.add_env_step(obs, actions, rewards, infos, terminateds=terminateds,
-                                 truncateds=truncateds, extra_model_outputs=extras)
-            agent_steps = episode.agent_steps() - before
-            self._metrics.add_steps(1, agent_steps)
-            if not complete:
-                counted += agent_steps if by_agents else 1
-            if episode.is_done:
-                self._metrics.add_episode(episode)
-                done_episodes.append(episode)
-                if complete:
-                    counted += episode.agent_steps() if by_agents else episode.env_steps()
-                self._reset_multi_agent()
-        if complete or len(self._episode) == 0:
+            for i, env in enumerate(self.envs):
+                episode = self._episodes[i]
+                if episode is None:
+                    self._new_multi_agent_episode(i, None)
+                    continue
+                actions, extras = self._multi_agent_actions(i, episode.get_agents_to_act())
+                obs, rewards, terminateds, truncateds, infos = env.step(actions)
+                for aid, o in obs.items():
+                    _check_in_space(env.observation_space(aid), o,
+                                    f"the env returned agent {aid!r} an observation")
+                episode.add_env_step(obs, actions, rewards, infos, terminateds=terminateds,
+                                     truncateds=truncateds, extra_model_outputs=extras)
+                self._metrics.add_steps(1, len(obs))
+                if not complete:
+                    counted += len(obs) if by_agents else 1
+                if episode.is_done:
+                    _prune(episode)
+                    self._metrics.add_episode(episode)
+                    done_episodes.append(episode)
+                    if complete:
+                        counted += episode.agent_steps() if by_agents else episode.env_steps()
+                    self._episodes[i] = None
+        if complete:
             return done_episodes
-        chunk = self._episode
-        self._episode = chunk.cut(len_lookback_buffer=self._lookback)
-        return done_episodes + [chunk]
+        chunks = []
+        for i, episode in enumerate(self._episodes):
+            if episode is None:
+                continue
+            self._episodes[i] = episode.cut(len_lookback_buffer=self._lookback)
+            if episode.env_t != 0:
+                _prune(episode)
+                self._metrics.add_chunk(episode)
+                chunks.append(episode)
+        return done_episodes + chunks
+
+
+def _prune(episode: Any) -> None:
+    # Agents without a step leave the episode handed on (their env-step
+    # mapping stays), as in RLlib's runner.
+    for aid in [aid for aid, e in episode.agent_episodes.items() if len(e) == 0]:
+        del episode.agent_episodes[aid]
+
+
+def _resolve_env(env: Any, num_envs: int) -> tuple:
+    """(multi-agent sub-envs, None) for a multi-agent env (num_envs 1) or a
+    function making one (called num_envs times); else (None, what
+    _vector_env takes). A function is called once to tell; the env it made
+    is the first sub-env."""
+    if _is_multi_agent(env):
+        if num_envs != 1:
+            raise ValueError(f"num_envs={num_envs} needs as many multi-agent envs: pass a "
+                             f"function making one, not one env")
+        return [env], None
+    if isinstance(env, (str, gym.Env, gym.vector.VectorEnv)) or not callable(env):
+        return None, env
+    first = env()
+    if _is_multi_agent(first):
+        return [first] + [env() for _ in range(num_envs - 1)], None
+    if num_envs == 1:
+        return None, first
+    made = iter([first])
+    return None, lambda: next(made, None) or env()
 
 
 class _Metrics:
-    def __init__(self):
+    """What was sampled: steps, and each finished episode's return and
+    length over all its chunks."""
+
+    def __init__(self, partial_returns: Optional[dict] = None):
         self.returns: list = []
         self.lengths: list = []
         self.env_steps = 0
         self.agent_steps = 0
+        # Returns of the chunks handed on so far, by episode id.
+        self.partial_returns = partial_returns if partial_returns is not None else {}
 
     def add_steps(self, env_steps: int, agent_steps: int) -> None:
         self.env_steps += env_steps
         self.agent_steps += agent_steps
 
+    def add_chunk(self, episode: Any) -> None:
+        self.partial_returns[episode.id_] = (self.partial_returns.get(episode.id_, 0.0)
+                                             + float(episode.get_return()))
+
     def add_episode(self, episode: Any) -> None:
-        self.returns.append(float(episode.get_return()))
-        self.lengths.append(int(episode.env_steps()))
+        self.returns.append(self.partial_returns.pop(episode.id_, 0.0)
+                            + float(episode.get_return()))
+        # t counts the env steps of all the episode's chunks (it started at 0).
+        self.lengths.append(int(getattr(episode, "env_t", None) or episode.t))
 
     def as_dict(self) -> dict:
         return {"episodes_done": len(self.returns), "episode_returns": self.returns,

@@ -64,6 +64,10 @@ def test_bad_input_exits_2_with_one_line(args, fragments):
     (["demo", "--steps", "ten"], ["--steps"]),
     (["demo", "--num-envs", "0"], ["--num-envs"]),
     (["demo", "--rollout", "0"], ["--rollout"]),
+    (["demo", "--rollout-fragment-length", "0"], ["--rollout-fragment-length"]),
+    (["demo", "--batch-mode", "whole"], ["--batch-mode"]),
+    (["demo", "--count-steps-by", "steps"], ["--count-steps-by"]),
+    (["demo", "--frame-stack", "0"], ["--frame-stack"]),
     (["demo", "--env", "CartPole-v9"], ["unknown environment id 'CartPole-v9'"]),
     (["demo", "--env", "nomodule:Env-v0"], ["'nomodule:Env-v0'"]),
     (["demo", "--env", "os:getcwd"], ["'os:getcwd'", "neither a PettingZoo"]),
@@ -128,60 +132,91 @@ def test_version_console_script():
 
 # -- demo -----------------------------------------------------------------------
 
+def _steps(out):
+    return int(summary_value(out, "env steps").replace(",", ""))
+
+
 def test_demo_short_run():
-    result = run_module("demo", "--steps", "500", "--num-envs", "2", "--rollout", "20")
+    result = run_module("demo", "--steps", "500", "--num-envs", "2",
+                        "--rollout-fragment-length", "20")
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
     out = result.stdout
     assert out.startswith("CartPole-v1: 2 sync env(s)")
-    assert summary_value(out, "env steps") == "500"
+    # Rollouts of 20 steps per sub-env run whole: at least 500 env steps.
+    assert 500 <= _steps(out) < 500 + 2 * 20 + 2
     episodes = int(summary_value(out, "episodes finished"))
     assert episodes > 0
     # CartPole pays 1.0 per step: the mean return is the mean length.
     means = re.search(r"mean return ([\d.]+), mean length ([\d.]+)", out)
     assert means and means.group(1) == means.group(2)
-    assert int(summary_value(out, "chunks handed on")) >= episodes
-    assert "steps/s" in out and "memory held" in out
+    assert "steps/s" in out and "memory held" in out and "in the sampler" in out
+    # Every env step is a row of a training batch.
+    rows = re.search(r"batches built +[\d,]+ +([\d,]+) rows", out)
+    assert rows and int(rows.group(1).replace(",", "")) == _steps(out)
 
 
 @pytest.mark.parametrize("mode", ["NextStep", "SameStep"])
-def test_demo_records_every_step_once(mode, monkeypatch):
-    """The finished episodes' lengths plus the live episodes' steps add up to
-    the env steps recorded, whichever autoreset mode the vector env uses."""
+@pytest.mark.parametrize("batch_mode", ["truncate_episodes", "complete_episodes"])
+def test_demo_records_every_step_once(mode, batch_mode):
+    """The finished episodes' lengths plus the ongoing episodes' steps add up
+    to the env steps sampled, whichever autoreset mode the vector env uses
+    (complete mode: the steps in the batches are those of finished episodes)."""
+    from episode import Sampler
+
     env = gym.make_vec("CartPole-v1", num_envs=3, vectorization_mode="sync",
                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode(mode)})
     stats = cli.DemoStats()
-    cli._sample(env, 700, 7, 0, stats, cli.Progress(700, "steps", enabled=False))
-    env.close()
-    live = [e for e in stats.live if e is not None]
-    assert stats.env_steps == 700
-    assert stats.episodes > 0
+    sampler = Sampler(env, batch_mode=batch_mode, rollout_fragment_length=7, seed=0)
+    cli._collect(sampler, 700, stats, cli.Progress(700, "steps", enabled=False))
+    live = sampler.ongoing_episodes()
+    assert stats.env_steps >= 700 and stats.episodes > 0
     assert stats.returns == stats.lengths      # reward 1.0 per step
-    assert stats.lengths + sum(e.t for e in live) == 700
+    assert stats.lengths + sum(e.t for e in live) == stats.env_steps
+    rows = stats.lengths if batch_mode == "complete_episodes" else stats.env_steps
+    assert stats.rows == rows
     assert all(not e.is_done and not e.is_numpy for e in live)
+    sampler.close()
 
 
 def test_demo_multi_agent_records_every_env_step_once():
     """N copies of CartPole as agents: every env step lands in one chunk, and
     each agent step's reward (1.0) in its agent's episode."""
-    env = cli.Copies("CartPole-v1", 3)
+    from episode import Sampler
+
+    sampler = Sampler(cli.Copies("CartPole-v1", 3), rollout_fragment_length=7, seed=0)
     stats = cli.DemoStats()
-    cli._sample_multi(env, 700, 7, 0, stats, cli.Progress(700, "steps", enabled=False))
-    env.close()
-    (live,) = stats.live
+    cli._collect(sampler, 700, stats, cli.Progress(700, "steps", enabled=False))
+    (live,) = sampler.ongoing_episodes()
     assert stats.env_steps == 700 and stats.episodes > 0
     assert stats.lengths + live.env_t == 700
+    assert stats.rows == stats.agent_steps
     assert not live.is_done and not live.is_numpy
     assert live.get_return() == sum(len(ep) for ep in live.agent_episodes.values())
+    sampler.close()
 
 
 def test_demo_multi_agent_short_run():
-    result = run_module("demo", "--agents", "2", "--steps", "300", "--rollout", "20")
+    result = run_module("demo", "--agents", "2", "--steps", "300", "--rollout", "20",
+                        "--count-steps-by", "agent_steps")
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert out.startswith("CartPole-v1: 2 copies as agents")
-    assert summary_value(out, "env steps") == "300"
+    assert "count_steps_by=agent_steps" in out
+    assert _steps(out) >= 300
     assert int(summary_value(out, "episodes finished")) > 0
+
+
+def test_demo_views_reach_the_policy_and_the_batches():
+    result = run_module("demo", "--steps", "400", "--num-envs", "3", "--frame-stack", "4",
+                        "--prev-actions", "--batch-mode", "complete_episodes")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "complete_episodes" in out
+    inputs = re.search(r"policy input +(.*)", out).group(1)
+    assert "obs_frames 3x4x4" in inputs and "prev_actions 3" in inputs
+    columns = re.search(r"batches built .*rows: (.*)", out).group(1)
+    assert "obs_frames" in columns and "prev_rewards" in columns
 
 
 @pytest.mark.rllib
@@ -194,7 +229,7 @@ def test_demo_rllib_multi_agent_env(capsys, reference):
     assert cli.main(["demo", "--env", reference, "--steps", "400", "--rollout", "30"]) == 0
     out = capsys.readouterr().out
     assert out.startswith(f"{reference}: multi-agent")
-    assert summary_value(out, "env steps") == "400"
+    assert 400 <= _steps(out) < 430
 
 
 def test_demo_progress_bar(capsys):
@@ -224,8 +259,7 @@ def test_demo_ctrl_c_prints_partial_summary(capsys, monkeypatch):
     captured = capsys.readouterr()
     assert "interrupted" in captured.err and "Traceback" not in captured.err
     # 50 vector steps of 2 sub-envs; the steps that only reset a sub-env add none.
-    steps = int(summary_value(captured.out, "env steps").replace(",", ""))
-    assert 80 < steps <= 100
+    assert 80 < _steps(captured.out) <= 100
 
 
 # -- bench ----------------------------------------------------------------------
