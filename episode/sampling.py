@@ -22,6 +22,7 @@ from typing import Any, Callable, Optional
 import gymnasium as gym
 import numpy as np
 
+from episode._checks import in_box
 from episode._episode import append_rows
 from episode.single_agent_episode import SingleAgentEpisode
 
@@ -80,6 +81,10 @@ class VectorEpisodes:
         self.episodes: list = [None] * self.num_envs
         # NextStep: sub-envs whose next step is their reset.
         self._resetting = np.zeros(self.num_envs, dtype=bool)
+        # What the last add_step() did: the sub-env steps it recorded (a
+        # NextStep reset is none), and the sub-env of each episode it returned.
+        self.steps_added = 0
+        self.ended_envs: list = []
 
     @classmethod
     def for_env(cls, env: Any) -> "VectorEpisodes":
@@ -138,7 +143,9 @@ class VectorEpisodes:
                           terminateds=terminateds, truncateds=truncateds,
                           **{f"extra_model_outputs[{k!r}]": v for k, v in outputs.items()})
         final_obs, final_infos = self._finals(terminateds, truncateds, infos)
-        done = []
+        done: list = []
+        self.steps_added = self.num_envs - int(self._resetting.sum())
+        self.ended_envs = []
         for k in range(self.num_envs):
             self._sub_env_step(k, observations, actions, rewards, terminateds, truncateds,
                                infos, outputs, final_obs, final_infos, done, appended=False)
@@ -165,6 +172,8 @@ class VectorEpisodes:
         """After the compiled pass: the resets and ends, sub-env by sub-env."""
         resets, ends = found
         done: list = []
+        self.steps_added = self.num_envs - len(resets)
+        self.ended_envs = []
         if not resets and not ends:
             return done
         final_obs, final_infos = self._finals(terminateds, truncateds, infos)
@@ -199,6 +208,7 @@ class VectorEpisodes:
                                  if outputs else None)
         if ended:
             done.append(episode)
+            self.ended_envs.append(k)
             if same_step:
                 self.episodes[k] = self._new_episode(
                     observations[k], sub_env_infos(_without_final(infos), k))
@@ -423,6 +433,8 @@ class Sampler:
     def sample_episodes(self) -> list:
         """One rollout's episodes (finished ones, then the chunks of running
         ones in truncate mode), numpy'ized."""
+        # The sub-env of each episode handed on, for the batches' env_id.
+        self._env_ids = {}
         episodes = (self._sample_multi_agent() if self.multi_agent
                     else self._sample_single_agent())
         for e in episodes:
@@ -467,16 +479,11 @@ class Sampler:
 
     def _reset_vector(self) -> None:
         obs, infos = self.env.reset(seed=self.seed)
-        _check_in_space(self.env.observation_space, obs, "the env's reset observations are")
+        self._check_observations(obs)
         self._vector.add_reset(obs, infos)
         if self.seed is not None:
             self.env.action_space.seed(self.seed)
-        self._note_ids()
         self._started = True
-
-    def _note_ids(self) -> None:
-        for k, e in enumerate(self._vector.episodes):
-            self._env_ids.setdefault(e.id_, k)
 
     def _actions(self) -> tuple:
         if self.policy is None:
@@ -507,23 +514,35 @@ class Sampler:
         while counted < target:
             actions, extras = self._actions()
             obs, rewards, terminateds, truncateds, infos = self.env.step(actions)
-            _check_in_space(self.env.observation_space, obs, "the env returned observations")
-            stepping = ~self._vector._resetting
-            ended = self._vector.add_step(obs, actions, rewards, terminateds, truncateds,
-                                          infos, extra_model_outputs=extras)
-            self._note_ids()
-            steps = int(stepping.sum())
+            self._check_observations(obs)
+            vector = self._vector
+            ended = vector.add_step(obs, actions, rewards, terminateds, truncateds,
+                                    infos, extra_model_outputs=extras)
+            steps = vector.steps_added
             self._metrics.add_steps(steps, steps)
-            for e in ended:
-                self._metrics.add_episode(e)
-            done_episodes.extend(ended)
+            if ended:
+                for k, e in zip(vector.ended_envs, ended):
+                    self._metrics.add_episode(e)
+                    self._env_ids[e.id_] = k
+                done_episodes.extend(ended)
             counted += sum(len(e) for e in ended) if complete else steps
         if complete:
             return done_episodes
+        ongoing = [(k, e) for k, e in enumerate(self._vector.episodes)
+                   if not self._vector._resetting[k] and len(e)]
         chunks = self._vector.cut(self._lookback)
-        for chunk in chunks:
+        for (k, _), chunk in zip(ongoing, chunks):
             self._metrics.add_chunk(chunk)
+            self._env_ids[chunk.id_] = k
         return done_episodes + chunks
+
+    def _check_observations(self, obs: Any) -> None:
+        space = self.env.observation_space
+        inside = in_box(obs, space.low, space.high) if type(space) is gym.spaces.Box else None
+        if inside is None:
+            inside = space.contains(obs)
+        if not inside:
+            raise ValueError(f"the env returned observations outside {space}: {obs!r}")
 
     # -- multi-agent -----------------------------------------------------------------
     #
@@ -545,7 +564,6 @@ class Sampler:
             action_space={aid: env.action_space(aid) for aid in env.possible_agents})
         episode.add_env_reset(observations=obs, infos=infos)
         self._episodes[i] = episode
-        self._env_ids.setdefault(episode.id_, i)
 
     def _multi_agent_actions(self, i: int, to_act: Any) -> tuple:
         spaces = self._action_spaces[i]
@@ -598,6 +616,7 @@ class Sampler:
                 if episode.is_done:
                     _prune(episode)
                     self._metrics.add_episode(episode)
+                    self._env_ids[episode.id_] = i
                     done_episodes.append(episode)
                     if complete:
                         counted += episode.agent_steps() if by_agents else episode.env_steps()
@@ -612,6 +631,7 @@ class Sampler:
             if episode.env_t != 0:
                 _prune(episode)
                 self._metrics.add_chunk(episode)
+                self._env_ids[episode.id_] = i
                 chunks.append(episode)
         return done_episodes + chunks
 

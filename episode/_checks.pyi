@@ -1,0 +1,3 @@
+from typing import Any
+
+def in_box(x: Any, low: Any, high: Any) -> bool | None: ...
