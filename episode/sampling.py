@@ -176,6 +176,16 @@ class VectorEpisodes:
         self.ended_envs = []
         if not resets and not ends:
             return done
+        if self.autoreset_mode == "NextStep" and not infos:
+            # The usual case, inline: resets start episodes, ends were appended.
+            for k in resets:
+                self.episodes[k] = self._new_episode(observations[k], {})
+                self._resetting[k] = False
+            for k in ends:
+                done.append(self.episodes[k])
+                self._resetting[k] = True
+            self.ended_envs = ends
+            return done
         final_obs, final_infos = self._finals(terminateds, truncateds, infos)
         for k in sorted(resets + ends):
             self._sub_env_step(k, observations, actions, rewards, terminateds, truncateds,

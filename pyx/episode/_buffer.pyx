@@ -27,6 +27,7 @@ cnp.import_array()
 
 # Fill values the compiled path handles; others (arrays, structs) take the
 # general path in the facade.
+cdef object ALL = slice(None)
 SCALAR_FILLS = frozenset([float, int, bool, np.float32, np.float64, np.int64, np.int32])
 # Spaces whose fill rows are np.full(shape, fill, dtype) of the space.
 FLAT_SPACES = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete,
@@ -455,6 +456,9 @@ cdef class BufferCore:
                      bint one_hot_discrete, bint ignore_last_ts, object add_last_ts_value):
         if (not one_hot_discrete and not ignore_last_ts and add_last_ts_value is None
                 and (self._col is not None or self._node is not None)):
+            if indices is None:
+                # Everything after the lookback (a fill has nothing to pad).
+                return self._get_slice(ALL, False)
             if fill is None:
                 if type(indices) is int:
                     return self._get_int(indices, neg_index_as_lookback)
