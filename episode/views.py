@@ -258,6 +258,36 @@ def _gather(track: np.ndarray, positions: np.ndarray, zeros_before: bool) -> np.
     return out[:, 0] if positions.shape[1] == 1 else out
 
 
+def _gather_episodes(leaves: tuple, lookbacks: np.ndarray, steps: np.ndarray,
+                     shift_arr: np.ndarray, repeat: int, zeros_before: bool) -> np.ndarray:
+    """The rows of a view over several episodes in one gather: timesteps 0,
+    repeat, 2*repeat, ... of each episode, read from its own track (leaf) at
+    lookback + t + shift and padded at its own ends, as _gather pads one."""
+    sizes = np.array([len(leaf) for leaf in leaves])
+    counts = -(-steps // repeat)
+    if not sizes.all() or any(leaf.dtype == object for leaf in leaves):
+        # Tracks without rows, or of objects: episode by episode.
+        return np.concatenate([
+            _gather(leaf, (lookback + np.arange(0, n, repeat))[:, None] + shift_arr[None, :],
+                    zeros_before)
+            for leaf, lookback, n in zip(leaves, lookbacks.tolist(), steps.tolist())])
+    track = leaves[0] if len(leaves) == 1 else np.concatenate(leaves)
+    starts = np.cumsum(sizes) - sizes
+    episode = np.repeat(np.arange(len(leaves)), counts)
+    first_row = np.cumsum(counts) - counts
+    t = (np.arange(len(episode)) - first_row[episode]) * repeat
+    low = starts[episode][:, None]
+    high = (starts + sizes)[episode][:, None]
+    positions = (low + lookbacks[episode][:, None] + t[:, None]) + shift_arr[None, :]
+    out = track[np.minimum(np.maximum(positions, low), high - 1)]
+    outside = positions >= high
+    if zeros_before:
+        outside |= positions < low
+    if outside.any():
+        out[outside] = 0
+    return out[:, 0] if positions.shape[1] == 1 else out
+
+
 def _episode_view(tracks: _Tracks, data_col: str, vr: "ViewRequirement",
                   timesteps: np.ndarray, zero_cols: frozenset) -> Any:
     found = tracks.get(data_col)
@@ -322,24 +352,33 @@ def build_training_batch(episodes: Sequence[Any],
     """
     parts = _single_agent_parts(episodes, env_ids)
     zero_cols = _zero_cols(view_requirements)
-    by_module: Dict[Any, dict] = {}
+    by_module: Dict[Any, list] = {}
     for module, e, agent_index, env_id in parts:
-        steps = len(e)
-        if steps == 0:
-            continue
-        tracks = _Tracks(e, agent_index, env_id, next(_unroll_ids), False)
-        columns = by_module.setdefault(module, {})
+        if len(e):
+            by_module.setdefault(module, []).append(
+                _Tracks(e, agent_index, env_id, next(_unroll_ids), False))
+    batches = {}
+    for module, tracks in by_module.items():
+        columns = batches[module] = {}
+        steps = np.array([t.steps for t in tracks])
         for view_col, vr in view_requirements.items():
-            repeat = vr.batch_repeat_value
-            timesteps = np.arange(0, steps, repeat)
-            piece = _episode_view(tracks, vr.data_col or view_col, vr, timesteps, zero_cols)
-            if piece is not None:
-                columns.setdefault(view_col, []).append(piece)
+            data_col = vr.data_col or view_col
+            found = [t.get(data_col) for t in tracks]
+            missing = [t.episode.id_ for t, f in zip(tracks, found) if f is None]
+            if len(missing) == len(found):
+                continue
+            if missing:
+                raise ValueError(
+                    f"view {view_col!r} reads {data_col!r}, which episodes {missing} do not "
+                    f"have (others do): the view's rows would not line up")
+            lookbacks = np.array([f[1] for f in found])
+            columns[view_col] = map_struct(
+                lambda *leaves: _gather_episodes(leaves, lookbacks, steps, vr.shift_arr,
+                                                 vr.batch_repeat_value, data_col in zero_cols),
+                *[f[0] for f in found])
         if max_seq_len is not None:
-            lengths = [min(max_seq_len, steps - k) for k in range(0, steps, max_seq_len)]
-            columns.setdefault("seq_lens", []).append(np.array(lengths, np.int32))
-    batches = {module: {col: _concat(pieces) for col, pieces in columns.items()}
-               for module, columns in by_module.items()}
+            columns["seq_lens"] = np.array([min(max_seq_len, n - k) for n in steps.tolist()
+                                            for k in range(0, n, max_seq_len)], np.int32)
     multi_agent = any(module is not None for module, *_ in parts)
     if not multi_agent:
         batch = batches.get(None, {})

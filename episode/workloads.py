@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import gc
 import importlib.metadata
+import logging
 import pickle
 import sys
 import types
@@ -456,7 +457,12 @@ def _sampler(cls: type) -> Round:
         config = (PPOConfig().environment("CartPole-v1")
                   .env_runners(num_envs_per_env_runner=N_VEC_ENVS,
                                rollout_fragment_length=N_SAMPLE))
-        runner = SingleAgentEnvRunner(config=config)
+        # Building the runner logs RLlib's own deprecation warnings.
+        logging.disable(logging.WARNING)
+        try:
+            runner = SingleAgentEnvRunner(config=config)
+        finally:
+            logging.disable(logging.NOTSET)
         runner.sample(random_actions=True)
         return Round(lambda: _covers(runner.sample(random_actions=True)))
     from episode.sampling import Sampler

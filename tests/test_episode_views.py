@@ -260,7 +260,9 @@ def ongoing_episodes(draw):
     dtype = draw(st.sampled_from([np.float32, np.float64, np.int8]))
     episodes = []
     for _ in range(draw(st.integers(1, 5))):
-        e = SingleAgentEpisode()
+        # A fresh episode's actions are padded by its action space's zeros.
+        e = SingleAgentEpisode(action_space=draw(st.sampled_from(
+            [None, ACTIONS, gym.spaces.Box(-1.0, 1.0, (), np.float32)])))
         e.add_env_reset(np.zeros(2, dtype))
         for i in range(draw(st.integers(0, 8))):
             e.add_env_step(np.full(2, i + 1, dtype), i % 3, float(i),

@@ -32,6 +32,31 @@ cdef BufferCore track_of(EpisodeCore e, str data_col):
     return found if isinstance(found, BufferCore) else None
 
 
+cdef bint same_layout(Column col, Column first):
+    cdef int k
+    if not (col.descr == first.descr and col.row_bytes == first.row_bytes
+            and col.row_ndim == first.row_ndim):
+        return False
+    for k in range(col.row_ndim):
+        if col.row_shape[k] != first.row_shape[k]:
+            return False
+    return True
+
+
+cdef bint zeros_fit(object space, Column first) except -1:
+    # Whether zero rows shaped by `space` (what the general path pads an
+    # empty track with) batch with `first`'s rows to the same result: the
+    # same dtype (float32 and float64 both end as float32) and row shape.
+    if space is None or not hasattr(space, "dtype") or not hasattr(space, "shape"):
+        return False
+    if space.shape is None or tuple(space.shape) != tuple(
+            [first.row_shape[k] for k in range(first.row_ndim)]):
+        return False
+    dtype = np.dtype(space.dtype)
+    floats = (np.dtype(np.float32), np.dtype(np.float64))
+    return dtype == first.descr or (dtype in floats and first.descr in floats)
+
+
 def gather_next_rows(list episodes, str data_col, object shifts, bint zeros_before):
     """Rows len(e) + shift of `data_col` ("obs", "actions", "rewards" or an
     extra model output) of each of `episodes`, as one (episodes, shifts,
@@ -63,21 +88,31 @@ def gather_next_rows(list episodes, str data_col, object shifts, bint zeros_befo
         if buffer is None or buffer._col is None:
             return None
         col = buffer._col
+        if col.kind == KIND_EMPTY and not col.finalized:
+            # No rows yet (a fresh episode's actions): zeros, checked below.
+            if steps(<EpisodeCore>e) != 0:
+                return None
+            cols[i] = buffer
+            base[i] = 0
+            continue
         if (col.kind in (KIND_OBJECT, KIND_EMPTY, KIND_EMPTY_DICT) or col.row_type_open
                 or not col.pod or col.size == 0 or col.descr is None):
             return None
         if first is None:
             first = col
             row_bytes = col.row_bytes
-        elif not (col.descr == first.descr and col.row_bytes == row_bytes
-                  and col.row_ndim == first.row_ndim
-                  and all([col.row_shape[k] == first.row_shape[k]
-                           for k in range(col.row_ndim)])):
+        elif not same_layout(col, first):
             return None
         if steps(<EpisodeCore>e) > col.size:
             return None  # more steps than rows: not an episode this path reads
         cols[i] = buffer
         base[i] = buffer._lookback + steps(<EpisodeCore>e)
+    if first is None:
+        return None
+    for i in range(n_eps):
+        buffer = <BufferCore>cols[i]
+        if buffer._col.size == 0 and not zeros_fit(buffer._space, first):
+            return None
     shape = (n_eps, n_shifts) + tuple([first.row_shape[k] for k in range(first.row_ndim)])
     out = np.empty(shape, dtype=first.descr)
     dst = array_bytes(out, n_eps * n_shifts * row_bytes)
@@ -87,7 +122,7 @@ def gather_next_rows(list episodes, str data_col, object shifts, bint zeros_befo
         rows = col.size
         for j in range(n_shifts):
             pos = base[i] + shift[j]
-            if pos >= rows or (pos < 0 and zeros_before):
+            if pos >= rows or (pos < 0 and (zeros_before or rows == 0)):
                 memset(dst, 0, row_bytes)
             else:
                 memcpy(dst, col.row_ptr(pos if pos > 0 else 0, 1), row_bytes)
