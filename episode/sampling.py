@@ -250,6 +250,9 @@ def _without_final(infos: Optional[dict]) -> Optional[dict]:
 # -- the sampler ----------------------------------------------------------------
 
 BATCH_MODES = ("truncate_episodes", "complete_episodes")
+# What every episode a Sampler hands on has (besides the policy's outputs).
+SAMPLER_COLUMNS = ("obs", "actions", "rewards", "infos", "terminateds", "truncateds", "t",
+                   "eps_id", "env_id", "agent_index", "unroll_id")
 COUNT_STEPS_BY = ("env_steps", "agent_steps")
 
 
@@ -435,6 +438,7 @@ class Sampler:
         self._lookback = max([1] + [int(-min(vr.shift_arr.min(), 0))
                                     for vr in self.view_requirements.values()])
         self._started = False
+        self._views_checked = False
         self._env_ids: dict = {}
         self._metrics = _Metrics()
 
@@ -512,7 +516,25 @@ class Sampler:
                              f"action(s) for {self.num_envs} sub-envs (expected a batch of "
                              f"{self.num_envs} actions)")
         _check_in_space(self.env.action_space, actions, "the policy returned actions")
+        self._check_view_columns(extras)
         return actions, extras
+
+    def _check_view_columns(self, extras: Optional[dict]) -> None:
+        """Once the policy has said which outputs it makes: ValueError for an
+        inference view of a column no episode will have."""
+        if self._views_checked:
+            return
+        known = set(SAMPLER_COLUMNS) | set(extras or ())
+        if extras and self.multi_agent:
+            known |= {key for outputs in extras.values() for key in outputs}
+        for key, vr in self.view_requirements.items():
+            data_col = vr.data_col or key
+            if vr.used_for_compute_actions and data_col not in known:
+                raise ValueError(
+                    f"view {key!r} reads {data_col!r}, which no episode has: the columns are "
+                    f"{sorted(SAMPLER_COLUMNS)} and the policy's outputs "
+                    f"{sorted(extras or ())}")
+        self._views_checked = True
 
     def _sample_single_agent(self) -> list:
         if not self._started:
@@ -595,6 +617,7 @@ class Sampler:
             if aid in spaces.spaces:
                 _check_in_space(spaces[aid], action,
                                 f"the policy returned agent {aid!r} an action")
+        self._check_view_columns(extras)
         return actions, extras
 
     def _sample_multi_agent(self) -> list:

@@ -263,3 +263,18 @@ def test_multi_agent_policy_and_its_errors():
         Sampler(_relay(), lambda inputs: {"a0": 1}).sample_episodes()
     with pytest.raises(ValueError, match="outside"):
         Sampler(_relay(), lambda inputs: {a: 5 for a in inputs}).sample_episodes()
+
+
+def test_a_view_of_a_column_no_episode_has_raises_before_anything_is_added():
+    views = {"obs": ViewRequirement(), "prev_values": ViewRequirement("values", shift=-1)}
+    s = Sampler(lambda: Counter(1000), lambda inputs: np.zeros(2, np.int64),
+                view_requirements=views, num_envs=2, rollout_fragment_length=3)
+    with pytest.raises(ValueError, match="'values'"):
+        s.sample_episodes()
+    assert [len(e) for e in s._vector.episodes] == [0, 0]
+    # The policy's own outputs are columns too.
+    s = Sampler(lambda: Counter(1000),
+                lambda inputs: (np.zeros(2, np.int64), {"values": np.ones(2, np.float32)}),
+                view_requirements=views, num_envs=2, rollout_fragment_length=3)
+    batch = s.sample()
+    np.testing.assert_array_equal(batch["prev_values"], np.array([1, 1, 1, 1, 1, 1], np.float32))
