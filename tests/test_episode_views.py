@@ -331,3 +331,65 @@ def test_compiled_inference_pass_with_garbage_steps():
     b.observations.lookback = 7  # more lookback than rows: positions past the end are zeros
     np.testing.assert_array_equal(gather_next_rows([b], "obs", [0, -20], False)[0],
                                   [0.0, 0.0])
+
+
+# -- differences from RLlib's collector, pinned ---------------------------------
+
+def _rllib_collector_batches(views_for):
+    collectors = pytest.importorskip("ray.rllib.evaluation.collectors.agent_collector")
+    from ray.rllib.policy.view_requirement import ViewRequirement as RV
+
+    views = views_for(RV)
+    c = collectors.AgentCollector(views)
+    c.add_init_obs(episode_id=1, agent_index=0, env_id=0, init_obs=0.0)
+    inference = []
+    for i in range(3):
+        c.add_action_reward_next_obs({"new_obs": float(i + 1), "actions": i + 1,
+                                      "rewards": 10.0 * (i + 1), "terminateds": i == 2,
+                                      "truncateds": False})
+        inference.append(c.build_for_inference())
+    return inference, c.build_for_training(views)
+
+
+def _prev_views(cls):
+    return {"obs": cls(), "actions": cls(space=gym.spaces.Discrete(5),
+                                         used_for_compute_actions=False),
+            "prev_actions": cls("actions", shift=-1),
+            "rewards": cls(used_for_compute_actions=False)}
+
+
+@pytest.mark.rllib
+def test_inference_prev_actions_are_the_last_action_rllib_collector_lags():
+    inference, training = _rllib_collector_batches(_prev_views)
+    # RLlib's collector: after actions 1, 2, 3 its inputs read 0, 1, 2 (the
+    # action before the last), while its training rows 1, 2 read 1, 2.
+    assert [int(b["prev_actions"][0]) for b in inference] == [0, 1, 2]
+    np.testing.assert_array_equal(training["prev_actions"], [0, 1, 2])
+    # Ours: each input reads the last action, the training row of that timestep.
+    e = SingleAgentEpisode(action_space=gym.spaces.Discrete(5))
+    e.add_env_reset(0.0)
+    ours = []
+    for i in range(3):
+        e.add_env_step(float(i + 1), i + 1, 10.0 * (i + 1), terminated=i == 2)
+        ours.append(build_inference_batch([e], _prev_views(ViewRequirement)))
+    assert [int(b["prev_actions"][0]) for b in ours] == [1, 2, 3]
+    # Our collector keeps RLlib's behaviour.
+    c = AgentCollector(_prev_views(ViewRequirement))
+    c.add_init_obs(episode_id=1, agent_index=0, env_id=0, init_obs=0.0)
+    got = []
+    for i in range(3):
+        c.add_action_reward_next_obs({"new_obs": float(i + 1), "actions": i + 1,
+                                      "rewards": 10.0 * (i + 1), "terminateds": i == 2,
+                                      "truncateds": False})
+        got.append(int(c.build_for_inference()["prev_actions"][0]))
+    assert got == [0, 1, 2]
+
+
+@pytest.mark.rllib
+def test_reset_columns_have_one_row_per_step_rllib_collector_one_more():
+    _, training = _rllib_collector_batches(lambda cls: {"t": cls(), "actions": cls()})
+    np.testing.assert_array_equal(training["t"], [-1, 0, 1, 2])   # four rows
+    np.testing.assert_array_equal(training["actions"], [1, 2, 3])  # three
+    e = _episode(3)
+    batch = build_training_batch([e], {"t": ViewRequirement(), "actions": ViewRequirement()})
+    np.testing.assert_array_equal(batch["t"], [0, 1, 2])
