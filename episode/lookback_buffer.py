@@ -307,9 +307,10 @@ class InfiniteLookbackBuffer(BufferCore):
             data = col.view()
             if add_last is None:
                 return data[:n][slice_]
-            if len(data) == 0:
-                # A leaf without rows (RLlib cannot finalize one): the
-                # hanging value's own shape and dtype.
+            if len(data) == 0 and col.row_type_open:
+                # A leaf without a row type (RLlib cannot finalize one
+                # empty): the hanging value's own shape and dtype. (Emptied
+                # by pop(), the rows keep their dtype, as RLlib's array.)
                 return np.asarray(extra)[None][slice_]
             return _with_last_row(data[:n], extra, slice_)
 

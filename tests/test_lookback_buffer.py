@@ -365,3 +365,13 @@ def test_append_takes_its_item_by_keyword_too():
             buf.finalize()
         buf.append(item=2.0)
         assert list(buf.get()) == [1.0, 2.0]
+
+
+def test_hanging_value_after_pop_to_empty_keeps_the_rows_dtype():
+    # Found by the state machine: a numpy'ized buffer emptied by pop() still
+    # has float64 rows, and a hanging int joins them as RLlib's np.append does.
+    buffer = InfiniteLookbackBuffer([0.0])
+    buffer.finalize()
+    buffer.pop()
+    value = buffer.get(0, _add_last_ts_value=0)
+    assert type(value) is np.float64 and value == 0.0
