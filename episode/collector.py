@@ -20,7 +20,7 @@ import numpy as np
 
 from episode._column import Column
 from episode.spaces import _nested_leaves, _nested_like, fill_batch
-from episode.views import as_float32, gather_inference, gather_training
+from episode.views import check_causal, column_rows, gather_inference, gather_training
 
 __all__ = ["AgentCollector"]
 
@@ -43,14 +43,6 @@ def _tracks(rows: list) -> List[Column]:
         col.extend(row)
         tracks.append(col)
     return tracks
-
-
-def _track_array(col: Column) -> np.ndarray:
-    if col.is_typed and len(col):
-        view = col.view()
-        if view is not None:
-            return as_float32(view)
-    return as_float32(col.to_list())
 
 
 def _flatten_action(action: Any) -> Any:
@@ -276,7 +268,7 @@ class AgentCollector:
 
     def _arrays(self, cache: dict, data_col: str) -> List[np.ndarray]:
         if data_col not in cache:
-            cache[data_col] = [_track_array(track) for track in self.buffers[data_col]]
+            cache[data_col] = [column_rows(track) for track in self.buffers[data_col]]
         return cache[data_col]
 
     def _unflatten(self, data: list, data_col: str) -> Any:
@@ -293,11 +285,7 @@ class AgentCollector:
             data_col = vr.data_col or view_col
             if not vr.used_for_compute_actions:
                 continue
-            if np.any(vr.shift_arr > 0):
-                raise ValueError(
-                    f"view {view_col!r} reads future timesteps (shift {vr.shift_arr}) but "
-                    f"is used for computing actions, which can only see the past: set "
-                    f"used_for_compute_actions=False or use shifts <= 0")
+            check_causal(view_col, vr)
             if data_col not in self.buffers:
                 self._fill_buffer_with_initial_values(data_col, vr, build_for_inference=True)
                 self.data_cols_with_dummy_values.add(data_col)

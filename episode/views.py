@@ -154,6 +154,16 @@ def _zeros_like_leaves(item: Any) -> Any:
     return np.zeros_like(item)
 
 
+def check_causal(view_col: str, vr: "ViewRequirement") -> None:
+    """ValueError (RLlib's collector's class) for a view used for computing
+    actions that reads timesteps after the current one."""
+    if np.any(vr.shift_arr > 0):
+        raise ValueError(
+            f"view {view_col!r} reads future timesteps (shift {vr.shift_arr}) but is used "
+            f"for computing actions, which can only see the past: set "
+            f"used_for_compute_actions=False or use shifts <= 0")
+
+
 def gather_inference(track: np.ndarray, shift_arr: np.ndarray) -> np.ndarray:
     """The view at the track's last row (shifts <= 0), with a batch axis of
     one: (1, *row) for one shift, (1, len(shifts), *row) for several."""
@@ -175,7 +185,9 @@ _SAMPLER_COLUMNS = ("terminateds", "truncateds", "t", "eps_id", "env_id", "agent
                     "unroll_id")
 
 
-def _leaf_track(col: Any) -> np.ndarray:
+def column_rows(col: Any) -> np.ndarray:
+    """A Column's rows as one array (a view of typed storage), float64
+    narrowed to float32."""
     if col.is_typed and len(col):
         view = col.view()
         if view is not None:
@@ -217,7 +229,7 @@ class _Tracks:
             if buffer.len_incl_lookback() == 0:
                 # No rows yet: none of the space's shape and dtype.
                 return map_struct(as_float32, empty_batch(buffer.space)), 0
-            return map_struct(_leaf_track, buffer._tree), buffer.lookback
+            return map_struct(column_rows, buffer._tree), buffer.lookback
         if data_col not in _SAMPLER_COLUMNS:
             return None
         lookback = e.actions.lookback
@@ -413,11 +425,7 @@ def build_inference_batch(episodes: Sequence[Any],
     for view_col, vr in view_requirements.items():
         if not vr.used_for_compute_actions:
             continue
-        if np.any(vr.shift_arr > 0):
-            raise ValueError(
-                f"view {view_col!r} reads future timesteps (shift {vr.shift_arr}) but is used "
-                f"for computing actions, which can only see the past: set "
-                f"used_for_compute_actions=False or use shifts <= 0")
+        check_causal(view_col, vr)
         data_col = vr.data_col or view_col
         # Flat typed tracks: one compiled pass over all episodes.
         rows = gather_next_rows(episodes, data_col, vr.shift_arr, data_col in zero_cols)

@@ -341,14 +341,21 @@ def _rllib_collector_batches(views_for):
 
     views = views_for(RV)
     c = collectors.AgentCollector(views)
-    c.add_init_obs(episode_id=1, agent_index=0, env_id=0, init_obs=0.0)
+    inference = _three_steps(c)
+    return inference, c.build_for_training(views)
+
+
+def _three_steps(collector):
+    """Actions 1, 2, 3 and rewards 10, 20, 30 into `collector`; its
+    inference input after each."""
+    collector.add_init_obs(episode_id=1, agent_index=0, env_id=0, init_obs=0.0)
     inference = []
     for i in range(3):
-        c.add_action_reward_next_obs({"new_obs": float(i + 1), "actions": i + 1,
-                                      "rewards": 10.0 * (i + 1), "terminateds": i == 2,
-                                      "truncateds": False})
-        inference.append(c.build_for_inference())
-    return inference, c.build_for_training(views)
+        collector.add_action_reward_next_obs({
+            "new_obs": float(i + 1), "actions": i + 1, "rewards": 10.0 * (i + 1),
+            "terminateds": i == 2, "truncateds": False})
+        inference.append(collector.build_for_inference())
+    return inference
 
 
 def _prev_views(cls):
@@ -374,15 +381,8 @@ def test_inference_prev_actions_are_the_last_action_rllib_collector_lags():
         ours.append(build_inference_batch([e], _prev_views(ViewRequirement)))
     assert [int(b["prev_actions"][0]) for b in ours] == [1, 2, 3]
     # Our collector keeps RLlib's behaviour.
-    c = AgentCollector(_prev_views(ViewRequirement))
-    c.add_init_obs(episode_id=1, agent_index=0, env_id=0, init_obs=0.0)
-    got = []
-    for i in range(3):
-        c.add_action_reward_next_obs({"new_obs": float(i + 1), "actions": i + 1,
-                                      "rewards": 10.0 * (i + 1), "terminateds": i == 2,
-                                      "truncateds": False})
-        got.append(int(c.build_for_inference()["prev_actions"][0]))
-    assert got == [0, 1, 2]
+    got = _three_steps(AgentCollector(_prev_views(ViewRequirement)))
+    assert [int(b["prev_actions"][0]) for b in got] == [0, 1, 2]
 
 
 @pytest.mark.rllib
