@@ -23,7 +23,7 @@ import gymnasium as gym
 import numpy as np
 
 from episode._checks import in_box
-from episode._episode import append_rows
+from episode._episode import append_rows, started_episode
 from episode.single_agent_episode import SingleAgentEpisode
 
 __all__ = ["Sampler", "VectorEpisodes", "default_view_requirements"]
@@ -95,10 +95,8 @@ class VectorEpisodes:
                    autoreset_mode=env.metadata.get("autoreset_mode", "NextStep"))
 
     def _new_episode(self, observation: Any, infos: dict) -> SingleAgentEpisode:
-        episode = SingleAgentEpisode(observation_space=self.observation_space,
-                                     action_space=self.action_space)
-        episode.add_env_reset(observation, infos)
-        return episode
+        return started_episode(SingleAgentEpisode, self.observation_space, self.action_space,
+                               observation, infos)
 
     def _check_batch(self, **batches: Any) -> None:
         for name, batch in batches.items():

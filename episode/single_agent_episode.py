@@ -311,10 +311,6 @@ class SingleAgentEpisode(EpisodeCore):
             ) from e
         return SampleBatch(self.get_data_dict())
 
-    def get_return(self) -> float:
-        """Sum of the chunk's rewards."""
-        return sum(self.get_rewards())
-
     def get_duration_s(self) -> float:
         """Seconds from the first to the last added step (0.0 before any step)."""
         if self._last_step_time is None:

@@ -418,3 +418,41 @@ def test_cached_space_conversions_match_rllib():
             assert type(back_ours) is type(back_theirs) and back_ours == back_theirs
             assert {k: type(v) for k, v in vars(back_ours).items()} == \
                 {k: type(v) for k, v in vars(back_theirs).items()}
+
+
+# -- started_episode and the compiled get_return ----------------------------------
+
+def test_started_episode_is_the_constructor_and_add_env_reset():
+    from episode._episode import started_episode
+
+    box, discrete = gym.spaces.Box(-1.0, 1.0, (2,), np.float32), gym.spaces.Discrete(3)
+    obs = np.array([0.5, -0.5], np.float32)
+    fast = started_episode(SingleAgentEpisode, box, discrete, obs, {"a": 1})
+    slow = SingleAgentEpisode(observation_space=box, action_space=discrete)
+    slow.add_env_reset(obs, {"a": 1})
+    assert type(fast) is SingleAgentEpisode and fast.id_ != slow.id_
+    state_a, state_b = fast.get_state(), slow.get_state()
+    for key in ("id_", "_start_time", "_last_step_time"):
+        state_a.pop(key), state_b.pop(key)
+    assert repr(state_a) == repr(state_b)
+    with pytest.raises(AssertionError):
+        fast.add_env_reset(obs)          # the usual checks still hold
+
+
+@pytest.mark.parametrize("rewards", [
+    [np.float64(0.1)] * 7, [np.float64(-0.0)], [np.float64(1e308), np.float64(1e308)],
+    [0.1, 0.2, 0.3], [np.float32(0.1)] * 3, [1, 2], [np.float64(0.5), 1.0], [],
+])
+@pytest.mark.parametrize("numpy", [False, True])
+@pytest.mark.parametrize("lookback", [0, 2])
+def test_get_return_is_the_sum_of_get_rewards(rewards, numpy, lookback):
+    n = len(rewards)
+    e = SingleAgentEpisode(observations=[0.0] * (n + 1), actions=[0] * n,
+                           rewards=list(rewards), len_lookback_buffer=min(lookback, n))
+    if numpy:
+        e.to_numpy()
+    expected = sum(e.get_rewards())
+    got = e.get_return()
+    assert type(got) is type(expected)
+    assert got == expected or (np.isnan(got) and np.isnan(expected))
+    assert repr(got) == repr(expected)      # -0.0 and 0.0 apart

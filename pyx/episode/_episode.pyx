@@ -23,7 +23,7 @@ from libc.math cimport NAN, isnan
 cimport numpy as cnp
 
 from episode._buffer cimport BufferCore, empty_buffer
-from episode._column cimport KIND_EMPTY_DICT, Column, array_bytes
+from episode._column cimport KIND_EMPTY_DICT, KIND_FLOAT, Column, array_bytes
 from episode._index cimport checked_lookback
 
 from episode.lookback_buffer import InfiniteLookbackBuffer
@@ -52,6 +52,7 @@ cdef type Buffer = InfiniteLookbackBuffer
 # forked child must not hand out the ids left in its parent's block, so it
 # drops the block.
 
+cdef object FLOAT64 = np.float64
 cdef Py_ssize_t ID_BLOCK_BYTES = 16 * 256
 cdef bytes id_block = b""
 cdef Py_ssize_t id_pos = 0
@@ -428,6 +429,32 @@ cdef class EpisodeCore:
         self.validate()
         self.start_time = now()
 
+    def get_return(self):
+        """Sum of the chunk's rewards (lookback excluded)."""
+        cdef BufferCore rewards = self.rewards
+        cdef Column col
+        cdef Py_ssize_t i, first, n
+        cdef double total = 0.0
+        cdef const double* row
+        if rewards is not None and rewards._col is not None:
+            col = rewards._col
+            # float64 rows that sum() would add as numpy floats, one after
+            # the other (list-mode Python floats are left to sum(): newer
+            # Pythons compensate their rounding).
+            if (col.descr is not None and col.descr.type_num == cnp.NPY_DOUBLE
+                    and col.row_ndim == 0 and col.pod and not col.row_type_open
+                    and (col.finalized or col.kind != KIND_FLOAT)
+                    and col.kind != KIND_EMPTY_DICT):
+                first = rewards._lookback
+                n = col.size - first
+                if n <= 0:
+                    return 0
+                row = <const double*>col.row_ptr(first, n)
+                for i in range(n):
+                    total += row[i]
+                return FLOAT64(total)
+        return sum(self.get_rewards())
+
     def to_numpy(self):
         """Turns observations, actions, rewards and extra model outputs into
         numpy arrays (infos stay a list). Returns self."""
@@ -732,6 +759,16 @@ def init_without_data(EpisodeCore episode, id_, observations, observation_space,
     episode.last_row_observed = False
     episode.last_infos = None
     return True
+
+
+def started_episode(cls, observation_space, action_space, observation, infos):
+    """cls(observation_space=..., action_space=...) after
+    add_env_reset(observation, infos), without the Python-level __init__."""
+    cdef EpisodeCore episode = EpisodeCore.__new__(cls)
+    init_without_data(episode, None, None, observation_space, None, None, action_space,
+                      None, False, False, None, None, "auto", None, None, None)
+    episode.add_env_reset(observation, infos)
+    return episode
 
 
 def new_episode(cls, id_):
