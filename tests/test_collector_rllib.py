@@ -263,8 +263,11 @@ def test_without_rllib_batches_are_dicts_of_the_same_columns():
     if AC is RllibAC:
         pytest.skip("self-test: no collector of ours to run without RLlib")
     seeds = [str(s) for s in range(60)]
-    proc = subprocess.run([sys.executable, "-c", _DICT_MODE, os.path.dirname(__file__), *seeds],
-                          capture_output=True, timeout=300)
+    # Run from the tests folder: from the source tree, `import episode` would
+    # find the uncompiled sources instead of the installed package.
+    tests = os.path.dirname(os.path.abspath(__file__))
+    proc = subprocess.run([sys.executable, "-c", _DICT_MODE, tests, *seeds],
+                          capture_output=True, timeout=300, cwd=tests)
     assert proc.returncode == 0, proc.stderr.decode()
     ours_runs = pickle.loads(proc.stdout)
     batches = 0
