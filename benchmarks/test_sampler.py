@@ -1,0 +1,73 @@
+"""The Sampler's bookkeeping: 64 CartPole-v1 envs with random actions.
+
+    pytest benchmarks/test_sampler.py --benchmark-group-by=group \
+        --benchmark-columns=median,iqr,rounds
+
+Three ways to take 100 steps of each of 64 sync CartPole-v1 sub-envs (6,400
+env steps, random actions from the vector env's action space):
+
+- ``bare``: gymnasium's loop alone, `env.step(env.action_space.sample())`,
+  nothing kept;
+- ``ours``: `Sampler.sample_episodes()`, the episodes kept, ended ones and
+  the cut chunks of running ones handed on numpy'ized;
+- ``rllib``: RLlib 2.60's `SingleAgentEnvRunner.sample(random_actions=True)`
+  (needs torch), which does the same.
+
+The bookkeeping is ours (or RLlib's) median minus the bare loop's, as a
+share of the bare loop's; `extra_info["env_steps"]` gives steps per second.
+"""
+import logging
+
+import pytest
+
+N_ENVS = 64
+N_STEPS = 100
+
+
+def _bare():
+    import gymnasium as gym
+
+    env = gym.make_vec("CartPole-v1", num_envs=N_ENVS, vectorization_mode="sync")
+    env.reset(seed=0)
+    env.action_space.seed(0)
+
+    def run():
+        for _ in range(N_STEPS):
+            env.step(env.action_space.sample())
+        return N_ENVS * N_STEPS
+    return run
+
+
+def _ours():
+    from episode import Sampler
+
+    sampler = Sampler("CartPole-v1", num_envs=N_ENVS, rollout_fragment_length=N_STEPS, seed=0)
+    sampler.sample_episodes()
+    return lambda: sum(len(e) for e in sampler.sample_episodes())
+
+
+def _rllib():
+    pytest.importorskip("ray.rllib")
+    pytest.importorskip("torch")
+    from ray.rllib.algorithms.ppo import PPOConfig
+    from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
+
+    config = (PPOConfig().environment("CartPole-v1")
+              .env_runners(num_envs_per_env_runner=N_ENVS, rollout_fragment_length=N_STEPS))
+    logging.disable(logging.WARNING)     # RLlib's own deprecation warnings
+    try:
+        runner = SingleAgentEnvRunner(config=config)
+    finally:
+        logging.disable(logging.NOTSET)
+    runner.sample(random_actions=True)
+    return lambda: sum(len(e) for e in runner.sample(random_actions=True))
+
+
+@pytest.mark.parametrize("impl", ["bare", "ours", "rllib"])
+def test_sampler_cartpole_64(benchmark, impl):
+    run = {"bare": _bare, "ours": _ours, "rllib": _rllib}[impl]()
+    benchmark.group = "sampler_cartpole_64"
+    steps = run()
+    assert steps >= N_ENVS * N_STEPS
+    benchmark.extra_info["env_steps"] = steps
+    benchmark.pedantic(run, rounds=15, warmup_rounds=1, iterations=1)
