@@ -101,7 +101,7 @@ class VectorEpisodes:
     def _check_batch(self, **batches: Any) -> None:
         for name, batch in batches.items():
             try:
-                n = len(batch)
+                n = _batch_size(batch)
             except TypeError:
                 raise ValueError(f"{name} must have a leading axis of {self.num_envs} "
                                  f"sub-envs, got {type(batch).__name__}") from None
@@ -112,7 +112,7 @@ class VectorEpisodes:
     def add_reset(self, observations: Any, infos: Optional[dict] = None) -> None:
         """Starts one episode per sub-env with `env.reset()`'s result."""
         self._check_batch(observations=observations)
-        self.episodes = [self._new_episode(observations[k], sub_env_infos(infos, k))
+        self.episodes = [self._new_episode(_row(observations, k), sub_env_infos(infos, k))
                          for k in range(self.num_envs)]
         self._resetting = np.zeros(self.num_envs, dtype=bool)
 
@@ -177,7 +177,7 @@ class VectorEpisodes:
         if self.autoreset_mode == "NextStep" and not infos:
             # The usual case, inline: resets start episodes, ends were appended.
             for k in resets:
-                self.episodes[k] = self._new_episode(observations[k], {})
+                self.episodes[k] = self._new_episode(_row(observations, k), {})
                 self._resetting[k] = False
             for k in ends:
                 done.append(self.episodes[k])
@@ -197,7 +197,7 @@ class VectorEpisodes:
         the batch pass `appended` it) and, if its episode ended, the end."""
         if self._resetting[k]:
             # NextStep: this step reset the sub-env (its action was ignored).
-            self.episodes[k] = self._new_episode(observations[k], sub_env_infos(infos, k))
+            self.episodes[k] = self._new_episode(_row(observations, k), sub_env_infos(infos, k))
             self._resetting[k] = False
             return
         terminated, truncated = terminateds[k], truncateds[k]
@@ -206,12 +206,12 @@ class VectorEpisodes:
         episode = self.episodes[k]
         if not appended:
             if ended and same_step:
-                last_obs, last_infos = final_obs[k], sub_env_infos(final_infos, k)
+                last_obs, last_infos = _row(final_obs, k), sub_env_infos(final_infos, k)
             else:
-                last_obs, last_infos = observations[k], sub_env_infos(infos, k)
-            episode.add_env_step(last_obs, actions[k], rewards[k], last_infos,
+                last_obs, last_infos = _row(observations, k), sub_env_infos(infos, k)
+            episode.add_env_step(last_obs, _row(actions, k), rewards[k], last_infos,
                                  terminated=terminated, truncated=truncated,
-                                 extra_model_outputs={key: value[k]
+                                 extra_model_outputs={key: _row(value, k)
                                                       for key, value in outputs.items()}
                                  if outputs else None)
         if ended:
@@ -219,7 +219,7 @@ class VectorEpisodes:
             self.ended_envs.append(k)
             if same_step:
                 self.episodes[k] = self._new_episode(
-                    observations[k], sub_env_infos(_without_final(infos), k))
+                    _row(observations, k), sub_env_infos(_without_final(infos), k))
             else:
                 self._resetting[k] = True
 
@@ -234,6 +234,23 @@ class VectorEpisodes:
             self.episodes[k] = episode.cut(len_lookback_buffer=len_lookback_buffer)
             chunks.append(episode)
         return chunks
+
+
+def _row(batch: Any, k: int) -> Any:
+    """Sub-env k's item of a batch: a vector env batches Dict/Tuple items
+    leaf by leaf (a dict or tuple of arrays with a leading sub-env axis)."""
+    if isinstance(batch, dict):
+        return {key: _row(value, k) for key, value in batch.items()}
+    if isinstance(batch, tuple):
+        return tuple(_row(value, k) for value in batch)
+    return batch[k]
+
+
+def _batch_size(batch: Any) -> int:
+    # The leading axis of a batch (of its first leaf for Dict/Tuple items).
+    while isinstance(batch, (dict, tuple)) and len(batch):
+        batch = next(iter(batch.values())) if isinstance(batch, dict) else batch[0]
+    return len(batch)
 
 
 def _without_final(infos: Optional[dict]) -> Optional[dict]:

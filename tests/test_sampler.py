@@ -278,3 +278,57 @@ def test_a_view_of_a_column_no_episode_has_raises_before_anything_is_added():
                 view_requirements=views, num_envs=2, rollout_fragment_length=3)
     batch = s.sample()
     np.testing.assert_array_equal(batch["prev_values"], np.array([1, 1, 1, 1, 1, 1], np.float32))
+
+
+class DictObs(gym.Env):
+    """Dict observations ({"pos": float32 (2,), "id": Discrete}), 5-step episodes."""
+
+    observation_space = gym.spaces.Dict({"pos": gym.spaces.Box(-10.0, 10.0, (2,), np.float32),
+                                         "id": gym.spaces.Discrete(50)})
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def _obs(self):
+        return {"pos": np.full(2, self.t, np.float32), "id": self.t}
+
+    def step(self, action):
+        self.t += 1
+        return self._obs(), 1.0, self.t >= 5, False, {}
+
+
+def test_dict_observations_and_their_views():
+    views = {"obs": ViewRequirement(), "prev_obs": ViewRequirement("obs", shift=-1),
+             "actions": ViewRequirement()}
+    seen = []
+
+    def policy(inputs):
+        seen.append(inputs)
+        return np.ones(2, np.int64)
+
+    s = Sampler(DictObs, policy, view_requirements=views, num_envs=2, rollout_fragment_length=6)
+    batch = s.sample()
+    assert set(batch["obs"]) == {"id", "pos"}
+    np.testing.assert_array_equal(batch["obs"]["id"][:5], [0, 1, 2, 3, 4])
+    np.testing.assert_array_equal(batch["prev_obs"]["id"][:5], [0, 0, 1, 2, 3])
+    assert batch["obs"]["pos"].dtype == np.float32 and batch["obs"]["pos"].shape[1:] == (2,)
+    assert set(seen[1]["prev_obs"]) == {"id", "pos"} and len(seen[1]["obs"]["id"]) == 2
+
+
+def test_batches_as_rllib_sample_batches():
+    sample_batch = pytest.importorskip("ray.rllib.policy.sample_batch")
+    from episode.views import build_inference_batch, build_training_batch
+
+    s = Sampler("CartPole-v1", num_envs=2, rollout_fragment_length=5, seed=0)
+    episodes = s.sample_episodes()
+    views = default_view_requirements()
+    batch = build_training_batch(episodes, views, sample_batch=True)
+    assert type(batch) is sample_batch.SampleBatch and batch.count == 10
+    inputs = build_inference_batch(s.ongoing_episodes(), views, sample_batch=True)
+    assert type(inputs) is sample_batch.SampleBatch and len(inputs["obs"]) == 2
+    m = Sampler(_relay(), rollout_fragment_length=4)
+    multi = build_training_batch(m.sample_episodes(), views, sample_batch=True)
+    assert type(multi) is sample_batch.MultiAgentBatch and multi.env_steps() == 4
