@@ -23,7 +23,7 @@ import gymnasium as gym
 import numpy as np
 
 from episode._checks import in_box
-from episode._episode import append_rows, started_episode
+from episode._episode import PendingRows, started_episode
 from episode.single_agent_episode import SingleAgentEpisode
 
 __all__ = ["Sampler", "VectorEpisodes", "default_view_requirements"]
@@ -78,13 +78,22 @@ class VectorEpisodes:
         self.observation_space = observation_space
         self.action_space = action_space
         self.autoreset_mode = _mode_name(autoreset_mode)
-        self.episodes: list = [None] * self.num_envs
+        self._episodes: list = [None] * self.num_envs
+        # The latest steps, until the episodes are read (see `episodes`).
+        self._pending = PendingRows()
         # NextStep: sub-envs whose next step is their reset.
         self._resetting = np.zeros(self.num_envs, dtype=bool)
         # What the last add_step() did: the sub-env steps it recorded (a
         # NextStep reset is none), and the sub-env of each episode it returned.
         self.steps_added = 0
         self.ended_envs: list = []
+
+    @property
+    def episodes(self) -> list:
+        """Sub-env k's running episode at k (None before add_reset), with
+        every step added so far written into it."""
+        self._pending.flush_all(self._episodes)
+        return self._episodes
 
     @classmethod
     def for_env(cls, env: Any) -> "VectorEpisodes":
@@ -112,8 +121,9 @@ class VectorEpisodes:
     def add_reset(self, observations: Any, infos: Optional[dict] = None) -> None:
         """Starts one episode per sub-env with `env.reset()`'s result."""
         self._check_batch(observations=observations)
-        self.episodes = [self._new_episode(_row(observations, k), sub_env_infos(infos, k))
-                         for k in range(self.num_envs)]
+        self._pending.flush_all(self._episodes)
+        self._episodes = [self._new_episode(_row(observations, k), sub_env_infos(infos, k))
+                          for k in range(self.num_envs)]
         self._resetting = np.zeros(self.num_envs, dtype=bool)
 
     def add_step(self, observations: Any, actions: Any, rewards: Any, terminateds: Any,
@@ -124,18 +134,20 @@ class VectorEpisodes:
         dict of such batches). Returns the episodes that ended in this step;
         their sub-envs go on in new episodes. Checks every batch before
         anything is added."""
-        if self.episodes[0] is None:
+        if self._episodes[0] is None:
             raise RuntimeError("add_step() before add_reset(): call it with env.reset()'s "
                                "result first")
         same_step = self.autoreset_mode == "SameStep"
         if not extra_model_outputs and (not infos or not _without_final(infos)):
-            # ndarray batches without infos: the rows in one compiled pass.
-            found = self._append_rows(self.episodes, observations, actions, rewards,
-                                      terminateds, truncateds, self._resetting, same_step,
-                                      bool(infos) and infos.get("final_obs") is not None)
+            # ndarray batches without infos: kept in one block, written into
+            # the episodes a few dozen steps at a time.
+            found = self._add_rows(self._episodes, observations, actions, rewards,
+                                   terminateds, truncateds, self._resetting, same_step,
+                                   bool(infos) and infos.get("final_obs") is not None)
             if found is not None:
                 return self._close(found, observations, actions, rewards, terminateds,
                                    truncateds, infos)
+        self._pending.flush_all(self._episodes)
         outputs = extra_model_outputs or {}
         self._check_batch(observations=observations, actions=actions, rewards=rewards,
                           terminateds=terminateds, truncateds=truncateds,
@@ -149,8 +161,9 @@ class VectorEpisodes:
                                infos, outputs, final_obs, final_infos, done, appended=False)
         return done
 
-    # The compiled pass (a class attribute, so that a test can take it away).
-    _append_rows = staticmethod(append_rows)
+    def _add_rows(self, *args: Any) -> Optional[tuple]:
+        # The block pass (a method, so that a test can take it away).
+        return self._pending.add(*args)
 
     def _finals(self, terminateds: Any, truncateds: Any, infos: Optional[dict]) -> tuple:
         """A SameStep step's final observations and infos (None otherwise);
@@ -177,10 +190,10 @@ class VectorEpisodes:
         if self.autoreset_mode == "NextStep" and not infos:
             # The usual case, inline: resets start episodes, ends were appended.
             for k in resets:
-                self.episodes[k] = self._new_episode(_row(observations, k), {})
+                self._episodes[k] = self._new_episode(_row(observations, k), {})
                 self._resetting[k] = False
             for k in ends:
-                done.append(self.episodes[k])
+                done.append(self._episodes[k])
                 self._resetting[k] = True
             self.ended_envs = ends
             return done
@@ -197,13 +210,13 @@ class VectorEpisodes:
         the batch pass `appended` it) and, if its episode ended, the end."""
         if self._resetting[k]:
             # NextStep: this step reset the sub-env (its action was ignored).
-            self.episodes[k] = self._new_episode(_row(observations, k), sub_env_infos(infos, k))
+            self._episodes[k] = self._new_episode(_row(observations, k), sub_env_infos(infos, k))
             self._resetting[k] = False
             return
         terminated, truncated = terminateds[k], truncateds[k]
         ended = bool(terminated) or bool(truncated)
         same_step = self.autoreset_mode == "SameStep"
-        episode = self.episodes[k]
+        episode = self._episodes[k]
         if not appended:
             if ended and same_step:
                 last_obs, last_infos = _row(final_obs, k), sub_env_infos(final_infos, k)
@@ -218,7 +231,7 @@ class VectorEpisodes:
             done.append(episode)
             self.ended_envs.append(k)
             if same_step:
-                self.episodes[k] = self._new_episode(
+                self._episodes[k] = self._new_episode(
                     _row(observations, k), sub_env_infos(_without_final(infos), k))
             else:
                 self._resetting[k] = True

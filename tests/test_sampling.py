@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from episode import SingleAgentEpisode
-from episode._episode import append_rows
+from episode._episode import PendingRows
 from episode.sampling import VectorEpisodes, sub_env_infos
 
 MODES = {"NextStep": gym.vector.AutoresetMode.NEXT_STEP,
@@ -171,22 +171,20 @@ def test_same_step_without_final_obs_raises_before_anything_is_added():
 
 
 class _Counted(VectorEpisodes):
-    """VectorEpisodes counting the steps its compiled pass took."""
+    """VectorEpisodes counting the steps its block pass took."""
 
     passes = 0
 
-    @staticmethod
-    def _append_rows(*args):
-        found = append_rows(*args)
+    def _add_rows(self, *args):
+        found = super()._add_rows(*args)
         _Counted.passes += found is not None
         return found
 
 
 class _OneByOne(VectorEpisodes):
-    """VectorEpisodes without the compiled batch pass."""
+    """VectorEpisodes without the block pass: add_env_step per sub-env."""
 
-    @staticmethod
-    def _append_rows(*args):
+    def _add_rows(self, *args):
         return None
 
 
@@ -226,58 +224,96 @@ def test_the_compiled_batch_pass_stores_what_add_env_step_stores(env_id, n, mode
         assert np.array_equal(a._last_added_observation, b._last_added_observation)
 
 
-def test_append_rows_checks_its_batches():
+def test_pending_rows_check_their_batches():
     episodes = [SingleAgentEpisode(), SingleAgentEpisode()]
     for e in episodes:
         e.add_env_reset(np.zeros(2))
     ok = dict(observations=np.ones((2, 2)), actions=np.zeros(2, np.int64),
               rewards=np.zeros(2), terminateds=np.zeros(2, bool),
               truncateds=np.zeros(2, bool), resetting=np.zeros(2, bool))
-    # Batches the compiled pass cannot index: declined, nothing added.
+    block = PendingRows(4)
+    # Batches the block cannot take: declined, nothing added.
     for name, bad in [("observations", np.ones((3, 2))), ("actions", [0, 1]),
                       ("rewards", np.zeros((4, 2))[:, 0]), ("terminateds", np.zeros(2)),
-                      ("truncateds", np.zeros((2, 1), bool)), ("resetting", np.ones(3, bool))]:
-        assert append_rows(episodes, **{**ok, name: bad}) is None
+                      ("truncateds", np.zeros((2, 1), bool)), ("resetting", np.ones(3, bool)),
+                      ("observations", np.array([[1, None], [2, 3]], dtype=object))]:
+        assert block.add(episodes, **{**ok, name: bad}) is None
     # A SameStep end without its final observation: declined.
-    assert append_rows(episodes, **{**ok, "terminateds": np.array([False, True])},
-                       same_step=True) is None
+    assert block.add(episodes, **{**ok, "terminateds": np.array([False, True])},
+                     same_step=True) is None
+    block.add([episodes[0], "x"], **ok)
     with pytest.raises(TypeError):
-        append_rows([episodes[0], "x"], **ok)
+        block.flush_all([episodes[0], "x"])     # raised where the rows are written
+    block = PendingRows(4)
+    episodes[0] = SingleAgentEpisode()
+    episodes[0].add_env_reset(np.zeros(2))
     assert [len(e) for e in episodes] == [0, 0]
-    assert append_rows(episodes, **ok) == ([], [])
-    assert [len(e) for e in episodes] == [1, 1]
-    # Rows whose type the storage does not hold take add_env_step's path.
-    append_rows(episodes, **{**ok, "observations": np.ones((2, 2), np.float32)})
+    assert block.add(episodes, **ok) == ([], [])
+    # Kept in the block until written.
+    assert [len(e) for e in episodes] == [0, 0] and block.filled == 1
+    block.flush_all(episodes)
+    assert [len(e) for e in episodes] == [1, 1] and block.filled == 0
+    # Rows of another layout start a new block (the old one written first).
+    block.add(episodes, **{**ok, "observations": np.ones((2, 2), np.float32)})
+    block.flush_all(episodes)
     assert episodes[0].get_observations(-1).dtype == np.float32
-    # Resetting sub-envs get nothing; ends are reported (and, NextStep, added).
-    assert append_rows(episodes, **{**ok, "resetting": np.array([True, False]),
-                                    "truncateds": np.ones(2, bool)}) == ([0], [1])
-    assert [len(e) for e in episodes] == [2, 3]
-    # A done episode refuses the step, as add_env_step does.
+    # Resetting sub-envs get nothing; ends are written before the call returns.
+    assert block.add(episodes, **{**ok, "resetting": np.array([True, False]),
+                                  "truncateds": np.ones(2, bool)}) == ([0], [1])
+    assert [len(e) for e in episodes] == [2, 3] and episodes[1].is_truncated
+    # A done episode's rows raise add_env_step's error when written.
+    block.add([episodes[1], episodes[1]], **ok)
     with pytest.raises(AssertionError):
-        append_rows(episodes, **ok)
+        block.flush_all([episodes[1], episodes[1]])
+    block = PendingRows(4)
+    # Pending rows of two sub-envs cannot go into one episode.
+    fresh = [SingleAgentEpisode(), SingleAgentEpisode()]
+    for e in fresh:
+        e.add_env_reset(np.zeros(2))
+    block.add(fresh, **ok)
+    with pytest.raises(ValueError, match="pending"):
+        block.add(fresh[:1], **{k: v[:1] for k, v in ok.items()})
+    block.flush_all(fresh)
+    assert [len(e) for e in fresh] == [1, 1]
+
+
+def test_pending_rows_are_written_when_the_block_is_full_or_read():
+    episodes = [SingleAgentEpisode()]
+    episodes[0].add_env_reset(np.zeros(2, np.float32))
+    block = PendingRows(3)
+    flags = np.zeros(1, bool)
+    for i in range(7):
+        block.add(episodes, np.full((1, 2), i + 1, np.float32), np.array([i]),
+                  np.array([0.5]), flags, flags, flags)
+    assert len(episodes[0]) == 6 and block.filled == 1
+    block.flush_all(episodes)
+    np.testing.assert_array_equal(np.array(episodes[0].get_observations())[:, 0], np.arange(8))
+    assert episodes[0].get_actions() == list(range(7))
+    vec = VectorEpisodes(1)
+    vec.add_reset(np.zeros((1, 2), np.float32))
+    vec.add_step(np.ones((1, 2), np.float32), np.array([1]), np.array([1.0]), flags, flags)
+    assert len(vec.episodes[0]) == 1         # reading `episodes` writes the block
 
 
 @pytest.mark.parametrize("obs_dtype", [">f4", "<f8", "O", "U3", "f2"])
 @pytest.mark.parametrize("act", [np.array([0, 1], ">i8"), np.array([0.5, 1.5]),
                                  np.array([[0, 1], [1, 0]], np.int8), np.array([True, False])])
-def test_append_rows_with_odd_dtypes_stores_what_add_env_step_stores(obs_dtype, act):
+def test_block_with_odd_dtypes_stores_what_add_env_step_stores(obs_dtype, act):
     """Garbage and unusual batches (byte-swapped, object, string, half
     floats, row actions, bools): rows the storage cannot take as bytes go
     add_env_step's way; the episodes equal ones stepped by add_env_step."""
     obs = np.array([[1, 2, 3], [4, 5, 6]]).astype(obs_dtype)
-    fast = [SingleAgentEpisode() for _ in range(2)]
+    vec = VectorEpisodes(2)
+    vec.add_reset(obs)
     slow = [SingleAgentEpisode() for _ in range(2)]
     for k in range(2):
-        for e in (fast[k], slow[k]):
-            e.add_env_reset(obs[k])
+        slow[k].add_env_reset(obs[k])
     for _ in range(3):
-        append_rows(fast, obs, act, np.array([1.0, 2.0]), np.zeros(2, bool),
-                    np.zeros(2, bool), np.zeros(2, bool))
+        vec.add_step(obs, act, np.array([1.0, 2.0]), np.zeros(2, bool), np.zeros(2, bool))
         for k in range(2):
             slow[k].add_env_step(obs[k], act[k], np.array([1.0, 2.0])[k],
                                  terminated=np.False_, truncated=np.False_)
-    for a, b in zip(fast, slow):
+    for a, b in zip(vec.episodes, slow):
         sa, sb = a.get_state(), b.get_state()
         for key in ("id_", "_start_time", "_last_step_time"):
             sa.pop(key), sb.pop(key)

@@ -19,6 +19,7 @@ from cpython.object cimport PyObject
 from cpython.pyport cimport PY_SSIZE_T_MAX
 from cpython.unicode cimport PyUnicode_DecodeASCII
 from libc.math cimport NAN, isnan
+from libc.string cimport memcpy
 
 cimport numpy as cnp
 
@@ -613,75 +614,199 @@ cdef inline bint is_flags(object batch, Py_ssize_t n) noexcept:
             and cnp.PyArray_TYPE(<cnp.ndarray>batch) == cnp.NPY_BOOL)
 
 
-def append_rows(list episodes, observations, actions, rewards, terminateds, truncateds,
-                resetting, bint same_step=False, bint final_obs_given=False):
-    """One vector env step into the sub-envs' episodes: for each sub-env k
-    that is not resetting (resetting[k]: its NextStep reset is this step)
-    and, with `same_step`, whose episode did not end in it,
-    episodes[k].add_env_step(observations[k], actions[k], rewards[k],
-    terminated=terminateds[k], truncated=truncateds[k]) (no infos, no extra
-    outputs). Where add_env_step would store a row's bytes unchanged, they
-    are written straight into the episode's storage; the rest takes
-    add_env_step's own path.
+cdef inline bint plain_rows(object batch) noexcept:
+    # Rows without object references (a block copies their bytes); structured
+    # dtypes are left to the general path too.
+    return cnp.PyArray_TYPE(<cnp.ndarray>batch) not in (cnp.NPY_OBJECT, cnp.NPY_VOID)
 
-    Returns (the resetting sub-envs, the sub-envs whose episode ended), or
-    None, adding nothing, unless every batch is a C-contiguous ndarray with
-    a leading axis of len(episodes) (the flags and `resetting` 1-d bool),
-    and, with `same_step`, an episode that ended has its final observation
-    (`final_obs_given`)."""
-    cdef Py_ssize_t n = len(episodes), k
-    cdef EpisodeCore ep
-    cdef double t_now = now()
-    cdef list resets = [], ends = []
-    if not (is_batch(observations, n) and is_batch(actions, n) and is_batch(rewards, n)
-            and is_flags(terminateds, n) and is_flags(truncateds, n)
-            and is_flags(resetting, n)):
-        return None
-    cdef cnp.ndarray obs = <cnp.ndarray>observations
-    cdef cnp.ndarray act = <cnp.ndarray>actions
-    cdef cnp.ndarray rew = <cnp.ndarray>rewards
-    cdef const cnp.npy_bool* term_k = <const cnp.npy_bool*>array_bytes(terminateds, n)
-    cdef const cnp.npy_bool* trunc_k = <const cnp.npy_bool*>array_bytes(truncateds, n)
-    cdef const cnp.npy_bool* reset_k = <const cnp.npy_bool*>array_bytes(resetting, n)
-    for k in range(n):
-        if not isinstance(episodes[k], EpisodeCore):
-            raise TypeError(f"episodes[{k}] is a {type(episodes[k]).__name__}, not an episode")
-        if same_step and not final_obs_given and not reset_k[k] and (term_k[k] or trunc_k[k]):
+
+cdef object block_item(cnp.ndarray block, Py_ssize_t row):
+    # block[row] as add_env_step would be handed it: a copy of an array row
+    # (the block's rows are overwritten later), a numpy scalar as it is.
+    item = block[row]
+    return item.copy() if cnp.PyArray_Check(item) else item
+
+
+cdef class PendingRows:
+    """The latest steps of a vector env's sub-envs, kept in one block and
+    written into the sub-envs' episodes a few dozen steps at a time.
+
+    A sampler's step writes one row per sub-env into as many episodes;
+    right after `env.step` has run through every sub-env, their storage is
+    out of the caches, and the writes cost several times the copy. Here a
+    step is a few block copies, and each episode is written once per
+    `capacity` steps (and whenever it is read: `flush_all`).
+
+    Block row r * n + k holds sub-env k's item of step r (n sub-envs); the
+    flat layout lets a row be written into an episode as a batch row is."""
+
+    cdef readonly Py_ssize_t capacity, filled, n
+    cdef cnp.ndarray obs, act, rew, term, trunc
+    cdef double[::1] times
+    cdef Py_ssize_t[::1] first     # sub-env k's pending rows: first[k]..filled - 1
+
+    def __cinit__(self, Py_ssize_t capacity=32):
+        if capacity <= 0:
+            raise ValueError(f"capacity must be positive, got {capacity}")
+        self.capacity = capacity
+        self.filled = 0
+        self.n = 0
+
+    cdef bint fits(self, cnp.ndarray batch, cnp.ndarray block) noexcept:
+        # The batch's rows are the block's rows: same type, item size, byte
+        # order and row shape (block: (capacity * n, *row); batch: (n, *row)).
+        cdef int i
+        if block is None or cnp.PyArray_NDIM(batch) != cnp.PyArray_NDIM(block):
+            return False
+        if not (cnp.PyArray_TYPE(batch) == cnp.PyArray_TYPE(block)
+                and cnp.PyArray_ITEMSIZE(batch) == cnp.PyArray_ITEMSIZE(block)
+                and cnp.PyArray_ISNOTSWAPPED(batch) == cnp.PyArray_ISNOTSWAPPED(block)):
+            return False
+        for i in range(1, cnp.PyArray_NDIM(batch)):
+            if cnp.PyArray_DIMS(batch)[i] != cnp.PyArray_DIMS(block)[i]:
+                return False
+        return True
+
+    cdef cnp.ndarray new_block(self, cnp.ndarray batch):
+        shape = (self.capacity * self.n,) + tuple(
+            [cnp.PyArray_DIMS(batch)[i] for i in range(1, cnp.PyArray_NDIM(batch))])
+        return np.empty(shape, dtype=batch.dtype)
+
+    def add(self, list episodes, observations, actions, rewards, terminateds, truncateds,
+            resetting, bint same_step=False, bint final_obs_given=False):
+        """One vector env step: for each sub-env k that is not resetting
+        (resetting[k]: its NextStep reset is this step) and, with
+        `same_step`, whose episode did not end in it, what
+        episodes[k].add_env_step(observations[k], actions[k], rewards[k],
+        terminated=terminateds[k], truncated=truncateds[k]) adds (no infos,
+        no extra outputs), kept here until the episode is written. An
+        episode that ended is written before this returns (with
+        `same_step`, up to the step before this one: its last observation
+        is in the infos, for the caller to add).
+
+        Returns (the resetting sub-envs, the sub-envs whose episode ended),
+        or None, adding nothing and with every pending row written, unless
+        every batch is a C-contiguous object-free ndarray with a leading
+        axis of len(episodes) (the flags and `resetting` 1-d bool) and,
+        with `same_step`, an episode that ended has its final observation
+        (`final_obs_given`). An episode that add_env_step would refuse (a
+        done one) raises its error when its rows are written."""
+        cdef Py_ssize_t n = len(episodes), k, r
+        cdef list resets = [], ends = []
+        cdef object ep
+        if not (is_batch(observations, n) and is_batch(actions, n) and is_batch(rewards, n)
+                and is_flags(terminateds, n) and is_flags(truncateds, n)
+                and is_flags(resetting, n) and n > 0
+                and plain_rows(observations) and plain_rows(actions) and plain_rows(rewards)):
+            self.flush_all(episodes)
             return None
-    for k in range(n):
-        if reset_k[k]:
-            resets.append(k)
-            continue
-        if term_k[k] or trunc_k[k]:
-            ends.append(k)
-            if same_step:
-                continue  # its last observation is in the infos: the caller's
-        ep = <EpisodeCore>episodes[k]
-        terminated = NP_TRUE if term_k[k] else NP_FALSE
-        truncated = NP_TRUE if trunc_k[k] else NP_FALSE
-        if (ep.observations is None or ep.actions is None or ep.rewards is None
-                or ep.infos is None or ep.is_terminated or ep.is_truncated
-                or ep.rewards.is_finalized() or ep.t == PY_SSIZE_T_MAX
-                or ep.observations._col is None or ep.actions._col is None
-                or ep.rewards._col is None):
-            # add_env_step's own checks and paths (numpy'ized data, Dict
-            # rows, a done episode's error).
-            ep.append_step(observations[k], actions[k], rewards[k], None, terminated,
-                           truncated, None)
-            continue
-        # add_env_step's appends, in its order.
-        if not ep.observations._col.push_batch_row(obs, k):
-            ep.observations.push(observations[k])
-        if not ep.actions._col.push_batch_row(act, k):
-            ep.actions.push(actions[k])
-        if not ep.rewards._col.push_batch_row(rew, k):
-            ep.rewards.push(rewards[k])
-        ep.infos.push_empty_dict()
-        ep.last_infos = None
-        ep.t += 1
-        # The last observation is the row just written: no row view made.
-        ep.end_step(None, terminated, truncated, t_now)
-    return resets, ends
+        cdef const cnp.npy_bool* term_k = <const cnp.npy_bool*>array_bytes(terminateds, n)
+        cdef const cnp.npy_bool* trunc_k = <const cnp.npy_bool*>array_bytes(truncateds, n)
+        cdef const cnp.npy_bool* reset_k = <const cnp.npy_bool*>array_bytes(resetting, n)
+        # Only the flags are read here: the episodes themselves (out of the
+        # caches after env.step) are checked when their rows are written.
+        if same_step and not final_obs_given:
+            for k in range(n):
+                if not reset_k[k] and (term_k[k] or trunc_k[k]):
+                    # The caller's general path raises (before adding anything).
+                    self.flush_all(episodes)
+                    return None
+        if not (n == self.n and self.fits(observations, self.obs)
+                and self.fits(actions, self.act) and self.fits(rewards, self.rew)):
+            # Another vector env or another row layout: a new block.
+            self.flush_all(episodes)
+            self.n = n
+            self.obs = self.new_block(observations)
+            self.act = self.new_block(actions)
+            self.rew = self.new_block(rewards)
+            self.term = np.empty(self.capacity * n, dtype=bool)
+            self.trunc = np.empty(self.capacity * n, dtype=bool)
+            self.times = np.empty(self.capacity, dtype=np.float64)
+            self.first = np.zeros(n, dtype=np.intp)
+        elif self.filled == self.capacity:
+            self.flush_all(episodes)
+        r = self.filled
+        self.copy_in(self.obs, observations, r)
+        self.copy_in(self.act, actions, r)
+        self.copy_in(self.rew, rewards, r)
+        self.copy_in(self.term, terminateds, r)
+        self.copy_in(self.trunc, truncateds, r)
+        self.times[r] = now()
+        self.filled = r + 1
+        for k in range(n):
+            if reset_k[k]:
+                # Its next episode starts with the next step.
+                resets.append(k)
+                self.first[k] = r + 1
+            elif term_k[k] or trunc_k[k]:
+                ends.append(k)
+                ep = episodes[k]
+                if not isinstance(ep, EpisodeCore):
+                    raise TypeError(f"episodes[{k}] is a {type(ep).__name__}, not an episode")
+                self.flush(<EpisodeCore>ep, k, r if same_step else r + 1)
+                self.first[k] = r + 1
+        return resets, ends
+
+    cdef int copy_in(self, cnp.ndarray block, object batch, Py_ssize_t r) except -1:
+        cdef Py_ssize_t nbytes = cnp.PyArray_NBYTES(<cnp.ndarray>batch)
+        memcpy(array_bytes(block, (r + 1) * nbytes) + r * nbytes,
+               array_bytes(<cnp.ndarray>batch, nbytes), nbytes)
+        return 0
+
+    cdef int flush(self, EpisodeCore ep, Py_ssize_t k, Py_ssize_t upto) except -1:
+        """Writes sub-env k's rows first[k]..upto - 1 into its episode `ep`."""
+        cdef Py_ssize_t r, i, start = self.first[k]
+        cdef const cnp.npy_bool* term = <const cnp.npy_bool*>array_bytes(
+            self.term, self.capacity * self.n)
+        cdef const cnp.npy_bool* trunc = <const cnp.npy_bool*>array_bytes(
+            self.trunc, self.capacity * self.n)
+        if upto <= start:
+            return 0
+        self.first[k] = upto
+        for r in range(start, upto):
+            i = r * self.n + k
+            terminated = NP_TRUE if term[i] else NP_FALSE
+            truncated = NP_TRUE if trunc[i] else NP_FALSE
+            if (ep.observations is None or ep.actions is None or ep.rewards is None
+                    or ep.infos is None or ep.is_terminated or ep.is_truncated
+                    or ep.rewards.is_finalized() or ep.t == PY_SSIZE_T_MAX
+                    or ep.observations._col is None or ep.actions._col is None
+                    or ep.rewards._col is None):
+                # add_env_step's own checks and paths (numpy'ized data, Dict
+                # rows, a done episode's error).
+                ep.append_step(block_item(self.obs, i), block_item(self.act, i),
+                               block_item(self.rew, i), None, terminated, truncated, None)
+                continue
+            # add_env_step's appends, in its order.
+            if not ep.observations._col.push_batch_row(self.obs, i):
+                ep.observations.push(block_item(self.obs, i))
+            if not ep.actions._col.push_batch_row(self.act, i):
+                ep.actions.push(block_item(self.act, i))
+            if not ep.rewards._col.push_batch_row(self.rew, i):
+                ep.rewards.push(block_item(self.rew, i))
+            ep.infos.push_empty_dict()
+            ep.last_infos = None
+            ep.t += 1
+            # The last observation is the row just written: no row view made.
+            ep.end_step(None, terminated, truncated, self.times[r])
+        return 0
+
+    def flush_all(self, list episodes):
+        """Writes every pending row into its episode (episodes[k] for
+        sub-env k); the block is empty after."""
+        cdef Py_ssize_t k
+        if self.filled and self.n != len(episodes):
+            raise ValueError(f"{self.filled} steps of {self.n} sub-envs are pending; "
+                             f"got {len(episodes)} episodes to write them into")
+        if self.filled:
+            for k in range(self.n):
+                ep = episodes[k]
+                if not isinstance(ep, EpisodeCore):
+                    raise TypeError(f"episodes[{k}] is a {type(ep).__name__}, not an episode")
+                self.flush(<EpisodeCore>ep, k, self.filled)
+        self.filled = 0
+        if self.n:
+            self.first[:] = 0
 
 
 def assemble(cls, id_, BufferCore observations, BufferCore infos, BufferCore actions,
