@@ -296,6 +296,41 @@ cdef class Column:
         self.size += 1
         return 1
 
+    cdef inline Py_ssize_t push_strided_rows(self, cnp.ndarray batch, Py_ssize_t first,
+                                             Py_ssize_t count, Py_ssize_t stride) except -1:
+        # push_batch_row(batch, first + j * stride) for j < count, all rows
+        # or none: count if every row's bytes were stored unchanged, 0 if
+        # none was (a row push_batch_row would not store). The caller has
+        # checked that batch is C-contiguous with first + (count - 1) *
+        # stride < len(batch).
+        cdef int i
+        cdef Py_ssize_t j
+        cdef char* src
+        cdef char* dst
+        if count <= 0 or self.finalized or not self.plain():
+            return 0
+        if self.kind == KIND_ARRAY:
+            if cnp.PyArray_NDIM(batch) != self.row_ndim + 1:
+                return 0
+            for i in range(self.row_ndim):
+                if cnp.PyArray_DIMS(batch)[i + 1] != self.row_shape[i]:
+                    return 0
+        elif self.kind != KIND_SCALAR or cnp.PyArray_NDIM(batch) != 1:
+            return 0
+        if not (cnp.PyArray_TYPE(batch) == self.descr.type_num
+                and cnp.PyArray_ITEMSIZE(batch) == self.itemsize()
+                and cnp.PyArray_ISNOTSWAPPED(batch)):
+            return 0
+        self._reserve(count)
+        src = array_bytes(batch, (first + (count - 1) * stride + 1) * self.row_bytes)
+        src += first * self.row_bytes
+        dst = self.row_ptr(self.size, count)
+        for j in range(count):
+            memcpy(dst + j * self.row_bytes, src + j * stride * self.row_bytes,
+                   self.row_bytes)
+        self.size += count
+        return count
+
     cdef inline Py_ssize_t nrows(self) noexcept:
         # len(self) without a call through the type's slot.
         return PyList_GET_SIZE(self.items) if self.kind == KIND_OBJECT else self.size

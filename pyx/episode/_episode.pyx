@@ -755,40 +755,57 @@ cdef class PendingRows:
 
     cdef int flush(self, EpisodeCore ep, Py_ssize_t k, Py_ssize_t upto) except -1:
         """Writes sub-env k's rows first[k]..upto - 1 into its episode `ep`."""
-        cdef Py_ssize_t r, i, start = self.first[k]
+        cdef Py_ssize_t r, i, start = self.first[k], count = upto - start
         cdef const cnp.npy_bool* term = <const cnp.npy_bool*>array_bytes(
             self.term, self.capacity * self.n)
         cdef const cnp.npy_bool* trunc = <const cnp.npy_bool*>array_bytes(
             self.trunc, self.capacity * self.n)
-        if upto <= start:
+        if count <= 0:
             return 0
         self.first[k] = upto
-        for r in range(start, upto):
-            i = r * self.n + k
-            terminated = NP_TRUE if term[i] else NP_FALSE
-            truncated = NP_TRUE if trunc[i] else NP_FALSE
-            if (ep.observations is None or ep.actions is None or ep.rewards is None
-                    or ep.infos is None or ep.is_terminated or ep.is_truncated
-                    or ep.rewards.is_finalized() or ep.t == PY_SSIZE_T_MAX
-                    or ep.observations._col is None or ep.actions._col is None
-                    or ep.rewards._col is None):
-                # add_env_step's own checks and paths (numpy'ized data, Dict
-                # rows, a done episode's error).
+        if (ep.observations is None or ep.actions is None or ep.rewards is None
+                or ep.infos is None or ep.is_terminated or ep.is_truncated
+                or ep.rewards.is_finalized() or ep.t > PY_SSIZE_T_MAX - count
+                or ep.observations._col is None or ep.actions._col is None
+                or ep.rewards._col is None):
+            # add_env_step's own checks and paths, row by row (numpy'ized
+            # data, Dict rows, a done episode's error).
+            for r in range(start, upto):
+                i = r * self.n + k
                 ep.append_step(block_item(self.obs, i), block_item(self.act, i),
-                               block_item(self.rew, i), None, terminated, truncated, None)
-                continue
-            # add_env_step's appends, in its order.
-            if not ep.observations._col.push_batch_row(self.obs, i):
-                ep.observations.push(block_item(self.obs, i))
-            if not ep.actions._col.push_batch_row(self.act, i):
-                ep.actions.push(block_item(self.act, i))
-            if not ep.rewards._col.push_batch_row(self.rew, i):
-                ep.rewards.push(block_item(self.rew, i))
+                               block_item(self.rew, i), None,
+                               NP_TRUE if term[i] else NP_FALSE,
+                               NP_TRUE if trunc[i] else NP_FALSE, None)
+            return 0
+        # add_env_step's appends, track by track (only the last row can end
+        # the episode: an end is written as soon as it is added).
+        self.write_rows(ep.observations, self.obs, start, count, k)
+        self.write_rows(ep.actions, self.act, start, count, k)
+        self.write_rows(ep.rewards, self.rew, start, count, k)
+        for r in range(count):
             ep.infos.push_empty_dict()
-            ep.last_infos = None
-            ep.t += 1
-            # The last observation is the row just written: no row view made.
-            ep.end_step(None, terminated, truncated, self.times[r])
+        ep.last_infos = None
+        ep.t += count
+        i = (upto - 1) * self.n + k
+        # The last observation is the row just written: no row view made.
+        ep.end_step(None, NP_TRUE if term[i] else NP_FALSE,
+                    NP_TRUE if trunc[i] else NP_FALSE, self.times[upto - 1])
+        return 0
+
+    cdef int write_rows(self, BufferCore buffer, cnp.ndarray block, Py_ssize_t start,
+                        Py_ssize_t count, Py_ssize_t k) except -1:
+        # push(block[(start + j) * n + k]) for j < count: the rows' bytes in
+        # one strided copy where the track holds them unchanged, else row by
+        # row (the first row of a track decides its type: then the rest).
+        cdef Column col = buffer._col
+        cdef Py_ssize_t j, i
+        for j in range(count):
+            if col.push_strided_rows(block, (start + j) * self.n + k, count - j, self.n):
+                return 0
+            i = (start + j) * self.n + k
+            if not col.push_batch_row(block, i):
+                buffer.push(block_item(block, i))
+            col = buffer._col       # a push may have changed the storage
         return 0
 
     def flush_all(self, list episodes):
