@@ -272,37 +272,16 @@ cdef class Column:
         # (KIND_ARRAY) or numpy scalars (KIND_SCALAR) of the storage's plain
         # dtype and row shape. 0 (nothing stored) for anything else. The
         # caller has checked that `batch` is C-contiguous with k < len(batch).
-        cdef int i
-        if self.finalized or not self.plain():
-            return 0
-        if self.kind == KIND_ARRAY:
-            if cnp.PyArray_NDIM(batch) != self.row_ndim + 1:
-                return 0
-            for i in range(self.row_ndim):
-                if cnp.PyArray_DIMS(batch)[i + 1] != self.row_shape[i]:
-                    return 0
-        elif self.kind != KIND_SCALAR or cnp.PyArray_NDIM(batch) != 1:
-            return 0
-        # The same type, size and (native) byte order: the same bytes.
-        if not (cnp.PyArray_TYPE(batch) == self.descr.type_num
-                and cnp.PyArray_ITEMSIZE(batch) == self.itemsize()
-                and cnp.PyArray_ISNOTSWAPPED(batch)):
-            return 0
-        if self.size == self.capacity:
-            self._reserve(1)
-        memcpy(self.row_ptr(self.size, 1),
-               array_bytes(batch, (k + 1) * self.row_bytes) + k * self.row_bytes,
-               self.row_bytes)
-        self.size += 1
-        return 1
+        return <int>self.push_strided_rows(batch, k, 1, 1)
 
     cdef inline Py_ssize_t push_strided_rows(self, cnp.ndarray batch, Py_ssize_t first,
                                              Py_ssize_t count, Py_ssize_t stride) except -1:
-        # push_batch_row(batch, first + j * stride) for j < count, all rows
-        # or none: count if every row's bytes were stored unchanged, 0 if
-        # none was (a row push_batch_row would not store). The caller has
-        # checked that batch is C-contiguous with first + (count - 1) *
-        # stride < len(batch).
+        # push(batch[first + j * stride]) for j < count where it would store
+        # each row's bytes unchanged, without making the row objects:
+        # ndarray rows (KIND_ARRAY) or numpy scalars (KIND_SCALAR) of the
+        # storage's plain dtype and row shape. Returns count, or 0 (nothing
+        # stored) for anything else. The caller has checked that batch is
+        # C-contiguous with first + (count - 1) * stride < len(batch).
         cdef int i
         cdef Py_ssize_t j
         cdef char* src
