@@ -88,6 +88,11 @@ class VectorEpisodes:
         self.steps_added = 0
         self.ended_envs: list = []
 
+    def __getstate__(self) -> dict:
+        # The pending steps go into their episodes first.
+        self._pending.flush_all(self._episodes)
+        return self.__dict__
+
     @property
     def episodes(self) -> list:
         """Sub-env k's running episode at k (None before add_reset), with

@@ -318,3 +318,24 @@ def test_block_with_odd_dtypes_stores_what_add_env_step_stores(obs_dtype, act):
         for key in ("id_", "_start_time", "_last_step_time"):
             sa.pop(key), sb.pop(key)
         assert repr(sa) == repr(sb)
+
+
+def test_vector_episodes_pickle_with_their_pending_steps():
+    import pickle
+
+    vec = VectorEpisodes(2)
+    vec.add_reset(np.zeros((2, 3), np.float32))
+    flags = np.zeros(2, bool)
+    for i in range(5):
+        vec.add_step(np.full((2, 3), i + 1, np.float32), np.array([0, 1]), np.ones(2), flags,
+                     flags)
+    copy = pickle.loads(pickle.dumps(vec))
+    assert [len(e) for e in copy.episodes] == [5, 5]
+    np.testing.assert_array_equal(copy.episodes[1].get_observations(-1), [5, 5, 5])
+    block = PendingRows(4)
+    block.add(vec.episodes, np.ones((2, 3), np.float32), np.array([0, 1]), np.ones(2), flags,
+              flags, flags)
+    with pytest.raises(TypeError, match="flush_all"):
+        pickle.dumps(block)
+    block.flush_all(vec.episodes)
+    assert pickle.loads(pickle.dumps(block)).capacity == 4

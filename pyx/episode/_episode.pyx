@@ -808,6 +808,14 @@ cdef class PendingRows:
             col = buffer._col       # a push may have changed the storage
         return 0
 
+    def __reduce__(self):
+        # Pending rows belong to episodes the block does not hold: the owner
+        # writes them (flush_all) before it is pickled.
+        if self.filled:
+            raise TypeError(f"cannot pickle a PendingRows with {self.filled} pending steps: "
+                            f"flush_all() them into their episodes first")
+        return PendingRows, (self.capacity,)
+
     def flush_all(self, list episodes):
         """Writes every pending row into its episode (episodes[k] for
         sub-env k); the block is empty after."""
