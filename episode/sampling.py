@@ -394,14 +394,14 @@ class Sampler:
     Args:
         env: A gymnasium id, Env, VectorEnv or function making an Env; or a
             multi-agent env (an RLlib MultiAgentEnv, or a PettingZoo
-            ParallelEnv).
+            ParallelEnv) or a function making one (num_envs > 1).
         policy: Called with the inference input (a dict of batched views,
             one row per sub-env) and returning the actions, a batch with
             one row per sub-env, or (actions, extra model outputs as a dict
-            of such batches). For a multi-agent env: called with
-            {agent_id: input dict of one row} for the agents to act, and
-            returning {agent_id: action} or (that, {agent_id: extras}).
-            None: random actions.
+            of such batches). For a multi-agent env: called once per
+            sub-env with {agent_id: input dict of one row} for the agents
+            to act, and returning {agent_id: action} or (that, {agent_id:
+            extras}). None: random actions from seeded action spaces.
         view_requirements: The views of the inference input and of
             `sample()`'s batches (default: RLlib's default views).
         batch_mode: "truncate_episodes": each call covers
@@ -411,7 +411,7 @@ class Sampler:
             episodes go on in the next call.
         rollout_fragment_length: Steps per sub-env and call.
         count_steps_by: "env_steps" or "agent_steps" (multi-agent envs).
-        num_envs: Sub-envs (gymnasium id or env factory).
+        num_envs: Sub-envs (a gymnasium id or a function making an env).
         seed: Sub-env i is reset with seed + i the first time.
     """
 
