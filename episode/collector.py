@@ -63,11 +63,9 @@ def _count_rows(columns: dict) -> int:
         first = leaves[0] if leaves else None
         if isinstance(first, (int, float, list)):
             first = np.array(first)
-        try:
-            if len(first):
-                return len(first)
-        except TypeError:
-            pass
+        size = len(first) if hasattr(first, "__len__") and np.ndim(first) > 0 else 0
+        if size:
+            return size
     return 0
 
 

@@ -46,6 +46,15 @@ def _multi_agent_env(env_class, config: dict, num_envs: int):
     return lambda: env_class(dict(config))
 
 
+def _compare(sampler, rllib: list, record) -> None:
+    """CALLS sample_episodes() calls of `sampler` give RLlib's records."""
+    try:
+        ours = _our_records(sampler, CALLS, record)
+    finally:
+        sampler.close()
+    _assert_same_calls(ours, rllib)
+
+
 def _counts(record: dict) -> dict:
     return {key: value for key, value in record.items() if key != "episodes"}
 
@@ -143,11 +152,7 @@ def test_single_agent_matches_rllib(sampler_class, num_envs, fragment, seed):
     rllib = tools.single_agent_records(ENV_ID, num_envs, fragment, seed, CALLS)
     sampler = sampler_class(ENV_ID, num_envs=num_envs, rollout_fragment_length=fragment,
                             seed=seed)
-    try:
-        ours = _our_records(sampler, CALLS, tools.episode_record)
-    finally:
-        sampler.close()
-    _assert_same_calls(ours, rllib)
+    _compare(sampler, rllib, tools.episode_record)
 
 
 @pytest.mark.parametrize("num_envs,fragment", [(1, 7), (3, 7), (8, 3)])
@@ -157,11 +162,7 @@ def test_single_agent_truncated_episodes_match_rllib(sampler_class, num_envs, fr
     rllib = tools.single_agent_records(env_id, num_envs, fragment, 3, CALLS)
     assert any(e[-1][1] for call in rllib for e in call["episodes"])
     sampler = sampler_class(env_id, num_envs=num_envs, rollout_fragment_length=fragment, seed=3)
-    try:
-        ours = _our_records(sampler, CALLS, tools.episode_record)
-    finally:
-        sampler.close()
-    _assert_same_calls(ours, rllib)
+    _compare(sampler, rllib, tools.episode_record)
 
 
 @pytest.mark.parametrize("count_steps_by", ["env_steps", "agent_steps"])
@@ -176,11 +177,7 @@ def test_multi_agent_truncated_episodes_match_rllib(sampler_class, count_steps_b
     assert any(e[3] for call in rllib for e in call["episodes"])
     sampler = sampler_class(_multi_agent_env(env_class, config, 3), num_envs=3,
                             rollout_fragment_length=7, count_steps_by=count_steps_by, seed=4)
-    try:
-        ours = _our_records(sampler, CALLS, tools.ma_episode_record)
-    finally:
-        sampler.close()
-    _assert_same_calls(ours, rllib)
+    _compare(sampler, rllib, tools.ma_episode_record)
 
 
 @pytest.mark.parametrize("agents", [2, 3])
@@ -196,11 +193,7 @@ def test_multi_agent_matches_rllib(sampler_class, multi_agent_cartpole, agents,
                             num_envs=num_envs,
                             rollout_fragment_length=fragment, count_steps_by=count_steps_by,
                             seed=seed)
-    try:
-        ours = _our_records(sampler, CALLS, tools.ma_episode_record)
-    finally:
-        sampler.close()
-    _assert_same_calls(ours, rllib)
+    _compare(sampler, rllib, tools.ma_episode_record)
 
 
 @pytest.mark.parametrize("count_steps_by", ["env_steps", "agent_steps"])
@@ -215,8 +208,31 @@ def test_turn_taking_matches_rllib(sampler_class, count_steps_by, num_envs, frag
     sampler = sampler_class(_multi_agent_env(env_class, {}, num_envs), num_envs=num_envs,
                             rollout_fragment_length=fragment, count_steps_by=count_steps_by,
                             seed=0)
-    try:
-        ours = _our_records(sampler, CALLS, tools.ma_episode_record)
-    finally:
-        sampler.close()
-    _assert_same_calls(ours, rllib)
+    _compare(sampler, rllib, tools.ma_episode_record)
+
+
+def test_complete_episodes_rllib_resets_every_call_ours_goes_on():
+    """A difference (README): RLlib's runner, in complete_episodes mode,
+    returns num_envs episodes per call and resets its envs for the next one
+    (what was sampled of the running episodes is dropped); ours returns
+    finished episodes covering rollout_fragment_length x num_envs steps and
+    keeps the running ones for the next call."""
+    from episode import Sampler
+
+    from ray.rllib.algorithms.ppo import PPOConfig
+    from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
+
+    config = (PPOConfig().environment(ENV_ID)
+              .env_runners(num_envs_per_env_runner=2, rollout_fragment_length=200,
+                           batch_mode="complete_episodes").debugging(seed=0))
+    runner = SingleAgentEnvRunner(config=config)
+    for _ in range(2):
+        episodes = runner.sample(random_actions=True)
+        assert len(episodes) == 2 and all(e.is_done and e.t_started == 0 for e in episodes)
+    sampler = Sampler(ENV_ID, num_envs=2, rollout_fragment_length=200, seed=0,
+                      batch_mode="complete_episodes")
+    episodes = sampler.sample_episodes()
+    assert sum(len(e) for e in episodes) >= 400 and all(e.is_done for e in episodes)
+    # The running episodes (those not between episodes) keep their steps.
+    assert sum(len(e) for e in sampler.ongoing_episodes()) > 0
+    sampler.close()
