@@ -393,3 +393,17 @@ def test_reset_columns_have_one_row_per_step_rllib_collector_one_more():
     e = _episode(3)
     batch = build_training_batch([e], {"t": ViewRequirement(), "actions": ViewRequirement()})
     np.testing.assert_array_equal(batch["t"], [0, 1, 2])
+
+
+def test_a_column_some_episodes_lack_raises_none_left_out():
+    # Rows that would not line up: ValueError naming the column; a column no
+    # episode has (what postprocessing adds) is left out, as RLlib's
+    # collector leaves it out.
+    a, b = _episode(2), _episode(2)
+    with_vf = SingleAgentEpisode()
+    with_vf.add_env_reset(np.float32(0.0))
+    with_vf.add_env_step(np.float32(1.0), 0, 0.0, extra_model_outputs={"vf": 1.0})
+    views = {"obs": ViewRequirement(), "vf": ViewRequirement()}
+    with pytest.raises(ValueError, match="'vf'"):
+        build_training_batch([with_vf, b], views)
+    assert set(build_training_batch([a, b], views)) == {"obs"}
