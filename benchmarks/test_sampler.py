@@ -15,6 +15,11 @@ env steps, random actions from the vector env's action space):
 
 The bookkeeping is ours (or RLlib's) median minus the bare loop's, as a
 share of the bare loop's; `extra_info["env_steps"]` gives steps per second.
+
+``ours_replay`` and ``rllib_replay`` run the same on a recording of the 64
+envs (`episode.workloads.ReplayVectorEnv`): env steps and random actions
+cost nothing there, so their medians are the samplers' own work alone,
+everything but `env.step` and the policy call.
 """
 import logging
 
@@ -38,15 +43,18 @@ def _bare():
     return run
 
 
-def _ours():
+def _ours(replay=False):
     from episode import Sampler
+    from episode.workloads import ReplayVectorEnv
 
     sampler = Sampler("CartPole-v1", num_envs=N_ENVS, rollout_fragment_length=N_STEPS, seed=0)
+    if replay:
+        sampler.env = ReplayVectorEnv(sampler.env)
     sampler.sample_episodes()
     return lambda: sum(len(e) for e in sampler.sample_episodes())
 
 
-def _rllib():
+def _rllib(replay=False):
     pytest.importorskip("ray.rllib")
     pytest.importorskip("torch")
     from ray.rllib.algorithms.ppo import PPOConfig
@@ -59,13 +67,19 @@ def _rllib():
         runner = SingleAgentEnvRunner(config=config)
     finally:
         logging.disable(logging.NOTSET)
+    if replay:
+        from episode.workloads import ReplayVectorEnv
+
+        runner.env = ReplayVectorEnv(runner.env)
     runner.sample(random_actions=True)
     return lambda: sum(len(e) for e in runner.sample(random_actions=True))
 
 
-@pytest.mark.parametrize("impl", ["bare", "ours", "rllib"])
+@pytest.mark.parametrize("impl", ["bare", "ours", "rllib", "ours_replay", "rllib_replay"])
 def test_sampler_cartpole_64(benchmark, impl):
-    run = {"bare": _bare, "ours": _ours, "rllib": _rllib}[impl]()
+    run = {"bare": _bare, "ours": _ours, "rllib": _rllib,
+           "ours_replay": lambda: _ours(replay=True),
+           "rllib_replay": lambda: _rllib(replay=True)}[impl]()
     benchmark.group = "sampler_cartpole_64"
     steps = run()
     assert steps >= N_ENVS * N_STEPS

@@ -143,7 +143,18 @@ class VectorEpisodes:
             raise RuntimeError("add_step() before add_reset(): call it with env.reset()'s "
                                "result first")
         same_step = self.autoreset_mode == "SameStep"
-        if not extra_model_outputs and (not infos or not _without_final(infos)):
+        if not extra_model_outputs and not infos and not same_step:
+            # The usual step (NextStep, ndarray batches, no infos): all in
+            # the compiled pass, resets and ends included.
+            found = self._add_rows(self._episodes, observations, actions, rewards,
+                                   terminateds, truncateds, self._resetting, False, False,
+                                   (SingleAgentEpisode, self.observation_space,
+                                    self.action_space))
+            if found is not None:
+                resets, self.ended_envs = found
+                self.steps_added = self.num_envs - len(resets)
+                return [self._episodes[k] for k in self.ended_envs]
+        elif not extra_model_outputs and (not infos or not _without_final(infos)):
             # ndarray batches without infos: kept in one block, written into
             # the episodes a few dozen steps at a time.
             found = self._add_rows(self._episodes, observations, actions, rewards,
@@ -191,16 +202,6 @@ class VectorEpisodes:
         self.steps_added = self.num_envs - len(resets)
         self.ended_envs = []
         if not resets and not ends:
-            return done
-        if self.autoreset_mode == "NextStep" and not infos:
-            # The usual case, inline: resets start episodes, ends were appended.
-            for k in resets:
-                self._episodes[k] = self._new_episode(_row(observations, k), {})
-                self._resetting[k] = False
-            for k in ends:
-                done.append(self._episodes[k])
-                self._resetting[k] = True
-            self.ended_envs = ends
             return done
         final_obs, final_infos = self._finals(terminateds, truncateds, infos)
         for k in sorted(resets + ends):

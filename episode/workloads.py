@@ -448,6 +448,10 @@ def _inference_input(cls: type) -> Round:
 def _sampler(cls: type) -> Round:
     """64 CartPole-v1 sub-envs, random actions, one sample() call of
     N_SAMPLE steps per sub-env (the envs stepping included)."""
+    return _sampling(cls, replay=False)
+
+
+def _sampling(cls: type, replay: bool) -> Round:
     if _is_rllib(cls):
         # RLlib's runner needs torch even for random actions.
         import torch  # noqa: F401
@@ -463,14 +467,71 @@ def _sampler(cls: type) -> Round:
             runner = SingleAgentEnvRunner(config=config)
         finally:
             logging.disable(logging.NOTSET)
+        if replay:
+            runner.env = ReplayVectorEnv(runner.env)
         runner.sample(random_actions=True)
         return Round(lambda: _covers(runner.sample(random_actions=True)))
     from episode.sampling import Sampler
 
     sampler = Sampler("CartPole-v1", num_envs=N_VEC_ENVS, rollout_fragment_length=N_SAMPLE,
                       seed=0)
+    if replay:
+        sampler.env = ReplayVectorEnv(sampler.env)
     sampler.sample_episodes()
     return Round(lambda: _covers(sampler.sample_episodes()))
+
+
+class ReplayVectorEnv:
+    """A gymnasium vector env whose steps are a recording of another's:
+    `step()` hands out the recorded results in turn (cycling) and its
+    action space's `sample()` the recorded actions, so a sampler running on
+    it spends its time on its own work only (the bookkeeping).
+
+    The recording: `steps` steps of `env` (reset with `seed`) under random
+    actions. Every other attribute is the recorded env's."""
+
+    def __init__(self, env: Any, steps: int = 1000, seed: int = 0):
+        self._env = env
+        self._reset = env.reset(seed=seed)
+        env.action_space.seed(seed)
+        actions = [env.action_space.sample() for _ in range(steps)]
+        self._steps = [env.step(a) for a in actions]
+        self._next = 0
+        self.action_space = _Recorded(env.action_space, actions)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._env, name)
+
+    def reset(self, *, seed: Any = None, options: Any = None) -> tuple:
+        return self._reset
+
+    def step(self, actions: Any) -> tuple:
+        result = self._steps[self._next]
+        self._next = (self._next + 1) % len(self._steps)
+        return result
+
+
+class _Recorded:
+    # A vector action space whose sample() hands out recorded actions in turn.
+    def __init__(self, space: Any, actions: list):
+        self._space, self._actions, self._next = space, actions, 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._space, name)
+
+    def seed(self, seed: Any = None) -> Any:
+        return None
+
+    def sample(self, *args: Any, **kwargs: Any) -> Any:
+        action = self._actions[self._next]
+        self._next = (self._next + 1) % len(self._actions)
+        return action
+
+
+def _sampler_bookkeeping(cls: type) -> Round:
+    """As _sampler, on a 64-env CartPole-v1 recording (ReplayVectorEnv):
+    env steps and random actions cost nothing, the rest is the sampler's."""
+    return _sampling(cls, replay=True)
 
 
 def _covers(episodes: list) -> bool:
@@ -688,6 +749,10 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in [
              "Sampler.sample_episodes() on 64 CartPole-v1 envs with random actions, 100 steps "
              "per env, env stepping included (RLlib: SingleAgentEnvRunner.sample(random_"
              "actions=True); items: env steps)", N_VEC_ENVS * N_SAMPLE, _sampler),
+    Workload("sampler_bookkeeping_64",
+             "the same on a recording of the 64 envs (ReplayVectorEnv: env.step and the "
+             "random actions cost nothing), so the sampler's own work alone (items: env "
+             "steps)", N_VEC_ENVS * N_SAMPLE, _sampler_bookkeeping),
     Workload("ma_add_env_step_2",
              "MultiAgentEpisode: 1,000 add_env_step calls, 2 simultaneous agents",
              N_MA, _ma_add_env_step(lambda: _ma_steps(2))),

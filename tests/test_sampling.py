@@ -277,6 +277,36 @@ def test_pending_rows_check_their_batches():
     assert [len(e) for e in fresh] == [1, 1]
 
 
+def test_pending_rows_start_episodes_only_as_asked():
+    """add(start=...) starts the NextStep resets' episodes and marks the ends
+    as resetting; a malformed `start` raises before anything changes."""
+    episodes = [SingleAgentEpisode(), SingleAgentEpisode()]
+    for e in episodes:
+        e.add_env_reset(np.zeros(2))
+    ok = dict(observations=np.ones((2, 2)), actions=np.zeros(2, np.int64),
+              rewards=np.zeros(2), terminateds=np.array([False, True]),
+              truncateds=np.zeros(2, bool), resetting=np.array([True, False]))
+    block = PendingRows(4)
+    frozen = np.array([True, False])
+    frozen.flags.writeable = False
+    before = list(episodes)
+    for bad in [dict(start=(SingleAgentEpisode, None)), dict(start=(int, None, None)),
+                dict(start=("SingleAgentEpisode", None, None)),
+                dict(start=(SingleAgentEpisode, None, None), same_step=True,
+                     final_obs_given=True),
+                dict(start=(SingleAgentEpisode, None, None), resetting=frozen)]:
+        with pytest.raises(ValueError, match="start="):
+            block.add(episodes, **{**ok, **bad})
+        assert episodes == before and block.filled == 0 and [len(e) for e in episodes] == [0, 0]
+    resetting = ok["resetting"].copy()
+    assert block.add(episodes, **{**ok, "resetting": resetting},
+                     start=(SingleAgentEpisode, None, None)) == ([0], [1])
+    assert episodes[0] is not before[0] and episodes[1] is before[1]
+    assert list(resetting) == [False, True]
+    np.testing.assert_array_equal(episodes[0].get_observations(0), np.ones(2))
+    assert len(episodes[0]) == 0 and len(episodes[1]) == 1 and episodes[1].is_terminated
+
+
 def test_pending_rows_are_written_when_the_block_is_full_or_read():
     episodes = [SingleAgentEpisode()]
     episodes[0].add_env_reset(np.zeros(2, np.float32))

@@ -138,6 +138,7 @@ EXPECTED = {
     "views_build_for_training": _is_training_batch,
     "views_inference_64": _is_inference_input,
     "sampler_cartpole_64": lambda r: r is True,
+    "sampler_bookkeeping_64": lambda r: r is True,
     "vector_append_64": _is_vector_run,
     "ma_add_env_step_2": lambda r: _is_ma_run(r, _ma_steps(2)),
     "ma_add_env_step_8": lambda r: _is_ma_run(r, _ma_steps(8)),

@@ -221,10 +221,10 @@ def _key_orders(x):
 
 cdef class BufferCore:
 
-    def __cinit__(self, *args, **kwargs):
+    def __cinit__(self):
         # Every buffer has storage from the start (an empty list-mode
         # Column), so no C path meets a missing one.
-        self.set_storage(Column())
+        self.set_storage(Column.__new__(Column))
         self._lookback = 0
 
     @property

@@ -87,6 +87,29 @@ cdef enum Kind:
 
 # final: calls between Column methods are direct (and inlinable), not virtual.
 @cython.final
+cdef inline void copy_strided(char* dst, const char* src, Py_ssize_t count,
+                              Py_ssize_t row_bytes, Py_ssize_t src_step) noexcept nogil:
+    # count rows of row_bytes, src_step bytes apart, into consecutive rows at
+    # dst. The usual sizes (a CartPole observation, an action, a reward) get
+    # a fixed-size copy the compiler inlines instead of a memcpy call per row.
+    cdef Py_ssize_t j
+    if row_bytes == 8:
+        for j in range(count):
+            memcpy(dst + j * 8, src + j * src_step, 8)
+    elif row_bytes == 16:
+        for j in range(count):
+            memcpy(dst + j * 16, src + j * src_step, 16)
+    elif row_bytes == 4:
+        for j in range(count):
+            memcpy(dst + j * 4, src + j * src_step, 4)
+    elif row_bytes == 1:
+        for j in range(count):
+            dst[j] = src[j * src_step]
+    else:
+        for j in range(count):
+            memcpy(dst + j * row_bytes, src + j * src_step, row_bytes)
+
+
 cdef class Column:
     # Fields ordered to pack (the small ones share 8 bytes): a Column per
     # data track, several per episode, many episodes in a replay buffer.
@@ -286,7 +309,11 @@ cdef class Column:
         cdef Py_ssize_t j
         cdef char* src
         cdef char* dst
-        if count <= 0 or self.finalized or not self.plain():
+        if count <= 0 or self.finalized:
+            return 0
+        if self.kind == KIND_EMPTY and not self.start_rows_of(batch, count):
+            return 0
+        if not self.plain():
             return 0
         if self.kind == KIND_ARRAY:
             if cnp.PyArray_NDIM(batch) != self.row_ndim + 1:
@@ -304,9 +331,7 @@ cdef class Column:
         src = array_bytes(batch, (first + (count - 1) * stride + 1) * self.row_bytes)
         src += first * self.row_bytes
         dst = self.row_ptr(self.size, count)
-        for j in range(count):
-            memcpy(dst + j * self.row_bytes, src + j * stride * self.row_bytes,
-                   self.row_bytes)
+        copy_strided(dst, src, count, self.row_bytes, stride * self.row_bytes)
         self.size += count
         return count
 
@@ -315,6 +340,7 @@ cdef class Column:
         return PyList_GET_SIZE(self.items) if self.kind == KIND_OBJECT else self.size
 
     cdef int push_slow(self, object item) except -1
+    cdef int start_rows_of(self, cnp.ndarray batch, Py_ssize_t rows) except -1
     cdef inline bint counts_empty_dicts(self):
         # Only empty dicts so far (or nothing yet, in list mode): a count will do.
         if self.kind == KIND_EMPTY and not self.finalized:

@@ -342,6 +342,26 @@ cdef class Column:
         self.kind = kind
         return 0
 
+    cdef int start_rows_of(self, cnp.ndarray batch, Py_ssize_t rows) except -1:
+        """For an empty list-mode Column: the storage _start_typed(batch[i])
+        would choose, without making the row (a numpy scalar of a 1-d
+        batch, an ndarray row of a wider one), with room for `rows` rows.
+        Returns 1, or 0 with nothing changed where that row would not be
+        stored typed."""
+        cdef cnp.dtype dtype = batch.dtype
+        cdef int ndim = cnp.PyArray_NDIM(batch)
+        cdef Py_ssize_t i, row_items = 1
+        if self.kind != KIND_EMPTY or self.finalized or not 1 <= ndim <= 65 \
+                or not is_plain_numeric(dtype):
+            return 0
+        for i in range(1, ndim):
+            row_items *= cnp.PyArray_DIMS(batch)[i]
+        rows = max(rows, MIN_CAPACITY)
+        self._adopt_block(rows * dtype.itemsize * row_items, dtype, rows,
+                          ndim - 1, cnp.PyArray_DIMS(batch) + 1 if ndim > 1 else NULL, 0)
+        self.kind = KIND_ARRAY if ndim > 1 else KIND_SCALAR
+        return 1
+
     cdef int _push_array_mode(self, object item) except -1:
         cdef cnp.ndarray x
         if self.row_type_open:

@@ -62,6 +62,7 @@ cdef class EpisodeCore:
     cdef int append_step(self, object observation, object action, object reward,
                          object infos, object terminated, object truncated,
                          object extra_model_outputs) except -1
+    cdef int store_reset(self, object observation, object infos) except -1
     cdef int _check_step(self, object observation, object action, object reward,
                          object extra_model_outputs) except -1
 

@@ -201,7 +201,7 @@ cdef int inconsistent(str expected) except -1:
 
 cdef class EpisodeCore:
 
-    def __cinit__(self, *args, **kwargs):
+    def __cinit__(self):
         self.is_terminated = False
         self.is_truncated = False
         self.t = 0
@@ -419,6 +419,11 @@ cdef class EpisodeCore:
         if not self.t == self.t_started == 0:
             raise AssertionError("add_env_reset() expects t == t_started == 0, got "
                                  f"t={self.t}, t_started={self.t_started}")
+        self.store_reset(observation, infos)
+        self.validate()
+
+    cdef int store_reset(self, object observation, object infos) except -1:
+        # add_env_reset's writes, into an episode without observations.
         self.observations.push(observation)
         if infos:
             self.infos.push(infos)
@@ -427,8 +432,8 @@ cdef class EpisodeCore:
         self.last_observation = observation
         self.last_row_observed = False
         self.last_infos = infos if infos else None
-        self.validate()
         self.start_time = now()
+        return 0
 
     def get_return(self):
         """Sum of the chunk's rewards (lookback excluded)."""
@@ -673,7 +678,7 @@ cdef class PendingRows:
         return np.empty(shape, dtype=batch.dtype)
 
     def add(self, list episodes, observations, actions, rewards, terminateds, truncateds,
-            resetting, bint same_step=False, bint final_obs_given=False):
+            resetting, bint same_step=False, bint final_obs_given=False, tuple start=None):
         """One vector env step: for each sub-env k that is not resetting
         (resetting[k]: its NextStep reset is this step) and, with
         `same_step`, whose episode did not end in it, what
@@ -690,7 +695,13 @@ cdef class PendingRows:
         axis of len(episodes) (the flags and `resetting` 1-d bool) and,
         with `same_step`, an episode that ended has its final observation
         (`final_obs_given`). An episode that add_env_step would refuse (a
-        done one) raises its error when its rows are written."""
+        done one) raises its error when its rows are written.
+
+        With `start` = (episode class, observation space, action space) and
+        not `same_step`, the NextStep bookkeeping is done here too: each
+        resetting sub-env's new episode starts with its observation (no
+        infos) and is no longer resetting; each sub-env whose episode ended
+        is resetting."""
         cdef Py_ssize_t n = len(episodes), k, r
         cdef list resets = [], ends = []
         cdef object ep
@@ -702,7 +713,13 @@ cdef class PendingRows:
             return None
         cdef const cnp.npy_bool* term_k = <const cnp.npy_bool*>array_bytes(terminateds, n)
         cdef const cnp.npy_bool* trunc_k = <const cnp.npy_bool*>array_bytes(truncateds, n)
-        cdef const cnp.npy_bool* reset_k = <const cnp.npy_bool*>array_bytes(resetting, n)
+        cdef cnp.npy_bool* reset_k = <cnp.npy_bool*>array_bytes(resetting, n)
+        if start is not None and (same_step or len(start) != 3
+                                  or not isinstance(start[0], type)
+                                  or not issubclass(start[0], EpisodeCore)
+                                  or not cnp.PyArray_ISWRITEABLE(<cnp.ndarray>resetting)):
+            raise ValueError("start=(episode class, observation space, action space) is for "
+                             "NextStep steps with a writeable `resetting`")
         # Only the flags are read here: the episodes themselves (out of the
         # caches after env.step) are checked when their rows are written.
         if same_step and not final_obs_given:
@@ -745,6 +762,12 @@ cdef class PendingRows:
                     raise TypeError(f"episodes[{k}] is a {type(ep).__name__}, not an episode")
                 self.flush(<EpisodeCore>ep, k, r if same_step else r + 1)
                 self.first[k] = r + 1
+        if start is not None:
+            for k in resets:
+                episodes[k] = start_episode(start[0], start[1], start[2], observations[k], None)
+                reset_k[k] = False
+            for k in ends:
+                reset_k[k] = True
         return resets, ends
 
     cdef int copy_in(self, cnp.ndarray block, object batch, Py_ssize_t r) except -1:
@@ -756,6 +779,7 @@ cdef class PendingRows:
     cdef int flush(self, EpisodeCore ep, Py_ssize_t k, Py_ssize_t upto) except -1:
         """Writes sub-env k's rows first[k]..upto - 1 into its episode `ep`."""
         cdef Py_ssize_t r, i, start = self.first[k], count = upto - start
+        cdef Column infos
         cdef const cnp.npy_bool* term = <const cnp.npy_bool*>array_bytes(
             self.term, self.capacity * self.n)
         cdef const cnp.npy_bool* trunc = <const cnp.npy_bool*>array_bytes(
@@ -782,8 +806,12 @@ cdef class PendingRows:
         self.write_rows(ep.observations, self.obs, start, count, k)
         self.write_rows(ep.actions, self.act, start, count, k)
         self.write_rows(ep.rewards, self.rew, start, count, k)
-        for r in range(count):
-            ep.infos.push_empty_dict()
+        infos = ep.infos._col
+        if infos is not None and infos.counts_empty_dicts():
+            infos.size += count     # empty infos are only counted
+        else:
+            for r in range(count):
+                ep.infos.push_empty_dict()
         ep.last_infos = None
         ep.t += count
         i = (upto - 1) * self.n + k
@@ -887,6 +915,16 @@ def init_without_data(EpisodeCore episode, id_, observations, observation_space,
         id_ = new_id()
     if t_started is not None:
         start = t_started           # OverflowError past 64 bits, as the constructor's
+    init_empty(episode, id_, observation_space, action_space, terminated, truncated, start,
+               agent_id, module_id, multi_agent_episode_id)
+    return True
+
+
+cdef int init_empty(EpisodeCore episode, object id_, object observation_space,
+                    object action_space, object terminated, object truncated,
+                    Py_ssize_t start, object agent_id, object module_id,
+                    object multi_agent_episode_id) except -1:
+    # The fields of an episode without data (see init_without_data).
     episode.id_ = id_
     episode.agent_id = agent_id
     episode.module_id = module_id
@@ -908,16 +946,23 @@ def init_without_data(EpisodeCore episode, id_, observations, observation_space,
     episode.last_observation = None
     episode.last_row_observed = False
     episode.last_infos = None
-    return True
+    return 0
 
 
 def started_episode(cls, observation_space, action_space, observation, infos):
     """cls(observation_space=..., action_space=...) after
     add_env_reset(observation, infos), without the Python-level __init__."""
+    return start_episode(cls, observation_space, action_space, observation, infos)
+
+
+cdef EpisodeCore start_episode(type cls, object observation_space, object action_space,
+                               object observation, object infos):
     cdef EpisodeCore episode = EpisodeCore.__new__(cls)
-    init_without_data(episode, None, None, observation_space, None, None, action_space,
-                      None, False, False, None, None, "auto", None, None, None)
-    episode.add_env_reset(observation, infos)
+    init_empty(episode, new_id(), observation_space, action_space, False, False, 0, None,
+               None, None)
+    # What add_env_reset checks holds for a new episode, and one observation
+    # and one info are consistent tracks.
+    episode.store_reset(observation, infos)
     return episode
 
 

@@ -169,7 +169,7 @@ cdef class MultiAgentCore:
     cdef double start_time                   # NaN: RLlib's None
     cdef double last_step_time
 
-    def __cinit__(self, *args, **kwargs):
+    def __cinit__(self):
         self.start_time = NAN
         self.last_step_time = NAN
 
