@@ -23,7 +23,8 @@ import gymnasium as gym
 import numpy as np
 
 from episode._checks import in_box
-from episode._episode import PendingRows, started_episode
+from episode._episode import started_episode
+from episode._vector import PendingRows, VectorCore
 from episode.single_agent_episode import SingleAgentEpisode
 
 __all__ = ["Sampler", "VectorEpisodes", "default_view_requirements"]
@@ -56,7 +57,7 @@ def sub_env_infos(infos: Any, index: int) -> dict:
     return out
 
 
-class VectorEpisodes:
+class VectorEpisodes(VectorCore):
     """The running episodes of a vector env's sub-envs, stepped together.
 
     Args:
@@ -74,24 +75,24 @@ class VectorEpisodes:
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) \
                 or num_envs <= 0:
             raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
+        # (The fields are the compiled half's, VectorCore.)
         self.num_envs = int(num_envs)
         self.observation_space = observation_space
         self.action_space = action_space
         self.autoreset_mode = _mode_name(autoreset_mode)
-        self._episodes: list = [None] * self.num_envs
+        self._episodes = [None] * self.num_envs
         # The latest steps, until the episodes are read (see `episodes`).
         self._pending = PendingRows()
-        # NextStep: sub-envs whose next step is their reset.
         self._resetting = np.zeros(self.num_envs, dtype=bool)
-        # What the last add_step() did: the sub-env steps it recorded (a
-        # NextStep reset is none), and the sub-env of each episode it returned.
+        self._episode_class = SingleAgentEpisode
         self.steps_added = 0
-        self.ended_envs: list = []
+        self.ended_envs = []
 
-    def __getstate__(self) -> dict:
+    def __reduce__(self) -> tuple:
         # The pending steps go into their episodes first.
         self._pending.flush_all(self._episodes)
-        return self.__dict__
+        state = {name: getattr(self, name) for name in _VECTOR_FIELDS}
+        return _restore_vector, (type(self), state, self.__dict__)
 
     @property
     def episodes(self) -> list:
@@ -131,30 +132,16 @@ class VectorEpisodes:
                           for k in range(self.num_envs)]
         self._resetting = np.zeros(self.num_envs, dtype=bool)
 
-    def add_step(self, observations: Any, actions: Any, rewards: Any, terminateds: Any,
-                 truncateds: Any, infos: Optional[dict] = None, *,
-                 extra_model_outputs: Optional[dict] = None) -> list:
-        """Adds one `env.step(actions)` result to every sub-env's episode
-        (batches with a leading axis of num_envs; `extra_model_outputs` a
-        dict of such batches). Returns the episodes that ended in this step;
-        their sub-envs go on in new episodes. Checks every batch before
-        anything is added."""
+    # add_step() is compiled (VectorCore): the usual step there, the rest here.
+
+    def _add_step_general(self, observations: Any, actions: Any, rewards: Any,
+                          terminateds: Any, truncateds: Any, infos: Optional[dict],
+                          extra_model_outputs: Optional[dict]) -> list:
         if self._episodes[0] is None:
             raise RuntimeError("add_step() before add_reset(): call it with env.reset()'s "
                                "result first")
         same_step = self.autoreset_mode == "SameStep"
-        if not extra_model_outputs and not infos and not same_step:
-            # The usual step (NextStep, ndarray batches, no infos): all in
-            # the compiled pass, resets and ends included.
-            found = self._add_rows(self._episodes, observations, actions, rewards,
-                                   terminateds, truncateds, self._resetting, False, False,
-                                   (SingleAgentEpisode, self.observation_space,
-                                    self.action_space))
-            if found is not None:
-                resets, self.ended_envs = found
-                self.steps_added = self.num_envs - len(resets)
-                return [self._episodes[k] for k in self.ended_envs]
-        elif not extra_model_outputs and (not infos or not _without_final(infos)):
+        if not extra_model_outputs and (not infos or not _without_final(infos)):
             # ndarray batches without infos: kept in one block, written into
             # the episodes a few dozen steps at a time.
             found = self._add_rows(self._episodes, observations, actions, rewards,
@@ -176,10 +163,6 @@ class VectorEpisodes:
             self._sub_env_step(k, observations, actions, rewards, terminateds, truncateds,
                                infos, outputs, final_obs, final_infos, done, appended=False)
         return done
-
-    def _add_rows(self, *args: Any) -> Optional[tuple]:
-        # The block pass (a method, so that a test can take it away).
-        return self._pending.add(*args)
 
     def _finals(self, terminateds: Any, truncateds: Any, infos: Optional[dict]) -> tuple:
         """A SameStep step's final observations and infos (None otherwise);
@@ -253,6 +236,20 @@ class VectorEpisodes:
             self.episodes[k] = episode.cut(len_lookback_buffer=len_lookback_buffer)
             chunks.append(episode)
         return chunks
+
+
+# VectorCore's fields, as pickled.
+_VECTOR_FIELDS = ("num_envs", "observation_space", "action_space", "autoreset_mode",
+                  "_episodes", "_pending", "_resetting", "_episode_class", "steps_added",
+                  "ended_envs")
+
+
+def _restore_vector(cls: type, state: dict, extra: dict) -> VectorEpisodes:
+    vec = cls.__new__(cls)
+    for name, value in state.items():
+        setattr(vec, name, value)
+    vec.__dict__.update(extra)
+    return vec
 
 
 def _row(batch: Any, k: int) -> Any:

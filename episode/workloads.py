@@ -299,8 +299,9 @@ def _vector_steps() -> tuple:
 
 
 def _vector_append(cls: type) -> Round:
-    obs, actions, rewards, terminateds = _vector_steps()
-    truncateds = np.zeros_like(terminateds)
+    # One array per step, as an env hands them out (no indexing in the loop).
+    obs, actions, rewards, terminateds = map(list, _vector_steps())
+    truncateds = list(np.zeros_like(terminateds))
     if cls.__module__.startswith("ray."):
         def run():
             # RLlib's SingleAgentEnvRunner: add_env_step per sub-env, a new
@@ -335,6 +336,39 @@ def _vector_append(cls: type) -> Round:
                                      truncateds[t])
             return done + [e for e, r in zip(vec.episodes, vec._resetting) if not r]
     return Round(run)
+
+
+def _vector_append_running(cls: type) -> Round:
+    """The appends alone: 100 steps into 64 running episodes (made in the
+    setup), no episode ending, the episodes read at the end."""
+    obs, actions, rewards, _ = map(list, _vector_steps())
+    flags = np.zeros(N_VEC_ENVS, dtype=bool)
+    if cls.__module__.startswith("ray."):
+        def setup():
+            episodes = [cls() for _ in range(N_VEC_ENVS)]
+            for k, episode in enumerate(episodes):
+                episode.add_env_reset(obs[0][k])
+            return (episodes,)
+
+        def run(episodes):
+            for t in range(N_VEC_STEPS):
+                for k in range(N_VEC_ENVS):
+                    episodes[k].add_env_step(obs[t + 1][k], actions[t][k], rewards[t][k],
+                                             terminated=flags[k], truncated=flags[k])
+            return episodes
+        return Round(run, setup)
+    from episode.sampling import VectorEpisodes
+
+    def setup():
+        vec = VectorEpisodes(N_VEC_ENVS)
+        vec.add_reset(obs[0])
+        return (vec,)
+
+    def run(vec):
+        for t in range(N_VEC_STEPS):
+            vec.add_step(obs[t + 1], actions[t], rewards[t], flags, flags)
+        return vec.episodes
+    return Round(run, setup)
 
 
 # -- views, collector and sampler (names starting views_, collector_, sampler_) --
@@ -735,6 +769,10 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in [
              "100 steps of a 64-env CartPole-sized vector env (NextStep autoreset) into "
              "episodes: VectorEpisodes.add_step, or add_env_step per sub-env as RLlib's "
              "EnvRunner does (items: env steps)", N_VEC_ENVS * N_VEC_STEPS, _vector_append),
+    Workload("vector_append_64_running",
+             "the appends alone: 100 steps into the 64 running episodes of a vector env "
+             "(made beforehand), none ending, read at the end (RLlib: add_env_step per "
+             "sub-env; items: env steps)", N_VEC_ENVS * N_VEC_STEPS, _vector_append_running),
     Workload("collector_build_for_training",
              "AgentCollector.build_for_training of 1,000 timesteps: obs, new_obs, actions, "
              "rewards, prev_actions, prev_rewards and a 4-frame stack", 1, _collector_training),

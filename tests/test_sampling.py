@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from episode import SingleAgentEpisode
-from episode._episode import PendingRows
+from episode._vector import PendingRows
 from episode.sampling import VectorEpisodes, sub_env_infos
 
 MODES = {"NextStep": gym.vector.AutoresetMode.NEXT_STEP,
@@ -305,6 +305,24 @@ def test_pending_rows_start_episodes_only_as_asked():
     assert list(resetting) == [False, True]
     np.testing.assert_array_equal(episodes[0].get_observations(0), np.ones(2))
     assert len(episodes[0]) == 0 and len(episodes[1]) == 1 and episodes[1].is_terminated
+
+
+@pytest.mark.parametrize("row, n, capacity", [((4,), 64, 120), ((84, 84, 4), 8, 1),
+                                              ((), 2, 128)])
+def test_pending_rows_size_their_block_by_its_bytes(row, n, capacity):
+    """By default a block holds about 256 KiB of steps (at most 128 steps,
+    at least one): Atari frames do not take a block of many megabytes."""
+    episodes = [SingleAgentEpisode() for _ in range(n)]
+    obs = np.zeros((n,) + row, np.uint8 if len(row) == 3 else np.float32)
+    for k, e in enumerate(episodes):
+        e.add_env_reset(obs[k])
+    block = PendingRows()
+    flags = np.zeros(n, bool)
+    for _ in range(3):
+        block.add(episodes, obs, np.zeros(n, np.int64), np.zeros(n), flags, flags, flags)
+    assert block.capacity == capacity
+    block.flush_all(episodes)
+    assert [len(e) for e in episodes] == [3] * n
 
 
 def test_pending_rows_are_written_when_the_block_is_full_or_read():

@@ -140,6 +140,10 @@ EXPECTED = {
     "sampler_cartpole_64": lambda r: r is True,
     "sampler_bookkeeping_64": lambda r: r is True,
     "vector_append_64": _is_vector_run,
+    "vector_append_64_running": lambda r: len(r) == N_VEC_ENVS
+    and all(len(e) == N_VEC_STEPS and not e.is_done for e in r)
+    and all(np.array_equal(e.get_observations(-1), _vector_steps()[0][-1][k])
+            for k, e in enumerate(r)),
     "ma_add_env_step_2": lambda r: _is_ma_run(r, _ma_steps(2)),
     "ma_add_env_step_8": lambda r: _is_ma_run(r, _ma_steps(8)),
     "ma_add_env_step_turns": lambda r: _is_ma_run(r, _ma_turns())

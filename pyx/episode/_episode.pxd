@@ -69,3 +69,9 @@ cdef class EpisodeCore:
 
 # len() of an episode (t - t_started), checked.
 cdef Py_ssize_t steps(EpisodeCore episode) except -1
+
+
+# cls(observation_space=..., action_space=...) after add_env_reset(observation,
+# infos), without the Python-level work (cls: an EpisodeCore subclass).
+cdef EpisodeCore start_episode(type cls, object observation_space, object action_space,
+                               object observation, object infos)

@@ -1,0 +1,354 @@
+"""Vector env steps into the episodes of its sub-envs, in C.
+
+`PendingRows` keeps a vector env's latest steps in one block and writes
+them into the sub-envs' episodes a few dozen steps at a time. `VectorCore`
+is the compiled half of `episode.sampling.VectorEpisodes`: its fields and
+the usual step (NextStep autoreset, ndarray batches, no infos or extra
+outputs) with no Python in between; the facade adds the other cases.
+"""
+import numpy as np
+
+from cpython.pyport cimport PY_SSIZE_T_MAX
+from libc.string cimport memcpy
+
+cimport numpy as cnp
+
+from episode._buffer cimport BufferCore
+from episode._column cimport Column, array_bytes
+from episode._episode cimport EpisodeCore, now, start_episode
+
+cnp.import_array()
+
+
+# A block holds about this many bytes of steps, and at most so many steps:
+# each episode is then written once per 128 CartPole steps of 64 sub-envs.
+cdef Py_ssize_t BLOCK_BYTES = 1 << 18
+cdef Py_ssize_t MAX_CAPACITY = 128
+
+cdef object NP_TRUE = np.True_      # what a numpy bool array hands out per element
+cdef object NP_FALSE = np.False_
+
+
+cdef inline bint is_batch(object batch, Py_ssize_t n) noexcept:
+    # A C-contiguous ndarray with a leading axis of n: what the row writes
+    # index into.
+    return (cnp.PyArray_CheckExact(batch) and cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>batch)
+            and cnp.PyArray_NDIM(<cnp.ndarray>batch) >= 1
+            and cnp.PyArray_DIMS(<cnp.ndarray>batch)[0] == n)
+
+
+cdef inline bint is_flags(object batch, Py_ssize_t n) noexcept:
+    return (is_batch(batch, n) and cnp.PyArray_NDIM(<cnp.ndarray>batch) == 1
+            and cnp.PyArray_TYPE(<cnp.ndarray>batch) == cnp.NPY_BOOL)
+
+
+cdef inline bint plain_rows(object batch) noexcept:
+    # Rows without object references (a block copies their bytes); structured
+    # dtypes are left to the general path too.
+    return cnp.PyArray_TYPE(<cnp.ndarray>batch) not in (cnp.NPY_OBJECT, cnp.NPY_VOID)
+
+
+cdef object block_item(cnp.ndarray block, Py_ssize_t row):
+    # block[row] as add_env_step would be handed it: a copy of an array row
+    # (the block's rows are overwritten later), a numpy scalar as it is.
+    item = block[row]
+    return item.copy() if cnp.PyArray_Check(item) else item
+
+
+cdef class PendingRows:
+    """The latest steps of a vector env's sub-envs, kept in one block and
+    written into the sub-envs' episodes a few dozen steps at a time.
+
+    A sampler's step writes one row per sub-env into as many episodes;
+    right after `env.step` has run through every sub-env, their storage is
+    out of the caches, and the writes cost several times the copy. Here a
+    step is a few block copies, and each episode is written once per
+    `capacity` steps (and whenever it is read: `flush_all`).
+
+    Block row r * n + k holds sub-env k's item of step r (n sub-envs); the
+    flat layout lets a row be written into an episode as a batch row is.
+
+    `capacity`: steps per block; None (the default) sizes each block to
+    about BLOCK_BYTES (at most MAX_CAPACITY steps, at least one), so that
+    large observations do not take a block of many megabytes."""
+
+    cdef readonly Py_ssize_t capacity, filled, n
+    cdef Py_ssize_t fixed_capacity  # the capacity asked for, 0: sized by the rows
+    cdef cnp.ndarray obs, act, rew, term, trunc
+    cdef double[::1] times
+    cdef Py_ssize_t[::1] first     # sub-env k's pending rows: first[k]..filled - 1
+
+    def __cinit__(self, capacity=None):
+        if capacity is not None and capacity <= 0:
+            raise ValueError(f"capacity must be positive, got {capacity}")
+        self.fixed_capacity = 0 if capacity is None else capacity
+        self.capacity = self.fixed_capacity or MAX_CAPACITY
+        self.filled = 0
+        self.n = 0
+
+    cdef bint fits(self, cnp.ndarray batch, cnp.ndarray block) noexcept:
+        # The batch's rows are the block's rows: same type, item size, byte
+        # order and row shape (block: (capacity * n, *row); batch: (n, *row)).
+        cdef int i
+        if block is None or cnp.PyArray_NDIM(batch) != cnp.PyArray_NDIM(block):
+            return False
+        if not (cnp.PyArray_TYPE(batch) == cnp.PyArray_TYPE(block)
+                and cnp.PyArray_ITEMSIZE(batch) == cnp.PyArray_ITEMSIZE(block)
+                and cnp.PyArray_ISNOTSWAPPED(batch) == cnp.PyArray_ISNOTSWAPPED(block)):
+            return False
+        for i in range(1, cnp.PyArray_NDIM(batch)):
+            if cnp.PyArray_DIMS(batch)[i] != cnp.PyArray_DIMS(block)[i]:
+                return False
+        return True
+
+    cdef cnp.ndarray new_block(self, cnp.ndarray batch):
+        shape = (self.capacity * self.n,) + tuple(
+            [cnp.PyArray_DIMS(batch)[i] for i in range(1, cnp.PyArray_NDIM(batch))])
+        return np.empty(shape, dtype=batch.dtype)
+
+    def add(self, list episodes, observations, actions, rewards, terminateds, truncateds,
+            resetting, bint same_step=False, bint final_obs_given=False, tuple start=None):
+        """One vector env step: for each sub-env k that is not resetting
+        (resetting[k]: its NextStep reset is this step) and, with
+        `same_step`, whose episode did not end in it, what
+        episodes[k].add_env_step(observations[k], actions[k], rewards[k],
+        terminated=terminateds[k], truncated=truncateds[k]) adds (no infos,
+        no extra outputs), kept here until the episode is written. An
+        episode that ended is written before this returns (with
+        `same_step`, up to the step before this one: its last observation
+        is in the infos, for the caller to add).
+
+        Returns (the resetting sub-envs, the sub-envs whose episode ended),
+        or None, adding nothing and with every pending row written, unless
+        every batch is a C-contiguous object-free ndarray with a leading
+        axis of len(episodes) (the flags and `resetting` 1-d bool) and,
+        with `same_step`, an episode that ended has its final observation
+        (`final_obs_given`). An episode that add_env_step would refuse (a
+        done one) raises its error when its rows are written.
+
+        With `start` = (episode class, observation space, action space) and
+        not `same_step`, the NextStep bookkeeping is done here too: each
+        resetting sub-env's new episode starts with its observation (no
+        infos) and is no longer resetting; each sub-env whose episode ended
+        is resetting."""
+        return self.add_rows(episodes, observations, actions, rewards, terminateds, truncateds,
+                             resetting, same_step, final_obs_given, start)
+
+    cdef object add_rows(self, list episodes, observations, actions, rewards, terminateds,
+                         truncateds, resetting, bint same_step, bint final_obs_given,
+                         tuple start):
+        # add(), for the compiled step.
+        cdef Py_ssize_t n = len(episodes), k, r
+        cdef list resets = [], ends = []
+        cdef object ep
+        if not (is_batch(observations, n) and is_batch(actions, n) and is_batch(rewards, n)
+                and is_flags(terminateds, n) and is_flags(truncateds, n)
+                and is_flags(resetting, n) and n > 0
+                and plain_rows(observations) and plain_rows(actions) and plain_rows(rewards)):
+            self.flush_all(episodes)
+            return None
+        cdef const cnp.npy_bool* term_k = <const cnp.npy_bool*>array_bytes(terminateds, n)
+        cdef const cnp.npy_bool* trunc_k = <const cnp.npy_bool*>array_bytes(truncateds, n)
+        cdef cnp.npy_bool* reset_k = <cnp.npy_bool*>array_bytes(resetting, n)
+        if start is not None and (same_step or len(start) != 3
+                                  or not isinstance(start[0], type)
+                                  or not issubclass(start[0], EpisodeCore)
+                                  or not cnp.PyArray_ISWRITEABLE(<cnp.ndarray>resetting)):
+            raise ValueError("start=(episode class, observation space, action space) is for "
+                             "NextStep steps with a writeable `resetting`")
+        # Only the flags are read here: the episodes themselves (out of the
+        # caches after env.step) are checked when their rows are written.
+        if same_step and not final_obs_given:
+            for k in range(n):
+                if not reset_k[k] and (term_k[k] or trunc_k[k]):
+                    # The caller's general path raises (before adding anything).
+                    self.flush_all(episodes)
+                    return None
+        if not (n == self.n and self.fits(observations, self.obs)
+                and self.fits(actions, self.act) and self.fits(rewards, self.rew)):
+            # Another vector env or another row layout: a new block.
+            self.flush_all(episodes)
+            self.n = n
+            self.capacity = self.fixed_capacity or max(1, min(
+                MAX_CAPACITY, BLOCK_BYTES // max(1, cnp.PyArray_NBYTES(observations)
+                                                 + cnp.PyArray_NBYTES(actions)
+                                                 + cnp.PyArray_NBYTES(rewards) + 2 * n)))
+            self.obs = self.new_block(observations)
+            self.act = self.new_block(actions)
+            self.rew = self.new_block(rewards)
+            self.term = np.empty(self.capacity * n, dtype=bool)
+            self.trunc = np.empty(self.capacity * n, dtype=bool)
+            self.times = np.empty(self.capacity, dtype=np.float64)
+            self.first = np.zeros(n, dtype=np.intp)
+        elif self.filled == self.capacity:
+            self.flush_all(episodes)
+        r = self.filled
+        self.copy_in(self.obs, observations, r)
+        self.copy_in(self.act, actions, r)
+        self.copy_in(self.rew, rewards, r)
+        self.copy_in(self.term, terminateds, r)
+        self.copy_in(self.trunc, truncateds, r)
+        self.times[r] = now()
+        self.filled = r + 1
+        for k in range(n):
+            if reset_k[k]:
+                # Its next episode starts with the next step.
+                resets.append(k)
+                self.first[k] = r + 1
+            elif term_k[k] or trunc_k[k]:
+                ends.append(k)
+                ep = episodes[k]
+                if not isinstance(ep, EpisodeCore):
+                    raise TypeError(f"episodes[{k}] is a {type(ep).__name__}, not an episode")
+                self.flush(<EpisodeCore>ep, k, r if same_step else r + 1)
+                self.first[k] = r + 1
+        if start is not None:
+            for k in resets:
+                episodes[k] = start_episode(start[0], start[1], start[2], observations[k], None)
+                reset_k[k] = False
+            for k in ends:
+                reset_k[k] = True
+        return resets, ends
+
+    cdef int copy_in(self, cnp.ndarray block, object batch, Py_ssize_t r) except -1:
+        cdef Py_ssize_t nbytes = cnp.PyArray_NBYTES(<cnp.ndarray>batch)
+        memcpy(array_bytes(block, (r + 1) * nbytes) + r * nbytes,
+               array_bytes(<cnp.ndarray>batch, nbytes), nbytes)
+        return 0
+
+    cdef int flush(self, EpisodeCore ep, Py_ssize_t k, Py_ssize_t upto) except -1:
+        """Writes sub-env k's rows first[k]..upto - 1 into its episode `ep`."""
+        cdef Py_ssize_t r, i, start = self.first[k], count = upto - start
+        cdef Column infos
+        cdef const cnp.npy_bool* term = <const cnp.npy_bool*>array_bytes(
+            self.term, self.capacity * self.n)
+        cdef const cnp.npy_bool* trunc = <const cnp.npy_bool*>array_bytes(
+            self.trunc, self.capacity * self.n)
+        if count <= 0:
+            return 0
+        self.first[k] = upto
+        if (ep.observations is None or ep.actions is None or ep.rewards is None
+                or ep.infos is None or ep.is_terminated or ep.is_truncated
+                or ep.rewards.is_finalized() or ep.t > PY_SSIZE_T_MAX - count
+                or ep.observations._col is None or ep.actions._col is None
+                or ep.rewards._col is None):
+            # add_env_step's own checks and paths, row by row (numpy'ized
+            # data, Dict rows, a done episode's error).
+            for r in range(start, upto):
+                i = r * self.n + k
+                ep.append_step(block_item(self.obs, i), block_item(self.act, i),
+                               block_item(self.rew, i), None,
+                               NP_TRUE if term[i] else NP_FALSE,
+                               NP_TRUE if trunc[i] else NP_FALSE, None)
+            return 0
+        # add_env_step's appends, track by track (only the last row can end
+        # the episode: an end is written as soon as it is added).
+        self.write_rows(ep.observations, self.obs, start, count, k)
+        self.write_rows(ep.actions, self.act, start, count, k)
+        self.write_rows(ep.rewards, self.rew, start, count, k)
+        infos = ep.infos._col
+        if infos is not None and infos.counts_empty_dicts():
+            infos.size += count     # empty infos are only counted
+        else:
+            for r in range(count):
+                ep.infos.push_empty_dict()
+        ep.last_infos = None
+        ep.t += count
+        i = (upto - 1) * self.n + k
+        # The last observation is the row just written: no row view made.
+        ep.end_step(None, NP_TRUE if term[i] else NP_FALSE,
+                    NP_TRUE if trunc[i] else NP_FALSE, self.times[upto - 1])
+        return 0
+
+    cdef int write_rows(self, BufferCore buffer, cnp.ndarray block, Py_ssize_t start,
+                        Py_ssize_t count, Py_ssize_t k) except -1:
+        # push(block[(start + j) * n + k]) for j < count: the rows' bytes in
+        # one strided copy where the track holds them unchanged, else row by
+        # row (the first row of a track decides its type: then the rest).
+        cdef Column col = buffer._col
+        cdef Py_ssize_t j, i
+        for j in range(count):
+            if col.push_strided_rows(block, (start + j) * self.n + k, count - j, self.n):
+                return 0
+            i = (start + j) * self.n + k
+            if not col.push_batch_row(block, i):
+                buffer.push(block_item(block, i))
+            col = buffer._col       # a push may have changed the storage
+        return 0
+
+    def __reduce__(self):
+        # Pending rows belong to episodes the block does not hold: the owner
+        # writes them (flush_all) before it is pickled.
+        if self.filled:
+            raise TypeError(f"cannot pickle a PendingRows with {self.filled} pending steps: "
+                            f"flush_all() them into their episodes first")
+        return PendingRows, (self.fixed_capacity or None,)
+
+    def flush_all(self, list episodes):
+        """Writes every pending row into its episode (episodes[k] for
+        sub-env k); the block is empty after."""
+        cdef Py_ssize_t k
+        if self.filled and self.n != len(episodes):
+            raise ValueError(f"{self.filled} steps of {self.n} sub-envs are pending; "
+                             f"got {len(episodes)} episodes to write them into")
+        if self.filled:
+            for k in range(self.n):
+                ep = episodes[k]
+                if not isinstance(ep, EpisodeCore):
+                    raise TypeError(f"episodes[{k}] is a {type(ep).__name__}, not an episode")
+                self.flush(<EpisodeCore>ep, k, self.filled)
+        self.filled = 0
+        if self.n:
+            self.first[:] = 0
+
+
+cdef class VectorCore:
+    """The fields of VectorEpisodes and its usual step, compiled (see the
+    facade, episode.sampling.VectorEpisodes, for the API)."""
+
+    cdef public Py_ssize_t num_envs
+    cdef public object observation_space
+    cdef public object action_space
+    cdef public str autoreset_mode
+    cdef public list _episodes          # sub-env k's running episode (None before a reset)
+    cdef public PendingRows _pending    # the latest steps, until written into them
+    cdef public cnp.ndarray _resetting  # NextStep: sub-envs whose next step is their reset
+    cdef public type _episode_class     # the class of the episodes it starts
+    # What the last add_step() did: the sub-env steps it recorded (a NextStep
+    # reset is none), and the sub-env of each episode it returned.
+    cdef public Py_ssize_t steps_added
+    cdef public list ended_envs
+
+    def add_step(self, observations, actions, rewards, terminateds, truncateds, infos=None,
+                 *, extra_model_outputs=None):
+        """Adds one `env.step(actions)` result to every sub-env's episode
+        (batches with a leading axis of num_envs; `extra_model_outputs` a
+        dict of such batches). Returns the episodes that ended in this step;
+        their sub-envs go on in new episodes. Checks every batch before
+        anything is added."""
+        cdef list episodes = self._episodes
+        if (not extra_model_outputs and not infos and self.autoreset_mode == "NextStep"
+                and episodes and episodes[0] is not None):
+            # The usual step, resets and ends included, in the block pass.
+            found = self._add_rows(episodes, observations, actions, rewards, terminateds,
+                                   truncateds, self._resetting, False, False,
+                                   (self._episode_class, self.observation_space,
+                                    self.action_space))
+            if found is not None:
+                resets, ends = found
+                self.steps_added = len(episodes) - len(resets)
+                self.ended_envs = ends
+                return [episodes[k] for k in ends]
+        return self._add_step_general(observations, actions, rewards, terminateds,
+                                      truncateds, infos, extra_model_outputs)
+
+    cpdef object _add_rows(self, list episodes, object observations, object actions,
+                           object rewards, object terminateds, object truncateds,
+                           object resetting, bint same_step, bint final_obs_given,
+                           tuple start=None):
+        # The block pass (PendingRows.add); overridable, so that a test can
+        # count it or take it away.
+        if self._pending is None:
+            raise TypeError("_pending must be a PendingRows, not None")
+        return self._pending.add_rows(episodes, observations, actions, rewards, terminateds,
+                                      truncateds, resetting, same_step, final_obs_given, start)
