@@ -11,6 +11,8 @@ from episode.lookback_buffer import InfiniteLookbackBuffer
 _Indices: TypeAlias = int | builtins.slice | list[int] | None
 _E = TypeVar("_E", bound="EpisodeCore")
 
+class BufferTypeError(TypeError, AssertionError): ...
+
 REWARDS_SPACE: gym.spaces.Box
 
 @disjoint_base

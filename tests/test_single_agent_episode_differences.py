@@ -806,6 +806,41 @@ def test_rllib_to_numpy_that_cannot_batch_numpyizes_the_observations_first():
     assert episode.observations.finalized
 
 
+# -- an extra output slot that holds no buffer ------------------------------------------
+
+
+@pytest.mark.parametrize("slot", [[1], None, "x", np.zeros(1)])
+@pytest.mark.parametrize("numpy", [False, True])
+def test_a_step_into_a_slot_that_is_no_buffer_changes_nothing(slot, numpy):
+    """Anything but a buffer under an extra output's key (put there by hand)
+    makes the step raise TypeError, naming the object's class with its
+    module, before anything is added; the getter raises the same error,
+    which is also the AssertionError RLlib's getter raises."""
+    episode = SingleAgentEpisode(observations=[0, 1], actions=[0], rewards=[0.0],
+                                 extra_model_outputs={"x": [1]}, len_lookback_buffer=0)
+    if numpy:
+        episode.to_numpy()
+    episode.extra_model_outputs["x"] = slot
+    name = f"{type(slot).__module__}.{type(slot).__qualname__}"
+    with pytest.raises(TypeError, match=name):
+        episode.add_env_step(2, 0, 1.0, extra_model_outputs={"y": 1.0, "x": 2})
+    with pytest.raises(AssertionError, match=name):
+        episode.get_extra_model_outputs("x")
+    assert len(episode) == 1 and list(episode.get_observations()) == [0, 1]
+    assert list(episode.extra_model_outputs) == ["x"]
+
+
+@pytest.mark.rllib
+def test_rllib_appends_to_a_list_in_an_extra_output_slot():
+    episode = rllib_episode_class()(observations=[0, 1], actions=[0], rewards=[0.0],
+                                    extra_model_outputs={"x": [1]}, len_lookback_buffer=0)
+    episode.extra_model_outputs["x"] = [1]
+    episode.add_env_step(2, 0, 1.0, extra_model_outputs={"x": 2})
+    assert episode.extra_model_outputs["x"] == [1, 2]     # a list, not a buffer
+    with pytest.raises(AssertionError):
+        episode.get_extra_model_outputs("x")              # which its getter refuses
+
+
 # -- extra model outputs that are not a mapping -----------------------------------------
 
 

@@ -29,7 +29,8 @@ cdef class EpisodeCore:
     cdef public BufferCore actions
     cdef public BufferCore rewards
     cdef public BufferCore infos
-    cdef public object extra_model_outputs   # dict of key -> buffer (defaultdict after from_state)
+    cdef object _extras             # extra_model_outputs: key -> buffer (a dict; a
+                                    # defaultdict after from_state); see own_extras
     cdef public object is_terminated
     cdef public object is_truncated
     cdef public Py_ssize_t t
@@ -75,3 +76,8 @@ cdef Py_ssize_t steps(EpisodeCore episode) except -1
 # infos), without the Python-level work (cls: an EpisodeCore subclass).
 cdef EpisodeCore start_episode(type cls, object observation_space, object action_space,
                                object observation, object infos)
+
+
+# episode.extra_model_outputs, with any of RLlib's own buffers that RLlib code
+# put in it (its replay buffers do) replaced by ours.
+cdef object own_extras(EpisodeCore episode)

@@ -7,6 +7,7 @@ subclasses it and adds the rest of RLlib's API.
 """
 import copy
 import os
+import sys
 
 import gymnasium as gym
 import numpy as np
@@ -163,9 +164,61 @@ cdef inline BufferCore as_buffer(object obj):
     return <BufferCore>obj
 
 
+class BufferTypeError(TypeError, AssertionError):
+    """A buffer was expected (in extra_model_outputs, say) and something
+    else was found. Also an AssertionError: RLlib's getters assert there."""
+
+
 cdef int not_a_buffer(object obj) except -1:
     # Out of line, so that as_buffer stays small enough to inline.
-    raise TypeError(f"expected an InfiniteLookbackBuffer, got {type(obj).__name__}")
+    raise BufferTypeError(f"expected an episode.InfiniteLookbackBuffer, got "
+                          f"{type(obj).__module__}.{type(obj).__qualname__}")
+
+
+cdef object own_extras(EpisodeCore episode):
+    # The extra outputs, each of RLlib's own buffers among them replaced by
+    # ours (same state) the first time it is met: RLlib's replay buffers put
+    # theirs into episodes of any class (extra_model_outputs["n_step"]).
+    cdef object extras = episode._extras
+    cdef Py_ssize_t pos = 0
+    cdef PyObject* key_ptr
+    cdef PyObject* value_ptr
+    if type(extras) is not dict and not isinstance(extras, dict):
+        return extras
+    while PyDict_Next(extras, &pos, &key_ptr, &value_ptr):
+        if not isinstance(<object>value_ptr, BufferCore) and is_rllib_buffer(<object>value_ptr):
+            for key, value in list(extras.items()):
+                if is_rllib_buffer(value):
+                    extras[key] = Buffer.from_state(value.get_state())
+            break
+    return extras
+
+
+cdef int check_targets(object outputs, object incoming) except -1:
+    # Where a step's extra output goes into a buffer already there, that is a
+    # buffer (TypeError otherwise): checked before the step adds anything.
+    # `incoming`: a dict, or a list of (key, value) pairs.
+    cdef Py_ssize_t pos = 0
+    cdef PyObject* key_ptr
+    cdef PyObject* value_ptr
+    cdef PyObject* found
+    if type(incoming) is dict and isinstance(outputs, dict):
+        while PyDict_Next(incoming, &pos, &key_ptr, &value_ptr):
+            found = PyDict_GetItemWithError(outputs, <object>key_ptr)
+            if found is not NULL and not isinstance(<object>found, BufferCore):
+                not_a_buffer(<object>found)
+        return 0
+    for key, _ in (incoming.items() if type(incoming) is dict else incoming):
+        if key in outputs:
+            as_buffer(outputs[key])
+    return 0
+
+
+cdef bint is_rllib_buffer(object obj) except -1:
+    # An InfiniteLookbackBuffer of RLlib's (only where RLlib is loaded).
+    module = sys.modules.get("ray.rllib.env.utils.infinite_lookback_buffer")
+    cls = getattr(module, "InfiniteLookbackBuffer", None) if module is not None else None
+    return cls is not None and isinstance(cls, type) and isinstance(obj, cls)
 
 
 cdef inline int require_buffers(EpisodeCore episode) except -1:
@@ -259,6 +312,15 @@ cdef class EpisodeCore:
     def _custom_data(self, value):
         self.custom_data_ = value
 
+    @property
+    def extra_model_outputs(self):
+        """The model's extra outputs: a dict of key -> InfiniteLookbackBuffer."""
+        return own_extras(self)
+
+    @extra_model_outputs.setter
+    def extra_model_outputs(self, value):
+        self._extras = value
+
     # -- the step ---------------------------------------------------------------
 
     def add_env_step(self, observation, action, reward, infos=None, *,
@@ -289,6 +351,11 @@ cdef class EpisodeCore:
             # Another mapping: its items, read before anything is appended
             # (AttributeError, as RLlib's, for something without items()).
             extra_items = list(extra_model_outputs.items())
+        outputs = None
+        if extra_model_outputs is not None:
+            outputs = own_extras(self)
+            check_targets(outputs, extra_model_outputs if type(extra_model_outputs) is dict
+                          else extra_items)
         self.observations.push(observation)
         self.actions.push(action)
         self.rewards.push(reward)
@@ -300,7 +367,6 @@ cdef class EpisodeCore:
             self.last_infos = None
         self.t += 1
         if extra_model_outputs is not None:
-            outputs = self.extra_model_outputs
             if type(extra_model_outputs) is dict and isinstance(outputs, dict):
                 # PyDict_Next and C lookups: no Python-level calls per key.
                 pos = 0
@@ -341,7 +407,7 @@ cdef class EpisodeCore:
         if col is None or col.finalized and not col.row_fits(reward):
             self.rewards.check_append(reward)
         if extra_model_outputs is not None:
-            outputs = self.extra_model_outputs
+            outputs = own_extras(self)
             if type(extra_model_outputs) is dict and type(outputs) is dict:
                 # PyDict_Next and C lookups: no Python-level calls per key.
                 while PyDict_Next(extra_model_outputs, &pos, &key_ptr, &value_ptr):
@@ -353,12 +419,11 @@ cdef class EpisodeCore:
                         if col is not None and (not col.finalized
                                                 or col.row_fits(<object>value_ptr)):
                             continue
-                    (<object>found).check_append(<object>value_ptr)
+                    as_buffer(<object>found).check_append(<object>value_ptr)
             else:
                 for key, value in extra_model_outputs.items():
-                    buf = outputs.get(key)
-                    if buf is not None:
-                        buf.check_append(value)
+                    if key in outputs:
+                        as_buffer(outputs[key]).check_append(value)
         space = self._observation_space
         if space is not None and not space_contains(space, observation):
             raise AssertionError(
@@ -388,7 +453,7 @@ cdef class EpisodeCore:
             if n_rewards != 0 or n_actions != 0:
                 inconsistent(f"no actions or rewards without observations, got "
                              f"{n_actions} actions and {n_rewards} rewards")
-            for key, buf in self.extra_model_outputs.items():
+            for key, buf in own_extras(self).items():
                 if len(buf) != 0:
                     inconsistent(f"no extra model outputs without observations, got "
                                  f"{len(buf)} of {key!r}")
@@ -397,7 +462,7 @@ cdef class EpisodeCore:
                 inconsistent(f"one action and one reward per observation after the "
                              f"first, got {n_obs} observations, {n_actions} actions and "
                              f"{n_rewards} rewards")
-            for key, buf in self.extra_model_outputs.items():
+            for key, buf in own_extras(self).items():
                 if len(buf) != n_obs - 1:
                     inconsistent(f"one extra model output per action, got {len(buf)} "
                                  f"of {key!r} for {n_obs - 1} actions")
@@ -469,7 +534,7 @@ cdef class EpisodeCore:
         cdef Py_ssize_t n = steps(self)
         buffers = [self.observations]
         if n > 0:
-            buffers += [self.actions, self.rewards, *self.extra_model_outputs.values()]
+            buffers += [self.actions, self.rewards, *own_extras(self).values()]
         # Everything that can fail (batching items on the object path) first:
         # an episode whose data cannot be batched is left as it was.
         storages = [(<BufferCore>buf).prepare_finalize() if isinstance(buf, BufferCore)
@@ -514,7 +579,7 @@ cdef class EpisodeCore:
             self.actions.sub_buffer(rest, False, n, self._action_space),
             rewards,
             {k: as_buffer(v).sub_buffer(rest, False, n, None)
-             for k, v in self.extra_model_outputs.items()},
+             for k, v in own_extras(self).items()},
             False, False, self.t,
         )
         episode._observation_space = self._observation_space
@@ -547,7 +612,7 @@ cdef class EpisodeCore:
         episode = assemble(
             type(self), self.id_, observations, infos, actions, rewards,
             {k: _piece(v, start, stop, step, 0, len_lookback_buffer, None)
-             for k, v in self.extra_model_outputs.items()},
+             for k, v in own_extras(self).items()},
             self.is_terminated if keep_done else False,
             self.is_truncated if keep_done else False,
             self.t_started + start,
@@ -586,7 +651,7 @@ cdef class EpisodeCore:
                                 fill=None):
         """The extra model output `key` at `indices` (KeyError for an unknown key)."""
         require_buffers(self)
-        return as_buffer(self.extra_model_outputs[key]).cget(indices, neg_index_as_lookback, fill, False, False, None)
+        return as_buffer(own_extras(self)[key]).cget(indices, neg_index_as_lookback, fill, False, False, None)
 
 
 cdef BufferCore _piece(object buf, start, stop, step, int extra,
@@ -612,7 +677,7 @@ def assemble(cls, id_, BufferCore observations, BufferCore infos, BufferCore act
     episode.infos = infos
     episode.actions = actions
     episode.rewards = rewards
-    episode.extra_model_outputs = extra_model_outputs
+    episode._extras = extra_model_outputs
     episode.is_terminated = terminated
     episode.is_truncated = truncated
     t_started = t_started or 0
@@ -676,7 +741,7 @@ cdef int init_empty(EpisodeCore episode, object id_, object observation_space,
     episode.rewards = empty_buffer(Buffer, REWARDS_SPACE, REWARDS_SPACE)
     episode.is_terminated = terminated
     episode.is_truncated = truncated
-    episode.extra_model_outputs = {}
+    episode._extras = {}
     episode.t_started = start
     episode.t = start
     episode.start_time = NAN

@@ -21,7 +21,7 @@ cimport numpy as cnp
 
 from episode._buffer cimport BufferCore
 from episode._column cimport Column, KIND_EMPTY, KIND_INT
-from episode._episode cimport EpisodeCore, now, time_from, time_or_none
+from episode._episode cimport EpisodeCore, now, own_extras, time_from, time_or_none
 from episode._index cimport (INDEX_LIMIT, SliceSpec, clamped_index, int_position,
                              interpret_slice, slice_positions)
 
@@ -460,7 +460,7 @@ cdef class MultiAgentCore:
             (<EpisodeCore>piece).agent_id = aid
             (<EpisodeCore>piece).module_id = episode.module_id
             (<EpisodeCore>piece).multi_agent_episode_id = self.id_
-            (<EpisodeCore>piece).extra_model_outputs = {}
+            (<EpisodeCore>piece)._extras = {}
             (<EpisodeCore>piece).custom_data_ = None
             pieces[aid] = piece
             steps = AgentSteps.__new__(AgentSteps)
@@ -628,7 +628,7 @@ cdef class MultiAgentCore:
         elif what == READ_REWARDS:
             buffer = episode.rewards
         else:
-            outputs = episode.extra_model_outputs
+            outputs = own_extras(episode)
             if not isinstance(outputs, dict):
                 return DECLINE
             found = PyDict_GetItemWithError(outputs, key)

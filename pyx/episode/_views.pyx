@@ -8,7 +8,7 @@ from libc.string cimport memcpy, memset
 
 from episode._buffer cimport BufferCore
 from episode._column cimport Column, KIND_OBJECT, KIND_EMPTY, KIND_EMPTY_DICT, array_bytes
-from episode._episode cimport EpisodeCore, steps
+from episode._episode cimport EpisodeCore, own_extras, steps
 
 import numpy as np
 
@@ -28,7 +28,7 @@ cdef BufferCore track_of(EpisodeCore e, str data_col):
         return e.rewards
     if data_col == "infos":
         return None
-    found = e.extra_model_outputs.get(data_col)
+    found = own_extras(e).get(data_col)
     return found if isinstance(found, BufferCore) else None
 
 
