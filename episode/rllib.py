@@ -1,0 +1,152 @@
+"""RLlib on our episode classes.
+
+`install()` makes every loaded `ray.rllib` module use our
+`SingleAgentEpisode`, `MultiAgentEpisode` and `InfiniteLookbackBuffer` in
+place of RLlib's own: each module attribute that is one of RLlib's three
+classes becomes ours. The modules that define them are among those, so a
+module imported later gets ours too. Ray worker processes started afterwards
+do the same before they run anything (`ray.init()` gets a worker setup
+hook). `uninstall()` puts RLlib's classes back; `installed()` is both as a
+context manager::
+
+    import episode.rllib
+    episode.rllib.install()      # before building the algorithm
+    algo = PPOConfig().environment("CartPole-v1").build_algo()
+
+RLlib's own code tells episodes apart by their class, so one process must
+not mix the two kinds: `install()` refuses while an episode or buffer of
+RLlib's classes is alive.
+
+Importing this module does not import ray; `install()` does.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import gc
+import importlib
+import sys
+from typing import Any, Iterator
+
+__all__ = ["install", "installed", "is_installed", "uninstall"]
+
+# (RLlib's module, the class name, our module): the classes swapped.
+CLASSES = (
+    ("ray.rllib.env.utils.infinite_lookback_buffer", "InfiniteLookbackBuffer",
+     "episode.lookback_buffer"),
+    ("ray.rllib.env.single_agent_episode", "SingleAgentEpisode",
+     "episode.single_agent_episode"),
+    ("ray.rllib.env.multi_agent_episode", "MultiAgentEpisode",
+     "episode.multi_agent_episode"),
+)
+
+# What install() changed, to be undone: (module, attribute, RLlib's class).
+_replaced: list = []
+# RLlib's class -> ours, while installed.
+_swap: dict = {}
+_ray_init: Any = None
+
+
+def is_installed() -> bool:
+    """Whether RLlib runs on our classes in this process."""
+    return bool(_swap)
+
+
+def install() -> None:
+    """Makes every loaded `ray.rllib` module, and every Ray worker process
+    started afterwards, use our episode and buffer classes (does nothing if
+    they already do). RuntimeError, changing nothing, while an episode or
+    buffer of RLlib's classes is alive; ImportError without ray[rllib]."""
+    if _swap:
+        _patch_loaded_modules()       # modules imported since
+        return
+    swap = {}
+    for rllib_module, name, our_module in CLASSES:
+        theirs = getattr(importlib.import_module(rllib_module), name)
+        swap[theirs] = getattr(importlib.import_module(our_module), name)
+    alive = _alive_instances(tuple(swap))
+    if alive:
+        raise RuntimeError(
+            f"episode.rllib.install(): {alive} object(s) of RLlib's episode and buffer classes "
+            f"exist already; RLlib tells episodes apart by class, so one process cannot mix "
+            f"them. Install before anything makes an episode (before building the algorithm).")
+    _swap.update(swap)
+    _patch_loaded_modules()
+    _hook_ray_init()
+
+
+def uninstall() -> None:
+    """Puts RLlib's own classes back where install() replaced them (does
+    nothing if not installed). Worker processes already started keep ours."""
+    global _ray_init
+    for module, attribute, theirs in reversed(_replaced):
+        setattr(module, attribute, theirs)
+    _replaced.clear()
+    _swap.clear()
+    if _ray_init is not None:
+        import ray
+
+        ray.init = _ray_init
+        _ray_init = None
+
+
+@contextlib.contextmanager
+def installed() -> Iterator[None]:
+    """install() for the body of a `with` block, uninstall() after it (if
+    the block installed it)."""
+    was_installed = is_installed()
+    install()
+    try:
+        yield
+    finally:
+        if not was_installed:
+            uninstall()
+
+
+def _patch_loaded_modules() -> None:
+    # Every attribute of a loaded ray.rllib module that is one of RLlib's
+    # classes becomes ours.
+    for module_name, module in list(sys.modules.items()):
+        if module is None or not (module_name == "ray.rllib"
+                                  or module_name.startswith("ray.rllib.")):
+            continue
+        namespace = getattr(module, "__dict__", None)
+        if not isinstance(namespace, dict):
+            continue
+        for attribute, value in list(namespace.items()):
+            ours = _swap.get(value) if isinstance(value, type) else None
+            if ours is not None:
+                setattr(module, attribute, ours)
+                _replaced.append((module, attribute, value))
+
+
+def _alive_instances(classes: tuple) -> int:
+    gc.collect()
+    # (type(), not isinstance(): some lazy module attributes warn when asked
+    # for their __class__.)
+    return sum(1 for obj in gc.get_objects() if issubclass(type(obj), classes))
+
+
+def worker_setup() -> None:
+    """Ray's worker process setup hook: install() in a worker."""
+    install()
+
+
+def _hook_ray_init() -> None:
+    # Workers started by a later ray.init() run worker_setup first (unless
+    # the caller gave a setup hook of their own).
+    global _ray_init
+    import ray
+
+    if _ray_init is not None:
+        return
+    _ray_init = ray.init
+
+    @functools.wraps(_ray_init)
+    def init(*args: Any, **kwargs: Any) -> Any:
+        runtime_env = dict(kwargs.get("runtime_env") or {})
+        runtime_env.setdefault("worker_process_setup_hook", f"{__name__}.worker_setup")
+        kwargs["runtime_env"] = runtime_env
+        return _ray_init(*args, **kwargs)
+
+    ray.init = init

@@ -1,0 +1,115 @@
+"""episode.rllib: RLlib 2.60 on our episode classes.
+
+Each run is a fresh Python process (one process cannot mix RLlib's episodes
+with ours), with a fixed hash seed so that RLlib's own runs repeat exactly.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.rllib
+pytest.importorskip("ray.rllib")
+pytest.importorskip("torch")
+
+HERE = Path(__file__).parent
+
+
+def _python(code: str, timeout: int = 600) -> str:
+    env = {**os.environ, "PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=timeout, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout.strip().splitlines()[-1]
+
+
+def _run(algo: str, classes: str, iterations: int) -> dict:
+    env = {**os.environ, "PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, str(HERE / "rllib_runs.py"), algo, classes,
+                           str(iterations)], capture_output=True, text=True, timeout=900,
+                          env=env)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("algo, episodes", [
+    ("ppo", {"episode.single_agent_episode.SingleAgentEpisode"}),
+    ("dqn", {"episode.single_agent_episode.SingleAgentEpisode"}),
+    ("ppo_multi_agent", {"episode.multi_agent_episode.MultiAgentEpisode",
+                         "episode.single_agent_episode.SingleAgentEpisode"}),
+])
+def test_training_on_our_classes_repeats_rllib_exactly(algo, episodes):
+    """PPO (CartPole, 8 envs, GAE), DQN (prioritized episode replay, 3-step)
+    and multi-agent PPO (RLlib's MultiAgentCartPole, two policies): the same
+    returns and losses, iteration by iteration, as on RLlib's own classes,
+    and every episode the learners get is ours."""
+    theirs, ours = _run(algo, "rllib", 3), _run(algo, "ours", 3)
+    assert ours["curve"] == theirs["curve"]
+    assert set(ours["learner_episodes"]) == episodes
+    assert not any(name.startswith("episode.") for name in theirs["learner_episodes"])
+
+
+def test_episodes_from_a_remote_env_runner_are_ours():
+    """Sampling in a Ray actor (started after install(): its worker setup hook
+    installs there too); the episodes cross the object store."""
+    ours = _run("ppo_remote", "ours", 1)
+    assert ours["learner_episodes"] == ["episode.single_agent_episode.SingleAgentEpisode"]
+    assert ours["curve"][0][0] is not None
+
+
+def test_install_swaps_every_loaded_module_and_uninstall_puts_them_back():
+    out = _python("""
+        import sys
+        import episode.rllib as er
+        assert "ray" not in sys.modules            # importing episode.rllib imports no ray
+        import ray.rllib.env.single_agent_episode as sae
+        import ray.rllib.env.multi_agent_episode as mae
+        import ray.rllib.env.utils.infinite_lookback_buffer as ilb
+        import ray.rllib.env.single_agent_env_runner as runner
+        theirs = (sae.SingleAgentEpisode, mae.MultiAgentEpisode, ilb.InfiniteLookbackBuffer)
+        import episode
+        with er.installed():
+            er.install()                           # idempotent
+            assert er.is_installed()
+            assert sae.SingleAgentEpisode is episode.SingleAgentEpisode
+            assert runner.SingleAgentEpisode is episode.SingleAgentEpisode
+            assert mae.MultiAgentEpisode is episode.MultiAgentEpisode
+            assert ilb.InfiniteLookbackBuffer is episode.InfiniteLookbackBuffer
+            # A module imported afterwards gets ours.
+            from ray.rllib.utils.replay_buffers import episode_replay_buffer as erb
+            assert erb.InfiniteLookbackBuffer is episode.InfiniteLookbackBuffer
+            assert erb.SingleAgentEpisode is episode.SingleAgentEpisode
+        assert not er.is_installed()
+        assert (sae.SingleAgentEpisode, mae.MultiAgentEpisode,
+                ilb.InfiniteLookbackBuffer) == theirs
+        assert runner.SingleAgentEpisode is theirs[0] and erb.SingleAgentEpisode is theirs[0]
+        print("ok")
+    """)
+    assert out == "ok"
+
+
+def test_install_refuses_while_an_rllib_episode_is_alive():
+    out = _python("""
+        import episode.rllib as er
+        from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+        kept = SingleAgentEpisode()
+        try:
+            er.install()
+        except RuntimeError as error:
+            assert "5 object(s)" in str(error), error   # the episode and its 4 buffers
+        else:
+            raise SystemExit("install() did not refuse")
+        import ray.rllib.env.single_agent_episode as sae
+        assert sae.SingleAgentEpisode is SingleAgentEpisode and not er.is_installed()
+        del kept
+        er.install()
+        assert sae.SingleAgentEpisode.__module__ == "episode.single_agent_episode"
+        print("ok")
+    """)
+    assert out == "ok"
