@@ -159,7 +159,14 @@ class InfiniteLookbackBuffer(BufferCore):
     def from_state(state: dict) -> "InfiniteLookbackBuffer":
         """A new buffer from a dict made by `get_state` (ours or RLlib's)."""
         buffer = InfiniteLookbackBuffer()
-        buffer.data = state["data"]
+        data = state["data"]
+        if (state["finalized"] and not state["space"] and isinstance(data, np.ndarray)
+                and data.shape == (0,) and data.dtype == np.float64):
+            # What finalize() makes of no rows and no space: the first rows
+            # appended decide the row type, after the round trip as before it.
+            buffer._set_storage(Column.with_open_row_type())
+        else:
+            buffer.data = data
         buffer.lookback = state["lookback"]
         buffer.space = space_from_dict(state["space"]) if state["space"] else None
         if state["finalized"] and not buffer.finalized:

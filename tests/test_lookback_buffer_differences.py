@@ -73,6 +73,24 @@ def test_rllib_finalize_empty_raises():
         rllib_buffer_class()([], 0, BOX4).finalize()
 
 
+@pytest.mark.parametrize("how", ["state", "pickle"])
+@pytest.mark.parametrize("row", [1, np.float32(2.0), np.zeros(3, np.float32)])
+def test_finalized_empty_keeps_its_open_row_type_through_a_round_trip(how, row):
+    """With no rows and no space, the first rows appended decide the row
+    type; so too after get_state()/from_state() or pickling (the state of a
+    multi-agent episode's agent without steps goes this way)."""
+    import pickle
+
+    fresh = InfiniteLookbackBuffer()
+    fresh.finalize()
+    back = (InfiniteLookbackBuffer.from_state(fresh.get_state()) if how == "state"
+            else pickle.loads(pickle.dumps(fresh)))
+    for buffer in (fresh, back):
+        buffer.append(row)
+    assert back.data.dtype == fresh.data.dtype and back.data.shape == fresh.data.shape
+    np.testing.assert_array_equal(back.data, fresh.data)
+
+
 # -- fill on finalized multi-dimensional data without a space ---------------------
 
 
