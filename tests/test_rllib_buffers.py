@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from episode import InfiniteLookbackBuffer, SingleAgentEpisode
-from tests.difftools import compare, episode_state
+from difftools import compare, episode_state
 
 pytestmark = pytest.mark.rllib
 

@@ -1,0 +1,86 @@
+"""The packages: the conda recipe agrees with pyproject.toml, and the wheel
+configuration covers the targets.
+
+(The sdist and the wheel themselves are built and installed by .ci/run.)"""
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+yaml = pytest.importorskip("yaml")
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    tomllib = pytest.importorskip("tomli")
+
+import episode  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPE = ROOT / "conda" / "recipe.yaml"
+
+if not RECIPE.exists():
+    pytest.skip("no conda recipe beside these tests (an installed copy of the tests)",
+                allow_module_level=True)
+
+
+def _pyproject() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def _recipe() -> dict:
+    return yaml.safe_load(RECIPE.read_text())
+
+
+def _requirement(text: str) -> tuple:
+    # "numpy>=2.0" and conda's "numpy >=2.0" as (name, specifier).
+    match = re.fullmatch(r"\s*([A-Za-z0-9_.-]+)\s*(.*?)\s*", text)
+    assert match, text
+    return match.group(1).lower().replace("_", "-"), match.group(2).replace(" ", "")
+
+
+def test_the_recipe_parses_and_builds_with_pip_and_cmake():
+    recipe = _recipe()
+    assert recipe["package"]["name"] == "${{ name }}" and recipe["context"]["name"] == "episode"
+    assert recipe["context"]["version"] == episode.__version__
+    script = recipe["build"]["script"]
+    assert "-m pip install . --no-deps --no-build-isolation" in script
+    assert "${{ compiler('c') }}" in recipe["requirements"]["build"]
+    assert any(r.startswith("cmake") for r in recipe["requirements"]["build"])
+
+
+def test_the_recipe_requirements_are_pyproject_s():
+    project, recipe = _pyproject(), _recipe()
+    run = {_requirement(r) for r in recipe["requirements"]["run"]}
+    python = ("python", project["project"]["requires-python"])
+    assert run == {_requirement(r) for r in project["project"]["dependencies"]} | {python}
+    host = {_requirement(r) for r in recipe["requirements"]["host"]}
+    assert {_requirement(r) for r in project["build-system"]["requires"]} <= host
+    assert python in host
+
+
+def test_the_recipe_tests_import_and_run_the_suite():
+    tests = _recipe()["tests"]
+    imports = [t["python"]["imports"] for t in tests if "python" in t]
+    assert imports and "episode" in imports[0]
+    scripts = [line for t in tests for line in t.get("script", [])]
+    assert any(line.startswith("pytest") and "not rllib" in line for line in scripts)
+    entry = _recipe()["build"]["python"]["entry_points"]
+    assert entry == [f"episode = {_pyproject()['project']['scripts']['episode']}"]
+
+
+def test_wheels_are_configured_for_manylinux_and_macos_with_a_test_command():
+    config = _pyproject()["tool"]["cibuildwheel"]
+    assert set(config["linux"]["archs"]) == {"x86_64", "aarch64"}
+    assert config["macos"]["archs"]
+    assert "musllinux" in config["skip"]
+    assert "pytest" in config["test-command"] and "{project}/tests" in config["test-command"]
+    assert all(f"cp3{minor}-*" in config["build"].split() for minor in (10, 11, 12))
+
+
+def test_the_sdist_leaves_out_what_the_build_does_not_need():
+    exclude = set(_pyproject()["tool"]["scikit-build"]["sdist"]["exclude"])
+    assert {"tests", "benchmarks", ".ci", "conda"} <= exclude
+    assert not exclude & {"pyx", "episode", "CMakeLists.txt", "README.md", "pyproject.toml"}
