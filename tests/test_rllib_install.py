@@ -23,8 +23,10 @@ HERE = Path(__file__).parent
 
 def _python(code: str, timeout: int = 600) -> str:
     env = {**os.environ, "PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1"}
+    # From tests/: the source tree's episode/ (not built) must not shadow the
+    # installed package.
     done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, timeout=timeout, env=env)
+                          text=True, timeout=timeout, env=env, cwd=HERE)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout.strip().splitlines()[-1]
 
