@@ -21,8 +21,6 @@ envs (`episode.workloads.ReplayVectorEnv`): env steps and random actions
 cost nothing there, so their medians are the samplers' own work alone,
 everything but `env.step` and the policy call.
 """
-import logging
-
 import pytest
 
 N_ENVS = 64
@@ -44,34 +42,18 @@ def _bare():
 
 
 def _ours(replay=False):
-    from episode import Sampler
-    from episode.workloads import ReplayVectorEnv
+    from episode.workloads import our_sampler
 
-    sampler = Sampler("CartPole-v1", num_envs=N_ENVS, rollout_fragment_length=N_STEPS, seed=0)
-    if replay:
-        sampler.env = ReplayVectorEnv(sampler.env)
-    sampler.sample_episodes()
+    sampler = our_sampler(N_ENVS, N_STEPS, replay)
     return lambda: sum(len(e) for e in sampler.sample_episodes())
 
 
 def _rllib(replay=False):
     pytest.importorskip("ray.rllib")
     pytest.importorskip("torch")
-    from ray.rllib.algorithms.ppo import PPOConfig
-    from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
+    from episode.workloads import rllib_runner
 
-    config = (PPOConfig().environment("CartPole-v1")
-              .env_runners(num_envs_per_env_runner=N_ENVS, rollout_fragment_length=N_STEPS))
-    logging.disable(logging.WARNING)     # RLlib's own deprecation warnings
-    try:
-        runner = SingleAgentEnvRunner(config=config)
-    finally:
-        logging.disable(logging.NOTSET)
-    if replay:
-        from episode.workloads import ReplayVectorEnv
-
-        runner.env = ReplayVectorEnv(runner.env)
-    runner.sample(random_actions=True)
+    runner = rllib_runner(N_ENVS, N_STEPS, replay)
     return lambda: sum(len(e) for e in runner.sample(random_actions=True))
 
 

@@ -487,32 +487,44 @@ def _sampler(cls: type) -> Round:
 
 def _sampling(cls: type, replay: bool) -> Round:
     if _is_rllib(cls):
-        # RLlib's runner needs torch even for random actions.
-        import torch  # noqa: F401
-        from ray.rllib.algorithms.ppo import PPOConfig
-        from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
-
-        config = (PPOConfig().environment("CartPole-v1")
-                  .env_runners(num_envs_per_env_runner=N_VEC_ENVS,
-                               rollout_fragment_length=N_SAMPLE))
-        # Building the runner logs RLlib's own deprecation warnings.
-        logging.disable(logging.WARNING)
-        try:
-            runner = SingleAgentEnvRunner(config=config)
-        finally:
-            logging.disable(logging.NOTSET)
-        if replay:
-            runner.env = ReplayVectorEnv(runner.env)
-        runner.sample(random_actions=True)
+        runner = rllib_runner(N_VEC_ENVS, N_SAMPLE, replay)
         return Round(lambda: _covers(runner.sample(random_actions=True)))
+    sampler = our_sampler(N_VEC_ENVS, N_SAMPLE, replay)
+    return Round(lambda: _covers(sampler.sample_episodes()))
+
+
+def rllib_runner(num_envs: int, fragment: int, replay: bool = False) -> Any:
+    """RLlib's SingleAgentEnvRunner on num_envs CartPole-v1 sub-envs (on a
+    recording of them with `replay`: ReplayVectorEnv), sampled once."""
+    # RLlib's runner needs torch even for random actions.
+    import torch  # noqa: F401
+    from ray.rllib.algorithms.ppo import PPOConfig
+    from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
+
+    config = (PPOConfig().environment("CartPole-v1")
+              .env_runners(num_envs_per_env_runner=num_envs, rollout_fragment_length=fragment))
+    # Building the runner logs RLlib's own deprecation warnings.
+    logging.disable(logging.WARNING)
+    try:
+        runner = SingleAgentEnvRunner(config=config)
+    finally:
+        logging.disable(logging.NOTSET)
+    if replay:
+        runner.env = ReplayVectorEnv(runner.env)
+    runner.sample(random_actions=True)
+    return runner
+
+
+def our_sampler(num_envs: int, fragment: int, replay: bool = False) -> Any:
+    """The same with our Sampler (seeded), sampled once."""
     from episode.sampling import Sampler
 
-    sampler = Sampler("CartPole-v1", num_envs=N_VEC_ENVS, rollout_fragment_length=N_SAMPLE,
+    sampler = Sampler("CartPole-v1", num_envs=num_envs, rollout_fragment_length=fragment,
                       seed=0)
     if replay:
         sampler.env = ReplayVectorEnv(sampler.env)
     sampler.sample_episodes()
-    return Round(lambda: _covers(sampler.sample_episodes()))
+    return sampler
 
 
 class ReplayVectorEnv:

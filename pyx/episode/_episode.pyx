@@ -194,20 +194,24 @@ cdef object own_extras(EpisodeCore episode):
     return extras
 
 
-cdef int check_targets(object outputs, object incoming) except -1:
+cdef int check_targets(EpisodeCore episode, object incoming) except -1:
     # Where a step's extra output goes into a buffer already there, that is a
     # buffer (TypeError otherwise): checked before the step adds anything.
+    # RLlib's own buffers met here are taken over (own_extras) first.
     # `incoming`: a dict, or a list of (key, value) pairs.
     cdef Py_ssize_t pos = 0
     cdef PyObject* key_ptr
     cdef PyObject* value_ptr
     cdef PyObject* found
+    cdef object outputs = episode._extras
     if type(incoming) is dict and isinstance(outputs, dict):
         while PyDict_Next(incoming, &pos, &key_ptr, &value_ptr):
             found = PyDict_GetItemWithError(outputs, <object>key_ptr)
             if found is not NULL and not isinstance(<object>found, BufferCore):
-                not_a_buffer(<object>found)
+                own_extras(episode)       # in place: `outputs` is still the dict
+                as_buffer(outputs[<object>key_ptr])
         return 0
+    outputs = own_extras(episode)
     for key, _ in (incoming.items() if type(incoming) is dict else incoming):
         if key in outputs:
             as_buffer(outputs[key])
@@ -353,9 +357,9 @@ cdef class EpisodeCore:
             extra_items = list(extra_model_outputs.items())
         outputs = None
         if extra_model_outputs is not None:
-            outputs = own_extras(self)
-            check_targets(outputs, extra_model_outputs if type(extra_model_outputs) is dict
+            check_targets(self, extra_model_outputs if type(extra_model_outputs) is dict
                           else extra_items)
+            outputs = self._extras
         self.observations.push(observation)
         self.actions.push(action)
         self.rewards.push(reward)
