@@ -31,7 +31,7 @@ class VectorCore:
     steps_added: int
     ended_envs: list[int]
     def add_step(self, observations: Any, actions: Any, rewards: Any, terminateds: Any,
-                 truncateds: Any, infos: dict[Any, Any] | None = None, *,
+                 truncateds: Any, infos: dict[Any, Any] | list[dict[Any, Any]] | None = None, *,
                  extra_model_outputs: dict[Any, Any] | None = None) -> list[Any]: ...
     def _add_rows(self, episodes: list[Any], observations: Any, actions: Any, rewards: Any,
                   terminateds: Any, truncateds: Any, resetting: Any, same_step: bool,

@@ -43,9 +43,12 @@ def _mode_name(mode: Any) -> str:
 def sub_env_infos(infos: Any, index: int) -> dict:
     """Sub-env `index`'s infos out of a vector env's infos dict (each key an
     array over sub-envs, masked by the ``"_" + key`` array; nested dicts
-    likewise)."""
+    likewise), or out of a list of one dict per sub-env (as RLlib's
+    DictInfoToList wrapper hands them out)."""
     if not infos:
         return {}
+    if isinstance(infos, list):
+        return infos[index]
     out = {}
     for key, value in infos.items():
         if isinstance(key, str) and key.startswith("_"):
@@ -124,9 +127,22 @@ class VectorEpisodes(VectorCore):
                 raise ValueError(f"{name} must have a leading axis of {self.num_envs} "
                                  f"sub-envs, got {n}")
 
+    def _check_infos(self, infos: Any) -> None:
+        # A list of infos has one dict per sub-env; it carries no SameStep
+        # final observations.
+        if not isinstance(infos, list) or not infos:
+            return
+        if len(infos) != self.num_envs or not all(isinstance(i, dict) for i in infos):
+            raise ValueError(f"infos as a list must hold one dict per sub-env "
+                             f"({self.num_envs}), got {len(infos)} items")
+        if self.autoreset_mode == "SameStep":
+            raise ValueError("a SameStep vector env's infos must be gymnasium's dict of "
+                             "batches (with 'final_obs'), not a list")
+
     def add_reset(self, observations: Any, infos: Optional[dict] = None) -> None:
         """Starts one episode per sub-env with `env.reset()`'s result."""
         self._check_batch(observations=observations)
+        self._check_infos(infos)
         self._pending.flush_all(self._episodes)
         self._episodes = [self._new_episode(_row(observations, k), sub_env_infos(infos, k))
                           for k in range(self.num_envs)]
@@ -141,6 +157,7 @@ class VectorEpisodes(VectorCore):
             raise RuntimeError("add_step() before add_reset(): call it with env.reset()'s "
                                "result first")
         same_step = self.autoreset_mode == "SameStep"
+        self._check_infos(infos)
         if not extra_model_outputs and (not infos or not _without_final(infos)):
             # ndarray batches without infos: kept in one block, written into
             # the episodes a few dozen steps at a time.
@@ -272,7 +289,7 @@ def _batch_size(batch: Any) -> int:
 def _without_final(infos: Optional[dict]) -> Optional[dict]:
     # A SameStep step's infos minus the ended episodes' final entries: the
     # reset infos of the sub-envs' next episodes.
-    if not infos:
+    if not infos or isinstance(infos, list):
         return infos
     return {k: v for k, v in infos.items()
             if k not in ("final_obs", "_final_obs", "final_info", "_final_info")}

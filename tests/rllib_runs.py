@@ -2,8 +2,9 @@
 
     python tests/rllib_runs.py ALGO CLASSES ITERATIONS
 
-ALGO is ppo, ppo_remote, dqn or ppo_multi_agent; CLASSES is rllib or ours (installed
-with episode.rllib.install() before anything else). Prints one JSON line:
+ALGO is ppo, ppo_remote, dqn or ppo_multi_agent; CLASSES is rllib, ours (installed
+with episode.rllib.install() before anything else) or runner (ours, and the
+env runners of episode.rllib_runners). Prints one JSON line:
 each iteration's mean episode return and total loss, and the classes of the
 episodes the learners were given. Run in a fresh process per run: one
 process cannot mix the two kinds of episodes.
@@ -51,7 +52,7 @@ def config(algo: str):
 
 def main(algo: str, classes: str, iterations: int) -> dict:
     logging.disable(logging.WARNING)
-    if classes == "ours":
+    if classes in ("ours", "runner"):
         import episode.rllib
 
         episode.rllib.install()
@@ -68,7 +69,14 @@ def main(algo: str, classes: str, iterations: int) -> dict:
         return update(self, *args, **kwargs)
 
     LearnerGroup.update = recording_update
-    algo_ = config(algo).debugging(seed=0).build_algo()
+    config_ = config(algo).debugging(seed=0)
+    if classes == "runner":
+        from episode.rllib_runners import SingleAgentEnvRunner
+
+        config_ = config_.env_runners(env_runner_cls=SingleAgentEnvRunner)
+    algo_ = config_.build_algo()
+    # Whether the local env runner samples through our vector loop.
+    vectorized = getattr(getattr(algo_, "env_runner", None), "vectorized", None)
     buffer = getattr(algo_, "local_replay_buffer", None)
     if buffer is not None:
         # RLlib's episode replay buffers draw from an unseeded generator.
@@ -86,7 +94,7 @@ def main(algo: str, classes: str, iterations: int) -> dict:
         import ray
 
         ray.shutdown()
-    return {"curve": curve, "learner_episodes": sorted(seen)}
+    return {"curve": curve, "learner_episodes": sorted(seen), "vectorized": vectorized}
 
 
 if __name__ == "__main__":

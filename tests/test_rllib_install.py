@@ -5,6 +5,7 @@ with ours), with a fixed hash seed so that RLlib's own runs repeat exactly.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -31,11 +32,14 @@ def _python(code: str, timeout: int = 600) -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
+@functools.lru_cache(maxsize=None)
 def _run(algo: str, classes: str, iterations: int) -> dict:
+    """rllib_runs.py's result (each run once per test session: the tests of
+    episode.rllib_runners compare with the same RLlib runs)."""
     env = {**os.environ, "PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1"}
     done = subprocess.run([sys.executable, str(HERE / "rllib_runs.py"), algo, classes,
                            str(iterations)], capture_output=True, text=True, timeout=900,
-                          env=env)
+                          env=env, cwd=HERE)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 

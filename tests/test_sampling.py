@@ -129,6 +129,38 @@ def test_sub_env_infos_reads_the_vector_info_dict():
     assert sub_env_infos({}, 2) == {} and sub_env_infos(None, 0) == {}
 
 
+def test_infos_as_a_list_of_dicts_per_sub_env():
+    """RLlib's runner hands the infos out as one dict per sub-env (its
+    DictInfoToList wrapper): each goes to its sub-env's episode, through
+    resets, ends and the block pass alike."""
+    vec = VectorEpisodes(2)
+    vec.add_reset(np.zeros((2, 1)), [{"r": 0}, {"r": 1}])
+    vec.add_step(np.ones((2, 1)), np.array([0, 1]), np.array([1.0, 2.0]),
+                 np.array([False, True]), np.array([False, False]), [{"s": 0}, {}])
+    assert [ep.get_infos() for ep in vec.episodes] == [[{"r": 0}, {"s": 0}], [{"r": 1}, {}]]
+    assert sub_env_infos([{"a": 1}, {"b": 2}], 1) == {"b": 2}
+    # Sub-env 1's reset, with its infos.
+    vec.add_step(np.full((2, 1), 2.0), np.array([1, 0]), np.array([1.0, 0.0]),
+                 np.array([False, False]), np.array([False, False]), [{}, {"new": True}])
+    assert vec.episodes[1].get_infos() == [{"new": True}] and len(vec.episodes[0]) == 2
+
+
+@pytest.mark.parametrize("infos", [[{}], [{}, {}, {}], [{}, "x"]])
+def test_bad_infos_lists_raise_before_anything_is_added(infos):
+    vec = VectorEpisodes(2)
+    with pytest.raises(ValueError, match="one dict per sub-env"):
+        vec.add_reset(np.zeros((2, 1)), infos)
+    vec.add_reset(np.zeros((2, 1)), [{"a": 0}, {"a": 1}])
+    with pytest.raises(ValueError, match="one dict per sub-env"):
+        vec.add_step(np.ones((2, 1)), np.array([0, 1]), np.array([1.0, 2.0]),
+                     np.array([False, True]), np.array([False, False]), infos)
+    assert [len(ep) for ep in vec.episodes] == [0, 0]
+    assert [ep.get_infos() for ep in vec.episodes] == [[{"a": 0}], [{"a": 1}]]
+    same_step = VectorEpisodes(2, autoreset_mode="SameStep")
+    with pytest.raises(ValueError, match="SameStep"):
+        same_step.add_reset(np.zeros((2, 1)), [{}, {}])
+
+
 def test_extra_model_outputs_go_with_each_step():
     vec = VectorEpisodes(2)
     vec.add_reset(np.zeros((2, 3)))

@@ -1,0 +1,60 @@
+"""episode.rllib_runners against RLlib 2.60's own env runner: the same
+episodes (every column, dtype and shape), metrics and training runs for the
+same seeds. Each runner runs in a fresh process (one process cannot mix the
+two kinds of episodes)."""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from test_rllib_install import _run
+
+pytest.importorskip("ray.rllib")
+pytestmark = pytest.mark.rllib
+
+HERE = Path(__file__).parent
+
+
+@functools.lru_cache(maxsize=None)
+def _samples(runner: str, env: str) -> dict:
+    environ = {**os.environ, "PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, str(HERE / "runner_samples.py"), runner, env],
+                          capture_output=True, text=True, timeout=600, env=environ, cwd=HERE)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("env, vectorized", [
+    ("cartpole", True),      # Discrete actions, 8 envs
+    ("pendulum", True),      # Box actions: the env gets them unsquashed
+    ("infos", True),         # infos that are not empty, through resets and ends
+    ("lists", True),         # episodes handed on as lists (episodes_to_numpy=False)
+    ("callbacks", False),    # an episode callback: RLlib's own loop, on our episodes
+])
+def test_sample_gives_rllibs_episodes(env, vectorized):
+    """Truncated rollouts over several calls, explore=False, num_episodes,
+    odd num_timesteps and force_reset: the same episodes call by call (each
+    column's dtype, shape and values, infos, t, done flags), the same
+    metrics; random actions (unseeded in RLlib) the same kinds of data."""
+    theirs, ours = _samples("rllib", env), _samples("ours", env)
+    assert ours["calls"] == theirs["calls"]
+    assert ours["metrics"] == theirs["metrics"]
+    assert ours["random"] == theirs["random"] and ours["random_steps"] > 0
+    assert ours["vectorized"] is vectorized
+
+
+@pytest.mark.parametrize("algo", ["ppo", "dqn"])
+def test_training_with_our_runner_repeats_rllib_exactly(algo):
+    """PPO (CartPole, 8 envs, GAE) and DQN (epsilon-greedy actions from the
+    module, prioritized episode replay): the same returns and losses,
+    iteration by iteration, as RLlib's runner on RLlib's classes."""
+    theirs, ours = _run(algo, "rllib", 3), _run(algo, "runner", 3)
+    assert ours["vectorized"] is True
+    assert ours["curve"] == theirs["curve"]
+    assert ours["learner_episodes"] == ["episode.single_agent_episode.SingleAgentEpisode"]
