@@ -1,31 +1,38 @@
-"""RLlib's EnvRunners, sampling through our vector appends.
+"""RLlib's EnvRunners, sampling through our episodes without RLlib's
+per-step connector passes.
 
-`SingleAgentEnvRunner` is RLlib 2.60's runner of the same name with its
-per-step loop replaced, for the usual configuration (the default connector
-pipelines, a stateless module, no episode callbacks, a NextStep vector env):
+`SingleAgentEnvRunner` and `MultiAgentEnvRunner` are RLlib 2.60's runners of
+the same names with their per-step loop replaced, for the usual
+configuration (the default connector pipelines, stateless torch modules, no
+episode callbacks, a NextStep vector env):
 
-- one `VectorEpisodes.add_step` per env step instead of one `add_env_step`
-  per sub-env;
-- the module's input is the env's observation batch itself (what RLlib's
-  default env-to-module pipeline gathers back out of the episodes, row by
-  row), as one tensor;
-- the module's output goes to the env and into the episodes as batches: the
-  actions drawn as RLlib's GetActions draws them, converted as its
-  TensorToNumpy converts them, unsquashed or clipped as its
-  NormalizeAndClipActions does, without splitting the batch into items and
-  stacking it again.
+- the module's input is gathered straight from the env's observations (the
+  single-agent env's batch itself; each multi-agent module's rows in the
+  order RLlib's AgentToModuleMapping gives them), not item by item through
+  the episodes and stacked again;
+- the module's output goes to the env and into the episodes as RLlib's
+  default module-to-env pipeline hands it over: the actions drawn as its
+  GetActions draws them, converted as its TensorToNumpy converts them,
+  unsquashed or clipped as its NormalizeAndClipActions does;
+- the module stays in eval mode for the whole call, where RLlib's
+  forward_exploration switches to it and back at every step;
+- single-agent steps go into the episodes with one `VectorEpisodes.add_step`
+  per env step.
 
 The episodes, the random numbers drawn and the metrics are RLlib's (same
 seeds, same episodes); any other configuration runs RLlib's own loop on our
-episodes. Use it with `config.env_runners(env_runner_cls=SingleAgentEnvRunner)`.
-It installs our episode classes into RLlib (`episode.rllib.install()`)
-when it is made.
+episodes (`vectorized` tells which). Use them with
+`config.env_runners(env_runner_cls=SingleAgentEnvRunner)` (or
+MultiAgentEnvRunner). They install our episode classes into RLlib
+(`episode.rllib.install()`) when they are made.
 
-Importing this module imports ray.
+Importing this module imports ray and torch.
 """
 from __future__ import annotations
 
-from typing import Any, List, Optional
+import contextlib
+import copy
+from typing import Any, Iterator, List, Optional
 
 import numpy as np
 import torch
@@ -36,7 +43,9 @@ from ray.rllib.connectors.common.add_states_from_episodes_to_batch import (
     AddStatesFromEpisodesToBatch)
 from ray.rllib.connectors.common.add_time_dim_to_batch_and_zero_pad import (
     AddTimeDimToBatchAndZeroPad)
+from ray.rllib.connectors.common.agent_to_module_mapping import AgentToModuleMapping
 from ray.rllib.connectors.common.batch_individual_items import BatchIndividualItems
+from ray.rllib.connectors.common.module_to_agent_unmapping import ModuleToAgentUnmapping
 from ray.rllib.connectors.common.numpy_to_tensor import NumpyToTensor
 from ray.rllib.connectors.common.tensor_to_numpy import TensorToNumpy
 from ray.rllib.connectors.module_to_env.get_actions import GetActions
@@ -49,65 +58,58 @@ from ray.rllib.connectors.module_to_env.remove_single_ts_time_rank_from_batch im
 from ray.rllib.connectors.module_to_env.unbatch_to_individual_items import (
     UnBatchToIndividualItems)
 from ray.rllib.core.columns import Columns
+from ray.rllib.core.rl_module.multi_rl_module import MultiRLModule
 from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
 from ray.rllib.env.env_runner import ENV_STEP_FAILURE
+from ray.rllib.env.multi_agent_env_runner import \
+    MultiAgentEnvRunner as RLlibMultiAgentEnvRunner
 from ray.rllib.env.single_agent_env_runner import \
     SingleAgentEnvRunner as RLlibSingleAgentEnvRunner
 from ray.rllib.utils.metrics import RLMODULE_INFERENCE_TIMER, WEIGHTS_SEQ_NO
 from ray.rllib.utils.numpy import convert_to_numpy
-from ray.rllib.utils.spaces.space_utils import clip_action, unsquash_action
+from ray.rllib.utils.spaces.space_utils import batch, clip_action, unbatch, unsquash_action
 from ray.rllib.utils.torch_utils import convert_to_torch_tensor
 
 import episode.rllib
 from episode.sampling import VectorEpisodes
 
-__all__ = ["SingleAgentEnvRunner"]
+__all__ = ["MultiAgentEnvRunner", "SingleAgentEnvRunner"]
 
-# RLlib's default pipelines for a single-agent env, in order: what the
-# vector loop does in one pass each way.
+# RLlib's default pipelines, in order: what the loops here do in one pass
+# each way.
 ENV_TO_MODULE = (AddObservationsFromEpisodesToBatch, AddTimeDimToBatchAndZeroPad,
                  AddStatesFromEpisodesToBatch, BatchIndividualItems, NumpyToTensor)
 MODULE_TO_ENV = (GetActions, TensorToNumpy, UnBatchToIndividualItems,
                  RemoveSingleTsTimeRankFromBatch, NormalizeAndClipActions,
                  ListifyDataForVectorEnv)
+MULTI_AGENT_ENV_TO_MODULE = (AddObservationsFromEpisodesToBatch, AddTimeDimToBatchAndZeroPad,
+                             AddStatesFromEpisodesToBatch, AgentToModuleMapping,
+                             BatchIndividualItems, NumpyToTensor)
+MULTI_AGENT_MODULE_TO_ENV = (GetActions, TensorToNumpy, UnBatchToIndividualItems,
+                             ModuleToAgentUnmapping, RemoveSingleTsTimeRankFromBatch,
+                             NormalizeAndClipActions, ListifyDataForVectorEnv)
 EPISODE_CALLBACKS = ("on_episode_created", "on_episode_start", "on_episode_step",
                      "on_episode_end")
 
 
-class SingleAgentEnvRunner(RLlibSingleAgentEnvRunner):
-    """RLlib's SingleAgentEnvRunner, sampling through `VectorEpisodes`
-    where its configuration allows (`vectorized`), RLlib's loop otherwise."""
+class _Loop:
+    """What both runners' loops share: when they apply, the module's
+    forward pass and RLlib's GetActions/TensorToNumpy/NormalizeAndClip."""
 
-    def __init__(self, *, config: Any, **kwargs: Any):
-        episode.rllib.install()
-        super().__init__(config=config, **kwargs)
-        self._vector: Optional[VectorEpisodes] = None
-        # The observations of the last reset or step: the module's next input.
-        self._last_obs: Any = None
-        self.vectorized = self._can_vectorize()
-
-    def make_env(self) -> None:
-        super().make_env()
-        # A new env starts over (RLlib's loop resets it too).
-        self._vector = None
-        if hasattr(self, "vectorized"):
-            self.vectorized = self._can_vectorize()
-
-    def _can_vectorize(self) -> bool:
-        """Whether the vector loop does exactly what RLlib's loop does here."""
-        env, module = self.env, self.module
-        if env is None or not isinstance(module, TorchRLModule) or module.is_stateful():
+    def _can_loop(self, pipelines: tuple, modules: list) -> bool:
+        """Whether the loop does exactly what RLlib's does here: the default
+        pipelines, stateless torch modules with RLlib's forward wrappers, no
+        episode callbacks."""
+        if self.env is None or not modules:
             return False
-        # Its forward passes are RLlib's wrappers (switching to eval mode and
-        # back), which the vector loop does once per call.
-        if type(module).forward_exploration is not TorchRLModule.forward_exploration or \
-                type(module).forward_inference is not TorchRLModule.forward_inference:
-            return False
-        if env.metadata.get("autoreset_mode", "NextStep") not in ("NextStep",) and \
-                getattr(env.metadata.get("autoreset_mode"), "value", None) != "NextStep":
-            return False
-        if tuple(type(c) for c in self._env_to_module.connectors) != ENV_TO_MODULE or \
-                tuple(type(c) for c in self._module_to_env.connectors) != MODULE_TO_ENV:
+        for module in modules:
+            if not isinstance(module, TorchRLModule) or module.is_stateful():
+                return False
+            if type(module).forward_exploration is not TorchRLModule.forward_exploration or \
+                    type(module).forward_inference is not TorchRLModule.forward_inference:
+                return False
+        if (tuple(type(c) for c in self._env_to_module.connectors),
+                tuple(type(c) for c in self._module_to_env.connectors)) != pipelines:
             return False
         for which in EPISODE_CALLBACKS:
             if getattr(self.config, f"callbacks_{which}", None):
@@ -117,6 +119,87 @@ class SingleAgentEnvRunner(RLlibSingleAgentEnvRunner):
                 return False
         return True
 
+    @contextlib.contextmanager
+    def _eval_mode(self) -> Iterator[None]:
+        # RLlib's forward_exploration/inference switch the module to eval
+        # mode and back at every step: a fifth of the step's time with the
+        # default PPO module. The loop does it once per call.
+        module = self.module
+        modules = (list(module._rl_modules.values()) if isinstance(module, MultiRLModule)
+                   else [module])
+        training = [m for m in modules if m.training]
+        for m in modules:
+            m.eval()
+        try:
+            yield
+        finally:
+            for m in training:
+                m.train()
+
+    def _forward_pass(self, module: Any, batch: dict, explore: bool, env_ts: int) -> dict:
+        """forward_exploration/inference, without their switch to eval mode
+        and back (see _eval_mode)."""
+        if explore:
+            # The global env step, as RLlib's loop counts it.
+            runners = self.config.num_env_runners or 1
+            t = (self.num_env_steps_sampled_lifetime // runners + env_ts) * runners
+            return module._forward_exploration(batch, t=t)
+        return module._forward_inference(batch)
+
+    @staticmethod
+    def _draw_actions(out: dict, module: Any, explore: bool) -> None:
+        # GetActions: actions (and their logp) from the action distribution,
+        # unless the module gave actions.
+        if Columns.ACTIONS in out or Columns.ACTION_DIST_INPUTS not in out:
+            return
+        dist_cls = (module.get_exploration_action_dist_cls() if explore
+                    else module.get_inference_action_dist_cls())
+        dist = dist_cls.from_logits(out[Columns.ACTION_DIST_INPUTS])
+        if not explore:
+            dist = dist.to_deterministic()
+        out[Columns.ACTIONS] = dist.sample()
+        if Columns.ACTION_LOGP not in out:
+            out[Columns.ACTION_LOGP] = dist.logp(out[Columns.ACTIONS])
+
+    def _for_env(self, actions: Any, struct: Any) -> Any:
+        # NormalizeAndClipActions: the env gets the actions unsquashed (or
+        # clipped) into its space, in its own copy; the episodes keep them as
+        # drawn.
+        connector = next(c for c in self._module_to_env.connectors
+                         if isinstance(c, NormalizeAndClipActions))
+        if connector.normalize_actions:
+            for_env = unsquash_action(actions, struct)
+        elif connector.clip_actions:
+            for_env = clip_action(actions, struct)
+        else:
+            return actions
+        return copy.deepcopy(for_env) if for_env is actions else for_env
+
+    def _space_struct(self) -> Any:
+        return next(c for c in self._module_to_env.connectors
+                    if isinstance(c, NormalizeAndClipActions))._action_space_struct
+
+
+class SingleAgentEnvRunner(_Loop, RLlibSingleAgentEnvRunner):
+    """RLlib's SingleAgentEnvRunner, sampling through `VectorEpisodes`
+    where its configuration allows (`vectorized`), RLlib's loop otherwise."""
+
+    def __init__(self, *, config: Any, **kwargs: Any):
+        episode.rllib.install()
+        super().__init__(config=config, **kwargs)
+        self._vector: Optional[VectorEpisodes] = None
+        # The observations of the last reset or step: the module's next input.
+        self._last_obs: Any = None
+        mode = self.env.metadata.get("autoreset_mode", "NextStep") if self.env else None
+        # VectorEpisodes follows the NextStep autoreset RLlib's loop expects.
+        self.vectorized = (getattr(mode, "value", mode) == "NextStep"
+                           and self._can_loop((ENV_TO_MODULE, MODULE_TO_ENV), [self.module]))
+
+    def make_env(self) -> None:
+        super().make_env()
+        # A new env starts over (RLlib's loop resets it too).
+        self._vector = None
+
     def _sample(self, *, num_timesteps: Optional[int] = None,
                 num_episodes: Optional[int] = None, explore: bool,
                 random_actions: bool = False, force_reset: bool = False) -> List[Any]:
@@ -124,25 +207,14 @@ class SingleAgentEnvRunner(RLlibSingleAgentEnvRunner):
             return super()._sample(num_timesteps=num_timesteps, num_episodes=num_episodes,
                                    explore=explore, random_actions=random_actions,
                                    force_reset=force_reset)
-        ts = 0
         if force_reset or num_episodes is not None or self._needs_initial_reset \
                 or self._vector is None:
             self._reset_vector()
         if num_episodes is not None:
             # As RLlib's loop: the next call starts over, seeded again.
             self._needs_initial_reset = True
-        # The module stays in eval mode for the call (its forward_exploration
-        # and forward_inference switch to it and back at every step: a fifth
-        # of the step's time with RLlib's default PPO module).
-        module = self.module
-        was_training = module.training
-        module.eval()
-        try:
-            ts, done_episodes = self._run(ts, num_timesteps, num_episodes, explore,
-                                          random_actions)
-        finally:
-            if was_training:
-                module.train()
+        with self._eval_mode():
+            ts, done_episodes = self._run(num_timesteps, num_episodes, explore, random_actions)
         self._done_episodes_for_metrics.extend(done_episodes)
         vector = self._vector
         chunks = []
@@ -156,10 +228,11 @@ class SingleAgentEnvRunner(RLlibSingleAgentEnvRunner):
         self._increase_sampled_metrics(ts, len(done_episodes))
         return done_episodes + chunks
 
-    def _run(self, ts: int, num_timesteps: Optional[int], num_episodes: Optional[int],
-             explore: bool, random_actions: bool) -> tuple:
+    def _run(self, num_timesteps: Optional[int], num_episodes: Optional[int], explore: bool,
+             random_actions: bool) -> tuple:
         """The env steps of one sample() call: (env steps, ended episodes)."""
         vector = self._vector
+        ts = 0
         done_episodes: list = []
         while (ts < num_timesteps) if num_timesteps is not None \
                 else (len(done_episodes) < num_episodes):
@@ -204,47 +277,165 @@ class SingleAgentEnvRunner(RLlibSingleAgentEnvRunner):
 
     def _compute_actions(self, explore: bool, ts: int) -> tuple:
         """(actions for the episodes, actions for the env, the other outputs
-        as batches) for the last observations, as RLlib's default pipelines
-        and the module give them."""
+        as batches) for the last observations: what RLlib's default
+        pipelines give, with the env's observation batch as the module's
+        input (the rows its pipeline gathers back out of the episodes)."""
         module = self.module
         batch = {Columns.OBS: convert_to_torch_tensor(self._last_obs, device=self._device)}
-        # forward_exploration/inference without their switch to eval mode and
-        # back: the module is in eval mode already (see _sample).
         with self.metrics.log_time(RLMODULE_INFERENCE_TIMER):
-            if explore:
-                runners = self.config.num_env_runners or 1
-                t = (self.num_env_steps_sampled_lifetime // runners + ts) * runners
-                out = module._forward_exploration(batch, t=t)
-            else:
-                out = module._forward_inference(batch)
-        if Columns.ACTIONS not in out and Columns.ACTION_DIST_INPUTS in out:
-            dist_cls = (module.get_exploration_action_dist_cls() if explore
-                        else module.get_inference_action_dist_cls())
-            dist = dist_cls.from_logits(out[Columns.ACTION_DIST_INPUTS])
-            if not explore:
-                dist = dist.to_deterministic()
-            out[Columns.ACTIONS] = dist.sample()
-            if Columns.ACTION_LOGP not in out:
-                out[Columns.ACTION_LOGP] = dist.logp(out[Columns.ACTIONS])
+            out = self._forward_pass(module, batch, explore, ts)
+        self._draw_actions(out, module, explore)
         out = _to_numpy(out)
         actions = out.pop(Columns.ACTIONS)
         actions_for_env = out.pop(Columns.ACTIONS_FOR_ENV, None)
         if actions_for_env is None:
-            actions_for_env = self._for_env(actions)
+            actions_for_env = self._for_env(actions, self._space_struct())
         return actions, actions_for_env, out
 
-    def _for_env(self, actions: Any) -> Any:
-        # NormalizeAndClipActions: the env gets the actions unsquashed (or
-        # clipped) into its space, the episodes keep them as drawn.
-        connector = self._module_to_env.connectors[MODULE_TO_ENV.index(NormalizeAndClipActions)]
-        if connector.normalize_actions:
-            for_env = unsquash_action(actions, connector._action_space_struct)
-        elif connector.clip_actions:
-            for_env = clip_action(actions, connector._action_space_struct)
-        else:
-            return actions
-        # The env gets its own copy, as RLlib's connector hands it one.
-        return for_env.copy() if for_env is actions else for_env
+
+class MultiAgentEnvRunner(_Loop, RLlibMultiAgentEnvRunner):
+    """RLlib's MultiAgentEnvRunner, gathering each module's input from the
+    episodes' last observations in one pass and handing the outputs to the
+    env and the episodes without RLlib's per-step connector passes, where
+    its configuration allows (`vectorized`); RLlib's loop otherwise."""
+
+    def __init__(self, *, config: Any, **kwargs: Any):
+        episode.rllib.install()
+        super().__init__(config=config, **kwargs)
+        module = self.module
+        self.vectorized = (
+            isinstance(module, MultiRLModule)
+            and type(module)._forward_exploration is MultiRLModule._forward_exploration
+            and type(module)._forward_inference is MultiRLModule._forward_inference
+            and self._can_loop((MULTI_AGENT_ENV_TO_MODULE, MULTI_AGENT_MODULE_TO_ENV),
+                               list(module._rl_modules.values())))
+
+    def _sample(self, *, num_timesteps: Optional[int] = None,
+                num_episodes: Optional[int] = None, explore: bool,
+                random_actions: bool = False, force_reset: bool = False) -> List[Any]:
+        if not self.vectorized:
+            return super()._sample(num_timesteps=num_timesteps, num_episodes=num_episodes,
+                                   explore=explore, random_actions=random_actions,
+                                   force_reset=force_reset)
+        if force_reset or num_episodes is not None or self._needs_initial_reset:
+            self._reset_envs_and_episodes(explore)
+        if num_episodes is not None:
+            # As RLlib's loop: the next call starts over, seeded again.
+            self._needs_initial_reset = True
+        with self._eval_mode():
+            done_episodes = self._run(num_timesteps, num_episodes, explore, random_actions)
+        self._done_episodes_for_metrics.extend(done_episodes)
+        chunks = []
+        if num_timesteps is not None:
+            running = self._ongoing_episodes
+            self._ongoing_episodes = [
+                e.cut(len_lookback_buffer=self.config.episode_lookback_horizon) for e in running]
+            for e in running:
+                if e.env_t == 0:
+                    continue
+                e.validate()
+                self._ongoing_episodes_for_metrics[e.id_].append(e)
+                self._prune_zero_len_sa_episodes(e)
+                chunks.append(e.to_numpy() if self.episodes_to_numpy else e)
+        return done_episodes + chunks
+
+    def _run(self, num_timesteps: Optional[int], num_episodes: Optional[int], explore: bool,
+             random_actions: bool) -> list:
+        """The env steps of one sample() call: the episodes that ended."""
+        env_ts = agent_ts = 0
+        done_episodes: list = []
+        by_agent_steps = self.config.count_steps_by != "env_steps"
+        while (len(done_episodes) < num_episodes) if num_timesteps is None \
+                else ((agent_ts if by_agent_steps else env_ts) < num_timesteps):
+            episodes = self._ongoing_episodes
+            if random_actions:
+                actions = [{aid: self.env.envs[i].unwrapped.get_action_space(aid).sample()
+                            for aid in e.get_agents_to_act()} for i, e in enumerate(episodes)]
+                actions_for_env, outputs = actions, [{} for _ in episodes]
+            else:
+                actions, actions_for_env, outputs = self._compute_actions(explore, env_ts)
+            results = self._try_env_step(actions_for_env)
+            if results is ENV_STEP_FAILURE:
+                # The env was made anew: start over, as RLlib's loop does.
+                env_ts = agent_ts = 0
+                self._reset_envs_and_episodes(explore)
+                continue
+            observations, rewards, terminateds, truncateds, infos = results
+            for i, e in enumerate(episodes):
+                if not e.is_reset:
+                    # NextStep: this step reset the sub-env.
+                    e.add_env_reset(observations=observations[i], infos=infos[i])
+                    continue
+                e.add_env_step(observations=observations[i], actions=actions[i],
+                               rewards=rewards[i], infos=infos[i],
+                               terminateds=terminateds[i], truncateds=truncateds[i],
+                               extra_model_outputs=outputs[i])
+                self._log_env_steps(metric=self._metrics_num_env_steps_sampled, num_steps=1)
+                env_ts += self._increase_sampled_metrics(1, observations[i], e)
+                agent_ts += len(observations[i])
+            for i, e in enumerate(episodes):
+                if not e.is_done:
+                    continue
+                self._prune_zero_len_sa_episodes(e)
+                done_episodes.append(e.to_numpy() if self.episodes_to_numpy else e)
+                self._new_episode(i, episodes)
+                if num_episodes is not None and len(done_episodes) >= num_episodes:
+                    break
+        return done_episodes
+
+    def _compute_actions(self, explore: bool, env_ts: int) -> tuple:
+        """(each sub-env's {agent: action} for the episodes and for the env,
+        each sub-env's {agent: {column: output}}): what RLlib's default
+        pipelines give for the running episodes."""
+        episodes = self._ongoing_episodes
+        # AgentToModuleMapping's batches: per module, the last observation
+        # of each agent that stepped and is to act, episode by episode.
+        rows: dict = {}
+        for i, e in enumerate(episodes):
+            if not e.agent_episodes:
+                continue
+            to_act = e.get_agents_to_act()
+            for aid in e.get_agents_that_stepped():
+                if aid in to_act:
+                    sa = e.agent_episodes[aid]
+                    rows.setdefault(sa.module_id, []).append((i, aid, sa.get_observations(-1)))
+        actions: list = [{} for _ in episodes]
+        for_env: list = [{} for _ in episodes]
+        outputs: list = [{} for _ in episodes]
+        module = self.module
+        rows = {mid: r for mid, r in rows.items() if mid in module}
+        if not rows:
+            return actions, for_env, outputs
+        with self.metrics.log_time(RLMODULE_INFERENCE_TIMER):
+            out = {mid: self._forward_pass(
+                module[mid], convert_to_torch_tensor(
+                    {Columns.OBS: batch([obs for _, _, obs in r],
+                                        individual_items_already_have_batch_dim="auto")},
+                    device=self._device), explore, env_ts) for mid, r in rows.items()}
+        for mid, module_out in out.items():
+            self._draw_actions(module_out, module[mid], explore)
+        # Item by item, in the order RLlib's unbatching and unmapping give:
+        # module by module, each module's rows in turn.
+        structs = self._space_struct()
+        seq_no = self._weights_seq_no
+        columns: dict = {}
+        for mid, module_out in out.items():
+            for col, value in _to_numpy(module_out).items():
+                columns.setdefault(col, []).append((rows[mid], unbatch(value)))
+        for col, parts in columns.items():
+            for r, items in parts:
+                for (i, aid, _), item in zip(r, items):
+                    if col == Columns.ACTIONS:
+                        actions[i][aid] = item
+                        if Columns.ACTIONS_FOR_ENV not in columns:
+                            for_env[i][aid] = self._for_env(item, structs[aid])
+                    elif col == Columns.ACTIONS_FOR_ENV:
+                        for_env[i][aid] = item
+                    else:
+                        extras = outputs[i].setdefault(aid, {})
+                        extras[col] = item
+                        extras.setdefault(WEIGHTS_SEQ_NO, seq_no)
+        return actions, for_env, outputs
 
 
 def _to_numpy(outputs: dict) -> dict:

@@ -71,9 +71,10 @@ def main(algo: str, classes: str, iterations: int) -> dict:
     LearnerGroup.update = recording_update
     config_ = config(algo).debugging(seed=0)
     if classes == "runner":
-        from episode.rllib_runners import SingleAgentEnvRunner
+        from episode.rllib_runners import MultiAgentEnvRunner, SingleAgentEnvRunner
 
-        config_ = config_.env_runners(env_runner_cls=SingleAgentEnvRunner)
+        config_ = config_.env_runners(env_runner_cls=MultiAgentEnvRunner
+                                      if algo == "ppo_multi_agent" else SingleAgentEnvRunner)
     algo_ = config_.build_algo()
     # Whether the local env runner samples through our vector loop.
     vectorized = getattr(getattr(algo_, "env_runner", None), "vectorized", None)

@@ -43,10 +43,35 @@ class InfosCartPole(gym.Wrapper):
                                                     "x": float(obs[0])}
 
 
+MULTI_AGENT = ("multi", "turns", "multi_pendulum")
+
+
 def config(env: str):
     from ray.rllib.algorithms.ppo import PPOConfig
 
     cfg = PPOConfig().debugging(seed=3)
+    if env == "turns":
+        # Turn-based: one player acts per step, the other waits.
+        from ray.rllib.examples.envs.classes.multi_agent.tic_tac_toe import TicTacToe
+
+        return (cfg.environment(TicTacToe)
+                .env_runners(num_envs_per_env_runner=2, rollout_fragment_length=20)
+                .multi_agent(policies={"p1", "p2"},
+                             policy_mapping_fn=lambda aid, *a, **k: "p1" if aid == "player1"
+                             else "p2"))
+    if env == "multi_pendulum":
+        from ray.rllib.examples.envs.classes.multi_agent import MultiAgentPendulum
+
+        return (cfg.environment(MultiAgentPendulum, env_config={"num_agents": 2})
+                .env_runners(num_envs_per_env_runner=2, rollout_fragment_length=20)
+                .multi_agent(policies={"p0"}, policy_mapping_fn=lambda aid, *a, **k: "p0"))
+    if env == "multi":
+        from ray.rllib.examples.envs.classes.multi_agent import MultiAgentCartPole
+
+        return (cfg.environment(MultiAgentCartPole, env_config={"num_agents": 3})
+                .env_runners(num_envs_per_env_runner=2, rollout_fragment_length=30)
+                .multi_agent(policies={"p0", "p1"},
+                             policy_mapping_fn=lambda aid, *a, **k: f"p{aid % 2}"))
     if env == "pendulum":
         return cfg.environment("Pendulum-v1").env_runners(
             num_envs_per_env_runner=4, rollout_fragment_length=30)
@@ -69,6 +94,16 @@ def config(env: str):
 
 
 def digest(episodes: list) -> str:
+    if episodes and hasattr(episodes[0], "agent_episodes"):
+        # Multi-agent: each agent's episode, and the env-step mapping.
+        h = hashlib.sha256()
+        for e in episodes:
+            h.update(repr((e.env_t_started, e.env_t, e.is_terminated, e.is_truncated,
+                           list(e.agent_episodes), {a: list(m.data) if hasattr(m, "data") else m
+                                                    for a, m in e.env_t_to_agent_t.items()},
+                           e.is_numpy if e.agent_episodes else None)).encode())
+            h.update(digest(list(e.agent_episodes.values())).encode())
+        return h.hexdigest()
     h = hashlib.sha256()
     # Sub-envs in a fixed order: by start and first observation.
     for e in sorted(episodes, key=lambda e: (e.t_started, np.asarray(e.get_observations(0)).tobytes())):
@@ -92,10 +127,12 @@ def digest(episodes: list) -> str:
 def main(runner: str, env: str) -> dict:
     logging.disable(logging.WARNING)
     if runner == "ours":
-        from episode.rllib_runners import SingleAgentEnvRunner
+        from episode.rllib_runners import MultiAgentEnvRunner, SingleAgentEnvRunner
     else:
+        from ray.rllib.env.multi_agent_env_runner import MultiAgentEnvRunner
         from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner
-    r = SingleAgentEnvRunner(config=config(env))
+    cls = MultiAgentEnvRunner if env in MULTI_AGENT else SingleAgentEnvRunner
+    r = cls(config=config(env))
     calls = []
     for _ in range(4):
         calls.append(digest(r.sample()))
@@ -114,6 +151,8 @@ def main(runner: str, env: str) -> dict:
     # their count and kinds can be compared (in new episodes: RLlib's own
     # episodes refuse a mix of steps with and without the module's outputs).
     random_eps = r.sample(random_actions=True, force_reset=True)
+    if random_eps and hasattr(random_eps[0], "agent_episodes"):
+        random_eps = [a for e in random_eps for a in e.agent_episodes.values()]
     random_shape = sorted((sorted(e.extra_model_outputs), str(np.asarray(e.get_actions()).dtype))
                           for e in random_eps)
     return {"calls": calls, "metrics": picked, "random": random_shape[:1],

@@ -36,6 +36,9 @@ def _samples(runner: str, env: str) -> dict:
     ("infos", True),         # infos that are not empty, through resets and ends
     ("lists", True),         # episodes handed on as lists (episodes_to_numpy=False)
     ("callbacks", False),    # an episode callback: RLlib's own loop, on our episodes
+    ("multi", True),         # MultiAgentCartPole, 3 agents on 2 modules, 2 envs
+    ("turns", True),         # TicTacToe: one player acts per step, the other waits
+    ("multi_pendulum", True),  # Box actions, unsquashed per agent
 ])
 def test_sample_gives_rllibs_episodes(env, vectorized):
     """Truncated rollouts over several calls, explore=False, num_episodes,
@@ -49,12 +52,18 @@ def test_sample_gives_rllibs_episodes(env, vectorized):
     assert ours["vectorized"] is vectorized
 
 
-@pytest.mark.parametrize("algo", ["ppo", "dqn"])
-def test_training_with_our_runner_repeats_rllib_exactly(algo):
-    """PPO (CartPole, 8 envs, GAE) and DQN (epsilon-greedy actions from the
-    module, prioritized episode replay): the same returns and losses,
-    iteration by iteration, as RLlib's runner on RLlib's classes."""
+@pytest.mark.parametrize("algo, episodes", [
+    ("ppo", ["episode.single_agent_episode.SingleAgentEpisode"]),
+    ("dqn", ["episode.single_agent_episode.SingleAgentEpisode"]),
+    ("ppo_multi_agent", ["episode.multi_agent_episode.MultiAgentEpisode",
+                         "episode.single_agent_episode.SingleAgentEpisode"]),
+])
+def test_training_with_our_runners_repeats_rllib_exactly(algo, episodes):
+    """PPO (CartPole, 8 envs, GAE), DQN (epsilon-greedy actions from the
+    module, prioritized episode replay) and multi-agent PPO
+    (MultiAgentCartPole, two modules): the same returns and losses,
+    iteration by iteration, as RLlib's runners on RLlib's classes."""
     theirs, ours = _run(algo, "rllib", 3), _run(algo, "runner", 3)
     assert ours["vectorized"] is True
     assert ours["curve"] == theirs["curve"]
-    assert ours["learner_episodes"] == ["episode.single_agent_episode.SingleAgentEpisode"]
+    assert ours["learner_episodes"] == episodes
