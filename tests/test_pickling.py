@@ -36,6 +36,53 @@ def test_out_of_band_round_trip_of_a_numpy_episode():
     assert len(again) == 51 and len(episode) == 50
 
 
+def _read_only_round_trip(episode):
+    # What Ray's object store hands back: the out-of-band buffers, read-only.
+    buffers = []
+    data = pickle.dumps(episode, protocol=5, buffer_callback=buffers.append)
+    raw = [bytes(b.raw()) for b in buffers]
+    return pickle.loads(data, buffers=raw), raw
+
+
+def test_numpy_episode_reads_read_only_buffers_in_place():
+    """A numpy'ized episode unpickled from read-only out-of-band buffers
+    (the object store's memory) reads its rows there, without a copy: its
+    arrays are read-only views of the buffers, as RLlib's are."""
+    episode = make_episode().to_numpy()
+    again, raw = _read_only_round_trip(episode)
+    obs = again.get_observations()
+    assert not obs.flags.writeable
+    # The very bytes of one of the buffers (no copy was made).
+    assert any(np.shares_memory(obs, np.frombuffer(b, np.uint8)) for b in raw)
+    np.testing.assert_array_equal(obs, episode.get_observations())
+    assert not again.get_observations(-1).flags.writeable
+    with pytest.raises(ValueError):
+        obs[0, 0] = 1.0
+    # A cut's lookback still reads the same memory.
+    successor = again.cut(len_lookback_buffer=2)
+    np.testing.assert_array_equal(successor.get_observations(-1), obs[-1])
+
+
+def test_read_only_rows_are_copied_on_the_first_write():
+    episode = make_episode().to_numpy()
+    again, raw = _read_only_round_trip(episode)
+    before = [bytes(b) for b in raw]
+    shared = again.get_observations()
+    again.set_observations(new_data=np.full(4, 0.5, np.float32), at_indices=3)
+    again.set_rewards(new_data=-1.0, at_indices=0)
+    again.add_env_step(np.ones(4, np.float32), 1, 1.0,
+                       extra_model_outputs={"vf": np.float32(1)})
+    assert [bytes(b) for b in raw] == before      # the shared buffers are untouched
+    assert again.get_observations(3).tolist() == [0.5] * 4 and again.get_rewards(0) == -1.0
+    assert again.get_observations().flags.writeable and len(again) == 51
+    np.testing.assert_array_equal(shared, episode.get_observations())
+    buffer = InfiniteLookbackBuffer([1.0, 2.0, 3.0], lookback=1)
+    buffer.finalize()
+    buffer, _ = _read_only_round_trip(buffer)
+    buffer.append(4.0)
+    assert buffer.get(slice(None)).tolist() == [2.0, 3.0, 4.0]
+
+
 def test_in_band_round_trip_of_a_list_mode_episode_keeps_types():
     episode = make_episode(10)
     again = pickle.loads(pickle.dumps(episode, protocol=5))

@@ -860,3 +860,37 @@ def test_rllib_extra_model_outputs_without_items_raise_after_appending():
     with pytest.raises(AttributeError):
         episode.add_env_step(1.0, 0, 1.0, extra_model_outputs=[("vf", 9.0)])
     assert episode.get_observations() == [0.0, 1.0]     # the step is half in
+
+
+# -- writes into an episode unpickled from read-only buffers (Ray's object store) ----------
+
+
+def _from_read_only_buffers(episode):
+    buffers = []
+    data = pickle.dumps(episode, protocol=5, buffer_callback=buffers.append)
+    return pickle.loads(data, buffers=[bytes(b.raw()) for b in buffers])
+
+
+def _numpy_episode(cls):
+    episode = cls(observations=[box(i) for i in range(4)], actions=[0, 1, 2],
+                  rewards=[1.0, 2.0, 3.0], len_lookback_buffer=0)
+    return episode.to_numpy()
+
+
+def test_set_on_an_episode_from_read_only_buffers_copies_then_sets():
+    """Its arrays are read-only views of the buffers, as RLlib's are; a
+    set_*() copies the track out first."""
+    episode = _from_read_only_buffers(_numpy_episode(SingleAgentEpisode))
+    assert not episode.get_observations().flags.writeable
+    episode.set_observations(new_data=box(7), at_indices=1)
+    episode.set_actions(new_data=0, at_indices=2)
+    assert episode.get_observations(1).tolist() == [7.0] * 4
+    assert episode.get_actions().tolist() == [0, 1, 0]
+
+
+@pytest.mark.rllib
+def test_rllib_set_on_an_episode_from_read_only_buffers_raises():
+    episode = _from_read_only_buffers(_numpy_episode(rllib_episode_class()))
+    assert not episode.get_observations().flags.writeable
+    with pytest.raises(ValueError, match="read-only"):
+        episode.set_observations(new_data=box(7), at_indices=1)

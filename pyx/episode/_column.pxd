@@ -117,6 +117,9 @@ cdef class Column:
     cdef readonly flag finalized   # numpy semantics on get/append (after finalize())
     cdef readonly flag row_type_open  # finalized empty with no known row type: the first rows set it
     cdef flag pod                  # storage holds no object references: memcpy is safe
+    cdef flag read_only            # storage is a read-only array (an unpickled episode's in
+                                   # the object store): views are read-only, capacity is
+                                   # the rows in use, and the first write copies it
     cdef unsigned char row_ndim    # at most 64
     cdef short value_offset        # plain storage (see plain()): where a numpy scalar of
                                    # its dtype keeps its value's bytes; else -1
@@ -351,6 +354,7 @@ cdef class Column:
     cdef int _push_array_mode(self, object item) except -1
     cdef int _start_typed(self, object item) except -1
     cdef int _reserve(self, Py_ssize_t rows) except -1
+    cdef int _make_writable(self) except -1
     cdef int _open_row_type(self, cnp.ndarray rows) except -1
     cdef bint _owns_block(self) noexcept
     cdef int _resize(self, Py_ssize_t new_capacity) except -1

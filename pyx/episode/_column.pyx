@@ -173,6 +173,11 @@ cdef class Column:
                          cnp.PyArray_DIMS(arr) + 1)
         self._install(arr, cnp.PyArray_DIMS(arr)[0], size)
         self.data = <char*>cnp.PyArray_DATA(arr)
+        if not cnp.PyArray_ISWRITEABLE(arr):
+            # Shared and read-only (Ray hands an episode's arrays out of its
+            # object store so): read in place, copied on the first write.
+            self.read_only = True
+            self.capacity = min(size, self.capacity)
         return 0
 
     cdef int _adopt_block(self, size_t nbytes, cnp.dtype descr, Py_ssize_t capacity,
@@ -197,6 +202,7 @@ cdef class Column:
         self.owner = owner
         self.capacity = capacity
         self.size = size
+        self.read_only = False
         return 0
 
     cdef int _release_storage(self) noexcept:
@@ -437,6 +443,7 @@ cdef class Column:
         cdef Py_ssize_t needed = self.size + rows
         cdef Py_ssize_t new_capacity
         cdef cnp.ndarray new
+        self._make_writable()
         if needed <= self.capacity:
             return 0
         if needed < self.size or self.capacity > (<Py_ssize_t>(SIZE_MAX >> 2)) // max(self.row_bytes, 1):
@@ -448,6 +455,16 @@ cdef class Column:
         new = np.empty((new_capacity,) + self.row_shape_tuple, dtype=self.descr)
         new[:self.size] = self.rows(0, self.size)
         self._adopt_storage(new, self.size)
+        return 0
+
+    cdef int _make_writable(self) except -1:
+        # Read-only storage is copied into storage of the Column's own before
+        # anything writes to it; views handed out keep the shared rows.
+        if not self.read_only:
+            return 0
+        if self.pod:
+            return self._resize(self.size)
+        self._adopt_storage(np.array(self.rows(0, self.size)), self.size)
         return 0
 
     cdef bint _owns_block(self) noexcept:
@@ -477,6 +494,7 @@ cdef class Column:
             self.owner = None               # views keep the old storage
         self.data = block
         self.capacity = new_capacity
+        self.read_only = False
         return 0
 
     cdef int _retype(self, object dtype) except -1:
@@ -566,7 +584,7 @@ cdef class Column:
         Py_INCREF(descr)
         view = PyArray_NewFromDescr(
             <PyTypeObject*>ndarray_type, <cnp.PyArray_Descr*>descr, nd + self.row_ndim, dims,
-            strides, start, cnp.NPY_ARRAY_WRITEABLE, NULL)
+            strides, start, 0 if self.read_only else cnp.NPY_ARRAY_WRITEABLE, NULL)
         cnp.set_array_base(<cnp.ndarray>view, self._view_base())
         return view
 
@@ -614,6 +632,7 @@ cdef class Column:
         if self.kind == KIND_OBJECT:
             self.items[pos] = value
             return
+        self._make_writable()
         if self.finalized:
             self.rows(pos, pos + 1)[0] = value
             return
@@ -657,6 +676,7 @@ cdef class Column:
             # their rows even when later appends reuse the freed slot.
             self._adopt_storage(np.delete(self.rows(0, self.size), pos, axis=0), self.size - 1)
             return
+        self._make_writable()
         if pos < self.size - 1:
             memmove(self.row_ptr(pos, self.size - pos - 1),
                     self.row_ptr(pos + 1, self.size - pos - 1),
@@ -794,9 +814,11 @@ def _restore_column(version, kind, finalized, row_type_open, payload):
                                  f"rows of shape {arr.shape[1:]}")
         elif row_type_open and len(arr):
             raise ValueError("corrupt Column state: an open row type with rows")
-        # Unpickled arrays may be read-only views of the pickle's buffer; list
-        # mode also grows in place, which needs storage of its own.
-        if not (arr.flags.writeable and arr.flags.c_contiguous):
+        # Unpickled arrays may be read-only views of the pickle's buffer (out
+        # of band: the object store's memory). Finalized rows are read there
+        # and copied on the first write; list mode grows in place, which needs
+        # storage of its own.
+        if not arr.flags.c_contiguous or not (finalized or arr.flags.writeable):
             arr = arr.copy()
         col._adopt_storage(arr, len(arr))
     else:
