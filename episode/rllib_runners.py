@@ -119,6 +119,17 @@ class _Loop:
                 return False
         return True
 
+    def _sample(self, *, num_timesteps: Optional[int] = None,
+                num_episodes: Optional[int] = None, explore: bool,
+                random_actions: bool = False, force_reset: bool = False) -> List[Any]:
+        # RLlib's loop unless `vectorized` (see _can_loop).
+        if not self.vectorized:
+            return super()._sample(num_timesteps=num_timesteps,
+                                   num_episodes=num_episodes, explore=explore,
+                                   random_actions=random_actions, force_reset=force_reset)
+        return self._loop_sample(num_timesteps, num_episodes, explore, random_actions,
+                                 force_reset)
+
     @contextlib.contextmanager
     def _eval_mode(self) -> Iterator[None]:
         # RLlib's forward_exploration/inference switch the module to eval
@@ -200,13 +211,8 @@ class SingleAgentEnvRunner(_Loop, RLlibSingleAgentEnvRunner):
         # A new env starts over (RLlib's loop resets it too).
         self._vector = None
 
-    def _sample(self, *, num_timesteps: Optional[int] = None,
-                num_episodes: Optional[int] = None, explore: bool,
-                random_actions: bool = False, force_reset: bool = False) -> List[Any]:
-        if not self.vectorized:
-            return super()._sample(num_timesteps=num_timesteps, num_episodes=num_episodes,
-                                   explore=explore, random_actions=random_actions,
-                                   force_reset=force_reset)
+    def _loop_sample(self, num_timesteps: Optional[int], num_episodes: Optional[int],
+                     explore: bool, random_actions: bool, force_reset: bool) -> List[Any]:
         if force_reset or num_episodes is not None or self._needs_initial_reset \
                 or self._vector is None:
             self._reset_vector()
@@ -310,13 +316,8 @@ class MultiAgentEnvRunner(_Loop, RLlibMultiAgentEnvRunner):
             and self._can_loop((MULTI_AGENT_ENV_TO_MODULE, MULTI_AGENT_MODULE_TO_ENV),
                                list(module._rl_modules.values())))
 
-    def _sample(self, *, num_timesteps: Optional[int] = None,
-                num_episodes: Optional[int] = None, explore: bool,
-                random_actions: bool = False, force_reset: bool = False) -> List[Any]:
-        if not self.vectorized:
-            return super()._sample(num_timesteps=num_timesteps, num_episodes=num_episodes,
-                                   explore=explore, random_actions=random_actions,
-                                   force_reset=force_reset)
+    def _loop_sample(self, num_timesteps: Optional[int], num_episodes: Optional[int],
+                     explore: bool, random_actions: bool, force_reset: bool) -> List[Any]:
         if force_reset or num_episodes is not None or self._needs_initial_reset:
             self._reset_envs_and_episodes(explore)
         if num_episodes is not None:
