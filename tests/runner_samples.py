@@ -1,17 +1,17 @@
 """What an env runner's sample() calls give, as digests.
 
-    python tests/runner_samples.py RUNNER ENV
+    python tests/runner_samples.py RUNNER ENV [ENV ...]
 
 RUNNER is rllib (RLlib's SingleAgentEnvRunner on RLlib's classes) or ours
 (episode.rllib_runners.SingleAgentEnvRunner); ENV is cartpole (8 envs,
 Discrete actions), pendulum (4 envs, Box actions unsquashed), infos (4 envs of
 an env whose infos are not empty), lists (CartPole, episodes handed on
 before to_numpy()) or callbacks (CartPole with an episode callback: RLlib's
-loop). Prints one JSON line: for each call, a digest of
-its episodes (every column's dtype, shape and bytes, lengths, t, done
-flags), then the runner's metrics and whether it took the vector loop. Run
-in a fresh process per runner: one process cannot mix the two kinds of
-episodes.
+loop). Prints one JSON line, by ENV: for each call, a
+digest of its episodes (every column's dtype, shape and bytes, lengths, t,
+done flags), then the runner's metrics and whether it took the vector loop.
+Run in a fresh process per RUNNER: one process cannot mix the two kinds of
+episodes (each runner seeds torch, numpy and random anew when it is made).
 """
 from __future__ import annotations
 
@@ -161,4 +161,4 @@ def main(runner: str, env: str) -> dict:
 
 
 if __name__ == "__main__":
-    print(json.dumps(main(sys.argv[1], sys.argv[2])))
+    print(json.dumps({env: main(sys.argv[1], env) for env in sys.argv[2:]}))

@@ -21,11 +21,16 @@ pytestmark = pytest.mark.rllib
 HERE = Path(__file__).parent
 
 
+ENVS = ("cartpole", "pendulum", "infos", "lists", "callbacks", "multi", "turns",
+        "multi_pendulum")
+
+
 @functools.lru_cache(maxsize=None)
-def _samples(runner: str, env: str) -> dict:
+def _samples(runner: str) -> dict:
+    # Every env's runner in one process per side (each starts ray and torch).
     environ = {**os.environ, "PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, str(HERE / "runner_samples.py"), runner, env],
-                          capture_output=True, text=True, timeout=600, env=environ, cwd=HERE)
+    done = subprocess.run([sys.executable, str(HERE / "runner_samples.py"), runner, *ENVS],
+                          capture_output=True, text=True, timeout=900, env=environ, cwd=HERE)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -45,7 +50,7 @@ def test_sample_gives_rllibs_episodes(env, vectorized):
     odd num_timesteps and force_reset: the same episodes call by call (each
     column's dtype, shape and values, infos, t, done flags), the same
     metrics; random actions (unseeded in RLlib) the same kinds of data."""
-    theirs, ours = _samples("rllib", env), _samples("ours", env)
+    theirs, ours = _samples("rllib")[env], _samples("ours")[env]
     assert ours["calls"] == theirs["calls"]
     assert ours["metrics"] == theirs["metrics"]
     assert ours["random"] == theirs["random"] and ours["random_steps"] > 0
