@@ -76,8 +76,13 @@ def main(algo: str, classes: str, iterations: int) -> dict:
         config_ = config_.env_runners(env_runner_cls=MultiAgentEnvRunner
                                       if algo == "ppo_multi_agent" else SingleAgentEnvRunner)
     algo_ = config_.build_algo()
-    # Whether the local env runner samples through our vector loop.
-    vectorized = getattr(getattr(algo_, "env_runner", None), "vectorized", None)
+    # Whether the env runners that sample (the remote ones, if any) take our loop.
+    if config_.num_env_runners:
+        flags = algo_.env_runner_group.foreach_env_runner(
+            lambda runner: getattr(runner, "vectorized", None), local_env_runner=False)
+        vectorized = flags[0] if len(set(flags)) == 1 else flags
+    else:
+        vectorized = getattr(algo_.env_runner, "vectorized", None)
     buffer = getattr(algo_, "local_replay_buffer", None)
     if buffer is not None:
         # RLlib's episode replay buffers draw from an unseeded generator.

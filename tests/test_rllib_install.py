@@ -61,12 +61,15 @@ def test_training_on_our_classes_repeats_rllib_exactly(algo, episodes):
     assert not any(name.startswith("episode.") for name in theirs["learner_episodes"])
 
 
-def test_episodes_from_a_remote_env_runner_are_ours():
+@pytest.mark.parametrize("classes, vectorized", [("ours", None), ("runner", True)])
+def test_episodes_from_a_remote_env_runner_are_ours(classes, vectorized):
     """Sampling in a Ray actor (started after install(): its worker setup hook
-    installs there too); the episodes cross the object store."""
-    ours = _run("ppo_remote", "ours", 1)
+    installs there too), with RLlib's runner or ours; the episodes cross the
+    object store."""
+    ours = _run("ppo_remote", classes, 1)
     assert ours["learner_episodes"] == ["episode.single_agent_episode.SingleAgentEpisode"]
     assert ours["curve"][0][0] is not None
+    assert ours["vectorized"] is vectorized
 
 
 def test_install_swaps_every_loaded_module_and_uninstall_puts_them_back():
