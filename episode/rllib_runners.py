@@ -34,6 +34,7 @@ import contextlib
 import copy
 from typing import Any, Iterator, List, Optional
 
+import gymnasium as gym
 import numpy as np
 import torch
 from ray.rllib.callbacks.callbacks import RLlibCallback
@@ -65,7 +66,12 @@ from ray.rllib.env.multi_agent_env_runner import \
     MultiAgentEnvRunner as RLlibMultiAgentEnvRunner
 from ray.rllib.env.single_agent_env_runner import \
     SingleAgentEnvRunner as RLlibSingleAgentEnvRunner
-from ray.rllib.utils.metrics import RLMODULE_INFERENCE_TIMER, WEIGHTS_SEQ_NO
+from ray.rllib.utils.metrics import (NUM_AGENT_STEPS_SAMPLED, NUM_AGENT_STEPS_SAMPLED_LIFETIME,
+                                     NUM_ENV_STEPS_SAMPLED, NUM_ENV_STEPS_SAMPLED_LIFETIME,
+                                     NUM_EPISODES, NUM_EPISODES_LIFETIME,
+                                     NUM_MODULE_STEPS_SAMPLED,
+                                     NUM_MODULE_STEPS_SAMPLED_LIFETIME, RLMODULE_INFERENCE_TIMER,
+                                     WEIGHTS_SEQ_NO)
 from ray.rllib.utils.numpy import convert_to_numpy
 from ray.rllib.utils.spaces.space_utils import batch, clip_action, unbatch, unsquash_action
 from ray.rllib.utils.torch_utils import convert_to_torch_tensor
@@ -178,6 +184,9 @@ class _Loop:
         # drawn.
         connector = next(c for c in self._module_to_env.connectors
                          if isinstance(c, NormalizeAndClipActions))
+        if isinstance(struct, gym.spaces.Space) and not isinstance(struct, gym.spaces.Box):
+            # Only Box leaves change: the env gets its own copy of the rest.
+            return copy.deepcopy(actions)
         if connector.normalize_actions:
             for_env = unsquash_action(actions, struct)
         elif connector.clip_actions:
@@ -345,6 +354,9 @@ class MultiAgentEnvRunner(_Loop, RLlibMultiAgentEnvRunner):
         """The env steps of one sample() call: the episodes that ended."""
         env_ts = agent_ts = 0
         done_episodes: list = []
+        # What RLlib's loop logs at every sub-env step, summed over the call
+        # and logged at its end (RLlib's single-agent runner does so too).
+        counts = _Counts()
         by_agent_steps = self.config.count_steps_by != "env_steps"
         while (len(done_episodes) < num_episodes) if num_timesteps is None \
                 else ((agent_ts if by_agent_steps else env_ts) < num_timesteps):
@@ -371,8 +383,8 @@ class MultiAgentEnvRunner(_Loop, RLlibMultiAgentEnvRunner):
                                rewards=rewards[i], infos=infos[i],
                                terminateds=terminateds[i], truncateds=truncateds[i],
                                extra_model_outputs=outputs[i])
-                self._log_env_steps(metric=self._metrics_num_env_steps_sampled, num_steps=1)
-                env_ts += self._increase_sampled_metrics(1, observations[i], e)
+                counts.add_step(observations[i], e)
+                env_ts += 1
                 agent_ts += len(observations[i])
             for i, e in enumerate(episodes):
                 if not e.is_done:
@@ -382,6 +394,7 @@ class MultiAgentEnvRunner(_Loop, RLlibMultiAgentEnvRunner):
                 self._new_episode(i, episodes)
                 if num_episodes is not None and len(done_episodes) >= num_episodes:
                     break
+        counts.log(self)
         return done_episodes
 
     def _compute_actions(self, explore: bool, env_ts: int) -> tuple:
@@ -437,6 +450,47 @@ class MultiAgentEnvRunner(_Loop, RLlibMultiAgentEnvRunner):
                         extras[col] = item
                         extras.setdefault(WEIGHTS_SEQ_NO, seq_no)
         return actions, for_env, outputs
+
+
+class _Counts:
+    """The steps, episodes and agent and module steps of a multi-agent
+    sample() call, for RLlib's metrics: the same keys and sums as RLlib's
+    loop logs one sub-env step at a time."""
+
+    def __init__(self) -> None:
+        self.env_steps = 0
+        self.episodes = 0
+        self.agent_steps: dict = {}
+        self.module_steps: dict = {}
+
+    def add_step(self, observations: dict, episode: Any) -> None:
+        self.env_steps += 1
+        self.episodes += episode.is_done
+        for aid in observations:
+            self.agent_steps[aid] = self.agent_steps.get(aid, 0) + 1
+            mid = episode.module_for(aid)
+            self.module_steps[mid] = self.module_steps.get(mid, 0) + 1
+
+    def log(self, runner: Any) -> None:
+        if not self.env_steps:
+            return
+        metrics = runner.metrics
+        runner._log_env_steps(metric=runner._metrics_num_env_steps_sampled,
+                              num_steps=self.env_steps)
+        metrics.log_value(NUM_ENV_STEPS_SAMPLED, self.env_steps, reduce="sum")
+        metrics.log_value(NUM_ENV_STEPS_SAMPLED_LIFETIME, self.env_steps,
+                          reduce="lifetime_sum", with_throughput=True)
+        if self.episodes:
+            metrics.log_value(NUM_EPISODES, self.episodes, reduce="sum")
+            metrics.log_value(NUM_EPISODES_LIFETIME, self.episodes, reduce="lifetime_sum")
+        for aid, n in self.agent_steps.items():
+            metrics.log_value((NUM_AGENT_STEPS_SAMPLED, str(aid)), n, reduce="sum")
+            metrics.log_value((NUM_AGENT_STEPS_SAMPLED_LIFETIME, str(aid)), n,
+                              reduce="lifetime_sum")
+        for mid, n in self.module_steps.items():
+            metrics.log_value((NUM_MODULE_STEPS_SAMPLED, mid), n, reduce="sum")
+            metrics.log_value((NUM_MODULE_STEPS_SAMPLED_LIFETIME, mid), n,
+                              reduce="lifetime_sum")
 
 
 def _to_numpy(outputs: dict) -> dict:

@@ -124,6 +124,13 @@ def digest(episodes: list) -> str:
     return h.hexdigest()
 
 
+def _value(metric):
+    # A reduced metric as a number (per agent or module: a dict of them).
+    if isinstance(metric, dict):
+        return {str(k): _value(v) for k, v in sorted(metric.items(), key=str)}
+    return float(getattr(metric, "peek", lambda: metric)())
+
+
 def main(runner: str, env: str) -> dict:
     logging.disable(logging.WARNING)
     if runner == "ours":
@@ -143,10 +150,11 @@ def main(runner: str, env: str) -> dict:
     calls.append(digest(r.sample(num_timesteps=17)))
     calls.append(digest(r.sample(num_timesteps=25, force_reset=True)))
     metrics = r.get_metrics()
-    picked = {k: metrics[k] for k in ("num_env_steps_sampled", "num_episodes",
-                                      "episode_return_mean", "episode_len_mean",
-                                      "num_env_steps_sampled_lifetime") if k in metrics}
-    picked = {k: float(getattr(v, "peek", lambda: v)()) for k, v in picked.items()}
+    picked = {k: _value(metrics[k]) for k in (
+        "num_env_steps_sampled", "num_episodes", "episode_return_mean", "episode_len_mean",
+        "num_env_steps_sampled_lifetime", "num_episodes_lifetime", "num_agent_steps_sampled",
+        "num_agent_steps_sampled_lifetime", "num_module_steps_sampled",
+        "num_module_steps_sampled_lifetime") if k in metrics}
     # Random actions are drawn from the unseeded vector action space: only
     # their count and kinds can be compared (in new episodes: RLlib's own
     # episodes refuse a mix of steps with and without the module's outputs).
