@@ -17,7 +17,10 @@ episode callbacks, a NextStep vector env):
 - the module stays in eval mode for the whole call, where RLlib's
   forward_exploration switches to it and back at every step;
 - single-agent steps go into the episodes with one `VectorEpisodes.add_step`
-  per env step.
+  per env step;
+- the multi-agent step metrics (env, agent and module steps, episodes) are
+  logged once per call, summed, where RLlib's loop logs them at every
+  sub-env step (its single-agent runner logs them once per call too).
 
 The episodes, the random numbers drawn and the metrics are RLlib's (same
 seeds, same episodes); any other configuration runs RLlib's own loop on our
