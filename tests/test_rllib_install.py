@@ -5,6 +5,7 @@ with ours), with a fixed hash seed so that RLlib's own runs repeat exactly.
 """
 from __future__ import annotations
 
+import atexit
 import functools
 import json
 import os
@@ -32,16 +33,43 @@ def _python(code: str, timeout: int = 600) -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
+# The runs each training test compares, started side by side (each is a
+# process of its own; two cores take two at once): the training tests need
+# all of one algorithm's runs. Remote runs each start a Ray cluster: one at
+# a time.
+SIDE_BY_SIDE = {"ppo": ("rllib", "ours", "runner"), "dqn": ("rllib", "ours", "runner"),
+                "ppo_multi_agent": ("rllib", "ours", "runner")}
+_runs: dict = {}
+
+
+def _start(algo: str, classes: str, iterations: int) -> subprocess.Popen:
+    key = (algo, classes, iterations)
+    if key not in _runs:
+        env = {**os.environ, "PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1"}
+        _runs[key] = subprocess.Popen(
+            [sys.executable, str(HERE / "rllib_runs.py"), algo, classes, str(iterations)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=HERE)
+    return _runs[key]
+
+
+@atexit.register
+def _stop_runs() -> None:
+    # Runs a test selection started but did not wait for.
+    for proc in _runs.values():
+        if proc.poll() is None:
+            proc.kill()
+
+
 @functools.lru_cache(maxsize=None)
 def _run(algo: str, classes: str, iterations: int) -> dict:
     """rllib_runs.py's result (each run once per test session: the tests of
     episode.rllib_runners compare with the same RLlib runs)."""
-    env = {**os.environ, "PYTHONHASHSEED": "0", "OPENBLAS_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, str(HERE / "rllib_runs.py"), algo, classes,
-                           str(iterations)], capture_output=True, text=True, timeout=900,
-                          env=env, cwd=HERE)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    for other in SIDE_BY_SIDE.get(algo, ()):
+        _start(algo, other, iterations)
+    proc = _start(algo, classes, iterations)
+    stdout, stderr = proc.communicate(timeout=900)
+    assert proc.returncode == 0, stdout[-3000:] + stderr[-3000:]
+    return json.loads(stdout.strip().splitlines()[-1])
 
 
 @pytest.mark.parametrize("algo, episodes", [
