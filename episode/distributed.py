@@ -17,6 +17,7 @@ Importing this module imports ray; importing `episode` does not.
 """
 from __future__ import annotations
 
+import inspect
 import os
 import time
 import warnings
@@ -26,7 +27,7 @@ import numpy as np
 import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError, RayActorError
 
-from episode.sampling import Sampler
+from episode.sampling import Sampler, check_sampler_args
 
 __all__ = ["ActorNotStarted", "DistributedSampler", "SamplerActor", "concat_batches"]
 
@@ -40,27 +41,16 @@ class ActorNotStarted(RuntimeError):
     Ray restarted its process since the last call."""
 
 
-class _ArgsChecked(Exception):
-    pass
-
-
-class _NoEnv:
-    """Stands in for the env while Sampler checks its other arguments: the
-    first thing Sampler asks of its env raises _ArgsChecked, after the checks
-    of everything else it validates up front."""
-
-    def __getattr__(self, name: str) -> Any:
-        raise _ArgsChecked
-
-
 def _check_sampler_args(policy: Optional[Callable], seed: Optional[int],
                         sampler_kwargs: dict) -> None:
-    # Sampler's own checks (unknown keywords included), so that bad input
-    # fails here, with Sampler's error classes, before any actor exists.
-    try:
-        Sampler(_NoEnv(), policy, seed=seed, **sampler_kwargs)
-    except _ArgsChecked:
-        return
+    # Sampler's own checks (TypeError for a keyword it does not take), so
+    # that bad input fails here, with Sampler's error classes, before any
+    # actor exists.
+    args = inspect.signature(Sampler).bind(None, policy, seed=seed, **sampler_kwargs)
+    args.apply_defaults()
+    check_sampler_args(policy, args.arguments["batch_mode"],
+                       args.arguments["rollout_fragment_length"],
+                       args.arguments["count_steps_by"], args.arguments["num_envs"], seed)
 
 
 class SamplerActor:

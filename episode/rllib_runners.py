@@ -185,8 +185,7 @@ class _Loop:
         # NormalizeAndClipActions: the env gets the actions unsquashed (or
         # clipped) into its space, in its own copy; the episodes keep them as
         # drawn.
-        connector = next(c for c in self._module_to_env.connectors
-                         if isinstance(c, NormalizeAndClipActions))
+        connector = self._clip_connector
         if isinstance(struct, gym.spaces.Space) and not isinstance(struct, gym.spaces.Box):
             # Only Box leaves change: the env gets its own copy of the rest.
             return copy.deepcopy(actions)
@@ -198,9 +197,13 @@ class _Loop:
             return actions
         return copy.deepcopy(for_env) if for_env is actions else for_env
 
+    @property
+    def _clip_connector(self) -> Any:
+        # The pipeline's NormalizeAndClipActions (the loop runs only with it).
+        return self._module_to_env.connectors[-2]
+
     def _space_struct(self) -> Any:
-        return next(c for c in self._module_to_env.connectors
-                    if isinstance(c, NormalizeAndClipActions))._action_space_struct
+        return self._clip_connector._action_space_struct
 
 
 class SingleAgentEnvRunner(_Loop, RLlibSingleAgentEnvRunner):

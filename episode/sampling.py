@@ -402,6 +402,26 @@ def _check_in_space(space: Any, value: Any, what: str) -> None:
         raise ValueError(f"{what} outside {space}: {value!r}")
 
 
+def check_sampler_args(policy: Optional[Callable], batch_mode: str,
+                       rollout_fragment_length: int, count_steps_by: str, num_envs: int,
+                       seed: Optional[int]) -> None:
+    """Sampler's checks of its arguments other than the env and the views
+    (ValueError, TypeError for a policy that is not callable)."""
+    if batch_mode not in BATCH_MODES:
+        raise ValueError(f"batch_mode must be one of {BATCH_MODES}, got {batch_mode!r}")
+    if count_steps_by not in COUNT_STEPS_BY:
+        raise ValueError(f"count_steps_by must be one of {COUNT_STEPS_BY}, "
+                         f"got {count_steps_by!r}")
+    for name, value in (("rollout_fragment_length", rollout_fragment_length),
+                        ("num_envs", num_envs)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
+        raise ValueError(f"seed must be an int or None, got {seed!r}")
+    if policy is not None and not callable(policy):
+        raise TypeError(f"policy must be callable or None, got {type(policy).__name__}")
+
+
 class Sampler:
     """Runs an env and a policy and collects episodes and training batches,
     with the semantics of RLlib 2.60's EnvRunners.
@@ -435,19 +455,8 @@ class Sampler:
                  batch_mode: str = "truncate_episodes", rollout_fragment_length: int = 200,
                  count_steps_by: str = "env_steps", num_envs: int = 1,
                  seed: Optional[int] = None):
-        if batch_mode not in BATCH_MODES:
-            raise ValueError(f"batch_mode must be one of {BATCH_MODES}, got {batch_mode!r}")
-        if count_steps_by not in COUNT_STEPS_BY:
-            raise ValueError(f"count_steps_by must be one of {COUNT_STEPS_BY}, "
-                             f"got {count_steps_by!r}")
-        for name, value in (("rollout_fragment_length", rollout_fragment_length),
-                            ("num_envs", num_envs)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
-            raise ValueError(f"seed must be an int or None, got {seed!r}")
-        if policy is not None and not callable(policy):
-            raise TypeError(f"policy must be callable or None, got {type(policy).__name__}")
+        check_sampler_args(policy, batch_mode, rollout_fragment_length, count_steps_by,
+                           num_envs, seed)
         self.batch_mode = batch_mode
         self.rollout_fragment_length = int(rollout_fragment_length)
         self.count_steps_by = count_steps_by

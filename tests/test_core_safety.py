@@ -386,6 +386,53 @@ def test_corrupt_column_states_are_refused(name):
         restore(*args)
 
 
+# Finalized rows over read-only bytes (what an out-of-band buffer from Ray's
+# object store is) are read in place: the same checks must refuse bad ones.
+READ_ONLY_CORRUPTIONS = {
+    "too_short": (b"\0" * 12, "<f8", (2,)),
+    "shape_mismatch": (b"\0" * 16, "<f8", (3,)),
+    "negative_shape": (b"\0" * 16, "<f8", (-1,)),
+    "object_dtype": (b"\0" * 16, "|O", (2,)),
+    "zero_dim": (b"\0" * 8, "<f8", ()),
+}
+
+
+@pytest.mark.parametrize("name", sorted(READ_ONLY_CORRUPTIONS))
+def test_corrupt_read_only_finalized_states_are_refused(name):
+    restore, args = _column_state([1.0, 2.0], finalize=True)
+    args[4] = READ_ONLY_CORRUPTIONS[name]
+    with pytest.raises((ValueError, TypeError)):
+        restore(*args)
+
+
+@pytest.mark.parametrize("write", ["set", "append", "extend_rows", "extend_none", "pop"])
+def test_writes_to_a_column_over_read_only_bytes_copy_it_first(write):
+    rows = np.arange(6, dtype=np.float32).reshape(3, 2)
+    data = rows.tobytes()
+    restore, args = _column_state([np.zeros(2, np.float32)], finalize=True)
+    args[4] = (data, "<f4", (3, 2))
+    col = restore(*args)
+    view = col.view()
+    assert not view.flags.writeable and np.shares_memory(view, np.frombuffer(data, np.uint8))
+    expected = rows.tolist()
+    if write == "set":
+        col.set(1, np.full(2, 9, np.float32))
+        expected[1] = [9.0, 9.0]
+    elif write == "append":
+        col.append(np.full(2, 7, np.float32))
+        expected.append([7.0, 7.0])
+    elif write == "extend_rows":
+        col.extend_rows(np.full((2, 2), 5, np.float32))
+        expected += [[5.0, 5.0]] * 2
+    elif write == "extend_none":
+        col.extend_rows(np.zeros((0, 2), np.float32))
+    else:
+        col.pop(0)
+        expected.pop(0)
+    assert col.view().tolist() == expected
+    assert data == rows.tobytes() and view.tolist() == rows.tolist()
+
+
 def test_extend_rows_needs_a_batch_and_keeps_list_mode_types():
     for col in (Column.from_array(np.zeros(3)), Column.with_open_row_type()):
         with pytest.raises(ValueError):
