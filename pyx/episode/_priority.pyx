@@ -1,0 +1,535 @@
+"""RLlib's prioritized-replay bookkeeping, in C, step for step.
+
+RLlib's `PrioritizedEpisodeReplayBuffer` keeps a sum tree and a min tree as
+Python lists of numbers. Which numbers they hold matters: priorities arrive
+as numpy float32 (a learner's TD errors), the buffer starts from the Python
+float 1.0, and each sum, comparison and power follows the types of its
+operands (numpy's NEP 50 rules: a Python number adapts to a numpy scalar's
+type, so a float32 node makes its ancestors float32). A draw lands on the
+step the same arithmetic finds, so the trees here carry each value's type
+(`Tag`) and compute in it; the same seed then gives the same steps and
+weights, bit for bit.
+
+The trees have RLlib's layout (leaf i of `size` is node size + i), and its
+queue of free leaves: the step it stores next takes the leaf RLlib's would.
+Only the leftmost leaves in use are allocated (RLlib's lists cover the
+capacity from the start): the nodes above them hold what RLlib's would.
+"""
+from cpython.float cimport PyFloat_AS_DOUBLE
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from libc.math cimport INFINITY, pow, powf
+from libc.stdint cimport int64_t
+from libc.string cimport memcpy
+
+import numpy as np
+
+cdef object F64 = np.float64
+cdef object F32 = np.float32
+cdef Num ZERO = Num(0.0, TAG_FLOAT)
+cdef Num INF = Num(INFINITY, TAG_FLOAT)
+
+
+# -- numbers ------------------------------------------------------------------------
+
+
+cdef Num num(double v, int tag) noexcept:
+    cdef Num x
+    x.v = v
+    x.tag = tag
+    return x
+
+
+cdef Num to_num(object x) except *:
+    """A Python float or int, numpy float64 or float32 (what RLlib's
+    priorities and weights are) as a Num; TypeError for anything else."""
+    cdef object t = type(x)
+    if t is float:
+        return num(PyFloat_AS_DOUBLE(x), TAG_FLOAT)
+    if t is int or t is bool:
+        return num(<double>x, TAG_INT)
+    if t is F64:
+        return num(<double>x, TAG_F64)
+    if t is F32:
+        return num(<double>x, TAG_F32)
+    raise TypeError(f"a priority must be a Python or numpy float32/float64 number, "
+                    f"not {t.__name__}")
+
+
+cdef object from_num(Num x):
+    if x.tag == TAG_FLOAT:
+        return x.v
+    if x.tag == TAG_INT:
+        return int(x.v)
+    if x.tag == TAG_F64:
+        return F64(x.v)
+    return F32(x.v)
+
+
+cdef inline int promote(Num a, Num b) noexcept:
+    if a.tag == TAG_F64 or b.tag == TAG_F64:
+        return TAG_F64
+    if a.tag == TAG_F32 or b.tag == TAG_F32:
+        return TAG_F32
+    if a.tag == TAG_INT and b.tag == TAG_INT:
+        return TAG_INT
+    return TAG_FLOAT
+
+
+cdef Num add(Num a, Num b) noexcept:
+    cdef int tag = promote(a, b)
+    cdef float fa, fb
+    if tag == TAG_F32:
+        fa = <float>a.v
+        fb = <float>b.v
+        return num(fa + fb, tag)
+    return num(a.v + b.v, tag)
+
+
+cdef Num sub(Num a, Num b) noexcept:
+    cdef int tag = promote(a, b)
+    cdef float fa, fb
+    if tag == TAG_F32:
+        fa = <float>a.v
+        fb = <float>b.v
+        return num(fa - fb, tag)
+    return num(a.v - b.v, tag)
+
+
+cdef Num mul(Num a, Num b) noexcept:
+    cdef int tag = promote(a, b)
+    cdef float fa, fb
+    if tag == TAG_F32:
+        fa = <float>a.v
+        fb = <float>b.v
+        return num(fa * fb, tag)
+    return num(a.v * b.v, tag)
+
+
+cdef Num div(Num a, Num b) except *:
+    # Python's true division refuses zero; numpy's gives inf or nan.
+    cdef int tag = promote(a, b)
+    cdef float fa, fb
+    if tag == TAG_F32:
+        fa = <float>a.v
+        fb = <float>b.v
+        return num(fa / fb, tag)
+    if b.v == 0.0 and (tag == TAG_FLOAT or tag == TAG_INT):
+        raise ZeroDivisionError("float division by zero")
+    return num(a.v / b.v, TAG_FLOAT if tag == TAG_INT else tag)
+
+
+cdef Num power(Num a, Num b) except *:
+    cdef int tag = promote(a, b)
+    cdef float fa, fb
+    if tag == TAG_F32:
+        fa = <float>a.v
+        fb = <float>b.v
+        return num(powf(fa, fb), tag)
+    if a.v == 0.0 and b.v < 0.0 and (tag == TAG_FLOAT or tag == TAG_INT):
+        raise ZeroDivisionError("0.0 cannot be raised to a negative power")
+    if tag == TAG_INT and b.v >= 0.0:
+        return num(pow(a.v, b.v), TAG_INT)
+    return num(pow(a.v, b.v), TAG_FLOAT if tag == TAG_INT else tag)
+
+
+cdef bint greater(Num a, Num b) noexcept:
+    """a > b, compared in the promoted type (NaN compares false)."""
+    cdef float fa, fb
+    if promote(a, b) == TAG_F32:
+        fa = <float>a.v
+        fb = <float>b.v
+        return fa > fb
+    return a.v > b.v
+
+
+cdef Num smaller_of(Num a, Num b) noexcept:
+    """Python's min(a, b): b if b < a, else a (the object itself)."""
+    return b if greater(a, b) else a
+
+
+# -- the trees ------------------------------------------------------------------------
+
+
+cdef inline void combine(double* sum_v, unsigned char* sum_t, double* min_v,
+                         unsigned char* min_t, Py_ssize_t node) noexcept:
+    # RLlib's parent update: sum = left + right, min = min(left, right).
+    cdef Num s = add(num(sum_v[2 * node], sum_t[2 * node]),
+                     num(sum_v[2 * node + 1], sum_t[2 * node + 1]))
+    cdef Num m = smaller_of(num(min_v[2 * node], min_t[2 * node]),
+                            num(min_v[2 * node + 1], min_t[2 * node + 1]))
+    sum_v[node] = s.v
+    sum_t[node] = s.tag
+    min_v[node] = m.v
+    min_t[node] = m.tag
+
+
+cdef class PriorityTrees:
+    """RLlib's sum and min segment trees of `size` leaves with their free
+    queue; a leaf in use holds a stored step's key (see the module docstring)."""
+
+    def __cinit__(self, Py_ssize_t size):
+        if size < 1 or size & (size - 1):
+            raise AssertionError("Capacity must be positive and a power of 2!")
+        self.size = size
+        self.max_idx = 0
+        self._grow(0)
+
+    def __dealloc__(self):
+        PyMem_Free(self.sum_v)
+        PyMem_Free(self.sum_t)
+        PyMem_Free(self.min_v)
+        PyMem_Free(self.min_t)
+        PyMem_Free(self.owner)
+        PyMem_Free(self.queue)
+
+    cdef int _grow(self, Py_ssize_t leaf) except -1:
+        # Allocates the leaves up to `leaf` (doubling): the old subtree
+        # becomes the leftmost part of the new one, the rest is neutral.
+        cdef Py_ssize_t old = self.alloc, new = self.alloc if self.alloc else 1
+        cdef Py_ssize_t levels = 0, width, node, j
+        while new <= leaf:
+            new *= 2
+            levels += 1
+        if new > self.size:
+            raise IndexError(f"leaf {leaf} is outside a tree of {self.size} leaves")
+        if old and levels == 0:
+            return 0
+        cdef double* sum_v = <double*>PyMem_Malloc(2 * new * sizeof(double))
+        cdef unsigned char* sum_t = <unsigned char*>PyMem_Malloc(2 * new)
+        cdef double* min_v = <double*>PyMem_Malloc(2 * new * sizeof(double))
+        cdef unsigned char* min_t = <unsigned char*>PyMem_Malloc(2 * new)
+        cdef int64_t* owner = <int64_t*>PyMem_Malloc(new * sizeof(int64_t))
+        if not (sum_v and sum_t and min_v and min_t and owner):
+            PyMem_Free(sum_v)
+            PyMem_Free(sum_t)
+            PyMem_Free(min_v)
+            PyMem_Free(min_t)
+            PyMem_Free(owner)
+            raise MemoryError()
+        for j in range(2 * new):
+            sum_v[j] = 0.0
+            sum_t[j] = TAG_FLOAT
+            min_v[j] = INFINITY
+            min_t[j] = TAG_FLOAT
+        for j in range(new):
+            owner[j] = -1
+        if old:
+            # Old level e (nodes 2^e .. 2^(e+1) - 1) is level e + levels now.
+            width = 1
+            while width <= old:
+                node = width << levels
+                memcpy(sum_v + node, self.sum_v + width, width * sizeof(double))
+                memcpy(sum_t + node, self.sum_t + width, width)
+                memcpy(min_v + node, self.min_v + width, width * sizeof(double))
+                memcpy(min_t + node, self.min_t + width, width)
+                width *= 2
+            memcpy(owner, self.owner, old * sizeof(int64_t))
+            # The new nodes above the old root, left to right neutral.
+            node = 1 << levels
+            while node > 1:
+                node //= 2
+                combine(sum_v, sum_t, min_v, min_t, node)
+        PyMem_Free(self.sum_v)
+        PyMem_Free(self.sum_t)
+        PyMem_Free(self.min_v)
+        PyMem_Free(self.min_t)
+        PyMem_Free(self.owner)
+        self.sum_v = sum_v
+        self.sum_t = sum_t
+        self.min_v = min_v
+        self.min_t = min_t
+        self.owner = owner
+        self.alloc = new
+        return 0
+
+    # -- leaves ------------------------------------------------------------------
+
+    cdef int set_leaf(self, int64_t leaf, Num value) except -1:
+        """Both trees' leaf = value (RLlib's `tree[idx] = value` on each)."""
+        self._set(leaf, value, value)
+        return 0
+
+    cdef int _set(self, int64_t leaf, Num s, Num m) except -1:
+        cdef Py_ssize_t node
+        if leaf < 0 or leaf >= self.size:
+            raise AssertionError(f"idx={leaf} capacity={self.size}")
+        if leaf >= self.alloc:
+            self._grow(leaf)
+        node = self.alloc + leaf
+        self.sum_v[node] = s.v
+        self.sum_t[node] = s.tag
+        self.min_v[node] = m.v
+        self.min_t[node] = m.tag
+        node //= 2
+        while node >= 1:
+            combine(self.sum_v, self.sum_t, self.min_v, self.min_t, node)
+            node //= 2
+        return 0
+
+    cdef Num leaf_sum(self, int64_t leaf) noexcept:
+        if 0 <= leaf < self.alloc:
+            return num(self.sum_v[self.alloc + leaf], self.sum_t[self.alloc + leaf])
+        return ZERO
+
+    cdef int64_t take(self, Num value, int64_t key) except -1:
+        """RLlib's _get_free_node_and_assign: the next free leaf (the queue's
+        front), set to `value` in both trees, standing for `key`."""
+        cdef int64_t leaf
+        if self.queue_len:
+            leaf = self.queue[self.queue_head]
+            self.queue_head = (self.queue_head + 1) % self.queue_cap
+            self.queue_len -= 1
+        elif self.fresh < self.size:
+            leaf = self.fresh
+            self.fresh += 1
+        else:
+            raise IndexError("pop from an empty deque")
+        if leaf > self.max_idx:
+            self.max_idx = leaf
+        self.set_leaf(leaf, value)
+        self.owner[leaf] = key
+        return leaf
+
+    cdef int release(self, int64_t leaf) except -1:
+        """What RLlib does with the leaf of an evicted step: back to the
+        queue's front, neutral values."""
+        if leaf < 0 or leaf >= self.alloc or self.owner[leaf] < 0:
+            raise AssertionError(f"tree leaf {leaf} is not in use")
+        self._reserve_queue()
+        self.queue_head = (self.queue_head - 1 + self.queue_cap) % self.queue_cap
+        self.queue[self.queue_head] = leaf
+        self.queue_len += 1
+        if self.max_idx == leaf:
+            self.max_idx -= 1
+        self._set(leaf, ZERO, INF)
+        self.owner[leaf] = -1
+        return 0
+
+    cdef int _reserve_queue(self) except -1:
+        # Room for one more queued leaf.
+        cdef int64_t* grown
+        cdef Py_ssize_t i, cap = 2 * self.queue_cap + 16
+        if self.queue_len < self.queue_cap:
+            return 0
+        grown = <int64_t*>PyMem_Malloc(cap * sizeof(int64_t))
+        if grown == NULL:
+            raise MemoryError()
+        for i in range(self.queue_len):
+            grown[i] = self.queue[(self.queue_head + i) % self.queue_cap]
+        PyMem_Free(self.queue)
+        self.queue = grown
+        self.queue_cap = cap
+        self.queue_head = 0
+        return 0
+
+    # -- RLlib's reductions ----------------------------------------------------------
+
+    cdef Num _root(self, bint of_sum) noexcept:
+        # RLlib's value[1]: the allocated subtree's root, passed up through
+        # the nodes above it (each op(it, neutral)).
+        cdef Num r
+        if of_sum:
+            r = num(self.sum_v[1], self.sum_t[1])
+            return add(r, ZERO) if self.alloc < self.size else r
+        r = num(self.min_v[1], self.min_t[1])
+        return smaller_of(r, INF) if self.alloc < self.size else r
+
+    cdef Num total(self) noexcept:
+        """RLlib's SumSegmentTree.sum(): 0.0 + value[1]."""
+        return add(ZERO, self._root(True))
+
+    cdef Num minimum(self) noexcept:
+        """RLlib's MinSegmentTree.min(): min(inf, value[1])."""
+        return smaller_of(INF, self._root(False))
+
+    cdef int64_t find(self, Num prefixsum) except -2:
+        """RLlib's find_prefixsum_idx, on the same numbers (the logical tree
+        walked through the part that is allocated)."""
+        cdef Num bound = add(self.total(), num(1e-05, TAG_FLOAT))
+        cdef Num root = self._root(True), left
+        cdef Py_ssize_t node = 1, local = 0, depth = 0, top = 0, width = self.alloc
+        cdef int where = 0          # 0: above the subtree, 1: in it, 2: outside
+        if not (not greater(num(0.0, TAG_INT), prefixsum) and not greater(prefixsum, bound)
+                and prefixsum.v == prefixsum.v):
+            raise AssertionError(f"prefixsum {prefixsum.v} outside [0, {bound.v}]")
+        if not greater(root, prefixsum):
+            prefixsum = sub(root, num(1e-05, TAG_FLOAT))
+        # Levels above the allocated subtree.
+        while (self.size >> top) > self.alloc:
+            top += 1
+        if top == 0:
+            where = 1
+            local = 1
+        while node < self.size:
+            if where == 0:
+                # The left child is the allocated root (or another node
+                # above it); the right child's subtree is empty.
+                left = add(num(self.sum_v[1], self.sum_t[1]), ZERO) if depth + 1 < top \
+                    else num(self.sum_v[1], self.sum_t[1])
+            elif where == 1:
+                left = num(self.sum_v[2 * local], self.sum_t[2 * local])
+            else:
+                left = ZERO
+            if greater(left, prefixsum):
+                node = 2 * node
+                if where == 1:
+                    local = 2 * local
+                elif where == 0 and depth + 1 == top:
+                    where = 1
+                    local = 1
+            else:
+                prefixsum = sub(prefixsum, left)
+                node = 2 * node + 1
+                if where == 1:
+                    local = 2 * local + 1
+                else:
+                    where = 2
+            depth += 1
+        return node - self.size
+
+    # -- Python's view (the replay layer's priority updates, the tests) ----------
+
+    def assign(self, value, key):
+        """take(): the next free leaf set to `value`, standing for `key`."""
+        return self.take(to_num(value), key)
+
+    def free(self, leaf):
+        """release(leaf)."""
+        self.release(leaf)
+
+    def update(self, leaf, value):
+        """Both trees' `leaf` = `value` (RLlib's update_priorities step)."""
+        self.set_leaf(leaf, to_num(value))
+
+    def sum(self):
+        """RLlib's SumSegmentTree.sum(), as its object."""
+        return from_num(self.total())
+
+    def min(self):
+        """RLlib's MinSegmentTree.min(), as its object."""
+        return from_num(self.minimum())
+
+    def find_prefixsum_idx(self, prefixsum):
+        """RLlib's SumSegmentTree.find_prefixsum_idx(prefixsum)."""
+        return self.find(to_num(prefixsum))
+
+    def key(self, Py_ssize_t leaf):
+        """The key of the step at `leaf` (-1: free)."""
+        return self.key_of(leaf)
+
+    # -- state ------------------------------------------------------------------
+
+    def sum_values(self):
+        """RLlib's SumSegmentTree.get_state(): every node's value."""
+        return self._values(True)
+
+    def min_values(self):
+        """RLlib's MinSegmentTree.get_state()."""
+        return self._values(False)
+
+    cdef list _values(self, bint of_sum):
+        cdef list out = [0.0 if of_sum else float("inf")] * (2 * self.size)
+        cdef Py_ssize_t width = 1, node, j, top = 0
+        cdef Num root = self._root(of_sum)
+        cdef double* v = self.sum_v if of_sum else self.min_v
+        cdef unsigned char* t = self.sum_t if of_sum else self.min_t
+        while (self.size >> top) > self.alloc:
+            out[1 << top] = from_num(root)
+            top += 1
+        while width <= self.alloc:
+            node = width << top
+            for j in range(width):
+                out[node + j] = from_num(num(v[width + j], t[width + j]))
+            width *= 2
+        return out
+
+    def free_nodes(self):
+        """RLlib's _free_nodes deque, as a list."""
+        cdef Py_ssize_t i
+        out = [self.queue[(self.queue_head + i) % self.queue_cap] for i in range(self.queue_len)]
+        out.extend(range(self.fresh, self.size))
+        return out
+
+    def leaf_value(self, Py_ssize_t leaf):
+        """Both trees' leaf, as RLlib's objects."""
+        if leaf < 0 or leaf >= self.size:
+            raise IndexError(leaf)
+        if leaf >= self.alloc:
+            return 0.0, float("inf")
+        return (from_num(num(self.sum_v[self.alloc + leaf], self.sum_t[self.alloc + leaf])),
+                from_num(num(self.min_v[self.alloc + leaf], self.min_t[self.alloc + leaf])))
+
+    def used_leaves(self):
+        """The leaves that stand for a stored step, with their keys."""
+        cdef Py_ssize_t j
+        return [(j, self.owner[j]) for j in range(self.alloc) if self.owner[j] >= 0]
+
+    def restore(self, sum_values, min_values, free_nodes, max_idx, list assigned):
+        """Loads RLlib's state of the trees (`assigned`: (leaf, key) for each
+        stored step). Checked first: consistent or refused with ValueError,
+        this object unchanged."""
+        cdef Py_ssize_t n = 2 * self.size, j, leaf
+        cdef PriorityTrees fresh = PriorityTrees(self.size)
+        cdef Num s, m
+        if not isinstance(sum_values, list) or not isinstance(min_values, list) \
+                or len(sum_values) != n or len(min_values) != n:
+            raise ValueError(f"the segment trees' states must be lists of {n} values")
+        queue = list(free_nodes)
+        used = {}
+        for leaf, key in assigned:
+            if not 0 <= leaf < self.size or leaf in used:
+                raise ValueError(f"tree leaf {leaf} is out of range or used twice")
+            used[leaf] = key
+        if any(type(x) is not int or not 0 <= x < self.size for x in queue) \
+                or len(set(queue)) != len(queue) or set(queue) & used.keys() \
+                or len(queue) + len(used) != self.size:
+            raise ValueError("the free nodes and the stored steps' tree leaves must split "
+                             "the tree's leaves between them")
+        # The leaves' values; every other node is recomputed from them (as
+        # RLlib's updates compute it).
+        values = []
+        for j in range(self.size):
+            s = to_num(sum_values[self.size + j])
+            m = to_num(min_values[self.size + j])
+            if j in used:
+                if s.v != m.v or s.tag != m.tag or not s.v >= 0.0:
+                    raise ValueError(f"tree leaf {j} holds inconsistent priorities")
+                values.append((j, s.v, s.tag))
+            elif not (s.v == 0.0 and m.v == INFINITY):
+                raise ValueError(f"free tree leaf {j} holds a priority")
+        # A tail of the queue counting up to the last leaf stays implicit.
+        tail = len(queue)
+        while tail and queue[tail - 1] == self.size - (len(queue) - tail) - 1:
+            tail -= 1
+        for leaf in queue[:tail]:
+            fresh._push_back(leaf)
+        fresh.fresh = self.size - (len(queue) - tail)
+        for j, v, tag in values:
+            s = num(v, tag)
+            fresh._set(j, s, s)
+            fresh.owner[j] = used[j]
+        fresh.max_idx = max_idx
+        self._take_over(fresh)
+
+    cdef int _push_back(self, int64_t leaf) except -1:
+        # The queue's back (restoring its order).
+        self._reserve_queue()
+        self.queue[(self.queue_head + self.queue_len) % self.queue_cap] = leaf
+        self.queue_len += 1
+        return 0
+
+    cdef int _take_over(self, PriorityTrees other) except -1:
+        # Swaps storage with `other` (which then frees ours).
+        self.sum_v, other.sum_v = other.sum_v, self.sum_v
+        self.sum_t, other.sum_t = other.sum_t, self.sum_t
+        self.min_v, other.min_v = other.min_v, self.min_v
+        self.min_t, other.min_t = other.min_t, self.min_t
+        self.owner, other.owner = other.owner, self.owner
+        self.queue, other.queue = other.queue, self.queue
+        self.alloc, other.alloc = other.alloc, self.alloc
+        self.queue_cap, other.queue_cap = other.queue_cap, self.queue_cap
+        self.queue_head, other.queue_head = other.queue_head, self.queue_head
+        self.queue_len, other.queue_len = other.queue_len, self.queue_len
+        self.fresh, other.fresh = other.fresh, self.fresh
+        self.max_idx = other.max_idx
+        return 0

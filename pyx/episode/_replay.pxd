@@ -1,0 +1,177 @@
+# Replay storage: stored episodes' rows in blocks of Columns, their steps in
+# insertion order, and the draws and gathers that sample them.
+from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
+from numpy.random cimport bitgen_t
+
+from episode._buffer cimport BufferCore
+from episode._episode cimport EpisodeCore
+from episode._priority cimport Num, PriorityTrees
+
+
+# A run: consecutive steps of one stored episode, in consecutive rows of one
+# block. An episode's chunks (one per add() call) are runs in the order they
+# came; the runs of all episodes, in that order, are RLlib's list of
+# sampleable steps (`_indices`).
+cdef struct Run:
+    int64_t block        # the block's sequence number
+    int64_t next         # the episode's next run (its sequence number), -1: none yet
+    int32_t row          # the first step's row in the block
+    int32_t n            # steps
+    int32_t ep           # the episode's slot
+    int32_t ts           # the first step's index in the stored episode (< 0: lookback)
+
+
+# A stored episode. Its steps' rows are in its runs; the observation and
+# infos after its last step (its last observation) live in the store's
+# `final` rows, one per slot, until a next chunk makes them a step's.
+cdef struct Ep:
+    int64_t first_run    # its first run (the lookback run, if it has one)
+    int64_t last_run
+    int64_t length       # steps, lookback excluded
+    int64_t index        # RLlib's episode index (episode_id_to_index)
+    int64_t t_started
+    int32_t lookback     # lookback steps stored (rows before step 0)
+    unsigned char terminated
+    unsigned char truncated
+    unsigned char finalized   # the first chunk was numpy'ized (items come back as numpy's)
+    unsigned char live
+    int32_t prev         # the episode stored before it (-1: none)
+    int32_t next         # the one stored after it (-1: none)
+    double start_time    # NaN: None
+    double last_step_time
+
+
+# A drawn step: where it is, and what the draw made of it.
+cdef struct Pick:
+    int64_t run          # the step's run and offset in it
+    int32_t off
+    int32_t slot         # its episode
+    int64_t ts           # its index in the stored episode
+    int64_t n            # the n-step drawn (or asked for)
+    int64_t end          # the step the transition or sequence ends at (exclusive)
+    int64_t end_run      # where step `end` is (run < 0: the final row)
+    int32_t end_off
+
+
+cdef class Picks:
+    cdef Pick* items
+    cdef Py_ssize_t size, cap
+    cdef public list weights     # prioritized: each pick's weight (RLlib's object)
+    cdef public list leaves      # prioritized: each pick's tree leaf
+    cdef public int64_t resamples
+    cdef public list rejected    # the episode slot of each draw made again
+    cdef int push(self, int64_t run, int32_t off, int32_t slot, int64_t ts, int64_t n,
+                  int64_t end) except -1
+
+
+cdef class Draws:
+    # A numpy Generator's bit generator, drawn from as Generator.integers()
+    # and Generator.random() draw: same numbers, same bits consumed.
+    cdef object bit_generator
+    cdef object lock
+    cdef bitgen_t* state
+    cdef int64_t integers(self, int64_t low, int64_t high) except? -1
+    cdef double random(self) noexcept
+
+
+cdef class Block:
+    # Rows of consecutive steps: one Column per leaf (an ndarray it adopts,
+    # in RAM or a file), infos that are not empty by row.
+    cdef list cols               # Column per numeric leaf; a list of items per object leaf
+    cdef char** data             # each numeric leaf's first row
+    cdef dict infos              # row -> infos (non-empty ones only)
+    cdef int32_t* leaf_of_row    # prioritized stores: each row's tree leaf
+    cdef Py_ssize_t size, capacity
+
+
+cdef class EpisodeMeta:
+    # What a stored episode keeps besides its rows.
+    cdef readonly object agent_id, module_id, multi_agent_episode_id
+    cdef readonly object observation_space, action_space
+    cdef readonly tuple extra_keys       # its extra model outputs, in their order
+    cdef public object custom_data       # a dict, or None for an empty one
+    cdef readonly bint defaultdict_extras   # extra_model_outputs was a defaultdict
+    cdef bint same_as(self, EpisodeMeta other)
+
+
+cdef class Store:
+    cdef readonly Py_ssize_t nleaves
+    cdef list dtypes             # per leaf: numpy dtype, None for an object leaf
+    cdef list shapes             # per leaf: row shape
+    cdef Py_ssize_t* row_bytes   # per leaf; 0 for an object leaf
+    cdef unsigned char* kinds    # per leaf: the list-mode Column kind items come back as
+    cdef readonly object layout  # track name -> its leaves' numbers in its structure
+    cdef readonly Py_ssize_t block_rows
+    cdef readonly object storage # None: blocks in memory; else their files' folder
+    cdef Py_ssize_t file_seq
+
+    cdef list blocks
+    cdef int64_t first_block     # blocks[0]'s sequence number
+
+    cdef Run* runs               # ring of run records, indexed by sequence number
+    cdef int64_t* tree           # Fenwick tree of the live steps per run slot
+    cdef Py_ssize_t run_cap      # a power of two
+    cdef int64_t run_head, run_tail
+    cdef readonly int64_t live_steps
+
+    cdef Ep* eps
+    cdef Py_ssize_t ep_cap
+    cdef int32_t* free_slots
+    cdef Py_ssize_t n_free
+    cdef int32_t first_slot, last_slot   # the oldest and the newest episode (-1: none)
+    cdef readonly Py_ssize_t num_episodes
+    cdef readonly int64_t num_evicted
+    cdef list ids                # slot -> episode id
+    cdef list keys               # slot -> what slot_of knows it by (its id by default)
+    cdef list meta               # slot -> EpisodeMeta
+    cdef readonly dict slot_of   # key -> slot
+
+    cdef list final              # per numeric observation leaf: a Column, a row per slot
+    cdef list final_objects      # per object observation leaf: a list by slot
+    cdef dict final_infos        # slot -> the last infos, where not empty
+
+    cdef readonly PriorityTrees priorities   # a tree leaf per stored step, or None
+    cdef bint restoring          # restore() is adding: it sets the tree leaves itself
+
+    cdef int _reserve_runs(self, Py_ssize_t n) except -1
+    cdef int _reserve_slots(self) except -1
+    cdef int _grow_final(self, Py_ssize_t cap) except -1
+    cdef Py_ssize_t _add_leaves(self, list cols, bint with_final) except -1
+    cdef object _track_layout(self, BufferCore buf, object known, bint with_final, str what)
+    cdef int _refresh_pointers(self, Block block) except -1
+    cdef Block _block(self, int64_t seq)
+    cdef object _new_storage(self, Py_ssize_t leaf, Py_ssize_t rows)
+    cdef Block _tail_block(self, Py_ssize_t rows)
+    cdef int _resize_block(self, Block block, Py_ssize_t cap) except -1
+    cdef int _ensure_leaf(self, Block block, Py_ssize_t leaf) except -1
+    cdef int64_t _new_run(self, Block block, int64_t block_seq, int32_t row, int32_t n,
+                          int32_t ep, int32_t ts) except -1
+    cdef int _fenwick_add(self, int64_t seq, int64_t delta) noexcept
+    cdef int64_t _prefix(self, Py_ssize_t slots) noexcept
+    cdef int _kth(self, int64_t k, int64_t* run, int32_t* off) except -1
+    cdef object _checked_layout(self, EpisodeCore episode, dict extras, bint is_new)
+    cdef EpisodeMeta _meta_of(self, EpisodeCore episode, dict extras, int32_t slot)
+    cdef int _check_joins(self, int32_t slot, BufferCore obs) except -1
+    cdef int _check_chunk(self, EpisodeCore episode, int64_t end_t, bint done, tuple keys,
+                          dict extras, Py_ssize_t n) except -1
+    cdef object _description(self, object structure)
+    cdef int _write_steps(self, int32_t slot, EpisodeCore episode, dict extras, object layout,
+                          Py_ssize_t lookback, Py_ssize_t first_ts, Py_ssize_t n,
+                          Num weight) except -1
+    cdef list _source_tracks(self, EpisodeCore episode, dict extras, object layout)
+    cdef int _copy_rows(self, Block block, Py_ssize_t row, tuple source, Py_ssize_t ts,
+                        Py_ssize_t count) except -1
+    cdef int _copy_infos(self, Block block, Py_ssize_t row, BufferCore infos, Py_ssize_t ts,
+                         Py_ssize_t count) except -1
+    cdef int _write_final(self, int32_t slot, EpisodeCore episode, object layout,
+                          Py_ssize_t n) except -1
+    cdef int _restore_fields(self, int32_t slot, EpisodeCore episode) except -1
+    cdef int _evict_slots(self, list slots) except -1
+    cdef int _locate(self, int32_t slot, int64_t ts, int64_t* run, int32_t* off) except -1
+    cdef int _advance(self, int64_t* run, int32_t* off, int64_t steps) except -1
+    cdef char* _row_ptr(self, int64_t run, int32_t off, Py_ssize_t leaf) except NULL
+    cdef object _row_object(self, int64_t run, int32_t off, Py_ssize_t leaf)
+    cdef object _infos_at(self, int64_t run, int32_t off)
+    cdef int _step_of(self, int64_t run, int32_t off, int32_t* slot, int64_t* ts) noexcept
+    cdef double _long_return(self, int64_t run, int32_t off, int64_t m, double gamma,
+                             int type_num, Py_ssize_t leaf) except? -1

@@ -1,0 +1,1656 @@
+"""Replay storage: the stored episodes' rows, and their sampling in C.
+
+A Store keeps every stored step once, in insertion order: blocks of rows,
+one Column per leaf (observations, actions, rewards, each extra model
+output; Dict/Tuple items a Column per leaf) and the non-empty infos by row.
+A step's row holds its observation, its action, its reward; the observation
+after an episode's last step (and its infos) sits in the episode's `final`
+row until the next chunk of the episode arrives, whose first step then holds
+it. So each observation is stored once, `new_obs` of a step is the next
+step's row, and an n-step transition or a sequence is a walk along rows.
+
+The steps of all episodes in the order they were added are runs (one per
+chunk, cut where a block ends): that order is RLlib's list of sampleable
+steps, the k-th of which a uniform draw picks (a Fenwick tree over the
+runs' live step counts finds it). Evicting the oldest episode marks its
+runs dead; a block is freed once every run in it is dead.
+
+The sampling loops reproduce RLlib's buffers draw for draw (same Generator
+calls in the same order: `Draws`) and hand back the drawn steps; `gather`
+copies their rows into batch arrays.
+"""
+import copy
+import os
+import tempfile
+
+import numpy as np
+
+cimport cython
+cimport numpy as cnp
+from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from cpython.pycapsule cimport PyCapsule_GetPointer
+from libc.math cimport NAN, isnan
+from libc.stdint cimport INT32_MAX, int32_t, int64_t, uint32_t, uint64_t
+from libc.string cimport memcmp, memcpy, memset
+
+from episode._buffer cimport BufferCore
+from episode._column cimport (Column, KIND_ARRAY, KIND_BOOL, KIND_EMPTY, KIND_EMPTY_DICT,
+                              KIND_FLOAT, KIND_INT, KIND_OBJECT, KIND_SCALAR, array_bytes)
+from episode._episode cimport EpisodeCore, own_extras
+from episode._priority cimport Num, PriorityTrees, add, div, from_num, mul, num, power, to_num
+from episode._priority cimport TAG_FLOAT, TAG_INT
+
+cnp.import_array()
+
+cdef extern from *:
+    """
+    #if defined(__SIZEOF_INT128__)
+    static inline uint64_t episode_mulhi64(uint64_t a, uint64_t b, uint64_t* lo) {
+        __uint128_t m = (__uint128_t)a * b;
+        *lo = (uint64_t)m;
+        return (uint64_t)(m >> 64);
+    }
+    #else
+    static inline uint64_t episode_mulhi64(uint64_t a, uint64_t b, uint64_t* lo) {
+        uint64_t a_lo = (uint32_t)a, a_hi = a >> 32, b_lo = (uint32_t)b, b_hi = b >> 32;
+        uint64_t p0 = a_lo * b_lo, p1 = a_lo * b_hi, p2 = a_hi * b_lo, p3 = a_hi * b_hi;
+        uint64_t mid = (p0 >> 32) + (uint32_t)p1 + (uint32_t)p2;
+        *lo = (mid << 32) | (uint32_t)p0;
+        return p3 + (p1 >> 32) + (p2 >> 32) + (mid >> 32);
+    }
+    #endif
+    """
+    uint64_t mulhi64 "episode_mulhi64"(uint64_t a, uint64_t b, uint64_t* lo) noexcept
+
+# Rows a block holds at most (a tree leaf's key keeps a row offset in 20 bits),
+# and the bytes it spans at most (a block is one allocation, or one file).
+cdef Py_ssize_t MAX_BLOCK_ROWS = 1 << 20
+cdef Py_ssize_t MAX_BLOCK_BYTES = 64 << 20
+cdef Py_ssize_t FIRST_BLOCK_ROWS = 64
+
+cdef object Generator = np.random.Generator
+
+
+# -- draws ---------------------------------------------------------------------------
+
+
+cdef class Draws:
+    """Draws from `rng` (a numpy Generator) as its integers(low, high) and
+    random() do: the same values from the same bits."""
+
+    def __cinit__(self, rng):
+        if not isinstance(rng, Generator):
+            raise TypeError(f"the buffer's rng must be a numpy Generator "
+                            f"(np.random.default_rng()), not {type(rng).__name__}")
+        self.bit_generator = rng.bit_generator
+        self.lock = self.bit_generator.lock
+        self.state = <bitgen_t*>PyCapsule_GetPointer(self.bit_generator.capsule, "BitGenerator")
+
+    def __enter__(self):
+        self.lock.acquire()
+        return self
+
+    def __exit__(self, *exc):
+        self.lock.release()
+
+    cdef int64_t integers(self, int64_t low, int64_t high) except? -1:
+        """Generator.integers(low, high): numpy's Lemire draw on [low, high)."""
+        cdef uint64_t rng, m, leftover, threshold, lo
+        cdef uint32_t rng32, excl32
+        cdef uint64_t m32
+        if high <= low:
+            raise ValueError("low >= high" if low else "high <= 0")
+        rng = <uint64_t>(high - 1) - <uint64_t>low
+        if rng == 0:
+            return low
+        if rng <= 0xFFFFFFFF:
+            if rng == 0xFFFFFFFF:
+                return low + <int64_t>self.state.next_uint32(self.state.state)
+            rng32 = <uint32_t>rng
+            excl32 = rng32 + 1
+            m32 = <uint64_t>self.state.next_uint32(self.state.state) * excl32
+            leftover = m32 & 0xFFFFFFFF
+            if leftover < excl32:
+                threshold = (0xFFFFFFFF - rng32) % excl32
+                while leftover < threshold:
+                    m32 = <uint64_t>self.state.next_uint32(self.state.state) * excl32
+                    leftover = m32 & 0xFFFFFFFF
+            return low + <int64_t>(m32 >> 32)
+        if rng == 0xFFFFFFFFFFFFFFFF:
+            return low + <int64_t>self.state.next_uint64(self.state.state)
+        m = mulhi64(self.state.next_uint64(self.state.state), rng + 1, &lo)
+        if lo < rng + 1:
+            threshold = (0xFFFFFFFFFFFFFFFF - rng) % (rng + 1)
+            while lo < threshold:
+                m = mulhi64(self.state.next_uint64(self.state.state), rng + 1, &lo)
+        return low + <int64_t>m
+
+    cdef double random(self) noexcept:
+        """Generator.random()."""
+        return self.state.next_double(self.state.state)
+
+    def draw_integers(self, int64_t low, int64_t high):
+        """integers(low, high), for the tests."""
+        with self:
+            return self.integers(low, high)
+
+    def draw_random(self):
+        """random(), for the tests."""
+        with self:
+            return self.random()
+
+
+# -- blocks --------------------------------------------------------------------------
+
+
+cdef class Block:
+    """Rows of consecutive steps (see the Store)."""
+
+    def __dealloc__(self):
+        PyMem_Free(self.data)
+        PyMem_Free(self.leaf_of_row)
+
+
+cdef inline bint is_pod_leaf(Column col):
+    # A Column whose rows are plain numeric bytes (typed in list mode, or
+    # finalized plain numbers).
+    return (col.descr is not None and col.kind != KIND_OBJECT and col.kind != KIND_EMPTY_DICT
+            and col.kind != KIND_EMPTY and col.pod and col.plain())
+
+
+cdef unsigned char handback_kind(Column col):
+    # The list-mode kind sampled items of this leaf come back as.
+    if col.finalized:
+        return KIND_ARRAY if col.row_ndim else KIND_SCALAR
+    return col.kind
+
+
+cdef object leaf_structure(object tree, list leaves, Py_ssize_t* next_leaf):
+    # `tree` (a BufferCore's storage) with each Column replaced by its leaf
+    # number, numbered in dm-tree (sorted-key) order as BufferCore._leaves.
+    cdef dict mapping = {}
+    cdef Py_ssize_t i
+    for i in range(len(leaves)):
+        mapping[id(leaves[i])] = next_leaf[0] + i
+    next_leaf[0] += len(leaves)
+    return _replace_leaves(tree, mapping)
+
+
+cdef object _replace_leaves(object tree, dict mapping):
+    if type(tree) is Column:
+        return mapping[id(tree)]
+    if isinstance(tree, dict):
+        return {k: _replace_leaves(v, mapping) for k, v in tree.items()}
+    return tuple(_replace_leaves(v, mapping) for v in tree)
+
+
+cdef object signature(object tree):
+    # The nesting of a storage tree, independent of dict order and leaves.
+    if type(tree) is Column or isinstance(tree, int):
+        return None
+    if isinstance(tree, dict):
+        return tuple(sorted((repr(k), signature(v)) for k, v in tree.items()))
+    return tuple(signature(v) for v in tree)
+
+
+cdef list buffer_leaves(BufferCore buf):
+    return [buf._col] if buf._col is not None else list(buf._tree_leaves)
+
+
+cdef list _leaf_list(object structure):
+    # A track's leaf numbers, in dm-tree order (the order they were numbered in).
+    cdef list out = []
+    _collect_leaves(structure, out)
+    out.sort()
+    return out
+
+
+cdef int _collect_leaves(object structure, list out) except -1:
+    if isinstance(structure, int):
+        out.append(structure)
+    else:
+        for v in (structure.values() if isinstance(structure, dict) else structure):
+            _collect_leaves(v, out)
+    return 0
+
+
+cdef object _description_of(BufferCore buf):
+    # A buffer's layout: its nesting, and each leaf's dtype and row shape
+    # (None for a leaf of other objects).
+    cdef list leaves = []
+    cdef Column col
+    for col in buffer_leaves(buf):
+        leaves.append((col.descr, row_shape_of(col)) if is_pod_leaf(col) else None)
+    return signature(buf._tree), tuple(leaves)
+
+
+cdef tuple row_shape_of(Column col):
+    cdef list shape = []
+    cdef int i
+    for i in range(col.row_ndim):
+        shape.append(col.row_shape[i])
+    return tuple(shape)
+
+
+cdef str _describe_layout(object description):
+    leaves = ["objects" if leaf is None else f"{leaf[0]} rows of shape {leaf[1]}"
+              for leaf in description[1]]
+    return ", ".join(leaves) if len(leaves) > 1 else leaves[0]
+
+
+cdef bint _same_row(list a_cols, Py_ssize_t a_pos, list b_cols, Py_ssize_t b_pos) except -1:
+    # numpy's == on two items, leaf by leaf (RLlib's concat_episode check).
+    cdef Column a, b
+    if len(a_cols) != len(b_cols):
+        return False
+    for a, b in zip(a_cols, b_cols):
+        if not np.array_equal(np.asarray(a.item(a_pos)), np.asarray(b.item(b_pos))):
+            return False
+    return True
+
+
+cdef str _describe(Column col):
+    if not is_pod_leaf(col):
+        return "objects"
+    return f"{col.descr}, rows of shape {row_shape_of(col)}"
+
+
+# -- the store -------------------------------------------------------------------------
+
+
+cdef class EpisodeMeta:
+    """What a stored episode keeps besides its rows (shared between episodes
+    where equal: most episodes have the same spaces and no custom data)."""
+
+    def __init__(self, agent_id, module_id, multi_agent_episode_id, observation_space,
+                 action_space, extra_keys, custom_data, defaultdict_extras):
+        self.agent_id = agent_id
+        self.module_id = module_id
+        self.multi_agent_episode_id = multi_agent_episode_id
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self.extra_keys = extra_keys
+        self.custom_data = custom_data
+        self.defaultdict_extras = defaultdict_extras
+
+    cdef bint same_as(self, EpisodeMeta other):
+        return (other is not None and self.custom_data is None and other.custom_data is None
+                and self.agent_id is other.agent_id and self.module_id is other.module_id
+                and self.multi_agent_episode_id is other.multi_agent_episode_id
+                and self.observation_space is other.observation_space
+                and self.action_space is other.action_space
+                and self.extra_keys == other.extra_keys
+                and self.defaultdict_extras == other.defaultdict_extras)
+
+
+cdef class Store:
+    """Stored episodes' rows and steps (see the module docstring).
+
+    `capacity` (steps) sizes the blocks; `prioritized` gives each stored
+    step a leaf of RLlib's priority trees (`tree_size` leaves); `storage`, a
+    folder, keeps the blocks in files there instead of in memory."""
+
+    def __cinit__(self, Py_ssize_t capacity, bint prioritized=False, Py_ssize_t tree_size=0,
+                  storage=None):
+        if capacity <= 0:
+            raise ValueError(f"capacity must be a positive number of timesteps, not {capacity}")
+        self.nleaves = 0
+        self.dtypes = []
+        self.shapes = []
+        self.layout = {"obs": None, "actions": None, "rewards": None, "extras": {}}
+        self.block_rows = max(FIRST_BLOCK_ROWS, min(MAX_BLOCK_ROWS, capacity // 16))
+        self.storage = os.fspath(storage) if storage is not None else None
+        self.blocks = []
+        self.first_block = 0
+        self.ids = []
+        self.keys = []
+        self.meta = []
+        self.slot_of = {}
+        self.final = []
+        self.final_objects = []
+        self.final_infos = {}
+        self.priorities = PriorityTrees(tree_size) if prioritized else None
+        self._reserve_runs(16)
+        self.first_slot = -1
+        self.last_slot = -1
+
+    def __dealloc__(self):
+        PyMem_Free(self.row_bytes)
+        PyMem_Free(self.kinds)
+        PyMem_Free(self.runs)
+        PyMem_Free(self.tree)
+        PyMem_Free(self.eps)
+        PyMem_Free(self.free_slots)
+
+    # -- sizes ---------------------------------------------------------------------
+
+    cdef int _reserve_runs(self, Py_ssize_t n) except -1:
+        # Room for n more runs: the ring doubles, the records move to their
+        # slots in the larger ring and the Fenwick tree is rebuilt.
+        cdef Py_ssize_t cap = self.run_cap if self.run_cap else 16, i, j
+        cdef int64_t seq
+        cdef Run* runs
+        cdef int64_t* tree
+        if self.run_tail - self.run_head + n <= self.run_cap:
+            return 0
+        while cap < self.run_tail - self.run_head + n:
+            cap *= 2
+        runs = <Run*>PyMem_Malloc(cap * sizeof(Run))
+        tree = <int64_t*>PyMem_Malloc((cap + 1) * sizeof(int64_t))
+        if runs == NULL or tree == NULL:
+            PyMem_Free(runs)
+            PyMem_Free(tree)
+            raise MemoryError()
+        memset(tree, 0, (cap + 1) * sizeof(int64_t))
+        for seq in range(self.run_head, self.run_tail):
+            runs[seq & (cap - 1)] = self.runs[seq & (self.run_cap - 1)]
+        PyMem_Free(self.runs)
+        PyMem_Free(self.tree)
+        self.runs = runs
+        self.tree = tree
+        self.run_cap = cap
+        for seq in range(self.run_head, self.run_tail):
+            if self.runs[seq & (cap - 1)].ep >= 0 and self.runs[seq & (cap - 1)].ts >= 0:
+                self._fenwick_add(seq, self.runs[seq & (cap - 1)].n)
+        return 0
+
+    cdef int _reserve_slots(self) except -1:
+        # A free episode slot (the slot arrays and the final rows grow by 1/8).
+        cdef Py_ssize_t cap, i
+        cdef Ep* eps
+        cdef int32_t* free_slots
+        if self.n_free:
+            return 0
+        cap = max(16, self.ep_cap + self.ep_cap // 8)
+        if cap > INT32_MAX:
+            raise MemoryError("too many stored episodes")
+        eps = <Ep*>PyMem_Realloc(self.eps, cap * sizeof(Ep))
+        if eps == NULL:
+            raise MemoryError()
+        self.eps = eps
+        free_slots = <int32_t*>PyMem_Realloc(self.free_slots, cap * sizeof(int32_t))
+        if free_slots == NULL:
+            raise MemoryError()
+        self.free_slots = free_slots
+        self._grow_final(cap)
+        for i in range(cap - 1, self.ep_cap - 1, -1):
+            self.eps[i].live = 0
+            self.free_slots[self.n_free] = <int32_t>i
+            self.n_free += 1
+            self.ids.append(None)
+            self.keys.append(None)
+            self.meta.append(None)
+        self.ep_cap = cap
+        return 0
+
+    cdef int _grow_final(self, Py_ssize_t cap) except -1:
+        cdef Py_ssize_t leaf
+        cdef Column col, grown
+        for leaf in range(len(self.final)):
+            col = self.final[leaf]
+            if col is None:
+                continue
+            grown = Column.from_array(np.zeros((cap,) + self.shapes[leaf], self.dtypes[leaf]))
+            if self.ep_cap:
+                memcpy(grown.row_ptr(0, self.ep_cap), col.row_ptr(0, self.ep_cap),
+                       self.ep_cap * self.row_bytes[leaf])
+            self.final[leaf] = grown
+        for leaf in range(len(self.final_objects)):
+            if self.final_objects[leaf] is not None:
+                self.final_objects[leaf].extend([None] * (cap - len(self.final_objects[leaf])))
+        return 0
+
+    # -- layout ------------------------------------------------------------------------
+
+    cdef Py_ssize_t _add_leaves(self, list cols, bint with_final) except -1:
+        # New leaves shaped as `cols` (the first episode's Columns of a
+        # track); returns the first one's number.
+        cdef Py_ssize_t first = self.nleaves, k, leaf
+        cdef Column col
+        cdef Py_ssize_t* row_bytes
+        cdef unsigned char* kinds
+        row_bytes = <Py_ssize_t*>PyMem_Realloc(self.row_bytes,
+                                                (self.nleaves + len(cols)) * sizeof(Py_ssize_t))
+        if row_bytes == NULL:
+            raise MemoryError()
+        self.row_bytes = row_bytes
+        kinds = <unsigned char*>PyMem_Realloc(self.kinds, self.nleaves + len(cols))
+        if kinds == NULL:
+            raise MemoryError()
+        self.kinds = kinds
+        for k in range(len(cols)):
+            col = cols[k]
+            leaf = first + k
+            if is_pod_leaf(col):
+                self.dtypes.append(col.descr)
+                self.shapes.append(row_shape_of(col))
+                self.row_bytes[leaf] = col.row_bytes
+                self.kinds[leaf] = handback_kind(col)
+            else:
+                self.dtypes.append(None)
+                self.shapes.append(None)
+                self.row_bytes[leaf] = 0
+                self.kinds[leaf] = KIND_OBJECT
+            self.nleaves += 1
+            if with_final and self.row_bytes[leaf]:
+                self.final.append(Column.from_array(
+                    np.zeros((self.ep_cap,) + self.shapes[leaf], self.dtypes[leaf])))
+                self.final_objects.append(None)
+            elif with_final:
+                self.final.append(None)
+                self.final_objects.append([None] * self.ep_cap)
+            else:
+                self.final.append(None)
+                self.final_objects.append(None)
+            for block in self.blocks:
+                (<Block>block).cols.append(None)
+                self._refresh_pointers(<Block>block)
+        return first
+
+    cdef object _track_layout(self, BufferCore buf, object known, bint with_final, str what):
+        # The leaf structure of the store's track `what` for `buf`: the known
+        # one, after checking that `buf` fits it (ValueError), or a new one.
+        cdef list cols = buffer_leaves(buf)
+        cdef Py_ssize_t first, k, leaf
+        cdef Column col
+        if known is None:
+            first = self.nleaves
+            structure = leaf_structure(buf._tree, cols, &first)
+            self._add_leaves(cols, with_final)
+            return structure
+        if signature(buf._tree) != signature(known):
+            raise ValueError(f"the episode's {what} are structured unlike the stored ones")
+        leaves = _leaf_list(known)
+        for k in range(len(cols)):
+            col = cols[k]
+            leaf = leaves[k]
+            if col.nrows() == 0:
+                continue
+            if self.row_bytes[leaf] == 0:
+                if is_pod_leaf(col):
+                    raise ValueError(f"the episode's {what} are numbers where the stored ones "
+                                     f"are other objects")
+            elif not is_pod_leaf(col) or col.descr != self.dtypes[leaf] or \
+                    row_shape_of(col) != self.shapes[leaf]:
+                raise ValueError(
+                    f"the episode's {what} ({_describe(col)}) do not match the stored ones "
+                    f"({self.dtypes[leaf]}, rows of shape {self.shapes[leaf]})")
+        return known
+
+    cdef int _refresh_pointers(self, Block block) except -1:
+        cdef Py_ssize_t leaf
+        cdef char** data = <char**>PyMem_Realloc(block.data, max(1, self.nleaves) * sizeof(char*))
+        if data == NULL:
+            raise MemoryError()
+        block.data = data
+        for leaf in range(self.nleaves):
+            col = block.cols[leaf]
+            block.data[leaf] = (<Column>col).data if type(col) is Column else NULL
+        return 0
+
+    # -- blocks --------------------------------------------------------------------
+
+    cdef Block _block(self, int64_t seq):
+        return <Block>self.blocks[seq - self.first_block]
+
+    cdef object _new_storage(self, Py_ssize_t leaf, Py_ssize_t rows):
+        # An ndarray of `rows` rows for a numeric leaf: in memory, or in a
+        # file of the storage folder (pages stay on disk until touched).
+        shape = (rows,) + self.shapes[leaf]
+        if self.storage is None:
+            return np.zeros(shape, self.dtypes[leaf])
+        self.file_seq += 1
+        path = os.path.join(self.storage, f"block-{self.file_seq}-leaf-{leaf}.bin")
+        arr = np.memmap(path, dtype=self.dtypes[leaf], mode="w+", shape=shape)
+        os.unlink(path)          # the mapping keeps the data; the file goes with it
+        return arr
+
+    cdef Block _tail_block(self, Py_ssize_t rows):
+        # The block new rows go to, with room for at least one row (at most
+        # `rows` are asked for): the last block, grown by an eighth while it
+        # is below block_rows (in memory), or a new one.
+        cdef Block block = self.blocks[len(self.blocks) - 1] if self.blocks else None
+        cdef Py_ssize_t cap, leaf
+        cdef Column col
+        if block is not None and block.size < block.capacity:
+            return block
+        if block is not None and block.capacity < self.block_rows and self.storage is None:
+            cap = min(self.block_rows, max(block.capacity + block.capacity // 8,
+                                           block.size + min(rows, self.block_rows)))
+            self._resize_block(block, cap)
+            return block
+        block = Block.__new__(Block)
+        block.cols = [None] * self.nleaves
+        block.infos = {}
+        block.size = 0
+        if self.storage is None:
+            block.capacity = min(self.block_rows, max(FIRST_BLOCK_ROWS, rows))
+        else:
+            block.capacity = self.block_rows
+        for leaf in range(self.nleaves):
+            if self.row_bytes[leaf]:
+                block.cols[leaf] = Column.from_array(self._new_storage(leaf, block.capacity))
+            else:
+                block.cols[leaf] = []
+        if self.priorities is not None:
+            block.leaf_of_row = <int32_t*>PyMem_Malloc(block.capacity * sizeof(int32_t))
+            if block.leaf_of_row == NULL:
+                raise MemoryError()
+        self._refresh_pointers(block)
+        if not self.blocks:
+            self.first_block = 0
+        self.blocks.append(block)
+        return block
+
+    cdef int _resize_block(self, Block block, Py_ssize_t cap) except -1:
+        cdef Py_ssize_t leaf
+        cdef Column col, grown
+        cdef int32_t* rows_leaves
+        for leaf in range(self.nleaves):
+            col = block.cols[leaf] if type(block.cols[leaf]) is Column else None
+            if col is not None:
+                grown = Column.from_array(self._new_storage(leaf, cap))
+                if block.size:
+                    memcpy(grown.row_ptr(0, block.size), col.row_ptr(0, block.size),
+                           block.size * self.row_bytes[leaf])
+                block.cols[leaf] = grown
+        if self.priorities is not None:
+            rows_leaves = <int32_t*>PyMem_Realloc(block.leaf_of_row, cap * sizeof(int32_t))
+            if rows_leaves == NULL:
+                raise MemoryError()
+            block.leaf_of_row = rows_leaves
+        block.capacity = cap
+        self._refresh_pointers(block)
+        return 0
+
+    cdef int _ensure_leaf(self, Block block, Py_ssize_t leaf) except -1:
+        # A leaf that came after the block was made (an extra model output
+        # seen later) gets its Column on first use.
+        if block.cols[leaf] is None:
+            if self.row_bytes[leaf]:
+                block.cols[leaf] = Column.from_array(self._new_storage(leaf, block.capacity))
+            else:
+                block.cols[leaf] = [None] * block.size
+            self._refresh_pointers(block)
+        elif not self.row_bytes[leaf] and len(block.cols[leaf]) < block.size:
+            block.cols[leaf].extend([None] * (block.size - len(block.cols[leaf])))
+        return 0
+
+    # -- runs -------------------------------------------------------------------------
+
+    cdef int64_t _new_run(self, Block block, int64_t block_seq, int32_t row, int32_t n,
+                          int32_t ep, int32_t ts) except -1:
+        cdef int64_t seq
+        cdef Run* run
+        self._reserve_runs(1)
+        seq = self.run_tail
+        run = &self.runs[seq & (self.run_cap - 1)]
+        run.block = block_seq
+        run.next = -1
+        run.row = row
+        run.n = n
+        run.ep = ep
+        run.ts = ts
+        self.run_tail += 1
+        if ts >= 0:
+            self._fenwick_add(seq, n)
+            self.live_steps += n
+        return seq
+
+    cdef int _fenwick_add(self, int64_t seq, int64_t delta) noexcept:
+        cdef Py_ssize_t i = (seq & (self.run_cap - 1)) + 1
+        if delta == 0:
+            return 0
+        while i <= self.run_cap:
+            self.tree[i] += delta
+            i += i & (-i)
+        return 0
+
+    cdef int64_t _prefix(self, Py_ssize_t slots) noexcept:
+        # Live steps in ring slots [0, slots).
+        cdef int64_t total = 0
+        while slots > 0:
+            total += self.tree[slots]
+            slots -= slots & (-slots)
+        return total
+
+    cdef int _kth(self, int64_t k, int64_t* run, int32_t* off) except -1:
+        """The k-th live step (0-based) in insertion order: its run and its
+        offset in the run."""
+        cdef Py_ssize_t head = self.run_head & (self.run_cap - 1), pos = 0, step
+        cdef int64_t before_head = self._prefix(head), target
+        if k < 0 or k >= self.live_steps:
+            raise IndexError(f"step {k} of {self.live_steps}")
+        if k < self.live_steps - before_head:
+            target = before_head + k
+        else:
+            target = k - (self.live_steps - before_head)
+        step = self.run_cap
+        while step:
+            if pos + step <= self.run_cap and self.tree[pos + step] <= target:
+                pos += step
+                target -= self.tree[pos]
+            step >>= 1
+        # Ring slot `pos` holds the step; its sequence number follows from
+        # where the ring starts.
+        if pos >= head:
+            run[0] = self.run_head + (pos - head)
+        else:
+            run[0] = self.run_head + (self.run_cap - head) + pos
+        off[0] = <int32_t>target
+        return 0
+
+    # -- adding ------------------------------------------------------------------------
+
+    def check(self, EpisodeCore episode, dict pending, key=None):
+        """Raises what add(episode) would raise, changing nothing. `pending`
+        carries the episodes checked before it in the same call (to be added
+        first): call check() for each episode of an add() call, then add()."""
+        cdef Py_ssize_t n = episode.t - episode.t_started
+        cdef BufferCore obs = episode.observations
+        cdef dict extras = own_extras(episode)
+        cdef dict layouts = pending.setdefault(None, {})
+        cdef int32_t slot
+        if n < 0 or n != len(episode.actions) or n != len(episode.rewards) or n + 1 != len(obs):
+            raise ValueError("the episode is not consistent (see its validate())")
+        if key is None:
+            key = episode.id_
+        earlier = pending.get(key)
+        if earlier is not None:
+            end_t, done, keys, source = earlier
+            self._check_chunk(episode, end_t, done, keys, extras, n)
+            if not _same_row(buffer_leaves((<EpisodeCore>source).observations),
+                             (<EpisodeCore>source).observations._lookback + len(source),
+                             buffer_leaves(obs), obs._lookback):
+                raise AssertionError("the chunk's first observation is not the stored "
+                                     "episode's last one")
+        elif key in self.slot_of:
+            slot = self.slot_of[key]
+            self._check_chunk(episode, self.eps[slot].t_started + self.eps[slot].length,
+                              self.eps[slot].terminated or self.eps[slot].truncated,
+                              (<EpisodeMeta>self.meta[slot]).extra_keys, extras, n)
+            self._check_joins(slot, obs)
+            keys = (<EpisodeMeta>self.meta[slot]).extra_keys
+        else:
+            keys = tuple(extras)
+        tracks = [(("obs", None), obs, "observations"),
+                  (("actions", None), episode.actions, "actions"),
+                  (("rewards", None), episode.rewards, "rewards")]
+        tracks += [(("extras", key), buf, f"extra model outputs {key!r}")
+                   for key, buf in extras.items()]
+        for track, buf, what in tracks:
+            if not len(buf):
+                continue
+            known = self.layout["extras"].get(track[1]) if track[0] == "extras" \
+                else self.layout[track[0]]
+            want = self._description(known) if known is not None else layouts.get(track)
+            got = _description_of(buf)
+            if want is None:
+                layouts[track] = got
+            elif want != got:
+                raise ValueError(f"the episode's {what} do not match the stored ones: "
+                                 f"{_describe_layout(got)} against {_describe_layout(want)}")
+        pending[key] = (episode.t, episode.is_terminated or episode.is_truncated, keys, episode)
+
+    cdef int _check_chunk(self, EpisodeCore episode, int64_t end_t, bint done, tuple keys,
+                          dict extras, Py_ssize_t n) except -1:
+        # What RLlib's concat_episode asserts (AssertionError).
+        if done:
+            raise AssertionError(f"episode {episode.id_!r} is done; no chunk can follow it")
+        if end_t != episode.t_started:
+            raise AssertionError(f"the chunk starts at t={episode.t_started}, the stored "
+                                 f"episode {episode.id_!r} ends at t={end_t}")
+        for key in extras:
+            if key not in keys:
+                raise AssertionError(f"extra model output {key!r} is not in the stored "
+                                     f"episode {episode.id_!r}")
+        if n and len(extras) != len(keys):
+            raise AssertionError(f"the chunk lacks extra model outputs of the stored "
+                                 f"episode {episode.id_!r}")
+        return 0
+
+    cdef object _description(self, object structure):
+        # A track's layout as _description_of gives a buffer's.
+        return (signature(structure),
+                tuple((self.dtypes[leaf], self.shapes[leaf]) if self.row_bytes[leaf] else None
+                      for leaf in _leaf_list(structure)))
+
+    def add(self, EpisodeCore episode, weight=None, key=None):
+        """Stores `episode` (ours), a new one or the next chunk of a stored
+        one (same id): RLlib's deepcopy + append, or concat_episode. With
+        priorities, each new step takes a tree leaf of `weight` (RLlib's
+        `weight ** alpha`). Returns (slot, is_new, first index, steps).
+        Checked before anything changes: AssertionError where RLlib's
+        concat_episode asserts, ValueError for data unlike the stored."""
+        cdef Py_ssize_t n = episode.t - episode.t_started
+        cdef object slot_obj
+        if key is None:
+            key = episode.id_
+        slot_obj = self.slot_of.get(key)
+        cdef int32_t slot
+        cdef Ep* ep
+        cdef BufferCore obs = episode.observations, infos = episode.infos
+        cdef BufferCore actions = episode.actions, rewards = episode.rewards
+        cdef dict extras = own_extras(episode)
+        cdef Py_ssize_t lookback, first_ts
+        cdef bint is_new = slot_obj is None
+        cdef Num w = num(0.0, TAG_FLOAT)
+        if n < 0 or n != len(actions) or n != len(rewards) or n + 1 != len(obs):
+            raise ValueError("the episode is not consistent (see its validate())")
+        if self.priorities is not None and not self.restoring:
+            w = to_num(weight)
+        # Checks (nothing changes before they pass).
+        if is_new:
+            lookback = min(obs._lookback, infos._lookback, actions._lookback, rewards._lookback,
+                           *[(<BufferCore>b)._lookback for b in extras.values()])
+            layout = self._checked_layout(episode, extras, True)
+        else:
+            slot = slot_obj
+            ep = &self.eps[slot]
+            if ep.terminated or ep.truncated:
+                raise AssertionError(f"episode {episode.id_!r} is done; no chunk can follow it")
+            if ep.t_started + ep.length != episode.t_started:
+                raise AssertionError(
+                    f"the chunk starts at t={episode.t_started}, the stored episode "
+                    f"{episode.id_!r} ends at t={ep.t_started + ep.length}")
+            keys = (<EpisodeMeta>self.meta[slot]).extra_keys
+            for key in extras:
+                if key not in keys:
+                    raise AssertionError(f"extra model output {key!r} is not in the stored "
+                                         f"episode {episode.id_!r}")
+            if n and len(extras) != len(keys):
+                raise AssertionError(f"the chunk lacks extra model outputs of the stored "
+                                     f"episode {episode.id_!r}")
+            layout = self._checked_layout(episode, extras, False)
+            self._check_joins(slot, obs)
+            lookback = 0
+        # Changes.
+        if is_new:
+            self._reserve_slots()
+            self.n_free -= 1
+            slot = self.free_slots[self.n_free]
+            ep = &self.eps[slot]
+            ep.first_run = -1
+            ep.last_run = -1
+            ep.length = 0
+            ep.index = self.num_evicted + self.num_episodes
+            ep.t_started = episode.t_started
+            ep.lookback = <int32_t>lookback
+            ep.terminated = 0
+            ep.truncated = 0
+            ep.finalized = obs.is_finalized()
+            ep.live = 1
+            ep.start_time = episode.start_time
+            ep.last_step_time = episode.last_step_time
+            ep.prev = self.last_slot
+            ep.next = -1
+            if self.last_slot >= 0:
+                self.eps[self.last_slot].next = slot
+            else:
+                self.first_slot = slot
+            self.last_slot = slot
+            self.num_episodes += 1
+            self.ids[slot] = episode.id_
+            self.keys[slot] = key
+            self.slot_of[key] = slot
+            self.meta[slot] = self._meta_of(episode, extras, slot)
+            first_ts = -lookback
+        else:
+            first_ts = ep.length
+            custom = episode.custom_data_
+            if custom:
+                meta = <EpisodeMeta>self.meta[slot]
+                self.meta[slot] = EpisodeMeta(
+                    meta.agent_id, meta.module_id, meta.multi_agent_episode_id,
+                    meta.observation_space, meta.action_space, meta.extra_keys,
+                    dict(meta.custom_data or {}, **copy.deepcopy(custom)),
+                    meta.defaultdict_extras)
+        self._write_steps(slot, episode, extras, layout, lookback, first_ts, n, w)
+        ep = &self.eps[slot]
+        ep.length += n
+        if episode.is_terminated:
+            ep.terminated = 1
+        elif episode.is_truncated:
+            ep.truncated = 1
+        return slot, is_new, max(first_ts, 0), n
+
+    cdef object _checked_layout(self, EpisodeCore episode, dict extras, bint is_new):
+        # The tracks' leaf structures for the episode (set on first sight).
+        layout = self.layout
+        obs = self._track_layout(episode.observations, layout["obs"], True, "observations")
+        if len(episode.actions) or layout["actions"] is not None:
+            actions = self._track_layout(episode.actions, layout["actions"], False, "actions") \
+                if len(episode.actions) else layout["actions"]
+        else:
+            actions = None
+        if len(episode.rewards) or layout["rewards"] is not None:
+            rewards = self._track_layout(episode.rewards, layout["rewards"], False, "rewards") \
+                if len(episode.rewards) else layout["rewards"]
+        else:
+            rewards = None
+        extra_layout = dict(layout["extras"])
+        for key, buf in extras.items():
+            if len(buf) or key in extra_layout:
+                extra_layout[key] = self._track_layout(
+                    buf, extra_layout.get(key), False, f"extra model outputs {key!r}") \
+                    if len(buf) else extra_layout[key]
+        self.layout = {"obs": obs, "actions": actions, "rewards": rewards, "extras": extra_layout}
+        return self.layout
+
+    cdef EpisodeMeta _meta_of(self, EpisodeCore episode, dict extras, int32_t slot):
+        cdef EpisodeMeta meta = EpisodeMeta(
+            episode.agent_id, episode.module_id, episode.multi_agent_episode_id,
+            episode._observation_space, episode._action_space, tuple(extras),
+            copy.deepcopy(episode.custom_data_) if episode.custom_data_ else None,
+            type(episode._extras) is not dict)
+        cdef int32_t prev = self.eps[slot].prev
+        if prev >= 0 and meta.same_as(self.meta[prev]):
+            return self.meta[prev]
+        return meta
+
+    cdef int _check_joins(self, int32_t slot, BufferCore obs) except -1:
+        # RLlib's concat_episode asserts that the chunk's first observation
+        # equals the stored last one (numpy's ==: NaN differs).
+        cdef list cols = buffer_leaves(obs)
+        cdef list leaves = _leaf_list(self.layout["obs"])
+        cdef Py_ssize_t k, leaf, pos = obs._lookback
+        cdef Column col
+        for k in range(len(cols)):
+            col = cols[k]
+            leaf = leaves[k]
+            if self.row_bytes[leaf]:
+                same = np.array_equal((<Column>self.final[leaf]).rows(slot, slot + 1)[0],
+                                      col.rows(pos, pos + 1)[0]) if col.finalized else \
+                    np.array_equal((<Column>self.final[leaf]).rows(slot, slot + 1)[0],
+                                   np.asarray(col.item(pos)))
+            else:
+                same = np.all(np.asarray(self.final_objects[leaf][slot] == col.item(pos)))
+            if not same:
+                raise AssertionError("the chunk's first observation is not the stored "
+                                     "episode's last one")
+        return 0
+
+    cdef int _write_steps(self, int32_t slot, EpisodeCore episode, dict extras, object layout,
+                          Py_ssize_t lookback, Py_ssize_t first_ts, Py_ssize_t n,
+                          Num weight) except -1:
+        # Rows for the steps first_ts .. (lookback rows first, for a new
+        # episode), then the final observation and infos.
+        cdef Py_ssize_t done = 0, total = lookback + n if first_ts < 0 else n, count, k
+        cdef Py_ssize_t ts
+        cdef Block block
+        cdef int64_t run, block_seq
+        cdef Ep* ep
+        cdef list tracks = self._source_tracks(episode, extras, layout)
+        cdef Py_ssize_t origin = max(first_ts, 0)     # the chunk's step 0, as stored
+        while done < total:
+            ts = first_ts + done
+            # A lookback run ends at step 0.
+            count = total - done if ts >= 0 else min(total - done, -ts)
+            block = self._tail_block(count)
+            count = min(count, block.capacity - block.size)
+            block_seq = self.first_block + len(self.blocks) - 1
+            for source in tracks:
+                self._copy_rows(block, block.size, source, ts - origin, count)
+            self._copy_infos(block, block.size, episode.infos, ts - origin, count)
+            run = self._new_run(block, block_seq, <int32_t>block.size, <int32_t>count, slot,
+                                <int32_t>ts)
+            if self.priorities is not None and ts >= 0 and not self.restoring:
+                for k in range(count):
+                    block.leaf_of_row[block.size + k] = <int32_t>self.priorities.take(
+                        weight, (run << 20) | k)
+            elif self.priorities is not None:
+                # (A restore sets the leaves once the rows are in.)
+                for k in range(count):
+                    block.leaf_of_row[block.size + k] = -1
+            block.size += count
+            ep = &self.eps[slot]
+            if ep.last_run >= 0:
+                self.runs[ep.last_run & (self.run_cap - 1)].next = run
+            else:
+                ep.first_run = run
+            ep.last_run = run
+            done += count
+        self._write_final(slot, episode, layout, n)
+        return 0
+
+    cdef list _source_tracks(self, EpisodeCore episode, dict extras, object layout):
+        # (store leaves, the episode's Columns, its lookback) per track with data.
+        cdef list tracks = []
+        for name, buf in (("obs", episode.observations), ("actions", episode.actions),
+                          ("rewards", episode.rewards)):
+            if layout[name] is not None and len(buf):
+                tracks.append((_leaf_list(layout[name]), buffer_leaves(buf),
+                               (<BufferCore>buf)._lookback))
+        for key, buf in extras.items():
+            if len(buf):
+                tracks.append((_leaf_list(layout["extras"][key]), buffer_leaves(buf),
+                               (<BufferCore>buf)._lookback))
+        return tracks
+
+    cdef int _copy_rows(self, Block block, Py_ssize_t row, tuple source, Py_ssize_t ts,
+                        Py_ssize_t count) except -1:
+        # The source's items for its steps ts .. ts + count - 1 (counted from
+        # its step 0) into block rows.
+        cdef list leaves = source[0], cols = source[1]
+        cdef Py_ssize_t lookback = source[2], k, i, leaf
+        cdef Column col
+        for k in range(len(cols)):
+            col = cols[k]
+            leaf = leaves[k]
+            self._ensure_leaf(block, leaf)
+            if self.row_bytes[leaf]:
+                memcpy(block.data[leaf] + row * self.row_bytes[leaf],
+                       col.row_ptr(lookback + ts, count), count * self.row_bytes[leaf])
+            else:
+                items = block.cols[leaf]
+                for i in range(count):
+                    item = copy.deepcopy(col.item(lookback + ts + i))
+                    if row + i < len(items):
+                        items[row + i] = item
+                    else:
+                        items.append(item)
+        return 0
+
+    cdef int _copy_infos(self, Block block, Py_ssize_t row, BufferCore infos, Py_ssize_t ts,
+                         Py_ssize_t count) except -1:
+        cdef Py_ssize_t i
+        cdef Column col = infos._col
+        if col is not None and col.kind == KIND_EMPTY_DICT:
+            return 0
+        for i in range(count):
+            item = infos.item_at(infos._lookback + ts + i)
+            if item or type(item) is not dict:
+                block.infos[row + i] = copy.deepcopy(item)
+        return 0
+
+    cdef int _write_final(self, int32_t slot, EpisodeCore episode, object layout,
+                          Py_ssize_t n) except -1:
+        # The observation and infos after the chunk's last step (its step n).
+        cdef BufferCore obs = episode.observations, infos = episode.infos
+        cdef list cols = buffer_leaves(obs)
+        cdef list leaves = _leaf_list(layout["obs"])
+        cdef Py_ssize_t k, leaf, pos = obs._lookback + n
+        cdef Column col
+        for k in range(len(cols)):
+            col = cols[k]
+            leaf = leaves[k]
+            if self.row_bytes[leaf]:
+                memcpy((<Column>self.final[leaf]).row_ptr(slot, 1), col.row_ptr(pos, 1),
+                       self.row_bytes[leaf])
+            else:
+                self.final_objects[leaf][slot] = copy.deepcopy(col.item(pos))
+        item = infos.item_at(infos._lookback + n)
+        if item or type(item) is not dict:
+            self.final_infos[slot] = copy.deepcopy(item)
+        else:
+            self.final_infos.pop(slot, None)
+        return 0
+
+    # -- restoring ------------------------------------------------------------------
+
+    def restore(self, list episodes, list indices, int64_t evicted, weights=None):
+        """Fills this new store from RLlib's checkpoint: the stored episodes
+        (ours) oldest first, the sampleable steps in their order (`_indices`:
+        (episode index, step[, tree leaf])), the evicted count, and with
+        priorities `weights` = (sum tree values, min tree values, free
+        nodes, max_idx). ValueError for a state that is not a buffer's."""
+        cdef Py_ssize_t n_eps = len(episodes), e, started = 0
+        cdef list lengths = [len(x) for x in episodes], groups = [], leaves = []
+        cdef list seen = [0] * n_eps
+        cdef int64_t seq
+        cdef Run* r
+        cdef Block block
+        cdef Py_ssize_t k, i = 0
+        if self.num_episodes or self.num_evicted or self.run_tail:
+            raise RuntimeError("restore() fills a new store")
+        if evicted < 0:
+            raise ValueError("_num_episodes_evicted must be >= 0")
+        width = 3 if self.priorities is not None else 2
+        for entry in indices:
+            if len(entry) != width:
+                raise ValueError(f"_indices entries must have {width} fields, not {entry!r}")
+            e = entry[0] - evicted
+            ts = entry[1]
+            if not 0 <= e < n_eps or ts != seen[e]:
+                raise ValueError(f"_indices entry {entry!r} is not the next step of a stored "
+                                 f"episode")
+            seen[e] += 1
+            if width == 3:
+                leaves.append(entry[2])
+            if groups and groups[len(groups) - 1][0] == e:
+                groups[len(groups) - 1][2] += 1
+            else:
+                groups.append([e, ts, 1])
+        if seen != lengths:
+            raise ValueError("_indices must list every step of the stored episodes")
+        self.num_evicted = evicted
+        self.restoring = True
+        try:
+            for e, first, count in groups:
+                while started <= e:
+                    if started < e and lengths[started]:
+                        raise ValueError("_indices must reach the episodes in their order")
+                    whole = episodes[started]
+                    self.add(whole.slice(slice(0, first + count)) if started == e else whole)
+                    started += 1
+                if first:
+                    self.add(episodes[e].slice(slice(first, first + count)))
+            for e in range(started, n_eps):
+                if lengths[e]:
+                    raise ValueError("_indices must list every step of the stored episodes")
+                self.add(episodes[e])
+        finally:
+            self.restoring = False
+        for e in range(n_eps):
+            self._restore_fields(self.slot_of[episodes[e].id_], episodes[e])
+        if self.priorities is None:
+            return
+        pairs = []
+        for seq in range(self.run_head, self.run_tail):
+            r = &self.runs[seq & (self.run_cap - 1)]
+            if r.ep < 0 or r.ts < 0:
+                continue
+            block = self._block(r.block)
+            for k in range(r.n):
+                leaf = leaves[i]
+                i += 1
+                if type(leaf) is not int or not 0 <= leaf < self.priorities.size:
+                    raise ValueError(f"tree leaf {leaf!r} is out of range")
+                block.leaf_of_row[r.row + k] = <int32_t>leaf
+                pairs.append((leaf, (seq << 20) | k))
+        sum_values, min_values, free_nodes, max_idx = weights
+        self.priorities.restore(sum_values, min_values, free_nodes, max_idx, pairs)
+
+    cdef int _restore_fields(self, int32_t slot, EpisodeCore episode) except -1:
+        # What the chunks that rebuilt an episode do not carry.
+        cdef EpisodeMeta meta = self.meta[slot]
+        self.eps[slot].start_time = episode.start_time
+        self.eps[slot].last_step_time = episode.last_step_time
+        if episode.custom_data_:
+            self.meta[slot] = EpisodeMeta(
+                meta.agent_id, meta.module_id, meta.multi_agent_episode_id,
+                meta.observation_space, meta.action_space, meta.extra_keys,
+                copy.deepcopy(episode.custom_data_), meta.defaultdict_extras)
+        return 0
+
+    # -- evicting ---------------------------------------------------------------------
+
+    def oldest(self, Py_ssize_t i=0):
+        """The slot of the i-th oldest stored episode."""
+        cdef int32_t slot = self.first_slot
+        if not 0 <= i < self.num_episodes:
+            raise IndexError("no such stored episode")
+        while i:
+            slot = self.eps[slot].next
+            i -= 1
+        return slot
+
+    def evict_oldest(self, Py_ssize_t count):
+        """Evicts the `count` oldest episodes. Returns their (id, steps)."""
+        if not 0 <= count <= self.num_episodes:
+            raise IndexError(f"cannot evict {count} of {self.num_episodes} episodes")
+        return self.evict([self.oldest(i) for i in range(count)])
+
+    def evict(self, slots):
+        """Evicts the episodes in `slots` (with priorities, their tree leaves
+        go back to the free queue in the order of their steps, as RLlib's
+        scan of its index list returns them). Returns their (id, steps)."""
+        cdef list out = [], checked = []
+        for slot in slots:
+            if not 0 <= slot < self.ep_cap or not self.eps[<Py_ssize_t>slot].live \
+                    or slot in checked:
+                raise IndexError(f"no stored episode in slot {slot} to evict")
+            checked.append(slot)
+            out.append((self.ids[slot], self.eps[<Py_ssize_t>slot].length))
+        self._evict_slots(checked)
+        return out
+
+    cdef int _evict_slots(self, list slots) except -1:
+        cdef int32_t slot
+        cdef int64_t seq
+        cdef Run* run
+        cdef Block block
+        cdef Py_ssize_t k
+        cdef list seqs
+        if self.priorities is not None:
+            seqs = []
+            for slot in slots:
+                seq = self.eps[slot].first_run
+                while seq >= 0:
+                    if self.runs[seq & (self.run_cap - 1)].ts >= 0:
+                        seqs.append(seq)
+                    seq = self.runs[seq & (self.run_cap - 1)].next
+            seqs.sort()
+            for seq in seqs:
+                run = &self.runs[seq & (self.run_cap - 1)]
+                block = self._block(run.block)
+                for k in range(run.n):
+                    self.priorities.release(block.leaf_of_row[run.row + k])
+        for slot in slots:
+            seq = self.eps[slot].first_run
+            while seq >= 0:
+                run = &self.runs[seq & (self.run_cap - 1)]
+                if run.ts >= 0:
+                    self._fenwick_add(seq, -run.n)
+                    self.live_steps -= run.n
+                run.ep = -1
+                seq = run.next
+            self.eps[slot].live = 0
+            del self.slot_of[self.keys[slot]]
+            self.ids[slot] = None
+            self.keys[slot] = None
+            self.meta[slot] = None
+            self.final_infos.pop(slot, None)
+            for objects in self.final_objects:
+                if objects is not None:
+                    objects[slot] = None
+            self.free_slots[self.n_free] = slot
+            self.n_free += 1
+            if self.eps[slot].prev >= 0:
+                self.eps[self.eps[slot].prev].next = self.eps[slot].next
+            else:
+                self.first_slot = self.eps[slot].next
+            if self.eps[slot].next >= 0:
+                self.eps[self.eps[slot].next].prev = self.eps[slot].prev
+            else:
+                self.last_slot = self.eps[slot].prev
+            self.num_episodes -= 1
+            self.num_evicted += 1
+        # Dead runs at the front go, then the blocks nothing refers to.
+        while self.run_head < self.run_tail and self.runs[self.run_head & (self.run_cap - 1)].ep < 0:
+            self.run_head += 1
+        while len(self.blocks) > 1 and (
+                self.run_head == self.run_tail
+                or self.first_block < self.runs[self.run_head & (self.run_cap - 1)].block):
+            del self.blocks[0]
+            self.first_block += 1
+        return 0
+
+    # -- reading -----------------------------------------------------------------------
+
+    cdef int _locate(self, int32_t slot, int64_t ts, int64_t* run, int32_t* off) except -1:
+        """Where stored step `ts` of the episode in `slot` is: (run, offset),
+        or run = -1 - slot for its final row (ts == length)."""
+        cdef Ep* ep = &self.eps[slot]
+        cdef int64_t seq = ep.first_run
+        cdef Run* r
+        if ts == ep.length:
+            run[0] = -1 - slot
+            off[0] = 0
+            return 0
+        if ts < -ep.lookback or ts > ep.length:
+            raise IndexError(f"step {ts} outside the stored episode")
+        while seq >= 0:
+            r = &self.runs[seq & (self.run_cap - 1)]
+            if r.ts <= ts < r.ts + r.n:
+                run[0] = seq
+                off[0] = <int32_t>(ts - r.ts)
+                return 0
+            seq = r.next
+        raise SystemError("episode core: a stored step has no run")
+
+    cdef int _advance(self, int64_t* run, int32_t* off, int64_t steps) except -1:
+        """(run, off) moved `steps` steps on along its episode (to the final
+        row past the last step)."""
+        cdef Run* r
+        cdef int64_t left = steps
+        while left > 0:
+            if run[0] < 0:
+                raise IndexError("past the stored episode's end")
+            r = &self.runs[run[0] & (self.run_cap - 1)]
+            if off[0] + left < r.n:
+                off[0] += <int32_t>left
+                return 0
+            left -= r.n - off[0]
+            if r.next >= 0:
+                run[0] = r.next
+                off[0] = 0
+            else:
+                if left:
+                    raise IndexError("past the stored episode's end")
+                run[0] = -1 - r.ep
+                off[0] = 0
+        return 0
+
+    cdef char* _row_ptr(self, int64_t run, int32_t off, Py_ssize_t leaf) except NULL:
+        cdef Run* r
+        cdef Block block
+        if run < 0:
+            return (<Column>self.final[leaf]).row_ptr(-1 - run, 1)
+        r = &self.runs[run & (self.run_cap - 1)]
+        block = self._block(r.block)
+        if block.data[leaf] == NULL:
+            raise SystemError("episode core: a leaf without storage in its block")
+        return block.data[leaf] + (r.row + off) * self.row_bytes[leaf]
+
+    cdef object _row_object(self, int64_t run, int32_t off, Py_ssize_t leaf):
+        cdef Run* r
+        if run < 0:
+            return self.final_objects[leaf][-1 - run]
+        r = &self.runs[run & (self.run_cap - 1)]
+        return self._block(r.block).cols[leaf][r.row + off]
+
+    cdef object _infos_at(self, int64_t run, int32_t off):
+        cdef Run* r
+        if run < 0:
+            return self.final_infos.get(-1 - run, {})
+        r = &self.runs[run & (self.run_cap - 1)]
+        return self._block(r.block).infos.get(r.row + off, {})
+
+    # -- RLlib's draws -------------------------------------------------------------------
+
+    cdef int _step_of(self, int64_t run, int32_t off, int32_t* slot,
+                      int64_t* ts) noexcept:
+        cdef Run* r = &self.runs[run & (self.run_cap - 1)]
+        slot[0] = r.ep
+        ts[0] = r.ts + off
+        return 0
+
+    def draw_uniform(self, Draws draws, Py_ssize_t batch_size_B, Py_ssize_t batch_length_T,
+                     n_step, Py_ssize_t min_batch_length_T):
+        """EpisodeReplayBuffer._sample_episodes' draws: a uniform step per
+        draw (and a random n-step per draw for a range), skipping steps
+        within min_batch_length_T of their episode's end, until the counted
+        timesteps reach batch_size_B (RLlib's count: a sequence counts its
+        length plus one, a transition one)."""
+        cdef Picks picks = Picks()
+        cdef int64_t B = 0, k, run, ts, n, lo = 0, hi = 0, end, length, grow
+        cdef int32_t off, slot
+        cdef bint random_n = isinstance(n_step, tuple)
+        cdef int64_t rejected = 0
+        if random_n:
+            lo, hi = n_step
+            n = lo
+        else:
+            n = n_step
+        with draws:
+            while B < batch_size_B:
+                k = draws.integers(0, self.live_steps)
+                self._kth(k, &run, &off)
+                self._step_of(run, off, &slot, &ts)
+                length = self.eps[slot].length
+                if not batch_length_T and random_n:
+                    n = draws.integers(lo, hi)
+                if min_batch_length_T > 0 and ts + min_batch_length_T >= length:
+                    rejected += 1
+                    if rejected > 1000000:
+                        raise ValueError(
+                            f"no stored step lies min_batch_length_T={min_batch_length_T} "
+                            f"steps before its episode's end")
+                    continue
+                rejected = 0
+                if ts + batch_length_T + (n - 1) > length:
+                    end = length
+                else:
+                    end = ts + batch_length_T + n - 1
+                # The data: a transition's n steps (cut at the episode's
+                # end), or the sequence up to `end`.
+                picks.push(run, off, slot, ts, n,
+                           end if batch_length_T else min(ts + n, length))
+                grow = end - ts - (n - 1) + 1
+                B += grow if grow else 1
+        return picks
+
+    def draw_transitions(self, Draws draws, Py_ssize_t batch_size_B, n_step):
+        """The multi-agent buffer's uniform draws (per module): a uniform
+        step per draw, a random n-step per draw for a range; a step within n
+        of its episode's end is drawn again (counted in `resamples`)."""
+        cdef Picks picks = Picks()
+        cdef int64_t B = 0, k, run, ts, n, lo = 0, hi = 0
+        cdef int32_t off, slot
+        cdef bint random_n = isinstance(n_step, tuple)
+        if random_n:
+            lo, hi = n_step
+            n = lo
+        else:
+            n = n_step
+        with draws:
+            while B < batch_size_B:
+                k = draws.integers(0, self.live_steps)
+                self._kth(k, &run, &off)
+                self._step_of(run, off, &slot, &ts)
+                if random_n:
+                    n = draws.integers(lo, hi)
+                if ts + n > self.eps[slot].length:
+                    picks.resamples += 1
+                    picks.rejected.append(slot)
+                    continue
+                picks.push(run, off, slot, ts, n, ts + n)
+                B += 1
+        return picks
+
+    def draw_prioritized(self, Draws draws, Py_ssize_t batch_size_B, n_step, beta,
+                         num_timesteps=None):
+        """PrioritizedEpisodeReplayBuffer.sample's draws, on its numbers:
+        a prefix sum per draw, the step at that tree leaf, its importance
+        weight (with `num_timesteps` as the buffer's size, the stored steps
+        by default), a random n-step per draw for a range; a step within n
+        of its episode's end is drawn again (counted in `resamples`)."""
+        cdef PriorityTrees trees = self.priorities
+        cdef Picks picks = Picks()
+        cdef int64_t B = 0, run, ts, n, lo = 0, hi = 0, leaf, key
+        cdef int64_t steps = self.live_steps if num_timesteps is None else num_timesteps
+        cdef int32_t off, slot
+        cdef bint random_n = isinstance(n_step, tuple)
+        cdef Num total = trees.total(), N = num(<double>steps, TAG_INT)
+        cdef Num neg_beta = to_num(beta), p_min, max_weight, weight
+        neg_beta.v = -neg_beta.v
+        p_min = div(trees.minimum(), total)
+        max_weight = power(mul(p_min, N), neg_beta)
+        if random_n:
+            lo, hi = n_step
+            n = lo
+        else:
+            n = n_step
+        picks.weights = []
+        picks.leaves = []
+        with draws:
+            while B < batch_size_B:
+                leaf = trees.find(mul(num(draws.random(), TAG_FLOAT), trees.total()))
+                weight = power(mul(div(trees.leaf_sum(leaf), total), N), neg_beta)
+                key = trees.key_of(leaf)
+                if key < 0:
+                    raise KeyError(leaf)
+                run = key >> 20
+                off = <int32_t>(key & 0xFFFFF)
+                self._step_of(run, off, &slot, &ts)
+                if random_n:
+                    n = draws.integers(lo, hi)
+                if ts + n > self.eps[slot].length:
+                    picks.resamples += 1
+                    picks.rejected.append(slot)
+                    continue
+                picks.push(run, off, slot, ts, n, ts + n)
+                picks.weights.append(from_num(mul(div(weight, max_weight), num(1.0, TAG_INT))))
+                picks.leaves.append(leaf)
+                B += 1
+        return picks
+
+    def uniform_step(self, Draws draws):
+        """One uniform draw of a stored step (RLlib's `self._indices[
+        self.rng.integers(len(self._indices))]`): its (slot, index)."""
+        cdef int64_t k, run, ts
+        cdef int32_t off, slot
+        with draws:
+            k = draws.integers(0, self.live_steps)
+        self._kth(k, &run, &off)
+        self._step_of(run, off, &slot, &ts)
+        return slot, ts
+
+    # -- gathers ------------------------------------------------------------------------
+
+    def locate_ends(self, Picks picks):
+        """Finds where each pick's `end` step is (the rows new_obs come from)."""
+        cdef Py_ssize_t i
+        cdef Pick* p
+        for i in range(picks.size):
+            p = &picks.items[i]
+            p.end_run = p.run
+            p.end_off = p.off
+            self._advance(&p.end_run, &p.end_off, p.end - p.ts)
+
+    def gather(self, Picks picks, Py_ssize_t leaf, bint at_end=False):
+        """Leaf `leaf` of each pick's step (or of its end step): an array of
+        rows for a numeric leaf, a list for an object leaf."""
+        cdef Py_ssize_t i, rb = self.row_bytes[leaf] if 0 <= leaf < self.nleaves else -1
+        cdef cnp.ndarray out
+        cdef char* dst
+        cdef Pick* p
+        if rb < 0:
+            raise IndexError(f"no leaf {leaf}")
+        if rb == 0:
+            return [self._row_object(picks.items[i].end_run if at_end else picks.items[i].run,
+                                     picks.items[i].end_off if at_end else picks.items[i].off,
+                                     leaf)
+                    for i in range(picks.size)]
+        out = np.empty((picks.size,) + self.shapes[leaf], self.dtypes[leaf])
+        dst = array_bytes(out, picks.size * rb)
+        for i in range(picks.size):
+            p = &picks.items[i]
+            if at_end:
+                memcpy(dst + i * rb, self._row_ptr(p.end_run, p.end_off, leaf), rb)
+            else:
+                memcpy(dst + i * rb, self._row_ptr(p.run, p.off, leaf), rb)
+        return out
+
+    def gather_infos(self, Picks picks, bint at_end=False):
+        cdef Py_ssize_t i
+        return [self._infos_at(picks.items[i].end_run if at_end else picks.items[i].run,
+                               picks.items[i].end_off if at_end else picks.items[i].off)
+                for i in range(picks.size)]
+
+    def returns(self, Picks picks, double gamma):
+        """Each pick's discounted reward sum over steps ts .. end - 1, as
+        scipy.signal.lfilter([1], [1, -gamma], rewards[::-1])[-1] computes
+        it (float64)."""
+        cdef Py_ssize_t i, leaf = self.layout["rewards"]
+        cdef cnp.ndarray out = np.empty(picks.size, np.float64)
+        cdef double* dst = <double*>array_bytes(out, picks.size * sizeof(double))
+        cdef double acc, values[64]
+        cdef Pick* p
+        cdef int64_t run, j, m
+        cdef int32_t off
+        cdef int type_num = (<cnp.dtype>self.dtypes[leaf]).type_num
+        for i in range(picks.size):
+            p = &picks.items[i]
+            m = p.end - p.ts
+            if m <= 0:
+                dst[i] = 0.0          # lfilter of nothing: RLlib's [-1] fails before this
+                continue
+            # The rewards come in order, the filter runs over them backwards.
+            run = p.run
+            off = p.off
+            acc = 0.0
+            if m <= 64:
+                for j in range(m):
+                    values[j] = read_real(self._row_ptr(run, off, leaf), type_num)
+                    if j + 1 < m:
+                        self._advance(&run, &off, 1)
+                acc = 0.0 + values[m - 1]
+                for j in range(m - 2, -1, -1):
+                    acc = (-gamma) * acc
+                    acc = values[j] - acc
+            else:
+                acc = self._long_return(run, off, m, gamma, type_num, leaf)
+            dst[i] = acc
+        return out
+
+    cdef double _long_return(self, int64_t run, int32_t off, int64_t m, double gamma,
+                             int type_num, Py_ssize_t leaf) except? -1:
+        cdef cnp.ndarray values = np.empty(m, np.float64)
+        cdef double* v = <double*>array_bytes(values, m * sizeof(double))
+        cdef double acc
+        cdef int64_t j
+        for j in range(m):
+            v[j] = read_real(self._row_ptr(run, off, leaf), type_num)
+            if j + 1 < m:
+                self._advance(&run, &off, 1)
+        acc = 0.0 + v[m - 1]
+        for j in range(m - 2, -1, -1):
+            acc = (-gamma) * acc
+            acc = v[j] - acc
+        return acc
+
+    def item_kinds(self, Picks picks, Py_ssize_t leaf):
+        """How each pick's item of `leaf` comes back: numpy's (an array row
+        or scalar) where its stored episode was numpy'ized, else as added."""
+        cdef Py_ssize_t i
+        cdef unsigned char numpy_kind = KIND_ARRAY if len(self.shapes[leaf]) else KIND_SCALAR
+        return [numpy_kind if self.eps[picks.items[i].slot].finalized else self.kinds[leaf]
+                for i in range(picks.size)]
+
+    def pick_fields(self, Picks picks):
+        """(slot, ts, n, end) of each pick, as int64 arrays."""
+        cdef Py_ssize_t i
+        cdef cnp.ndarray slots = np.empty(picks.size, np.int64)
+        cdef cnp.ndarray ts = np.empty(picks.size, np.int64)
+        cdef cnp.ndarray n = np.empty(picks.size, np.int64)
+        cdef cnp.ndarray end = np.empty(picks.size, np.int64)
+        cdef int64_t* a = <int64_t*>array_bytes(slots, picks.size * 8)
+        cdef int64_t* b = <int64_t*>array_bytes(ts, picks.size * 8)
+        cdef int64_t* c = <int64_t*>array_bytes(n, picks.size * 8)
+        cdef int64_t* d = <int64_t*>array_bytes(end, picks.size * 8)
+        for i in range(picks.size):
+            a[i] = picks.items[i].slot
+            b[i] = picks.items[i].ts
+            c[i] = picks.items[i].n
+            d[i] = picks.items[i].end
+        return slots, ts, n, end
+
+
+cdef double read_real(const char* p, int type_num) except? -1:
+    # A stored reward as float64 (what lfilter computes in).
+    if type_num == cnp.NPY_DOUBLE:
+        return (<const double*>p)[0]
+    if type_num == cnp.NPY_FLOAT:
+        return (<const float*>p)[0]
+    if type_num == cnp.NPY_INT64:
+        return <double>(<const int64_t*>p)[0]
+    if type_num == cnp.NPY_INT32:
+        return (<const int32_t*>p)[0]
+    if type_num == cnp.NPY_BOOL:
+        return (<const unsigned char*>p)[0] != 0
+    raise TypeError("rewards must be float64, float32, int64, int32 or bool numbers")
+
+
+cdef class Picks:
+    """The steps a draw picked (see Pick)."""
+
+    def __cinit__(self):
+        self.resamples = 0
+        self.rejected = []
+
+    def __dealloc__(self):
+        PyMem_Free(self.items)
+
+    def __len__(self):
+        return self.size
+
+    cdef int push(self, int64_t run, int32_t off, int32_t slot, int64_t ts, int64_t n,
+                  int64_t end) except -1:
+        cdef Pick* grown
+        cdef Pick* p
+        if self.size == self.cap:
+            grown = <Pick*>PyMem_Realloc(self.items, (2 * self.cap + 32) * sizeof(Pick))
+            if grown == NULL:
+                raise MemoryError()
+            self.items = grown
+            self.cap = 2 * self.cap + 32
+        p = &self.items[self.size]
+        p.run = run
+        p.off = off
+        p.slot = slot
+        p.ts = ts
+        p.n = n
+        p.end = end
+        p.end_run = -1
+        p.end_off = 0
+        self.size += 1
+        return 0
+
+
+cdef Column list_column(cnp.ndarray rows, unsigned char kind):
+    # A list-mode Column holding `rows`, handing its items back as `kind`.
+    cdef Column col = Column.from_array(rows)
+    col.finalized = False
+    col.kind = kind
+    return col
+
+
+def rows_of(Store store, Py_ssize_t slot, track, int64_t start, int64_t stop, bint numpy):
+    """The storage (a Column, or a dict/tuple of Columns as the track is
+    nested) of `track` ("obs", "infos", "actions", "rewards" or ("extras",
+    key)) for steps start .. stop - 1 of the episode in `slot`: finalized
+    Columns with `numpy`, else list-mode ones whose items come back as
+    the added ones did. Step `length` is the final observation/infos."""
+    cdef Ep* ep
+    cdef int64_t run, count = stop - start
+    cdef int32_t off
+    cdef Py_ssize_t i, leaf, rb
+    cdef cnp.ndarray arr
+    cdef char* dst
+    if not 0 <= slot < store.ep_cap or not store.eps[slot].live:
+        raise IndexError(f"no stored episode in slot {slot}")
+    ep = &store.eps[slot]
+    last = ep.length + 1 if track in ("obs", "infos") else ep.length
+    if start < -ep.lookback or stop > last or count < 0:
+        raise IndexError(f"steps {start}..{stop} outside the stored episode")
+    positions = []
+    if count:
+        store._locate(<int32_t>slot, start, &run, &off)
+        for i in range(count):
+            positions.append((run, off))
+            if i + 1 < count:
+                store._advance(&run, &off, 1)
+    if track == "infos":
+        return [store._infos_at(r, o) for r, o in positions]
+    structure = store.layout["extras"][track[1]] if isinstance(track, tuple) \
+        else store.layout[track]
+    if structure is None:
+        return Column.from_list([])
+    columns = {}
+    for leaf in _leaf_list(structure):
+        rb = store.row_bytes[leaf]
+        if rb == 0:
+            items = [store._row_object(r, o, leaf) for r, o in positions]
+            columns[leaf] = Column.from_list(items) if not numpy else \
+                Column.from_array(np.array(items))
+            continue
+        arr = np.empty((count,) + store.shapes[leaf], store.dtypes[leaf])
+        dst = array_bytes(arr, count * rb)
+        for i in range(count):
+            r, o = positions[i]
+            memcpy(dst + i * rb, store._row_ptr(r, o, leaf), rb)
+        columns[leaf] = Column.from_array(arr) if numpy else list_column(arr, store.kinds[leaf])
+    return _replace_numbers(structure, columns)
+
+
+cdef object _replace_numbers(object structure, dict columns):
+    if isinstance(structure, int):
+        return columns[structure]
+    if isinstance(structure, dict):
+        return {k: _replace_numbers(v, columns) for k, v in structure.items()}
+    return tuple(_replace_numbers(v, columns) for v in structure)
+
+
+def episode_fields(Store store, Py_ssize_t slot):
+    """The stored episode in `slot`: (id, meta, t_started, length, lookback,
+    terminated, truncated, finalized, start_time, last_step_time, index)."""
+    cdef Ep* ep
+    if not 0 <= slot < store.ep_cap or not store.eps[slot].live:
+        raise IndexError(f"no stored episode in slot {slot}")
+    ep = &store.eps[slot]
+    return (store.ids[slot], store.meta[slot], ep.t_started, ep.length, ep.lookback,
+            bool(ep.terminated), bool(ep.truncated), bool(ep.finalized),
+            None if isnan(ep.start_time) else ep.start_time,
+            None if isnan(ep.last_step_time) else ep.last_step_time, ep.index)
+
+
+def live_slots(Store store):
+    """The stored episodes' slots, oldest first."""
+    cdef list out = []
+    cdef int32_t slot = store.first_slot
+    while slot >= 0:
+        out.append(slot)
+        slot = store.eps[slot].next
+    return out
+
+
+def step_order(Store store):
+    """RLlib's list of sampleable steps: (slot, index) per stored step, in
+    insertion order, with each step's tree leaf where there are priorities
+    (else -1)."""
+    cdef int64_t seq
+    cdef Run* r
+    cdef Py_ssize_t k
+    cdef Block block
+    out = []
+    for seq in range(store.run_head, store.run_tail):
+        r = &store.runs[seq & (store.run_cap - 1)]
+        if r.ep < 0 or r.ts < 0:
+            continue
+        block = store._block(r.block)
+        for k in range(r.n):
+            out.append((r.ep, r.ts + k,
+                        block.leaf_of_row[r.row + k] if store.priorities is not None else -1))
+    return out

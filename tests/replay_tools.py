@@ -1,0 +1,152 @@
+"""Episode streams for the replay-buffer tests: the chunks an env runner
+hands a buffer (several envs, episodes cut into chunks with a one-step
+lookback, some done), built as our episodes and as RLlib's from the same
+data, and views of what the buffers return."""
+from __future__ import annotations
+
+from typing import Any, Callable, List
+
+import numpy as np
+
+from episode import MultiAgentEpisode, SingleAgentEpisode
+
+
+def single_agent_stream(seed: int, *, n_envs: int = 3, calls: int = 12, fragment=(1, 6),
+                        max_len: int = 15) -> List[List[dict]]:
+    """Per add() call, the chunks of `n_envs` envs as plain data."""
+    rng = np.random.default_rng(seed)
+    envs: List[Any] = [None] * n_envs
+    made = 0
+    out = []
+    for _ in range(calls):
+        call = []
+        for env in range(n_envs):
+            if envs[env] is None:
+                made += 1
+                envs[env] = dict(id=f"e{seed}_{made}", t=0, left=int(rng.integers(1, max_len)),
+                                 obs=rng.normal(size=3).astype(np.float32), prev=None)
+            s = envs[env]
+            k = int(min(rng.integers(*fragment), s["left"]))
+            obs = [s["obs"]] + [rng.normal(size=3).astype(np.float32) for _ in range(k)]
+            acts = [int(rng.integers(3)) for _ in range(k)]
+            rews = [float(np.round(rng.normal(), 3)) for _ in range(k)]
+            logp = [float(rng.normal()) for _ in range(k)]
+            infos = [{"i": int(rng.integers(9))} if rng.random() < 0.3 else {}
+                     for _ in range(k + 1)]
+            ends = s["left"] == k
+            term = ends and bool(rng.random() < 0.7)
+            call.append(dict(id=s["id"], t0=s["t"], obs=obs, acts=acts, rews=rews, logp=logp,
+                             infos=infos, term=term, trunc=ends and not term, prev=s["prev"]))
+            if k:
+                s["prev"] = (obs[-2], acts[-1], rews[-1], logp[-1], infos[-2])
+            s["t"] += k
+            s["left"] -= k
+            s["obs"] = obs[-1]
+            if ends:
+                envs[env] = None
+        out.append(call)
+    return out
+
+
+def chunk_episode(cls: Callable, chunk: dict, *, numpy: bool, extras: bool, lookback: bool,
+                  infos: bool = True):
+    """The chunk as an episode of `cls` (a continuation gets the step before
+    it as lookback, as `cut(len_lookback_buffer=1)` gives)."""
+    lb = 1 if lookback and chunk["t0"] > 0 and chunk["prev"] is not None else 0
+    obs, acts, rews = list(chunk["obs"]), list(chunk["acts"]), list(chunk["rews"])
+    logp, inf = list(chunk["logp"]), [dict(i) for i in chunk["infos"]]
+    if lb:
+        p = chunk["prev"]
+        obs, acts, rews, logp, inf = ([p[0]] + obs, [p[1]] + acts, [p[2]] + rews,
+                                      [p[3]] + logp, [dict(p[4])] + inf)
+    kwargs = {"extra_model_outputs": {"logp": logp}} if extras else {}
+    episode = cls(id_=chunk["id"], observations=obs, actions=acts, rewards=rews,
+                  infos=inf if infos else None, terminated=chunk["term"],
+                  truncated=chunk["trunc"], t_started=chunk["t0"], len_lookback_buffer=lb,
+                  **kwargs)
+    return episode.to_numpy() if numpy else episode
+
+
+def episode_view(episode, *, with_id: bool = True, extras: bool = True) -> dict:
+    """What a sampled episode holds, for compare()."""
+    view = dict(obs=episode.get_observations(), actions=episode.get_actions(),
+                rewards=episode.get_rewards(), infos=episode.get_infos(),
+                terminated=episode.is_terminated, truncated=episode.is_truncated,
+                t_started=episode.t_started, len=len(episode),
+                lookback=episode.observations.lookback, agent_id=episode.agent_id,
+                module_id=episode.module_id)
+    if extras:
+        view["extras"] = {k: episode.get_extra_model_outputs(k)
+                          for k in episode.extra_model_outputs}
+    if with_id:
+        view["id"] = episode.id_
+    return view
+
+
+def metrics_view(metrics) -> Any:
+    """Reduced metrics as plain values (RLlib's Stats objects peeked)."""
+    if hasattr(metrics, "items"):
+        return {k: metrics_view(v) for k, v in metrics.items()}
+    if hasattr(metrics, "peek"):
+        return metrics.peek()
+    return metrics
+
+
+def state_view(state: dict) -> dict:
+    """A buffer state without the episodes' infos states (the infos' form
+    differs, their content is compared through the samples)."""
+    state = dict(state)
+    state["episodes"] = [dict(e, infos=None) for e in state["episodes"]]
+    return state
+
+
+def multi_agent_stream(seed: int, classes, *, calls: int = 10, n_envs: int = 2,
+                       turn_based: bool = False, numpy: bool = True):
+    """Per add() call, per env, the same multi-agent chunk as an episode of
+    each class in `classes` (agents a0, a1 on module m0, a2 on m1; with
+    `turn_based` one agent observes per step, so agents skip steps)."""
+    rng = np.random.default_rng(seed)
+    envs: List[Any] = [None] * n_envs
+    out = []
+    agents = ("a0", "a1", "a2")
+    for _ in range(calls):
+        call = []
+        for i in range(n_envs):
+            if envs[i] is None:
+                episodes = [cls(agent_to_module_mapping_fn=module_of) for cls in classes]
+                obs = {a: rng.normal(size=2).astype(np.float32) for a in agents}
+                for e in episodes:
+                    e.add_env_reset(observations=obs)
+                envs[i] = dict(episodes=episodes, left=int(rng.integers(2, 12)),
+                               acting=set(obs))
+            s = envs[i]
+            for _ in range(int(min(rng.integers(1, 5), s["left"]))):
+                s["left"] -= 1
+                acting = sorted(s["acting"])
+                nxt = {agents[int(rng.integers(3))]} if turn_based else set(agents)
+                obs = {a: rng.normal(size=2).astype(np.float32) for a in nxt}
+                acts = {a: int(rng.integers(3)) for a in acting}
+                rews = {a: float(np.round(rng.normal(), 2)) for a in acting}
+                for e in s["episodes"]:
+                    e.add_env_step(observations=obs, actions=acts, rewards=rews,
+                                   terminateds={"__all__": s["left"] == 0})
+                s["acting"] = set(obs)
+            if numpy:
+                for e in s["episodes"]:
+                    e.to_numpy()
+            call.append(tuple(s["episodes"]))
+            if s["left"] == 0:
+                envs[i] = None
+            else:
+                s["episodes"] = [e.cut(len_lookback_buffer=1) for e in s["episodes"]]
+        out.append(call)
+    return out
+
+
+def module_of(agent_id, episode) -> str:
+    return "m1" if agent_id == "a2" else "m0"
+
+
+__all__ = ["SingleAgentEpisode", "MultiAgentEpisode", "chunk_episode", "episode_view",
+           "metrics_view", "module_of", "multi_agent_stream", "single_agent_stream",
+           "state_view"]
