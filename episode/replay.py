@@ -27,7 +27,8 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import numpy as np
 
 from episode._episode import EpisodeCore
-from episode._replay import Draws, Store, episode_fields, live_slots, rows_of, step_order
+from episode._replay import (Draws, Store, episode_fields, live_slots, make_transitions,
+                              rows_of, step_order)
 from episode.lookback_buffer import InfiniteLookbackBuffer
 from episode.single_agent_episode import SingleAgentEpisode
 
@@ -124,6 +125,13 @@ def _as_ours(episode) -> SingleAgentEpisode:
     raise TypeError(f"a replay buffer stores SingleAgentEpisodes, not {type(episode).__name__}")
 
 
+def _episode_indices(store: Store) -> Dict[int, int]:
+    """slot -> RLlib's episode index of the stored episodes (they are
+    evicted oldest first: the index is the evicted count plus the place)."""
+    first = store.num_evicted
+    return {slot: first + i for i, slot in enumerate(live_slots(store))}
+
+
 def _force_list(episodes) -> list:
     if isinstance(episodes, (list, tuple)):
         return list(episodes)
@@ -147,7 +155,7 @@ def _stored_episode(store: Store, slot: int, start: Optional[int] = None,
     own data: what RLlib's `episode.slice(slice(start, stop),
     len_lookback_buffer=lookback)` of its stored episode gives."""
     (id_, meta, t_started, length, stored_lookback, terminated, truncated, numpy,
-     start_time, last_step_time, _) = episode_fields(store, slot)
+     start_time, last_step_time) = episode_fields(store, slot)
     whole = start is None
     start = 0 if start is None else start
     stop = length if stop is None else stop
@@ -217,6 +225,13 @@ class EpisodeReplayBuffer:
         _check_capacity(capacity)
         return Store(capacity, storage=storage)
 
+    def _draws(self) -> Draws:
+        # Draws from self.rng (kept while rng stays the same object).
+        draws = self.__dict__.get("_draws_of")
+        if draws is None or draws[0] is not self.rng:
+            draws = self.__dict__["_draws_of"] = (self.rng, Draws(self.rng))
+        return draws[1]
+
     # -- RLlib's attributes, read from the store ----------------------------------------
 
     @property
@@ -228,8 +243,9 @@ class EpisodeReplayBuffer:
     @property
     def episode_id_to_index(self) -> Dict[Any, int]:
         """Stored episode id -> its episode index (RLlib's counting)."""
-        return {episode_fields(self._store, slot)[0]: episode_fields(self._store, slot)[10]
-                for slot in live_slots(self._store)}
+        first = self._store.num_evicted
+        return {episode_fields(self._store, slot)[0]: first + i
+                for i, slot in enumerate(live_slots(self._store))}
 
     @property
     def _num_episodes_evicted(self) -> int:
@@ -237,7 +253,7 @@ class EpisodeReplayBuffer:
 
     @property
     def _indices(self) -> list:
-        index = {slot: episode_fields(self._store, slot)[10] for slot in live_slots(self._store)}
+        index = _episode_indices(self._store)
         return [(index[slot], ts) for slot, ts, _ in step_order(self._store)]
 
     def __len__(self) -> int:
@@ -349,7 +365,7 @@ class EpisodeReplayBuffer:
                  for k in ("is_first", "is_last", "is_terminated", "is_truncated")}
         slots_seen, steps_seen = set(), set()
         B = T = 0
-        draws = Draws(self.rng)
+        draws = self._draws()
         while B < batch_size_B:
             slot, ts = store.uniform_step(draws)
             episode = _stored_episode(store, slot)
@@ -395,7 +411,7 @@ class EpisodeReplayBuffer:
             raise AssertionError("When sampling sequences n-step must be 1.")
         n_step = _checked_n_step(n_step)
         store = self._store
-        picks = store.draw_uniform(Draws(self.rng), batch_size_B, batch_length_T or 0, n_step,
+        picks = store.draw_uniform(self._draws(), batch_size_B, batch_length_T or 0, n_step,
                                    min_batch_length_T)
         slots, ts, ns, ends = store.pick_fields(picks)
         if batch_length_T:
@@ -413,11 +429,89 @@ class EpisodeReplayBuffer:
                 np.full((rows,), int(n)), lookback=lookback)
             episode.extra_model_outputs["weights"] = InfiniteLookbackBuffer(
                 np.ones((rows,)), lookback=lookback)
+        self._after_reads(len(episodes))
         self.sampled_timesteps += batch_size_B
         steps_seen = {(int(s), int(t)) for s, t in zip(slots, ts)}
         self._log_sample(batch_size_B, len(set(slots.tolist())), len(steps_seen),
                          sum(ns.tolist()) / batch_size_B, 0)
         return episodes
+
+    # -- the native sampler ----------------------------------------------------------------
+
+    def sample_batch(self, batch_size: int, *, n_step: Union[int, Tuple[int, int]] = 1,
+                     gamma: float = 0.99, beta: Optional[float] = None,
+                     batch_length_T: Optional[int] = None, lookback: int = 0,
+                     min_batch_length_T: int = 0, include_extra_model_outputs: bool = False
+                     ) -> Dict[str, Any]:
+        """A training batch of `batch_size` items as a dict of arrays,
+        without episode objects (uniform draws here; by priority on the
+        prioritized buffer, which then takes update_priorities() for them).
+
+        Transitions (the default): `obs`, `actions`, `rewards` (the
+        discounted sum over `n_step` steps, an int or drawn per item from a
+        (low, high) range, cut at the episode's end), `new_obs` (the
+        observation after those steps), `terminateds`/`truncateds` (the
+        transition reaches the end of a terminated/truncated episode),
+        `n_step` (the steps summed: bootstrap with gamma ** n_step),
+        `weights` (importance weights; ones when uniform), `indices`.
+
+        Sequences (`batch_length_T=T`): (B, lookback + T, ...) arrays of up
+        to T steps from each drawn step on, after `lookback` steps before
+        it, never crossing into another episode and zero-padded: `obs`,
+        `new_obs`, `actions`, `rewards` (one step each), `terminateds`,
+        `truncateds` (at an episode's last step), `mask` (the rows that hold
+        data), `lengths` (steps from the drawn one on), `weights`,
+        `indices`. Steps within `min_batch_length_T` of their episode's end
+        are not drawn.
+
+        `include_extra_model_outputs` adds each extra model output (at the
+        drawn step, or per row)."""
+        prioritized = self._store.priorities is not None
+        if beta is not None and not prioritized:
+            raise ValueError("beta weights a prioritized draw; this buffer draws uniformly")
+        beta = 0.0 if beta is None else beta
+        if not beta >= 0.0:
+            raise ValueError(f"beta must be >= 0, not {beta}")
+        if not 0.0 <= gamma <= 1.0:
+            raise ValueError(f"gamma must lie in [0, 1], not {gamma}")
+        batch_size = _int(batch_size, "batch_size")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, not {batch_size}")
+        T = _int(batch_length_T or 0, "batch_length_T")
+        lookback = _int(lookback, "lookback")
+        min_T = _int(min_batch_length_T, "min_batch_length_T")
+        if T < 0 or lookback < 0 or min_T < 0:
+            raise ValueError("batch_length_T, lookback and min_batch_length_T must be >= 0")
+        if T and n_step != 1:
+            raise ValueError("sequences are of single steps: n_step must be 1")
+        n_step = _checked_n_step(n_step)
+        store = self._store
+        picks = store.draw_native(self._draws(), batch_size, n_step, prioritized, float(beta),
+                                  T, min_T)
+        steps, weights, indices, terminateds, truncateds = store.native_fields(picks)
+        layout = store.layout
+        if T:
+            batch = self._sequence_batch(picks, layout, lookback, T, include_extra_model_outputs)
+            batch["lengths"] = steps
+        else:
+            batch = store.native_transitions(picks, float(gamma), include_extra_model_outputs)
+            batch["terminateds"] = terminateds
+            batch["truncateds"] = truncateds
+            batch["n_step"] = steps
+        batch["weights"] = weights
+        batch["indices"] = indices
+        if prioritized:
+            self._last_sampled_indices = indices.tolist()
+        self._after_reads(len(indices))
+        return batch
+
+    def _after_reads(self, rows: int) -> None:
+        # File-backed storage: the pages a draw mapped in (a read maps up to
+        # 64 KB around a row: the kernel's fault-around) go back to the files
+        # after the draw, so the resident size stays bounded however large
+        # the files grow.
+        if self._store.storage is not None:
+            self._store.release_pages()
 
     def _log_sample(self, sampled, episodes_per_sample, steps_per_sample, sampled_n_step,
                     resamples) -> None:
@@ -536,6 +630,17 @@ class EpisodeReplayBuffer:
         self._num_timesteps_added = state["_num_timesteps_added"]
         self.sampled_timesteps = state["sampled_timesteps"]
 
+    def __reduce__(self):
+        # A pickle is the checkpoint (get_state(); arrays travel out-of-band
+        # with protocol 5), restored into a new buffer of the same settings.
+        return (_unpickled, (type(self), self._settings(), self.get_state(), self.rng))
+
+    def _settings(self) -> Dict[str, Any]:
+        return {"capacity": self.capacity, "batch_size_B": self.batch_size_B,
+                "batch_length_T": self.batch_length_T,
+                "metrics_num_episodes_for_smoothing": self._metrics_num_episodes_for_smoothing,
+                "storage": self._store.storage}
+
     def _restored_store(self, state, weights=None) -> Store:
         episodes = [SingleAgentEpisode.from_state(s) for s in state["episodes"]]
         evicted = _int(state["_num_episodes_evicted"], "_num_episodes_evicted")
@@ -549,6 +654,13 @@ class EpisodeReplayBuffer:
         store = self._new_store(self.capacity, self._store.storage)
         store.restore(episodes, [tuple(i) for i in state["_indices"]], evicted, weights)
         return store
+
+
+def _unpickled(cls, settings: Dict[str, Any], state: Dict[str, Any], rng):
+    buffer = cls(**settings)
+    buffer.set_state(state)
+    buffer.rng = rng
+    return buffer
 
 
 class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
@@ -572,9 +684,12 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
                          storage=storage)
 
     def _new_store(self, capacity, storage) -> Store:
-        _check_capacity(capacity)
+        _check_capacity(capacity, prioritized=True)
         return Store(capacity, prioritized=True, tree_size=_tree_size(capacity),
                      storage=storage)
+
+    def _settings(self) -> Dict[str, Any]:
+        return super()._settings() | {"alpha": self._alpha}
 
     @property
     def _max_idx(self) -> int:
@@ -599,7 +714,7 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
 
     @property
     def _indices(self) -> list:
-        index = {slot: episode_fields(self._store, slot)[10] for slot in live_slots(self._store)}
+        index = _episode_indices(self._store)
         return [(index[slot], ts, leaf) for slot, ts, leaf in step_order(self._store)]
 
     def add(self, episodes, weight: Optional[float] = None) -> None:
@@ -652,7 +767,7 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
         self._log_add(counts)
 
     def _num_remaining_episodes(self, new_eps, evicted_eps) -> int:
-        stored = set(self._store.slot_of)
+        stored = set(self._store.stored_keys())
         return len(stored.union(new_eps) - set(evicted_eps))
 
     def sample(self, num_items: Optional[int] = None, *, batch_size_B: Optional[int] = None,
@@ -669,7 +784,7 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
         batch_size_B = _batch_size(num_items, batch_size_B) or self.batch_size_B
         n_step = _checked_n_step(n_step or 1)
         store = self._store
-        picks = store.draw_prioritized(Draws(self.rng), batch_size_B, n_step, beta)
+        picks = store.draw_prioritized(self._draws(), batch_size_B, n_step, beta)
         self._last_sampled_indices = picks.leaves
         slots, ts, ns, ends = store.pick_fields(picks)
         store.locate_ends(picks)
@@ -679,6 +794,7 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
         if to_numpy:
             for episode in episodes:
                 episode.to_numpy()
+        self._after_reads(len(episodes))
         self.sampled_timesteps += batch_size_B
         steps_seen = {(int(s), int(t)) for s, t in zip(slots, ts)}
         self._log_sample(batch_size_B, len(set(slots.tolist())), len(steps_seen),
@@ -766,6 +882,11 @@ class _TreeView:
     def get_state(self):
         return self._trees.sum_values() if self._of_sum else self._trees.min_values()
 
+    @property
+    def value(self) -> list:
+        """RLlib's `value` list of node values."""
+        return self.get_state()
+
 
 # -- helpers ---------------------------------------------------------------------------------
 
@@ -817,9 +938,12 @@ def _int(value, name: str) -> int:
     return int(value)
 
 
-def _check_capacity(capacity) -> None:
+def _check_capacity(capacity, prioritized: bool = False) -> None:
     if isinstance(capacity, (bool, np.bool_)) or not isinstance(capacity, (int, np.integer)):
         raise TypeError(f"capacity must be an int, not {type(capacity).__name__}")
+    if capacity == 0 and prioritized:
+        # (RLlib's prioritized buffer asserts on its trees' size.)
+        raise AssertionError("capacity must be a positive number of timesteps, not 0")
     if capacity <= 0:
         raise ValueError(f"capacity must be a positive number of timesteps, not {capacity}")
 
@@ -838,80 +962,125 @@ def _transitions(store: Store, picks, slots, ts, ns, ends, gamma, *, include_inf
     end (`exact_end`: only one that ends exactly there, as a plain buffer's
     episode slice decides), `weights` and `n_step` in the constructor's
     extra model outputs (the prioritized and multi-agent buffers'), the
-    stored episode's ids with `stored_ids`."""
+    stored episode's ids with `stored_ids`. Their data are read in place
+    from one batch array per leaf."""
     layout = store.layout
+    obs_pairs = {leaf: store.gather_pairs(picks, leaf) for leaf in _leaves_of(layout["obs"])}
+    actions = {leaf: store.gather(picks, leaf) for leaf in _leaves_of(layout["actions"])}
+    extra_arrays = {}
+    if extras:
+        for key, structure in layout["extras"].items():
+            extra_arrays[key] = {leaf: store.gather(picks, leaf) for leaf in _leaves_of(structure)}
+    infos = None
+    if include_infos:
+        first, last = store.gather_infos(picks), store.gather_infos(picks, True)
+        infos = [x for pair in zip(first, last) for x in pair]
     returns = store.returns(picks, float(gamma))
-    obs0 = _items(store, picks, layout["obs"], False)
-    obs1 = _items(store, picks, layout["obs"], True)
-    actions = _items(store, picks, layout["actions"], False)
-    infos0 = store.gather_infos(picks) if include_infos else None
-    infos1 = store.gather_infos(picks, True) if include_infos else None
-    extra_items = {}
-    out = []
-    for i, slot in enumerate(slots.tolist()):
-        (id_, meta, _, length, _, terminated, truncated, _, _, _, _) = \
-            episode_fields(store, slot)
-        if extras and meta.extra_keys not in extra_items:
-            extra_items[meta.extra_keys] = {
-                key: _items(store, picks, layout["extras"][key], False)
-                for key in meta.extra_keys}
-        reaches_end = (int(ts[i]) + int(ns[i]) == length) if exact_end \
-            else int(ends[i]) >= length
-        outputs = {}
-        if weights is not None:
-            outputs["weights"] = [weights[i]]
-            outputs["n_step"] = [int(ns[i])]
-        if extras:
-            for key, values in extra_items[meta.extra_keys].items():
-                outputs[key] = [values[i]]
-        episode = SingleAgentEpisode(
-            id_=id_ if stored_ids else None,
-            agent_id=meta.agent_id if stored_ids else None,
-            module_id=meta.module_id if stored_ids else None,
-            observations=[obs0[i], obs1[i]], observation_space=meta.observation_space,
-            infos=[infos0[i], infos1[i]] if include_infos else None,
-            actions=[actions[i]], action_space=meta.action_space,
-            rewards=[returns[i]],
-            terminated=terminated if reaches_end else False,
-            truncated=truncated if reaches_end else False,
-            extra_model_outputs=outputs, t_started=int(ts[i]), len_lookback_buffer=0)
-        out.append(episode)
-    return out
+    episodes = make_transitions(SingleAgentEpisode, store, picks, obs_pairs, actions, returns,
+                                extra_arrays, infos, weights, stored_ids, exact_end)
+    _RECENT.append(_Replayed(episodes, layout, obs_pairs, actions, returns, extra_arrays))
+    return episodes
 
 
-def _items(store: Store, picks, structure, at_end: bool) -> list:
-    """Each pick's item of a track (its step's, or its end step's), as the
-    stored episode hands it out: numpy rows or scalars for a numpy'ized
-    episode, else the types that were added."""
+class _Replayed:
+    """A drawn batch of transitions and the episodes made of it (their data
+    read in place from these arrays): what the learner's fast path builds a
+    train batch from, as long as the episodes are unchanged."""
+
+    def __init__(self, episodes, layout, obs_pairs, actions, returns, extras):
+        self.episodes = episodes
+        self.layout = layout
+        self.obs_pairs = obs_pairs
+        self.actions = actions
+        self.returns = returns
+        self.extras = extras
+        # What each episode was made of: a change shows as another object.
+        self.parts = [(e.observations, e.actions, e.rewards, e.infos, dict(e.extra_model_outputs),
+                       e.observations._leaves, e.actions._leaves, e.rewards._leaves)
+                      for e in episodes]
+
+    def unchanged(self) -> bool:
+        for e, parts in zip(self.episodes, self.parts):
+            obs, actions, rewards, infos, extras, obs_cols, action_cols, reward_cols = parts
+            if (len(e) != 1 or e.observations is not obs or e.actions is not actions
+                    or e.rewards is not rewards or e.infos is not infos
+                    or e.extra_model_outputs.keys() != extras.keys()
+                    or any(e.extra_model_outputs[k] is not v for k, v in extras.items())
+                    or e.observations._leaves != obs_cols or e.actions._leaves != action_cols
+                    or e.rewards._leaves != reward_cols):
+                return False
+        return True
+
+    def columns(self) -> Dict[str, Any]:
+        """The train batch RLlib's default learner connectors build of these
+        episodes (before their NumpyToTensor): obs, new_obs, actions,
+        rewards, terminateds, truncateds, then the extra model outputs in the
+        episodes' order."""
+        layout, episodes = self.layout, self.episodes
+        columns = {
+            "obs": _track(layout["obs"], lambda leaf: np.ascontiguousarray(self.obs_pairs[leaf][0::2])),
+            "new_obs": _track(layout["obs"],
+                              lambda leaf: np.ascontiguousarray(self.obs_pairs[leaf][1::2])),
+            "actions": _track(layout["actions"], lambda leaf: self.actions[leaf]),
+            "rewards": self.returns,
+            "terminateds": np.array([bool(e.is_terminated) for e in episodes]),
+            "truncateds": np.array([bool(e.is_truncated) for e in episodes]),
+        }
+        for key in episodes[0].extra_model_outputs:
+            if key in columns:
+                continue
+            if key in self.extras:
+                columns[key] = _track(layout["extras"][key], lambda leaf: self.extras[key][leaf])
+            else:
+                columns[key] = _stacked([e.extra_model_outputs[key].get(0) for e in episodes])
+        return columns
+
+
+def _stacked(items: list) -> np.ndarray:
+    # What RLlib's batching makes of one item per episode (np.stack's dtype).
+    return np.stack([np.asarray(item) for item in items])
+
+
+# The latest drawn batches (the learner asks for the one it was handed).
+_RECENT: collections.deque = collections.deque(maxlen=4)
+
+
+def replayed_columns(episodes: list) -> Optional[Dict[str, Any]]:
+    """RLlib's default learner-connector columns for `episodes`, built from
+    the arrays they were drawn into, when they are exactly the episodes of
+    one recent sample() call, unchanged and with all their extra model
+    outputs alike; None otherwise (RLlib's connectors then build it)."""
+    for replayed in reversed(_RECENT):
+        mine = replayed.episodes
+        if len(mine) != len(episodes) or not all(a is b for a, b in zip(mine, episodes)):
+            continue
+        first = episodes[0].extra_model_outputs.keys()
+        if not replayed.unchanged() or any(e.extra_model_outputs.keys() != first
+                                           for e in episodes):
+            return None
+        return replayed.columns()
+    return None
+
+
+def _track(structure, leaf_rows) -> Any:
+    """A track's batch: leaf_rows(leaf) for each leaf, in the track's
+    nesting (dicts and tuples of arrays for Dict/Tuple items)."""
     if structure is None:
-        return [None] * len(picks)
+        return None
     if isinstance(structure, int):
-        return _leaf_items(store, picks, structure, at_end)
+        return leaf_rows(structure)
     if isinstance(structure, dict):
-        parts = {k: _items(store, picks, v, at_end) for k, v in structure.items()}
-        return [{k: parts[k][i] for k in structure} for i in range(len(picks))]
-    parts = [_items(store, picks, v, at_end) for v in structure]
-    return [tuple(p[i] for p in parts) for i in range(len(picks))]
+        return {k: _track(v, leaf_rows) for k, v in structure.items()}
+    return tuple(_track(v, leaf_rows) for v in structure)
 
 
-def _leaf_items(store: Store, picks, leaf: int, at_end: bool) -> list:
-    rows = store.gather(picks, leaf, at_end)
-    if isinstance(rows, list):
-        return rows
-    kinds = store.item_kinds(picks, leaf)
-    return [_as_item(row, kind) for row, kind in zip(rows, kinds)]
-
-
-def _as_item(row, kind: int):
-    # Column kinds (see _column.pxd): 1 float, 2 int, 3 bool, 4 numpy scalar,
-    # 5 array row.
-    if kind == 1:
-        return float(row)
-    if kind == 2:
-        return int(row)
-    if kind == 3:
-        return bool(row)
-    return row
+def _leaves_of(structure) -> list:
+    if structure is None:
+        return []
+    if isinstance(structure, int):
+        return [structure]
+    values = structure.values() if isinstance(structure, dict) else structure
+    return [leaf for v in values for leaf in _leaves_of(v)]
 
 
 # -- the multi-agent buffers ---------------------------------------------------------------
@@ -987,7 +1156,7 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
 
     @property
     def _indices(self) -> list:
-        index = {slot: episode_fields(self._store, slot)[10] for slot in live_slots(self._store)}
+        index = _episode_indices(self._store)
         return [(index[slot], ts) for slot, ts, _ in step_order(self._store)]
 
     @property
@@ -999,7 +1168,7 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
 
     def _module_entries(self, module_id, store: Store) -> list:
         index = self._ma_index()
-        keys = {slot: store_key for store_key, slot in store.slot_of.items()}
+        keys = {slot: store_key for store_key, slot in store.stored_keys().items()}
         return [(index[keys[slot][0]], keys[slot][1], ts)
                 for slot, ts, _ in step_order(store)]
 
@@ -1018,8 +1187,20 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
     def _check_multi(self, episodes) -> None:
         pending: dict = {}
         per_module: Dict[Any, dict] = collections.defaultdict(dict)
+        earlier = {e.id_: e for e in self._multi_episodes}
         for episode in episodes:
             self._store.check(_env_steps_chunk(episode), pending)
+            before = earlier.get(episode.id_)
+            if before is not None:
+                # RLlib's concat_episode asserts that each agent continues its
+                # own single-agent episode.
+                for agent_id, agent_episode in episode.agent_episodes.items():
+                    other = before.agent_episodes.get(agent_id)
+                    if other is not None and other.id_ != agent_episode.id_:
+                        raise AssertionError(
+                            f"agent {agent_id!r}'s chunk (id {agent_episode.id_!r}) does not "
+                            f"continue its stored episode (id {other.id_!r})")
+            earlier[episode.id_] = episode
             for agent_id, agent_episode in episode.agent_episodes.items():
                 module_id = episode.module_for(agent_id)
                 store = self._modules.get(module_id)
@@ -1130,10 +1311,11 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
 
     def _evict_stores(self, evicted_ids) -> None:
         store = self._store
-        store.evict([store.slot_of[i] for i in evicted_ids if i in store.slot_of])
+        stored = store.stored_keys()
+        store.evict([stored[i] for i in evicted_ids if i in stored])
         gone = set(evicted_ids)
         for module_store in self._modules.values():
-            slots = [slot for key, slot in module_store.slot_of.items() if key[0] in gone]
+            slots = [slot for key, slot in module_store.stored_keys().items() if key[0] in gone]
             if slots:
                 module_store.evict(slots)
 
@@ -1174,7 +1356,7 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
         n_step = _checked_n_step(n_step or 1)
         counts = _SampleCounts()
         episodes: list = []
-        draws = Draws(self.rng)
+        draws = self._draws()
         modules = modules_to_sample or set(self._module_keys())
         agent_id = None
         for module_id in modules:
@@ -1188,7 +1370,7 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
                                    extras=include_extra_model_outputs,
                                    weights=weights if weights is not None
                                    else [1.0] * len(picks))
-            keys = {slot: key for key, slot in store.slot_of.items()}
+            keys = {slot: key for key, slot in store.stored_keys().items()}
             stored = {e.id_: e for e in self._multi_episodes}
             counts.resamples += picks.resamples
             counts.module_resamples[module_id] += picks.resamples
@@ -1252,7 +1434,7 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
         n = None if random_n else (n_step or 1)
         if random_n:
             n_step = _checked_n_step(n_step)
-        draws = Draws(self.rng)
+        draws = self._draws()
         stored = {e.id_: e for e in self._multi_episodes}
         columns = ("obs", "new_obs", "actions", "rewards", "terminateds", "truncateds",
                    "weights", "n_step")
@@ -1342,7 +1524,11 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
     # -- state ------------------------------------------------------------------------------
 
     def get_state(self) -> Dict[str, Any]:
-        state = {
+        return self._plain_state() | self._multi_state()
+
+    def _plain_state(self) -> Dict[str, Any]:
+        # The single-agent buffer's keys, over the multi-agent episodes.
+        return {
             "episodes": [e.get_state() for e in self._multi_episodes],
             "episode_id_to_index": list(self.episode_id_to_index.items()),
             "_num_episodes_evicted": self._num_episodes_evicted,
@@ -1351,7 +1537,80 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
             "_num_timesteps_added": self._num_timesteps_added,
             "sampled_timesteps": self.sampled_timesteps,
         }
-        return state | self._multi_state()
+
+    def set_state(self, state) -> None:
+        """Restores get_state()'s checkpoint (ours or RLlib's), checked
+        first: a bad one raises and leaves the buffer unchanged."""
+        from episode.multi_agent_episode import MultiAgentEpisode
+
+        episodes = [MultiAgentEpisode.from_state(s) for s in state["episodes"]]
+        evicted = _int(state["_num_episodes_evicted"], "_num_episodes_evicted")
+        for key in ("_num_timesteps", "_num_timesteps_added", "sampled_timesteps",
+                    "_num_agent_timesteps", "_num_agent_timesteps_added"):
+            _int(state[key], key)
+        if [k for k, _ in state["episode_id_to_index"]] != [e.id_ for e in episodes] or \
+                [v for _, v in state["episode_id_to_index"]] != \
+                list(range(evicted, evicted + len(episodes))):
+            raise ValueError("episode_id_to_index must list the stored episodes in order, "
+                             "indexed from _num_episodes_evicted on")
+        store = self._new_store(self.capacity, self._storage)
+        store.restore([_env_steps_chunk(e) for e in episodes],
+                      [tuple(i) for i in state["_indices"]], evicted,
+                      self._global_weights(state))
+        modules = {}
+        for module_id, entries in dict(state["_module_to_indices"]).items():
+            modules[module_id] = self._restored_module(module_id, episodes, evicted,
+                                                       list(entries), state)
+        counters = {key: collections.defaultdict(int, dict(state[key])) for key in (
+            "_num_module_timesteps", "_num_module_timesteps_added", "_num_module_episodes",
+            "_num_module_episodes_evicted", "sampled_timesteps_per_module")}
+        self._restore_priorities(state)
+        self._store = store
+        self._multi_episodes = collections.deque(episodes)
+        self._modules = modules
+        self._num_timesteps = state["_num_timesteps"]
+        self._num_timesteps_added = state["_num_timesteps_added"]
+        self.sampled_timesteps = state["sampled_timesteps"]
+        self._num_agent_timesteps = state["_num_agent_timesteps"]
+        self._num_agent_timesteps_added = state["_num_agent_timesteps_added"]
+        for key, counter in counters.items():
+            setattr(self, key, counter)
+
+    def _restored_module(self, module_id, episodes, evicted, entries, state) -> Store:
+        # A module's store, its agents' steps in the order of its entries.
+        by_key = {(e.id_, agent_id): agent_episode for e in episodes
+                  for agent_id, agent_episode in e.agent_episodes.items()
+                  if e.module_for(agent_id) == module_id}
+        index_of = {e.id_: evicted + i for i, e in enumerate(episodes)}
+        id_of = {v: k for k, v in index_of.items()}
+        order: list = []
+        for entry in entries:
+            if len(entry) < 3 or entry[0] not in id_of:
+                raise ValueError(f"module {module_id!r}: entry {entry!r} names no stored "
+                                 f"episode")
+            key = (id_of[entry[0]], entry[1])
+            if key not in by_key:
+                raise ValueError(f"module {module_id!r}: entry {entry!r} names no agent of "
+                                 f"the module")
+            if key not in order:
+                order.append(key)
+        order += [key for key in by_key if key not in order]
+        position = {key: i for i, key in enumerate(order)}
+        indices = [(position[(id_of[entry[0]], entry[1])],) + tuple(entry[2:])
+                   for entry in entries]
+        store = self._new_module_store()
+        store.restore(_alike([by_key[key] for key in order]), indices, 0,
+                      self._module_weights(module_id, state), keys=order)
+        return store
+
+    def _global_weights(self, state):
+        return None
+
+    def _module_weights(self, module_id, state):
+        return None
+
+    def _restore_priorities(self, state) -> None:
+        pass
 
     def _multi_state(self) -> Dict[str, Any]:
         return {
@@ -1364,6 +1623,34 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
             "_num_module_episodes_evicted": list(self._num_module_episodes_evicted.items()),
             "sampled_timesteps_per_module": list(self.sampled_timesteps_per_module.items()),
         }
+
+
+def _alike(episodes: list) -> list:
+    """The agents' episodes of one module with each numpy'ized track in one
+    dtype: RLlib's concat_episode turns an agent's int actions into float64
+    when a chunk has no step of it (so does ours, as a drop-in), and a
+    module's store has one dtype per track. Such float64 tracks go back to
+    the int dtype of the others where no value changes (else the store
+    refuses the state)."""
+    tracks = ("observations", "actions", "rewards")
+    wanted = {}
+    for track in tracks:
+        dtypes = [getattr(e, track).data.dtype for e in episodes
+                  if isinstance(getattr(e, track).data, np.ndarray) and len(getattr(e, track).data)]
+        ints = [d for d in dtypes if d.kind in "iu"]
+        if ints and len(set(dtypes)) > 1:
+            wanted[track] = ints[0]
+    out = []
+    for episode in episodes:
+        state = None
+        for track, want in wanted.items():
+            data = getattr(episode, track).data
+            if isinstance(data, np.ndarray) and len(data) and data.dtype != want \
+                    and np.array_equal(data.astype(want), data):
+                state = state or episode.get_state()
+                state[track] = dict(state[track], data=data.astype(want))
+        out.append(SingleAgentEpisode.from_state(state) if state is not None else episode)
+    return out
 
 
 class _MultiCounts:
@@ -1509,10 +1796,68 @@ class MultiAgentPrioritizedEpisodeReplayBuffer(MultiAgentEpisodeReplayBuffer,
 
     def _module_entries(self, module_id, store: Store) -> list:
         index = self._ma_index()
-        keys = {slot: store_key for store_key, slot in store.slot_of.items()}
+        keys = {slot: store_key for store_key, slot in store.stored_keys().items()}
         return [(index[keys[slot][0]], keys[slot][1], ts, leaf)
                 for slot, ts, leaf in step_order(store)]
 
     @property
     def _indices(self) -> list:
         return PrioritizedEpisodeReplayBuffer._indices.fget(self)
+
+    def get_state(self) -> Dict[str, Any]:
+        trees = self._store.priorities
+        modules = {m: store.priorities for m, store in self._modules.items()}
+        return self._plain_state() | {
+            "_sum_segment": trees.sum_values(),
+            "_min_segment": trees.min_values(),
+            "_free_nodes": trees.free_nodes(),
+            "_max_priority": self._max_priority,
+            "_max_idx": trees.max_idx,
+            "_tree_idx_to_sample_idx": list(self._tree_idx_to_sample_idx.items()),
+            "_last_sampled_indices": self._last_sampled_indices,
+        } | self._multi_state() | {
+            "_module_to_max_priority": list(self._module_to_max_priority.items()),
+            "_module_to_sum_segment": [(m, _TreeView(t, True)) for m, t in modules.items()],
+            "_module_to_min_segment": [(m, _TreeView(t, False)) for m, t in modules.items()],
+            "_module_to_free_nodes": [(m, collections.deque(t.free_nodes(), maxlen=t.size))
+                                      for m, t in modules.items()],
+            "_module_to_max_idx": [(m, t.max_idx) for m, t in modules.items()],
+            "_module_to_tree_idx_to_sample_idx": [
+                (m, {leaf: i for i, (_, _, leaf) in enumerate(step_order(store))})
+                for m, store in self._modules.items()],
+            "_module_to_last_sampled_indices": list(
+                self._module_to_last_sampled_indices.items()),
+        }
+
+    def _global_weights(self, state):
+        return (state["_sum_segment"], state["_min_segment"], state["_free_nodes"],
+                state["_max_idx"])
+
+    def _module_weights(self, module_id, state):
+        def of(key):
+            value = dict(state[key]).get(module_id)
+            if value is None:
+                raise ValueError(f"{key} has nothing for module {module_id!r}")
+            return value
+
+        return (_tree_values(of("_module_to_sum_segment")),
+                _tree_values(of("_module_to_min_segment")),
+                list(of("_module_to_free_nodes")), of("_module_to_max_idx"))
+
+    def _restore_priorities(self, state) -> None:
+        maxima = dict(state["_module_to_max_priority"])
+        last = {m: list(v) for m, v in dict(state["_module_to_last_sampled_indices"]).items()}
+        self._max_priority = state["_max_priority"]
+        self._last_sampled_indices = list(state["_last_sampled_indices"])
+        self._module_to_max_priority = collections.defaultdict(lambda: 1.0, maxima)
+        self._module_to_last_sampled_indices = collections.defaultdict(list, last)
+
+
+def _tree_values(tree) -> list:
+    """A segment tree's node values from its state: a list, or RLlib's tree
+    object (what its multi-agent buffer puts in its state) or ours."""
+    if isinstance(tree, list):
+        return tree
+    if hasattr(tree, "get_state"):
+        return tree.get_state()
+    raise ValueError(f"a segment tree's state is a list of values, not {type(tree).__name__}")

@@ -38,6 +38,14 @@ CLASSES = (
      "episode.single_agent_episode"),
     ("ray.rllib.env.multi_agent_episode", "MultiAgentEpisode",
      "episode.multi_agent_episode"),
+    ("ray.rllib.utils.replay_buffers.episode_replay_buffer", "EpisodeReplayBuffer",
+     "episode.replay"),
+    ("ray.rllib.utils.replay_buffers.prioritized_episode_buffer",
+     "PrioritizedEpisodeReplayBuffer", "episode.replay"),
+    ("ray.rllib.utils.replay_buffers.multi_agent_episode_buffer",
+     "MultiAgentEpisodeReplayBuffer", "episode.replay"),
+    ("ray.rllib.utils.replay_buffers.multi_agent_prioritized_episode_buffer",
+     "MultiAgentPrioritizedEpisodeReplayBuffer", "episode.replay"),
 )
 
 # What install() changed, to be undone: (module, attribute, RLlib's class).
@@ -72,6 +80,7 @@ def install() -> None:
             f"them. Install before anything makes an episode (before building the algorithm).")
     _swap.update(swap)
     _patch_loaded_modules()
+    _patch_learner_connectors()
     _hook_ray_init()
 
 
@@ -118,6 +127,19 @@ def _patch_loaded_modules() -> None:
             if ours is not None:
                 setattr(module, attribute, ours)
                 _replaced.append((module, attribute, value))
+
+
+def _patch_learner_connectors() -> None:
+    # Learner connector pipelines build replayed episodes' train batches from
+    # the arrays they were drawn into (episode.rllib_learner).
+    from ray.rllib.connectors.learner.learner_connector_pipeline import (
+        LearnerConnectorPipeline)
+
+    from episode.rllib_learner import learner_call
+
+    _replaced.append((LearnerConnectorPipeline, "__call__",
+                      LearnerConnectorPipeline.__dict__["__call__"]))
+    LearnerConnectorPipeline.__call__ = learner_call
 
 
 def _alive_instances(classes: tuple) -> int:

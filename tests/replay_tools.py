@@ -109,14 +109,20 @@ def multi_agent_stream(seed: int, classes, *, calls: int = 10, n_envs: int = 2,
     envs: List[Any] = [None] * n_envs
     out = []
     agents = ("a0", "a1", "a2")
+    made = 0
     for _ in range(calls):
         call = []
         for i in range(n_envs):
             if envs[i] is None:
-                episodes = [cls(agent_to_module_mapping_fn=module_of) for cls in classes]
+                made += 1
+                # One id on both sides: a state can go from one class to the other.
+                episodes = [cls(id_=f"m{seed}_{made}", agent_to_module_mapping_fn=module_of)
+                            for cls in classes]
                 obs = {a: rng.normal(size=2).astype(np.float32) for a in agents}
                 for e in episodes:
                     e.add_env_reset(observations=obs)
+                    for a, agent_episode in e.agent_episodes.items():
+                        agent_episode.id_ = f"m{seed}_{made}_{a}"
                 envs[i] = dict(episodes=episodes, left=int(rng.integers(2, 12)),
                                acting=set(obs))
             s = envs[i]

@@ -68,6 +68,10 @@ cdef class EpisodeCore:
                          object extra_model_outputs) except -1
 
 
+# A new episode id (as uuid.uuid4().hex).
+cdef str new_id()
+
+
 # len() of an episode (t - t_started), checked.
 cdef Py_ssize_t steps(EpisodeCore episode) except -1
 

@@ -48,7 +48,7 @@ cdef class PriorityTrees:
     cdef int64_t* queue
     cdef Py_ssize_t queue_cap, queue_head, queue_len
     cdef Py_ssize_t fresh
-    cdef public object max_idx          # RLlib's _max_idx (a Python int)
+    cdef int64_t max_leaf               # RLlib's _max_idx
 
     cdef int _grow(self, Py_ssize_t leaf) except -1
     cdef int _set(self, int64_t leaf, Num s, Num m) except -1
@@ -58,7 +58,11 @@ cdef class PriorityTrees:
     cdef Num _root(self, bint of_sum) noexcept
     cdef list _values(self, bint of_sum)
     cdef int64_t take(self, Num value, int64_t key) except -1
+    cdef int64_t take_leaf(self, Num value, int64_t key) except -1
     cdef int release(self, int64_t leaf) except -1
+    cdef int release_leaf(self, int64_t leaf) except -1
+    cdef int _set_raw(self, int64_t leaf, Num s, Num m) except -1
+    cdef int propagate(self, int64_t* leaves, Py_ssize_t n) except -1
     cdef int set_leaf(self, int64_t leaf, Num value) except -1
     cdef Num total(self) noexcept
     cdef Num minimum(self) noexcept

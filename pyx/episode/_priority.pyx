@@ -19,12 +19,23 @@ from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.math cimport INFINITY, pow, powf
 from libc.stdint cimport int64_t
+from libc.stdlib cimport qsort
 from libc.string cimport memcpy
 
 import numpy as np
 
+cimport numpy as cnp
+from cpython.object cimport PyObject
+
+cdef extern from "numpy/arrayobject.h":
+    object PyArray_Scalar(void* data, cnp.PyArray_Descr* descr, PyObject* base)
+
+cnp.import_array()
+
 cdef object F64 = np.float64
 cdef object F32 = np.float32
+cdef object F64_DESCR = np.dtype(np.float64)
+cdef object F32_DESCR = np.dtype(np.float32)
 cdef Num ZERO = Num(0.0, TAG_FLOAT)
 cdef Num INF = Num(INFINITY, TAG_FLOAT)
 
@@ -56,13 +67,15 @@ cdef Num to_num(object x) except *:
 
 
 cdef object from_num(Num x):
+    cdef double d = x.v
+    cdef float f = <float>x.v
     if x.tag == TAG_FLOAT:
-        return x.v
+        return d
     if x.tag == TAG_INT:
-        return int(x.v)
+        return int(d)
     if x.tag == TAG_F64:
-        return F64(x.v)
-    return F32(x.v)
+        return PyArray_Scalar(&d, <cnp.PyArray_Descr*>F64_DESCR, NULL)
+    return PyArray_Scalar(&f, <cnp.PyArray_Descr*>F32_DESCR, NULL)
 
 
 cdef inline int promote(Num a, Num b) noexcept:
@@ -150,6 +163,11 @@ cdef Num smaller_of(Num a, Num b) noexcept:
 # -- the trees ------------------------------------------------------------------------
 
 
+cdef int compare_int64(const void* a, const void* b) noexcept nogil:
+    cdef int64_t x = (<const int64_t*>a)[0], y = (<const int64_t*>b)[0]
+    return (x > y) - (x < y)
+
+
 cdef inline void combine(double* sum_v, unsigned char* sum_t, double* min_v,
                          unsigned char* min_t, Py_ssize_t node) noexcept:
     # RLlib's parent update: sum = left + right, min = min(left, right).
@@ -171,7 +189,7 @@ cdef class PriorityTrees:
         if size < 1 or size & (size - 1):
             raise AssertionError("Capacity must be positive and a power of 2!")
         self.size = size
-        self.max_idx = 0
+        self.max_leaf = 0
         self._grow(0)
 
     def __dealloc__(self):
@@ -250,20 +268,8 @@ cdef class PriorityTrees:
         return 0
 
     cdef int _set(self, int64_t leaf, Num s, Num m) except -1:
-        cdef Py_ssize_t node
-        if leaf < 0 or leaf >= self.size:
-            raise AssertionError(f"idx={leaf} capacity={self.size}")
-        if leaf >= self.alloc:
-            self._grow(leaf)
-        node = self.alloc + leaf
-        self.sum_v[node] = s.v
-        self.sum_t[node] = s.tag
-        self.min_v[node] = m.v
-        self.min_t[node] = m.tag
-        node //= 2
-        while node >= 1:
-            combine(self.sum_v, self.sum_t, self.min_v, self.min_t, node)
-            node //= 2
+        self._set_raw(leaf, s, m)
+        self.propagate(&leaf, 1)
         return 0
 
     cdef Num leaf_sum(self, int64_t leaf) noexcept:
@@ -274,6 +280,12 @@ cdef class PriorityTrees:
     cdef int64_t take(self, Num value, int64_t key) except -1:
         """RLlib's _get_free_node_and_assign: the next free leaf (the queue's
         front), set to `value` in both trees, standing for `key`."""
+        cdef int64_t leaf = self.take_leaf(value, key)
+        self.propagate(&leaf, 1)
+        return leaf
+
+    cdef int64_t take_leaf(self, Num value, int64_t key) except -1:
+        # take() without updating the leaf's ancestors (propagate() does).
         cdef int64_t leaf
         if self.queue_len:
             leaf = self.queue[self.queue_head]
@@ -284,25 +296,88 @@ cdef class PriorityTrees:
             self.fresh += 1
         else:
             raise IndexError("pop from an empty deque")
-        if leaf > self.max_idx:
-            self.max_idx = leaf
-        self.set_leaf(leaf, value)
+        if leaf > self.max_leaf:
+            self.max_leaf = leaf
+        self._set_raw(leaf, value, value)
         self.owner[leaf] = key
         return leaf
 
     cdef int release(self, int64_t leaf) except -1:
         """What RLlib does with the leaf of an evicted step: back to the
         queue's front, neutral values."""
+        self.release_leaf(leaf)
+        self.propagate(&leaf, 1)
+        return 0
+
+    cdef int release_leaf(self, int64_t leaf) except -1:
+        # release() without updating the leaf's ancestors (propagate() does).
         if leaf < 0 or leaf >= self.alloc or self.owner[leaf] < 0:
             raise AssertionError(f"tree leaf {leaf} is not in use")
         self._reserve_queue()
         self.queue_head = (self.queue_head - 1 + self.queue_cap) % self.queue_cap
         self.queue[self.queue_head] = leaf
         self.queue_len += 1
-        if self.max_idx == leaf:
-            self.max_idx -= 1
-        self._set(leaf, ZERO, INF)
+        if self.max_leaf == leaf:
+            self.max_leaf -= 1
+        self._set_raw(leaf, ZERO, INF)
         self.owner[leaf] = -1
+        return 0
+
+    cdef int _set_raw(self, int64_t leaf, Num s, Num m) except -1:
+        # The leaf's values alone (its ancestors are recomputed later).
+        cdef Py_ssize_t node
+        if leaf < 0 or leaf >= self.size:
+            raise AssertionError(f"idx={leaf} capacity={self.size}")
+        if leaf >= self.alloc:
+            self._grow(leaf)
+        node = self.alloc + leaf
+        self.sum_v[node] = s.v
+        self.sum_t[node] = s.tag
+        self.min_v[node] = m.v
+        self.min_t[node] = m.tag
+        return 0
+
+    cdef int propagate(self, int64_t* leaves, Py_ssize_t n) except -1:
+        """Recomputes the ancestors of `leaves` (after take_leaf() and
+        release_leaf()), level by level, each node once: a node's values
+        depend on its children only, so the trees end as RLlib's
+        step-by-step updates leave them."""
+        cdef Py_ssize_t i, m, node
+        cdef int64_t* nodes
+        cdef bint sorted_
+        if n <= 2:
+            for i in range(n):
+                node = (self.alloc + leaves[i]) // 2
+                while node >= 1:
+                    combine(self.sum_v, self.sum_t, self.min_v, self.min_t, node)
+                    node //= 2
+            return 0
+        nodes = <int64_t*>PyMem_Malloc(n * sizeof(int64_t))
+        if nodes == NULL:
+            raise MemoryError()
+        try:
+            sorted_ = True
+            for i in range(n):
+                nodes[i] = (self.alloc + leaves[i]) // 2
+                if i and nodes[i] < nodes[i - 1]:
+                    sorted_ = False
+            if not sorted_:
+                qsort(nodes, n, sizeof(int64_t), compare_int64)
+            while True:
+                m = 0
+                for i in range(n):
+                    if m == 0 or nodes[i] != nodes[m - 1]:
+                        nodes[m] = nodes[i]
+                        m += 1
+                n = m
+                for i in range(n):
+                    combine(self.sum_v, self.sum_t, self.min_v, self.min_t, nodes[i])
+                if nodes[0] == 1:
+                    break
+                for i in range(n):
+                    nodes[i] //= 2
+        finally:
+            PyMem_Free(nodes)
         return 0
 
     cdef int _reserve_queue(self) except -1:
@@ -388,6 +463,16 @@ cdef class PriorityTrees:
         return node - self.size
 
     # -- Python's view (the replay layer's priority updates, the tests) ----------
+
+    @property
+    def max_idx(self):
+        """RLlib's _max_idx (it goes up with each leaf taken above it, and
+        down by one when the leaf at it is released)."""
+        return self.max_leaf
+
+    @max_idx.setter
+    def max_idx(self, value):
+        self.max_leaf = value
 
     def assign(self, value, key):
         """take(): the next free leaf set to `value`, standing for `key`."""
@@ -508,7 +593,9 @@ cdef class PriorityTrees:
             s = num(v, tag)
             fresh._set(j, s, s)
             fresh.owner[j] = used[j]
-        fresh.max_idx = max_idx
+        if type(max_idx) is not int:
+            raise ValueError(f"_max_idx must be an int, not {type(max_idx).__name__}")
+        fresh.max_leaf = max_idx
         self._take_over(fresh)
 
     cdef int _push_back(self, int64_t leaf) except -1:
@@ -531,5 +618,5 @@ cdef class PriorityTrees:
         self.queue_head, other.queue_head = other.queue_head, self.queue_head
         self.queue_len, other.queue_len = other.queue_len, self.queue_len
         self.fresh, other.fresh = other.fresh, self.fresh
-        self.max_idx = other.max_idx
+        self.max_leaf = other.max_leaf
         return 0

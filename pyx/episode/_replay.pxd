@@ -28,7 +28,6 @@ cdef struct Ep:
     int64_t first_run    # its first run (the lookback run, if it has one)
     int64_t last_run
     int64_t length       # steps, lookback excluded
-    int64_t index        # RLlib's episode index (episode_id_to_index)
     int64_t t_started
     int32_t lookback     # lookback steps stored (rows before step 0)
     unsigned char terminated
@@ -51,6 +50,8 @@ cdef struct Pick:
     int64_t end          # the step the transition or sequence ends at (exclusive)
     int64_t end_run      # where step `end` is (run < 0: the final row)
     int32_t end_off
+    double weight        # the native sampler's importance weight
+    int64_t leaf         # its priority tree leaf (-1: none)
 
 
 cdef class Picks:
@@ -107,6 +108,7 @@ cdef class Store:
 
     cdef list blocks
     cdef int64_t first_block     # blocks[0]'s sequence number
+    cdef char*** block_data      # each block's row pointers per leaf (Block.data)
 
     cdef Run* runs               # ring of run records, indexed by sequence number
     cdef int64_t* tree           # Fenwick tree of the live steps per run slot
@@ -122,9 +124,14 @@ cdef class Store:
     cdef readonly Py_ssize_t num_episodes
     cdef readonly int64_t num_evicted
     cdef list ids                # slot -> episode id
-    cdef list keys               # slot -> what slot_of knows it by (its id by default)
+    cdef list keys               # slot -> what the episode is found by (its id by default)
     cdef list meta               # slot -> EpisodeMeta
-    cdef readonly dict slot_of   # key -> slot
+    # key -> slot: an open-addressing table of (key hash, slot); the key
+    # itself is keys[slot] (a dict would cost a dict entry and an int object
+    # per stored episode)
+    cdef int64_t* table_hash
+    cdef int32_t* table_slot     # -1: empty, -2: deleted
+    cdef Py_ssize_t table_cap, table_used
 
     cdef list final              # per numeric observation leaf: a Column, a row per slot
     cdef list final_objects      # per object observation leaf: a list by slot
@@ -133,12 +140,16 @@ cdef class Store:
     cdef readonly PriorityTrees priorities   # a tree leaf per stored step, or None
     cdef bint restoring          # restore() is adding: it sets the tree leaves itself
 
+    cdef int32_t _find(self, object key) except -2
+    cdef int _insert(self, object key, int32_t slot) except -1
+    cdef int _remove(self, object key) except -1
     cdef int _reserve_runs(self, Py_ssize_t n) except -1
     cdef int _reserve_slots(self) except -1
     cdef int _grow_final(self, Py_ssize_t cap) except -1
     cdef Py_ssize_t _add_leaves(self, list cols, bint with_final) except -1
     cdef object _track_layout(self, BufferCore buf, object known, bint with_final, str what)
     cdef int _refresh_pointers(self, Block block) except -1
+    cdef int _sync_blocks(self) except -1
     cdef Block _block(self, int64_t seq)
     cdef object _new_storage(self, Py_ssize_t leaf, Py_ssize_t rows)
     cdef Block _tail_block(self, Py_ssize_t rows)
@@ -149,16 +160,16 @@ cdef class Store:
     cdef int _fenwick_add(self, int64_t seq, int64_t delta) noexcept
     cdef int64_t _prefix(self, Py_ssize_t slots) noexcept
     cdef int _kth(self, int64_t k, int64_t* run, int32_t* off) except -1
-    cdef object _checked_layout(self, EpisodeCore episode, dict extras, bint is_new)
-    cdef EpisodeMeta _meta_of(self, EpisodeCore episode, dict extras, int32_t slot)
+    cdef object _checked_layout(self, EpisodeCore episode, object extras, bint is_new)
+    cdef EpisodeMeta _meta_of(self, EpisodeCore episode, object extras, int32_t slot)
     cdef int _check_joins(self, int32_t slot, BufferCore obs) except -1
     cdef int _check_chunk(self, EpisodeCore episode, int64_t end_t, bint done, tuple keys,
-                          dict extras, Py_ssize_t n) except -1
+                          object extras, Py_ssize_t n) except -1
     cdef object _description(self, object structure)
-    cdef int _write_steps(self, int32_t slot, EpisodeCore episode, dict extras, object layout,
+    cdef int _write_steps(self, int32_t slot, EpisodeCore episode, object extras, object layout,
                           Py_ssize_t lookback, Py_ssize_t first_ts, Py_ssize_t n,
                           Num weight) except -1
-    cdef list _source_tracks(self, EpisodeCore episode, dict extras, object layout)
+    cdef list _source_tracks(self, EpisodeCore episode, object extras, object layout)
     cdef int _copy_rows(self, Block block, Py_ssize_t row, tuple source, Py_ssize_t ts,
                         Py_ssize_t count) except -1
     cdef int _copy_infos(self, Block block, Py_ssize_t row, BufferCore infos, Py_ssize_t ts,
@@ -167,11 +178,14 @@ cdef class Store:
                           Py_ssize_t n) except -1
     cdef int _restore_fields(self, int32_t slot, EpisodeCore episode) except -1
     cdef int _evict_slots(self, list slots) except -1
+    cdef int _propagate(self, list leaves) except -1
     cdef int _locate(self, int32_t slot, int64_t ts, int64_t* run, int32_t* off) except -1
     cdef int _advance(self, int64_t* run, int32_t* off, int64_t steps) except -1
     cdef char* _row_ptr(self, int64_t run, int32_t off, Py_ssize_t leaf) except NULL
     cdef object _row_object(self, int64_t run, int32_t off, Py_ssize_t leaf)
     cdef object _infos_at(self, int64_t run, int32_t off)
+    cdef object _gather_leaf(self, Picks picks, Py_ssize_t leaf, bint at_end)
+    cdef object _gather_track(self, Picks picks, object structure, bint at_end)
     cdef int _step_of(self, int64_t run, int32_t off, int32_t* slot, int64_t* ts) noexcept
     cdef double _long_return(self, int64_t run, int32_t off, int64_t m, double gamma,
                              int type_num, Py_ssize_t leaf) except? -1

@@ -20,8 +20,8 @@ calls in the same order: `Draws`) and hand back the drawn steps; `gather`
 copies their rows into batch arrays.
 """
 import copy
+import mmap as mmap_module
 import os
-import tempfile
 
 import numpy as np
 
@@ -32,6 +32,8 @@ from cpython.pycapsule cimport PyCapsule_GetPointer
 from libc.math cimport NAN, isnan
 from libc.stdint cimport INT32_MAX, int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy, memset
+
+from episode._column cimport CHECKED
 
 from episode._buffer cimport BufferCore
 from episode._column cimport (Column, KIND_ARRAY, KIND_BOOL, KIND_EMPTY, KIND_EMPTY_DICT,
@@ -69,6 +71,21 @@ cdef Py_ssize_t MAX_BLOCK_BYTES = 64 << 20
 cdef Py_ssize_t FIRST_BLOCK_ROWS = 64
 
 cdef object Generator = np.random.Generator
+
+
+cdef inline void copy_row(char* dst, const char* src, Py_ssize_t row_bytes) noexcept:
+    # One row: the usual small sizes as fixed-size copies the compiler
+    # inlines (a memcpy call per row costs more than the copy).
+    if row_bytes == 8:
+        memcpy(dst, src, 8)
+    elif row_bytes == 16:
+        memcpy(dst, src, 16)
+    elif row_bytes == 4:
+        memcpy(dst, src, 4)
+    elif row_bytes == 1:
+        dst[0] = src[0]
+    else:
+        memcpy(dst, src, row_bytes)
 
 
 # -- draws ---------------------------------------------------------------------------
@@ -149,6 +166,20 @@ cdef class Block:
     def __dealloc__(self):
         PyMem_Free(self.data)
         PyMem_Free(self.leaf_of_row)
+
+
+cdef int _drop_pages(Block block) except -1:
+    # madvise(MADV_DONTNEED) on a file-backed block's mappings: the data stay
+    # in the files (shared mappings), the pages leave the resident set.
+    for col in block.cols:
+        if type(col) is not Column:
+            continue
+        owner = (<Column>col).owner
+        while owner is not None and getattr(owner, "_mmap", None) is None:
+            owner = getattr(owner, "base", None)
+        if owner is not None:
+            owner._mmap.madvise(mmap_module.MADV_DONTNEED)
+    return 0
 
 
 cdef inline bint is_pod_leaf(Column col):
@@ -305,7 +336,6 @@ cdef class Store:
         self.ids = []
         self.keys = []
         self.meta = []
-        self.slot_of = {}
         self.final = []
         self.final_objects = []
         self.final_infos = {}
@@ -321,6 +351,96 @@ cdef class Store:
         PyMem_Free(self.tree)
         PyMem_Free(self.eps)
         PyMem_Free(self.free_slots)
+        PyMem_Free(self.block_data)
+        PyMem_Free(self.table_hash)
+        PyMem_Free(self.table_slot)
+
+    # -- finding episodes by key ------------------------------------------------------
+
+    cdef int32_t _find(self, object key) except -2:
+        """The slot of the episode stored under `key`, or -1."""
+        cdef int64_t h
+        cdef Py_ssize_t i, mask
+        cdef int32_t slot
+        if self.table_cap == 0:
+            return -1
+        h = hash(key)
+        mask = self.table_cap - 1
+        i = h & mask
+        while True:
+            slot = self.table_slot[i]
+            if slot == -1:
+                return -1
+            if slot >= 0 and self.table_hash[i] == h and (self.keys[slot] is key
+                                                          or self.keys[slot] == key):
+                return slot
+            i = (i + 1) & mask
+
+    cdef int _insert(self, object key, int32_t slot) except -1:
+        # (keys[slot] is key already.)
+        cdef int64_t h = hash(key)
+        cdef Py_ssize_t i, mask, cap, j
+        cdef int64_t* hashes
+        cdef int32_t* slots
+        if 4 * (self.table_used + 1) > 3 * self.table_cap:
+            # Grow (or just sweep out the deleted entries) and re-insert.
+            cap = 8
+            while 4 * (self.num_episodes + 1) > 3 * cap:
+                cap *= 2
+            hashes = <int64_t*>PyMem_Malloc(cap * sizeof(int64_t))
+            slots = <int32_t*>PyMem_Malloc(cap * sizeof(int32_t))
+            if hashes == NULL or slots == NULL:
+                PyMem_Free(hashes)
+                PyMem_Free(slots)
+                raise MemoryError()
+            for j in range(cap):
+                slots[j] = -1
+            for j in range(self.table_cap):
+                if self.table_slot[j] >= 0:
+                    i = self.table_hash[j] & (cap - 1)
+                    while slots[i] != -1:
+                        i = (i + 1) & (cap - 1)
+                    hashes[i] = self.table_hash[j]
+                    slots[i] = self.table_slot[j]
+            PyMem_Free(self.table_hash)
+            PyMem_Free(self.table_slot)
+            self.table_hash, self.table_slot, self.table_cap = hashes, slots, cap
+            self.table_used = self.num_episodes
+        mask = self.table_cap - 1
+        i = h & mask
+        while self.table_slot[i] >= 0:
+            i = (i + 1) & mask
+        if self.table_slot[i] == -1:
+            self.table_used += 1
+        self.table_hash[i] = h
+        self.table_slot[i] = slot
+        return 0
+
+    cdef int _remove(self, object key) except -1:
+        cdef int64_t h = hash(key)
+        cdef Py_ssize_t i, mask = self.table_cap - 1
+        cdef int32_t slot
+        i = h & mask
+        while True:
+            slot = self.table_slot[i]
+            if slot == -1:
+                raise SystemError("episode core: a stored episode missing from its table")
+            if slot >= 0 and self.table_hash[i] == h and (self.keys[slot] is key
+                                                          or self.keys[slot] == key):
+                self.table_slot[i] = -2
+                return 0
+            i = (i + 1) & mask
+
+    def slot_for(self, key):
+        """The slot of the episode stored under `key` (KeyError if none)."""
+        cdef int32_t slot = self._find(key)
+        if slot < 0:
+            raise KeyError(key)
+        return slot
+
+    def stored_keys(self):
+        """{key: slot} of the stored episodes, oldest first."""
+        return {self.keys[slot]: slot for slot in live_slots(self)}
 
     # -- sizes ---------------------------------------------------------------------
 
@@ -486,6 +606,18 @@ cdef class Store:
         for leaf in range(self.nleaves):
             col = block.cols[leaf]
             block.data[leaf] = (<Column>col).data if type(col) is Column else NULL
+        return self._sync_blocks()
+
+    cdef int _sync_blocks(self) except -1:
+        # The table of the blocks' row pointers that the gathers read
+        # (rebuilt whenever a block comes, goes or moves its rows).
+        cdef Py_ssize_t i, n = len(self.blocks)
+        cdef char*** table = <char***>PyMem_Realloc(self.block_data, max(1, n) * sizeof(char**))
+        if table == NULL:
+            raise MemoryError()
+        self.block_data = table
+        for i in range(n):
+            self.block_data[i] = (<Block>self.blocks[i]).data
         return 0
 
     # -- blocks --------------------------------------------------------------------
@@ -519,6 +651,8 @@ cdef class Store:
                                            block.size + min(rows, self.block_rows)))
             self._resize_block(block, cap)
             return block
+        if block is not None and self.storage is not None:
+            _drop_pages(block)           # full: its pages go back to its files
         block = Block.__new__(Block)
         block.cols = [None] * self.nleaves
         block.infos = {}
@@ -540,7 +674,26 @@ cdef class Store:
         if not self.blocks:
             self.first_block = 0
         self.blocks.append(block)
+        self._sync_blocks()
         return block
+
+    def bytes_per_step(self):
+        """Bytes of a stored step's numeric rows."""
+        cdef Py_ssize_t leaf, total = 0
+        for leaf in range(self.nleaves):
+            total += self.row_bytes[leaf]
+        return total
+
+    def release_pages(self):
+        """With file-backed blocks: drops the pages of every full block from
+        this process's memory (they stay in their files and come back when
+        read), so that the resident size stays bounded while the buffer
+        grows past memory. Does nothing for blocks in memory."""
+        cdef Py_ssize_t i
+        if self.storage is None:
+            return
+        for i in range(len(self.blocks) - 1):
+            _drop_pages(<Block>self.blocks[i])
 
     cdef int _resize_block(self, Block block, Py_ssize_t cap) except -1:
         cdef Py_ssize_t leaf
@@ -648,7 +801,7 @@ cdef class Store:
         first): call check() for each episode of an add() call, then add()."""
         cdef Py_ssize_t n = episode.t - episode.t_started
         cdef BufferCore obs = episode.observations
-        cdef dict extras = own_extras(episode)
+        cdef object extras = own_extras(episode)
         cdef dict layouts = pending.setdefault(None, {})
         cdef int32_t slot
         if n < 0 or n != len(episode.actions) or n != len(episode.rewards) or n + 1 != len(obs):
@@ -664,8 +817,8 @@ cdef class Store:
                              buffer_leaves(obs), obs._lookback):
                 raise AssertionError("the chunk's first observation is not the stored "
                                      "episode's last one")
-        elif key in self.slot_of:
-            slot = self.slot_of[key]
+        elif self._find(key) >= 0:
+            slot = self._find(key)
             self._check_chunk(episode, self.eps[slot].t_started + self.eps[slot].length,
                               self.eps[slot].terminated or self.eps[slot].truncated,
                               (<EpisodeMeta>self.meta[slot]).extra_keys, extras, n)
@@ -693,7 +846,7 @@ cdef class Store:
         pending[key] = (episode.t, episode.is_terminated or episode.is_truncated, keys, episode)
 
     cdef int _check_chunk(self, EpisodeCore episode, int64_t end_t, bint done, tuple keys,
-                          dict extras, Py_ssize_t n) except -1:
+                          object extras, Py_ssize_t n) except -1:
         # What RLlib's concat_episode asserts (AssertionError).
         if done:
             raise AssertionError(f"episode {episode.id_!r} is done; no chunk can follow it")
@@ -726,12 +879,14 @@ cdef class Store:
         cdef object slot_obj
         if key is None:
             key = episode.id_
-        slot_obj = self.slot_of.get(key)
+        slot_obj = self._find(key)
+        if slot_obj < 0:
+            slot_obj = None
         cdef int32_t slot
         cdef Ep* ep
         cdef BufferCore obs = episode.observations, infos = episode.infos
         cdef BufferCore actions = episode.actions, rewards = episode.rewards
-        cdef dict extras = own_extras(episode)
+        cdef object extras = own_extras(episode)
         cdef Py_ssize_t lookback, first_ts
         cdef bint is_new = slot_obj is None
         cdef Num w = num(0.0, TAG_FLOAT)
@@ -773,7 +928,6 @@ cdef class Store:
             ep.first_run = -1
             ep.last_run = -1
             ep.length = 0
-            ep.index = self.num_evicted + self.num_episodes
             ep.t_started = episode.t_started
             ep.lookback = <int32_t>lookback
             ep.terminated = 0
@@ -792,7 +946,7 @@ cdef class Store:
             self.num_episodes += 1
             self.ids[slot] = episode.id_
             self.keys[slot] = key
-            self.slot_of[key] = slot
+            self._insert(key, slot)
             self.meta[slot] = self._meta_of(episode, extras, slot)
             first_ts = -lookback
         else:
@@ -814,7 +968,7 @@ cdef class Store:
             ep.truncated = 1
         return slot, is_new, max(first_ts, 0), n
 
-    cdef object _checked_layout(self, EpisodeCore episode, dict extras, bint is_new):
+    cdef object _checked_layout(self, EpisodeCore episode, object extras, bint is_new):
         # The tracks' leaf structures for the episode (set on first sight).
         layout = self.layout
         obs = self._track_layout(episode.observations, layout["obs"], True, "observations")
@@ -837,7 +991,7 @@ cdef class Store:
         self.layout = {"obs": obs, "actions": actions, "rewards": rewards, "extras": extra_layout}
         return self.layout
 
-    cdef EpisodeMeta _meta_of(self, EpisodeCore episode, dict extras, int32_t slot):
+    cdef EpisodeMeta _meta_of(self, EpisodeCore episode, object extras, int32_t slot):
         cdef EpisodeMeta meta = EpisodeMeta(
             episode.agent_id, episode.module_id, episode.multi_agent_episode_id,
             episode._observation_space, episode._action_space, tuple(extras),
@@ -870,7 +1024,7 @@ cdef class Store:
                                      "episode's last one")
         return 0
 
-    cdef int _write_steps(self, int32_t slot, EpisodeCore episode, dict extras, object layout,
+    cdef int _write_steps(self, int32_t slot, EpisodeCore episode, object extras, object layout,
                           Py_ssize_t lookback, Py_ssize_t first_ts, Py_ssize_t n,
                           Num weight) except -1:
         # Rows for the steps first_ts .. (lookback rows first, for a new
@@ -879,6 +1033,7 @@ cdef class Store:
         cdef Py_ssize_t ts
         cdef Block block
         cdef int64_t run, block_seq
+        cdef int64_t* leaves
         cdef Ep* ep
         cdef list tracks = self._source_tracks(episode, extras, layout)
         cdef Py_ssize_t origin = max(first_ts, 0)     # the chunk's step 0, as stored
@@ -895,9 +1050,16 @@ cdef class Store:
             run = self._new_run(block, block_seq, <int32_t>block.size, <int32_t>count, slot,
                                 <int32_t>ts)
             if self.priorities is not None and ts >= 0 and not self.restoring:
-                for k in range(count):
-                    block.leaf_of_row[block.size + k] = <int32_t>self.priorities.take(
-                        weight, (run << 20) | k)
+                leaves = <int64_t*>PyMem_Malloc(count * sizeof(int64_t))
+                if leaves == NULL:
+                    raise MemoryError()
+                try:
+                    for k in range(count):
+                        leaves[k] = self.priorities.take_leaf(weight, (run << 20) | k)
+                        block.leaf_of_row[block.size + k] = <int32_t>leaves[k]
+                    self.priorities.propagate(leaves, count)
+                finally:
+                    PyMem_Free(leaves)
             elif self.priorities is not None:
                 # (A restore sets the leaves once the rows are in.)
                 for k in range(count):
@@ -913,7 +1075,7 @@ cdef class Store:
         self._write_final(slot, episode, layout, n)
         return 0
 
-    cdef list _source_tracks(self, EpisodeCore episode, dict extras, object layout):
+    cdef list _source_tracks(self, EpisodeCore episode, object extras, object layout):
         # (store leaves, the episode's Columns, its lookback) per track with data.
         cdef list tracks = []
         for name, buf in (("obs", episode.observations), ("actions", episode.actions),
@@ -988,12 +1150,13 @@ cdef class Store:
 
     # -- restoring ------------------------------------------------------------------
 
-    def restore(self, list episodes, list indices, int64_t evicted, weights=None):
+    def restore(self, list episodes, list indices, int64_t evicted, weights=None, keys=None):
         """Fills this new store from RLlib's checkpoint: the stored episodes
         (ours) oldest first, the sampleable steps in their order (`_indices`:
         (episode index, step[, tree leaf])), the evicted count, and with
         priorities `weights` = (sum tree values, min tree values, free
-        nodes, max_idx). ValueError for a state that is not a buffer's."""
+        nodes, max_idx); `keys`, what each episode is known by (its id by
+        default). ValueError for a state that is not a buffer's."""
         cdef Py_ssize_t n_eps = len(episodes), e, started = 0
         cdef list lengths = [len(x) for x in episodes], groups = [], leaves = []
         cdef list seen = [0] * n_eps
@@ -1023,6 +1186,10 @@ cdef class Store:
                 groups.append([e, ts, 1])
         if seen != lengths:
             raise ValueError("_indices must list every step of the stored episodes")
+        if keys is None:
+            keys = [x.id_ for x in episodes]
+        if len(keys) != n_eps or len(set(keys)) != n_eps:
+            raise ValueError("the stored episodes' ids must be distinct")
         self.num_evicted = evicted
         self.restoring = True
         try:
@@ -1031,18 +1198,19 @@ cdef class Store:
                     if started < e and lengths[started]:
                         raise ValueError("_indices must reach the episodes in their order")
                     whole = episodes[started]
-                    self.add(whole.slice(slice(0, first + count)) if started == e else whole)
+                    self.add(whole.slice(slice(0, first + count)) if started == e else whole,
+                             key=keys[started])
                     started += 1
                 if first:
-                    self.add(episodes[e].slice(slice(first, first + count)))
+                    self.add(episodes[e].slice(slice(first, first + count)), key=keys[e])
             for e in range(started, n_eps):
                 if lengths[e]:
                     raise ValueError("_indices must list every step of the stored episodes")
-                self.add(episodes[e])
+                self.add(episodes[e], key=keys[e])
         finally:
             self.restoring = False
         for e in range(n_eps):
-            self._restore_fields(self.slot_of[episodes[e].id_], episodes[e])
+            self._restore_fields(self._find(keys[e]), episodes[e])
         if self.priorities is None:
             return
         pairs = []
@@ -1062,15 +1230,10 @@ cdef class Store:
         self.priorities.restore(sum_values, min_values, free_nodes, max_idx, pairs)
 
     cdef int _restore_fields(self, int32_t slot, EpisodeCore episode) except -1:
-        # What the chunks that rebuilt an episode do not carry.
-        cdef EpisodeMeta meta = self.meta[slot]
+        # What the chunks (slices) that rebuilt an episode do not carry.
         self.eps[slot].start_time = episode.start_time
         self.eps[slot].last_step_time = episode.last_step_time
-        if episode.custom_data_:
-            self.meta[slot] = EpisodeMeta(
-                meta.agent_id, meta.module_id, meta.multi_agent_episode_id,
-                meta.observation_space, meta.action_space, meta.extra_keys,
-                copy.deepcopy(episode.custom_data_), meta.defaultdict_extras)
+        self.meta[slot] = self._meta_of(episode, own_extras(episode), slot)
         return 0
 
     # -- evicting ---------------------------------------------------------------------
@@ -1121,11 +1284,14 @@ cdef class Store:
                         seqs.append(seq)
                     seq = self.runs[seq & (self.run_cap - 1)].next
             seqs.sort()
+            released = []
             for seq in seqs:
                 run = &self.runs[seq & (self.run_cap - 1)]
                 block = self._block(run.block)
                 for k in range(run.n):
-                    self.priorities.release(block.leaf_of_row[run.row + k])
+                    self.priorities.release_leaf(block.leaf_of_row[run.row + k])
+                    released.append(block.leaf_of_row[run.row + k])
+            self._propagate(released)
         for slot in slots:
             seq = self.eps[slot].first_run
             while seq >= 0:
@@ -1136,7 +1302,7 @@ cdef class Store:
                 run.ep = -1
                 seq = run.next
             self.eps[slot].live = 0
-            del self.slot_of[self.keys[slot]]
+            self._remove(self.keys[slot])
             self.ids[slot] = None
             self.keys[slot] = None
             self.meta[slot] = None
@@ -1164,9 +1330,23 @@ cdef class Store:
                 or self.first_block < self.runs[self.run_head & (self.run_cap - 1)].block):
             del self.blocks[0]
             self.first_block += 1
+        self._sync_blocks()
         return 0
 
     # -- reading -----------------------------------------------------------------------
+
+    cdef int _propagate(self, list leaves) except -1:
+        cdef Py_ssize_t i, n = len(leaves)
+        cdef int64_t* buf = <int64_t*>PyMem_Malloc(max(1, n) * sizeof(int64_t))
+        if buf == NULL:
+            raise MemoryError()
+        try:
+            for i in range(n):
+                buf[i] = leaves[i]
+            self.priorities.propagate(buf, n)
+        finally:
+            PyMem_Free(buf)
+        return 0
 
     cdef int _locate(self, int32_t slot, int64_t ts, int64_t* run, int32_t* off) except -1:
         """Where stored step `ts` of the episode in `slot` is: (run, offset),
@@ -1214,14 +1394,16 @@ cdef class Store:
 
     cdef char* _row_ptr(self, int64_t run, int32_t off, Py_ssize_t leaf) except NULL:
         cdef Run* r
-        cdef Block block
+        cdef char* base
         if run < 0:
             return (<Column>self.final[leaf]).row_ptr(-1 - run, 1)
         r = &self.runs[run & (self.run_cap - 1)]
-        block = self._block(r.block)
-        if block.data[leaf] == NULL:
+        if CHECKED and not 0 <= r.block - self.first_block < len(self.blocks):
+            raise SystemError("episode core: a run outside the blocks")
+        base = self.block_data[r.block - self.first_block][leaf]
+        if base == NULL:
             raise SystemError("episode core: a leaf without storage in its block")
-        return block.data[leaf] + (r.row + off) * self.row_bytes[leaf]
+        return base + (r.row + off) * self.row_bytes[leaf]
 
     cdef object _row_object(self, int64_t run, int32_t off, Py_ssize_t leaf):
         cdef Run* r
@@ -1377,6 +1559,138 @@ cdef class Store:
         self._step_of(run, off, &slot, &ts)
         return slot, ts
 
+    # -- the native sampler ------------------------------------------------------------
+
+    def draw_native(self, Draws draws, Py_ssize_t batch_size, n_step, bint prioritized,
+                    double beta, Py_ssize_t batch_length_T, Py_ssize_t min_batch_length_T):
+        """sample_batch()'s draws: `batch_size` steps, uniform or by priority
+        (then with importance weights (p * N) ** -beta over their largest),
+        each with its n-step (an int, or drawn from a (low, high) range) cut
+        at its episode's end, or a sequence of up to batch_length_T steps;
+        steps within min_batch_length_T of their episode's end are drawn
+        again."""
+        cdef Picks picks = Picks()
+        cdef PriorityTrees trees = self.priorities
+        cdef int64_t k, run, ts, n, lo = 0, hi = 0, leaf = -1, key, length, end, rejected = 0
+        cdef int32_t off, slot
+        cdef bint random_n = isinstance(n_step, tuple)
+        cdef double total = 0.0, p_min = 0.0, N = <double>self.live_steps, w, max_w = 1.0
+        cdef Py_ssize_t i
+        if random_n:
+            lo, hi = n_step
+            n = lo
+        else:
+            n = n_step
+        if self.live_steps <= 0:
+            raise ValueError("the buffer holds no timesteps to sample")
+        if prioritized:
+            total = trees.total().v
+            if not total > 0.0:
+                raise ValueError("the priorities sum to zero")
+            p_min = trees.minimum().v / total
+        with draws:
+            while picks.size < batch_size:
+                if prioritized:
+                    leaf = trees.find(mul(num(draws.random(), TAG_FLOAT), trees.total()))
+                    key = trees.key_of(leaf)
+                    if key < 0:
+                        continue
+                    run = key >> 20
+                    off = <int32_t>(key & 0xFFFFF)
+                else:
+                    k = draws.integers(0, self.live_steps)
+                    self._kth(k, &run, &off)
+                    leaf = k
+                self._step_of(run, off, &slot, &ts)
+                length = self.eps[slot].length
+                if random_n:
+                    n = draws.integers(lo, hi)
+                if min_batch_length_T > 0 and ts + min_batch_length_T >= length:
+                    rejected += 1
+                    if rejected > 1000000:
+                        raise ValueError(
+                            f"no stored step lies min_batch_length_T={min_batch_length_T} "
+                            f"steps before its episode's end")
+                    continue
+                rejected = 0
+                end = min(ts + (batch_length_T if batch_length_T else n), length)
+                picks.push(run, off, slot, ts, n, end)
+                picks.items[picks.size - 1].leaf = leaf
+                if prioritized:
+                    picks.items[picks.size - 1].weight = trees.leaf_sum(leaf).v / total
+        if prioritized:
+            # (p * N) ** -beta, normalized by the largest possible weight.
+            max_w = (p_min * N) ** (-beta)
+            for i in range(picks.size):
+                w = (picks.items[i].weight * N) ** (-beta)
+                picks.items[i].weight = w / max_w
+        return picks
+
+    def native_fields(self, Picks picks):
+        """(n-steps taken, weights, indices (tree leaves, or the steps' places
+        in the insertion order), terminated, truncated)
+        per pick, as arrays: a pick is terminated (truncated) when it reaches
+        the end of a terminated (truncated) episode."""
+        cdef Py_ssize_t i
+        cdef cnp.ndarray n = np.empty(picks.size, np.int64)
+        cdef cnp.ndarray w = np.empty(picks.size, np.float32)
+        cdef cnp.ndarray leaves = np.empty(picks.size, np.int64)
+        cdef cnp.ndarray term = np.zeros(picks.size, np.bool_)
+        cdef cnp.ndarray trunc = np.zeros(picks.size, np.bool_)
+        cdef int64_t* nd = <int64_t*>array_bytes(n, picks.size * 8)
+        cdef float* wd = <float*>array_bytes(w, picks.size * 4)
+        cdef int64_t* ld = <int64_t*>array_bytes(leaves, picks.size * 8)
+        cdef cnp.npy_bool* td = <cnp.npy_bool*>array_bytes(term, picks.size)
+        cdef cnp.npy_bool* rd = <cnp.npy_bool*>array_bytes(trunc, picks.size)
+        cdef Pick* p
+        cdef Ep* ep
+        for i in range(picks.size):
+            p = &picks.items[i]
+            ep = &self.eps[p.slot]
+            nd[i] = p.end - p.ts
+            wd[i] = <float>p.weight
+            ld[i] = p.leaf
+            if p.end == ep.length:
+                td[i] = ep.terminated
+                rd[i] = ep.truncated and not ep.terminated
+        return n, w, leaves, term, trunc
+
+    def gather_sequences(self, Picks picks, Py_ssize_t leaf, Py_ssize_t lookback,
+                         Py_ssize_t T, bint next_rows):
+        """Leaf `leaf` for each pick's window of rows: `lookback` steps before
+        its step, then up to T steps to its `end` (with `next_rows`, each
+        step's next observation instead); zeros where the window leaves the
+        stored episode. (B, lookback + T, ...) array, and the (B, lookback +
+        T) mask of the rows that hold data."""
+        cdef Py_ssize_t i, j, width = lookback + T, rb = self.row_bytes[leaf]
+        cdef cnp.ndarray out, mask
+        cdef char* dst
+        cdef cnp.npy_bool* md
+        cdef Pick* p
+        cdef Ep* ep
+        cdef int64_t first, run, s
+        cdef int32_t off
+        if rb == 0:
+            raise TypeError("sequences of non-numeric leaves are not supported")
+        out = np.zeros((picks.size, width) + self.shapes[leaf], self.dtypes[leaf])
+        mask = np.zeros((picks.size, width), np.bool_)
+        dst = array_bytes(out, picks.size * width * rb)
+        md = <cnp.npy_bool*>array_bytes(mask, picks.size * width)
+        for i in range(picks.size):
+            p = &picks.items[i]
+            ep = &self.eps[p.slot]
+            first = max(p.ts - lookback, -<int64_t>ep.lookback)
+            if first >= p.end:
+                continue
+            self._locate(p.slot, first + next_rows, &run, &off)
+            for s in range(first, p.end):
+                j = s - (p.ts - lookback)
+                memcpy(dst + (i * width + j) * rb, self._row_ptr(run, off, leaf), rb)
+                md[i * width + j] = True
+                if s + 1 < p.end:
+                    self._advance(&run, &off, 1)
+        return out, mask
+
     # -- gathers ------------------------------------------------------------------------
 
     def locate_ends(self, Picks picks):
@@ -1392,12 +1706,15 @@ cdef class Store:
     def gather(self, Picks picks, Py_ssize_t leaf, bint at_end=False):
         """Leaf `leaf` of each pick's step (or of its end step): an array of
         rows for a numeric leaf, a list for an object leaf."""
-        cdef Py_ssize_t i, rb = self.row_bytes[leaf] if 0 <= leaf < self.nleaves else -1
+        if not 0 <= leaf < self.nleaves:
+            raise IndexError(f"no leaf {leaf}")
+        return self._gather_leaf(picks, leaf, at_end)
+
+    cdef object _gather_leaf(self, Picks picks, Py_ssize_t leaf, bint at_end):
+        cdef Py_ssize_t i, rb = self.row_bytes[leaf]
         cdef cnp.ndarray out
         cdef char* dst
         cdef Pick* p
-        if rb < 0:
-            raise IndexError(f"no leaf {leaf}")
         if rb == 0:
             return [self._row_object(picks.items[i].end_run if at_end else picks.items[i].run,
                                      picks.items[i].end_off if at_end else picks.items[i].off,
@@ -1408,9 +1725,62 @@ cdef class Store:
         for i in range(picks.size):
             p = &picks.items[i]
             if at_end:
-                memcpy(dst + i * rb, self._row_ptr(p.end_run, p.end_off, leaf), rb)
+                copy_row(dst + i * rb, self._row_ptr(p.end_run, p.end_off, leaf), rb)
             else:
-                memcpy(dst + i * rb, self._row_ptr(p.run, p.off, leaf), rb)
+                copy_row(dst + i * rb, self._row_ptr(p.run, p.off, leaf), rb)
+        return out
+
+    cdef object _gather_track(self, Picks picks, object structure, bint at_end):
+        # A track's rows for each pick, nested as the track is.
+        if structure is None:
+            return None
+        if type(structure) is int:
+            return self._gather_leaf(picks, structure, at_end)
+        if isinstance(structure, dict):
+            return {k: self._gather_track(picks, v, at_end) for k, v in structure.items()}
+        return tuple(self._gather_track(picks, v, at_end) for v in structure)
+
+    def native_transitions(self, Picks picks, double gamma, bint extras):
+        """sample_batch()'s transition batch for drawn picks: obs, actions,
+        rewards (discounted over the steps taken), new_obs, and with
+        `extras` each extra model output at the step."""
+        cdef dict batch
+        self.locate_ends(picks)
+        returns = self.returns(picks, gamma)
+        if self.layout["rewards"] is not None and \
+                self.dtypes[self.layout["rewards"]] == np.float32:
+            returns = returns.astype(np.float32)
+        batch = {"obs": self._gather_track(picks, self.layout["obs"], False),
+                 "actions": self._gather_track(picks, self.layout["actions"], False),
+                 "rewards": returns,
+                 "new_obs": self._gather_track(picks, self.layout["obs"], True)}
+        if extras:
+            for key, structure in self.layout["extras"].items():
+                batch[key] = self._gather_track(picks, structure, False)
+        return batch
+
+    def gather_pairs(self, Picks picks, Py_ssize_t leaf):
+        """Leaf `leaf` at each pick's step and at its end step, interleaved:
+        rows 2i and 2i + 1 are pick i's (a list for an object leaf)."""
+        cdef Py_ssize_t i, rb = self.row_bytes[leaf] if 0 <= leaf < self.nleaves else -1
+        cdef cnp.ndarray out
+        cdef char* dst
+        cdef Pick* p
+        if rb < 0:
+            raise IndexError(f"no leaf {leaf}")
+        if rb == 0:
+            out_list = []
+            for i in range(picks.size):
+                p = &picks.items[i]
+                out_list.append(self._row_object(p.run, p.off, leaf))
+                out_list.append(self._row_object(p.end_run, p.end_off, leaf))
+            return out_list
+        out = np.empty((2 * picks.size,) + self.shapes[leaf], self.dtypes[leaf])
+        dst = array_bytes(out, 2 * picks.size * rb)
+        for i in range(picks.size):
+            p = &picks.items[i]
+            copy_row(dst + 2 * i * rb, self._row_ptr(p.run, p.off, leaf), rb)
+            copy_row(dst + (2 * i + 1) * rb, self._row_ptr(p.end_run, p.end_off, leaf), rb)
         return out
 
     def gather_infos(self, Picks picks, bint at_end=False):
@@ -1479,6 +1849,10 @@ cdef class Store:
         return [numpy_kind if self.eps[picks.items[i].slot].finalized else self.kinds[leaf]
                 for i in range(picks.size)]
 
+    def leaf_dtype(self, Py_ssize_t leaf):
+        """A leaf's dtype (None: an object leaf)."""
+        return self.dtypes[leaf]
+
     def pick_fields(self, Picks picks):
         """(slot, ts, n, end) of each pick, as int64 arrays."""
         cdef Py_ssize_t i
@@ -1545,6 +1919,8 @@ cdef class Picks:
         p.end = end
         p.end_run = -1
         p.end_off = 0
+        p.weight = 1.0
+        p.leaf = -1
         self.size += 1
         return 0
 
@@ -1615,7 +1991,7 @@ cdef object _replace_numbers(object structure, dict columns):
 
 def episode_fields(Store store, Py_ssize_t slot):
     """The stored episode in `slot`: (id, meta, t_started, length, lookback,
-    terminated, truncated, finalized, start_time, last_step_time, index)."""
+    terminated, truncated, finalized, start_time, last_step_time)."""
     cdef Ep* ep
     if not 0 <= slot < store.ep_cap or not store.eps[slot].live:
         raise IndexError(f"no stored episode in slot {slot}")
@@ -1623,7 +1999,7 @@ def episode_fields(Store store, Py_ssize_t slot):
     return (store.ids[slot], store.meta[slot], ep.t_started, ep.length, ep.lookback,
             bool(ep.terminated), bool(ep.truncated), bool(ep.finalized),
             None if isnan(ep.start_time) else ep.start_time,
-            None if isnan(ep.last_step_time) else ep.last_step_time, ep.index)
+            None if isnan(ep.last_step_time) else ep.last_step_time)
 
 
 def live_slots(Store store):
@@ -1653,4 +2029,173 @@ def step_order(Store store):
         for k in range(r.n):
             out.append((r.ep, r.ts + k,
                         block.leaf_of_row[r.row + k] if store.priorities is not None else -1))
+    return out
+
+
+# -- sampled episodes ----------------------------------------------------------------------
+
+from episode._buffer cimport empty_buffer
+from episode._episode cimport new_id
+from episode._episode import REWARDS_SPACE
+from episode.lookback_buffer import InfiniteLookbackBuffer
+from episode.spaces import base_struct
+import gymnasium as gym
+
+cdef type Buffer = InfiniteLookbackBuffer
+cdef object Box = gym.spaces.Box
+cdef object Discrete = gym.spaces.Discrete
+
+
+cdef Column shared_rows(cnp.ndarray arr, Py_ssize_t first, Py_ssize_t rows, unsigned char kind):
+    # A list-mode Column of rows first .. first + rows - 1 of `arr` (C-contiguous,
+    # rows along its first axis), reading them in place: `arr` owns the memory.
+    cdef Column col = Column.__new__(Column)
+    col._set_layout(<cnp.dtype>cnp.PyArray_DESCR(arr), cnp.PyArray_NDIM(arr) - 1,
+                    cnp.PyArray_DIMS(arr) + 1)
+    if first < 0 or rows < 0 or first + rows > cnp.PyArray_DIMS(arr)[0]:
+        raise IndexError("rows outside the batch")
+    col._install(arr, rows, rows)
+    col.data = array_bytes(arr, (first + rows) * col.row_bytes) + first * col.row_bytes
+    col.kind = kind
+    return col
+
+
+cdef object shared_tree(object structure, dict arrays, Py_ssize_t first, Py_ssize_t rows,
+                        list kinds):
+    # A track's storage for one episode: its leaves' rows in the batch arrays.
+    if isinstance(structure, int):
+        arr = arrays[structure]
+        if type(arr) is list:
+            return Column.from_list(arr[first:first + rows])
+        return shared_rows(arr, first, rows, kinds[structure])
+    if isinstance(structure, dict):
+        return {k: shared_tree(v, arrays, first, rows, kinds) for k, v in structure.items()}
+    return tuple(shared_tree(v, arrays, first, rows, kinds) for v in structure)
+
+
+cdef BufferCore track_buffer(object storage, object space):
+    cdef BufferCore buf = empty_buffer(Buffer, space, space if space is None
+                                       or type(space) is Box or type(space) is Discrete
+                                       else base_struct(space))
+    buf.set_storage(storage)
+    return buf
+
+
+cdef BufferCore empty_dicts_buffer(Py_ssize_t count):
+    # InfiniteLookbackBuffer([{}] * count): a count.
+    cdef BufferCore buf = empty_buffer(Buffer, None, None)
+    cdef Column col = Column.__new__(Column)
+    col.kind = KIND_EMPTY_DICT
+    col.size = count
+    buf.set_storage(col)
+    return buf
+
+
+cdef BufferCore items_buffer(list items):
+    # InfiniteLookbackBuffer(items): empty dicts (an episode's usual infos)
+    # counted, anything else pushed as the constructor would.
+    cdef BufferCore buf
+    for item in items:
+        if type(item) is not dict or item:
+            break
+    else:
+        return empty_dicts_buffer(len(items))
+    buf = empty_buffer(Buffer, None, None)
+    for item in items:
+        buf.push(item)
+    return buf
+
+
+cdef object scalar_column_array(list values):
+    # One row per value of a list of same-type numbers (Python float/int,
+    # numpy scalars): the array and the kind its items come back as; None
+    # for mixed types.
+    cdef object t = type(values[0]) if values else float
+    for v in values:
+        if type(v) is not t:
+            return None
+    if t is float:
+        return np.array(values, np.float64), KIND_FLOAT
+    if t is int:
+        return np.array(values, np.int64), KIND_INT
+    if issubclass(t, np.generic):
+        return np.array(values, t), KIND_SCALAR
+    return None
+
+
+def make_transitions(type cls, Store store, Picks picks, dict obs_pairs, dict actions,
+                     cnp.ndarray returns, dict extras, list infos, list weights, bint stored_ids,
+                     bint exact_end):
+    """One-step episodes of class `cls` for the picked n-step transitions,
+    as RLlib's buffers build them (see replay._transitions): their data read
+    in place from the batch arrays (`obs_pairs`: per observation leaf, rows
+    [obs(ts), obs(end)] of each pick; `actions`, `extras[key]`: per leaf a
+    row per pick; `returns`: the discounted sums)."""
+    cdef Py_ssize_t i, B = picks.size
+    cdef Pick* p
+    cdef Ep* ep
+    cdef EpisodeCore episode
+    cdef EpisodeMeta meta
+    cdef list out = []
+    cdef list numpy_kinds = [KIND_ARRAY if len(self_shape) else KIND_SCALAR
+                             for self_shape in store.shapes]
+    cdef list list_kinds = [store.kinds[i] for i in range(store.nleaves)]
+    cdef cnp.ndarray n_rows = np.empty(B, np.int64)
+    cdef int64_t* n_data = <int64_t*>array_bytes(n_rows, B * 8)
+    layout = store.layout
+    obs_structure = layout["obs"]
+    action_structure = layout["actions"]
+    weight_rows = scalar_column_array(weights) if weights is not None else None
+    for i in range(B):
+        n_data[i] = picks.items[i].n
+    for i in range(B):
+        p = &picks.items[i]
+        ep = &store.eps[p.slot]
+        meta = store.meta[p.slot]
+        kinds = numpy_kinds if ep.finalized else list_kinds
+        episode = EpisodeCore.__new__(cls)
+        if stored_ids:
+            episode.id_ = store.ids[p.slot]
+            episode.agent_id = meta.agent_id
+            episode.module_id = meta.module_id
+        else:
+            episode.id_ = new_id()
+            episode.agent_id = None
+            episode.module_id = None
+        episode.multi_agent_episode_id = None
+        episode.observations = track_buffer(shared_tree(obs_structure, obs_pairs, 2 * i, 2, kinds),
+                                            meta.observation_space)
+        episode._observation_space = meta.observation_space
+        if infos is None:
+            episode.infos = empty_dicts_buffer(2)
+        else:
+            episode.infos = items_buffer([infos[2 * i], infos[2 * i + 1]])
+        episode.actions = track_buffer(shared_tree(action_structure, actions, i, 1, kinds),
+                                       meta.action_space)
+        episode._action_space = meta.action_space
+        episode.rewards = track_buffer(shared_rows(returns, i, 1, KIND_SCALAR), REWARDS_SPACE)
+        outputs = {}
+        if weights is not None:
+            if weight_rows is not None:
+                outputs["weights"] = track_buffer(
+                    shared_rows(weight_rows[0], i, 1, weight_rows[1]), None)
+            else:
+                outputs["weights"] = items_buffer([weights[i]])
+            outputs["n_step"] = track_buffer(shared_rows(n_rows, i, 1, KIND_INT), None)
+        for key, arrays in extras.items():
+            if key in meta.extra_keys:
+                outputs[key] = track_buffer(
+                    shared_tree(layout["extras"][key], arrays, i, 1, kinds), None)
+        episode._extras = outputs
+        reaches_end = (p.ts + p.n == ep.length) if exact_end else p.end >= ep.length
+        episode.is_terminated = bool(ep.terminated) if reaches_end else False
+        episode.is_truncated = bool(ep.truncated) if reaches_end else False
+        episode.t_started = p.ts
+        episode.t = p.ts + 1
+        episode.start_time = NAN
+        episode.last_step_time = NAN
+        episode.last_observation = None
+        episode.last_row_observed = False
+        episode.last_infos = None
+        out.append(episode)
     return out
