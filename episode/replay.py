@@ -505,6 +505,35 @@ class EpisodeReplayBuffer:
         self._after_reads(len(indices))
         return batch
 
+    def _sequence_batch(self, picks, layout, lookback, T, extras) -> Dict[str, Any]:
+        store = self._store
+        masks = []
+
+        def rows(leaf, next_rows=False):
+            values, mask = store.gather_sequences(picks, leaf, lookback, T, next_rows)
+            masks.append(mask)
+            return values
+
+        batch = {"obs": _track(layout["obs"], rows),
+                 "new_obs": _track(layout["obs"], lambda leaf: rows(leaf, True)),
+                 "actions": _track(layout["actions"], rows),
+                 "rewards": _track(layout["rewards"], rows)}
+        if extras:
+            for key, structure in layout["extras"].items():
+                batch[key] = _track(structure, rows)
+        mask = masks[0]
+        slots, ts, _, ends = store.pick_fields(picks)
+        terminateds = np.zeros(mask.shape, np.bool_)
+        truncateds = np.zeros(mask.shape, np.bool_)
+        for i, (slot, t, end) in enumerate(zip(slots.tolist(), ts.tolist(), ends.tolist())):
+            fields = episode_fields(store, slot)
+            if end == fields[3] and end > t:
+                row = lookback + end - t - 1
+                terminateds[i, row] = fields[5]
+                truncateds[i, row] = fields[6] and not fields[5]
+        batch["terminateds"], batch["truncateds"], batch["mask"] = terminateds, truncateds, mask
+        return batch
+
     def _after_reads(self, rows: int) -> None:
         # File-backed storage: the pages a draw mapped in (a read maps up to
         # 64 KB around a row: the kernel's fault-around) go back to the files
@@ -1009,6 +1038,11 @@ class _Replayed:
                     or e.observations._leaves != obs_cols or e.actions._leaves != action_cols
                     or e.rewards._leaves != reward_cols):
                 return False
+            # A value set that did not fit a Column moved it to a list: its
+            # rows are no longer the batch arrays'.
+            for column in (*obs_cols, *action_cols, *reward_cols):
+                if not column.is_typed:
+                    return False
         return True
 
     def columns(self) -> Dict[str, Any]:

@@ -1,0 +1,270 @@
+"""episode.replay without RLlib: the native sample_batch() (transitions and
+sequences, checked against the stored episodes recomputed in Python), Dict
+observations, a Sampler's episodes added directly, pickling, file-backed
+storage with a bounded resident size, and the memory a buffer holds."""
+from __future__ import annotations
+
+import gc
+import pickle
+import tracemalloc
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from episode import Sampler, SingleAgentEpisode
+from episode.replay import EpisodeReplayBuffer, PrioritizedEpisodeReplayBuffer
+
+
+def _episodes(n_episodes, *, seed=0, length=(3, 30), done=True):
+    """Numpy'ized episodes with distinct observation rows (row i of episode
+    e holds e * 1000 + i), random rewards; every other one truncated."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for e in range(n_episodes):
+        n = int(rng.integers(*length))
+        obs = [np.full(4, e * 1000 + i, np.float32) for i in range(n + 1)]
+        out.append(SingleAgentEpisode(
+            observations=obs, actions=[int(x) for x in rng.integers(0, 3, n)],
+            rewards=[float(x) for x in rng.normal(size=n)], terminated=done and e % 2 == 0,
+            truncated=done and e % 2 == 1, len_lookback_buffer=0).to_numpy())
+    return out
+
+
+def _source(episodes, obs_row):
+    """The episode and step an observation row came from."""
+    value = int(obs_row[0])
+    episode = episodes[value // 1000]
+    return episode, value % 1000
+
+
+@pytest.mark.parametrize("n_step", [1, 3, (1, 5)])
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_sample_batch_transitions_match_the_stored_episodes(n_step, prioritized):
+    episodes = _episodes(40)
+    buffer = (PrioritizedEpisodeReplayBuffer if prioritized else EpisodeReplayBuffer)(
+        capacity=10_000)
+    buffer.add(episodes)
+    buffer.rng = np.random.default_rng(3)
+    gamma = 0.9
+    batch = buffer.sample_batch(64, n_step=n_step, gamma=gamma,
+                                **({"beta": 0.5} if prioritized else {}))
+    assert list(batch) == ["obs", "actions", "rewards", "new_obs", "terminateds", "truncateds",
+                           "n_step", "weights", "indices"]
+    assert batch["obs"].shape == (64, 4) and batch["obs"].dtype == np.float32
+    assert batch["rewards"].dtype == np.float64 and batch["n_step"].dtype == np.int64
+    for i in range(64):
+        episode, t = _source(episodes, batch["obs"][i])
+        steps = int(batch["n_step"][i])
+        wanted = n_step if isinstance(n_step, int) else None
+        assert 1 <= steps <= (wanted or 4) and (steps == wanted or t + steps == len(episode)
+                                                or wanted is None)
+        rewards = episode.get_rewards(slice(t, t + steps))
+        assert batch["rewards"][i] == pytest.approx(sum(r * gamma ** k
+                                                        for k, r in enumerate(rewards)))
+        np.testing.assert_array_equal(batch["new_obs"][i], episode.get_observations(t + steps))
+        assert batch["actions"][i] == episode.get_actions(t)
+        ends = t + steps == len(episode)
+        assert bool(batch["terminateds"][i]) == (ends and episode.is_terminated)
+        assert bool(batch["truncateds"][i]) == (ends and episode.is_truncated)
+    if not prioritized:
+        np.testing.assert_array_equal(batch["weights"], np.ones(64, np.float32))
+
+
+def test_prioritized_sample_batch_weights_and_updates():
+    """Weights are (p * N) ** -beta over the largest possible one; the
+    indices take update_priorities() as sample()'s do."""
+    buffer = PrioritizedEpisodeReplayBuffer(capacity=1000, alpha=1.0)
+    buffer.add(_episodes(10))
+    buffer.rng = np.random.default_rng(0)
+    batch = buffer.sample_batch(32, beta=0.0)
+    np.testing.assert_array_equal(batch["weights"], np.ones(32, np.float32))
+    # One step gets all the priority but the others' tiny share.
+    priorities = np.full(32, 1e-6)
+    priorities[0] = 1000.0
+    buffer.update_priorities(priorities)
+    batch = buffer.sample_batch(200, beta=1.0)
+    counts = np.bincount(batch["indices"])
+    favourite = int(np.argmax(counts))
+    assert counts[favourite] > 150
+    n = buffer.get_num_timesteps()
+    trees = buffer._store.priorities
+    total, p_min = trees.sum(), trees.min() / trees.sum()
+    p = trees.leaf_value(favourite)[0] / total
+    expected = (p * n) ** -1.0 / (p_min * n) ** -1.0
+    weights = batch["weights"][batch["indices"] == favourite]
+    np.testing.assert_allclose(weights, expected, rtol=1e-6)
+
+
+def test_sample_batch_sequences_stay_in_their_episode():
+    episodes = _episodes(30, length=(2, 12))
+    buffer = EpisodeReplayBuffer(capacity=10_000)
+    buffer.add(episodes)
+    buffer.rng = np.random.default_rng(1)
+    T, lookback = 6, 2
+    batch = buffer.sample_batch(50, batch_length_T=T, lookback=lookback)
+    assert batch["obs"].shape == (50, lookback + T, 4)
+    assert batch["mask"].shape == (50, lookback + T) and batch["lengths"].shape == (50,)
+    for i in range(50):
+        first = batch["obs"][i, lookback]
+        episode, t = _source(episodes, first)
+        length = int(batch["lengths"][i])
+        assert length == min(T, len(episode) - t)
+        for j in range(lookback + T):
+            step = t - lookback + j
+            valid = 0 <= step < t + length
+            assert bool(batch["mask"][i, j]) == valid
+            if valid:
+                np.testing.assert_array_equal(batch["obs"][i, j], episode.get_observations(step))
+                np.testing.assert_array_equal(batch["new_obs"][i, j],
+                                              episode.get_observations(step + 1))
+                assert batch["actions"][i, j] == episode.get_actions(step)
+                assert batch["rewards"][i, j] == episode.get_rewards(step)
+            else:
+                assert not batch["obs"][i, j].any() and batch["actions"][i, j] == 0
+        last = lookback + length - 1
+        ends = t + length == len(episode)
+        assert bool(batch["terminateds"][i, last]) == (ends and episode.is_terminated)
+        assert bool(batch["truncateds"][i, last]) == (ends and episode.is_truncated)
+        assert batch["terminateds"][i].sum() <= 1
+
+
+def test_min_batch_length_T_skips_steps_near_the_end():
+    buffer = EpisodeReplayBuffer(capacity=10_000)
+    episodes = _episodes(20, length=(4, 10))
+    buffer.add(episodes)
+    buffer.rng = np.random.default_rng(2)
+    batch = buffer.sample_batch(100, batch_length_T=3, min_batch_length_T=2)
+    for row in batch["obs"][:, 0]:
+        episode, t = _source(episodes, row)
+        assert t + 2 < len(episode)
+
+
+def test_dict_observations():
+    space = gym.spaces.Dict({"pos": gym.spaces.Box(-1, 1, (2,), np.float32),
+                             "id": gym.spaces.Discrete(5)})
+    rng = np.random.default_rng(0)
+    episodes = []
+    for e in range(5):
+        n = 6
+        obs = [{"pos": rng.normal(size=2).astype(np.float32), "id": e} for _ in range(n + 1)]
+        episodes.append(SingleAgentEpisode(observations=obs, observation_space=space,
+                                           actions=[0] * n, rewards=[1.0] * n,
+                                           len_lookback_buffer=0).to_numpy())
+    buffer = PrioritizedEpisodeReplayBuffer(capacity=100)
+    buffer.add(episodes)
+    buffer.rng = np.random.default_rng(0)
+    batch = buffer.sample_batch(16, n_step=2)
+    assert set(batch["obs"]) == {"pos", "id"} and batch["obs"]["pos"].shape == (16, 2)
+    assert batch["obs"]["id"].dtype == episodes[0].get_observations(0)["id"].dtype
+    sampled = buffer.sample(8, n_step=2)
+    for episode in sampled:
+        observation = episode.get_observations(0)
+        assert set(observation) == {"pos", "id"}
+        assert episode.observation_space == space
+
+
+def test_a_samplers_episodes_go_in_directly():
+    """Finished episodes and the cut chunks of running ones, chunk after
+    chunk: the buffer joins the chunks of one episode."""
+    sampler = Sampler(lambda: gym.make("CartPole-v1"), num_envs=4, seed=0,
+                      rollout_fragment_length=25)
+    buffer = PrioritizedEpisodeReplayBuffer(capacity=2000)
+    added = chunks = 0
+    for _ in range(6):
+        episodes = sampler.sample_episodes()
+        added += sum(len(e) for e in episodes)
+        chunks += len(episodes)
+        buffer.add(episodes)
+    sampler.close()
+    assert buffer.get_num_timesteps() == added >= 600
+    assert buffer.get_num_episodes() < chunks   # running episodes' chunks were joined
+    buffer.rng = np.random.default_rng(0)
+    batch = buffer.sample_batch(128, n_step=3, beta=0.4)
+    assert batch["obs"].shape == (128, 4) and batch["actions"].dtype == np.int64
+    # n-step transitions across chunk boundaries come out whole.
+    assert (batch["n_step"] == 3).sum() > 100
+
+
+@pytest.mark.parametrize("cls", [EpisodeReplayBuffer, PrioritizedEpisodeReplayBuffer])
+def test_pickling_gives_the_same_buffer(cls):
+    buffer = cls(capacity=300)
+    buffer.add(_episodes(30))
+    buffer.rng = np.random.default_rng(5)
+    # Protocol 5, the arrays out-of-band (as Ray's object store takes them).
+    arrays: list = []
+    data = pickle.dumps(buffer, protocol=5, buffer_callback=arrays.append)
+    back = pickle.loads(data, buffers=arrays)
+    assert arrays
+    assert back.get_num_timesteps() == buffer.get_num_timesteps()
+    assert back._indices == buffer._indices
+    a, b = buffer.sample_batch(20, n_step=2), back.sample_batch(20, n_step=2)
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key])
+
+
+def _rss() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS")
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/proc/self/status"),
+                    reason="reads the resident size from /proc")
+def test_file_backed_storage_keeps_the_resident_size_bounded(tmp_path):
+    """600 MB of 84x84 frames into files, then draws: the process holds
+    only the block being filled and what one draw touches."""
+    buffer = EpisodeReplayBuffer(capacity=90_000, storage=tmp_path)
+    frames = np.random.default_rng(0).integers(0, 255, (1001, 84, 84), dtype=np.uint8)
+    before = _rss()
+    for i in range(90):
+        frames[:, 0, 0] = i
+        buffer.add(SingleAgentEpisode(observations=list(frames), actions=[0] * 1000,
+                                      rewards=[1.0] * 1000, terminated=True,
+                                      len_lookback_buffer=0).to_numpy())
+    assert buffer.get_num_timesteps() == 90_000
+    grown = _rss() - before
+    buffer.rng = np.random.default_rng(1)
+    for _ in range(60):
+        batch = buffer.sample_batch(256, n_step=3)
+        grown = max(grown, _rss() - before)
+    assert grown < 150 << 20, grown
+    # The data are there: each drawn frame holds its episode's number.
+    assert set(np.unique(batch["obs"][:, 0, 0])) <= set(range(90))
+
+
+def _raw_bytes(episodes) -> int:
+    return sum(e.observations.data.nbytes + e.actions.data.nbytes + e.rewards.data.nbytes
+               for e in episodes)
+
+
+@pytest.mark.parametrize("steps", [4097, 8192, 16385, 32769, 50_000])
+def test_memory_held_stays_within_a_fifth_of_the_data(steps):
+    """tracemalloc: what the buffer holds against the bytes of the stored
+    data (each observation once), at fill levels just past powers of two
+    (where doubling storage would waste half)."""
+    rng = np.random.default_rng(0)
+    episodes, done = [], 0
+    while done < steps:
+        n = min(200, steps - done)
+        obs = rng.normal(size=(n + 1, 4)).astype(np.float32)
+        episodes.append(SingleAgentEpisode(
+            observations=list(obs), actions=[int(a) for a in rng.integers(0, 2, n)],
+            rewards=[1.0] * n, terminated=True, len_lookback_buffer=0).to_numpy())
+        done += n
+    raw = _raw_bytes(episodes)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        buffer = EpisodeReplayBuffer(capacity=50_000)
+        buffer.add(episodes)
+        del episodes
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert buffer.get_num_timesteps() == steps
+    assert held <= 1.2 * raw, (held, raw)
