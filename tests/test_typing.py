@@ -17,7 +17,7 @@ import episode  # noqa: E402
 HERE = pathlib.Path(__file__).parent
 PACKAGE_DIR = pathlib.Path(episode.__file__).parent
 COMPILED = ["episode._buffer", "episode._column", "episode._episode", "episode._index", "episode._views", "episode._checks",
-            "episode._multi", "episode._vector"]
+            "episode._multi", "episode._vector", "episode._priority", "episode._replay"]
 
 # Expressions appended to tests/typing_sample.py, with the type mypy must infer.
 REVEALS = {

@@ -1841,18 +1841,6 @@ cdef class Store:
             acc = v[j] - acc
         return acc
 
-    def item_kinds(self, Picks picks, Py_ssize_t leaf):
-        """How each pick's item of `leaf` comes back: numpy's (an array row
-        or scalar) where its stored episode was numpy'ized, else as added."""
-        cdef Py_ssize_t i
-        cdef unsigned char numpy_kind = KIND_ARRAY if len(self.shapes[leaf]) else KIND_SCALAR
-        return [numpy_kind if self.eps[picks.items[i].slot].finalized else self.kinds[leaf]
-                for i in range(picks.size)]
-
-    def leaf_dtype(self, Py_ssize_t leaf):
-        """A leaf's dtype (None: an object leaf)."""
-        return self.dtypes[leaf]
-
     def pick_fields(self, Picks picks):
         """(slot, ts, n, end) of each pick, as int64 arrays."""
         cdef Py_ssize_t i
