@@ -1,123 +1,567 @@
-"""RLlib's prioritized episode replay buffer holding our episodes or RLlib's.
+"""Replay buffers: ours (episode.replay) beside RLlib 2.60's and three peer
+libraries', on the same CartPole-sized transitions.
 
     pytest benchmarks/test_replay_buffer.py --benchmark-group-by=group \
         --benchmark-columns=median,iqr,rounds
 
-DQN's buffer (`PrioritizedEpisodeReplayBuffer`, RLlib 2.60) with numpy'ized
-episodes of either class, as env runners hand them over, in one process:
+The peers (`pip install .[bench]`; each one skipped when missing):
+Stable-Baselines3's ReplayBuffer and NStepReplayBuffer, cpprb's
+ReplayBuffer and PrioritizedReplayBuffer (plain and with its Nstep option),
+TorchRL's ReplayBuffer and PrioritizedReplayBuffer on a LazyTensorStorage
+(plain and with a MultiStepTransform) and its SliceSampler.
 
-- ``replay_add_*``: a fresh buffer takes every episode (`add`);
-- ``replay_sample_*``: 100 draws of 32 3-step transitions, as DQN asks
-  (`sample(num_items=32, n_step=3, beta=0.4, sample_episodes=True)`), from
-  the full buffer;
+The stream: episodes of 200 steps (truncated) and 22 steps (terminated) in
+turn; observations float32 (4,), int actions, rewards 1.0. Column 0 of an
+observation is its timestep and column 1 its episode, so that every batch
+drawn is checked, whatever its layout: a transition stays in its episode,
+spans 1..n steps and its reward is the discounted sum of those steps.
+Ours and RLlib's buffers take numpy'ized episodes in lists of 8 (about 900
+steps, as an env runner's sample() hands them over); the peers take the
+same transitions in their own layout: SB3 a step per add(), cpprb an
+episode's arrays per add() (then on_episode_end()), TorchRL an episode's
+TensorDict per extend(). Everything runs on one thread (torch's too).
 
-for ``cartpole_100k`` (100,000 CartPole-sized steps in 500-step episodes) and
-``frames_10k`` (10,000 uint8 84x84 frames in 100-step episodes).
-`extra_info["held_bytes"]` is what the full buffer holds (tracemalloc).
+Groups (the `impl` parameter names the implementation; medians per call,
+extra_info["ns_per_item"] per step added or per transition drawn):
+
+- replay_add, replay_add_prioritized: a buffer of capacity 50,000 that
+  holds the stream's first 50,000 steps takes the next 100,000 (every add
+  evicts);
+- replay_sample_episodes, replay_sample_episodes_prioritized:
+  `sample(256, n_step=3, gamma=0.99, sample_episodes=True)` (and beta=0.4)
+  from the 50k buffer after the whole stream (150,000 steps), ours against
+  RLlib's; the same seed draws the same transitions (checked);
+- replay_sample_batch: 256 3-step transitions from that buffer, ours
+  `sample_batch()` against the peers' sample(256). SB3's NStepReplayBuffer
+  sums the n steps as it samples, cpprb's Nstep and TorchRL's
+  MultiStepTransform as they add (their cost is in replay_add); the 1-step
+  peers are there for scale. SB3 and TorchRL hand out torch tensors, ours
+  and cpprb numpy arrays;
+- replay_sample_batch_prioritized_1m: the same by priority (alpha 0.6, beta
+  0.4) from 1M steps whose priorities differ per episode;
+- replay_sample_sequences: 16 sequences of 64 steps inside one episode,
+  ours `sample_batch(16, batch_length_T=64, min_batch_length_T=64)` against
+  TorchRL's SliceSampler(slice_len=64), which finds the episodes at each
+  draw or, with cache_values=True ("torchrl_slices_cached"), once.
+
+Memory: the add benchmarks' extra_info["held_bytes"] is what a buffer that
+took the stream's first 50,000 steps allocated (tracemalloc, which sees
+neither torch's tensors, so TorchRL's stored tensors are in
+"tensor_bytes", nor cpprb's and TorchRL's C++ priority trees);
+"raw_bytes" is the stored data once, 32 bytes a step (float32 (4,)
+observation, int64 action, float64 reward).
 """
+import gc
+import time
 import tracemalloc
 
+import gymnasium as gym
 import numpy as np
 import pytest
 
-pytest.importorskip("ray.rllib")
-from ray.rllib.env.single_agent_episode import SingleAgentEpisode as RLlibEpisode  # noqa: E402
-from ray.rllib.utils.replay_buffers.prioritized_episode_buffer import (  # noqa: E402
-    PrioritizedEpisodeReplayBuffer,
-)
-
-from episode import InfiniteLookbackBuffer, SingleAgentEpisode  # noqa: E402
-
-DATA = {"cartpole_100k": (100_000, 500, (4,), np.float32),
-        "frames_10k": (10_000, 100, (84, 84), np.uint8)}
-CLASSES = {"ours": SingleAgentEpisode, "rllib": RLlibEpisode}
-_cache: dict = {}
-
-
-def _episodes(impl: str, data: str) -> list:
-    key = (impl, data)
-    if key not in _cache:
-        _cache[key] = _make_episodes(impl, data)
-    return _cache[key]
+CAPACITY = 50_000
+BIG = 1_000_000
+LENGTHS = (200, 22)
+PER_CALL = 8
+BATCH = 256
+N_STEP = 3
+GAMMA = 0.99
+ALPHA = 0.6
+BETA = 0.4
+SEQ_B, SEQ_T = 16, 64
+RAW_STEP_BYTES = 16 + 8 + 8
 
 
-def _make_episodes(impl: str, data: str) -> list:
-    # The same numpy'ized episodes for either class (seeded data).
-    steps, length, shape, dtype = DATA[data]
-    rng = np.random.default_rng(0)
-    episodes = []
-    for _ in range(steps // length):
-        obs = (rng.integers(0, 255, (length + 1,) + shape) if dtype == np.uint8
-               else rng.normal(size=(length + 1,) + shape)).astype(dtype)
-        e = CLASSES[impl]()
-        e.add_env_reset(obs[0])
-        for t in range(length):
-            e.add_env_step(obs[t + 1], int(rng.integers(2)), 1.0, terminated=t == length - 1)
-        episodes.append(e.to_numpy())
-    return episodes
+@pytest.fixture(autouse=True)
+def one_thread():
+    """torch on one thread, as ours and cpprb are: its thread pool on a
+    shared machine makes MultiStepTransform's conv1d ten times slower."""
+    try:
+        import torch
+    except ImportError:
+        yield
+        return
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
-def _held_bytes(impl: str, data: str) -> int:
-    # What the episodes and the full buffer hold, made from scratch.
+def stream(steps: int) -> list:
+    """Episodes as (obs (L+1, 4) float32, actions (L,) int64, rewards (L,)
+    float64, terminated), until `steps` steps; made once per size."""
+    if steps not in _STREAMS:
+        rng = np.random.default_rng(0)
+        episodes, total = [], 0
+        while total < steps:
+            length = LENGTHS[len(episodes) % 2]
+            obs = rng.normal(size=(length + 1, 4)).astype(np.float32)
+            obs[:, 0] = np.arange(length + 1)
+            obs[:, 1] = len(episodes)
+            episode = (obs, rng.integers(0, 2, length), np.ones(length), length == LENGTHS[1])
+            for array in episode[:3]:
+                # A buffer that writes into what it is handed fails, instead of
+                # changing what the others get.
+                array.flags.writeable = False
+            episodes.append(episode)
+            total += length
+        _STREAMS[steps] = episodes
+    return _STREAMS[steps]
+
+
+_STREAMS: dict = {}
+
+
+class Impl:
+    """One implementation: new(capacity) makes its buffer, inputs(episodes)
+    puts the stream in its layout (once, untimed), add() and fill() (with a
+    priority per episode) store it, sample() draws a batch and
+    transitions(batch) gives that batch's obs, new_obs, actions and rewards
+    as flat numpy arrays."""
+
+    n_step = N_STEP
+    tail_next_obs = True
+
+    def __init__(self, prioritized: bool):
+        self.prioritized = prioritized
+
+    def tensor_bytes(self, buffer) -> dict:
+        return {}
+
+
+class Episodes(Impl):
+    """Ours or RLlib's episode buffers: numpy'ized episodes, lists of 8 per add."""
+
+    def __init__(self, prioritized: bool, ours: bool):
+        super().__init__(prioritized)
+        if ours:
+            from episode import SingleAgentEpisode
+            from episode.replay import EpisodeReplayBuffer, PrioritizedEpisodeReplayBuffer
+        else:
+            pytest.importorskip("ray.rllib")
+            from ray.rllib.env.single_agent_episode import SingleAgentEpisode
+            from ray.rllib.utils.replay_buffers import (EpisodeReplayBuffer,
+                                                        PrioritizedEpisodeReplayBuffer)
+        self.episode_class = SingleAgentEpisode
+        self.buffer_class = PrioritizedEpisodeReplayBuffer if prioritized \
+            else EpisodeReplayBuffer
+        self.beta = {"beta": BETA} if prioritized else {}
+
+    def new(self, capacity: int):
+        kwargs = {"alpha": ALPHA} if self.prioritized else {}
+        return self.buffer_class(capacity=capacity, **kwargs)
+
+    def inputs(self, episodes: list) -> list:
+        return [self.episode_class(observations=list(obs), actions=actions.tolist(),
+                                   rewards=rewards.tolist(), terminated=terminated,
+                                   truncated=not terminated, len_lookback_buffer=0).to_numpy()
+                for obs, actions, rewards, terminated in episodes]
+
+    def add(self, buffer, inputs) -> None:
+        for i in range(0, len(inputs), PER_CALL):
+            buffer.add(inputs[i:i + PER_CALL])
+
+    def fill(self, buffer, inputs, priorities) -> None:
+        for episode, priority in zip(inputs, priorities):
+            buffer.add([episode], weight=priority)
+
+    def steps(self, buffer) -> int:
+        return buffer.get_num_timesteps()
+
+    def sample(self, buffer):
+        return buffer.sample_batch(BATCH, n_step=N_STEP, gamma=GAMMA, **self.beta)
+
+    def sample_episodes(self, buffer) -> list:
+        return buffer.sample(BATCH, n_step=N_STEP, gamma=GAMMA, sample_episodes=True,
+                             **self.beta)
+
+    def transitions(self, batch) -> dict:
+        return {"obs": batch["obs"], "new_obs": batch["new_obs"],
+                "actions": batch["actions"], "rewards": batch["rewards"]}
+
+
+class SB3(Impl):
+    """Stable-Baselines3: a step per add() (one env); NStepReplayBuffer sums
+    the n steps as it samples."""
+
+    def __init__(self, n_step: int):
+        super().__init__(prioritized=False)
+        self.buffers = pytest.importorskip("stable_baselines3.common.buffers")
+        self.n_step = n_step
+        if n_step > 1 and not hasattr(self.buffers, "NStepReplayBuffer"):
+            pytest.skip("this Stable-Baselines3 has no NStepReplayBuffer")
+
+    def new(self, capacity: int):
+        spaces = (gym.spaces.Box(-np.inf, np.inf, (4,), np.float32), gym.spaces.Discrete(2))
+        if self.n_step > 1:
+            return self.buffers.NStepReplayBuffer(capacity, *spaces, device="cpu",
+                                                  n_steps=self.n_step, gamma=GAMMA)
+        return self.buffers.ReplayBuffer(capacity, *spaces, device="cpu")
+
+    def inputs(self, episodes: list) -> list:
+        # add(obs, next_obs, action, reward, done, infos), shaped for one env.
+        steps = []
+        for obs, actions, rewards, terminated in episodes:
+            last = len(actions) - 1
+            for t in range(len(actions)):
+                steps.append((obs[t:t + 1], obs[t + 1:t + 2], actions[t:t + 1, None],
+                              rewards[t:t + 1], np.array([t == last]),
+                              [{"TimeLimit.truncated": t == last and not terminated}]))
+        return steps
+
+    def add(self, buffer, inputs) -> None:
+        for step in inputs:
+            buffer.add(*step)
+
+    def steps(self, buffer) -> int:
+        return buffer.size()
+
+    def sample(self, buffer):
+        return buffer.sample(BATCH)
+
+    def transitions(self, batch) -> dict:
+        return {"obs": batch.observations.numpy(), "new_obs": batch.next_observations.numpy(),
+                "actions": batch.actions.numpy()[:, 0], "rewards": batch.rewards.numpy()[:, 0]}
+
+
+class Cpprb(Impl):
+    """cpprb: an episode's arrays per add(), then on_episode_end(); its Nstep
+    option stores n-step transitions as they come."""
+
+    def __init__(self, prioritized: bool, n_step: int):
+        super().__init__(prioritized)
+        self.cpprb = pytest.importorskip("cpprb")
+        self.n_step = n_step
+        # cpprb 11.0.0's Nstep stores a wrong next_obs (all ones) for the last
+        # n - 1 steps of each episode, the ones on_episode_end() flushes.
+        self.tail_next_obs = n_step == 1
+
+    def new(self, capacity: int):
+        env = {"obs": {"shape": 4, "dtype": np.float32}, "act": {"dtype": np.int64},
+               "rew": {"dtype": np.float64}, "next_obs": {"shape": 4, "dtype": np.float32},
+               "done": {}}
+        kwargs = {"Nstep": {"size": self.n_step, "gamma": GAMMA, "rew": "rew",
+                            "next": "next_obs"}} if self.n_step > 1 else {}
+        if self.prioritized:
+            return self.cpprb.PrioritizedReplayBuffer(capacity, env, alpha=ALPHA, **kwargs)
+        return self.cpprb.ReplayBuffer(capacity, env, **kwargs)
+
+    def inputs(self, episodes: list) -> list:
+        out = []
+        for obs, actions, rewards, terminated in episodes:
+            done = np.zeros(len(actions))
+            done[-1] = terminated
+            out.append({"obs": obs[:-1], "next_obs": obs[1:], "act": actions, "rew": rewards,
+                        "done": done})
+        return out
+
+    def add(self, buffer, inputs) -> None:
+        for item in inputs:
+            buffer.add(**self.own(item))
+            buffer.on_episode_end()
+
+    def fill(self, buffer, inputs, priorities) -> None:
+        for item, priority in zip(inputs, priorities):
+            buffer.add(**self.own(item), priorities=np.full(len(item["act"]), priority))
+            buffer.on_episode_end()
+
+    def own(self, item: dict) -> dict:
+        # Nstep discounts the rewards it is handed in place: a copy for it.
+        return {**item, "rew": item["rew"].copy()} if self.n_step > 1 else item
+
+    def steps(self, buffer) -> int:
+        return buffer.get_stored_size()
+
+    def sample(self, buffer):
+        return buffer.sample(BATCH, beta=BETA) if self.prioritized else buffer.sample(BATCH)
+
+    def transitions(self, batch) -> dict:
+        return {"obs": batch["obs"], "new_obs": batch["next_obs"], "actions": batch["act"][:, 0],
+                "rewards": batch["rew"][:, 0]}
+
+
+class TorchRL(Impl):
+    """TorchRL: an episode's TensorDict per extend() into a LazyTensorStorage;
+    its MultiStepTransform stores n-step transitions as they come, its
+    SliceSampler draws sequences (`slices`; `cached`: cache_values=True)."""
+
+    def __init__(self, prioritized: bool, n_step: int, slices: bool = False,
+                 cached: bool = False):
+        super().__init__(prioritized)
+        pytest.importorskip("torchrl")
+        import torch
+        from tensordict import TensorDict
+        from torchrl import data
+        from torchrl.envs.transforms import MultiStepTransform
+
+        self.torch, self.TensorDict, self.data = torch, TensorDict, data
+        self.MultiStepTransform = MultiStepTransform
+        self.n_step, self.slices, self.cached = n_step, slices, cached
+
+    def new(self, capacity: int):
+        kwargs = {"storage": self.data.LazyTensorStorage(capacity), "batch_size": BATCH}
+        if self.n_step > 1:
+            kwargs["transform"] = self.MultiStepTransform(self.n_step, GAMMA)
+        if self.slices:
+            kwargs["sampler"] = self.data.SliceSampler(slice_len=SEQ_T, traj_key="episode",
+                                                       cache_values=self.cached)
+            kwargs["batch_size"] = SEQ_B * SEQ_T
+        if self.prioritized:
+            return self.data.PrioritizedReplayBuffer(alpha=ALPHA, beta=BETA, **kwargs)
+        return self.data.ReplayBuffer(**kwargs)
+
+    def inputs(self, episodes: list) -> list:
+        torch = self.torch
+        out = []
+        for obs, actions, rewards, terminated in episodes:
+            n = len(actions)
+            last = torch.zeros(n, 1, dtype=torch.bool)
+            last[-1] = True
+            observations = torch.tensor(obs)
+            # float32 rewards, as TorchRL's envs give them (its n-step
+            # convolution is several times slower in float64).
+            data = {"observation": observations[:-1], "action": torch.tensor(actions),
+                    "next": {"observation": observations[1:],
+                             "reward": torch.tensor(rewards[:, None], dtype=torch.float32),
+                             "done": last, "terminated": last & terminated,
+                             "truncated": last & (not terminated)}}
+            if self.slices:
+                data["episode"] = torch.tensor(obs[:-1, 1].astype(np.int64))
+            out.append(self.TensorDict(data, batch_size=[n]))
+        return out
+
+    def add(self, buffer, inputs) -> None:
+        for item in inputs:
+            buffer.extend(item)
+
+    def fill(self, buffer, inputs, priorities) -> None:
+        for item, priority in zip(inputs, priorities):
+            index = buffer.extend(item)
+            buffer.update_priority(index, self.torch.full(index.shape, float(priority)))
+
+    def steps(self, buffer) -> int:
+        return len(buffer)
+
+    def sample(self, buffer):
+        # The importance weights come in the prioritized draw's info.
+        return buffer.sample(return_info=True)[0] if self.prioritized else buffer.sample()
+
+    def transitions(self, batch) -> dict:
+        return {"obs": batch["observation"].numpy(),
+                "new_obs": batch["next", "observation"].numpy(),
+                "actions": batch["action"].numpy(),
+                "rewards": batch["next", "reward"].numpy()[:, 0]}
+
+    def tensor_bytes(self, buffer) -> dict:
+        return {"tensor_bytes": buffer.storage._storage.bytes()}
+
+
+def make_impl(name: str, prioritized: bool = False) -> Impl:
+    makers = {
+        "ours": lambda: Episodes(prioritized, ours=True),
+        "rllib": lambda: Episodes(prioritized, ours=False),
+        "sb3": lambda: SB3(1),
+        "sb3_nstep3": lambda: SB3(N_STEP),
+        "cpprb": lambda: Cpprb(prioritized, 1),
+        "cpprb_nstep3": lambda: Cpprb(prioritized, N_STEP),
+        "torchrl": lambda: TorchRL(prioritized, 1),
+        "torchrl_nstep3": lambda: TorchRL(prioritized, N_STEP),
+        "torchrl_slices": lambda: TorchRL(prioritized, 1, slices=True),
+        "torchrl_slices_cached": lambda: TorchRL(prioritized, 1, slices=True, cached=True),
+    }
+    return makers[name]()
+
+
+def full(name: str, prioritized: bool = False, capacity: int = CAPACITY):
+    """(impl, its buffer) after the whole stream, made once: 3x the 50k
+    capacity, or 1M steps with a priority per episode."""
+    key = (name, prioritized, capacity)
+    if key not in _FULL:
+        impl = make_impl(name, prioritized)
+        buffer = impl.new(capacity)
+        if capacity == BIG:
+            episodes = stream(BIG)
+            priorities = np.random.default_rng(1).uniform(0.1, 2.0, len(episodes))
+            impl.fill(buffer, impl.inputs(episodes), priorities)
+        else:
+            impl.add(buffer, impl.inputs(stream(3 * CAPACITY)))
+        _FULL[key] = impl, buffer
+    return _FULL[key]
+
+
+_FULL: dict = {}
+
+
+# -- checks ------------------------------------------------------------------------------
+
+
+def check_transitions(batch: dict, n_step: int, tail_next_obs: bool = True) -> None:
+    """The same layout from every implementation, and transitions that stay
+    in their episode, span 1..n_step steps and sum those steps' rewards.
+    Without `tail_next_obs`, a transition cut short by its episode's end is
+    checked by its reward alone."""
+    obs, new_obs, rewards = batch["obs"], batch["new_obs"], batch["rewards"]
+    assert obs.shape == new_obs.shape == (BATCH, 4)
+    assert obs.dtype == new_obs.dtype == np.float32
+    assert batch["actions"].shape == rewards.shape == (BATCH,)
+    assert batch["actions"].dtype.kind == "i" and rewards.dtype.kind == "f"
+    returns = (1 - GAMMA ** np.arange(1, n_step + 1)) / (1 - GAMMA)
+    assert np.isclose(rewards[:, None], returns, rtol=1e-5).any(axis=1).all()
+    rows = slice(None) if tail_next_obs else np.isclose(rewards, returns[-1], rtol=1e-5)
+    obs, new_obs, rewards = obs[rows], new_obs[rows], rewards[rows]
+    assert (new_obs[:, 1] == obs[:, 1]).all()
+    steps = new_obs[:, 0] - obs[:, 0]
+    assert ((steps >= 1) & (steps <= n_step)).all()
+    np.testing.assert_allclose(rewards, (1 - GAMMA ** steps) / (1 - GAMMA), rtol=1e-5)
+
+
+def sampled_view(episodes: list) -> dict:
+    """What sample(sample_episodes=True) drew, as arrays."""
+    def each(get):
+        return np.array([np.asarray(get(e)) for e in episodes])
+
+    obs = each(lambda e: e.get_observations())
+    return {"obs": obs[:, 0], "new_obs": obs[:, -1], "actions": each(lambda e: e.get_actions(0)),
+            "rewards": each(lambda e: e.get_rewards(0)),
+            "terminated": each(lambda e: e.is_terminated),
+            "truncated": each(lambda e: e.is_truncated),
+            "weights": each(lambda e: e.get_extra_model_outputs("weights", 0)),
+            "n_step": each(lambda e: e.get_extra_model_outputs("n_step", 0))}
+
+
+def agree(key, impl: str, result: dict) -> None:
+    """`result` equals what the first implementation checked under `key`
+    gave (the drop-ins: ours and RLlib's)."""
+    first_impl, first = _RESULTS.setdefault(key, (impl, result))
+    for name, value in result.items():
+        np.testing.assert_array_equal(value, first[name],
+                                      err_msg=f"{impl} vs {first_impl}: {name}")
+
+
+_RESULTS: dict = {}
+
+
+# -- timing ------------------------------------------------------------------------------
+
+
+def time_calls(benchmark, call, items: int) -> None:
+    """Times call() in rounds of at least 10 ms, about a second in all (5
+    to 50 rounds); extra_info["ns_per_item"] is the median per item."""
+    start = time.perf_counter()
+    call()
+    once = time.perf_counter() - start
+    iterations = max(1, int(0.01 / once))
+    rounds = int(min(50, max(5, 1.0 / (once * iterations))))
+    benchmark.pedantic(call, rounds=rounds, iterations=iterations, warmup_rounds=1)
+    per_item(benchmark, items)
+
+
+def per_item(benchmark, items: int) -> None:
+    benchmark.extra_info["items"] = items
+    if benchmark.stats is not None:
+        benchmark.extra_info["ns_per_item"] = round(benchmark.stats.stats.median / items * 1e9, 1)
+
+
+# -- add ---------------------------------------------------------------------------------
+
+ADD_PEERS = ("cpprb", "cpprb_nstep3", "torchrl", "torchrl_nstep3")
+ADD = [pytest.param(impl, False, id=impl) for impl in ("ours", "rllib", "sb3") + ADD_PEERS] + \
+      [pytest.param(impl, True, id=f"{impl}-prioritized")
+       for impl in ("ours", "rllib") + ADD_PEERS]
+
+
+@pytest.mark.parametrize("impl,prioritized", ADD)
+def test_replay_add(benchmark, impl, prioritized):
+    run = make_impl(impl, prioritized)
+    benchmark.group = "replay_add_prioritized" if prioritized else "replay_add"
+    episodes = stream(3 * CAPACITY)
+    ends = np.cumsum([len(actions) for _, actions, _, _ in episodes])
+    n_first = int(np.searchsorted(ends, CAPACITY, side="right"))
+    inputs = run.inputs(episodes)
+    split = int(ends[n_first - 1]) if isinstance(run, SB3) else n_first   # SB3's are steps
+    first, rest = inputs[:split], inputs[split:]
+    benchmark.extra_info.update(held_bytes(run, first))
+    last = []
+
+    def fresh():
+        buffer = run.new(CAPACITY)
+        run.add(buffer, first)
+        last[:] = [buffer]
+        return (buffer,), {}
+
+    benchmark.pedantic(lambda buffer: run.add(buffer, rest), setup=fresh, rounds=3)
+    per_item(benchmark, int(ends[-1] - ends[n_first - 1]))
+    buffer = last[0]
+    if isinstance(run, Episodes):
+        agree(("add", prioritized), impl, {
+            "steps": run.steps(buffer), "episodes": buffer.get_num_episodes(),
+            "evicted": buffer.get_num_episodes_evicted(), "indices": buffer._indices})
+    else:
+        assert run.steps(buffer) == CAPACITY
+
+
+def held_bytes(run: Impl, inputs) -> dict:
+    """What a new buffer that took `inputs` allocated (tracemalloc), and the
+    bytes of the steps it holds."""
+    gc.collect()
     tracemalloc.start()
-    before = tracemalloc.get_traced_memory()[0]
-    buffer = PrioritizedEpisodeReplayBuffer(capacity=DATA[data][0], alpha=0.6)
-    buffer.add(_make_episodes(impl, data))
-    held = tracemalloc.get_traced_memory()[0] - before
-    tracemalloc.stop()
-    del buffer
-    return held
+    try:
+        buffer = run.new(CAPACITY)
+        run.add(buffer, inputs)
+        held = tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    return {"held_bytes": held, "raw_bytes": RAW_STEP_BYTES * run.steps(buffer),
+            **run.tensor_bytes(buffer)}
 
 
-@pytest.fixture
-def classes(monkeypatch, impl):
-    """For ours, the buffer modules' episode and buffer classes are ours while
-    the test runs (what episode.rllib.install() does to every module): the
-    sampled episodes it makes are then ours."""
-    if impl == "ours":
-        import ray.rllib.utils.replay_buffers.episode_replay_buffer as plain
-        import ray.rllib.utils.replay_buffers.prioritized_episode_buffer as prioritized
-
-        for module in (plain, prioritized):
-            for name, ours in (("SingleAgentEpisode", SingleAgentEpisode),
-                               ("InfiniteLookbackBuffer", InfiniteLookbackBuffer)):
-                if hasattr(module, name):
-                    monkeypatch.setattr(module, name, ours)
-    return CLASSES[impl]
+# -- sample ------------------------------------------------------------------------------
 
 
-def _full_buffer(impl: str, data: str):
-    buffer = PrioritizedEpisodeReplayBuffer(capacity=DATA[data][0], alpha=0.6)
-    buffer.add(_episodes(impl, data))
+@pytest.mark.parametrize("prioritized", [False, True], ids=["uniform", "prioritized"])
+@pytest.mark.parametrize("impl", ["ours", "rllib"])
+def test_replay_sample_episodes(benchmark, impl, prioritized):
+    run, buffer = full(impl, prioritized)
+    benchmark.group = "replay_sample_episodes" + ("_prioritized" if prioritized else "")
     buffer.rng = np.random.default_rng(0)
-    return buffer
+    view = sampled_view(run.sample_episodes(buffer))
+    check_transitions(view, N_STEP)
+    agree(("sample_episodes", prioritized), impl, view)
+    time_calls(benchmark, lambda: run.sample_episodes(buffer), BATCH)
 
 
-@pytest.mark.parametrize("data", list(DATA))
-@pytest.mark.parametrize("impl", list(CLASSES))
-def test_replay_add(benchmark, impl, data, classes):
-    episodes = _episodes(impl, data)
-    benchmark.group = f"replay_add_{data}"
-    benchmark.extra_info["held_bytes"] = _held_bytes(impl, data)
-    assert _full_buffer(impl, data).get_num_timesteps() == DATA[data][0]
-
-    def run():
-        PrioritizedEpisodeReplayBuffer(capacity=DATA[data][0], alpha=0.6).add(episodes)
-    benchmark.pedantic(run, rounds=5, warmup_rounds=1, iterations=1)
+@pytest.mark.parametrize("impl", ["ours", "sb3", "sb3_nstep3", "cpprb", "cpprb_nstep3",
+                                  "torchrl", "torchrl_nstep3"])
+def test_replay_sample_batch(benchmark, impl):
+    run, buffer = full(impl)
+    benchmark.group = "replay_sample_batch"
+    check_transitions(run.transitions(run.sample(buffer)), run.n_step, run.tail_next_obs)
+    time_calls(benchmark, lambda: run.sample(buffer), BATCH)
 
 
-@pytest.mark.parametrize("data", list(DATA))
-@pytest.mark.parametrize("impl", list(CLASSES))
-def test_replay_sample(benchmark, impl, data, classes):
-    buffer = _full_buffer(impl, data)
-    benchmark.group = f"replay_sample_{data}"
+@pytest.mark.parametrize("impl", ["ours", "cpprb_nstep3", "torchrl_nstep3"])
+def test_replay_sample_batch_prioritized_1m(benchmark, impl):
+    run, buffer = full(impl, True, BIG)
+    benchmark.group = "replay_sample_batch_prioritized_1m"
+    assert run.steps(buffer) >= BIG - max(LENGTHS)
+    check_transitions(run.transitions(run.sample(buffer)), run.n_step, run.tail_next_obs)
+    time_calls(benchmark, lambda: run.sample(buffer), BATCH)
 
-    def run():
-        for _ in range(100):
-            sampled = buffer.sample(num_items=32, n_step=3, beta=0.4, gamma=0.99,
-                                    sample_episodes=True)
-        return sampled
-    sampled = run()
-    assert sum(len(e) for e in sampled) == 32
-    assert all(type(e) is classes for e in sampled)
-    benchmark.pedantic(run, rounds=5, warmup_rounds=1, iterations=1)
+
+@pytest.mark.parametrize("impl", ["ours", "torchrl_slices", "torchrl_slices_cached"])
+def test_replay_sample_sequences(benchmark, impl):
+    run, buffer = full(impl)
+    benchmark.group = "replay_sample_sequences"
+    if isinstance(run, Episodes):
+        def call():
+            return buffer.sample_batch(SEQ_B, batch_length_T=SEQ_T, min_batch_length_T=SEQ_T)
+        batch = call()
+        assert batch["mask"].all()
+        obs = batch["obs"]
+    else:
+        call = buffer.sample
+        obs = call()["observation"].numpy().reshape(SEQ_B, SEQ_T, 4)
+    assert obs.shape == (SEQ_B, SEQ_T, 4) and obs.dtype == np.float32
+    # Consecutive steps of one episode.
+    assert (np.diff(obs[..., 0], axis=1) == 1).all() and (obs[..., 1] == obs[:, :1, 1]).all()
+    time_calls(benchmark, call, SEQ_B * SEQ_T)

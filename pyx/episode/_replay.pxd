@@ -61,6 +61,7 @@ cdef class Picks:
     cdef public list leaves      # prioritized: each pick's tree leaf
     cdef public int64_t resamples
     cdef public list rejected    # the episode slot of each draw made again
+    cdef int _reserve(self, Py_ssize_t n) except -1
     cdef int push(self, int64_t run, int32_t off, int32_t slot, int64_t ts, int64_t n,
                   int64_t end) except -1
 
@@ -160,6 +161,8 @@ cdef class Store:
     cdef int _fenwick_add(self, int64_t seq, int64_t delta) noexcept
     cdef int64_t _prefix(self, Py_ssize_t slots) noexcept
     cdef int _kth(self, int64_t k, int64_t* run, int32_t* off) except -1
+    cdef int _kth_from(self, int64_t k, int64_t before_head, int64_t* run,
+                       int32_t* off) except -1
     cdef object _checked_layout(self, EpisodeCore episode, object extras, bint is_new)
     cdef EpisodeMeta _meta_of(self, EpisodeCore episode, object extras, int32_t slot)
     cdef int _check_joins(self, int32_t slot, BufferCore obs) except -1
@@ -187,5 +190,6 @@ cdef class Store:
     cdef object _gather_leaf(self, Picks picks, Py_ssize_t leaf, bint at_end)
     cdef object _gather_track(self, Picks picks, object structure, bint at_end)
     cdef int _step_of(self, int64_t run, int32_t off, int32_t* slot, int64_t* ts) noexcept
+    cdef object _returns_and_ends(self, Picks picks, double gamma)
     cdef double _long_return(self, int64_t run, int32_t off, int64_t m, double gamma,
                              int type_num, Py_ssize_t leaf) except? -1

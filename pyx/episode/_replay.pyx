@@ -71,6 +71,11 @@ cdef Py_ssize_t MAX_BLOCK_BYTES = 64 << 20
 cdef Py_ssize_t FIRST_BLOCK_ROWS = 64
 
 cdef object Generator = np.random.Generator
+# (Typed: a literal this large would be a Python int, and every comparison
+# with it a Python call.)
+cdef uint64_t U32_MAX = 0xFFFFFFFFu
+cdef uint64_t U64_MAX = 0xFFFFFFFFFFFFFFFFu
+cdef int64_t KEY_OFFSET_MASK = (1 << 20) - 1   # a tree leaf's key: run << 20 | offset
 
 
 cdef inline void copy_row(char* dst, const char* src, Py_ssize_t row_bytes) noexcept:
@@ -112,32 +117,32 @@ cdef class Draws:
 
     cdef int64_t integers(self, int64_t low, int64_t high) except? -1:
         """Generator.integers(low, high): numpy's Lemire draw on [low, high)."""
-        cdef uint64_t rng, m, leftover, threshold, lo
-        cdef uint32_t rng32, excl32
+        cdef uint64_t rng, m, threshold, lo
+        cdef uint32_t rng32, excl32, leftover32
         cdef uint64_t m32
         if high <= low:
             raise ValueError("low >= high" if low else "high <= 0")
         rng = <uint64_t>(high - 1) - <uint64_t>low
         if rng == 0:
             return low
-        if rng <= 0xFFFFFFFF:
-            if rng == 0xFFFFFFFF:
+        if rng <= U32_MAX:
+            if rng == U32_MAX:
                 return low + <int64_t>self.state.next_uint32(self.state.state)
             rng32 = <uint32_t>rng
             excl32 = rng32 + 1
             m32 = <uint64_t>self.state.next_uint32(self.state.state) * excl32
-            leftover = m32 & 0xFFFFFFFF
-            if leftover < excl32:
-                threshold = (0xFFFFFFFF - rng32) % excl32
-                while leftover < threshold:
+            leftover32 = <uint32_t>m32
+            if leftover32 < excl32:
+                threshold = (U32_MAX - rng32) % excl32
+                while leftover32 < threshold:
                     m32 = <uint64_t>self.state.next_uint32(self.state.state) * excl32
-                    leftover = m32 & 0xFFFFFFFF
+                    leftover32 = <uint32_t>m32
             return low + <int64_t>(m32 >> 32)
-        if rng == 0xFFFFFFFFFFFFFFFF:
+        if rng == U64_MAX:
             return low + <int64_t>self.state.next_uint64(self.state.state)
         m = mulhi64(self.state.next_uint64(self.state.state), rng + 1, &lo)
         if lo < rng + 1:
-            threshold = (0xFFFFFFFFFFFFFFFF - rng) % (rng + 1)
+            threshold = (U64_MAX - rng) % (rng + 1)
             while lo < threshold:
                 m = mulhi64(self.state.next_uint64(self.state.state), rng + 1, &lo)
         return low + <int64_t>m
@@ -770,8 +775,14 @@ cdef class Store:
     cdef int _kth(self, int64_t k, int64_t* run, int32_t* off) except -1:
         """The k-th live step (0-based) in insertion order: its run and its
         offset in the run."""
+        return self._kth_from(k, self._prefix(self.run_head & (self.run_cap - 1)), run, off)
+
+    cdef int _kth_from(self, int64_t k, int64_t before_head, int64_t* run,
+                       int32_t* off) except -1:
+        # _kth() given the live steps in the ring slots before the head's
+        # (the same for every draw of one sample call).
         cdef Py_ssize_t head = self.run_head & (self.run_cap - 1), pos = 0, step
-        cdef int64_t before_head = self._prefix(head), target
+        cdef int64_t target
         if k < 0 or k >= self.live_steps:
             raise IndexError(f"step {k} of {self.live_steps}")
         if k < self.live_steps - before_head:
@@ -1534,7 +1545,7 @@ cdef class Store:
                 if key < 0:
                     raise KeyError(leaf)
                 run = key >> 20
-                off = <int32_t>(key & 0xFFFFF)
+                off = <int32_t>(key & KEY_OFFSET_MASK)
                 self._step_of(run, off, &slot, &ts)
                 if random_n:
                     n = draws.integers(lo, hi)
@@ -1583,11 +1594,13 @@ cdef class Store:
             n = n_step
         if self.live_steps <= 0:
             raise ValueError("the buffer holds no timesteps to sample")
+        cdef int64_t before_head = self._prefix(self.run_head & (self.run_cap - 1))
         if prioritized:
             total = trees.total().v
             if not total > 0.0:
                 raise ValueError("the priorities sum to zero")
             p_min = trees.minimum().v / total
+        picks._reserve(batch_size)
         with draws:
             while picks.size < batch_size:
                 if prioritized:
@@ -1596,10 +1609,10 @@ cdef class Store:
                     if key < 0:
                         continue
                     run = key >> 20
-                    off = <int32_t>(key & 0xFFFFF)
+                    off = <int32_t>(key & KEY_OFFSET_MASK)
                 else:
                     k = draws.integers(0, self.live_steps)
-                    self._kth(k, &run, &off)
+                    self._kth_from(k, before_head, &run, &off)
                     leaf = k
                 self._step_of(run, off, &slot, &ts)
                 length = self.eps[slot].length
@@ -1745,11 +1758,7 @@ cdef class Store:
         rewards (discounted over the steps taken), new_obs, and with
         `extras` each extra model output at the step."""
         cdef dict batch
-        self.locate_ends(picks)
-        returns = self.returns(picks, gamma)
-        if self.layout["rewards"] is not None and \
-                self.dtypes[self.layout["rewards"]] == np.float32:
-            returns = returns.astype(np.float32)
+        returns = self._returns_and_ends(picks, gamma)
         batch = {"obs": self._gather_track(picks, self.layout["obs"], False),
                  "actions": self._gather_track(picks, self.layout["actions"], False),
                  "rewards": returns,
@@ -1788,6 +1797,66 @@ cdef class Store:
         return [self._infos_at(picks.items[i].end_run if at_end else picks.items[i].run,
                                picks.items[i].end_off if at_end else picks.items[i].off)
                 for i in range(picks.size)]
+
+    cdef object _returns_and_ends(self, Picks picks, double gamma):
+        # returns() and locate_ends() in one walk along each pick's rows:
+        # the rewards of a run are consecutive rows.
+        cdef Py_ssize_t i, leaf = self.layout["rewards"], rb = self.row_bytes[leaf]
+        cdef cnp.ndarray out = np.empty(picks.size, np.float64)
+        cdef double* dst = <double*>array_bytes(out, picks.size * sizeof(double))
+        cdef double acc
+        cdef double values[64]
+        cdef Pick* p
+        cdef Run* r
+        cdef int64_t run, j, m, left, take, k
+        cdef int32_t off
+        cdef char* base
+        cdef int type_num = (<cnp.dtype>self.dtypes[leaf]).type_num
+        for i in range(picks.size):
+            p = &picks.items[i]
+            m = p.end - p.ts
+            if m <= 0 or m > 64:
+                p.end_run, p.end_off = p.run, p.off
+                self._advance(&p.end_run, &p.end_off, m)
+                dst[i] = self._long_return(p.run, p.off, m, gamma, type_num, leaf) if m > 0 \
+                    else 0.0
+                continue
+            run = p.run
+            off = p.off
+            left = m
+            j = 0
+            while True:
+                r = &self.runs[run & (self.run_cap - 1)]
+                take = min(left, r.n - off)
+                base = self.block_data[r.block - self.first_block][leaf] + (r.row + off) * rb
+                for k in range(take):
+                    values[j + k] = read_real(base + k * rb, type_num)
+                j += take
+                left -= take
+                off += <int32_t>take
+                if off == r.n:
+                    # Past the run: its episode's next run, or the final row.
+                    if r.next >= 0:
+                        run = r.next
+                        off = 0
+                    else:
+                        run = -1 - r.ep
+                        off = 0
+                if left == 0:
+                    break
+                if run < 0:
+                    raise IndexError("past the stored episode's end")
+            p.end_run = run
+            p.end_off = off
+            acc = 0.0 + values[m - 1]
+            for j in range(m - 2, -1, -1):
+                acc = (-gamma) * acc
+                acc = values[j] - acc
+            dst[i] = acc
+        if self.layout["rewards"] is not None and \
+                self.dtypes[self.layout["rewards"]] == np.float32:
+            return out.astype(np.float32)
+        return out
 
     def returns(self, Picks picks, double gamma):
         """Each pick's discounted reward sum over steps ts .. end - 1, as
@@ -1888,16 +1957,22 @@ cdef class Picks:
     def __len__(self):
         return self.size
 
-    cdef int push(self, int64_t run, int32_t off, int32_t slot, int64_t ts, int64_t n,
-                  int64_t end) except -1:
+    cdef int _reserve(self, Py_ssize_t n) except -1:
+        # Room for n picks in all.
         cdef Pick* grown
-        cdef Pick* p
-        if self.size == self.cap:
-            grown = <Pick*>PyMem_Realloc(self.items, (2 * self.cap + 32) * sizeof(Pick))
+        if n > self.cap:
+            grown = <Pick*>PyMem_Realloc(self.items, n * sizeof(Pick))
             if grown == NULL:
                 raise MemoryError()
             self.items = grown
-            self.cap = 2 * self.cap + 32
+            self.cap = n
+        return 0
+
+    cdef int push(self, int64_t run, int32_t off, int32_t slot, int64_t ts, int64_t n,
+                  int64_t end) except -1:
+        cdef Pick* p
+        if self.size == self.cap:
+            self._reserve(2 * self.cap + 32)
         p = &self.items[self.size]
         p.run = run
         p.off = off
