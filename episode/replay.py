@@ -196,7 +196,17 @@ def _stored_episode(store: Store, slot: int, start: Optional[int] = None,
 # -- the single-agent buffers -----------------------------------------------------------
 
 
-class EpisodeReplayBuffer:
+class _BufferClass(type):
+    """The buffers' metaclass: RLlib's Algorithm asks `"EpisodeReplayBuffer"
+    in config["replay_buffer_config"]["type"]`, which a class cannot answer
+    (RLlib's own fail there): ours answer from their name, so that
+    `replay_buffer_config={"type": PrioritizedEpisodeReplayBuffer}` works."""
+
+    def __contains__(cls, name) -> bool:
+        return isinstance(name, str) and name in cls.__name__
+
+
+class EpisodeReplayBuffer(metaclass=_BufferClass):
     """RLlib's EpisodeReplayBuffer on the compiled store.
 
     Stores episodes (ours or RLlib's SingleAgentEpisodes) by id, up to
@@ -767,12 +777,14 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
             self._num_timesteps_added += len(episode)
         evicted_ids: list = []
         evict = 0
+        # RLlib's count of the episodes left: stored or new, not evicted.
+        remaining = store.num_episodes + len({i for i in new_ids if i not in store})
         # (RLlib's loop pops from an empty deque once the stored episodes run
         # out; here the new ones then stay over capacity until the next add.)
         while self._num_timesteps > self.capacity and evict < store.num_episodes and \
-                self._num_remaining_episodes(new_ids, evicted_ids) != 1:
-            slot = store.oldest(evict)
-            id_, length = episode_fields(store, slot)[0], episode_fields(store, slot)[3]
+                remaining - evict != 1:
+            fields = episode_fields(store, store.oldest(evict))
+            id_, length = fields[0], fields[3]
             evicted_ids.append(id_)
             evict += 1
             counts.episodes_evicted += 1
@@ -794,10 +806,6 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
             counts.env_steps_added += steps
             counts.agent_steps_added += steps
         self._log_add(counts)
-
-    def _num_remaining_episodes(self, new_eps, evicted_eps) -> int:
-        stored = set(self._store.stored_keys())
-        return len(stored.union(new_eps) - set(evicted_eps))
 
     def sample(self, num_items: Optional[int] = None, *, batch_size_B: Optional[int] = None,
                batch_length_T: Optional[int] = None, n_step: Optional[Union[int, Tuple]] = None,
@@ -830,24 +838,31 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
                          sum(ns.tolist()) / batch_size_B, picks.resamples)
         return episodes
 
-    def update_priorities(self, priorities, module_id=None) -> None:
-        """Sets the priorities of the last sample()'s timesteps (in its
-        order): max(p, 1e-12) ** alpha. Checked first (AssertionError for a
-        wrong count, ValueError for a negative or NaN priority)."""
-        indices = self._last_sampled_indices
-        if len(priorities) != len(indices):
-            raise AssertionError(f"{len(priorities)} priorities for {len(indices)} sampled "
+    def update_priorities(self, priorities, module_id=None, *, indices=None) -> None:
+        """Sets the priorities of the last sample()'s (or sample_batch()'s)
+        timesteps, in its order: max(p, 1e-12) ** alpha; or, with `indices`
+        (tree leaves, as sample_batch() returns them), of those timesteps.
+        Checked first (AssertionError for a wrong count, ValueError for a
+        negative or NaN priority or an index that is no stored timestep)."""
+        last = indices is None
+        leaves = self._last_sampled_indices if last else [int(i) for i in indices]
+        if len(priorities) != len(leaves):
+            raise AssertionError(f"{len(priorities)} priorities for {len(leaves)} sampled "
                                  f"timesteps")
         values = list(priorities)
         for p in values:
             if not p >= 0:
                 raise ValueError(f"priorities must be >= 0 (and not NaN), not {p}")
         trees = self._store.priorities
-        for leaf, p in zip(indices, values):
+        if not last and any(not 0 <= leaf < trees.size or trees.key(leaf) < 0
+                            for leaf in leaves):
+            raise ValueError("indices must be the tree leaves of stored timesteps")
+        for leaf, p in zip(leaves, values):
             p = max(p, 1e-12)
             trees.update(leaf, p ** self._alpha)
             self._max_priority = max(self._max_priority, p)
-        indices.clear()
+        if last:
+            leaves.clear()
 
     def get_state(self) -> Dict[str, Any]:
         state = super().get_state()
@@ -1005,9 +1020,10 @@ def _transitions(store: Store, picks, slots, ts, ns, ends, gamma, *, include_inf
         first, last = store.gather_infos(picks), store.gather_infos(picks, True)
         infos = [x for pair in zip(first, last) for x in pair]
     returns = store.returns(picks, float(gamma))
-    episodes = make_transitions(SingleAgentEpisode, store, picks, obs_pairs, actions, returns,
-                                extra_arrays, infos, weights, stored_ids, exact_end)
-    _RECENT.append(_Replayed(episodes, layout, obs_pairs, actions, returns, extra_arrays))
+    episodes, parts = make_transitions(SingleAgentEpisode, store, picks, obs_pairs, actions,
+                                       returns, extra_arrays, infos, weights, stored_ids,
+                                       exact_end)
+    _RECENT.append(_Replayed(episodes, parts, layout, obs_pairs, actions, returns, extra_arrays))
     return episodes
 
 
@@ -1016,32 +1032,30 @@ class _Replayed:
     read in place from these arrays): what the learner's fast path builds a
     train batch from, as long as the episodes are unchanged."""
 
-    def __init__(self, episodes, layout, obs_pairs, actions, returns, extras):
+    def __init__(self, episodes, parts, layout, obs_pairs, actions, returns, extras):
         self.episodes = episodes
+        # Per episode what it was made of: a change shows as another object.
+        self.parts = parts
         self.layout = layout
         self.obs_pairs = obs_pairs
         self.actions = actions
         self.returns = returns
         self.extras = extras
-        # What each episode was made of: a change shows as another object.
-        self.parts = [(e.observations, e.actions, e.rewards, e.infos, dict(e.extra_model_outputs),
-                       e.observations._leaves, e.actions._leaves, e.rewards._leaves)
-                      for e in episodes]
 
     def unchanged(self) -> bool:
         for e, parts in zip(self.episodes, self.parts):
-            obs, actions, rewards, infos, extras, obs_cols, action_cols, reward_cols = parts
+            obs, actions, rewards, infos, extras, obs_tree, action_tree, reward_tree = parts
             if (len(e) != 1 or e.observations is not obs or e.actions is not actions
                     or e.rewards is not rewards or e.infos is not infos
                     or e.extra_model_outputs.keys() != extras.keys()
                     or any(e.extra_model_outputs[k] is not v for k, v in extras.items())
-                    or e.observations._leaves != obs_cols or e.actions._leaves != action_cols
-                    or e.rewards._leaves != reward_cols):
+                    or obs._tree is not obs_tree or actions._tree is not action_tree
+                    or rewards._tree is not reward_tree):
                 return False
             # A value set that did not fit a Column moved it to a list: its
             # rows are no longer the batch arrays'.
-            for column in (*obs_cols, *action_cols, *reward_cols):
-                if not column.is_typed:
+            for tree in (obs_tree, action_tree, reward_tree):
+                if not all(column.is_typed for column in _columns(tree)):
                     return False
         return True
 
@@ -1068,6 +1082,15 @@ class _Replayed:
             else:
                 columns[key] = _stacked([e.extra_model_outputs[key].get(0) for e in episodes])
         return columns
+
+
+def _columns(tree) -> list:
+    # A buffer storage's Columns (one, or a dict/tuple of them).
+    if isinstance(tree, dict):
+        return [c for v in tree.values() for c in _columns(v)]
+    if isinstance(tree, tuple):
+        return [c for v in tree for c in _columns(v)]
+    return [tree]
 
 
 def _stacked(items: list) -> np.ndarray:
@@ -1256,8 +1279,11 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
         self._num_timesteps += total
         self._num_timesteps_added += total
         evicted_ids: list = []
+        # RLlib's count of the episodes left: stored or new, not evicted.
+        remaining = len(self._multi_episodes) + len(
+            {i for i in new_ids if i not in self._store})
         while self._num_timesteps > self.capacity and self._multi_episodes and \
-                self._num_remaining_episodes(new_ids, evicted_ids) != 1:
+                remaining - len(evicted_ids) != 1:
             evicted = self._multi_episodes.popleft()
             evicted_ids.append(evicted.id_)
             if evicted.id_ in new_ids:
@@ -1352,10 +1378,6 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
             slots = [slot for key, slot in module_store.stored_keys().items() if key[0] in gone]
             if slots:
                 module_store.evict(slots)
-
-    def _num_remaining_episodes(self, new_eps, evicted_eps) -> int:
-        stored = {e.id_ for e in self._multi_episodes}
-        return len(stored.union(new_eps) - set(evicted_eps))
 
     # -- sampling ------------------------------------------------------------------------
 

@@ -1,10 +1,13 @@
 """RLlib on our episode classes.
 
 `install()` makes every loaded `ray.rllib` module use our
-`SingleAgentEpisode`, `MultiAgentEpisode` and `InfiniteLookbackBuffer` in
-place of RLlib's own: each module attribute that is one of RLlib's three
-classes becomes ours. The modules that define them are among those, so a
-module imported later gets ours too. Ray worker processes started afterwards
+`SingleAgentEpisode`, `MultiAgentEpisode` and `InfiniteLookbackBuffer`, and
+our four episode replay buffers (`episode.replay`), in place of RLlib's
+own: each module attribute that is one of RLlib's classes becomes ours
+(RLlib's string names of the buffers in a `replay_buffer_config` then make
+ours too). The modules that define them are among those, so a module
+imported later gets ours too. Learner connector pipelines get the fast path
+for replayed episodes (`episode.rllib_learner`). Ray worker processes started afterwards
 do the same before they run anything (`ray.init()` gets a worker setup
 hook). `uninstall()` puts RLlib's classes back; `installed()` is both as a
 context manager::

@@ -721,6 +721,91 @@ def _concat(cls: type) -> Round:
     return Round(run, setup)
 
 
+N_REPLAY = 50_000    # capacity of the replay workloads' buffers
+N_DRAWN = 256        # transitions per replay draw
+N_PAIRS = 676        # their stream: 676 pairs of a 200-step and a 22-step episode
+N_HELD_PAIRS = 225   # the pairs a buffer holds before replay_add (49,950 steps)
+
+
+def _replay_classes(cls: type) -> type:
+    """The prioritized episode replay buffer of the implementation `cls` is from."""
+    if _is_rllib(cls):
+        from ray.rllib.utils.replay_buffers.prioritized_episode_buffer import (
+            PrioritizedEpisodeReplayBuffer)
+    else:
+        from episode.replay import PrioritizedEpisodeReplayBuffer
+    return PrioritizedEpisodeReplayBuffer
+
+
+@functools.lru_cache(maxsize=None)
+def _replay_data() -> list:
+    """150,072 CartPole-sized steps as plain arrays: N_PAIRS 200-step
+    truncated and 22-step terminated episodes in turn."""
+    rng = np.random.default_rng(0)
+    out = []
+    for k in range(2 * N_PAIRS):
+        n = 200 if k % 2 == 0 else 22
+        out.append((rng.uniform(-1, 1, (n + 1, 4)).astype(np.float32),
+                    rng.integers(0, 2, n), rng.uniform(-1, 1, n), k % 2 == 1))
+    return out
+
+
+def _replay_episodes(cls: type, first: int, last: int) -> list:
+    # Episodes first .. last - 1 of _replay_data(), numpy'ized, as an env
+    # runner hands them over.
+    out = []
+    for i, (obs, actions, rewards, terminated) in enumerate(_replay_data()[first:last]):
+        episode = cls(id_=f"r{first + i}", observations=list(obs),
+                      actions=[int(a) for a in actions], rewards=[float(r) for r in rewards],
+                      terminated=terminated, truncated=not terminated, len_lookback_buffer=0)
+        out.append(episode.to_numpy())
+    return out
+
+
+def _replay_full(cls: type) -> Any:
+    """A prioritized buffer (alpha 0.6) of capacity N_REPLAY after the whole
+    stream, its rng seeded."""
+    buffer = _replay_classes(cls)(capacity=N_REPLAY, alpha=0.6)
+    episodes = _replay_episodes(cls, 0, len(_replay_data()))
+    for i in range(0, len(episodes), 8):
+        buffer.add(episodes[i:i + 8])
+    buffer.rng = np.random.default_rng(0)
+    return buffer
+
+
+def _replay_add(cls: type) -> Round:
+    held = 2 * N_HELD_PAIRS
+    first = _replay_episodes(cls, 0, held)
+    rest = _replay_episodes(cls, held, len(_replay_data()))
+
+    def setup():
+        buffer = _replay_classes(cls)(capacity=N_REPLAY, alpha=0.6)
+        for i in range(0, len(first), 8):
+            buffer.add(first[i:i + 8])
+        return (buffer,)
+
+    def run(buffer):
+        for i in range(0, len(rest), 8):
+            buffer.add(rest[i:i + 8])
+        # Counts only: listing the stored indices would be timed with the adds.
+        return buffer.get_num_timesteps(), buffer.get_num_episodes()
+
+    return Round(run, setup)
+
+
+def _replay_sample(cls: type) -> Round:
+    buffer = _replay_full(cls)
+
+    def setup():
+        buffer.rng = np.random.default_rng(0)
+        return ()
+
+    def run():
+        return buffer.sample(N_DRAWN, n_step=3, beta=0.4, gamma=0.99)
+
+    return Round(run, setup)
+
+
 WORKLOADS: dict[str, Workload] = {w.name: w for w in [
     Workload("add_env_step", "1,000 add_env_step calls on a reset list-mode episode",
              N_COLLECT, _add_env_step),
@@ -834,6 +919,14 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in [
              "MultiAgentEpisode: pickle.loads(pickle.dumps(episode, protocol=5)) of a "
              "numpy'ized 10k-step episode (2 simultaneous agents; as pickle_roundtrip_10k)",
              1, _ma_pickle_roundtrip(numpy=True, n=N_STEPS)),
+    Workload("replay_add",
+             "PrioritizedEpisodeReplayBuffer (capacity 50,000, alpha 0.6) that holds "
+             "49,950 steps takes 100,122 more, 8 numpy'ized CartPole-sized episodes per add "
+             "(200- and 22-step episodes; every add evicts; items: steps)",
+             (N_PAIRS - N_HELD_PAIRS) * 222, _replay_add),
+    Workload("replay_sample_prioritized",
+             "PrioritizedEpisodeReplayBuffer.sample(256, n_step=3, beta=0.4) from the full "
+             "50,000-step buffer, seeded (items: transitions)", N_DRAWN, _replay_sample),
 ]}
 
 

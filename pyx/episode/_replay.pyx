@@ -436,6 +436,10 @@ cdef class Store:
                 return 0
             i = (i + 1) & mask
 
+    def __contains__(self, key):
+        """Whether an episode is stored under `key`."""
+        return self._find(key) >= 0
+
     def slot_for(self, key):
         """The slot of the episode stored under `key` (KeyError if none)."""
         cdef int32_t slot = self._find(key)
@@ -2193,13 +2197,14 @@ def make_transitions(type cls, Store store, Picks picks, dict obs_pairs, dict ac
     as RLlib's buffers build them (see replay._transitions): their data read
     in place from the batch arrays (`obs_pairs`: per observation leaf, rows
     [obs(ts), obs(end)] of each pick; `actions`, `extras[key]`: per leaf a
-    row per pick; `returns`: the discounted sums)."""
+    row per pick; `returns`: the discounted sums). Returns them and, per
+    episode, what it was made of (its buffers, extra outputs and storage)."""
     cdef Py_ssize_t i, B = picks.size
     cdef Pick* p
     cdef Ep* ep
     cdef EpisodeCore episode
     cdef EpisodeMeta meta
-    cdef list out = []
+    cdef list out = [], parts = []
     cdef list numpy_kinds = [KIND_ARRAY if len(self_shape) else KIND_SCALAR
                              for self_shape in store.shapes]
     cdef list list_kinds = [store.kinds[i] for i in range(store.nleaves)]
@@ -2261,4 +2266,7 @@ def make_transitions(type cls, Store store, Picks picks, dict obs_pairs, dict ac
         episode.last_row_observed = False
         episode.last_infos = None
         out.append(episode)
-    return out
+        parts.append((episode.observations, episode.actions, episode.rewards, episode.infos,
+                      dict(outputs), episode.observations._tree, episode.actions._tree,
+                      episode.rewards._tree))
+    return out, parts
