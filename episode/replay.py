@@ -102,6 +102,45 @@ class _Logger:
         return out
 
 
+_FOLDABLE = (int, np.int64)
+
+
+class _Unlogged:
+    """The values add() and sample() logged since the metrics were last
+    read, folded as they come: counts summed, windowed means cut to their
+    window. Handing them to the logger in bulk reduces to the same metrics
+    as logging each value (RLlib's sums add pushes up, its windowed means
+    keep the last `window`), for a few calls per key instead of ~26 per
+    add(); RLlib's log_value() costs microseconds."""
+
+    __slots__ = ("entries",)
+
+    def __init__(self):
+        # key -> (reduce, window, values), keys in the order first logged
+        self.entries: Dict[Any, tuple] = {}
+
+    def log(self, key, value, reduce="mean", window=None) -> None:
+        entry = self.entries.get(key)
+        if entry is None:
+            values = collections.deque(maxlen=window) if reduce == "mean" else []
+            entry = self.entries[key] = (reduce, window, values)
+        values = entry[2]
+        if (reduce != "mean" and type(value) is int and values
+                and type(values[-1]) in _FOLDABLE):
+            # Integer sums are exact in any order. RLlib's "sum" turns two
+            # or more pushes into a numpy int64 (np.nansum), its
+            # "lifetime_sum" adds them to a float whatever their type.
+            values[-1] = values[-1] + value if reduce != "sum" else np.int64(values[-1] + value)
+        else:
+            values.append(value)
+
+    def flush(self, logger) -> None:
+        entries, self.entries = self.entries, {}
+        for key, (reduce, window, values) in entries.items():
+            for value in values:
+                logger.log_value(key, value, reduce=reduce, window=window)
+
+
 def _metrics_logger():
     # RLlib's own logger where RLlib is loaded (its algorithms aggregate the
     # buffer's metrics); importing ray only for it would cost seconds.
@@ -228,8 +267,20 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
         self._num_timesteps_added = 0
         self.sampled_timesteps = 0
         self.rng = np.random.default_rng(seed=None)
-        self.metrics = _metrics_logger()
+        self._logger = _metrics_logger()
+        self._unlogged = _Unlogged()
         self._metrics_num_episodes_for_smoothing = metrics_num_episodes_for_smoothing
+
+    @property
+    def metrics(self):
+        """RLlib's MetricsLogger of the buffer, every add() and sample() logged."""
+        self._unlogged.flush(self._logger)
+        return self._logger
+
+    @metrics.setter
+    def metrics(self, logger) -> None:
+        self._unlogged = _Unlogged()
+        self._logger = logger
 
     def _new_store(self, capacity, storage) -> Store:
         _check_capacity(capacity)
@@ -321,7 +372,7 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
                             module_to_num_episodes_evicted, module_to_num_steps_evicted,
                             **kwargs) -> None:
         """Logs an add() call's counts (RLlib's keys and reductions)."""
-        log = self.metrics.log_value
+        log = self._unlogged.log
         window = self._metrics_num_episodes_for_smoothing
         log("num_episodes_stored", self.get_num_episodes(), reduce="mean", window=window)
         _log_pair(log, "num_episodes_added", num_episodes_added)
@@ -356,6 +407,7 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
         dict of (batch_size_B, batch_length_T) arrays: obs, actions,
         rewards, is_first, is_last, is_terminated, is_truncated."""
         if sample_episodes:
+            _check_gamma(gamma)
             return self._sample_episodes(
                 num_items=num_items, batch_size_B=batch_size_B, batch_length_T=batch_length_T,
                 n_step=n_step, beta=beta, gamma=gamma, include_infos=include_infos,
@@ -482,6 +534,7 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
         beta = 0.0 if beta is None else beta
         if not beta >= 0.0:
             raise ValueError(f"beta must be >= 0, not {beta}")
+        _check_gamma(gamma)
         if not 0.0 <= gamma <= 1.0:
             raise ValueError(f"gamma must lie in [0, 1], not {gamma}")
         batch_size = _int(batch_size, "batch_size")
@@ -511,7 +564,8 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
         batch["weights"] = weights
         batch["indices"] = indices
         if prioritized:
-            self._last_sampled_indices = indices.tolist()
+            self._last_sampled_keys = indices.tolist()
+            self._last_sampled_indices = store.leaves_of(self._last_sampled_keys)
         self._after_reads(len(indices))
         return batch
 
@@ -581,7 +635,7 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
                                module_to_num_steps_per_sample, module_to_sampled_n_step,
                                module_to_num_resamples, **kwargs) -> None:
         """Logs a sample() call's counts (RLlib's keys and reductions)."""
-        log = self.metrics.log_value
+        log = self._unlogged.log
         window = self._metrics_num_episodes_for_smoothing
         log("num_episodes_per_sample", num_episodes_per_sample, reduce="sum")
         log("num_env_steps_per_sample", num_env_steps_per_sample, reduce="sum")
@@ -717,6 +771,9 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
         self._alpha = alpha
         self._max_priority = 1.0
         self._last_sampled_indices: list = []
+        # Their steps' keys: a priority set after an add() evicted its step
+        # is dropped (RLlib's lands on the freed or reused leaf).
+        self._last_sampled_keys: list = []
         super().__init__(capacity=capacity, batch_size_B=batch_size_B,
                          batch_length_T=batch_length_T,
                          metrics_num_episodes_for_smoothing=metrics_num_episodes_for_smoothing,
@@ -816,6 +873,7 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
         of one-step episodes whose rewards are the discounted n-step sums,
         with `weights` (importance weights, normalized by the largest) and
         `n_step` among their extra model outputs."""
+        _check_gamma(gamma)
         if not beta >= 0.0:
             raise AssertionError(f"beta must be >= 0, not {beta}")
         batch_size_B = _batch_size(num_items, batch_size_B) or self.batch_size_B
@@ -823,6 +881,7 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
         store = self._store
         picks = store.draw_prioritized(self._draws(), batch_size_B, n_step, beta)
         self._last_sampled_indices = picks.leaves
+        self._last_sampled_keys = store.priorities.keys_of(picks.leaves)
         slots, ts, ns, ends = store.pick_fields(picks)
         store.locate_ends(picks)
         episodes = _transitions(store, picks, slots, ts, ns, ends, gamma,
@@ -841,28 +900,19 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
     def update_priorities(self, priorities, module_id=None, *, indices=None) -> None:
         """Sets the priorities of the last sample()'s (or sample_batch()'s)
         timesteps, in its order: max(p, 1e-12) ** alpha; or, with `indices`
-        (tree leaves, as sample_batch() returns them), of those timesteps.
-        Checked first (AssertionError for a wrong count, ValueError for a
-        negative or NaN priority or an index that is no stored timestep)."""
-        last = indices is None
-        leaves = self._last_sampled_indices if last else [int(i) for i in indices]
-        if len(priorities) != len(leaves):
-            raise AssertionError(f"{len(priorities)} priorities for {len(leaves)} sampled "
-                                 f"timesteps")
-        values = list(priorities)
-        for p in values:
-            if not p >= 0:
-                raise ValueError(f"priorities must be >= 0 (and not NaN), not {p}")
-        trees = self._store.priorities
-        if not last and any(not 0 <= leaf < trees.size or trees.key(leaf) < 0
-                            for leaf in leaves):
-            raise ValueError("indices must be the tree leaves of stored timesteps")
-        for leaf, p in zip(leaves, values):
-            p = max(p, 1e-12)
-            trees.update(leaf, p ** self._alpha)
-            self._max_priority = max(self._max_priority, p)
-        if last:
-            leaves.clear()
+        (the `indices` of a sample_batch()), of those timesteps. A timestep
+        evicted since it was drawn is skipped. Checked first (AssertionError
+        for a wrong count, ValueError for a negative, NaN or infinite
+        priority)."""
+        if indices is None:
+            keys = self._last_sampled_keys
+        else:
+            keys = [int(i) for i in indices]
+        self._max_priority = _set_priorities(self._store, keys, priorities, self._alpha,
+                                             self._max_priority)
+        if indices is None:
+            self._last_sampled_indices.clear()
+            keys.clear()
 
     def get_state(self) -> Dict[str, Any]:
         state = super().get_state()
@@ -886,15 +936,44 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
         if mapping != {triple[2]: i for i, triple in enumerate(state["_indices"])}:
             raise ValueError("_tree_idx_to_sample_idx must map each stored timestep's tree "
                              "leaf to its place in _indices")
-        last = list(state["_last_sampled_indices"])
-        if any(store.priorities.key(leaf) < 0 for leaf in last):
-            raise ValueError("_last_sampled_indices must be stored timesteps' tree leaves")
+        last = _sampled_leaves(state["_last_sampled_indices"], store.priorities)
+        max_priority = _max_priority(state["_max_priority"])
         self._store = store
         self._num_timesteps = state["_num_timesteps"]
         self._num_timesteps_added = state["_num_timesteps_added"]
         self.sampled_timesteps = state["sampled_timesteps"]
-        self._max_priority = state["_max_priority"]
+        self._max_priority = max_priority
         self._last_sampled_indices = last
+        self._last_sampled_keys = store.priorities.keys_of(last)
+
+
+class _SavedTree:
+    """A module's segment tree in a multi-agent checkpoint where RLlib is not
+    loaded: its node values (RLlib's tree API for reading them)."""
+
+    def __init__(self, value: list):
+        self.value = value
+        self.capacity = len(value) // 2
+
+    def get_state(self) -> list:
+        return self.value
+
+
+def _tree_state(trees, of_sum: bool):
+    """A module's sum or min tree as RLlib's multi-agent checkpoint holds
+    it: RLlib's tree object (with RLlib loaded, so that its buffer can load
+    and run on the state), else a _SavedTree; both pickle."""
+    values = trees.sum_values() if of_sum else trees.min_values()
+    module = sys.modules.get("ray.rllib.execution.segment_tree")
+    if module is None and "ray.rllib" in sys.modules:
+        import importlib
+
+        module = importlib.import_module("ray.rllib.execution.segment_tree")
+    if module is None:
+        return _SavedTree(values)
+    tree = (module.SumSegmentTree if of_sum else module.MinSegmentTree)(trees.size)
+    tree.value = values
+    return tree
 
 
 class _TreeView:
@@ -949,6 +1028,45 @@ def _log_pair(log, name: str, value, key=None, *, lifetime: Optional[str] = None
     life = lifetime or f"{name}_lifetime"
     log(name if key is None else (name, key), value, reduce="sum")
     log(life if key is None else (life, key), value, reduce="lifetime_sum")
+
+
+def _set_priorities(store: Store, keys: list, priorities, alpha, max_priority):
+    """update_priorities(): max(p, 1e-12) ** alpha on the tree leaves of
+    the steps `keys` (those still stored), everything checked before any is
+    set; returns the new highest priority (RLlib's running max over all)."""
+    if len(priorities) != len(keys):
+        raise AssertionError(f"{len(priorities)} priorities for {len(keys)} sampled timesteps")
+    clamped = []
+    for p in priorities:
+        if not 0 <= p < float("inf"):
+            raise ValueError(f"priorities must be finite and >= 0, not {p}")
+        clamped.append(max(p, 1e-12))
+    values = [p ** alpha for p in clamped]
+    store.priorities.update_many(store.leaves_of(keys), values)
+    return max([max_priority] + clamped)
+
+
+def _sampled_leaves(leaves, trees) -> list:
+    # A checkpoint's last sampled leaves (free ones too: RLlib keeps those
+    # of steps evicted since; their priorities are skipped).
+    leaves = list(leaves)
+    if any(type(leaf) is not int or not 0 <= leaf < trees.size for leaf in leaves):
+        raise ValueError("the last sampled indices must be tree leaves")
+    return leaves
+
+
+def _max_priority(value):
+    # A checkpoint's highest priority: it weighs every step added next.
+    if type(value) not in (float, int, np.float64, np.float32) or not 0 < value < float("inf"):
+        raise ValueError(f"_max_priority must be a positive finite number, not {value!r}")
+    return value
+
+
+def _check_gamma(gamma) -> None:
+    # Checked before drawing: RLlib's n-step sums fail on a non-number only
+    # after its draws (any real number is used as given, as RLlib's).
+    if isinstance(gamma, bool) or not isinstance(gamma, (int, float, np.integer, np.floating)):
+        raise TypeError(f"gamma must be a number, not {type(gamma).__name__}")
 
 
 def _batch_size(num_items, batch_size_B):
@@ -1161,7 +1279,7 @@ def _env_steps_chunk(episode) -> SingleAgentEpisode:
     n = len(episode)
     chunk = SingleAgentEpisode(
         id_=episode.id_, observations=np.zeros(n + 1, np.int8), actions=np.zeros(n, np.int8),
-        rewards=np.zeros(n, np.int8), terminated=episode.is_terminated,
+        rewards=np.zeros(n, np.bool_), terminated=episode.is_terminated,
         truncated=episode.is_truncated, t_started=episode.env_t_started, len_lookback_buffer=0)
     return chunk
 
@@ -1390,6 +1508,7 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
         transitions of its agents ("independent", a list of single-agent
         episodes), or env steps with every agent that has a whole transition
         there ("synchronized", a dict of batches per module)."""
+        _check_gamma(gamma)
         batch_size_B = _batch_size(num_items, batch_size_B) or self.batch_size_B
         batch_length_T = batch_length_T or self.batch_length_T
         if replay_mode == "independent":
@@ -1414,6 +1533,10 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
         episodes: list = []
         draws = self._draws()
         modules = modules_to_sample or set(self._module_keys())
+        if not modules:
+            # RLlib's: its metrics divide by the zero steps sampled (after
+            # counting the draw); ours before anything changes.
+            raise ZeroDivisionError("the buffer holds no timesteps to sample")
         agent_id = None
         for module_id in modules:
             store = self._module_store(module_id)
@@ -1496,8 +1619,13 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
                    "weights", "n_step")
         data: Dict[Any, Dict[str, list]] = {}
         wanted = modules_to_sample or self._modules.keys()
-        B = 0
+        per_module: Dict[Any, int] = collections.Counter()
+        B = tries = 0
         while B < batch_size_B:
+            tries += 1
+            if tries > 1_000_000 + 100 * batch_size_B:
+                raise ValueError(f"no item after {tries - 1} draws: no stored env step has "
+                                 f"n-step transitions of its agents")
             slot, ts = self._store.uniform_step(draws)
             if random_n:
                 n = draws.draw_integers(*n_step)
@@ -1530,8 +1658,10 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
                 rows["truncateds"].append(bool(truncated))
                 rows["weights"].append(1.0)
                 rows["n_step"].append(n)
-                self.sampled_timesteps_per_module[module_id] += 1
+                per_module[module_id] += 1
             B += 1
+        for module_id, count in per_module.items():
+            self.sampled_timesteps_per_module[module_id] += count
         self.sampled_timesteps += batch_size_B
         from episode.spaces import stack as batch_items
 
@@ -1620,7 +1750,7 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
         counters = {key: collections.defaultdict(int, dict(state[key])) for key in (
             "_num_module_timesteps", "_num_module_timesteps_added", "_num_module_episodes",
             "_num_module_episodes_evicted", "sampled_timesteps_per_module")}
-        self._restore_priorities(state)
+        self._restore_priorities(state, store, modules)
         self._store = store
         self._multi_episodes = collections.deque(episodes)
         self._modules = modules
@@ -1665,7 +1795,7 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
     def _module_weights(self, module_id, state):
         return None
 
-    def _restore_priorities(self, state) -> None:
+    def _restore_priorities(self, state, store: Store, modules: Dict[Any, Store]) -> None:
         pass
 
     def _multi_state(self) -> Dict[str, Any]:
@@ -1764,6 +1894,7 @@ class MultiAgentPrioritizedEpisodeReplayBuffer(MultiAgentEpisodeReplayBuffer,
         self._alpha = alpha
         self._module_to_max_priority = collections.defaultdict(lambda: 1.0)
         self._module_to_last_sampled_indices = collections.defaultdict(list)
+        self._module_to_last_sampled_keys = collections.defaultdict(list)
         self._weight_per_module: dict = {}
 
     def _new_store(self, capacity, storage) -> Store:
@@ -1807,6 +1938,7 @@ class MultiAgentPrioritizedEpisodeReplayBuffer(MultiAgentEpisodeReplayBuffer,
                modules_to_sample: Optional[List[Any]] = None, beta: float = 0.0, **kwargs):
         """As MultiAgentEpisodeReplayBuffer.sample(), drawn by priority per
         module with importance weights (`beta`) in the independent mode."""
+        _check_gamma(gamma)
         if not beta >= 0.0:
             raise AssertionError(f"beta must be >= 0, not {beta}")
         batch_size_B = _batch_size(num_items, batch_size_B) or self.batch_size_B
@@ -1827,28 +1959,22 @@ class MultiAgentPrioritizedEpisodeReplayBuffer(MultiAgentEpisodeReplayBuffer,
         picks = store.draw_prioritized(draws, batch_size_B, n_step, beta,
                                        self.get_num_timesteps(module_id))
         self._module_to_last_sampled_indices[module_id].extend(picks.leaves)
+        self._module_to_last_sampled_keys[module_id].extend(
+            store.priorities.keys_of(picks.leaves))
         return picks, picks.weights
 
     def update_priorities(self, priorities, module_id) -> None:
         """Sets the priorities of `module_id`'s timesteps drawn since the
-        last update (in their order): max(p, 1e-12) ** alpha. Checked first
-        (AssertionError for a wrong count, ValueError for a negative or NaN
+        last update (in their order): max(p, 1e-12) ** alpha; a timestep
+        evicted since it was drawn is skipped. Checked first (AssertionError
+        for a wrong count, ValueError for a negative, NaN or infinite
         priority)."""
-        indices = self._module_to_last_sampled_indices[module_id]
-        if len(priorities) != len(indices):
-            raise AssertionError(f"{len(priorities)} priorities for {len(indices)} sampled "
-                                 f"timesteps of module {module_id!r}")
-        values = list(priorities)
-        for p in values:
-            if not p >= 0:
-                raise ValueError(f"priorities must be >= 0 (and not NaN), not {p}")
-        trees = self._module_store(module_id).priorities
-        for leaf, p in zip(indices, values):
-            p = max(p, 1e-12)
-            trees.update(leaf, p ** self._alpha)
-            self._module_to_max_priority[module_id] = max(
-                self._module_to_max_priority[module_id], p)
-        indices.clear()
+        keys = self._module_to_last_sampled_keys[module_id]
+        self._module_to_max_priority[module_id] = _set_priorities(
+            self._module_store(module_id), keys, priorities, self._alpha,
+            self._module_to_max_priority[module_id])
+        self._module_to_last_sampled_indices[module_id].clear()
+        keys.clear()
 
     def _module_entries(self, module_id, store: Store) -> list:
         index = self._ma_index()
@@ -1873,8 +1999,8 @@ class MultiAgentPrioritizedEpisodeReplayBuffer(MultiAgentEpisodeReplayBuffer,
             "_last_sampled_indices": self._last_sampled_indices,
         } | self._multi_state() | {
             "_module_to_max_priority": list(self._module_to_max_priority.items()),
-            "_module_to_sum_segment": [(m, _TreeView(t, True)) for m, t in modules.items()],
-            "_module_to_min_segment": [(m, _TreeView(t, False)) for m, t in modules.items()],
+            "_module_to_sum_segment": [(m, _tree_state(t, True)) for m, t in modules.items()],
+            "_module_to_min_segment": [(m, _tree_state(t, False)) for m, t in modules.items()],
             "_module_to_free_nodes": [(m, collections.deque(t.free_nodes(), maxlen=t.size))
                                       for m, t in modules.items()],
             "_module_to_max_idx": [(m, t.max_idx) for m, t in modules.items()],
@@ -1900,13 +2026,25 @@ class MultiAgentPrioritizedEpisodeReplayBuffer(MultiAgentEpisodeReplayBuffer,
                 _tree_values(of("_module_to_min_segment")),
                 list(of("_module_to_free_nodes")), of("_module_to_max_idx"))
 
-    def _restore_priorities(self, state) -> None:
-        maxima = dict(state["_module_to_max_priority"])
-        last = {m: list(v) for m, v in dict(state["_module_to_last_sampled_indices"]).items()}
-        self._max_priority = state["_max_priority"]
-        self._last_sampled_indices = list(state["_last_sampled_indices"])
+    def _restore_priorities(self, state, store: Store, modules: Dict[Any, Store]) -> None:
+        # RLlib's maps of leaves to places (rebuilt from _indices here) are
+        # part of its checkpoint: one without them is RLlib's KeyError.
+        state["_tree_idx_to_sample_idx"], state["_module_to_tree_idx_to_sample_idx"]
+        maxima = {m: _max_priority(p) for m, p in dict(state["_module_to_max_priority"]).items()}
+        max_priority = _max_priority(state["_max_priority"])
+        last = {}
+        for module_id, leaves in dict(state["_module_to_last_sampled_indices"]).items():
+            if module_id not in modules:
+                raise ValueError(f"_module_to_last_sampled_indices names module {module_id!r}, "
+                                 f"which has no steps")
+            last[module_id] = _sampled_leaves(leaves, modules[module_id].priorities)
+        self._max_priority = max_priority
+        self._last_sampled_indices = _sampled_leaves(state["_last_sampled_indices"],
+                                                     store.priorities)
         self._module_to_max_priority = collections.defaultdict(lambda: 1.0, maxima)
         self._module_to_last_sampled_indices = collections.defaultdict(list, last)
+        self._module_to_last_sampled_keys = collections.defaultdict(list, {
+            m: modules[m].priorities.keys_of(leaves) for m, leaves in last.items()})
 
 
 def _tree_values(tree) -> list:

@@ -69,6 +69,7 @@ class Impl:
 
 
 def ours() -> Impl:
+    import episode.replay  # noqa: F401 - imported before the forks (the replay cases)
     from episode import InfiniteLookbackBuffer, SingleAgentEpisode
 
     return Impl(InfiniteLookbackBuffer, SingleAgentEpisode, True)
@@ -3674,6 +3675,775 @@ def _buffer_like(impl, lookback=0, data=None):
 
 for _name in ("BufferCore", "EpisodeCore", "assemble", "index", "Memory"):
     add("core", _name, core_case(_name))
+
+
+# -- replay: the compiled store, its priority trees and draws ------------------------------
+
+
+def _replay_modules():
+    from episode import _priority, _replay, replay
+
+    return _replay, _priority, replay
+
+
+def _plain_rows(x):
+    # rows_of's Columns (nested as the track is) as lists.
+    if hasattr(x, "to_list"):
+        return x.to_list()
+    if isinstance(x, dict):
+        return {k: _plain_rows(v) for k, v in x.items()}
+    if isinstance(x, tuple):
+        return tuple(_plain_rows(v) for v in x)
+    return x
+
+
+def trees_state(trees):
+    return (trees.sum_values(), trees.min_values(), trees.free_nodes(), trees.max_idx,
+            trees.used_leaves())
+
+
+class TreesView:
+    """PriorityTrees as get_state() (for Probe.run(state=...))."""
+
+    def __init__(self, trees):
+        self.trees = trees
+
+    def get_state(self):
+        return trees_state(self.trees)
+
+
+class StoreView:
+    """A Store's data as get_state() (for Probe.run(state=...)): its
+    counters, its steps in order, each stored episode's fields and rows,
+    its trees."""
+
+    def __init__(self, store):
+        self.store = store
+
+    def rows(self):
+        """Each stored episode's rows (lookback included), by slot."""
+        _replay, _, _ = _replay_modules()
+        s = self.store
+        out = {}
+        for slot in _replay.live_slots(s):
+            _, meta, _, length, lookback = _replay.episode_fields(s, slot)[:5]
+            rows = out[slot] = {}
+            for track in ["obs", "infos", "actions", "rewards"] + [("extras", k)
+                                                                  for k in meta.extra_keys]:
+                stop = length + 1 if track in ("obs", "infos") else length
+                rows[str(track)] = _plain_rows(
+                    _replay.rows_of(s, slot, track, -lookback, stop, False))
+        return out
+
+    def get_state(self):
+        _replay, _, _ = _replay_modules()
+        s = self.store
+        out = {"live": s.live_steps, "episodes": s.num_episodes, "evicted": s.num_evicted,
+               "layout": s.layout, "order": _replay.step_order(s), "rows": self.rows(),
+               "fields": [_replay.episode_fields(s, slot)[:1] + _replay.episode_fields(
+                   s, slot)[2:] for slot in _replay.live_slots(s)]}
+        if s.priorities is not None:
+            out["trees"] = trees_state(s.priorities)
+        return out
+
+
+def _rstep(t):
+    # A replay episode's per-step values (none of them 0, nor the fill F).
+    return dict(obs=obs(t), act=t % 3 + 1, rew=t + 0.25, vf=10.0 + t)
+
+
+def _replay_episode(impl, kind, steps=4, id_=None):
+    """An episode of `kind` (its observations, rewards... of odd sorts)."""
+    E = impl.Episode
+    ts = range(steps + 1)
+    obs_of = {
+        "box": obs,
+        "dict": lambda t: {"a": obs(t), "b": t + 1},
+        "tuple": lambda t: (obs(t), np.int64(t + 1)),
+        "str": lambda t: f"o{t}",
+        "ragged": lambda t: np.full(t + 1, t + 1.5),
+        "mixed": lambda t: [None, "x", obs(t), {"a": 1}][t % 4],
+        "nan": lambda t: np.array([np.nan, t + 1.5], np.float32),
+        "bytes": lambda t: f"b{t}".encode(),
+        "huge_row": lambda t: np.full(2**12, t + 1.5, np.float32),
+    }.get(kind, obs)
+    observations = [obs_of(t) for t in ts]
+    actions = [_rstep(t)["act"] for t in ts[:-1]]
+    rewards = [_rstep(t)["rew"] for t in ts[:-1]]
+    infos = [{"t": t} for t in ts]
+    extras = {"vf": [_rstep(t)["vf"] for t in ts[:-1]]}
+    lookback = 0
+    if kind == "zero_steps":
+        observations, actions, rewards, infos = observations[:1], [], [], infos[:1]
+        extras = {"vf": []}
+    elif kind == "huge_lookback":
+        lookback = 500
+        observations = [obs(1)] * lookback + observations
+        actions = [1] * lookback + actions
+        rewards = [1.25] * lookback + rewards
+        infos = [{"t": 1}] * lookback + infos
+        extras = {"vf": [11.0] * lookback + extras["vf"]}
+    elif kind == "str_rewards":
+        rewards = ["r"] * steps
+    elif kind == "bool_rewards":
+        rewards = [True, False] * (steps // 2)
+    elif kind == "object_actions":
+        actions = [None, "a", 1, (2,)][:steps]
+    elif kind == "dict_extras":
+        extras = {"vf": [{"x": 10.0 + t} for t in ts[:-1]]}
+    elif kind == "infos_not_dicts":
+        infos = [None, [1], "t", 3, {}][: steps + 1]
+    ep = E(id_=id_ or f"r-{kind}", observations=observations, actions=actions, rewards=rewards,
+           infos=infos, extra_model_outputs=extras, len_lookback_buffer=lookback)
+    return ep
+
+
+REPLAY_KINDS = ["box", "box_numpy", "dict", "tuple", "str", "ragged", "mixed", "nan", "bytes",
+                "huge_row", "zero_steps", "huge_lookback", "str_rewards", "bool_rewards",
+                "object_actions", "dict_extras", "infos_not_dicts"]
+
+
+def _allow_replay(p, kind="box"):
+    """The values the replay episodes hold (False, which equals 0, only where
+    an episode of `kind` holds it: zeroed memory is what the checks catch)."""
+    allow_episode_fixture(p, steps=7)
+    p.allow([f"r-{kind}" for kind in REPLAY_KINDS], "r-box-2", "second", float("nan"),
+            ["o0", "o1", "o2", "o3", "o4", "x", b"b0", b"b1", b"b2", b"b3", b"b4", "r", "a"],
+            [t + 1.5 for t in range(6)], [t + 1 for t in range(6)], {"a": 1}, {"x": 1}, [1],
+            "t")
+    if kind == "bool_rewards":
+        p.allow(True, False)
+
+
+def _make_replay_episode(impl, kind):
+    ep = _replay_episode(impl, "box" if kind == "box_numpy" else kind)
+    if kind == "box_numpy":
+        ep.to_numpy()
+    return ep
+
+
+def probe_store(p, tag, store):
+    """Draws, gathers and reads on `store`; none may crash or hand out
+    memory nobody wrote."""
+    _replay, _, _ = _replay_modules()
+    view = StoreView(store)
+    p.run(f"{tag}.view", view.get_state, data=False)
+    p.run(f"{tag}.rows", view.rows)
+    if not isinstance(store.live_steps, int) or not store.live_steps:
+        return
+    draws = _replay.Draws(np.random.default_rng(0))
+    p.run(f"{tag}.uniform_step", lambda: store.uniform_step(draws), data=False)
+    picks = [p.run(f"{tag}.draw_uniform", lambda: store.draw_uniform(draws, 4, 0, 1, 0),
+                   data=False),
+             p.run(f"{tag}.draw_uniform(T=3)", lambda: store.draw_uniform(draws, 4, 3, 1, 0),
+                   data=False),
+             p.run(f"{tag}.draw_transitions", lambda: store.draw_transitions(draws, 4, 1),
+                   data=False)]
+    if store.priorities is not None:
+        picks.append(p.run(f"{tag}.draw_prioritized",
+                           lambda: store.draw_prioritized(draws, 4, 1, 0.5), data=False))
+    for k, pick in enumerate(picks):
+        if pick is None:
+            continue
+        p.run(f"{tag}.pick_fields#{k}", lambda: store.pick_fields(pick), data=False)
+        p.run(f"{tag}.locate_ends#{k}", lambda: store.locate_ends(pick), data=False)
+        for leaf in range(store.nleaves):
+            p.run(f"{tag}.gather#{k}({leaf})", lambda: store.gather(pick, leaf))
+        for leaf in _leaf_numbers(store.layout["obs"]):
+            # (The rows after a transition's last step: observations only.)
+            p.run(f"{tag}.gather#{k}({leaf},end)", lambda: store.gather(pick, leaf, True))
+        for leaf in (-1, store.nleaves, 2**62):
+            p.run(f"{tag}.gather#{k}({leaf})", lambda: store.gather(pick, leaf),
+                  ok=[IndexError, OverflowError])
+        p.run(f"{tag}.gather_infos#{k}", lambda: store.gather_infos(pick, True))
+        p.run(f"{tag}.returns#{k}", lambda: store.returns(pick, 0.9), data=False)
+    p.run(f"{tag}.evict_oldest(1)", lambda: store.evict_oldest(1), data=False)
+    p.run(f"{tag}.view after evict", view.get_state, data=False)
+    p.run(f"{tag}.rows after evict", view.rows)
+
+
+def _leaf_numbers(structure):
+    if isinstance(structure, int):
+        return [structure]
+    values = structure.values() if isinstance(structure, dict) else structure or ()
+    return [leaf for v in values for leaf in _leaf_numbers(v)]
+
+
+def replay_gather_at_end_case(track):
+    """gather(at_end=True) reads the row after a pick's end: a track that
+    has no such row (only observations have) is refused, never read."""
+
+    def run(impl, p):
+        _replay, _, _ = _replay_modules()
+        _allow_replay(p)
+        store = _replay.Store(64)
+        store.add(_replay_episode(impl, "box"))
+        picks = store.draw_transitions(_replay.Draws(np.random.default_rng(0)), 4, 1)
+        store.locate_ends(picks)
+        for leaf in _leaf_numbers(store.layout["extras"]["vf"] if track == "vf"
+                                  else store.layout[track]):
+            p.run(f"gather({leaf},end)", lambda: store.gather(picks, leaf, True))
+
+    return run
+
+
+for _track in ("obs", "actions", "rewards", "vf"):
+    add("replay_store", f"gather_at_end:{_track}", replay_gather_at_end_case(_track))
+
+
+def replay_store_add_case(kind, into, prioritized):
+    """An episode of `kind` checked and added to a Store (empty, or holding
+    a box episode): refused with the store unchanged, or stored and then
+    drawn from and read."""
+
+    def run(impl, p):
+        _replay, _, _ = _replay_modules()
+        _allow_replay(p, kind)
+        store = _replay.Store(64, prioritized=prioritized, tree_size=128 if prioritized else 0)
+        weight = 1.0 if prioritized else None
+        if into == "box":
+            p.run("add box", lambda: store.add(_replay_episode(impl, "box"), weight), data=False)
+        ep = p.run("episode", lambda: _make_replay_episode(impl, kind), data=False)
+        if ep is None:
+            return
+        view = StoreView(store)
+        p.run("check", lambda: store.check(ep, {}), state=view, data=False)
+        p.run("add", lambda: store.add(ep, weight), state=view, data=False)
+        p.run("add again (a chunk of a done or not continued episode)",
+              lambda: store.add(ep, weight), state=view, data=False)
+        probe_store(p, "store", store)
+
+    return run
+
+
+for _kind in REPLAY_KINDS:
+    for _into in ("empty", "box"):
+        for _prioritized in (False, True):
+            add("replay_store", f"add:{_kind}:into={_into}:prioritized={_prioritized}",
+                replay_store_add_case(_kind, _into, _prioritized))
+
+
+STORE_ARGS = {
+    "capacity=0": (0,), "capacity=-1": (-1,), "capacity=2**62": (2**62,),
+    "capacity=2**63": (2**63,), "capacity=str": ("x",), "capacity=None": (None,),
+    "capacity=1.5": (1.5,), "tree_size=0": (10, True, 0), "tree_size=3": (10, True, 3),
+    "tree_size=-4": (10, True, -4), "tree_size=2**62": (10, True, 2**62),
+    "tree_size=2**63": (10, True, 2**63), "tree_size=2": (10, True, 2),
+    "storage=missing": (10, False, 0, "/nonexistent/replay-blocks"),
+    "storage=int": (10, False, 0, 123), "storage=file": (10, False, 0, "FILE"),
+    "storage=bytes": (10, False, 0, b"/nonexistent"),
+}
+
+
+def replay_store_new_case(name):
+    """Store(...) with odd arguments: refused, or a store that takes a box
+    episode (or refuses it unchanged) and is drawn from."""
+
+    def run(impl, p):
+        _replay, _, _ = _replay_modules()
+        _allow_replay(p)
+        args = STORE_ARGS[name]
+        with tempfile.NamedTemporaryFile() as f:
+            args = tuple(f.name if a == "FILE" else a for a in args)
+            ok = [ValueError] if name in ("capacity=0", "capacity=-1") else None
+            store = p.run("Store", lambda: _replay.Store(*args), ok=ok, data=False)
+            if store is None:
+                return
+            weight = 1.0 if store.priorities is not None else None
+            for k in range(3):
+                p.run(f"add#{k}", lambda: store.add(_replay_episode(impl, "box", steps=2 + k),
+                                                    weight),
+                      state=StoreView(store), data=False)
+            probe_store(p, "store", store)
+
+    return run
+
+
+for _name in STORE_ARGS:
+    add("replay_store", f"new:{_name}", replay_store_new_case(_name))
+
+
+TREE_VALUES = {
+    "nan": float("nan"), "inf": float("inf"), "-inf": float("-inf"), "neg": -1.0, "zero": 0.0,
+    "huge": 1e308, "tiny": 1e-320, "f32_nan": np.float32("nan"), "f32": np.float32(2.5),
+    "f64": np.float64(2.5), "f16": np.float16(2.5), "int": 3, "bigint": 2**70,
+    "hugeint": 2**1100, "bool": True, "str": "x", "None": None, "complex": 1j,
+    "array": np.array([1.0]),
+}
+TREE_LEAVES = {"used": 0, "free": 5, "last": 7, "size": 8, "neg": -1, "huge": 2**62,
+               "too_big": 2**63, "str": "x", "None": None, "float": 1.0}
+
+
+def _small_trees():
+    _, _priority, _ = _replay_modules()
+    trees = _priority.PriorityTrees(8)
+    for key, value in enumerate((1.0, np.float32(2.0), np.float64(3.0))):
+        trees.assign(value, key)
+    return trees
+
+
+def probe_trees(p, tag, trees):
+    """The trees' reductions, a draw at half the sum, every leaf."""
+    p.run(f"{tag}.state", lambda: trees_state(trees), data=False)
+    total = p.run(f"{tag}.sum", trees.sum, data=False)
+    p.run(f"{tag}.min", trees.min, data=False)
+    if isinstance(total, (float, np.floating)):
+        p.run(f"{tag}.find_prefixsum_idx(sum/2)",
+              lambda: trees.find_prefixsum_idx(total * 0.5), data=False)
+    size = trees.size
+    if isinstance(size, int) and size <= 1024:
+        p.run(f"{tag}.leaves", lambda: [trees.leaf_value(j) for j in range(size)], data=False)
+        p.run(f"{tag}.keys", lambda: [trees.key(j) for j in range(size)], data=False)
+    p.run(f"{tag}.assign", lambda: trees.assign(1.5, 99), state=TreesView(trees), data=False)
+
+
+def _tree_calls(trees, op, arg):
+    """The calls of case op(arg) on `trees`: (label, call) pairs."""
+    if op == "update":
+        return [(f"update({leaf})", lambda leaf=leaf: trees.update(TREE_LEAVES[leaf], arg))
+                for leaf in ("used", "free", "size", "neg")]
+    if op == "free":   # the second time the leaf is free
+        return [(f"free#{k}", lambda: trees.free(arg)) for k in range(2)]
+    if op == "assign":
+        return [("assign", lambda: trees.assign(arg, 9))]
+    return [(op, lambda: getattr(trees, op)(arg))]
+
+
+def replay_trees_op_case(op, arg):
+    def run(impl, p):
+        trees = _small_trees()
+        view = TreesView(trees)
+        for label, call in _tree_calls(trees, op, arg):
+            p.run(label, call, state=view, data=False)
+        probe_trees(p, "trees", trees)
+
+    return run
+
+
+for _op, _args in (("assign", TREE_VALUES), ("update", TREE_VALUES),
+                   ("find_prefixsum_idx", TREE_VALUES), ("free", TREE_LEAVES),
+                   ("key", TREE_LEAVES), ("leaf_value", TREE_LEAVES)):
+    for _name, _arg in _args.items():
+        add("replay_trees", f"{_op}:{_name}", replay_trees_op_case(_op, _arg))
+
+
+def replay_trees_new_case(size):
+    def run(impl, p):
+        _, _priority, _ = _replay_modules()
+        trees = p.run("PriorityTrees", lambda: _priority.PriorityTrees(size), data=False)
+        if trees is None:
+            return
+        view = TreesView(trees)
+        for k in range(10):   # more than a small tree's leaves
+            p.run(f"assign#{k}", lambda: trees.assign(1.0 + k, k), state=view, data=False)
+        probe_trees(p, "trees", trees)
+
+    return run
+
+
+for _leaves in (0, 1, 3, -2, 8, 2**62, 2**63, "x", None, 4.0):
+    add("replay_trees", f"new:{token(_leaves)}", replay_trees_new_case(_leaves))
+
+
+def _restore_args(trees):
+    sums, mins, free, max_idx, used = trees_state(trees)
+    return dict(sum_values=sums, min_values=mins, free_nodes=free, max_idx=max_idx,
+                assigned=used)
+
+
+def _set_leaf(values, leaf, value):
+    values = list(values)
+    values[len(values) // 2 + leaf] = value
+    return values
+
+
+TREE_RESTORES = {
+    "as_is": lambda a: a,
+    "sums_short": lambda a: dict(a, sum_values=a["sum_values"][:-1]),
+    "sums_tuple": lambda a: dict(a, sum_values=tuple(a["sum_values"])),
+    "sums_None": lambda a: dict(a, sum_values=None),
+    "mins_str": lambda a: dict(a, min_values="x" * len(a["min_values"])),
+    "leaf_nan": lambda a: dict(a, sum_values=_set_leaf(a["sum_values"], 0, float("nan")),
+                               min_values=_set_leaf(a["min_values"], 0, float("nan"))),
+    "leaf_neg": lambda a: dict(a, sum_values=_set_leaf(a["sum_values"], 0, -1.0),
+                               min_values=_set_leaf(a["min_values"], 0, -1.0)),
+    "leaf_inf": lambda a: dict(a, sum_values=_set_leaf(a["sum_values"], 0, float("inf")),
+                               min_values=_set_leaf(a["min_values"], 0, float("inf"))),
+    "leaf_str": lambda a: dict(a, sum_values=_set_leaf(a["sum_values"], 0, "1.0")),
+    "leaf_None": lambda a: dict(a, min_values=_set_leaf(a["min_values"], 1, None)),
+    "free_leaf_valued": lambda a: dict(a, sum_values=_set_leaf(a["sum_values"], 5, 1.0)),
+    "free_twice": lambda a: dict(a, free_nodes=a["free_nodes"][:1] + a["free_nodes"][:-1]),
+    "free_missing": lambda a: dict(a, free_nodes=a["free_nodes"][1:]),
+    "free_overlap": lambda a: dict(a, free_nodes=[0] + a["free_nodes"][1:]),
+    "free_np_int": lambda a: dict(a, free_nodes=[np.int64(x) for x in a["free_nodes"]]),
+    "free_huge": lambda a: dict(a, free_nodes=[2**70] + a["free_nodes"][1:]),
+    "free_None": lambda a: dict(a, free_nodes=None),
+    "assigned_out_of_range": lambda a: dict(a, assigned=[(8, 0)] + a["assigned"][1:]),
+    "assigned_neg": lambda a: dict(a, assigned=[(-1, 0)] + a["assigned"][1:]),
+    "assigned_twice": lambda a: dict(a, assigned=a["assigned"][:1] * 2 + a["assigned"][2:]),
+    "assigned_key_huge": lambda a: dict(a, assigned=[(0, 2**70)] + a["assigned"][1:]),
+    "assigned_not_pairs": lambda a: dict(a, assigned=[0, 1, 2]),
+    "max_idx_str": lambda a: dict(a, max_idx="x"),
+    "max_idx_None": lambda a: dict(a, max_idx=None),
+    "max_idx_huge": lambda a: dict(a, max_idx=2**70),
+    "max_idx_neg": lambda a: dict(a, max_idx=-5),
+}
+
+
+def replay_trees_restore_case(name):
+    """restore() of a corrupted state: refused with the trees unchanged, or
+    trees that stay consistent under assign/free/draws."""
+
+    def run(impl, p):
+        args = TREE_RESTORES[name](_restore_args(_small_trees()))
+        target = _small_trees()
+        target.free(1)
+        view = TreesView(target)
+        p.run("restore", lambda: target.restore(**args), state=view, data=False)
+        probe_trees(p, "trees", target)
+        for k in range(6):
+            p.run(f"assign#{k}", lambda: target.assign(2.0, 50 + k), state=view, data=False)
+        for leaf in (0, 2):
+            p.run(f"free({leaf})", lambda: target.free(leaf), state=view, data=False)
+        probe_trees(p, "trees after", target)
+
+    return run
+
+
+for _name in TREE_RESTORES:
+    add("replay_trees", f"restore:{_name}", replay_trees_restore_case(_name))
+
+
+RANGES = [(0, 1), (0, 2), (0, 7), (0, 2**32 - 1), (0, 2**32), (0, 2**32 + 1), (-5, 5),
+          (-(2**62), 2**62), (-(2**63), 2**63 - 1), (0, 2**63 - 1), (2**63 - 2, 2**63 - 1)]
+BAD_RANGES = [((5, 5), ValueError), ((6, 5), ValueError), ((0, 0), ValueError),
+              ((0, 2**63), OverflowError), ((-(2**63) - 1, 0), OverflowError),
+              (("a", 2), TypeError), ((None, 2), TypeError)]
+BIT_GENERATORS = ["PCG64", "MT19937", "Philox", "SFC64", "PCG64DXSM"]
+
+
+def replay_draws_case(bit_generator):
+    """Draws over a Generator of each bit generator: integers(low, high) and
+    random() as numpy's own, bit for bit; bad ranges refused."""
+
+    def run(impl, p):
+        _replay, _, _ = _replay_modules()
+        make = getattr(np.random, bit_generator)
+        ours, theirs = np.random.Generator(make(7)), np.random.Generator(make(7))
+        draws = _replay.Draws(ours)
+        for low, high in RANGES * 3:
+            want = int(theirs.integers(low, high))
+            p.run(f"integers({low},{high})", lambda: draws.draw_integers(low, high),
+                  ok=[Value(want)], data=False)
+            want = float(theirs.random())
+            p.run(f"random after ({low},{high})", lambda: draws.draw_random(),
+                  ok=[Value(want)], data=False)
+        for (low, high), error in BAD_RANGES:
+            p.run(f"integers({token(low)},{token(high)})", lambda: draws.draw_integers(low, high),
+                  ok=[error], data=False)
+        p.run("in step after the refusals", lambda: draws.draw_random(),
+              ok=[Value(float(theirs.random()))], data=False)
+
+    return run
+
+
+for _bg in BIT_GENERATORS:
+    add("replay_draws", f"generator:{_bg}", replay_draws_case(_bg))
+
+
+class _GeneratorSubclass(np.random.Generator):
+    pass
+
+
+NOT_GENERATORS = {
+    "None": lambda: None, "RandomState": lambda: np.random.RandomState(0),
+    "bit_generator": lambda: np.random.PCG64(0), "int": lambda: 42,
+    "subclass": lambda: _GeneratorSubclass(np.random.PCG64(0)), "str": lambda: "rng",
+    "module": lambda: np.random,
+}
+
+
+def replay_draws_rng_case(name):
+    def run(impl, p):
+        _replay, _, _ = _replay_modules()
+        ok = None if name == "subclass" else [TypeError]
+        draws = p.run("Draws", lambda: _replay.Draws(NOT_GENERATORS[name]()), ok=ok, data=False)
+        if draws is not None:
+            p.run("draw_integers", lambda: draws.draw_integers(0, 10), data=False)
+            p.run("draw_random", lambda: draws.draw_random(), data=False)
+        buffer = _replay_buffer(impl, "EpisodeReplayBuffer")
+        buffer.rng = NOT_GENERATORS[name]()
+        p.run("buffer.sample", lambda: buffer.sample(2), ok=ok, state=buffer, data=False)
+
+    return run
+
+
+for _name in NOT_GENERATORS:
+    add("replay_draws", f"rng:{_name}", replay_draws_rng_case(_name))
+
+
+ROWS_SLOTS = {"first": 0, "neg": -1, "free": 2, "evicted": "EVICTED", "cap": 16,
+              "int32_max": 2**31 - 1,
+              "huge": 2**62, "too_big": 2**63, "str": "0", "None": None}
+ROWS_TRACKS = {"obs": "obs", "infos": "infos", "actions": "actions", "rewards": "rewards",
+               "vf": ("extras", "vf"), "missing_extra": ("extras", "nope"),
+               "extras_alone": ("extras",), "extras_long": ("extras", "vf", 1),
+               "unknown": "foo", "None": None, "int": 5, "list": ["obs"]}
+ROWS_SPANS = {"all": (0, 4), "with_lookback": (-1, 4), "past_lookback": (-3, 2),
+              "past_end": (0, 7), "final": (4, 5), "reversed": (3, 1), "empty": (2, 2),
+              "huge": (-(2**62), 2**62), "int64_ends": (-(2**63), 2**63 - 1),
+              "too_big": (0, 2**63)}
+
+
+def _rows_store(impl):
+    _replay, _, _ = _replay_modules()
+    store = _replay.Store(64)
+    ep = _replay_episode(impl, "box")
+    store.add(ep)
+    chunk = ep.cut(len_lookback_buffer=1)
+    for t in range(4, 6):
+        chunk.add_env_step(obs(t + 1), 1, t + 0.25, infos={"t": t + 1},
+                           extra_model_outputs={"vf": 10.0 + t})
+    store.add(chunk)
+    store.add(_replay_episode(impl, "box", steps=2), key="second")
+    return store
+
+
+def replay_rows_case(slot_name, track_name, span_name, numpy):
+    def run(impl, p):
+        _replay, _, _ = _replay_modules()
+        _allow_replay(p)
+        store = _rows_store(impl)
+        slot = ROWS_SLOTS[slot_name]
+        if slot == "EVICTED":
+            slot = store.oldest(0)
+            store.evict([slot])
+        start, stop = ROWS_SPANS[span_name]
+        rows = p.run("rows_of", lambda: _replay.rows_of(store, slot, ROWS_TRACKS[track_name],
+                                                        start, stop, numpy), data=False)
+        if rows is not None:
+            p.run("rows", lambda: _plain_rows(rows))
+        p.run("episode_fields", lambda: _replay.episode_fields(store, slot), data=False)
+        probe_store(p, "store", store)
+
+    return run
+
+
+for _slot in ROWS_SLOTS:
+    add("replay_rows", f"slot={_slot}", replay_rows_case(_slot, "obs", "all", False))
+for _track in ROWS_TRACKS:
+    for _numpy in (False, True):
+        add("replay_rows", f"track={_track}:numpy={_numpy}",
+            replay_rows_case("first", _track, "with_lookback", _numpy))
+for _span in ROWS_SPANS:
+    for _track in ("obs", "rewards"):
+        add("replay_rows", f"span={_span}:track={_track}",
+            replay_rows_case("first", _track, _span, True))
+
+
+def _replay_buffer(impl, name, capacity=40):
+    _, _, replay = _replay_modules()
+    buffer = getattr(replay, name)(capacity=capacity)
+    second = _replay_episode(impl, "box", steps=3)
+    second.id_ = "r-box-2"
+    buffer.add([_replay_episode(impl, "box"), second])
+    buffer.rng = np.random.default_rng(0)
+    return buffer
+
+
+def _obs_and_actions(episodes):
+    return [(e.get_observations(), e.get_actions()) for e in episodes]
+
+
+def probe_replay_buffer(p, tag, buffer, impl):
+    """Every way to draw from `buffer`, a checkpoint round trip, one more add."""
+    _, _, replay = _replay_modules()
+    prioritized = isinstance(buffer, replay.PrioritizedEpisodeReplayBuffer)
+    p.run(f"{tag}.state", buffer.get_state, data=False)
+    steps = p.run(f"{tag}.timesteps", buffer.get_num_timesteps, data=False)
+    if isinstance(steps, int) and steps:
+        buffer.rng = np.random.default_rng(1)
+        if prioritized:
+            batch = p.run(f"{tag}.sample", lambda: _obs_and_actions(
+                buffer.sample(4, n_step=1, beta=0.5, include_infos=True,
+                              include_extra_model_outputs=True)))
+            if batch is not None:
+                p.run(f"{tag}.update_priorities",
+                      lambda: buffer.update_priorities(np.full(len(batch), 2.0)), data=False)
+        else:
+            p.run(f"{tag}.sample(n_step=2)", lambda: _obs_and_actions(
+                buffer.sample(4, sample_episodes=True, n_step=2,
+                              include_extra_model_outputs=True)))
+            p.run(f"{tag}.sample(T=3)", lambda: _obs_and_actions(
+                buffer.sample(4, sample_episodes=True, n_step=1, batch_length_T=3,
+                              lookback=2)), data=False)
+            p.run(f"{tag}.sample(B x T)", lambda: buffer.sample(2, batch_length_T=3),
+                  data=False)
+        if hasattr(buffer, "sample_batch"):
+            p.run(f"{tag}.sample_batch", lambda: buffer.sample_batch(4, n_step=(1, 3)),
+                  data=False)
+            p.run(f"{tag}.sample_batch(T=3)", lambda: buffer.sample_batch(
+                2, batch_length_T=3, lookback=2, include_extra_model_outputs=True),
+                data=False)
+    state = p.run(f"{tag}.get_state", buffer.get_state, data=False)
+    if state is not None:
+        copy_ = type(buffer)(capacity=buffer.capacity)
+        p.run(f"{tag}.set_state(pickled)", lambda: copy_.set_state(
+            pickle.loads(pickle.dumps(state))), data=False)
+    p.run(f"{tag}.add", lambda: buffer.add(_replay_episode(impl, "box")), state=buffer,
+          data=False)
+
+
+def take_then_probe(p, impl, tag, buffer, take):
+    """take() (an add() or set_state() of `buffer`): refused with the buffer
+    unchanged, or taken; then every draw, a checkpoint, one more add."""
+    p.run(f"{tag}.take", take, state=buffer, data=False)
+    probe_replay_buffer(p, tag, buffer, impl)
+
+
+REPLAY_BUFFERS = ["EpisodeReplayBuffer", "PrioritizedEpisodeReplayBuffer"]
+
+
+def replay_buffer_add_case(kind, name):
+    """A buffer holding box episodes takes an episode of `kind` (or refuses
+    it unchanged); then it is drawn from, checkpointed, added to."""
+
+    def run(impl, p):
+        _allow_replay(p, kind)
+        buffer = _replay_buffer(impl, name)
+        ep = p.run("episode", lambda: _make_replay_episode(impl, kind), data=False)
+        if ep is None:
+            return
+        take_then_probe(p, impl, "buffer", buffer, lambda: buffer.add(ep))
+        alone = getattr(_replay_modules()[2], name)(capacity=40)
+        take_then_probe(p, impl, "alone", alone, lambda: alone.add(ep))
+
+    return run
+
+
+for _kind in REPLAY_KINDS:
+    for _name in REPLAY_BUFFERS:
+        add("replay_buffer", f"add:{_kind}:{_name}", replay_buffer_add_case(_kind, _name))
+
+
+def _state_edit(key, fn):
+    def edit(state):
+        state = dict(state)
+        state[key] = fn(state[key]) if callable(fn) else fn
+        return state
+
+    return edit
+
+
+REPLAY_STATES = {
+    "evicted_2**63": _state_edit("_num_episodes_evicted", 2**63),
+    "evicted_2**62": _state_edit("_num_episodes_evicted", 2**62),
+    "indices_huge_step": _state_edit("_indices", lambda v: [v[0][:1] + (2**63,) + v[0][2:]]
+                                     + v[1:]),
+    "indices_float_step": _state_edit("_indices", lambda v: [v[0][:1] + (0.0,) + v[0][2:]]
+                                      + v[1:]),
+    "indices_arrays": _state_edit("_indices", lambda v: [np.array(x) for x in v]),
+    "indices_strings": _state_edit("_indices", lambda v: ["ab" for _ in v]),
+    "indices_empty": _state_edit("_indices", []),
+    "leaf_2**31": _state_edit("_indices", lambda v: [v[0][:2] + (2**31,)] + v[1:]
+                              if len(v[0]) == 3 else v),
+    "leaf_np_int": _state_edit("_indices", lambda v: [x[:2] + (np.int64(x[2]),) for x in v]
+                               if len(v[0]) == 3 else v),
+    "episode_longer": lambda s: dict(s, episodes=[dict(s["episodes"][0], t=s["episodes"][0]["t"]
+                                                       + 3)] + s["episodes"][1:]),
+    "episode_t_huge": lambda s: dict(s, episodes=[dict(s["episodes"][0], t=2**62)]
+                                     + s["episodes"][1:]),
+    "episodes_swapped": lambda s: dict(s, episodes=s["episodes"][::-1]),
+    "episode_not_a_state": lambda s: dict(s, episodes=["x"] + s["episodes"][1:]),
+    "sum_tree_nan": lambda s: dict(s, _sum_segment=[float("nan")] * len(s["_sum_segment"]))
+    if "_sum_segment" in s else s,
+    "sum_tree_inf_leaf": lambda s: dict(
+        s, _sum_segment=_set_leaf(s["_sum_segment"], s["_indices"][0][2], float("inf")),
+        _min_segment=_set_leaf(s["_min_segment"], s["_indices"][0][2], float("inf")))
+    if "_sum_segment" in s else s,
+    "max_idx_str": lambda s: dict(s, _max_idx="x") if "_max_idx" in s else s,
+    "max_priority_str": lambda s: dict(s, _max_priority="x") if "_max_priority" in s else s,
+    "last_sampled_huge": lambda s: dict(s, _last_sampled_indices=[2**70])
+    if "_last_sampled_indices" in s else s,
+    "not_a_dict": lambda s: [s],
+}
+
+
+def replay_state_case(name, buffer_name):
+    """set_state() of a corrupted checkpoint: refused with the buffer
+    unchanged, or a buffer that draws, checkpoints and adds."""
+
+    def run(impl, p):
+        _allow_replay(p)
+        source = _replay_buffer(impl, buffer_name)
+        source.add(_replay_episode(impl, "box", steps=2, id_="r-box-3"))
+        if buffer_name.startswith("Prioritized"):
+            source.sample(3)
+        target = _replay_buffer(impl, buffer_name)
+        state = p.run("corrupt", lambda: REPLAY_STATES[name](source.get_state()), data=False)
+        take_then_probe(p, impl, "buffer", target, lambda: target.set_state(state))
+
+    return run
+
+
+for _name in REPLAY_STATES:
+    for _buffer in REPLAY_BUFFERS:
+        add("replay_state", f"{_name}:{_buffer}", replay_state_case(_name, _buffer))
+
+
+def replay_pickle_case(fixture, how, buffer_name):
+    """Episodes through pickles (intact, with flipped bytes, with garbage in
+    their reduce fields) added to a buffer: stored as they load, or refused
+    with the buffer unchanged."""
+
+    def run(impl, p):
+        _allow_replay(p)
+        p.allow(9.0)
+        buffer = _replay_buffer(impl, buffer_name)
+        ep = EPISODES[fixture](impl)
+        loaded = []
+        if how == "intact":
+            for protocol in (2, 5):
+                loaded.append(pickle.loads(pickle.dumps(ep, protocol=protocol)))
+        elif how == "flipped":
+            p.check_data = False   # flipped data bytes are data, not heap garbage
+            data = pickle.dumps(ep, protocol=5)
+            rng = np.random.default_rng(len(data))
+            for _ in range(12):
+                bad = bytearray(data)
+                for pos in rng.integers(0, len(bad), size=2):
+                    bad[pos] = int(rng.integers(0, 256))
+                try:
+                    loaded.append(pickle.loads(bytes(bad)))
+                except Exception:   # noqa: BLE001 - refused loads are the pickle cases' matter
+                    pass
+        else:
+            fn, args = ep.__reduce__()
+            for i in range(len(args)):
+                args2 = list(args)
+                args2[i] = REDUCE_GARBAGE[how]
+                try:
+                    loaded.append(fn(*args2))
+                except Exception:   # noqa: BLE001
+                    pass
+        for k, episode in enumerate(loaded):
+            try:   # each its own episode, not a chunk of the one before
+                episode.id_ = f"loaded-{k}"
+            except Exception:   # noqa: BLE001
+                pass
+            p.run(f"add#{k}", lambda: buffer.add(episode), state=buffer, data=False)
+        probe_replay_buffer(p, "buffer", buffer, impl)
+
+    return run
+
+
+for _fixture in EPISODES:
+    for _how in ["intact", "flipped"] + [n for n in REDUCE_GARBAGE
+                                         if n not in ("short_buffer", "neg_lookback_buffer",
+                                                      "dict")]:
+        for _buffer in REPLAY_BUFFERS:
+            add("replay_pickle", f"{_fixture}:{_how}:{_buffer}",
+                replay_pickle_case(_fixture, _how, _buffer))
 
 
 # -- the child's main loop -------------------------------------------------------

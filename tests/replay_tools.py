@@ -149,10 +149,34 @@ def multi_agent_stream(seed: int, classes, *, calls: int = 10, n_envs: int = 2,
     return out
 
 
+def numbered_episode(num: int, length: int, *, cls: Callable = SingleAgentEpisode, t0: int = 0,
+                     extras: bool = False, **kwargs):
+    """Episode f"ep{num}" of `cls` with steps t0 .. t0 + length - 1 whose
+    observation t is [num, t] (float32, so each names its step), action
+    100 * num + t, reward num + t, infos {"t": t} (and extra model output
+    "logp" = -t with `extras`)."""
+    ts = range(t0, t0 + length + 1)
+    if extras:
+        kwargs["extra_model_outputs"] = {"logp": [-float(t) for t in ts[:-1]]}
+    return cls(id_=f"ep{num}", observations=[np.array([num, t], np.float32) for t in ts],
+               actions=[100 * num + t for t in ts[:-1]], rewards=[float(num + t) for t in ts[:-1]],
+               infos=[{"t": t} for t in ts], t_started=t0, len_lookback_buffer=0, **kwargs)
+
+
+def plain_state(state: Any) -> Any:
+    """A buffer checkpoint with the objects in it (the multi-agent buffers'
+    segment trees) replaced by their get_state(), for compare()."""
+    if isinstance(state, dict):
+        return {k: plain_state(v) for k, v in state.items()}
+    if type(state) in (list, tuple):
+        return type(state)(plain_state(v) for v in state)
+    return plain_state(state.get_state()) if hasattr(state, "get_state") else state
+
+
 def module_of(agent_id, episode) -> str:
     return "m1" if agent_id == "a2" else "m0"
 
 
 __all__ = ["SingleAgentEpisode", "MultiAgentEpisode", "chunk_episode", "episode_view",
-           "metrics_view", "module_of", "multi_agent_stream", "single_agent_stream",
-           "state_view"]
+           "metrics_view", "module_of", "multi_agent_stream", "numbered_episode",
+           "plain_state", "single_agent_stream", "state_view"]

@@ -84,7 +84,8 @@ def test_prioritized_sample_batch_weights_and_updates():
     priorities[0] = 1000.0
     buffer.update_priorities(priorities)
     batch = buffer.sample_batch(200, beta=1.0)
-    counts = np.bincount(batch["indices"])
+    leaves = np.array(buffer._store.leaves_of(batch["indices"]))
+    counts = np.bincount(leaves)
     favourite = int(np.argmax(counts))
     assert counts[favourite] > 150
     n = buffer.get_num_timesteps()
@@ -92,7 +93,7 @@ def test_prioritized_sample_batch_weights_and_updates():
     total, p_min = trees.sum(), trees.min() / trees.sum()
     p = trees.leaf_value(favourite)[0] / total
     expected = (p * n) ** -1.0 / (p_min * n) ** -1.0
-    weights = batch["weights"][batch["indices"] == favourite]
+    weights = batch["weights"][leaves == favourite]
     np.testing.assert_allclose(weights, expected, rtol=1e-6)
 
 
@@ -199,7 +200,9 @@ def test_pickling_gives_the_same_buffer(cls):
     assert back.get_num_timesteps() == buffer.get_num_timesteps()
     assert back._indices == buffer._indices
     a, b = buffer.sample_batch(20, n_step=2), back.sample_batch(20, n_step=2)
-    for key in a:
+    # (Indices name steps within one buffer object: not compared.)
+    assert a.keys() == b.keys()
+    for key in a.keys() - {"indices"}:
         np.testing.assert_array_equal(a[key], b[key])
 
 
@@ -268,3 +271,27 @@ def test_memory_held_stays_within_a_fifth_of_the_data(steps):
         tracemalloc.stop()
     assert buffer.get_num_timesteps() == steps
     assert held <= 1.2 * raw, (held, raw)
+
+
+def test_priorities_of_a_native_batch_skip_steps_evicted_since():
+    """update_priorities(indices=batch["indices"]) after add() calls that
+    evicted some drawn steps (and handed their tree leaves to new steps):
+    the steps still stored get their priorities, the new ones keep theirs."""
+    buffer = PrioritizedEpisodeReplayBuffer(capacity=40, alpha=1.0)
+    buffer.add(_episodes(4, length=(10, 11)))
+    buffer.rng = np.random.default_rng(0)
+    batch = buffer.sample_batch(64)
+    trees = buffer._store.priorities
+    before = buffer._store.leaves_of(batch["indices"])
+    assert -1 not in before
+    buffer.add(_episodes(2, seed=1, length=(10, 11)))    # evicts the two oldest
+    after = buffer._store.leaves_of(batch["indices"])
+    gone = [k for k, leaf in enumerate(after) if leaf == -1]
+    assert gone and len(gone) < len(after)
+    reused = {before[k] for k in gone} & {leaf for leaf, _ in trees.used_leaves()}
+    assert reused   # the freed leaves now stand for new steps
+    buffer.update_priorities(np.full(64, 5.0), indices=batch["indices"])
+    for leaf in {after[k] for k in range(len(after)) if after[k] != -1}:
+        assert trees.leaf_value(leaf)[0] == 5.0
+    for leaf in reused - set(after):
+        assert trees.leaf_value(leaf)[0] == 1.0

@@ -296,3 +296,50 @@ def test_multi_agent_episode_replay_buffer_as_rllib(seed, turn_based):
 @pytest.mark.parametrize("seed", range(4))
 def test_multi_agent_prioritized_episode_replay_buffer_as_rllib(seed, turn_based):
     assert _drive_multi(seed, True, turn_based) > 0
+
+
+@pytest.mark.parametrize("kind", ["uniform", "prioritized", "multi", "multi_prioritized"])
+def test_metrics_of_many_calls_between_reads(kind):
+    """Our buffers hand the values of add() and sample() to the logger only
+    when the metrics are read, summed where RLlib sums them: read after
+    several calls (and a window shorter than the calls), the reduced Stats
+    peek to RLlib's values of the same types."""
+    multi, prioritized = kind.startswith("multi"), kind.endswith("prioritized")
+    ours_cls, theirs_cls = {
+        "uniform": (replay.EpisodeReplayBuffer, TheirERB),
+        "prioritized": (replay.PrioritizedEpisodeReplayBuffer, TheirPERB),
+        "multi": (replay.MultiAgentEpisodeReplayBuffer, TheirMAERB),
+        "multi_prioritized": (replay.MultiAgentPrioritizedEpisodeReplayBuffer, TheirMAPERB),
+    }[kind]
+    kwargs = dict(capacity=60, metrics_num_episodes_for_smoothing=3)
+    ours, theirs = ours_cls(**kwargs), theirs_cls(**kwargs)
+    ours.rng, theirs.rng = np.random.default_rng(1), np.random.default_rng(1)
+    if multi:
+        stream = [[c[1] for c in call] for call in
+                  multi_agent_stream(1, (TheirMultiEpisode, MultiAgentEpisode), calls=12)]
+        theirs_stream = [[c[0] for c in call] for call in
+                         multi_agent_stream(1, (TheirMultiEpisode, MultiAgentEpisode), calls=12)]
+    else:
+        calls = single_agent_stream(1)
+        stream = [[chunk_episode(SingleAgentEpisode, c, numpy=True, extras=False,
+                                 lookback=False) for c in call]
+                  for call in calls]
+        theirs_stream = [[chunk_episode(TheirEpisode, c, numpy=True, extras=False,
+                                 lookback=False) for c in call]
+                         for call in calls]
+    reads = 0
+    for i, (mine, theirs_eps) in enumerate(zip(stream, theirs_stream)):
+        theirs.add(theirs_eps)
+        ours.add(mine)
+        sample = dict(n_step=2, gamma=0.9, **({"beta": 0.4} if prioritized else {}))
+        if not multi and not prioritized:
+            sample["sample_episodes"] = True
+        for _ in range(2):
+            theirs.sample(4, **sample)
+            ours.sample(4, **sample)
+        if i % 5 == 4:
+            reads += 1
+            compare(metrics_view(ours.get_metrics()), metrics_view(theirs.get_metrics()),
+                    f"metrics after call {i}")
+    assert reads == 2
+    compare(metrics_view(ours.metrics.peek()), metrics_view(theirs.metrics.peek()), "peek")

@@ -14,6 +14,8 @@ The trees have RLlib's layout (leaf i of `size` is node size + i), and its
 queue of free leaves: the step it stores next takes the leaf RLlib's would.
 Only the leftmost leaves in use are allocated (RLlib's lists cover the
 capacity from the start): the nodes above them hold what RLlib's would.
+Where RLlib's add() runs out of free leaves (one call bringing more steps
+than the trees have leaves) it fails half done; these trees double instead.
 """
 from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
@@ -36,6 +38,8 @@ cdef object F64 = np.float64
 cdef object F32 = np.float32
 cdef object F64_DESCR = np.dtype(np.float64)
 cdef object F32_DESCR = np.dtype(np.float32)
+# The most leaves: a stored step's leaf is kept as an int32.
+cdef Py_ssize_t MAX_LEAVES = 1 << 31
 cdef Num ZERO = Num(0.0, TAG_FLOAT)
 cdef Num INF = Num(INFINITY, TAG_FLOAT)
 
@@ -188,6 +192,8 @@ cdef class PriorityTrees:
     def __cinit__(self, Py_ssize_t size):
         if size < 1 or size & (size - 1):
             raise AssertionError("Capacity must be positive and a power of 2!")
+        if size > MAX_LEAVES:
+            raise MemoryError(f"priority trees of {size} leaves")
         self.size = size
         self.max_leaf = 0
         self._grow(0)
@@ -291,11 +297,15 @@ cdef class PriorityTrees:
             leaf = self.queue[self.queue_head]
             self.queue_head = (self.queue_head + 1) % self.queue_cap
             self.queue_len -= 1
-        elif self.fresh < self.size:
+        else:
+            if self.fresh == self.size:
+                # Every leaf in use: twice the leaves, the new ones fresh
+                # (the allocated subtree and its values stay as they are).
+                if self.size == MAX_LEAVES:
+                    raise MemoryError(f"priority trees of more than {MAX_LEAVES} leaves")
+                self.size *= 2
             leaf = self.fresh
             self.fresh += 1
-        else:
-            raise IndexError("pop from an empty deque")
         if leaf > self.max_leaf:
             self.max_leaf = leaf
         self._set_raw(leaf, value, value)
@@ -345,6 +355,8 @@ cdef class PriorityTrees:
         cdef Py_ssize_t i, m, node
         cdef int64_t* nodes
         cdef bint sorted_
+        if self.alloc == 1:
+            return 0         # the one allocated leaf is the subtree's root
         if n <= 2:
             for i in range(n):
                 node = (self.alloc + leaves[i]) // 2
@@ -486,6 +498,45 @@ cdef class PriorityTrees:
         """Both trees' `leaf` = `value` (RLlib's update_priorities step)."""
         self.set_leaf(leaf, to_num(value))
 
+    def update_many(self, leaves, values):
+        """Both trees' leaves[i] = values[i] (RLlib's update_priorities
+        loop), skipping a leaf of -1 (a step no longer stored). Every leaf
+        and value is checked before any is set: ValueError for a leaf not in
+        use or a value that is negative, NaN or infinite, TypeError for one
+        that is no number of RLlib's types."""
+        cdef Py_ssize_t i, m = 0, n = len(leaves)
+        cdef int64_t leaf
+        cdef Num* nums
+        cdef int64_t* used
+        if len(values) != n:
+            raise ValueError(f"{len(values)} values for {n} leaves")
+        nums = <Num*>PyMem_Malloc((n if n else 1) * sizeof(Num))
+        used = <int64_t*>PyMem_Malloc((n if n else 1) * sizeof(int64_t))
+        try:
+            if nums == NULL or used == NULL:
+                raise MemoryError()
+            for i in range(n):
+                leaf = leaves[i]
+                if leaf == -1:
+                    continue
+                if not (0 <= leaf < self.alloc and self.owner[leaf] >= 0):
+                    raise ValueError(f"tree leaf {leaf} is not in use")
+                nums[m] = to_num(values[i])
+                if not 0.0 <= nums[m].v < INFINITY:
+                    raise ValueError(f"a priority must be finite and >= 0, not {values[i]}")
+                used[m] = leaf
+                m += 1
+            for i in range(m):
+                self._set_raw(used[i], nums[i], nums[i])
+            self.propagate(used, m)
+        finally:
+            PyMem_Free(nums)
+            PyMem_Free(used)
+
+    def keys_of(self, leaves):
+        """The key of the step at each leaf (-1: free)."""
+        return [self.key_of(leaf) for leaf in leaves]
+
     def sum(self):
         """RLlib's SumSegmentTree.sum(), as its object."""
         return from_num(self.total())
@@ -552,30 +603,36 @@ cdef class PriorityTrees:
     def restore(self, sum_values, min_values, free_nodes, max_idx, list assigned):
         """Loads RLlib's state of the trees (`assigned`: (leaf, key) for each
         stored step). Checked first: consistent or refused with ValueError,
-        this object unchanged."""
-        cdef Py_ssize_t n = 2 * self.size, j, leaf
-        cdef PriorityTrees fresh = PriorityTrees(self.size)
+        this object unchanged. The state may be of trees that doubled."""
+        cdef Py_ssize_t n, size, j, leaf
+        cdef PriorityTrees fresh
         cdef Num s, m
         if not isinstance(sum_values, list) or not isinstance(min_values, list) \
-                or len(sum_values) != n or len(min_values) != n:
-            raise ValueError(f"the segment trees' states must be lists of {n} values")
+                or len(sum_values) != len(min_values):
+            raise ValueError("the segment trees' states must be two lists of a length")
+        n = len(sum_values)
+        size = n // 2
+        if n % 2 or size < self.size or size & (size - 1) or size > MAX_LEAVES:
+            raise ValueError(f"the segment trees' states must be lists of {2 * self.size} "
+                             f"values (or twice, four times ... as many), not {n}")
+        fresh = PriorityTrees(size)
         queue = list(free_nodes)
         used = {}
         for leaf, key in assigned:
-            if not 0 <= leaf < self.size or leaf in used:
+            if not 0 <= leaf < size or leaf in used:
                 raise ValueError(f"tree leaf {leaf} is out of range or used twice")
             used[leaf] = key
-        if any(type(x) is not int or not 0 <= x < self.size for x in queue) \
+        if any(type(x) is not int or not 0 <= x < size for x in queue) \
                 or len(set(queue)) != len(queue) or set(queue) & used.keys() \
-                or len(queue) + len(used) != self.size:
+                or len(queue) + len(used) != size:
             raise ValueError("the free nodes and the stored steps' tree leaves must split "
                              "the tree's leaves between them")
         # The leaves' values; every other node is recomputed from them (as
         # RLlib's updates compute it).
         values = []
-        for j in range(self.size):
-            s = to_num(sum_values[self.size + j])
-            m = to_num(min_values[self.size + j])
+        for j in range(size):
+            s = to_num(sum_values[size + j])
+            m = to_num(min_values[size + j])
             if j in used:
                 if s.v != m.v or s.tag != m.tag or not s.v >= 0.0:
                     raise ValueError(f"tree leaf {j} holds inconsistent priorities")
@@ -584,11 +641,11 @@ cdef class PriorityTrees:
                 raise ValueError(f"free tree leaf {j} holds a priority")
         # A tail of the queue counting up to the last leaf stays implicit.
         tail = len(queue)
-        while tail and queue[tail - 1] == self.size - (len(queue) - tail) - 1:
+        while tail and queue[tail - 1] == size - (len(queue) - tail) - 1:
             tail -= 1
         for leaf in queue[:tail]:
             fresh._push_back(leaf)
-        fresh.fresh = self.size - (len(queue) - tail)
+        fresh.fresh = size - (len(queue) - tail)
         for j, v, tag in values:
             s = num(v, tag)
             fresh._set(j, s, s)
@@ -618,5 +675,6 @@ cdef class PriorityTrees:
         self.queue_head, other.queue_head = other.queue_head, self.queue_head
         self.queue_len, other.queue_len = other.queue_len, self.queue_len
         self.fresh, other.fresh = other.fresh, self.fresh
+        self.size, other.size = other.size, self.size
         self.max_leaf = other.max_leaf
         return 0

@@ -335,7 +335,13 @@ cdef class Store:
         self.shapes = []
         self.layout = {"obs": None, "actions": None, "rewards": None, "extras": {}}
         self.block_rows = max(FIRST_BLOCK_ROWS, min(MAX_BLOCK_ROWS, capacity // 16))
-        self.storage = os.fspath(storage) if storage is not None else None
+        self.storage = None
+        if storage is not None:
+            # Checked here: a folder that fails later fails an add() half done.
+            self.storage = os.fsdecode(os.fspath(storage))
+            if not os.path.isdir(self.storage):
+                raise (NotADirectoryError if os.path.exists(self.storage)
+                       else FileNotFoundError)(f"no storage folder {self.storage!r}")
         self.blocks = []
         self.first_block = 0
         self.ids = []
@@ -821,6 +827,7 @@ cdef class Store:
         cdef int32_t slot
         if n < 0 or n != len(episode.actions) or n != len(episode.rewards) or n + 1 != len(obs):
             raise ValueError("the episode is not consistent (see its validate())")
+        _check_rewards(episode.rewards)
         if key is None:
             key = episode.id_
         earlier = pending.get(key)
@@ -986,6 +993,7 @@ cdef class Store:
     cdef object _checked_layout(self, EpisodeCore episode, object extras, bint is_new):
         # The tracks' leaf structures for the episode (set on first sight).
         layout = self.layout
+        _check_rewards(episode.rewards)
         obs = self._track_layout(episode.observations, layout["obs"], True, "observations")
         if len(episode.actions) or layout["actions"] is not None:
             actions = self._track_layout(episode.actions, layout["actions"], False, "actions") \
@@ -1228,6 +1236,9 @@ cdef class Store:
             self._restore_fields(self._find(keys[e]), episodes[e])
         if self.priorities is None:
             return
+        sum_values, min_values, free_nodes, max_idx = weights
+        # (The trees' state may be of trees that doubled: restore() checks it.)
+        tree_size = len(sum_values) // 2 if isinstance(sum_values, list) else 0
         pairs = []
         for seq in range(self.run_head, self.run_tail):
             r = &self.runs[seq & (self.run_cap - 1)]
@@ -1237,11 +1248,10 @@ cdef class Store:
             for k in range(r.n):
                 leaf = leaves[i]
                 i += 1
-                if type(leaf) is not int or not 0 <= leaf < self.priorities.size:
+                if type(leaf) is not int or not 0 <= leaf < min(tree_size, 1 << 31):
                     raise ValueError(f"tree leaf {leaf!r} is out of range")
                 block.leaf_of_row[r.row + k] = <int32_t>leaf
                 pairs.append((leaf, (seq << 20) | k))
-        sum_values, min_values, free_nodes, max_idx = weights
         self.priorities.restore(sum_values, min_values, free_nodes, max_idx, pairs)
 
     cdef int _restore_fields(self, int32_t slot, EpisodeCore episode) except -1:
@@ -1411,6 +1421,9 @@ cdef class Store:
         cdef Run* r
         cdef char* base
         if run < 0:
+            if self.final[leaf] is None:
+                raise ValueError(f"leaf {leaf} has no rows after an episode's last step "
+                                 f"(observation leaves do)")
             return (<Column>self.final[leaf]).row_ptr(-1 - run, 1)
         r = &self.runs[run & (self.run_cap - 1)]
         if CHECKED and not 0 <= r.block - self.first_block < len(self.blocks):
@@ -1454,7 +1467,7 @@ cdef class Store:
         cdef int64_t B = 0, k, run, ts, n, lo = 0, hi = 0, end, length, grow
         cdef int32_t off, slot
         cdef bint random_n = isinstance(n_step, tuple)
-        cdef int64_t rejected = 0
+        cdef int64_t tries = 0, limit = draw_limit(batch_size_B)
         if random_n:
             lo, hi = n_step
             n = lo
@@ -1462,6 +1475,9 @@ cdef class Store:
             n = n_step
         with draws:
             while B < batch_size_B:
+                tries += 1
+                if tries > limit:
+                    too_many_draws(tries - 1)
                 k = draws.integers(0, self.live_steps)
                 self._kth(k, &run, &off)
                 self._step_of(run, off, &slot, &ts)
@@ -1469,13 +1485,7 @@ cdef class Store:
                 if not batch_length_T and random_n:
                     n = draws.integers(lo, hi)
                 if min_batch_length_T > 0 and ts + min_batch_length_T >= length:
-                    rejected += 1
-                    if rejected > 1000000:
-                        raise ValueError(
-                            f"no stored step lies min_batch_length_T={min_batch_length_T} "
-                            f"steps before its episode's end")
                     continue
-                rejected = 0
                 if ts + batch_length_T + (n - 1) > length:
                     end = length
                 else:
@@ -1496,6 +1506,7 @@ cdef class Store:
         cdef int64_t B = 0, k, run, ts, n, lo = 0, hi = 0
         cdef int32_t off, slot
         cdef bint random_n = isinstance(n_step, tuple)
+        cdef int64_t tries = 0, limit = draw_limit(batch_size_B)
         if random_n:
             lo, hi = n_step
             n = lo
@@ -1503,6 +1514,9 @@ cdef class Store:
             n = n_step
         with draws:
             while B < batch_size_B:
+                tries += 1
+                if tries > limit:
+                    too_many_draws(tries - 1)
                 k = draws.integers(0, self.live_steps)
                 self._kth(k, &run, &off)
                 self._step_of(run, off, &slot, &ts)
@@ -1539,10 +1553,14 @@ cdef class Store:
             n = lo
         else:
             n = n_step
+        cdef int64_t tries = 0, limit = draw_limit(batch_size_B)
         picks.weights = []
         picks.leaves = []
         with draws:
             while B < batch_size_B:
+                tries += 1
+                if tries > limit:
+                    too_many_draws(tries - 1)
                 leaf = trees.find(mul(num(draws.random(), TAG_FLOAT), trees.total()))
                 weight = power(mul(div(trees.leaf_sum(leaf), total), N), neg_beta)
                 key = trees.key_of(leaf)
@@ -1586,7 +1604,7 @@ cdef class Store:
         again."""
         cdef Picks picks = Picks()
         cdef PriorityTrees trees = self.priorities
-        cdef int64_t k, run, ts, n, lo = 0, hi = 0, leaf = -1, key, length, end, rejected = 0
+        cdef int64_t k, run, ts, n, lo = 0, hi = 0, leaf = -1, key, length, end
         cdef int32_t off, slot
         cdef bint random_n = isinstance(n_step, tuple)
         cdef double total = 0.0, p_min = 0.0, N = <double>self.live_steps, w, max_w = 1.0
@@ -1604,9 +1622,13 @@ cdef class Store:
             if not total > 0.0:
                 raise ValueError("the priorities sum to zero")
             p_min = trees.minimum().v / total
+        cdef int64_t tries = 0, limit = draw_limit(batch_size)
         picks._reserve(batch_size)
         with draws:
             while picks.size < batch_size:
+                tries += 1
+                if tries > limit:
+                    too_many_draws(tries - 1)
                 if prioritized:
                     leaf = trees.find(mul(num(draws.random(), TAG_FLOAT), trees.total()))
                     key = trees.key_of(leaf)
@@ -1623,13 +1645,7 @@ cdef class Store:
                 if random_n:
                     n = draws.integers(lo, hi)
                 if min_batch_length_T > 0 and ts + min_batch_length_T >= length:
-                    rejected += 1
-                    if rejected > 1000000:
-                        raise ValueError(
-                            f"no stored step lies min_batch_length_T={min_batch_length_T} "
-                            f"steps before its episode's end")
                     continue
-                rejected = 0
                 end = min(ts + (batch_length_T if batch_length_T else n), length)
                 picks.push(run, off, slot, ts, n, end)
                 picks.items[picks.size - 1].leaf = leaf
@@ -1643,11 +1659,35 @@ cdef class Store:
                 picks.items[i].weight = w / max_w
         return picks
 
+    def leaves_of(self, keys):
+        """The tree leaf of each stored step's key (run << 20 | offset, as
+        native_fields() hands them out); -1 for a step no longer stored."""
+        cdef Py_ssize_t i, n = len(keys)
+        cdef int64_t key, run, leaf
+        cdef int32_t off
+        cdef Run* r
+        out = [-1] * n
+        if self.priorities is None:
+            raise ValueError("a uniform store has no priority tree leaves")
+        for i in range(n):
+            key = keys[i]
+            run = key >> 20
+            off = <int32_t>(key & KEY_OFFSET_MASK)
+            if key < 0 or not self.run_head <= run < self.run_tail:
+                continue
+            r = &self.runs[run & (self.run_cap - 1)]
+            if r.ep < 0 or r.ts < 0 or off >= r.n:
+                continue
+            leaf = self._block(r.block).leaf_of_row[r.row + off]
+            if self.priorities.key_of(leaf) == key:
+                out[i] = leaf
+        return out
+
     def native_fields(self, Picks picks):
-        """(n-steps taken, weights, indices (tree leaves, or the steps' places
-        in the insertion order), terminated, truncated)
-        per pick, as arrays: a pick is terminated (truncated) when it reaches
-        the end of a terminated (truncated) episode."""
+        """(n-steps taken, weights, indices (each step's key: run << 20 |
+        offset, which stays its own while it is stored), terminated,
+        truncated) per pick, as arrays: a pick is terminated (truncated)
+        when it reaches the end of a terminated (truncated) episode."""
         cdef Py_ssize_t i
         cdef cnp.ndarray n = np.empty(picks.size, np.int64)
         cdef cnp.ndarray w = np.empty(picks.size, np.float32)
@@ -1666,7 +1706,7 @@ cdef class Store:
             ep = &self.eps[p.slot]
             nd[i] = p.end - p.ts
             wd[i] = <float>p.weight
-            ld[i] = p.leaf
+            ld[i] = (p.run << 20) | p.off
             if p.end == ep.length:
                 td[i] = ep.terminated
                 rd[i] = ep.truncated and not ep.terminated
@@ -1725,6 +1765,10 @@ cdef class Store:
         rows for a numeric leaf, a list for an object leaf."""
         if not 0 <= leaf < self.nleaves:
             raise IndexError(f"no leaf {leaf}")
+        if at_end and (self.final[leaf] if self.row_bytes[leaf]
+                       else self.final_objects[leaf]) is None:
+            raise ValueError(f"leaf {leaf} has no rows after an episode's last step "
+                             f"(observation leaves do)")
         return self._gather_leaf(picks, leaf, at_end)
 
     cdef object _gather_leaf(self, Picks picks, Py_ssize_t leaf, bint at_end):
@@ -1931,6 +1975,36 @@ cdef class Store:
             c[i] = picks.items[i].n
             d[i] = picks.items[i].end
         return slots, ts, n, end
+
+
+cdef int64_t draw_limit(Py_ssize_t batch_size) noexcept:
+    # Draws a sample() may take before it gives up: RLlib's loops draw again
+    # without end when no stored step can give an item (episodes shorter
+    # than the n-step, every long one of zero priority).
+    return 1000000 + 100 * <int64_t>batch_size
+
+
+cdef int too_many_draws(int64_t tries) except -1:
+    raise ValueError(f"no item after {tries} draws: no stored step can give one (episodes "
+                     f"shorter than the n-step, or steps too near their episode's end)")
+
+
+cdef int _check_rewards(BufferCore rewards) except -1:
+    # What the n-step sums read (read_real): one number per step.
+    cdef list cols = buffer_leaves(rewards)
+    cdef Column col
+    if len(cols) != 1:
+        raise TypeError("rewards must be numbers, not a structure of them")
+    col = cols[0]
+    if col.nrows() and not (is_pod_leaf(col) and row_shape_of(col) == ()
+                            and col.descr.type_num in REWARD_TYPES):
+        raise TypeError(f"rewards must be float64, float32, int64, int32 or bool numbers, "
+                        f"not {_describe(col)}")
+    return 0
+
+
+cdef tuple REWARD_TYPES = (cnp.NPY_DOUBLE, cnp.NPY_FLOAT, cnp.NPY_INT64, cnp.NPY_INT32,
+                           cnp.NPY_BOOL)
 
 
 cdef double read_real(const char* p, int type_num) except? -1:
@@ -2205,7 +2279,8 @@ def make_transitions(type cls, Store store, Picks picks, dict obs_pairs, dict ac
     cdef EpisodeCore episode
     cdef EpisodeMeta meta
     cdef list out = [], parts = []
-    cdef list numpy_kinds = [KIND_ARRAY if len(self_shape) else KIND_SCALAR
+    # (An object leaf's shape is None: its rows come as lists, kinds unused.)
+    cdef list numpy_kinds = [KIND_ARRAY if self_shape else KIND_SCALAR
                              for self_shape in store.shapes]
     cdef list list_kinds = [store.kinds[i] for i in range(store.nleaves)]
     cdef cnp.ndarray n_rows = np.empty(B, np.int64)
