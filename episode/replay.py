@@ -28,7 +28,7 @@ import numpy as np
 
 from episode._episode import EpisodeCore
 from episode._replay import (Draws, Store, episode_fields, live_slots, make_transitions,
-                              rows_of, step_order)
+                              rows_of, shares_batch, step_order)
 from episode.lookback_buffer import InfiniteLookbackBuffer
 from episode.single_agent_episode import SingleAgentEpisode
 
@@ -1138,10 +1138,9 @@ def _transitions(store: Store, picks, slots, ts, ns, ends, gamma, *, include_inf
         first, last = store.gather_infos(picks), store.gather_infos(picks, True)
         infos = [x for pair in zip(first, last) for x in pair]
     returns = store.returns(picks, float(gamma))
-    episodes, parts = make_transitions(SingleAgentEpisode, store, picks, obs_pairs, actions,
-                                       returns, extra_arrays, infos, weights, stored_ids,
-                                       exact_end)
-    _RECENT.append(_Replayed(episodes, parts, layout, obs_pairs, actions, returns, extra_arrays))
+    episodes = make_transitions(SingleAgentEpisode, store, picks, obs_pairs, actions, returns,
+                                extra_arrays, infos, weights, stored_ids, exact_end)
+    _RECENT.append(_Replayed(episodes, layout, obs_pairs, actions, returns, extra_arrays))
     return episodes
 
 
@@ -1150,10 +1149,8 @@ class _Replayed:
     read in place from these arrays): what the learner's fast path builds a
     train batch from, as long as the episodes are unchanged."""
 
-    def __init__(self, episodes, parts, layout, obs_pairs, actions, returns, extras):
+    def __init__(self, episodes, layout, obs_pairs, actions, returns, extras):
         self.episodes = episodes
-        # Per episode what it was made of: a change shows as another object.
-        self.parts = parts
         self.layout = layout
         self.obs_pairs = obs_pairs
         self.actions = actions
@@ -1161,21 +1158,8 @@ class _Replayed:
         self.extras = extras
 
     def unchanged(self) -> bool:
-        for e, parts in zip(self.episodes, self.parts):
-            obs, actions, rewards, infos, extras, obs_tree, action_tree, reward_tree = parts
-            if (len(e) != 1 or e.observations is not obs or e.actions is not actions
-                    or e.rewards is not rewards or e.infos is not infos
-                    or e.extra_model_outputs.keys() != extras.keys()
-                    or any(e.extra_model_outputs[k] is not v for k, v in extras.items())
-                    or obs._tree is not obs_tree or actions._tree is not action_tree
-                    or rewards._tree is not reward_tree):
-                return False
-            # A value set that did not fit a Column moved it to a list: its
-            # rows are no longer the batch arrays'.
-            for tree in (obs_tree, action_tree, reward_tree):
-                if not all(column.is_typed for column in _columns(tree)):
-                    return False
-        return True
+        return shares_batch(self.episodes, self.layout, self.obs_pairs, self.actions,
+                            self.returns, self.extras)
 
     def columns(self) -> Dict[str, Any]:
         """The train batch RLlib's default learner connectors build of these
@@ -1200,15 +1184,6 @@ class _Replayed:
             else:
                 columns[key] = _stacked([e.extra_model_outputs[key].get(0) for e in episodes])
         return columns
-
-
-def _columns(tree) -> list:
-    # A buffer storage's Columns (one, or a dict/tuple of them).
-    if isinstance(tree, dict):
-        return [c for v in tree.values() for c in _columns(v)]
-    if isinstance(tree, tuple):
-        return [c for v in tree for c in _columns(v)]
-    return [tree]
 
 
 def _stacked(items: list) -> np.ndarray:

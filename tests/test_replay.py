@@ -5,6 +5,7 @@ storage with a bounded resident size, and the memory a buffer holds."""
 from __future__ import annotations
 
 import gc
+import os
 import pickle
 import tracemalloc
 
@@ -214,8 +215,10 @@ def _rss() -> int:
     raise RuntimeError("no VmRSS")
 
 
-@pytest.mark.skipif(not __import__("os").path.exists("/proc/self/status"),
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"),
                     reason="reads the resident size from /proc")
+@pytest.mark.skipif("libasan" in os.environ.get("LD_PRELOAD", ""),
+                    reason="AddressSanitizer's shadow memory grows with every page touched")
 def test_file_backed_storage_keeps_the_resident_size_bounded(tmp_path):
     """600 MB of 84x84 frames into files, then draws: the process holds
     only the block being filled and what one draw touches."""

@@ -249,8 +249,11 @@ NEVER_ENDING = {
                    "b.sample(4, n_step=20)",
 }
 CHILD = """
-import resource, sys
-resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+import os, resource, sys
+# (No address-space limit under AddressSanitizer: it reserves terabytes of
+# shadow memory up front.)
+if "libasan" not in os.environ.get("LD_PRELOAD", ""):
+    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
 sys.path.insert(0, {tests!r})
 from replay_tools import multi_agent_stream, numbered_episode, plain_state
 from episode import MultiAgentEpisode

@@ -9,7 +9,9 @@ from episode.workloads import (
     N_APPEND,
     N_COLLECT,
     N_CUT,
+    N_DRAWN,
     N_MA,
+    N_REPLAY,
     N_STEPS,
     N_VEC_ENVS,
     N_VEC_STEPS,
@@ -20,6 +22,7 @@ from episode.workloads import (
     _logp,
     _ma_steps,
     _ma_turns,
+    _replay_data,
     _vector_steps,
     assert_same,
     check,
@@ -133,7 +136,26 @@ def _is_inference_input(r):
                     for k in range(64)))
 
 
+def _is_replay_add(r):
+    """r is (steps, episodes) of a buffer that keeps the newest whole
+    episodes: they fit the capacity, one more would not."""
+    lengths = [len(actions) for _, actions, _, _ in _replay_data()]
+    steps, episodes = r
+    return (0 < episodes < len(lengths) and steps == sum(lengths[-episodes:]) <= N_REPLAY
+            < sum(lengths[-episodes - 1:]))
+
+
+def _is_replay_sample(r):
+    """r is 256 one-step transitions with their importance weights in (0, 1]
+    and n-steps of 3 (less at an episode's end)."""
+    return (len(r) == N_DRAWN and all(len(e) == 1 for e in r)
+            and all(0 < e.get_extra_model_outputs("weights")[0] <= 1 for e in r)
+            and all(1 <= e.get_extra_model_outputs("n_step")[0] <= 3 for e in r))
+
+
 EXPECTED = {
+    "replay_add": _is_replay_add,
+    "replay_sample_prioritized": _is_replay_sample,
     "collector_build_for_training": _is_training_batch,
     "views_build_for_training": _is_training_batch,
     "views_inference_64": _is_inference_input,

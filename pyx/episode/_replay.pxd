@@ -80,7 +80,7 @@ cdef class Block:
     # Rows of consecutive steps: one Column per leaf (an ndarray it adopts,
     # in RAM or a file), infos that are not empty by row.
     cdef list cols               # Column per numeric leaf; a list of items per object leaf
-    cdef char** data             # each numeric leaf's first row
+    cdef char** first_rows       # each numeric leaf's first row (NULL: an object leaf)
     cdef dict infos              # row -> infos (non-empty ones only)
     cdef int32_t* leaf_of_row    # prioritized stores: each row's tree leaf
     cdef Py_ssize_t size, capacity
@@ -109,7 +109,7 @@ cdef class Store:
 
     cdef list blocks
     cdef int64_t first_block     # blocks[0]'s sequence number
-    cdef char*** block_data      # each block's row pointers per leaf (Block.data)
+    cdef char*** block_data      # each block's row pointers per leaf (Block.first_rows)
 
     cdef Run* runs               # ring of run records, indexed by sequence number
     cdef int64_t* tree           # Fenwick tree of the live steps per run slot

@@ -127,7 +127,7 @@ cdef class Draws:
             return low
         if rng <= U32_MAX:
             if rng == U32_MAX:
-                return low + <int64_t>self.state.next_uint32(self.state.state)
+                return <int64_t>(<uint64_t>low + self.state.next_uint32(self.state.state))
             rng32 = <uint32_t>rng
             excl32 = rng32 + 1
             m32 = <uint64_t>self.state.next_uint32(self.state.state) * excl32
@@ -137,15 +137,15 @@ cdef class Draws:
                 while leftover32 < threshold:
                     m32 = <uint64_t>self.state.next_uint32(self.state.state) * excl32
                     leftover32 = <uint32_t>m32
-            return low + <int64_t>(m32 >> 32)
+            return <int64_t>(<uint64_t>low + (m32 >> 32))
         if rng == U64_MAX:
-            return low + <int64_t>self.state.next_uint64(self.state.state)
+            return <int64_t>(<uint64_t>low + self.state.next_uint64(self.state.state))
         m = mulhi64(self.state.next_uint64(self.state.state), rng + 1, &lo)
         if lo < rng + 1:
             threshold = (U64_MAX - rng) % (rng + 1)
             while lo < threshold:
                 m = mulhi64(self.state.next_uint64(self.state.state), rng + 1, &lo)
-        return low + <int64_t>m
+        return <int64_t>(<uint64_t>low + m)   # (unsigned: numpy's wrap-around)
 
     cdef double random(self) noexcept:
         """Generator.random()."""
@@ -169,7 +169,7 @@ cdef class Block:
     """Rows of consecutive steps (see the Store)."""
 
     def __dealloc__(self):
-        PyMem_Free(self.data)
+        PyMem_Free(self.first_rows)
         PyMem_Free(self.leaf_of_row)
 
 
@@ -614,13 +614,14 @@ cdef class Store:
 
     cdef int _refresh_pointers(self, Block block) except -1:
         cdef Py_ssize_t leaf
-        cdef char** data = <char**>PyMem_Realloc(block.data, max(1, self.nleaves) * sizeof(char*))
-        if data == NULL:
+        cdef char** rows = <char**>PyMem_Realloc(block.first_rows,
+                                                 max(1, self.nleaves) * sizeof(char*))
+        if rows == NULL:
             raise MemoryError()
-        block.data = data
+        block.first_rows = rows
         for leaf in range(self.nleaves):
             col = block.cols[leaf]
-            block.data[leaf] = (<Column>col).data if type(col) is Column else NULL
+            block.first_rows[leaf] = (<Column>col).row_ptr(0, 0) if type(col) is Column else NULL
         return self._sync_blocks()
 
     cdef int _sync_blocks(self) except -1:
@@ -632,7 +633,7 @@ cdef class Store:
             raise MemoryError()
         self.block_data = table
         for i in range(n):
-            self.block_data[i] = (<Block>self.blocks[i]).data
+            self.block_data[i] = (<Block>self.blocks[i]).first_rows
         return 0
 
     # -- blocks --------------------------------------------------------------------
@@ -1124,7 +1125,7 @@ cdef class Store:
             leaf = leaves[k]
             self._ensure_leaf(block, leaf)
             if self.row_bytes[leaf]:
-                memcpy(block.data[leaf] + row * self.row_bytes[leaf],
+                memcpy((<Column>block.cols[leaf]).row_ptr(row, count),
                        col.row_ptr(lookback + ts, count), count * self.row_bytes[leaf])
             else:
                 items = block.cols[leaf]
@@ -2271,14 +2272,13 @@ def make_transitions(type cls, Store store, Picks picks, dict obs_pairs, dict ac
     as RLlib's buffers build them (see replay._transitions): their data read
     in place from the batch arrays (`obs_pairs`: per observation leaf, rows
     [obs(ts), obs(end)] of each pick; `actions`, `extras[key]`: per leaf a
-    row per pick; `returns`: the discounted sums). Returns them and, per
-    episode, what it was made of (its buffers, extra outputs and storage)."""
+    row per pick; `returns`: the discounted sums)."""
     cdef Py_ssize_t i, B = picks.size
     cdef Pick* p
     cdef Ep* ep
     cdef EpisodeCore episode
     cdef EpisodeMeta meta
-    cdef list out = [], parts = []
+    cdef list out = []
     # (An object leaf's shape is None: its rows come as lists, kinds unused.)
     cdef list numpy_kinds = [KIND_ARRAY if self_shape else KIND_SCALAR
                              for self_shape in store.shapes]
@@ -2341,7 +2341,55 @@ def make_transitions(type cls, Store store, Picks picks, dict obs_pairs, dict ac
         episode.last_row_observed = False
         episode.last_infos = None
         out.append(episode)
-        parts.append((episode.observations, episode.actions, episode.rewards, episode.infos,
-                      dict(outputs), episode.observations._tree, episode.actions._tree,
-                      episode.rewards._tree))
-    return out, parts
+    return out
+
+
+cdef bint _reads_rows(object holder, list leaves, dict arrays, Py_ssize_t first,
+                      Py_ssize_t rows) except -1:
+    # Whether a buffer holds just rows first .. first + rows - 1 of the
+    # batch arrays of its leaves, read in place (as make_transitions made
+    # it): a value set in place is in the arrays too; anything else (an
+    # append, a value that moved a Column to a list, another buffer) shows.
+    cdef BufferCore buf
+    cdef Column col
+    cdef Py_ssize_t k
+    if not isinstance(holder, BufferCore):
+        return False
+    buf = holder
+    if buf._lookback != 0 or buf.nleaves() != len(leaves):
+        return False
+    for k in range(len(leaves)):
+        col = buf.leaf(k)
+        arr = arrays.get(leaves[k])
+        if type(arr) is not cnp.ndarray or col.items is not None or col.size != rows or \
+                col.data != cnp.PyArray_BYTES(arr) + first * cnp.PyArray_STRIDES(arr)[0]:
+            return False
+    return True
+
+
+def shares_batch(list episodes, object layout, dict obs_pairs, dict actions,
+                 cnp.ndarray returns, dict extras):
+    """Whether the episodes make_transitions() made of these batch arrays
+    (in this order) are each still one step read in place from them: what
+    the learner's fast path builds its train batch of."""
+    cdef Py_ssize_t i
+    cdef EpisodeCore episode
+    cdef list obs_leaves = _leaf_list(layout["obs"])
+    cdef list action_leaves = _leaf_list(layout["actions"])
+    cdef dict reward_arrays = {0: returns}
+    cdef list reward_leaves = [0]
+    cdef dict extra_leaves = {key: _leaf_list(layout["extras"][key]) for key in extras}
+    for i in range(len(episodes)):
+        if not isinstance(episodes[i], EpisodeCore):
+            return False
+        episode = episodes[i]
+        if episode.t - episode.t_started != 1 or type(episode._extras) is not dict:
+            return False
+        if not (_reads_rows(episode.observations, obs_leaves, obs_pairs, 2 * i, 2)
+                and _reads_rows(episode.actions, action_leaves, actions, i, 1)
+                and _reads_rows(episode.rewards, reward_leaves, reward_arrays, i, 1)):
+            return False
+        for key, arrays in extras.items():
+            if not _reads_rows((<dict>episode._extras).get(key), extra_leaves[key], arrays, i, 1):
+                return False
+    return True
