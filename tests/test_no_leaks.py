@@ -58,3 +58,26 @@ def test_fill_path_keeps_dtype_references_balanced():
     for _ in range(1000):
         buf.get(slice(-3, 1), neg_index_as_lookback=True, fill=0.0)
     assert sys.getrefcount(dtype) - before < 10
+
+
+def test_columns_of_numbers_are_out_of_the_collectors_sight():
+    """A Column of numbers can be in no reference cycle, so the collector
+    does not track it (a replay batch makes hundreds); one that holds
+    objects is tracked from the moment it does, and a cycle through it is
+    collected."""
+    numeric = SingleAgentEpisode(observations=[np.zeros(3, np.float32)] * 3, actions=[0, 1],
+                                 rewards=[0.0, 1.0])
+    for episode in (numeric, numeric.to_numpy()):
+        for buf in (episode.observations, episode.actions, episode.rewards, episode.infos):
+            assert not gc.is_tracked(buf._tree)
+    objects = SingleAgentEpisode(observations=["a", "b"], actions=[0], rewards=[1.0])
+    assert gc.is_tracked(objects.observations._tree)
+    moved = SingleAgentEpisode(observations=[1.0, 2.0], actions=[0], rewards=[1.0])
+    moved.observations.append("x")             # the Column moves to the object path
+    assert gc.is_tracked(moved.observations._tree)
+
+    def cycle():
+        episode = SingleAgentEpisode(observations=[0.0, 1.0], actions=[0], rewards=[1.0],
+                                     infos=[{}, {}])
+        episode.infos.append({"episode": episode})   # infos -> Column -> dict -> episode
+    assert _growth(cycle, rounds=2000) < 50_000

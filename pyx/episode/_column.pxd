@@ -147,6 +147,7 @@ cdef class Column:
                           int row_ndim, cnp.npy_intp* row_shape, Py_ssize_t size) except -1
     cdef int _release_storage(self) noexcept
     cdef int _install(self, object owner, Py_ssize_t capacity, Py_ssize_t size) noexcept
+    cdef int _refs_changed(self) noexcept
     cdef object _view_base(self)
     cdef int _set_layout(self, cnp.dtype descr, int row_ndim, cnp.npy_intp* row_shape) except -1
 

@@ -46,6 +46,11 @@ cdef extern from "numpy/arrayobject.h":
 
 cnp.import_array()
 
+cdef extern from "Python.h":
+    void PyObject_GC_Track(object op)
+    void PyObject_GC_UnTrack(object op)
+    int PyObject_GC_IsTracked(object op)
+
 cdef Py_ssize_t MIN_CAPACITY = 16
 
 # The layout of a pickled Column (see __reduce_ex__); unknown ones are refused.
@@ -117,6 +122,22 @@ cdef class Column:
         self.capacity = 0
         self.value_offset = -1
         self.row_shape = NULL
+        # Out of the cyclic collector's sight until it holds something that
+        # can lead back to it (see _refs_changed).
+        PyObject_GC_UnTrack(self)
+
+    cdef int _refs_changed(self) noexcept:
+        # The collector tracks a Column only while it can be part of a
+        # reference cycle: once it holds items, or an owner the collector
+        # tracks (an ndarray subclass). Numbers, dtypes, plain arrays and a
+        # Memory lead back to nothing; untracked, the Columns of numbers (an
+        # episode has several, a sampled replay batch hundreds) cost
+        # collections nothing.
+        if not PyObject_GC_IsTracked(self) and (
+                self.items is not None
+                or (self.owner is not None and PyObject_GC_IsTracked(self.owner))):
+            PyObject_GC_Track(self)
+        return 0
 
     def __dealloc__(self):
         self._release_storage()
@@ -203,7 +224,7 @@ cdef class Column:
         self.capacity = capacity
         self.size = size
         self.read_only = False
-        return 0
+        return self._refs_changed()
 
     cdef int _release_storage(self) noexcept:
         # Lets go of the storage: frees a block the Column owns alone; views
@@ -341,7 +362,7 @@ cdef class Column:
         if kind == KIND_OBJECT:
             self.kind = KIND_OBJECT
             self.items = []
-            return 0
+            return self._refs_changed()
         self._adopt_block(MIN_CAPACITY * dtype.itemsize * _product(shape),
                           dtype, MIN_CAPACITY, len(shape),
                           cnp.PyArray_DIMS(item) if kind == KIND_ARRAY else NULL, 0)
@@ -513,6 +534,7 @@ cdef class Column:
             self.items = [{} for _ in range(self.size)]
         else:
             self.items = [self.item(i) for i in range(self.size)] if self.kind != KIND_EMPTY else []
+        self._refs_changed()
         self.kind = KIND_OBJECT
         self._release_storage()
         self.descr = None
@@ -719,6 +741,7 @@ cdef class Column:
         out.kind = self.kind
         if self.kind == KIND_OBJECT:
             out.items = self.items[start:start + n]
+            out._refs_changed()
         elif self.kind == KIND_EMPTY_DICT:
             out.size = n
         elif self.kind != KIND_EMPTY:
@@ -796,6 +819,7 @@ def _restore_column(version, kind, finalized, row_type_open, payload):
         if type(payload) is not list or finalized or row_type_open:
             raise ValueError("corrupt Column state: the object path holds a list in list mode")
         col.items = payload
+        col._refs_changed()
     elif kind == KIND_EMPTY_DICT or kind == KIND_EMPTY:
         if (type(payload) is not int or not 0 <= payload <= (0 if kind == KIND_EMPTY else 1 << 60)
                 or finalized or row_type_open):
