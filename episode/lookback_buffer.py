@@ -27,6 +27,7 @@ from episode.spaces import (
     one_hot_struct,
     pickled_space,
     space_from_dict,
+    space_contains,
     space_to_dict,
     stack,
     stack_leaf,
@@ -454,7 +455,7 @@ class InfiniteLookbackBuffer(BufferCore):
             return self._set_position(idx, neg_index_as_lookback)
         pairs = self._leaf_pairs(value)
         for _, v, space in pairs:
-            if space is not None and not space.contains(v):
+            if space is not None and not space_contains(space, v):
                 raise AssertionError(
                     f"Cannot `set()` {v!r}: it is not in the buffer's space {space}.")
         pos = self._set_position(idx, neg_index_as_lookback)
@@ -494,13 +495,13 @@ class InfiniteLookbackBuffer(BufferCore):
             return
         pairs = self._leaf_pairs(new_data)
         for col, v, space in pairs:
-            if space is not None and not space.contains(v[0]):
+            if space is not None and not space_contains(space, v[0]):
                 raise mismatch()
             if len(v) != count:
                 raise mismatch()
             _check_assignment(col, v, count, single=False)
         for col, v, _ in pairs:
-            col.view()[rows] = v
+            col.writable_view()[rows] = v
 
     # -- comparison and display ---------------------------------------------
 
