@@ -26,6 +26,7 @@ from episode._checks import in_box
 from episode._episode import started_episode
 from episode._vector import PendingRows, VectorCore
 from episode.single_agent_episode import SingleAgentEpisode
+from episode.spaces import space_contains
 
 __all__ = ["Sampler", "VectorEpisodes", "default_view_requirements"]
 
@@ -398,8 +399,17 @@ def _vector_env(env: Any, num_envs: int) -> Any:
 
 
 def _check_in_space(space: Any, value: Any, what: str) -> None:
-    if not space.contains(value):
+    if not space_contains(space, value):
         raise ValueError(f"{what} outside {space}: {value!r}")
+
+
+def _describe(value: Any) -> str:
+    """What a policy returned, in a few words (for error messages)."""
+    if isinstance(value, np.ndarray):
+        return f"an array of shape {value.shape} ({value.dtype})"
+    if isinstance(value, (list, tuple)):
+        return f"a {type(value).__name__} of {len(value)} item(s)"
+    return f"{value!r:.60} ({type(value).__name__})" if value is not None else "None"
 
 
 def check_sampler_args(policy: Optional[Callable], batch_mode: str,
@@ -495,6 +505,7 @@ class Sampler:
         self._lookback = max([1] + [int(-min(vr.shift_arr.min(), 0))
                                     for vr in self.view_requirements.values()])
         self._started = False
+        self._closed = False
         self._views_checked = False
         self._env_ids: dict = {}
         self._metrics = _Metrics()
@@ -504,6 +515,7 @@ class Sampler:
     def sample_episodes(self) -> list:
         """One rollout's episodes (finished ones, then the chunks of running
         ones in truncate mode), numpy'ized."""
+        self._require_open()
         # The sub-env of each episode handed on, for the batches' env_id.
         self._env_ids = {}
         episodes = (self._sample_multi_agent() if self.multi_agent
@@ -519,9 +531,23 @@ class Sampler:
         from episode.views import build_training_batch
 
         episodes = self.sample_episodes()
-        views = {k: vr for k, vr in self.view_requirements.items() if vr.used_for_training}
         env_ids = [self._env_ids.get(e.id_, 0) for e in episodes]
-        return build_training_batch(episodes, views, env_ids=env_ids)
+        return build_training_batch(episodes, self._training_views(episodes), env_ids=env_ids)
+
+    def _training_views(self, episodes: list) -> dict:
+        """The view requirements used for training, and a view of each extra
+        output of the policy that no requirement names (as RLlib's policies
+        add one for each extra action output)."""
+        from episode.views import ViewRequirement
+
+        views = {k: vr for k, vr in self.view_requirements.items() if vr.used_for_training}
+        agent_episodes = [a for e in episodes for a in e.agent_episodes.values()] \
+            if self.multi_agent else episodes
+        for e in agent_episodes:
+            for key in e.extra_model_outputs:
+                if key not in self.view_requirements:
+                    views[key] = ViewRequirement(used_for_compute_actions=False)
+        return views
 
     def get_metrics(self) -> dict:
         """What was sampled since the last call: "episodes_done",
@@ -540,8 +566,14 @@ class Sampler:
         return [e for k, e in enumerate(self._vector.episodes) if not self._vector._resetting[k]]
 
     def close(self) -> None:
+        """Closes the envs; sampling afterwards raises RuntimeError."""
+        self._closed = True
         for env in self.envs if self.multi_agent else [self.env]:
             env.close()
+
+    def _require_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("the Sampler is closed: make a new one to sample again")
 
     # -- single-agent ----------------------------------------------------------------
 
@@ -567,14 +599,20 @@ class Sampler:
                                        env_ids=list(range(self.num_envs)))
         out = self.policy(inputs)
         actions, extras = out if isinstance(out, tuple) and len(out) == 2 else (out, None)
-        actions = np.asarray(actions)
-        if actions.shape[:1] != (self.num_envs,):
-            raise ValueError(f"the policy returned {len(actions) if actions.ndim else 'one'} "
-                             f"action(s) for {self.num_envs} sub-envs (expected a batch of "
-                             f"{self.num_envs} actions)")
-        _check_in_space(self.env.action_space, actions, "the policy returned actions")
+        batch = np.asarray(actions)
+        if batch.shape[:1] != (self.num_envs,):
+            raise ValueError(
+                f"the policy returned {_describe(actions)} as the actions; expected a batch of "
+                f"{self.num_envs} actions (a leading axis of one row per sub-env), or a "
+                f"tuple (actions, {{name: batch of extra outputs}})")
+        if not space_contains(self.env.action_space, batch):
+            space = self.env.single_action_space
+            k = next((k for k in range(self.num_envs)
+                      if not space_contains(space, _row(batch, k))), 0)
+            raise ValueError(f"the policy returned sub-env {k} the action {_row(batch, k)!r}, "
+                             f"outside its action space {space}")
         self._check_view_columns(extras)
-        return actions, extras
+        return batch, extras
 
     def _check_view_columns(self, extras: Optional[dict]) -> None:
         """Once the policy has said which outputs it makes: ValueError for an
@@ -629,7 +667,7 @@ class Sampler:
         space = self.env.observation_space
         inside = in_box(obs, space.low, space.high) if type(space) is gym.spaces.Box else None
         if inside is None:
-            inside = space.contains(obs)
+            inside = space_contains(space, obs)
         if not inside:
             raise ValueError(f"the env returned observations outside {space}: {obs!r}")
 

@@ -66,12 +66,18 @@ class ViewRequirement:
         self.shift_from = self.shift_to = self.shift_step = None
         shift = self.shift
         if isinstance(shift, str):
+            forms = (f"invalid shift {shift!r}: a range string is 'from:to' or "
+                     f"'from:to:step' with int bounds (such as '-3:0'); a shift can also "
+                     f"be an int or a list of ints")
             parts = shift.split(":")
             if len(parts) not in (2, 3):
                 # RLlib's class (an assertion), raised explicitly.
-                raise AssertionError(f"Invalid shift str format: {shift}")
-            self.shift_from, self.shift_to = int(parts[0]), int(parts[1])
-            self.shift_step = int(parts[2]) if len(parts) == 3 else 1
+                raise AssertionError(forms)
+            try:
+                self.shift_from, self.shift_to = int(parts[0]), int(parts[1])
+                self.shift_step = int(parts[2]) if len(parts) == 3 else 1
+            except ValueError:
+                raise ValueError(forms) from None
             if self.shift_step == 0:
                 raise ZeroDivisionError(f"shift {shift!r}: a range step cannot be 0")
             # Both ends included (for step 1), as RLlib counts them.
@@ -81,8 +87,8 @@ class ViewRequirement:
         elif isinstance(shift, (list, tuple)):
             self.shift_arr = np.array(shift)
         else:
-            raise ValueError(f"unrecognized shift type: {shift!r} (expected an int, a list "
-                             f"of ints or a range string such as '-3:0')")
+            raise ValueError(f"invalid shift {shift!r}: expected an int, a list of ints or a "
+                             f"range string 'from:to' or 'from:to:step' (such as '-3:0')")
 
     def to_dict(self) -> Dict[str, Any]:
         """The requirement as a JSON-serializable dict (the space described)."""
