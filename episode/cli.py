@@ -32,13 +32,14 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from episode import __version__
+from episode._extras import RLLIB_EXTRA
 
 __all__ = ["main"]
 
 # The parser's description: a constant, since `python -OO` strips __doc__.
 DESCRIPTION = "The `episode` command (`python -m episode`): a sampling demo and a benchmark."
 
-RLLIB_HINT = 'RLlib comparison off: pip install "ray[rllib]==2.60.*" (or "episode[test]")'
+RLLIB_HINT = f"RLlib comparison off: {RLLIB_EXTRA}"
 
 
 class UsageError(Exception):
@@ -737,8 +738,8 @@ def bench(args) -> int:
     if rllib is not None:
         classes["rllib"] = rllib
     elif args.plot:
-        raise UsageError("--plot charts the speed-ups over RLlib, which is not installed: "
-                         'pip install "ray[rllib]==2.60.*"')
+        raise UsageError(f"--plot charts the speed-ups over RLlib, which is not installed: "
+                         f"{RLLIB_EXTRA}")
     rounds = args.rounds or (3 if args.quick else 7)
     min_s = MIN_ROUND_S_QUICK if args.quick else MIN_ROUND_S
 

@@ -24,10 +24,16 @@ import warnings
 from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
-import ray
-from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError, RayActorError
 
+from episode._extras import rllib_missing
 from episode.sampling import Sampler, check_sampler_args
+
+try:
+    import ray
+    from ray.exceptions import (ActorDiedError, ActorUnavailableError, GetTimeoutError,
+                                RayActorError)
+except ModuleNotFoundError as e:
+    raise rllib_missing(e, "episode.distributed") from e
 
 __all__ = ["ActorNotStarted", "DistributedSampler", "SamplerActor", "concat_batches"]
 

@@ -21,6 +21,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from episode._extras import rllib_missing
 from episode._multi import (SKIP_ENV_TS_TAG, SKIP_STEP, AgentStepsCore, MultiAgentCore,
                             _register_agent_steps)
 from episode.lookback_buffer import InfiniteLookbackBuffer
@@ -1117,11 +1118,9 @@ class MultiAgentEpisode(MultiAgentCore):
         """The agents' data as RLlib's MultiAgentBatch (needs ray[rllib])."""
         try:
             from ray.rllib.policy.sample_batch import MultiAgentBatch
-        except ImportError as e:
-            raise ImportError(
-                "get_sample_batch() returns RLlib's MultiAgentBatch and needs ray[rllib]: "
-                "pip install 'ray[rllib]==2.60.*' (or this package's 'test' extra)"
-            ) from e
+        except ModuleNotFoundError as e:
+            raise rllib_missing(e, "get_sample_batch(), which returns RLlib's "
+                                   "MultiAgentBatch,") from e
         return MultiAgentBatch(
             policy_batches={aid: ep.get_sample_batch()
                             for aid, ep in self.agent_episodes.items()

@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional, Union
 import gymnasium as gym
 import numpy as np
 
+from episode._extras import rllib_missing
 from episode._episode import REWARDS_SPACE as _REWARDS_SPACE
 from episode._episode import (
     EpisodeCore,
@@ -304,11 +305,9 @@ class SingleAgentEpisode(EpisodeCore):
         """The data dict as RLlib's SampleBatch (needs ray[rllib])."""
         try:
             from ray.rllib.policy.sample_batch import SampleBatch
-        except ImportError as e:
-            raise ImportError(
-                "get_sample_batch() returns RLlib's SampleBatch and needs ray[rllib]: "
-                "pip install 'ray[rllib]==2.60.*' (or this package's 'test' extra)"
-            ) from e
+        except ModuleNotFoundError as e:
+            raise rllib_missing(e, "get_sample_batch(), which returns RLlib's "
+                                   "SampleBatch,") from e
         return SampleBatch(self.get_data_dict())
 
     def get_duration_s(self) -> float:

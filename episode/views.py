@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Optional, Sequence, Union
 import gymnasium as gym
 import numpy as np
 
+from episode._extras import rllib_missing
 from episode._views import gather_next_rows
 from episode.spaces import empty_batch, map_struct, space_from_dict, space_to_dict
 
@@ -403,14 +404,21 @@ def build_training_batch(episodes: Sequence[Any],
         return _sample_batch(batch) if sample_batch else batch
     if not sample_batch:
         return batches
-    from ray.rllib.policy.sample_batch import MultiAgentBatch
     env_steps = sum(e.env_steps() for e in episodes)
-    return MultiAgentBatch({m: _sample_batch(b) for m, b in batches.items()}, env_steps)
+    return _batch_classes()[1]({m: _sample_batch(b) for m, b in batches.items()}, env_steps)
+
+
+def _batch_classes() -> tuple:
+    """RLlib's SampleBatch and MultiAgentBatch."""
+    try:
+        from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
+    except ModuleNotFoundError as e:
+        raise rllib_missing(e, "sample_batch=True, which returns RLlib's batches,") from e
+    return SampleBatch, MultiAgentBatch
 
 
 def _sample_batch(columns: dict) -> Any:
-    from ray.rllib.policy.sample_batch import SampleBatch
-    return SampleBatch(columns)
+    return _batch_classes()[0](columns)
 
 
 def build_inference_batch(episodes: Sequence[Any],
