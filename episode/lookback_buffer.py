@@ -7,7 +7,7 @@ compiled BufferCore; this module holds the rest.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Union
 
 import gymnasium as gym
 import numpy as np
@@ -33,11 +33,9 @@ from episode.spaces import (
     stack_leaf,
     unpickled_space,
 )
+from episode.typing import Batch, Indices
 
 __all__ = ["InfiniteLookbackBuffer"]
-
-Indices = Union[int, slice, List[int], None]
-
 
 def _as_index(idx: Any) -> int:
     """`idx` as a plain int (numpy ints too), or IndexTypeError."""
@@ -93,7 +91,7 @@ class InfiniteLookbackBuffer(BufferCore):
     # -- attributes ---------------------------------------------------------
 
     @property
-    def data(self) -> Any:
+    def data(self) -> Batch:
         """All items, lookback included: a list before finalize(), arrays after.
 
         As in RLlib, the list is the buffer's own: changing it changes the
@@ -147,7 +145,7 @@ class InfiniteLookbackBuffer(BufferCore):
 
     # -- state --------------------------------------------------------------
 
-    def get_state(self) -> dict:
+    def get_state(self) -> Dict[str, Any]:
         """The buffer as a picklable dict (data, lookback, finalized, space)."""
         return {
             "data": self._snapshot(),
@@ -157,7 +155,7 @@ class InfiniteLookbackBuffer(BufferCore):
         }
 
     @staticmethod
-    def from_state(state: dict) -> "InfiniteLookbackBuffer":
+    def from_state(state: Dict[str, Any]) -> "InfiniteLookbackBuffer":
         """A new buffer from a dict made by `get_state` (ours or RLlib's)."""
         buffer = InfiniteLookbackBuffer()
         data = state["data"]

@@ -17,7 +17,7 @@ import sys
 import time
 import uuid
 from collections import defaultdict, deque
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Set
 
 import numpy as np
 
@@ -28,6 +28,10 @@ from episode._multi import (SKIP_ENV_TS_TAG, SKIP_STEP, AgentStepsCore, MultiAge
 from episode.lookback_buffer import InfiniteLookbackBuffer
 from episode.single_agent_episode import EpisodeIndexError, SingleAgentEpisode
 from episode.spaces import map_struct
+from episode.typing import AgentID, ModuleID
+
+if TYPE_CHECKING:
+    from ray.rllib.policy.sample_batch import MultiAgentBatch
 
 DEFAULT_MODULE_ID = "default_policy"
 
@@ -541,7 +545,7 @@ class MultiAgentEpisode(MultiAgentCore):
     # -- properties -------------------------------------------------------------------
 
     @property
-    def custom_data(self) -> dict:
+    def custom_data(self) -> Dict[Any, Any]:
         """A dict for the user's own per-episode data."""
         return self._custom_data
 
@@ -566,29 +570,29 @@ class MultiAgentEpisode(MultiAgentCore):
         return self.is_terminated or self.is_truncated
 
     @property
-    def agent_ids(self) -> set:
+    def agent_ids(self) -> Set[AgentID]:
         """The ids of the agents that have an episode here."""
         return set(self.agent_episodes)
 
     @property
-    def agent_episode_ids(self) -> dict:
+    def agent_episode_ids(self) -> Dict[AgentID, str]:
         """Each agent's SingleAgentEpisode id."""
         return {agent_id: ep.id_ for agent_id, ep in self.agent_episodes.items()}
 
-    def module_for(self, agent_id: Any) -> Any:
+    def module_for(self, agent_id: AgentID) -> ModuleID:
         """The module id of `agent_id`, mapped once per episode."""
         if agent_id not in self._agent_to_module_mapping:
             self._agent_to_module_mapping[agent_id] = \
                 self.agent_to_module_mapping_fn(agent_id, self)
         return self._agent_to_module_mapping[agent_id]
 
-    def get_terminateds(self) -> dict:
+    def get_terminateds(self) -> Dict[AgentID, bool]:
         """Each agent's terminated flag, and "__all__"."""
         flags = {aid: self.agent_episodes[aid].is_terminated for aid in self.agent_ids}
         flags["__all__"] = self.is_terminated
         return flags
 
-    def get_truncateds(self) -> dict:
+    def get_truncateds(self) -> Dict[AgentID, bool]:
         """Each agent's truncated flag, and "__all__"."""
         flags = {aid: self.agent_episodes[aid].is_truncated for aid in self.agent_ids}
         flags["__all__"] = self.is_truncated
@@ -615,13 +619,13 @@ class MultiAgentEpisode(MultiAgentCore):
             return 0.0
         return self._last_step_time - self._start_time
 
-    def get_agents_to_act(self) -> set:
+    def get_agents_to_act(self) -> Set[AgentID]:
         """The agents that received an observation in the last env step and
         are not done: those that send the next actions."""
         return {aid for aid in self.get_agents_that_stepped()
                 if not self.agent_episodes[aid].is_done}
 
-    def get_agents_that_stepped(self) -> set:
+    def get_agents_that_stepped(self) -> Set[AgentID]:
         """The agents that received an observation in the last env step (done
         ones included)."""
         return {aid for aid in self.agent_episodes
@@ -1089,7 +1093,7 @@ class MultiAgentEpisode(MultiAgentCore):
 
     # -- state ------------------------------------------------------------------------
 
-    def get_state(self) -> dict:
+    def get_state(self) -> Dict[str, Any]:
         """Everything needed to rebuild this episode (see from_state)."""
         return {
             "id_": self.id_,
@@ -1115,7 +1119,7 @@ class MultiAgentEpisode(MultiAgentCore):
         }
 
     @staticmethod
-    def from_state(state: dict) -> "MultiAgentEpisode":
+    def from_state(state: Dict[str, Any]) -> "MultiAgentEpisode":
         """The episode a get_state() dict describes."""
         episode = MultiAgentEpisode(id_=state["id_"])
         for name in ("agent_to_module_mapping_fn", "_agent_to_module_mapping",
@@ -1139,7 +1143,7 @@ class MultiAgentEpisode(MultiAgentCore):
         # arrays (out of band with protocol 5).
         return (_restore, (type(self), tuple(getattr(self, name) for name in _FIELDS)))
 
-    def get_sample_batch(self):
+    def get_sample_batch(self) -> "MultiAgentBatch":
         """The agents' data as RLlib's MultiAgentBatch (needs ray[rllib])."""
         try:
             from ray.rllib.policy.sample_batch import MultiAgentBatch

@@ -17,7 +17,7 @@ flags as numpy bools), as RLlib's SingleAgentEnvRunner appends them.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Union
 
 import gymnasium as gym
 import numpy as np
@@ -27,6 +27,11 @@ from episode._episode import started_episode
 from episode._vector import PendingRows, VectorCore
 from episode.single_agent_episode import SingleAgentEpisode
 from episode.spaces import space_contains
+from episode.typing import BatchMode, CountStepsBy, TrainingBatch
+
+if TYPE_CHECKING:
+    from episode.multi_agent_episode import MultiAgentEpisode
+    from episode.views import ViewRequirement
 
 __all__ = ["Sampler", "VectorEpisodes", "default_view_requirements"]
 
@@ -99,7 +104,7 @@ class VectorEpisodes(VectorCore):
         return _restore_vector, (type(self), state, self.__dict__)
 
     @property
-    def episodes(self) -> list:
+    def episodes(self) -> List[Optional[SingleAgentEpisode]]:
         """Sub-env k's running episode at k (None before add_reset), with
         every step added so far written into it."""
         self._pending.flush_all(self._episodes)
@@ -243,7 +248,7 @@ class VectorEpisodes(VectorCore):
             else:
                 self._resetting[k] = True
 
-    def cut(self, len_lookback_buffer: int = 0) -> list:
+    def cut(self, len_lookback_buffer: int = 0) -> List[SingleAgentEpisode]:
         """The running episodes' chunks so far (those with steps, and not
         waiting for their NextStep reset); each sub-env goes on in its
         chunk's successor (`cut(len_lookback_buffer)`)."""
@@ -306,7 +311,7 @@ COUNT_STEPS_BY = ("env_steps", "agent_steps")
 
 
 def default_view_requirements(observation_space: Any = None,
-                              action_space: Any = None) -> dict:
+                              action_space: Any = None) -> Dict[str, ViewRequirement]:
     """The views RLlib's policies start from: the observation the action was
     taken on and the next one, the action, reward, done flags, infos and the
     sampler's bookkeeping columns. Only "obs" is read for computing actions."""
@@ -461,9 +466,9 @@ class Sampler:
     """
 
     def __init__(self, env: Any, policy: Optional[Callable] = None, *,
-                 view_requirements: Optional[dict] = None,
-                 batch_mode: str = "truncate_episodes", rollout_fragment_length: int = 200,
-                 count_steps_by: str = "env_steps", num_envs: int = 1,
+                 view_requirements: Optional[Dict[str, ViewRequirement]] = None,
+                 batch_mode: BatchMode = "truncate_episodes", rollout_fragment_length: int = 200,
+                 count_steps_by: CountStepsBy = "env_steps", num_envs: int = 1,
                  seed: Optional[int] = None):
         check_sampler_args(policy, batch_mode, rollout_fragment_length, count_steps_by,
                            num_envs, seed)
@@ -512,7 +517,7 @@ class Sampler:
 
     # -- public -----------------------------------------------------------------
 
-    def sample_episodes(self) -> list:
+    def sample_episodes(self) -> List[Union[SingleAgentEpisode, MultiAgentEpisode]]:
         """One rollout's episodes (finished ones, then the chunks of running
         ones in truncate mode), numpy'ized."""
         self._require_open()
@@ -524,7 +529,7 @@ class Sampler:
             e.to_numpy()
         return episodes
 
-    def sample(self) -> Any:
+    def sample(self) -> TrainingBatch:
         """One rollout as the training batch of the view requirements (those
         with used_for_training), a dict of columns (per module id for
         multi-agent envs)."""
@@ -549,14 +554,14 @@ class Sampler:
                     views[key] = ViewRequirement(used_for_compute_actions=False)
         return views
 
-    def get_metrics(self) -> dict:
+    def get_metrics(self) -> Dict[str, Any]:
         """What was sampled since the last call: "episodes_done",
         "episode_returns", "episode_lengths", "env_steps", "agent_steps"."""
         metrics = self._metrics.as_dict()
         self._metrics = _Metrics(self._metrics.partial_returns)
         return metrics
 
-    def ongoing_episodes(self) -> list:
+    def ongoing_episodes(self) -> List[Union[SingleAgentEpisode, MultiAgentEpisode]]:
         """The episodes still being filled (a multi-agent env's one, or each
         sub-env's that is not waiting for its reset)."""
         if self.multi_agent:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import operator
 from collections import defaultdict
-from typing import Any, Callable, Dict, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Union
 
 import gymnasium as gym
 import numpy as np
@@ -36,13 +36,16 @@ from episode.spaces import (
     space_to_dict,
     unpickled_space,
 )
+from episode.typing import Indices
+
+if TYPE_CHECKING:
+    from ray.rllib.policy.sample_batch import SampleBatch
 
 __all__ = ["SingleAgentEpisode"]
 
 # Unpickled rewards buffers get the same space object as new ones.
 share_space(_REWARDS_SPACE)
 
-Indices = Optional[Union[int, List[int], slice]]
 
 
 class EpisodeIndexError(TypeError, NotImplementedError):
@@ -316,7 +319,7 @@ class SingleAgentEpisode(EpisodeCore):
         data.update({k: self.get_extra_model_outputs(k) for k in self.extra_model_outputs})
         return data
 
-    def get_sample_batch(self):
+    def get_sample_batch(self) -> "SampleBatch":
         """The data dict as RLlib's SampleBatch (needs ray[rllib])."""
         try:
             from ray.rllib.policy.sample_batch import SampleBatch
@@ -416,12 +419,12 @@ class SingleAgentEpisode(EpisodeCore):
 
     # -- removed in RLlib (they raise there too) -------------------------------
 
-    def add_temporary_timestep_data(self, *args, **kwargs):
+    def add_temporary_timestep_data(self, *args: Any, **kwargs: Any) -> None:
         """Removed: use `custom_data[key] = ...`."""
         raise ValueError("`add_temporary_timestep_data` has been deprecated. Use "
                          "`SingleAgentEpisode.custom_data[some-key] = ...` instead.")
 
-    def get_temporary_timestep_data(self, *args, **kwargs):
+    def get_temporary_timestep_data(self, *args: Any, **kwargs: Any) -> None:
         """Removed: use `custom_data[key]`."""
         raise ValueError("`get_temporary_timestep_data` has been deprecated. Use "
                          "`SingleAgentEpisode.custom_data[some-key]` instead.")

@@ -17,7 +17,7 @@ import itertools
 import math
 import numbers
 import sys
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Dict, Literal, Optional, Sequence, overload
 
 import gymnasium as gym
 import numpy as np
@@ -25,6 +25,10 @@ import numpy as np
 from episode._extras import rllib_missing
 from episode._views import gather_next_rows
 from episode.spaces import empty_batch, map_struct, space_from_dict, space_to_dict
+from episode.typing import Shift, TrainingBatch
+
+if TYPE_CHECKING:
+    from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
 __all__ = ["ViewRequirement", "build_training_batch", "build_inference_batch"]
 
@@ -53,8 +57,8 @@ class ViewRequirement:
     """
 
     data_col: Optional[str] = None
-    space: gym.Space = None
-    shift: Union[int, str, List[int]] = 0
+    space: Optional[gym.Space] = None
+    shift: Shift = 0
     index: Optional[int] = None
     batch_repeat_value: int = 1
     used_for_compute_actions: bool = True
@@ -348,6 +352,18 @@ def _concat(pieces: list) -> Any:
     return map_struct(lambda *leaves: np.concatenate(leaves), *pieces)
 
 
+@overload
+def build_training_batch(episodes: Sequence[Any],
+                         view_requirements: Dict[str, "ViewRequirement"], *,
+                         env_ids: Optional[Sequence[Any]] = None,
+                         max_seq_len: Optional[int] = None,
+                         sample_batch: Literal[False] = False) -> TrainingBatch: ...
+@overload
+def build_training_batch(episodes: Sequence[Any],
+                         view_requirements: Dict[str, "ViewRequirement"], *,
+                         env_ids: Optional[Sequence[Any]] = None,
+                         max_seq_len: Optional[int] = None,
+                         sample_batch: Literal[True]) -> "SampleBatch | MultiAgentBatch": ...
 def build_training_batch(episodes: Sequence[Any],
                          view_requirements: Dict[str, "ViewRequirement"], *,
                          env_ids: Optional[Sequence[Any]] = None,
@@ -421,6 +437,16 @@ def _sample_batch(columns: dict) -> Any:
     return _batch_classes()[0](columns)
 
 
+@overload
+def build_inference_batch(episodes: Sequence[Any],
+                          view_requirements: Dict[str, "ViewRequirement"], *,
+                          env_ids: Optional[Sequence[Any]] = None,
+                          sample_batch: Literal[False] = False) -> TrainingBatch: ...
+@overload
+def build_inference_batch(episodes: Sequence[Any],
+                          view_requirements: Dict[str, "ViewRequirement"], *,
+                          env_ids: Optional[Sequence[Any]] = None,
+                          sample_batch: Literal[True]) -> "SampleBatch": ...
 def build_inference_batch(episodes: Sequence[Any],
                           view_requirements: Dict[str, "ViewRequirement"], *,
                           env_ids: Optional[Sequence[Any]] = None,
