@@ -446,14 +446,19 @@ class Sampler:
             multi-agent env (an RLlib MultiAgentEnv, or a PettingZoo
             ParallelEnv) or a function making one (num_envs > 1).
         policy: Called with the inference input (a dict of batched views,
-            one row per sub-env) and returning the actions, a batch with
-            one row per sub-env, or (actions, extra model outputs as a dict
-            of such batches). For a multi-agent env: called once per
-            sub-env with {agent_id: input dict of one row} for the agents
-            to act, and returning {agent_id: action} or (that, {agent_id:
-            extras}). None: random actions from seeded action spaces.
+            one row per sub-env: the view requirements used for computing
+            actions) and returning the actions, a batch with one row per
+            sub-env, or (actions, extra model outputs as a dict of such
+            batches). For a multi-agent env: called once per sub-env with
+            {agent_id: input dict of one row} for the agents to act, and
+            returning {agent_id: action} for exactly those agents, or
+            (that, {agent_id: {name: extra output}}). None: random actions
+            from seeded action spaces. Anything else it returns raises
+            ValueError before the step reaches the env.
         view_requirements: The views of the inference input and of
-            `sample()`'s batches (default: RLlib's default views).
+            `sample()`'s batches (default: RLlib's default views). The
+            policy's extra outputs are columns of the batches too, unless
+            a requirement of the same name says otherwise.
         batch_mode: "truncate_episodes": each call covers
             rollout_fragment_length x num_envs steps; running episodes are
             cut and go on in the next call. "complete_episodes": only
@@ -530,9 +535,10 @@ class Sampler:
         return episodes
 
     def sample(self) -> TrainingBatch:
-        """One rollout as the training batch of the view requirements (those
-        with used_for_training), a dict of columns (per module id for
-        multi-agent envs)."""
+        """One rollout as a training batch, a dict of columns (per module id
+        for multi-agent envs): the view requirements used for training, and
+        each extra output of the policy that no requirement names (as
+        RLlib's policies add a view for each extra action output)."""
         from episode.views import build_training_batch
 
         episodes = self.sample_episodes()

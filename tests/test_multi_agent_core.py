@@ -366,7 +366,7 @@ def test_user_code_inside_a_step_cannot_pull_data_from_under_it(where):
 
 
 def test_mapping_data_is_a_new_list_each_read():
-    """A difference (README): `env_t_to_agent_t[aid].data` is a list made on
+    """A difference (docs/differences.md): `env_t_to_agent_t[aid].data` is a list made on
     each read, since the steps are stored as int64; writing into it changes
     nothing. RLlib's is the buffer's own list."""
     episode = _stepped()
