@@ -67,6 +67,12 @@ def env_error(message: str) -> Exception:
     return cls(message)
 
 
+def _truncated_without_observation(agent_id: Any) -> Exception:
+    return env_error(f"Agent {agent_id} acted and then got truncated, but did NOT receive a "
+                     f"last (truncation) observation, required for e.g. value function "
+                     f"bootstrapping!")
+
+
 def batch_like_rllib(items: list) -> Any:
     """Items (of one structure) stacked leaf by leaf as RLlib's `batch` does
     it: a leaf whose first item is an ndarray takes that item's dtype and
@@ -418,10 +424,7 @@ class MultiAgentEpisode(MultiAgentCore):
                         f"stepped in this episode before")
             elif act is not None:
                 if truncated:
-                    raise env_error(
-                        f"Agent {agent_id} acted and then got truncated, but did NOT receive "
-                        f"a last (truncation) observation, required for e.g. value function "
-                        f"bootstrapping!")
+                    raise _truncated_without_observation(agent_id)
                 if not terminated and agent_id in self._hanging_actions_end:
                     raise AssertionError(
                         f"agent {agent_id!r} acted again without an observation in between")
@@ -429,10 +432,7 @@ class MultiAgentEpisode(MultiAgentCore):
                     steps.append((agent_id, episode, outputs))
             elif (terminated or truncated) and hanging is not None:
                 if truncated:
-                    raise env_error(
-                        f"Agent {agent_id} acted and then got truncated, but did NOT receive "
-                        f"a last (truncation) observation, required for e.g. value function "
-                        f"bootstrapping!")
+                    raise _truncated_without_observation(agent_id)
                 steps.append((agent_id, episode,
                               self._hanging_extra_model_outputs_end.get(agent_id)))
         for agent_id, episode, outputs in steps:
