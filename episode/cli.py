@@ -33,6 +33,7 @@ from typing import Any, TextIO
 
 from episode import __version__
 from episode._extras import RLLIB_EXTRA
+from episode.spaces import batch_size
 
 __all__ = ["main"]
 
@@ -377,7 +378,8 @@ def _collect(sampler, steps: int, stats: DemoStats, progress: Progress) -> None:
             modules = list(batch.values()) if sampler.multi_agent else [batch]
             for columns in modules:
                 if columns:
-                    stats.rows += batch_rows(columns)
+                    # (The rows of the first column: a struct's first leaf's.)
+                    stats.rows += batch_size(next(iter(columns.values())))
                     stats.columns = _column_shapes(columns)
             _add_metrics(sampler, stats)
             progress.update(min(stats.env_steps, steps))
@@ -410,15 +412,6 @@ def _held_bytes(episodes: list) -> int:
         tracemalloc.stop()
     del copy
     return held
-
-
-def batch_rows(columns: dict) -> int:
-    """The rows of a training batch: the leading axis of its first column
-    (of that column's first leaf, for Dict/Tuple items)."""
-    column = next(iter(columns.values()))
-    while isinstance(column, (dict, tuple)) and len(column):
-        column = next(iter(column.values())) if isinstance(column, dict) else column[0]
-    return len(column)
 
 
 def _column_shapes(columns: dict) -> dict:

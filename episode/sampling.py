@@ -26,7 +26,7 @@ from episode._checks import in_box
 from episode._episode import started_episode
 from episode._vector import PendingRows, VectorCore
 from episode.single_agent_episode import SingleAgentEpisode
-from episode.spaces import space_contains
+from episode.spaces import batch_size, space_contains
 from episode.typing import BatchMode, CountStepsBy, TrainingBatch
 
 if TYPE_CHECKING:
@@ -125,7 +125,7 @@ class VectorEpisodes(VectorCore):
     def _check_batch(self, **batches: Any) -> None:
         for name, batch in batches.items():
             try:
-                n = _batch_size(batch)
+                n = batch_size(batch)
             except TypeError:
                 raise ValueError(f"{name} must have a leading axis of {self.num_envs} "
                                  f"sub-envs, got {type(batch).__name__}") from None
@@ -283,13 +283,6 @@ def _row(batch: Any, k: int) -> Any:
     if isinstance(batch, tuple):
         return tuple(_row(value, k) for value in batch)
     return batch[k]
-
-
-def _batch_size(batch: Any) -> int:
-    # The leading axis of a batch (of its first leaf for Dict/Tuple items).
-    while isinstance(batch, (dict, tuple)) and len(batch):
-        batch = next(iter(batch.values())) if isinstance(batch, dict) else batch[0]
-    return len(batch)
 
 
 def _without_final(infos: Optional[dict]) -> Optional[dict]:

@@ -31,7 +31,15 @@ __all__ = [
     "check_same_nesting",
     "is_nesting",
     "space_contains",
+    "batch_size",
 ]
+
+
+def batch_size(batch: Any) -> int:
+    """The leading axis of a batch (of its first leaf for Dict/Tuple items)."""
+    while isinstance(batch, (dict, tuple)) and len(batch):
+        batch = next(iter(batch.values())) if isinstance(batch, dict) else batch[0]
+    return len(batch)
 
 
 def space_contains(space: gym.Space, value: Any) -> bool:
