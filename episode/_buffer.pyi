@@ -1,9 +1,10 @@
-from typing import Any
+from typing import Any, overload
 
 import gymnasium as gym
 from typing_extensions import Self, disjoint_base
 
 from episode._column import Column
+from episode.typing import Batch, Index, IndexBatch, Item
 
 SCALAR_FILLS: frozenset[type]
 FLAT_SPACES: tuple[type[gym.Space[Any]], ...]
@@ -42,22 +43,37 @@ class BufferCore:
     def finalized(self) -> bool: ...
     def append(self, item: Any) -> None: ...
     def finalize(self) -> None: ...
-    def prepare_finalize(self) -> Any: ...
-    def commit_finalize(self, storage: Any) -> None: ...
+    def prepare_finalize(self) -> object: ...
+    def commit_finalize(self, storage: object) -> None: ...
     def check_append(self, item: Any) -> None: ...
     def __len__(self) -> int: ...
     def len_incl_lookback(self) -> int: ...
+    @overload
     def get(
         self,
-        indices: int | slice | list[int] | None = None,
+        indices: Index,
         *,
         neg_index_as_lookback: bool = False,
         fill: Any = None,
         one_hot_discrete: bool = False,
         _ignore_last_ts: bool = False,
         _add_last_ts_value: Any = None,
-    ) -> Any: ...
-    def __getitem__(self, item: int | slice | list[int], /) -> Any: ...
+    ) -> Item: ...
+    @overload
+    def get(
+        self,
+        indices: IndexBatch = None,
+        *,
+        neg_index_as_lookback: bool = False,
+        fill: Any = None,
+        one_hot_discrete: bool = False,
+        _ignore_last_ts: bool = False,
+        _add_last_ts_value: Any = None,
+    ) -> Batch: ...
+    @overload
+    def __getitem__(self, item: Index, /) -> Item: ...
+    @overload
+    def __getitem__(self, item: slice | list[Index], /) -> Batch: ...
     def sub_buffer(
         self, slice_: slice, neg_index_as_lookback: bool, lookback: int,
         space: gym.Space[Any] | None,

@@ -1,14 +1,13 @@
 import builtins
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, TypeVar, overload
 
 import gymnasium as gym
 from typing_extensions import Self, disjoint_base
 
 from episode._buffer import BufferCore
 from episode.lookback_buffer import InfiniteLookbackBuffer
+from episode.typing import Batch, Index, IndexBatch, Item
 
-# `slice` below is also a method name, so the index type is named here.
-_Indices: TypeAlias = int | builtins.slice | list[int] | None
 _E = TypeVar("_E", bound="EpisodeCore")
 
 class BufferTypeError(TypeError, AssertionError): ...
@@ -57,46 +56,95 @@ class EpisodeCore:
     def get_return(self) -> float: ...
     def cut(self, len_lookback_buffer: int = 0) -> Self: ...
     def slice(self, slice_: builtins.slice, *, len_lookback_buffer: int | None = None) -> Self: ...
+    @overload
     def get_observations(
         self,
-        indices: _Indices = None,
+        indices: Index,
         *,
         neg_index_as_lookback: bool = False,
         fill: Any = None,
         one_hot_discrete: bool = False,
-    ) -> Any: ...
+    ) -> Item: ...
+    @overload
+    def get_observations(
+        self,
+        indices: IndexBatch = None,
+        *,
+        neg_index_as_lookback: bool = False,
+        fill: Any = None,
+        one_hot_discrete: bool = False,
+    ) -> Batch: ...
+    @overload
     def get_infos(
         self,
-        indices: _Indices = None,
+        indices: Index,
         *,
         neg_index_as_lookback: bool = False,
         fill: Any = None,
-    ) -> Any: ...
+    ) -> Item: ...
+    @overload
+    def get_infos(
+        self,
+        indices: IndexBatch = None,
+        *,
+        neg_index_as_lookback: bool = False,
+        fill: Any = None,
+    ) -> Batch: ...
+    @overload
     def get_actions(
         self,
-        indices: _Indices = None,
+        indices: Index,
         *,
         neg_index_as_lookback: bool = False,
         fill: Any = None,
         one_hot_discrete: bool = False,
-    ) -> Any: ...
-    def get_rewards(
+    ) -> Item: ...
+    @overload
+    def get_actions(
         self,
-        indices: _Indices = None,
+        indices: IndexBatch = None,
         *,
         neg_index_as_lookback: bool = False,
         fill: Any = None,
-    ) -> Any: ...
+        one_hot_discrete: bool = False,
+    ) -> Batch: ...
+    @overload
+    def get_rewards(
+        self,
+        indices: Index,
+        *,
+        neg_index_as_lookback: bool = False,
+        fill: Any = None,
+    ) -> Item: ...
+    @overload
+    def get_rewards(
+        self,
+        indices: IndexBatch = None,
+        *,
+        neg_index_as_lookback: bool = False,
+        fill: Any = None,
+    ) -> Batch: ...
+    @overload
     def get_extra_model_outputs(
         self,
         key: Any,
-        indices: _Indices = None,
+        indices: Index,
         *,
         neg_index_as_lookback: bool = False,
         fill: Any = None,
-    ) -> Any: ...
+    ) -> Item: ...
+    @overload
+    def get_extra_model_outputs(
+        self,
+        key: Any,
+        indices: IndexBatch = None,
+        *,
+        neg_index_as_lookback: bool = False,
+        fill: Any = None,
+    ) -> Batch: ...
 
 def episode_id() -> str: ...
+def check_step_extras(episode: EpisodeCore, outputs: Any, agent_id: Any) -> None: ...
 def assemble(
     cls: type[_E], id_: Any, observations: BufferCore, infos: BufferCore,
     actions: BufferCore, rewards: BufferCore, extra_model_outputs: dict[Any, Any],

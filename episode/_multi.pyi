@@ -1,13 +1,12 @@
-import builtins
 from collections import defaultdict
-from typing import Any, TypeAlias
+from collections.abc import Collection
+from typing import Any, Literal, overload
 
 from typing_extensions import disjoint_base
 
 from episode._buffer import BufferCore
-from episode._episode import EpisodeCore
-
-_Indices: TypeAlias = int | builtins.slice | list[int] | None
+from episode.single_agent_episode import SingleAgentEpisode
+from episode.typing import AgentID, Batch, Index, IndexBatch, Indices, Item
 
 SKIP_ENV_TS_TAG: str
 SKIP_STEP: int
@@ -26,7 +25,7 @@ class MultiAgentCore:
     action_space: Any
     env_t_started: int
     env_t: int
-    agent_t_started: defaultdict[Any, int]
+    agent_t_started: defaultdict[AgentID, int]
     env_t_to_agent_t: defaultdict[Any, Any]
     _hanging_actions_end: dict[Any, Any]
     _hanging_extra_model_outputs_end: defaultdict[Any, Any]
@@ -34,7 +33,7 @@ class MultiAgentCore:
     _hanging_rewards_begin: defaultdict[Any, float]
     is_terminated: bool
     is_truncated: bool
-    agent_episodes: dict[Any, EpisodeCore]
+    agent_episodes: dict[AgentID, SingleAgentEpisode]
     _len_lookback_buffers: int
     _custom_data: dict[Any, Any]
     _start_time: float | None
@@ -52,58 +51,191 @@ class MultiAgentCore:
         extra_model_outputs: dict[Any, Any] | None = None,
     ) -> None: ...
     def _cut_at_last_observations(self) -> Any: ...
+    @overload
     def get_observations(
         self,
-        indices: _Indices = None,
-        agent_ids: Any = None,
+        indices: Index,
+        agent_ids: AgentID | Collection[AgentID] | None = None,
         *,
         env_steps: bool = True,
         neg_index_as_lookback: bool = False,
         fill: Any = None,
         one_hot_discrete: bool = False,
-        return_list: bool = False,
-    ) -> Any: ...
+        return_list: Literal[False] = False,
+    ) -> dict[AgentID, Item]: ...
+    @overload
+    def get_observations(
+        self,
+        indices: IndexBatch = None,
+        agent_ids: AgentID | Collection[AgentID] | None = None,
+        *,
+        env_steps: bool = True,
+        neg_index_as_lookback: bool = False,
+        fill: Any = None,
+        one_hot_discrete: bool = False,
+        return_list: Literal[False] = False,
+    ) -> dict[AgentID, Batch]: ...
+    @overload
+    def get_observations(
+        self,
+        indices: Indices = None,
+        agent_ids: AgentID | Collection[AgentID] | None = None,
+        *,
+        env_steps: bool = True,
+        neg_index_as_lookback: bool = False,
+        fill: Any = None,
+        one_hot_discrete: bool = False,
+        return_list: Literal[True],
+    ) -> list[dict[AgentID, Item]]: ...
+    @overload
     def get_infos(
         self,
-        indices: _Indices = None,
-        agent_ids: Any = None,
+        indices: Index,
+        agent_ids: AgentID | Collection[AgentID] | None = None,
         *,
         env_steps: bool = True,
         neg_index_as_lookback: bool = False,
         fill: Any = None,
-        return_list: bool = False,
-    ) -> Any: ...
+        return_list: Literal[False] = False,
+    ) -> dict[AgentID, Item]: ...
+    @overload
+    def get_infos(
+        self,
+        indices: IndexBatch = None,
+        agent_ids: AgentID | Collection[AgentID] | None = None,
+        *,
+        env_steps: bool = True,
+        neg_index_as_lookback: bool = False,
+        fill: Any = None,
+        return_list: Literal[False] = False,
+    ) -> dict[AgentID, Batch]: ...
+    @overload
+    def get_infos(
+        self,
+        indices: Indices = None,
+        agent_ids: AgentID | Collection[AgentID] | None = None,
+        *,
+        env_steps: bool = True,
+        neg_index_as_lookback: bool = False,
+        fill: Any = None,
+        return_list: Literal[True],
+    ) -> list[dict[AgentID, Item]]: ...
+    @overload
     def get_rewards(
         self,
-        indices: _Indices = None,
-        agent_ids: Any = None,
+        indices: Index,
+        agent_ids: AgentID | Collection[AgentID] | None = None,
         *,
         env_steps: bool = True,
         neg_index_as_lookback: bool = False,
         fill: Any = None,
-        return_list: bool = False,
-    ) -> Any: ...
+        return_list: Literal[False] = False,
+    ) -> dict[AgentID, Item]: ...
+    @overload
+    def get_rewards(
+        self,
+        indices: IndexBatch = None,
+        agent_ids: AgentID | Collection[AgentID] | None = None,
+        *,
+        env_steps: bool = True,
+        neg_index_as_lookback: bool = False,
+        fill: Any = None,
+        return_list: Literal[False] = False,
+    ) -> dict[AgentID, Batch]: ...
+    @overload
+    def get_rewards(
+        self,
+        indices: Indices = None,
+        agent_ids: AgentID | Collection[AgentID] | None = None,
+        *,
+        env_steps: bool = True,
+        neg_index_as_lookback: bool = False,
+        fill: Any = None,
+        return_list: Literal[True],
+    ) -> list[dict[AgentID, Item]]: ...
+    @overload
+    def get_extra_model_outputs(
+        self,
+        key: Any,
+        indices: Index,
+        agent_ids: AgentID | Collection[AgentID] | None = None,
+        *,
+        env_steps: bool = True,
+        neg_index_as_lookback: bool = False,
+        fill: Any = None,
+        return_list: Literal[False] = False,
+    ) -> dict[AgentID, Item]: ...
+    @overload
     def get_extra_model_outputs(
         self,
         key: Any = None,
-        indices: _Indices = None,
-        agent_ids: Any = None,
+        *,
+        indices: Index,
+        agent_ids: AgentID | Collection[AgentID] | None = None,
+        env_steps: bool = True,
+        neg_index_as_lookback: bool = False,
+        fill: Any = None,
+        return_list: Literal[False] = False,
+    ) -> dict[AgentID, Item]: ...
+    @overload
+    def get_extra_model_outputs(
+        self,
+        key: Any = None,
+        indices: IndexBatch = None,
+        agent_ids: AgentID | Collection[AgentID] | None = None,
         *,
         env_steps: bool = True,
         neg_index_as_lookback: bool = False,
         fill: Any = None,
-        return_list: bool = False,
-    ) -> Any: ...
+        return_list: Literal[False] = False,
+    ) -> dict[AgentID, Batch]: ...
+    @overload
+    def get_extra_model_outputs(
+        self,
+        key: Any = None,
+        indices: Indices = None,
+        agent_ids: AgentID | Collection[AgentID] | None = None,
+        *,
+        env_steps: bool = True,
+        neg_index_as_lookback: bool = False,
+        fill: Any = None,
+        return_list: Literal[True],
+    ) -> list[dict[AgentID, Item]]: ...
+    @overload
     def get_actions(
         self,
-        indices: _Indices = None,
-        agent_ids: Any = None,
+        indices: Index,
+        agent_ids: AgentID | Collection[AgentID] | None = None,
         *,
         env_steps: bool = True,
         neg_index_as_lookback: bool = False,
         fill: Any = None,
         one_hot_discrete: bool = False,
-        return_list: bool = False,
-    ) -> Any: ...
+        return_list: Literal[False] = False,
+    ) -> dict[AgentID, Item]: ...
+    @overload
+    def get_actions(
+        self,
+        indices: IndexBatch = None,
+        agent_ids: AgentID | Collection[AgentID] | None = None,
+        *,
+        env_steps: bool = True,
+        neg_index_as_lookback: bool = False,
+        fill: Any = None,
+        one_hot_discrete: bool = False,
+        return_list: Literal[False] = False,
+    ) -> dict[AgentID, Batch]: ...
+    @overload
+    def get_actions(
+        self,
+        indices: Indices = None,
+        agent_ids: AgentID | Collection[AgentID] | None = None,
+        *,
+        env_steps: bool = True,
+        neg_index_as_lookback: bool = False,
+        fill: Any = None,
+        one_hot_discrete: bool = False,
+        return_list: Literal[True],
+    ) -> list[dict[AgentID, Item]]: ...
 
 def _register_agent_steps(cls: type) -> None: ...

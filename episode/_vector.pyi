@@ -3,6 +3,8 @@ from typing import Any
 import numpy as np
 from typing_extensions import Self, disjoint_base
 
+from episode.single_agent_episode import SingleAgentEpisode
+
 @disjoint_base
 class PendingRows:
     """The latest steps of a vector env's sub-envs, written into their
@@ -32,7 +34,7 @@ class VectorCore:
     ended_envs: list[int]
     def add_step(self, observations: Any, actions: Any, rewards: Any, terminateds: Any,
                  truncateds: Any, infos: dict[Any, Any] | list[dict[Any, Any]] | None = None, *,
-                 extra_model_outputs: dict[Any, Any] | None = None) -> list[Any]: ...
+                 extra_model_outputs: dict[Any, Any] | None = None) -> list[SingleAgentEpisode]: ...
     def _add_rows(self, episodes: list[Any], observations: Any, actions: Any, rewards: Any,
                   terminateds: Any, truncateds: Any, resetting: Any, same_step: bool,
                   final_obs_given: bool,

@@ -32,10 +32,15 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from episode import __version__
+from episode._extras import RLLIB_EXTRA
+from episode.spaces import batch_size
 
 __all__ = ["main"]
 
-RLLIB_HINT = 'RLlib comparison off: pip install "ray[rllib]==2.60.*" (or "episode[test]")'
+# The parser's description: a constant, since `python -OO` strips __doc__.
+DESCRIPTION = "The `episode` command (`python -m episode`): a sampling demo and a benchmark."
+
+RLLIB_HINT = f"RLlib comparison off: {RLLIB_EXTRA}"
 
 
 class UsageError(Exception):
@@ -258,22 +263,53 @@ class Copies:
             env.close()
 
 
-def _multi_agent_env(reference: str):
-    """The multi-agent env `module:attr` makes (a PettingZoo ParallelEnv or
-    an RLlib MultiAgentEnv, class or factory called without arguments), or
-    None when `reference` is not such a reference (a gymnasium id)."""
+def _import_env_module(name: str, reference: str):
+    """The module `name` of the --env reference `module:...`. As `python -m`
+    does, a module in the current directory is found too (the `episode`
+    script's sys.path starts with its own folder instead): the directory is
+    added to sys.path, and stays there if the module is found in it (the
+    module may import its neighbours later)."""
     import importlib
 
-    module_name, sep, attr = reference.partition(":")
-    if not sep or not attr.isidentifier():
-        return None
+    def missing(e: ImportError) -> bool:
+        return isinstance(e, ModuleNotFoundError) and e.name is not None \
+            and (name == e.name or name.startswith(e.name + "."))
+
+    def error(e: ImportError) -> UsageError:
+        if missing(e):
+            return UsageError(f"--env {reference!r}: no module named {name!r}, neither in the "
+                              f"current directory nor on sys.path")
+        return UsageError(f"--env {reference!r}: cannot import module {name!r}: {e}")
+
+    cwd = os.getcwd()
     try:
-        module = importlib.import_module(module_name)
-    except ImportError:
+        return importlib.import_module(name)
+    except ImportError as e:
+        if not missing(e) or cwd in sys.path or "" in sys.path:
+            raise error(e) from None
+    sys.path.insert(0, cwd)
+    try:
+        return importlib.import_module(name)
+    except ImportError as e:
+        sys.path.remove(cwd)
+        raise error(e) from None
+
+
+def _multi_agent_factory(reference: str):
+    """The class or function `module:attr` names (for a PettingZoo
+    ParallelEnv or an RLlib MultiAgentEnv), or None for a gymnasium id. A
+    `module:EnvId-v0` id's module is imported here, so that gymnasium finds
+    it registered; UsageError if the module cannot be imported."""
+    module_name, sep, attr = reference.partition(":")
+    if not sep or not module_name:
         return None
-    factory = getattr(module, attr, None)
-    if not callable(factory):
-        return None
+    module = _import_env_module(module_name, reference)
+    factory = getattr(module, attr, None) if attr.isidentifier() else None
+    return factory if callable(factory) else None
+
+
+def _multi_agent_env(reference: str, factory):
+    """The multi-agent env `factory` (called without arguments) makes."""
     try:
         env = factory()
     except Exception as e:  # noqa: BLE001 -- a user's env: report, do not trace back
@@ -307,17 +343,19 @@ def demo_views(frame_stack: int, prev_actions: bool, observation_space=None,
 
 def _random_policy(sampler, stats: DemoStats):
     """Random actions, from a policy that is handed the inference input (so
-    the views it reads are built each step) and notes its shapes."""
-    def shapes(inputs: dict) -> dict:
-        return {k: getattr(v, "shape", None) for k, v in inputs.items()}
-
+    the views it reads are built each step) and notes its shapes. They come
+    from the spaces the Sampler's own random actions come from (seeded)."""
     def policy(inputs):
         t0 = time.perf_counter()
         if sampler.multi_agent:
-            stats.inputs = shapes(next(iter(inputs.values()))) if inputs else stats.inputs
-            actions = {aid: sampler.env.action_space(aid).sample() for aid in inputs}
+            # The seeded spaces of the Sampler's own random actions (the
+            # demo's multi-agent env is its only sub-env).
+            spaces = sampler._action_spaces[0]
+            stats.inputs = _column_shapes(next(iter(inputs.values()))) if inputs \
+                else stats.inputs
+            actions = {aid: spaces[aid].sample() for aid in inputs}
         else:
-            stats.inputs = shapes(inputs)
+            stats.inputs = _column_shapes(inputs)
             actions = sampler.env.action_space.sample()
         stats.policy_s += time.perf_counter() - t0
         return actions
@@ -327,18 +365,26 @@ def _random_policy(sampler, stats: DemoStats):
 
 def _collect(sampler, steps: int, stats: DemoStats, progress: Progress) -> None:
     """sample() until `steps` env steps: each call's training batch counted,
-    each finished episode's return and length."""
+    each finished episode's return and length. Each rollout is cut short to
+    the steps still missing (at least one vector step)."""
+    fragment = sampler.rollout_fragment_length
     try:
         while stats.env_steps < steps:
+            missing = (steps - stats.env_steps) // sampler.num_envs
+            sampler.rollout_fragment_length = max(1, min(fragment, missing))
             batch = sampler.sample()
-            columns = next(iter(batch.values())) if sampler.multi_agent and batch else batch
             stats.batches += 1
-            if columns:
-                stats.rows += len(next(iter(columns.values())))
-                stats.columns = {k: getattr(v, "shape", None) for k, v in columns.items()}
+            # Per module id for multi-agent envs.
+            modules = list(batch.values()) if sampler.multi_agent else [batch]
+            for columns in modules:
+                if columns:
+                    # (The rows of the first column: a struct's first leaf's.)
+                    stats.rows += batch_size(next(iter(columns.values())))
+                    stats.columns = _column_shapes(columns)
             _add_metrics(sampler, stats)
             progress.update(min(stats.env_steps, steps))
     finally:
+        sampler.rollout_fragment_length = fragment
         _add_metrics(sampler, stats)
 
 
@@ -368,8 +414,28 @@ def _held_bytes(episodes: list) -> int:
     return held
 
 
+def _column_shapes(columns: dict) -> dict:
+    """Each column's shape; a dict or list of shapes for Dict/Tuple items."""
+    def shape(value):
+        if isinstance(value, dict):
+            return {k: shape(v) for k, v in value.items()}
+        if isinstance(value, tuple):
+            return [shape(v) for v in value]
+        return getattr(value, "shape", None)
+
+    return {k: shape(v) for k, v in columns.items()}
+
+
+def _format_shape(shape) -> str:
+    if isinstance(shape, dict):
+        return "{" + ", ".join(f"{k}: {_format_shape(v)}" for k, v in shape.items()) + "}"
+    if isinstance(shape, list):
+        return "(" + ", ".join(_format_shape(v) for v in shape) + ")"
+    return "x".join(map(str, shape)) if shape else "-"
+
+
 def _shapes(shapes: dict) -> str:
-    return ", ".join(f"{k} {'x'.join(map(str, v)) if v else '-'}" for k, v in shapes.items())
+    return ", ".join(f"{k} {_format_shape(v)}" for k, v in shapes.items())
 
 
 def _demo_summary(args, sampler, stats: DemoStats) -> str:
@@ -412,22 +478,26 @@ def _demo_summary(args, sampler, stats: DemoStats) -> str:
 def _demo_sampler(args, stats: DemoStats):
     from episode.sampling import Sampler
 
-    if args.agents > 1:
+    if args.num_envs > args.steps:
+        # Each step of the vector env is one env step of every sub-env.
+        raise UsageError(f"--num-envs {args.num_envs:,} takes {args.num_envs:,} env steps at "
+                         f"each step of the vector env, more than --steps {args.steps:,}")
+    factory = _multi_agent_factory(args.env)
+    if factory is not None or args.agents > 1:
         if args.num_envs != 1:
-            raise UsageError("--agents and --num-envs cannot be combined (one multi-agent env)")
-        env = _Timed(Copies(args.env, args.agents), stats)
+            raise UsageError("--num-envs needs a gymnasium env id: a multi-agent env "
+                             "(--agents, or --env module:factory) is one env")
+        if factory is not None and args.agents > 1:
+            raise UsageError(f"--agents makes copies of a gymnasium env; {args.env!r} names "
+                             f"a multi-agent env factory")
+        made = Copies(args.env, args.agents) if factory is None \
+            else _multi_agent_env(args.env, factory)
+        env = _Timed(made, stats)
         views = demo_views(args.frame_stack, args.prev_actions)
     else:
-        made = _multi_agent_env(args.env)
-        if made is not None:
-            if args.num_envs != 1:
-                raise UsageError("--num-envs needs a gymnasium env id, not a multi-agent env")
-            env = _Timed(made, stats)
-            views = demo_views(args.frame_stack, args.prev_actions)
-        else:
-            env = _timed_vector_env(_make_env(args.env, args.num_envs), stats)
-            views = demo_views(args.frame_stack, args.prev_actions,
-                               env.single_observation_space, env.single_action_space)
+        env = _timed_vector_env(_make_env(args.env, args.num_envs), stats)
+        views = demo_views(args.frame_stack, args.prev_actions,
+                           env.single_observation_space, env.single_action_space)
     try:
         sampler = Sampler(env, view_requirements=views, batch_mode=args.batch_mode,
                           rollout_fragment_length=args.rollout_fragment_length,
@@ -661,8 +731,8 @@ def bench(args) -> int:
     if rllib is not None:
         classes["rllib"] = rllib
     elif args.plot:
-        raise UsageError("--plot charts the speed-ups over RLlib, which is not installed: "
-                         'pip install "ray[rllib]==2.60.*"')
+        raise UsageError(f"--plot charts the speed-ups over RLlib, which is not installed: "
+                         f"{RLLIB_EXTRA}")
     rounds = args.rounds or (3 if args.quick else 7)
     min_s = MIN_ROUND_S_QUICK if args.quick else MIN_ROUND_S
 
@@ -714,7 +784,7 @@ def _workload_list() -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="episode", description=__doc__.split("\n\n")[0],
+    parser = _Parser(prog="episode", description=DESCRIPTION,
                      epilog="Without a command, `demo` runs with its defaults.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="{demo,bench}")
@@ -739,8 +809,10 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--num-envs", type=_positive_int, default=1,
                    help="sub-envs of the vector env (default: %(default)s)")
     d.add_argument("--steps", type=_positive_int, default=100_000,
-                   help="env steps to collect, over all sub-envs (rollouts run whole, so a "
-                        "few more may be taken) (default: %(default)s)")
+                   help="env steps to collect, over all sub-envs: each rollout is cut short "
+                        "to the steps still missing, so at most --num-envs - 1 more are "
+                        "taken (complete_episodes: the last episodes run to their end); "
+                        "at least --num-envs (default: %(default)s)")
     d.add_argument("--batch-mode", choices=["truncate_episodes", "complete_episodes"],
                    default="truncate_episodes",
                    help="truncate_episodes: rollouts of exactly the fragment length, running "

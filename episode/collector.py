@@ -20,6 +20,7 @@ import numpy as np
 
 from episode._column import Column
 from episode.spaces import _nested_leaves, _nested_like, fill_batch
+from episode.typing import TrainingBatch
 from episode.views import check_causal, column_rows, gather_inference, gather_training
 
 __all__ = ["AgentCollector"]
@@ -274,7 +275,7 @@ class AgentCollector:
             return data[0]
         return _nested_like(self.buffer_structs[data_col], iter(data))
 
-    def build_for_inference(self) -> Any:
+    def build_for_inference(self) -> TrainingBatch:
         """The input of the next forward pass: each view used for computing
         actions at the last timestep, with a batch axis of one."""
         columns = {}
@@ -294,7 +295,7 @@ class AgentCollector:
             columns[view_col] = self._unflatten(data, data_col)
         return self._batch(columns)
 
-    def build_for_training(self, view_requirements: Dict[str, Any]) -> Any:
+    def build_for_training(self, view_requirements: Dict[str, Any]) -> TrainingBatch:
         """Every timestep collected so far, each view of `view_requirements`
         gathered at its shifts. A trajectory that has not ended keeps its
         last rows for the views of the next batch."""

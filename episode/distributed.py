@@ -21,13 +21,22 @@ import inspect
 import os
 import time
 import warnings
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Literal, Optional, Union, overload
 
 import numpy as np
-import ray
-from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError, RayActorError
 
+from episode._extras import rllib_missing
+from episode.multi_agent_episode import MultiAgentEpisode
 from episode.sampling import Sampler, check_sampler_args
+from episode.single_agent_episode import SingleAgentEpisode
+from episode.typing import TrainingBatch
+
+try:
+    import ray
+    from ray.exceptions import (ActorDiedError, ActorUnavailableError, GetTimeoutError,
+                                RayActorError)
+except ModuleNotFoundError as e:
+    raise rllib_missing(e, "episode.distributed") from e
 
 __all__ = ["ActorNotStarted", "DistributedSampler", "SamplerActor", "concat_batches"]
 
@@ -216,7 +225,7 @@ class DistributedSampler:
         self.set_policy(policy)
 
     @property
-    def actors(self) -> list:
+    def actors(self) -> List[Any]:
         """The Ray actor handles (SamplerActor), one per actor slot."""
         return list(self._actors)
 
@@ -229,7 +238,7 @@ class DistributedSampler:
         return self.seed + (incarnation * self.num_actors + index) * self._num_envs
 
     @property
-    def actor_seeds(self) -> list:
+    def actor_seeds(self) -> List[Optional[int]]:
         """The seed each actor's current Sampler was started with."""
         return list(self._seeds)
 
@@ -256,7 +265,7 @@ class DistributedSampler:
         self._weights_ref = ref
         self._gather(lambda i: self._actors[i].set_weights.remote(ref))
 
-    def sample_episodes(self) -> list:
+    def sample_episodes(self) -> List[Union[SingleAgentEpisode, MultiAgentEpisode]]:
         """One rollout of every actor: their episodes (as Sampler's: finished
         ones, then the chunks of running ones in truncate mode, numpy'ized),
         actor 0's first."""
@@ -264,7 +273,11 @@ class DistributedSampler:
         per_actor = self._gather(lambda i: self._actors[i].sample_episodes.remote())
         return [e for episodes in per_actor for e in episodes]
 
-    def sample(self, concat: bool = True) -> Any:
+    @overload
+    def sample(self, concat: Literal[True] = True) -> TrainingBatch: ...
+    @overload
+    def sample(self, concat: Literal[False]) -> List[TrainingBatch]: ...
+    def sample(self, concat: bool = True) -> Union[TrainingBatch, List[TrainingBatch]]:
         """One rollout of every actor as training batches (see
         Sampler.sample). `concat`: one batch, the actors' rows one after
         another in actor order (per module id for multi-agent envs; see
@@ -275,7 +288,7 @@ class DistributedSampler:
         batches = self._gather(lambda i: self._actors[i].sample.remote())
         return concat_batches(batches, multi_agent=self.multi_agent) if concat else batches
 
-    def get_metrics(self) -> dict:
+    def get_metrics(self) -> Dict[str, Any]:
         """The actors' metrics since the last call, together (as Sampler's:
         counts summed, lists of returns and lengths joined in actor order),
         plus "actor_restarts": the actors brought back since the last call.
@@ -295,7 +308,7 @@ class DistributedSampler:
         self._restarts = 0
         return merged
 
-    def ongoing_episodes(self) -> list:
+    def ongoing_episodes(self) -> List[Union[SingleAgentEpisode, MultiAgentEpisode]]:
         """Copies of the episodes the actors are still filling, actor 0's first."""
         self._require_open()
         per_actor = self._gather(lambda i: self._actors[i].ongoing_episodes.remote())

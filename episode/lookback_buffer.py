@@ -7,7 +7,7 @@ compiled BufferCore; this module holds the rest.
 """
 from __future__ import annotations
 
-from typing import Any, List, Optional, Union
+from typing import Any, Callable, Dict, List, Optional, Union
 
 import gymnasium as gym
 import numpy as np
@@ -27,16 +27,15 @@ from episode.spaces import (
     one_hot_struct,
     pickled_space,
     space_from_dict,
+    space_contains,
     space_to_dict,
     stack,
     stack_leaf,
     unpickled_space,
 )
+from episode.typing import Batch, Indices
 
 __all__ = ["InfiniteLookbackBuffer"]
-
-Indices = Union[int, slice, List[int], None]
-
 
 def _as_index(idx: Any) -> int:
     """`idx` as a plain int (numpy ints too), or IndexTypeError."""
@@ -92,7 +91,7 @@ class InfiniteLookbackBuffer(BufferCore):
     # -- attributes ---------------------------------------------------------
 
     @property
-    def data(self) -> Any:
+    def data(self) -> Batch:
         """All items, lookback included: a list before finalize(), arrays after.
 
         As in RLlib, the list is the buffer's own: changing it changes the
@@ -146,7 +145,7 @@ class InfiniteLookbackBuffer(BufferCore):
 
     # -- state --------------------------------------------------------------
 
-    def get_state(self) -> dict:
+    def get_state(self) -> Dict[str, Any]:
         """The buffer as a picklable dict (data, lookback, finalized, space)."""
         return {
             "data": self._snapshot(),
@@ -156,7 +155,7 @@ class InfiniteLookbackBuffer(BufferCore):
         }
 
     @staticmethod
-    def from_state(state: dict) -> "InfiniteLookbackBuffer":
+    def from_state(state: Dict[str, Any]) -> "InfiniteLookbackBuffer":
         """A new buffer from a dict made by `get_state` (ours or RLlib's)."""
         buffer = InfiniteLookbackBuffer()
         data = state["data"]
@@ -410,22 +409,31 @@ class InfiniteLookbackBuffer(BufferCore):
         while a slice reports a row outside the space, or a length mismatch, as
         IndexError. The buffer is unchanged when anything is wrong.
         """
+        self._prepare_set(new_data, at_indices, neg_index_as_lookback)()
+
+    def _prepare_set(self, new_data: Any, at_indices: Indices,
+                     neg_index_as_lookback: bool) -> Callable[[], None]:
+        """Every check of set() (raising as set() raises), and the writes it
+        then makes, returned as one function: a caller that sets several
+        buffers checks them all before it writes any."""
         neg = bool(neg_index_as_lookback)
         if at_indices is None:
             at_indices, neg = slice(0, None), False
         if isinstance(at_indices, slice):
-            self._set_slice(new_data, at_indices, neg)
-            return
+            return self._prepare_slice(new_data, at_indices, neg)
         if isinstance(at_indices, list):
             writes = []
             for i, idx in enumerate(at_indices):
                 value = new_data[i]
                 writes.append((self._checked_position(value, _as_index(idx), neg), value))
+        else:
+            writes = [(self._checked_position(new_data, _as_index(at_indices), neg), new_data)]
+
+        def write() -> None:
             for pos, value in writes:
                 self._write(pos, value)
-            return
-        pos = self._checked_position(new_data, _as_index(at_indices), neg)
-        self._write(pos, new_data)
+
+        return write
 
     def _set_position(self, idx: int, neg_index_as_lookback: bool) -> int:
         n = self.len_incl_lookback()
@@ -454,7 +462,7 @@ class InfiniteLookbackBuffer(BufferCore):
             return self._set_position(idx, neg_index_as_lookback)
         pairs = self._leaf_pairs(value)
         for _, v, space in pairs:
-            if space is not None and not space.contains(v):
+            if space is not None and not space_contains(space, v):
                 raise AssertionError(
                     f"Cannot `set()` {v!r}: it is not in the buffer's space {space}.")
         pos = self._set_position(idx, neg_index_as_lookback)
@@ -469,7 +477,8 @@ class InfiniteLookbackBuffer(BufferCore):
         for col, v, _ in self._leaf_pairs(value):
             col.set(pos, v)
 
-    def _set_slice(self, new_data: Any, slice_: slice, neg_index_as_lookback: bool) -> None:
+    def _prepare_slice(self, new_data: Any, slice_: slice,
+                       neg_index_as_lookback: bool) -> Callable[[], None]:
         n = self.len_incl_lookback()
         start, stop, step, *_ = resolve_slice(
             slice_, neg_index_as_lookback, self.lookback, len(self) + self.lookback
@@ -489,18 +498,25 @@ class InfiniteLookbackBuffer(BufferCore):
             if count != len(new_data):
                 raise mismatch()
             values = list(new_data)
-            for pos, value in zip(range(n)[rows], values):
-                self._set_item(pos, value)
-            return
+
+            def write_items() -> None:
+                for pos, value in zip(range(n)[rows], values):
+                    self._set_item(pos, value)
+
+            return write_items
         pairs = self._leaf_pairs(new_data)
         for col, v, space in pairs:
-            if space is not None and not space.contains(v[0]):
+            if space is not None and not space_contains(space, v[0]):
                 raise mismatch()
             if len(v) != count:
                 raise mismatch()
             _check_assignment(col, v, count, single=False)
-        for col, v, _ in pairs:
-            col.view()[rows] = v
+
+        def write_rows() -> None:
+            for col, v, _ in pairs:
+                col.writable_view()[rows] = v
+
+        return write_rows
 
     # -- comparison and display ---------------------------------------------
 

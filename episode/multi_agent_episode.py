@@ -17,15 +17,21 @@ import sys
 import time
 import uuid
 from collections import defaultdict, deque
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Set
 
 import numpy as np
 
+from episode._episode import check_step_extras
+from episode._extras import rllib_missing
 from episode._multi import (SKIP_ENV_TS_TAG, SKIP_STEP, AgentStepsCore, MultiAgentCore,
                             _register_agent_steps)
 from episode.lookback_buffer import InfiniteLookbackBuffer
 from episode.single_agent_episode import EpisodeIndexError, SingleAgentEpisode
 from episode.spaces import map_struct
+from episode.typing import AgentID, ModuleID
+
+if TYPE_CHECKING:
+    from ray.rllib.policy.sample_batch import MultiAgentBatch
 
 DEFAULT_MODULE_ID = "default_policy"
 
@@ -59,6 +65,12 @@ def env_error(message: str) -> Exception:
         cls = _error_classes[theirs] = type(
             "MultiAgentEnvError", (MultiAgentEnvError, theirs), {"__module__": __name__})
     return cls(message)
+
+
+def _truncated_without_observation(agent_id: Any) -> Exception:
+    return env_error(f"Agent {agent_id} acted and then got truncated, but did NOT receive a "
+                     f"last (truncation) observation, required for e.g. value function "
+                     f"bootstrapping!")
 
 
 def batch_like_rllib(items: list) -> Any:
@@ -121,6 +133,21 @@ class AgentSteps(AgentStepsCore, InfiniteLookbackBuffer):
 
 
 _register_agent_steps(AgentSteps)
+
+
+def _extras_buffer(outputs: dict, key: Any) -> Any:
+    """An agent's extra-output buffer `key`. After from_state() the outputs
+    are a defaultdict: a missing key reads as the empty buffer RLlib's would
+    add there, but nothing is added. Else KeyError for a missing key."""
+    if key not in outputs and isinstance(outputs, defaultdict):
+        return outputs.default_factory()
+    return outputs[key]
+
+
+def _hanging_of_key(hanging: Optional[dict], key: Any) -> Optional[dict]:
+    """An agent's hanging extra outputs narrowed to `key` (None without it):
+    a read of all keys takes each key's hanging value where there is one."""
+    return {key: hanging[key]} if hanging and key in hanging else None
 
 
 class _EmptyHistory:
@@ -361,46 +388,56 @@ class MultiAgentEpisode(MultiAgentCore):
 
     def _check_step(self, observations, actions, rewards, infos, terminateds, truncateds,
                     extra_model_outputs, agents, all_done):
-        """Raises what add_env_step would raise part-way, before anything changes."""
+        """Raises what add_env_step would raise part-way, before anything
+        changes: each agent's error in RLlib's order, then (RLlib validates
+        the episode last) an agent step that would misalign its extra outputs."""
+        steps = []     # (agent, its episode, the extra outputs its step appends)
         for agent_id in agents:
             episode = self.agent_episodes.get(agent_id)
+            # (Read as RLlib reads them, so that a container without get()
+            # fails here, before anything changes.)
             obs, act = observations.get(agent_id), actions.get(agent_id)
+            reward, info = rewards.get(agent_id), infos.get(agent_id)
             terminated = terminateds.get(agent_id, False) or all_done[0]
             truncated = truncateds.get(agent_id, False) or all_done[1]
+            outputs = extra_model_outputs.get(agent_id)
+            hanging = self._hanging_actions_end.get(agent_id)
             if episode is not None and episode.is_done and any(
-                    v is not None for v in (obs, act, rewards.get(agent_id),
-                                            infos.get(agent_id),
-                                            extra_model_outputs.get(agent_id))):
+                    v is not None for v in (obs, act, reward, info, outputs)):
                 raise env_error(
                     f"Agent {agent_id} already had its `SingleAgentEpisode.is_done` set to "
                     f"True, but still received data in a following step! obs={obs} act={act} "
-                    f"rew={rewards.get(agent_id)} info={infos.get(agent_id)} "
-                    f"extra_model_outputs={extra_model_outputs.get(agent_id)}.")
+                    f"rew={reward} info={info} extra_model_outputs={outputs}.")
             if obs is not None and act is not None:
                 if agent_id not in rewards:
                     raise env_error(f"Agent {agent_id} acted (and received next obs), but "
                                     f"did NOT receive any reward from the env!")
+                steps.append((agent_id, episode, outputs))
             elif obs is not None:
-                if (agent_id not in self._hanging_actions_end and not (terminated or truncated)
-                        and agent_id in self.env_t_to_agent_t):
+                if hanging is not None:
+                    steps.append((agent_id, episode,
+                                  self._hanging_extra_model_outputs_end.get(agent_id)))
+                elif (agent_id not in self._hanging_actions_end
+                      and not (terminated or truncated) and agent_id in self.env_t_to_agent_t):
                     raise AssertionError(
                         f"agent {agent_id!r} received a first observation, but it has "
                         f"stepped in this episode before")
             elif act is not None:
                 if truncated:
-                    raise env_error(
-                        f"Agent {agent_id} acted and then got truncated, but did NOT receive "
-                        f"a last (truncation) observation, required for e.g. value function "
-                        f"bootstrapping!")
+                    raise _truncated_without_observation(agent_id)
                 if not terminated and agent_id in self._hanging_actions_end:
                     raise AssertionError(
                         f"agent {agent_id!r} acted again without an observation in between")
-            elif (terminated or truncated) and truncated \
-                    and self._hanging_actions_end.get(agent_id) is not None:
-                raise env_error(
-                    f"Agent {agent_id} acted and then got truncated, but did NOT receive a "
-                    f"last (truncation) observation, required for e.g. value function "
-                    f"bootstrapping!")
+                if terminated:
+                    steps.append((agent_id, episode, outputs))
+            elif (terminated or truncated) and hanging is not None:
+                if truncated:
+                    raise _truncated_without_observation(agent_id)
+                steps.append((agent_id, episode,
+                              self._hanging_extra_model_outputs_end.get(agent_id)))
+        for agent_id, episode, outputs in steps:
+            if episode is not None:
+                check_step_extras(episode, outputs, agent_id)
 
     def _add_env_step_general(self, observations: dict, actions: dict, rewards: dict,
                               infos: Optional[dict] = None, *,
@@ -508,7 +545,7 @@ class MultiAgentEpisode(MultiAgentCore):
     # -- properties -------------------------------------------------------------------
 
     @property
-    def custom_data(self) -> dict:
+    def custom_data(self) -> Dict[Any, Any]:
         """A dict for the user's own per-episode data."""
         return self._custom_data
 
@@ -533,29 +570,29 @@ class MultiAgentEpisode(MultiAgentCore):
         return self.is_terminated or self.is_truncated
 
     @property
-    def agent_ids(self) -> set:
+    def agent_ids(self) -> Set[AgentID]:
         """The ids of the agents that have an episode here."""
         return set(self.agent_episodes)
 
     @property
-    def agent_episode_ids(self) -> dict:
+    def agent_episode_ids(self) -> Dict[AgentID, str]:
         """Each agent's SingleAgentEpisode id."""
         return {agent_id: ep.id_ for agent_id, ep in self.agent_episodes.items()}
 
-    def module_for(self, agent_id: Any) -> Any:
+    def module_for(self, agent_id: AgentID) -> ModuleID:
         """The module id of `agent_id`, mapped once per episode."""
         if agent_id not in self._agent_to_module_mapping:
             self._agent_to_module_mapping[agent_id] = \
                 self.agent_to_module_mapping_fn(agent_id, self)
         return self._agent_to_module_mapping[agent_id]
 
-    def get_terminateds(self) -> dict:
+    def get_terminateds(self) -> Dict[AgentID, bool]:
         """Each agent's terminated flag, and "__all__"."""
         flags = {aid: self.agent_episodes[aid].is_terminated for aid in self.agent_ids}
         flags["__all__"] = self.is_terminated
         return flags
 
-    def get_truncateds(self) -> dict:
+    def get_truncateds(self) -> Dict[AgentID, bool]:
         """Each agent's truncated flag, and "__all__"."""
         flags = {aid: self.agent_episodes[aid].is_truncated for aid in self.agent_ids}
         flags["__all__"] = self.is_truncated
@@ -582,13 +619,13 @@ class MultiAgentEpisode(MultiAgentCore):
             return 0.0
         return self._last_step_time - self._start_time
 
-    def get_agents_to_act(self) -> set:
+    def get_agents_to_act(self) -> Set[AgentID]:
         """The agents that received an observation in the last env step and
         are not done: those that send the next actions."""
         return {aid for aid in self.get_agents_that_stepped()
                 if not self.agent_episodes[aid].is_done}
 
-    def get_agents_that_stepped(self) -> set:
+    def get_agents_that_stepped(self) -> Set[AgentID]:
         """The agents that received an observation in the last env step (done
         ones included)."""
         return {aid for aid in self.agent_episodes
@@ -663,8 +700,8 @@ class MultiAgentEpisode(MultiAgentCore):
             else:
                 buffer = getattr(episode, what)
                 if key is not None:
-                    buffer = buffer[key]
-                    hanging = None if hanging is None else hanging.get(key)
+                    buffer = _extras_buffer(buffer, key)
+                    hanging = None if hanging is None else hanging[key]
                 value = buffer.get(indices, neg_index_as_lookback=neg_index_as_lookback,
                                    fill=fill, _add_last_ts_value=hanging, **one_hot)
             if value is None or (isinstance(value, list) and value == []):
@@ -716,7 +753,7 @@ class MultiAgentEpisode(MultiAgentCore):
             # Only a hanging value so far (RLlib fails here): an empty history
             # as long as the actions', without adding the key.
             return _EmptyHistory(episode.actions)
-        raise KeyError(key)
+        return _extras_buffer(buffer, key)
 
     def _read_at(self, agent_id: Any, what: str, key: Any, position: Any, fill: Any,
                  one_hot: dict, hanging: Any) -> Any:
@@ -729,10 +766,10 @@ class MultiAgentEpisode(MultiAgentCore):
                 10 ** 12, neg_index_as_lookback=False, fill=fill, **one_hot)
         if isinstance(buffers, dict):
             keys = dict.fromkeys([*buffers, *(hanging or ())])
-            return {k: self._read_at(agent_id, what, k, position, fill, one_hot, hanging)
-                    for k in keys}
+            return {k: self._read_at(agent_id, what, k, position, fill, one_hot,
+                                     _hanging_of_key(hanging, k)) for k in keys}
         if key is not None and isinstance(hanging, dict):
-            hanging = hanging.get(key)
+            hanging = hanging[key]     # (KeyError where it lacks the key, as RLlib's)
         return buffers.get(position - buffers.lookback, neg_index_as_lookback=True,
                            fill=fill, _add_last_ts_value=hanging, **one_hot)
 
@@ -774,10 +811,10 @@ class MultiAgentEpisode(MultiAgentCore):
         filled (then batched once numpy'ized), as RLlib does."""
         buffers = self._leaf_buffers(agent_id, what, key)
         if isinstance(buffers, dict):
-            return {k: self._read_list(agent_id, what, k, positions, fill, one_hot, hanging)
-                    for k in buffers}
+            return {k: self._read_list(agent_id, what, k, positions, fill, one_hot,
+                                       _hanging_of_key(hanging, k)) for k in buffers}
         if key is not None and isinstance(hanging, dict):
-            hanging = hanging.get(key)
+            hanging = hanging[key]     # (KeyError where it lacks the key, as RLlib's)
         if SKIP_ENV_TS_TAG in positions and fill is not None:
             filler = buffers.get(10 ** 12, neg_index_as_lookback=False, fill=fill, **one_hot)
             values = [filler if p == SKIP_ENV_TS_TAG else
@@ -837,47 +874,40 @@ class MultiAgentEpisode(MultiAgentCore):
 
     # -- writing ----------------------------------------------------------------------
 
-    def _check_agents(self, new_data: dict) -> None:
-        missing = [aid for aid in new_data if aid not in self.agent_episodes]
-        if missing:
-            raise KeyError(f"AgentID '{missing[0]}' not found in this episode.")
-
     def set_observations(self, *, new_data: dict, at_indices: Any = None,
                          neg_index_as_lookback: bool = False) -> None:
         """Overwrites each named agent's observations at `at_indices` (its own
-        steps). KeyError, before anything changes, for an unknown agent."""
-        self._check_agents(new_data)
-        for agent_id, data in new_data.items():
-            self.agent_episodes[agent_id].set_observations(
-                new_data=data, at_indices=at_indices,
-                neg_index_as_lookback=neg_index_as_lookback)
+        steps). Each agent is checked in turn (KeyError for an unknown one,
+        else the single-agent episode's checks) before anything changes."""
+        self._set("observations", new_data, at_indices, neg_index_as_lookback)
 
     def set_actions(self, *, new_data: dict, at_indices: Any = None,
                     neg_index_as_lookback: bool = False) -> None:
         """Overwrites each named agent's actions (see set_observations)."""
-        self._check_agents(new_data)
-        for agent_id, data in new_data.items():
-            self.agent_episodes[agent_id].set_actions(
-                new_data=data, at_indices=at_indices,
-                neg_index_as_lookback=neg_index_as_lookback)
+        self._set("actions", new_data, at_indices, neg_index_as_lookback)
 
     def set_rewards(self, *, new_data: dict, at_indices: Any = None,
                     neg_index_as_lookback: bool = False) -> None:
         """Overwrites each named agent's rewards (see set_observations)."""
-        self._check_agents(new_data)
-        for agent_id, data in new_data.items():
-            self.agent_episodes[agent_id].set_rewards(
-                new_data=data, at_indices=at_indices,
-                neg_index_as_lookback=neg_index_as_lookback)
+        self._set("rewards", new_data, at_indices, neg_index_as_lookback)
 
     def set_extra_model_outputs(self, *, key: Any, new_data: dict, at_indices: Any = None,
                                 neg_index_as_lookback: bool = False) -> None:
         """Overwrites each named agent's extra output `key` (see set_observations)."""
-        self._check_agents(new_data)
+        self._set("extra_model_outputs", new_data, at_indices, neg_index_as_lookback, key)
+
+    def _set(self, what: str, new_data: dict, at_indices: Any, neg_index_as_lookback: bool,
+             key: Any = None) -> None:
+        # RLlib sets agent by agent and raises the first failing agent's error
+        # (in new_data's order); the same error here, but before any write.
+        writes = []
         for agent_id, data in new_data.items():
-            self.agent_episodes[agent_id].set_extra_model_outputs(
-                key=key, new_data=data, at_indices=at_indices,
-                neg_index_as_lookback=neg_index_as_lookback)
+            if agent_id not in self.agent_episodes:
+                raise KeyError(f"AgentID '{agent_id}' not found in this episode.")
+            writes.append(self.agent_episodes[agent_id]._prepare_set(
+                what, data, at_indices, neg_index_as_lookback, key))
+        for write in writes:
+            write()
 
     # -- pieces -----------------------------------------------------------------------
 
@@ -970,19 +1000,19 @@ class MultiAgentEpisode(MultiAgentCore):
                         if key not in episode.extra_model_outputs:
                             episode.extra_model_outputs[key] = InfiniteLookbackBuffer()
                 episode.concat_episode(successor)
-                if agent_id in other._hanging_actions_end:
-                    self._hanging_actions_end[agent_id] = copy.deepcopy(
-                        other._hanging_actions_end[agent_id])
-                    self._hanging_rewards_end[agent_id] = \
-                        other._hanging_rewards_end[agent_id]
-                    self._hanging_extra_model_outputs_end[agent_id] = copy.deepcopy(
-                        other._hanging_extra_model_outputs_end[agent_id])
-                else:
-                    # The successor took the hanging action into a step (RLlib
-                    # keeps it here as still hanging).
-                    self._hanging_actions_end.pop(agent_id, None)
-                    self._hanging_rewards_end.pop(agent_id, None)
-                    self._hanging_extra_model_outputs_end.pop(agent_id, None)
+                if agent_id in other._hanging_actions_end or \
+                        agent_id in self._hanging_actions_end:
+                    # The successor's hanging values (none, where it took this
+                    # chunk's hanging action into a step: RLlib keeps that
+                    # one hanging). Without a hanging action on either side,
+                    # this chunk's hanging reward stays, as RLlib's does.
+                    for cache in ("_hanging_actions_end", "_hanging_rewards_end",
+                                  "_hanging_extra_model_outputs_end"):
+                        theirs = getattr(other, cache)
+                        if agent_id in theirs:
+                            getattr(self, cache)[agent_id] = copy.deepcopy(theirs[agent_id])
+                        else:
+                            getattr(self, cache).pop(agent_id, None)
                 for step in other.env_t_to_agent_t[agent_id][1:]:
                     self.env_t_to_agent_t[agent_id].append(step)
         self.env_t = other.env_t
@@ -1063,7 +1093,7 @@ class MultiAgentEpisode(MultiAgentCore):
 
     # -- state ------------------------------------------------------------------------
 
-    def get_state(self) -> dict:
+    def get_state(self) -> Dict[str, Any]:
         """Everything needed to rebuild this episode (see from_state)."""
         return {
             "id_": self.id_,
@@ -1089,7 +1119,7 @@ class MultiAgentEpisode(MultiAgentCore):
         }
 
     @staticmethod
-    def from_state(state: dict) -> "MultiAgentEpisode":
+    def from_state(state: Dict[str, Any]) -> "MultiAgentEpisode":
         """The episode a get_state() dict describes."""
         episode = MultiAgentEpisode(id_=state["id_"])
         for name in ("agent_to_module_mapping_fn", "_agent_to_module_mapping",
@@ -1113,15 +1143,13 @@ class MultiAgentEpisode(MultiAgentCore):
         # arrays (out of band with protocol 5).
         return (_restore, (type(self), tuple(getattr(self, name) for name in _FIELDS)))
 
-    def get_sample_batch(self):
+    def get_sample_batch(self) -> "MultiAgentBatch":
         """The agents' data as RLlib's MultiAgentBatch (needs ray[rllib])."""
         try:
             from ray.rllib.policy.sample_batch import MultiAgentBatch
-        except ImportError as e:
-            raise ImportError(
-                "get_sample_batch() returns RLlib's MultiAgentBatch and needs ray[rllib]: "
-                "pip install 'ray[rllib]==2.60.*' (or this package's 'test' extra)"
-            ) from e
+        except ModuleNotFoundError as e:
+            raise rllib_missing(e, "get_sample_batch(), which returns RLlib's "
+                                   "MultiAgentBatch,") from e
         return MultiAgentBatch(
             policy_batches={aid: ep.get_sample_batch()
                             for aid, ep in self.agent_episodes.items()

@@ -39,45 +39,51 @@ from typing import Any, Iterator, List, Optional
 
 import gymnasium as gym
 import numpy as np
-import torch
-from ray.rllib.callbacks.callbacks import RLlibCallback
-from ray.rllib.connectors.common.add_observations_from_episodes_to_batch import (
-    AddObservationsFromEpisodesToBatch)
-from ray.rllib.connectors.common.add_states_from_episodes_to_batch import (
-    AddStatesFromEpisodesToBatch)
-from ray.rllib.connectors.common.add_time_dim_to_batch_and_zero_pad import (
-    AddTimeDimToBatchAndZeroPad)
-from ray.rllib.connectors.common.agent_to_module_mapping import AgentToModuleMapping
-from ray.rllib.connectors.common.batch_individual_items import BatchIndividualItems
-from ray.rllib.connectors.common.module_to_agent_unmapping import ModuleToAgentUnmapping
-from ray.rllib.connectors.common.numpy_to_tensor import NumpyToTensor
-from ray.rllib.connectors.common.tensor_to_numpy import TensorToNumpy
-from ray.rllib.connectors.module_to_env.get_actions import GetActions
-from ray.rllib.connectors.module_to_env.listify_data_for_vector_env import (
-    ListifyDataForVectorEnv)
-from ray.rllib.connectors.module_to_env.normalize_and_clip_actions import (
-    NormalizeAndClipActions)
-from ray.rllib.connectors.module_to_env.remove_single_ts_time_rank_from_batch import (
-    RemoveSingleTsTimeRankFromBatch)
-from ray.rllib.connectors.module_to_env.unbatch_to_individual_items import (
-    UnBatchToIndividualItems)
-from ray.rllib.core.columns import Columns
-from ray.rllib.core.rl_module.multi_rl_module import MultiRLModule
-from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
-from ray.rllib.env.env_runner import ENV_STEP_FAILURE
-from ray.rllib.env.multi_agent_env_runner import \
-    MultiAgentEnvRunner as RLlibMultiAgentEnvRunner
-from ray.rllib.env.single_agent_env_runner import \
-    SingleAgentEnvRunner as RLlibSingleAgentEnvRunner
-from ray.rllib.utils.metrics import (NUM_AGENT_STEPS_SAMPLED, NUM_AGENT_STEPS_SAMPLED_LIFETIME,
-                                     NUM_ENV_STEPS_SAMPLED, NUM_ENV_STEPS_SAMPLED_LIFETIME,
-                                     NUM_EPISODES, NUM_EPISODES_LIFETIME,
-                                     NUM_MODULE_STEPS_SAMPLED,
-                                     NUM_MODULE_STEPS_SAMPLED_LIFETIME, RLMODULE_INFERENCE_TIMER,
-                                     WEIGHTS_SEQ_NO)
-from ray.rllib.utils.numpy import convert_to_numpy
-from ray.rllib.utils.spaces.space_utils import batch, clip_action, unbatch, unsquash_action
-from ray.rllib.utils.torch_utils import convert_to_torch_tensor
+
+from episode._extras import rllib_missing
+
+try:
+    import torch
+    from ray.rllib.callbacks.callbacks import RLlibCallback
+    from ray.rllib.connectors.common.add_observations_from_episodes_to_batch import (
+        AddObservationsFromEpisodesToBatch)
+    from ray.rllib.connectors.common.add_states_from_episodes_to_batch import (
+        AddStatesFromEpisodesToBatch)
+    from ray.rllib.connectors.common.add_time_dim_to_batch_and_zero_pad import (
+        AddTimeDimToBatchAndZeroPad)
+    from ray.rllib.connectors.common.agent_to_module_mapping import AgentToModuleMapping
+    from ray.rllib.connectors.common.batch_individual_items import BatchIndividualItems
+    from ray.rllib.connectors.common.module_to_agent_unmapping import ModuleToAgentUnmapping
+    from ray.rllib.connectors.common.numpy_to_tensor import NumpyToTensor
+    from ray.rllib.connectors.common.tensor_to_numpy import TensorToNumpy
+    from ray.rllib.connectors.module_to_env.get_actions import GetActions
+    from ray.rllib.connectors.module_to_env.listify_data_for_vector_env import (
+        ListifyDataForVectorEnv)
+    from ray.rllib.connectors.module_to_env.normalize_and_clip_actions import (
+        NormalizeAndClipActions)
+    from ray.rllib.connectors.module_to_env.remove_single_ts_time_rank_from_batch import (
+        RemoveSingleTsTimeRankFromBatch)
+    from ray.rllib.connectors.module_to_env.unbatch_to_individual_items import (
+        UnBatchToIndividualItems)
+    from ray.rllib.core.columns import Columns
+    from ray.rllib.core.rl_module.multi_rl_module import MultiRLModule
+    from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule
+    from ray.rllib.env.env_runner import ENV_STEP_FAILURE
+    from ray.rllib.env.multi_agent_env_runner import \
+        MultiAgentEnvRunner as RLlibMultiAgentEnvRunner
+    from ray.rllib.env.single_agent_env_runner import \
+        SingleAgentEnvRunner as RLlibSingleAgentEnvRunner
+    from ray.rllib.utils.metrics import (NUM_AGENT_STEPS_SAMPLED, NUM_AGENT_STEPS_SAMPLED_LIFETIME,
+                                         NUM_ENV_STEPS_SAMPLED, NUM_ENV_STEPS_SAMPLED_LIFETIME,
+                                         NUM_EPISODES, NUM_EPISODES_LIFETIME,
+                                         NUM_MODULE_STEPS_SAMPLED,
+                                         NUM_MODULE_STEPS_SAMPLED_LIFETIME, RLMODULE_INFERENCE_TIMER,
+                                         WEIGHTS_SEQ_NO)
+    from ray.rllib.utils.numpy import convert_to_numpy
+    from ray.rllib.utils.spaces.space_utils import batch, clip_action, unbatch, unsquash_action
+    from ray.rllib.utils.torch_utils import convert_to_torch_tensor
+except ModuleNotFoundError as e:
+    raise rllib_missing(e, "episode.rllib_runners") from e
 
 import episode.rllib
 from episode.sampling import VectorEpisodes

@@ -17,7 +17,7 @@ flags as numpy bools), as RLlib's SingleAgentEnvRunner appends them.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Union
 
 import gymnasium as gym
 import numpy as np
@@ -26,6 +26,12 @@ from episode._checks import in_box
 from episode._episode import started_episode
 from episode._vector import PendingRows, VectorCore
 from episode.single_agent_episode import SingleAgentEpisode
+from episode.spaces import batch_size, space_contains
+from episode.typing import BatchMode, CountStepsBy, TrainingBatch
+
+if TYPE_CHECKING:
+    from episode.multi_agent_episode import MultiAgentEpisode
+    from episode.views import ViewRequirement
 
 __all__ = ["Sampler", "VectorEpisodes", "default_view_requirements"]
 
@@ -98,7 +104,7 @@ class VectorEpisodes(VectorCore):
         return _restore_vector, (type(self), state, self.__dict__)
 
     @property
-    def episodes(self) -> list:
+    def episodes(self) -> List[Optional[SingleAgentEpisode]]:
         """Sub-env k's running episode at k (None before add_reset), with
         every step added so far written into it."""
         self._pending.flush_all(self._episodes)
@@ -119,7 +125,7 @@ class VectorEpisodes(VectorCore):
     def _check_batch(self, **batches: Any) -> None:
         for name, batch in batches.items():
             try:
-                n = _batch_size(batch)
+                n = batch_size(batch)
             except TypeError:
                 raise ValueError(f"{name} must have a leading axis of {self.num_envs} "
                                  f"sub-envs, got {type(batch).__name__}") from None
@@ -242,7 +248,7 @@ class VectorEpisodes(VectorCore):
             else:
                 self._resetting[k] = True
 
-    def cut(self, len_lookback_buffer: int = 0) -> list:
+    def cut(self, len_lookback_buffer: int = 0) -> List[SingleAgentEpisode]:
         """The running episodes' chunks so far (those with steps, and not
         waiting for their NextStep reset); each sub-env goes on in its
         chunk's successor (`cut(len_lookback_buffer)`)."""
@@ -279,13 +285,6 @@ def _row(batch: Any, k: int) -> Any:
     return batch[k]
 
 
-def _batch_size(batch: Any) -> int:
-    # The leading axis of a batch (of its first leaf for Dict/Tuple items).
-    while isinstance(batch, (dict, tuple)) and len(batch):
-        batch = next(iter(batch.values())) if isinstance(batch, dict) else batch[0]
-    return len(batch)
-
-
 def _without_final(infos: Optional[dict]) -> Optional[dict]:
     # A SameStep step's infos minus the ended episodes' final entries: the
     # reset infos of the sub-envs' next episodes.
@@ -305,7 +304,7 @@ COUNT_STEPS_BY = ("env_steps", "agent_steps")
 
 
 def default_view_requirements(observation_space: Any = None,
-                              action_space: Any = None) -> dict:
+                              action_space: Any = None) -> Dict[str, ViewRequirement]:
     """The views RLlib's policies start from: the observation the action was
     taken on and the next one, the action, reward, done flags, infos and the
     sampler's bookkeeping columns. Only "obs" is read for computing actions."""
@@ -398,8 +397,17 @@ def _vector_env(env: Any, num_envs: int) -> Any:
 
 
 def _check_in_space(space: Any, value: Any, what: str) -> None:
-    if not space.contains(value):
+    if not space_contains(space, value):
         raise ValueError(f"{what} outside {space}: {value!r}")
+
+
+def _describe(value: Any) -> str:
+    """What a policy returned, in a few words (for error messages)."""
+    if isinstance(value, np.ndarray):
+        return f"an array of shape {value.shape} ({value.dtype})"
+    if isinstance(value, (list, tuple)):
+        return f"a {type(value).__name__} of {len(value)} item(s)"
+    return f"{value!r:.60} ({type(value).__name__})" if value is not None else "None"
 
 
 def check_sampler_args(policy: Optional[Callable], batch_mode: str,
@@ -431,14 +439,19 @@ class Sampler:
             multi-agent env (an RLlib MultiAgentEnv, or a PettingZoo
             ParallelEnv) or a function making one (num_envs > 1).
         policy: Called with the inference input (a dict of batched views,
-            one row per sub-env) and returning the actions, a batch with
-            one row per sub-env, or (actions, extra model outputs as a dict
-            of such batches). For a multi-agent env: called once per
-            sub-env with {agent_id: input dict of one row} for the agents
-            to act, and returning {agent_id: action} or (that, {agent_id:
-            extras}). None: random actions from seeded action spaces.
+            one row per sub-env: the view requirements used for computing
+            actions) and returning the actions, a batch with one row per
+            sub-env, or (actions, extra model outputs as a dict of such
+            batches). For a multi-agent env: called once per sub-env with
+            {agent_id: input dict of one row} for the agents to act, and
+            returning {agent_id: action} for exactly those agents, or
+            (that, {agent_id: {name: extra output}}). None: random actions
+            from seeded action spaces. Anything else it returns raises
+            ValueError before the step reaches the env.
         view_requirements: The views of the inference input and of
-            `sample()`'s batches (default: RLlib's default views).
+            `sample()`'s batches (default: RLlib's default views). The
+            policy's extra outputs are columns of the batches too, unless
+            a requirement of the same name says otherwise.
         batch_mode: "truncate_episodes": each call covers
             rollout_fragment_length x num_envs steps; running episodes are
             cut and go on in the next call. "complete_episodes": only
@@ -451,9 +464,9 @@ class Sampler:
     """
 
     def __init__(self, env: Any, policy: Optional[Callable] = None, *,
-                 view_requirements: Optional[dict] = None,
-                 batch_mode: str = "truncate_episodes", rollout_fragment_length: int = 200,
-                 count_steps_by: str = "env_steps", num_envs: int = 1,
+                 view_requirements: Optional[Dict[str, ViewRequirement]] = None,
+                 batch_mode: BatchMode = "truncate_episodes", rollout_fragment_length: int = 200,
+                 count_steps_by: CountStepsBy = "env_steps", num_envs: int = 1,
                  seed: Optional[int] = None):
         check_sampler_args(policy, batch_mode, rollout_fragment_length, count_steps_by,
                            num_envs, seed)
@@ -495,15 +508,17 @@ class Sampler:
         self._lookback = max([1] + [int(-min(vr.shift_arr.min(), 0))
                                     for vr in self.view_requirements.values()])
         self._started = False
+        self._closed = False
         self._views_checked = False
         self._env_ids: dict = {}
         self._metrics = _Metrics()
 
     # -- public -----------------------------------------------------------------
 
-    def sample_episodes(self) -> list:
+    def sample_episodes(self) -> List[Union[SingleAgentEpisode, MultiAgentEpisode]]:
         """One rollout's episodes (finished ones, then the chunks of running
         ones in truncate mode), numpy'ized."""
+        self._require_open()
         # The sub-env of each episode handed on, for the batches' env_id.
         self._env_ids = {}
         episodes = (self._sample_multi_agent() if self.multi_agent
@@ -512,25 +527,40 @@ class Sampler:
             e.to_numpy()
         return episodes
 
-    def sample(self) -> Any:
-        """One rollout as the training batch of the view requirements (those
-        with used_for_training), a dict of columns (per module id for
-        multi-agent envs)."""
+    def sample(self) -> TrainingBatch:
+        """One rollout as a training batch, a dict of columns (per module id
+        for multi-agent envs): the view requirements used for training, and
+        each extra output of the policy that no requirement names (as
+        RLlib's policies add a view for each extra action output)."""
         from episode.views import build_training_batch
 
         episodes = self.sample_episodes()
-        views = {k: vr for k, vr in self.view_requirements.items() if vr.used_for_training}
         env_ids = [self._env_ids.get(e.id_, 0) for e in episodes]
-        return build_training_batch(episodes, views, env_ids=env_ids)
+        return build_training_batch(episodes, self._training_views(episodes), env_ids=env_ids)
 
-    def get_metrics(self) -> dict:
+    def _training_views(self, episodes: list) -> dict:
+        """The view requirements used for training, and a view of each extra
+        output of the policy that no requirement names (as RLlib's policies
+        add one for each extra action output)."""
+        from episode.views import ViewRequirement
+
+        views = {k: vr for k, vr in self.view_requirements.items() if vr.used_for_training}
+        agent_episodes = [a for e in episodes for a in e.agent_episodes.values()] \
+            if self.multi_agent else episodes
+        for e in agent_episodes:
+            for key in e.extra_model_outputs:
+                if key not in self.view_requirements:
+                    views[key] = ViewRequirement(used_for_compute_actions=False)
+        return views
+
+    def get_metrics(self) -> Dict[str, Any]:
         """What was sampled since the last call: "episodes_done",
         "episode_returns", "episode_lengths", "env_steps", "agent_steps"."""
         metrics = self._metrics.as_dict()
         self._metrics = _Metrics(self._metrics.partial_returns)
         return metrics
 
-    def ongoing_episodes(self) -> list:
+    def ongoing_episodes(self) -> List[Union[SingleAgentEpisode, MultiAgentEpisode]]:
         """The episodes still being filled (a multi-agent env's one, or each
         sub-env's that is not waiting for its reset)."""
         if self.multi_agent:
@@ -540,8 +570,14 @@ class Sampler:
         return [e for k, e in enumerate(self._vector.episodes) if not self._vector._resetting[k]]
 
     def close(self) -> None:
+        """Closes the envs; sampling afterwards raises RuntimeError."""
+        self._closed = True
         for env in self.envs if self.multi_agent else [self.env]:
             env.close()
+
+    def _require_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("the Sampler is closed: make a new one to sample again")
 
     # -- single-agent ----------------------------------------------------------------
 
@@ -567,14 +603,20 @@ class Sampler:
                                        env_ids=list(range(self.num_envs)))
         out = self.policy(inputs)
         actions, extras = out if isinstance(out, tuple) and len(out) == 2 else (out, None)
-        actions = np.asarray(actions)
-        if actions.shape[:1] != (self.num_envs,):
-            raise ValueError(f"the policy returned {len(actions) if actions.ndim else 'one'} "
-                             f"action(s) for {self.num_envs} sub-envs (expected a batch of "
-                             f"{self.num_envs} actions)")
-        _check_in_space(self.env.action_space, actions, "the policy returned actions")
+        batch = np.asarray(actions)
+        if batch.shape[:1] != (self.num_envs,):
+            raise ValueError(
+                f"the policy returned {_describe(actions)} as the actions; expected a batch of "
+                f"{self.num_envs} actions (a leading axis of one row per sub-env), or a "
+                f"tuple (actions, {{name: batch of extra outputs}})")
+        if not space_contains(self.env.action_space, batch):
+            space = self.env.single_action_space
+            k = next((k for k in range(self.num_envs)
+                      if not space_contains(space, _row(batch, k))), 0)
+            raise ValueError(f"the policy returned sub-env {k} the action {_row(batch, k)!r}, "
+                             f"outside its action space {space}")
         self._check_view_columns(extras)
-        return actions, extras
+        return batch, extras
 
     def _check_view_columns(self, extras: Optional[dict]) -> None:
         """Once the policy has said which outputs it makes: ValueError for an
@@ -629,7 +671,7 @@ class Sampler:
         space = self.env.observation_space
         inside = in_box(obs, space.low, space.high) if type(space) is gym.spaces.Box else None
         if inside is None:
-            inside = space.contains(obs)
+            inside = space_contains(space, obs)
         if not inside:
             raise ValueError(f"the env returned observations outside {space}: {obs!r}")
 

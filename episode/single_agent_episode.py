@@ -10,11 +10,12 @@ from __future__ import annotations
 import functools
 import operator
 from collections import defaultdict
-from typing import Any, Dict, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Union
 
 import gymnasium as gym
 import numpy as np
 
+from episode._extras import rllib_missing
 from episode._episode import REWARDS_SPACE as _REWARDS_SPACE
 from episode._episode import (
     EpisodeCore,
@@ -35,13 +36,16 @@ from episode.spaces import (
     space_to_dict,
     unpickled_space,
 )
+from episode.typing import Indices
+
+if TYPE_CHECKING:
+    from ray.rllib.policy.sample_batch import SampleBatch
 
 __all__ = ["SingleAgentEpisode"]
 
 # Unpickled rewards buffers get the same space object as new ones.
 share_space(_REWARDS_SPACE)
 
-Indices = Optional[Union[int, List[int], slice]]
 
 
 class EpisodeIndexError(TypeError, NotImplementedError):
@@ -209,33 +213,48 @@ class SingleAgentEpisode(EpisodeCore):
     def set_observations(self, *, new_data: Any, at_indices: Indices = None,
                          neg_index_as_lookback: bool = False) -> None:
         """Overwrites observations at `at_indices` (see InfiniteLookbackBuffer.set)."""
-        # The last added observation stays the one added (as RLlib keeps the
-        # object), even when it was a batch's row, read back on demand.
-        self._last_added_observation = self._last_added_observation
-        self.observations.set(new_data, at_indices=at_indices,
-                              neg_index_as_lookback=neg_index_as_lookback)
+        self._prepare_set("observations", new_data, at_indices, neg_index_as_lookback)()
 
     def set_actions(self, *, new_data: Any, at_indices: Indices = None,
                     neg_index_as_lookback: bool = False) -> None:
         """Overwrites actions at `at_indices` (see InfiniteLookbackBuffer.set)."""
-        self.actions.set(new_data, at_indices=at_indices,
-                         neg_index_as_lookback=neg_index_as_lookback)
+        self._prepare_set("actions", new_data, at_indices, neg_index_as_lookback)()
 
     def set_rewards(self, *, new_data: Any, at_indices: Indices = None,
                     neg_index_as_lookback: bool = False) -> None:
         """Overwrites rewards at `at_indices` (see InfiniteLookbackBuffer.set)."""
-        self.rewards.set(new_data, at_indices=at_indices,
-                         neg_index_as_lookback=neg_index_as_lookback)
+        self._prepare_set("rewards", new_data, at_indices, neg_index_as_lookback)()
 
     def set_extra_model_outputs(self, *, key: Any, new_data: Any, at_indices: Indices = None,
                                 neg_index_as_lookback: bool = False) -> None:
         """Overwrites extra model output `key` at `at_indices`."""
-        if key not in self.extra_model_outputs:
-            raise AssertionError(f"set_extra_model_outputs() expects a key of "
-                                 f"extra_model_outputs {list(self.extra_model_outputs)}, "
-                                 f"got {key!r}")
-        self.extra_model_outputs[key].set(new_data, at_indices=at_indices,
-                                          neg_index_as_lookback=neg_index_as_lookback)
+        self._prepare_set("extra_model_outputs", new_data, at_indices, neg_index_as_lookback,
+                          key)()
+
+    def _prepare_set(self, what: str, new_data: Any, at_indices: Indices,
+                     neg_index_as_lookback: bool, key: Any = None) -> Callable[[], None]:
+        """The checks of set_<what>() (raising as it raises) and, returned as
+        one function, its writes: the multi-agent episode checks every
+        agent's before it writes any."""
+        if what == "extra_model_outputs":
+            if key not in self.extra_model_outputs:
+                raise AssertionError(f"set_extra_model_outputs() expects a key of "
+                                     f"extra_model_outputs {list(self.extra_model_outputs)}, "
+                                     f"got {key!r}")
+            buffer = self.extra_model_outputs[key]
+        else:
+            buffer = getattr(self, what)
+        write = buffer._prepare_set(new_data, at_indices, neg_index_as_lookback)
+        if what != "observations":
+            return write
+
+        def write_observations() -> None:
+            # The last added observation stays the one added (as RLlib keeps
+            # the object), even when it was a batch's row, read back on demand.
+            self._last_added_observation = self._last_added_observation
+            write()
+
+        return write_observations
 
     # -- properties -----------------------------------------------------------
 
@@ -300,15 +319,13 @@ class SingleAgentEpisode(EpisodeCore):
         data.update({k: self.get_extra_model_outputs(k) for k in self.extra_model_outputs})
         return data
 
-    def get_sample_batch(self):
+    def get_sample_batch(self) -> "SampleBatch":
         """The data dict as RLlib's SampleBatch (needs ray[rllib])."""
         try:
             from ray.rllib.policy.sample_batch import SampleBatch
-        except ImportError as e:
-            raise ImportError(
-                "get_sample_batch() returns RLlib's SampleBatch and needs ray[rllib]: "
-                "pip install 'ray[rllib]==2.60.*' (or this package's 'test' extra)"
-            ) from e
+        except ModuleNotFoundError as e:
+            raise rllib_missing(e, "get_sample_batch(), which returns RLlib's "
+                                   "SampleBatch,") from e
         return SampleBatch(self.get_data_dict())
 
     def get_duration_s(self) -> float:
@@ -402,12 +419,12 @@ class SingleAgentEpisode(EpisodeCore):
 
     # -- removed in RLlib (they raise there too) -------------------------------
 
-    def add_temporary_timestep_data(self, *args, **kwargs):
+    def add_temporary_timestep_data(self, *args: Any, **kwargs: Any) -> None:
         """Removed: use `custom_data[key] = ...`."""
         raise ValueError("`add_temporary_timestep_data` has been deprecated. Use "
                          "`SingleAgentEpisode.custom_data[some-key] = ...` instead.")
 
-    def get_temporary_timestep_data(self, *args, **kwargs):
+    def get_temporary_timestep_data(self, *args: Any, **kwargs: Any) -> None:
         """Removed: use `custom_data[key]`."""
         raise ValueError("`get_temporary_timestep_data` has been deprecated. Use "
                          "`SingleAgentEpisode.custom_data[some-key]` instead.")

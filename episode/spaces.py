@@ -30,7 +30,28 @@ __all__ = [
     "flatten_struct",
     "check_same_nesting",
     "is_nesting",
+    "space_contains",
+    "batch_size",
 ]
+
+
+def batch_size(batch: Any) -> int:
+    """The leading axis of a batch (of its first leaf for Dict/Tuple items)."""
+    while isinstance(batch, (dict, tuple)) and len(batch):
+        batch = next(iter(batch.values())) if isinstance(batch, dict) else batch[0]
+    return len(batch)
+
+
+def space_contains(space: gym.Space, value: Any) -> bool:
+    """`space.contains(value)`, without the warning gymnasium's Box prints
+    for a value that is not an ndarray (a Python float, a numpy scalar):
+    the value is cast as Box.contains casts it, so the answer is the same."""
+    if isinstance(space, gym.spaces.Box) and not isinstance(value, np.ndarray):
+        try:
+            value = np.asarray(value, dtype=space.dtype)
+        except (ValueError, TypeError):
+            return False
+    return bool(space.contains(value))
 
 
 # -- nested structs (dicts and tuples, as RLlib's Dict/Tuple spaces give) -----

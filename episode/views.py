@@ -17,13 +17,18 @@ import itertools
 import math
 import numbers
 import sys
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Dict, Literal, Optional, Sequence, overload
 
 import gymnasium as gym
 import numpy as np
 
+from episode._extras import rllib_missing
 from episode._views import gather_next_rows
 from episode.spaces import empty_batch, map_struct, space_from_dict, space_to_dict
+from episode.typing import Shift, TrainingBatch
+
+if TYPE_CHECKING:
+    from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
 
 __all__ = ["ViewRequirement", "build_training_batch", "build_inference_batch"]
 
@@ -52,8 +57,8 @@ class ViewRequirement:
     """
 
     data_col: Optional[str] = None
-    space: gym.Space = None
-    shift: Union[int, str, List[int]] = 0
+    space: Optional[gym.Space] = None
+    shift: Shift = 0
     index: Optional[int] = None
     batch_repeat_value: int = 1
     used_for_compute_actions: bool = True
@@ -66,12 +71,18 @@ class ViewRequirement:
         self.shift_from = self.shift_to = self.shift_step = None
         shift = self.shift
         if isinstance(shift, str):
+            forms = (f"invalid shift {shift!r}: a range string is 'from:to' or "
+                     f"'from:to:step' with int bounds (such as '-3:0'); a shift can also "
+                     f"be an int or a list of ints")
             parts = shift.split(":")
             if len(parts) not in (2, 3):
                 # RLlib's class (an assertion), raised explicitly.
-                raise AssertionError(f"Invalid shift str format: {shift}")
-            self.shift_from, self.shift_to = int(parts[0]), int(parts[1])
-            self.shift_step = int(parts[2]) if len(parts) == 3 else 1
+                raise AssertionError(forms)
+            try:
+                self.shift_from, self.shift_to = int(parts[0]), int(parts[1])
+                self.shift_step = int(parts[2]) if len(parts) == 3 else 1
+            except ValueError:
+                raise ValueError(forms) from None
             if self.shift_step == 0:
                 raise ZeroDivisionError(f"shift {shift!r}: a range step cannot be 0")
             # Both ends included (for step 1), as RLlib counts them.
@@ -81,8 +92,8 @@ class ViewRequirement:
         elif isinstance(shift, (list, tuple)):
             self.shift_arr = np.array(shift)
         else:
-            raise ValueError(f"unrecognized shift type: {shift!r} (expected an int, a list "
-                             f"of ints or a range string such as '-3:0')")
+            raise ValueError(f"invalid shift {shift!r}: expected an int, a list of ints or a "
+                             f"range string 'from:to' or 'from:to:step' (such as '-3:0')")
 
     def to_dict(self) -> Dict[str, Any]:
         """The requirement as a JSON-serializable dict (the space described)."""
@@ -341,6 +352,18 @@ def _concat(pieces: list) -> Any:
     return map_struct(lambda *leaves: np.concatenate(leaves), *pieces)
 
 
+@overload
+def build_training_batch(episodes: Sequence[Any],
+                         view_requirements: Dict[str, "ViewRequirement"], *,
+                         env_ids: Optional[Sequence[Any]] = None,
+                         max_seq_len: Optional[int] = None,
+                         sample_batch: Literal[False] = False) -> TrainingBatch: ...
+@overload
+def build_training_batch(episodes: Sequence[Any],
+                         view_requirements: Dict[str, "ViewRequirement"], *,
+                         env_ids: Optional[Sequence[Any]] = None,
+                         max_seq_len: Optional[int] = None,
+                         sample_batch: Literal[True]) -> "SampleBatch | MultiAgentBatch": ...
 def build_training_batch(episodes: Sequence[Any],
                          view_requirements: Dict[str, "ViewRequirement"], *,
                          env_ids: Optional[Sequence[Any]] = None,
@@ -397,16 +420,33 @@ def build_training_batch(episodes: Sequence[Any],
         return _sample_batch(batch) if sample_batch else batch
     if not sample_batch:
         return batches
-    from ray.rllib.policy.sample_batch import MultiAgentBatch
     env_steps = sum(e.env_steps() for e in episodes)
-    return MultiAgentBatch({m: _sample_batch(b) for m, b in batches.items()}, env_steps)
+    return _batch_classes()[1]({m: _sample_batch(b) for m, b in batches.items()}, env_steps)
+
+
+def _batch_classes() -> tuple:
+    """RLlib's SampleBatch and MultiAgentBatch."""
+    try:
+        from ray.rllib.policy.sample_batch import MultiAgentBatch, SampleBatch
+    except ModuleNotFoundError as e:
+        raise rllib_missing(e, "sample_batch=True, which returns RLlib's batches,") from e
+    return SampleBatch, MultiAgentBatch
 
 
 def _sample_batch(columns: dict) -> Any:
-    from ray.rllib.policy.sample_batch import SampleBatch
-    return SampleBatch(columns)
+    return _batch_classes()[0](columns)
 
 
+@overload
+def build_inference_batch(episodes: Sequence[Any],
+                          view_requirements: Dict[str, "ViewRequirement"], *,
+                          env_ids: Optional[Sequence[Any]] = None,
+                          sample_batch: Literal[False] = False) -> TrainingBatch: ...
+@overload
+def build_inference_batch(episodes: Sequence[Any],
+                          view_requirements: Dict[str, "ViewRequirement"], *,
+                          env_ids: Optional[Sequence[Any]] = None,
+                          sample_batch: Literal[True]) -> "SampleBatch": ...
 def build_inference_batch(episodes: Sequence[Any],
                           view_requirements: Dict[str, "ViewRequirement"], *,
                           env_ids: Optional[Sequence[Any]] = None,

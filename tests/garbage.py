@@ -3051,6 +3051,7 @@ def probe_column(p, tag, col, item, heavy=True):
     for i in list(range(min(n, 8))) + [-1]:
         p.run(f"{tag}.get({i})", lambda: col.get(i))
     p.run(f"{tag}.view", lambda: col.view())
+    p.run(f"{tag}.writable_view", lambda: col.writable_view(), data=False)
     p.run(f"{tag}.take", lambda: col.take(np.arange(n, dtype=np.intp)))
     p.run(f"{tag}.dtype", lambda: col.dtype, data=False)
     p.run(f"{tag}.pickle5", lambda: pickle.loads(pickle.dumps(col, protocol=5)).to_list())
@@ -3075,6 +3076,7 @@ def probe_column(p, tag, col, item, heavy=True):
     p.run(f"{tag}.to_list after writes", lambda: col.to_list())
     p.run(f"{tag}.finalize", lambda: col.finalize(), data=False)
     p.run(f"{tag}.view after finalize", lambda: col.view())
+    p.run(f"{tag}.writable_view after finalize", lambda: col.writable_view())
     p.run(f"{tag}.append after finalize", lambda: col.append(item), data=False)
     p.run(f"{tag}.to_list at end", lambda: col.to_list())
     p.run(f"{tag}.live_list", lambda: col.live_list())

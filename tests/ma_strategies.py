@@ -33,7 +33,8 @@ What RLlib's `add_env_reset` / `add_env_step` accept (read from its code):
   episode counts as terminated. After that, add_env_step raises, and a done
   agent that gets data raises MultiAgentEnvError.
 * Extra model outputs travel with the action (same keys in every step of an
-  agent).
+  agent; RLlib validates the episode after each step and refuses a step that
+  loses or gains a key, after it has changed the episode).
 
 Modes: "simultaneous" (everyone alive gets an observation every step, agents
 may join late), "turn_based" (one agent gets an observation per step), "mixed"
@@ -84,6 +85,8 @@ class Scenario:
     gym_dict_spaces: bool  # ... as gym.spaces.Dict rather than a plain dict
     extras: tuple          # extra model output keys sent with each action
     invalid_rate: int      # 1 in `invalid_rate` steps breaks a rule (0: never)
+    key_change_rate: int   # 1 in `key_change_rate` steps, an acting agent's extra
+                           # outputs lose or gain a key (0: never)
     end_rate: int          # 1 in `end_rate` agent-steps ends that agent
 
     def obs_value(self, aid):
@@ -118,6 +121,7 @@ def scenarios(draw, modes=("simultaneous", "turn_based", "mixed"), invalid=True)
         gym_dict_spaces=draw(st.booleans(), label="gym Dict spaces"),
         extras=extras,
         invalid_rate=draw(st.sampled_from([0, 0, 12]), label="invalid rate") if invalid else 0,
+        key_change_rate=draw(st.sampled_from([0, 6]), label="key change rate") if invalid else 0,
         end_rate=draw(st.sampled_from([6, 15, 1000]), label="end rate"),
     )
 
@@ -181,10 +185,11 @@ def reset_call(draw, sc):
 
 
 @st.composite
-def env_step(draw, sc, states):
+def env_step(draw, sc, states, stepped=()):
     """One ("add_env_step", args, kwargs) call valid for agents in `states`,
     and the states after it (None if the step ends the episode or breaks a
-    rule on purpose)."""
+    rule on purpose). `stepped`: the agents with a step in this chunk
+    already (whose extra outputs may then change keys)."""
     ready = [a for a in sc.agents if states[a] == READY]
     hanging = [a for a in sc.agents if states[a] == HANGING]
     absent = [a for a in sc.agents if states[a] == ABSENT]
@@ -224,6 +229,19 @@ def env_step(draw, sc, states):
     infos = {a: draw(INFOS, label=f"info {a}") for a in receivers
              if draw(st.booleans(), label=f"info {a} given")}
     extras = {a: _extras(draw, sc) for a in acting} if sc.extras else {}
+    # Only for an agent that completes a step now, not its first in the chunk:
+    # both sides refuse that step. (RLlib accepts new keys in a chunk's first
+    # step, and keeps a hanging action's outputs unchecked; the agent's later
+    # outputs, without those keys, then crash its reads.)
+    stepping = [a for a in acting if a in obs and a in stepped]
+    key_change = bool(stepping) and sc.key_change_rate and draw(
+        st.integers(0, sc.key_change_rate - 1), label="key change") == 0
+    if key_change:
+        a = draw(st.sampled_from(stepping), label="agent whose keys change")
+        if extras.get(a) and draw(st.booleans(), label="lose a key"):
+            extras[a].pop(draw(st.sampled_from(sorted(extras[a]))))
+        else:
+            extras.setdefault(a, {})["vf_preds"] = draw(_floats.map(F32), label="vf_preds")
     if everyone:
         (terminated if everyone == "terminated" else truncated)["__all__"] = True
         for d in (terminated, truncated):
@@ -276,7 +294,7 @@ def env_step(draw, sc, states):
                                          infos=infos, **kwargs))
     else:
         call = ("add_env_step", (obs, actions, rewards, infos), kwargs)
-    if broken or everyone:
+    if broken or everyone or key_change:
         return call, None
     new = dict(states)
     for a in sc.agents:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import time
 
 import gymnasium as gym
 import pytest
@@ -240,6 +241,156 @@ def test_demo_progress_bar(capsys):
     assert cli.main(["demo", "--steps", "300", "--progress"]) == 0
     err = capsys.readouterr().err
     assert "\r" in err and "100% 300/300 steps" in err
+
+
+# Every combination of the demo's options runs, or is refused in one line.
+MATRIX_OPTIONS = {
+    "agents": ["1", "2"],
+    "num-envs": ["1", "2"],
+    "batch-mode": ["truncate_episodes", "complete_episodes"],
+    "count-steps-by": ["env_steps", "agent_steps"],
+    "frame-stack": ["1", "3"],
+    "prev-actions": [False, True],
+}
+
+MA_MODULE = """
+from episode.cli import Copies
+
+def make():
+    return Copies("CartPole-v1", 2)
+"""
+
+
+def _matrix(monkeypatch, capsys, env: str) -> dict:
+    """Runs `episode demo --env ENV` with every combination of MATRIX_OPTIONS;
+    returns {combination: error line} of the refused ones."""
+    import itertools
+
+    refused = {}
+    names = list(MATRIX_OPTIONS)
+    for values in itertools.product(*MATRIX_OPTIONS.values()):
+        combo = dict(zip(names, values))
+        argv = ["demo", "--env", env, "--steps", "12", "--rollout", "4", "--seed", "1"]
+        for name, value in combo.items():
+            if value is True:
+                argv.append(f"--{name}")
+            elif value is not False:
+                argv += [f"--{name}", value]
+        status = cli.main(argv)
+        captured = capsys.readouterr()
+        key = tuple(sorted(combo.items()))
+        if status == 2:
+            assert_one_line_error(captured.err)
+            refused[key] = captured.err
+        else:
+            assert status == 0, (argv, captured.err)
+            # --steps bounds a truncate_episodes run to one vector step more;
+            # complete_episodes rollouts end with whole episodes.
+            steps = _steps(captured.out)
+            assert steps >= 12, (argv, captured.out)
+            if combo["batch-mode"] == "truncate_episodes":
+                assert steps < 12 + int(combo["num-envs"]), (argv, captured.out)
+    return refused
+
+
+@pytest.mark.parametrize("env", ["CartPole-v1", "Blackjack-v1", "Pendulum-v1", "ma_factory:make"])
+def test_demo_option_matrix(monkeypatch, capsys, tmp_path, env):
+    """Only the combinations the help rules out are refused: --agents or a
+    multi-agent env with --num-envs, and --agents with a multi-agent env."""
+    (tmp_path / "ma_factory.py").write_text(MA_MODULE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    refused = _matrix(monkeypatch, capsys, env)
+    factory = env == "ma_factory:make"
+    for key, line in refused.items():
+        combo = dict(key)
+        multi = factory or combo["agents"] != "1"
+        assert (multi and combo["num-envs"] != "1") or (factory and combo["agents"] != "1"), \
+            (combo, line)
+    # (Of the 64 combinations, 16 have --agents 2 and --num-envs 2; a factory
+    # also refuses the other 32 with either.)
+    assert len(refused) == (48 if factory else 16), refused
+
+
+@pytest.mark.rllib
+def test_demo_option_matrix_rllib_env(monkeypatch, capsys):
+    pytest.importorskip("ray.rllib")
+    refused = _matrix(monkeypatch, capsys,
+                      "ray.rllib.examples.envs.classes.multi_agent:MultiAgentCartPole")
+    assert {dict(k)["num-envs"] != "1" or dict(k)["agents"] != "1" for k in refused} == {True}
+    assert len(refused) == 48
+
+
+@pytest.mark.parametrize("args", [["demo", "--help"], ["--help"],
+                                  ["demo", "--steps", "50", "--agents", "2"]])
+def test_runs_under_python_OO(args):
+    """-OO strips docstrings; the command line does not need them."""
+    with tempfile.TemporaryDirectory() as cwd:
+        result = subprocess.run([sys.executable, "-OO", "-m", "episode", *args], cwd=cwd,
+                                check=False, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+
+
+def _console_script(*args: str, cwd) -> subprocess.CompletedProcess:
+    script = pathlib.Path(sysconfig.get_path("scripts")) / "episode"
+    return subprocess.run([str(script), *args], cwd=cwd, check=False, capture_output=True,
+                          text=True, timeout=120)
+
+
+@pytest.mark.parametrize("how", ["script", "module"])
+def test_env_module_in_the_current_directory(tmp_path, how):
+    """`episode demo --env mod:factory` finds mod.py in the working
+    directory, as `python -m episode` does."""
+    (tmp_path / "ma_here.py").write_text(MA_MODULE)
+    args = ["demo", "--env", "ma_here:make", "--steps", "30"]
+    result = _console_script(*args, cwd=tmp_path) if how == "script" else subprocess.run(
+        [sys.executable, "-m", "episode", *args], cwd=tmp_path, check=False,
+        capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("ma_here:make: multi-agent")
+
+
+@pytest.mark.parametrize("env", ["no_such_module:make", "no_such_module:Env-v0"])
+def test_env_module_not_found(tmp_path, env):
+    result = _console_script("demo", "--env", env, cwd=tmp_path)
+    assert result.returncode == 2
+    assert_one_line_error(result.stderr, "no module named 'no_such_module'")
+    assert "regist" not in result.stderr
+
+
+def test_env_module_that_fails_to_import(tmp_path):
+    (tmp_path / "broken_env.py").write_text("import no_such_dependency\n")
+    result = _console_script("demo", "--env", "broken_env:make", cwd=tmp_path)
+    assert result.returncode == 2
+    assert_one_line_error(result.stderr, "cannot import module 'broken_env'",
+                          "no_such_dependency")
+
+
+def test_demo_summary_of_tuple_observations(capsys):
+    """Blackjack's observations are a Tuple: the rows are counted per batch
+    and each leaf's shape is shown."""
+    assert cli.main(["demo", "--env", "Blackjack-v1", "--steps", "300", "--rollout", "50"]) == 0
+    out = capsys.readouterr().out
+    rows = re.search(r"batches built +([\d,]+) +([\d,]+) rows: (.*)", out)
+    assert int(rows.group(2).replace(",", "")) == _steps(out) == 300
+    assert "obs (50, 50, 50), new_obs (50, 50, 50), actions 50" in rows.group(3)
+
+
+def test_demo_num_envs_beyond_steps_is_refused_at_once():
+    start = time.perf_counter()
+    result = run_module("demo", "--num-envs", "100000", "--steps", "10")
+    assert time.perf_counter() - start < 60
+    assert result.returncode == 2
+    assert_one_line_error(result.stderr, "--num-envs 100,000", "--steps 10")
+
+
+def test_demo_steps_bound_the_run(capsys):
+    """The default fragment (200 steps per sub-env) is cut down to --steps."""
+    assert cli.main(["demo", "--num-envs", "10", "--steps", "25"]) == 0
+    out = capsys.readouterr().out
+    assert 25 <= _steps(out) < 35
+    assert "rollout_fragment_length=200" in out
 
 
 class InterruptAfter(gym.vector.VectorWrapper):

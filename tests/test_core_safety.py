@@ -405,7 +405,8 @@ def test_corrupt_read_only_finalized_states_are_refused(name):
         restore(*args)
 
 
-@pytest.mark.parametrize("write", ["set", "append", "extend_rows", "extend_none", "pop"])
+@pytest.mark.parametrize("write", ["set", "append", "extend_rows", "extend_none", "pop",
+                                   "writable_view"])
 def test_writes_to_a_column_over_read_only_bytes_copy_it_first(write):
     rows = np.arange(6, dtype=np.float32).reshape(3, 2)
     data = rows.tobytes()
@@ -426,6 +427,9 @@ def test_writes_to_a_column_over_read_only_bytes_copy_it_first(write):
         expected += [[5.0, 5.0]] * 2
     elif write == "extend_none":
         col.extend_rows(np.zeros((0, 2), np.float32))
+    elif write == "writable_view":
+        col.writable_view()[1:] = 3
+        expected[1:] = [[3.0, 3.0]] * 2
     else:
         col.pop(0)
         expected.pop(0)

@@ -164,7 +164,7 @@ SIZE_CASES = re.compile(r"(buffer|episode)_index:\w+:slice\[")
 SIZE_FAILURES = {"OverflowError", "MemoryError"}
 TOO_BIG = {"MemoryError", "OverflowError", "ValueError", "IndexError"}
 
-# Pinned differences (README, "Differences from RLlib"): in the cases whose
+# Pinned differences (docs/differences.md): in the cases whose
 # names match, where RLlib raises the given class, ours has one of the given
 # outcomes ("value": it returns, and test_garbage_case checks what).
 PINNED = [

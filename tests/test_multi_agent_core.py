@@ -10,6 +10,8 @@ exception classes must agree. No ray needed, so the sanitizer build runs these.
 """
 from __future__ import annotations
 
+import copy
+
 import pickle
 from collections import defaultdict
 
@@ -244,6 +246,85 @@ def test_unpickling_garbage_raises(values):
         _restore(dict, ())
 
 
+class _KeyMeddler(str):
+    """An extra-output key whose hash and == empty every dict of the episode
+    the step reads while it runs."""
+
+    episode = None
+
+    def __hash__(self):
+        episode = type(self).episode
+        if episode is not None:
+            for d in (episode.agent_episodes, episode.env_t_to_agent_t,
+                      episode._hanging_extra_model_outputs_end,
+                      *(e.extra_model_outputs for e in list(episode.agent_episodes.values()))):
+                d.clear()
+        return str.__hash__(self)
+
+    def __eq__(self, other):
+        return str.__eq__(self, other)
+
+
+GARBAGE_OUTPUTS = [
+    5, "xy", [("a0", {"k": 1})], {"a0": 5}, {"a0": [1, 2]}, {"a0": None, "a1": {"k": 1}},
+    {"a0": {"k": 1}, "a1": {"k": 2}}, {"a0": {object(): 1}}, {"a0": {"k": object()}},
+]
+GARBAGE_STORED = [None, {"k": 3}, {"k": [1.0]}, {"k": None}]
+
+
+def _with_outputs():
+    episode = MultiAgentEpisode()
+    episode.add_env_reset(observations={"a0": np.zeros(2), "a1": np.ones(2)})
+    episode.add_env_step({"a0": np.ones(2)}, {"a0": 0, "a1": 1}, {"a0": 1.0, "a1": 2.0},
+                         extra_model_outputs={"a0": {"k": 0.5}, "a1": {"k": 0.25}})
+    return episode
+
+
+@pytest.mark.parametrize("stored", range(len(GARBAGE_STORED) + 1))
+@pytest.mark.parametrize("outputs", range(len(GARBAGE_OUTPUTS)))
+@pytest.mark.parametrize("step", ["fast", "join", "general"])
+def test_garbage_extra_outputs_in_a_step(step, outputs, stored):
+    """The extra-output checks of a step (each key as many rows as actions)
+    on garbage outputs and garbage stored outputs: a Python error before
+    anything changes, or the step, never a crash or a SystemError."""
+    episode = _with_outputs()
+    if stored < len(GARBAGE_STORED):
+        if GARBAGE_STORED[stored] is None:
+            episode.agent_episodes["a0"].extra_model_outputs = defaultdict(list)
+        else:
+            episode.agent_episodes["a0"].extra_model_outputs = dict(GARBAGE_STORED[stored])
+    obs = {"a0": np.ones(2), "a1": np.ones(2)}
+    actions = {"a0": 1} if step != "general" else {"a0": 1, "a2": 0}
+    rewards = {"a0": 1.0, "a1": 0.5}
+    before = _snapshot(episode)
+    result, error = _run(episode, "add_env_step", (obs, actions, rewards),
+                         {"extra_model_outputs": GARBAGE_OUTPUTS[outputs]})
+    assert error is not SystemError
+    if error is not None:
+        assert _snapshot(episode) == before, error
+
+
+def _snapshot(episode):
+    return (episode.env_t, {a: m.data for a, m in episode.env_t_to_agent_t.items()},
+            {a: len(e) for a, e in episode.agent_episodes.items()},
+            {a: sorted(map(str, e.extra_model_outputs)) for a, e in episode.agent_episodes.items()},
+            dict(episode._hanging_actions_end), dict(episode._agent_to_module_mapping))
+
+
+def test_a_key_whose_hash_empties_the_episode_mid_step():
+    episode = _with_outputs()
+    _KeyMeddler.episode = episode
+    try:
+        key = _KeyMeddler("k")
+        for outputs in ({"a0": {key: 1.0}}, {"a0": {"k": 1.0, key: 2.0}}):
+            result, error = _run(episode, "add_env_step",
+                                 ({"a0": np.ones(2), "a1": np.ones(2)}, {"a0": 1},
+                                  {"a0": 1.0, "a1": 0.5}), {"extra_model_outputs": outputs})
+            assert error is not SystemError
+    finally:
+        _KeyMeddler.episode = None
+
+
 class _Meddler:
     """A value whose truth empties every dict the step reads."""
 
@@ -285,7 +366,7 @@ def test_user_code_inside_a_step_cannot_pull_data_from_under_it(where):
 
 
 def test_mapping_data_is_a_new_list_each_read():
-    """A difference (README): `env_t_to_agent_t[aid].data` is a list made on
+    """A difference (docs/differences.md): `env_t_to_agent_t[aid].data` is a list made on
     each read, since the steps are stored as int64; writing into it changes
     nothing. RLlib's is the buffer's own list."""
     episode = _stepped()

@@ -84,7 +84,8 @@ class MultiAgentMachine(RuleBasedStateMachine):
             if not self.alive() or self.theirs.is_done:
                 return
             states = mas.agent_states(self.theirs, self.sc.agents)
-            call, _ = data.draw(mas.env_step(self.sc, states), label="step")
+            stepped = [a for a, e in self.theirs.agent_episodes.items() if len(e)]
+            call, _ = data.draw(mas.env_step(self.sc, states, stepped), label="step")
             self.twin.call(call[0], *call[1], **call[2])
 
     @precondition(lambda self: self.alive() and self.theirs.is_reset)
@@ -99,6 +100,16 @@ class MultiAgentMachine(RuleBasedStateMachine):
         ours, theirs = self.twin.call("cut", **kwargs)
         if follow and ours is not None and not isinstance(theirs, Known):
             self.pred, self.twin = self.twin, self.twin.child(ours, theirs)
+
+    @precondition(lambda self: self.alive() and self.pred is not None
+                  and not self.pred.diverged
+                  and self.theirs.env_t == self.pred.theirs.env_t_started)
+    @rule()
+    def concat_predecessor_onto_chunk(self):
+        """The other way round, where the time steps allow it (a predecessor
+        without steps of its own): each side's own hanging rewards stay."""
+        self.twin.call("concat_episode", Other(self.pred))
+        self.pred = None
 
     @precondition(lambda self: self.alive() and self.pred is not None
                   and not self.pred.diverged)
@@ -163,6 +174,27 @@ class MultiAgentMachine(RuleBasedStateMachine):
         else:
             value = data.draw(mas.REWARDS)
         self.twin.call(f"set_{what}", new_data={aid: value}, at_indices=idx,
+                       neg_index_as_lookback=neg)
+
+    @precondition(lambda self: self.alive() and self.theirs.agent_episodes)
+    @rule(data=st.data(), idx=st.integers(-3, 2), neg=st.booleans())
+    def set_several(self, data, idx, neg):
+        """Several agents in one set_*() call, an unknown one among them
+        maybe: RLlib raises the first failing agent's error in dict order."""
+        agents = data.draw(st.lists(st.sampled_from(list(self.theirs.agent_episodes) + ["zz"]),
+                                    min_size=2, max_size=4, unique=True), label="agents")
+        what = data.draw(st.sampled_from(["observations", "actions", "rewards"]), label="what")
+        values = {}
+        for aid in agents:
+            if aid == "zz":
+                values[aid] = 0
+            elif what == "observations":
+                values[aid] = data.draw(self.sc.obs_value(aid))
+            elif what == "actions":
+                values[aid] = data.draw(self.sc.act_value(aid))
+            else:
+                values[aid] = data.draw(mas.REWARDS)
+        self.twin.call(f"set_{what}", new_data=values, at_indices=idx,
                        neg_index_as_lookback=neg)
 
     # -- round trips -------------------------------------------------------------------

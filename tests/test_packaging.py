@@ -82,5 +82,5 @@ def test_wheels_are_configured_for_manylinux_and_macos_with_a_test_command():
 
 def test_the_sdist_leaves_out_what_the_build_does_not_need():
     exclude = set(_pyproject()["tool"]["scikit-build"]["sdist"]["exclude"])
-    assert {"tests", "benchmarks", ".ci", "conda"} <= exclude
+    assert {"tests", "benchmarks", ".ci", "conda", "docs"} <= exclude
     assert not exclude & {"pyx", "episode", "CMakeLists.txt", "README.md", "pyproject.toml"}

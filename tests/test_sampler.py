@@ -154,9 +154,9 @@ def test_one_env_cannot_be_several():
 
 
 @pytest.mark.parametrize("bad, match", [
-    (lambda n: np.zeros(n + 1, np.int64), "sub-envs"),
+    (lambda n: np.zeros(n + 1, np.int64), "one row per sub-env"),
     (lambda n: np.full(n, 7, np.int64), "outside"),
-    (lambda n: 1, "sub-envs"),
+    (lambda n: 1, "one row per sub-env"),
 ])
 def test_bad_policy_output_raises_before_anything_is_added(bad, match):
     calls = []
@@ -171,6 +171,76 @@ def test_bad_policy_output_raises_before_anything_is_added(bad, match):
         s.sample_episodes()
     # The three steps taken so far are intact, the bad one is not there.
     assert [len(e) for e in s._vector.episodes] == [3, 3]
+
+
+@pytest.mark.parametrize("returned, said", [
+    (None, "returned None as the actions"),
+    (np.zeros(3, np.int64), "an array of shape (3,) (int64)"),
+    ([0], "a list of 1 item(s)"),
+])
+def test_a_policy_with_the_wrong_number_of_actions_hears_what_it_returned(returned, said):
+    s = Sampler(lambda: Counter(1000), lambda inputs: returned, num_envs=2)
+    with pytest.raises(ValueError) as raised:
+        s.sample_episodes()
+    message = str(raised.value)
+    assert said in message and "expected a batch of 2 actions" in message
+
+
+def test_an_action_outside_the_space_names_the_sub_env_and_its_space():
+    s = Sampler("CartPole-v1", lambda inputs: np.array([1, 7]), num_envs=2)
+    with pytest.raises(ValueError) as raised:
+        s.sample_episodes()
+    assert str(raised.value) == ("the policy returned sub-env 1 the action np.int64(7), "
+                                 "outside its action space Discrete(2)")
+
+
+def _with_outputs(inputs):
+    n = len(inputs["obs"])
+    return np.zeros(n, np.int64), {"vf_preds": np.full(n, 0.5, np.float32),
+                                   "action_logp": np.full(n, -0.7, np.float32)}
+
+
+def test_sample_includes_the_policys_extra_outputs():
+    """As RLlib's policies add a view of each extra action output, sample()
+    has a column for each, unless a requirement of that name says
+    used_for_training=False."""
+    batch = Sampler(lambda: Counter(1000), _with_outputs, num_envs=2,
+                    rollout_fragment_length=3).sample()
+    np.testing.assert_array_equal(batch["vf_preds"], np.full(6, 0.5, np.float32))
+    np.testing.assert_array_equal(batch["action_logp"], np.full(6, -0.7, np.float32))
+    views = default_view_requirements()
+    views["vf_preds"] = ViewRequirement(used_for_training=False)
+    views["prev_logp"] = ViewRequirement("action_logp", shift=-1,
+                                         used_for_compute_actions=False)
+    batch = Sampler(lambda: Counter(1000), _with_outputs, view_requirements=views,
+                    rollout_fragment_length=3).sample()
+    assert "vf_preds" not in batch
+    np.testing.assert_array_equal(batch["action_logp"], np.full(3, -0.7, np.float32))
+    # (Before the first step a view repeats the first value, as RLlib's collector pads.)
+    np.testing.assert_array_equal(batch["prev_logp"], np.full(3, -0.7, np.float32))
+
+
+def test_multi_agent_sample_includes_the_policys_extra_outputs():
+    def policy(inputs):
+        return ({aid: 1 for aid in inputs},
+                {aid: {"vf_preds": np.float32(0.25)} for aid in inputs})
+
+    (module, columns), = Sampler(_relay(), policy, batch_mode="complete_episodes",
+                                 rollout_fragment_length=1).sample().items()
+    np.testing.assert_array_equal(columns["vf_preds"], np.full(8, 0.25, np.float32))
+
+
+def test_sampling_after_close_raises():
+    s = Sampler("CartPole-v1", rollout_fragment_length=2)
+    s.sample()
+    s.close()
+    for call in (s.sample, s.sample_episodes):
+        with pytest.raises(RuntimeError, match="closed"):
+            call()
+    m = Sampler(_relay())
+    m.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        m.sample()
 
 
 def test_observation_outside_the_space_raises_before_it_is_added():

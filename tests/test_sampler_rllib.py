@@ -212,7 +212,7 @@ def test_turn_taking_matches_rllib(sampler_class, count_steps_by, num_envs, frag
 
 
 def test_complete_episodes_rllib_resets_every_call_ours_goes_on():
-    """A difference (README): RLlib's runner, in complete_episodes mode,
+    """A difference (docs/differences.md): RLlib's runner, in complete_episodes mode,
     returns num_envs episodes per call and resets its envs for the next one
     (what was sampled of the running episodes is dropped); ours returns
     finished episodes covering rollout_fragment_length x num_envs steps and

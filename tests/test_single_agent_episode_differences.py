@@ -888,6 +888,60 @@ def test_set_on_an_episode_from_read_only_buffers_copies_then_sets():
     assert episode.get_actions().tolist() == [0, 1, 0]
 
 
+def _cartpole_episode(spaces: bool):
+    """A numpy'ized CartPole episode, spaces set as RLlib's env runners set
+    them (or not), with an extra output."""
+    env = gym.make("CartPole-v1")
+    kwargs = dict(observation_space=env.observation_space,
+                  action_space=env.action_space) if spaces else {}
+    episode = SingleAgentEpisode(**kwargs)
+    obs, info = env.reset(seed=0)
+    episode.add_env_reset(obs, info)
+    for t in range(5):
+        obs, reward, *_ = env.step(t % 2)
+        episode.add_env_step(obs, t % 2, reward, extra_model_outputs={"logp": np.float32(t)})
+    return episode.to_numpy()
+
+
+# Each track's new rows: an int index sets one, the others the first two or all five.
+NEW_ROWS = {"observations": np.full((6, 4), 0.125, np.float32), "actions": np.array([1, 0] * 3),
+            "rewards": np.full(6, 2.0), "logp": np.full(6, 9.0, np.float32)}
+
+
+@pytest.mark.parametrize("spaces", [True, False])
+@pytest.mark.parametrize("indices", [1, [0, 1], slice(None), slice(1, 3), None],
+                         ids=["int", "list", "slice", "slice13", "None"])
+@pytest.mark.parametrize("track", sorted(NEW_ROWS))
+def test_every_index_form_copies_then_sets_on_read_only_buffers(track, indices, spaces):
+    """Copy-then-set holds for every index form, with or without spaces
+    (as an env runner's episodes have them), with no warning on the way."""
+    import warnings
+
+    original = _cartpole_episode(spaces)
+    episode = _from_read_only_buffers(original)
+    before = copy.deepcopy(original)
+    read = (lambda e, *a: e.get_extra_model_outputs("logp", *a)) if track == "logp" \
+        else (lambda e, *a: getattr(e, f"get_{track}")(*a))
+    rows = read(episode)
+    assert not rows.flags.writeable
+    all_rows = list(range(len(rows)))
+    positions = (all_rows if indices is None else all_rows[indices]
+                 if isinstance(indices, slice) else np.atleast_1d(indices).tolist())
+    new = NEW_ROWS[track][1] if isinstance(indices, int) else NEW_ROWS[track][:len(positions)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        if track == "logp":
+            episode.set_extra_model_outputs(key="logp", new_data=new, at_indices=indices)
+        else:
+            getattr(episode, f"set_{track}")(new_data=new, at_indices=indices)
+    expected = np.array(read(before))
+    expected[positions] = new
+    np.testing.assert_array_equal(read(episode), expected)
+    assert read(episode).dtype == expected.dtype
+    # The shared buffers (another reader's view of them) are unchanged.
+    np.testing.assert_array_equal(rows, read(before))
+
+
 @pytest.mark.rllib
 def test_rllib_set_on_an_episode_from_read_only_buffers_raises():
     episode = _from_read_only_buffers(_numpy_episode(rllib_episode_class()))

@@ -128,8 +128,13 @@ def test_shift_forms(shift, arr, bounds):
     (1.5, ValueError), (None, ValueError), ({"a": 1}, ValueError),
 ])
 def test_malformed_shifts_raise(shift, error):
-    with pytest.raises(error):
+    with pytest.raises(error) as raised:
         ViewRequirement(shift=shift)
+    if error is not ZeroDivisionError:
+        # The message names the accepted forms.
+        message = str(raised.value)
+        assert repr(shift) in message and "'from:to'" in message and "'from:to:step'" in message
+        assert "int" in message and "list of ints" in message
 
 
 # -- differences: RLlib leaves shift_arr unset, ours has the intended value -------

@@ -639,6 +639,15 @@ cdef class Column:
             return None
         return self.rows(0, self.size)
 
+    def writable_view(self):
+        """Rows in use as a writable ndarray view: read-only storage (shared,
+        as unpickled from Ray's object store) is copied into the Column's own
+        first, as for every write."""
+        if self.kind == KIND_OBJECT:
+            raise TypeError("the object path has no array view")
+        self._make_writable()
+        return self.view()
+
     # -- changing -------------------------------------------------------------
 
     cdef int _check_position(self, Py_ssize_t pos) except -1:

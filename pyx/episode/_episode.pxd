@@ -1,3 +1,5 @@
+from cpython.dict cimport PyDict_Size
+
 from libc.math cimport NAN, isnan
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
@@ -85,3 +87,15 @@ cdef EpisodeCore start_episode(type cls, object observation_space, object action
 # episode.extra_model_outputs, with any of RLlib's own buffers that RLlib code
 # put in it (its replay buffers do) replaced by ours.
 cdef object own_extras(EpisodeCore episode)
+
+
+# Why one more step with the extra model outputs `outputs` (a dict, or None)
+# would break validate()'s rule of one output per action under every key, or
+# None if it would not: a step gives the keys of the chunk's earlier steps,
+# new keys only in its first one. Inline, the usual step without outputs.
+cdef str outputs_misfit(EpisodeCore episode, object outputs)
+
+cdef inline str extras_misfit(EpisodeCore episode, object outputs):
+    if outputs is None and type(episode._extras) is dict and PyDict_Size(episode._extras) == 0:
+        return None
+    return outputs_misfit(episode, outputs)

@@ -256,6 +256,78 @@ cdef int inconsistent(str expected) except -1:
                          f"(after the lookback).")
 
 
+cdef inline Py_ssize_t rows_after_lookback(BufferCore buf) except -1:
+    # len(buf), without a Python call.
+    cdef Py_ssize_t n = buf.first().nrows()
+    return n - buf._lookback if n > buf._lookback else 0
+
+
+cdef str outputs_misfit(EpisodeCore episode, object outputs):
+    """extras_misfit (see _episode.pxd) past its inline test. Plain dicts of
+    our buffers are checked in C (the sampler's step); anything else, and
+    every misfit's reason, in misfit_reason."""
+    cdef object extras = episode._extras
+    cdef object given, key, buf
+    cdef Py_ssize_t n, pos = 0, unmatched
+    cdef PyObject* key_ptr
+    cdef PyObject* value_ptr
+    if episode.observations is None or type(extras) is not dict \
+            or not (outputs is None or type(outputs) is dict):
+        return misfit_reason(episode, outputs)
+    given = EMPTY_OUTPUTS if outputs is None else outputs
+    n = rows_after_lookback(episode.observations)
+    unmatched = PyDict_Size(given)     # its keys not among the stored ones
+    while PyDict_Next(extras, &pos, &key_ptr, &value_ptr):
+        key, buf = <object>key_ptr, <object>value_ptr      # (held: a key's == runs below)
+        if type(buf) is not Buffer and not isinstance(buf, BufferCore):
+            return misfit_reason(episode, outputs)
+        found = PyDict_GetItemWithError(given, key) is not NULL
+        unmatched -= found
+        if rows_after_lookback(<BufferCore>buf) + found != n:
+            return misfit_reason(episode, outputs)
+    if unmatched and n != 1:
+        return misfit_reason(episode, outputs)
+    return None
+
+
+cdef dict EMPTY_OUTPUTS = {}   # read only: a step without outputs
+
+
+cdef str misfit_reason(EpisodeCore episode, object outputs):
+    # extras_misfit's answer for any outputs and stored outputs.
+    require_buffers(episode)
+    if outputs is not None and not hasattr(outputs, "items"):
+        return f"they are a {type(outputs).__name__}, not a dict"
+    cdef Py_ssize_t n = len(episode.observations)
+    cdef Py_ssize_t rows
+    given = () if outputs is None else outputs.keys()
+    extras = own_extras(episode)
+    for key, buf in extras.items():
+        rows = len(as_buffer(buf))
+        if rows + (key in given) != n:
+            return (f"{key!r} has {rows} value(s) for {n - 1} earlier step(s), and the step "
+                    f"{'gives' if key in given else 'does not give'} one")
+    for key in given:
+        if key not in extras and n != 1:
+            return f"{key!r} is new, but the {n - 1} earlier step(s) gave none"
+    return None
+
+
+def check_step_extras(EpisodeCore episode, outputs, agent_id):
+    """Raises AssertionError, the class RLlib's multi-agent episode raises
+    when it validates after a step, if a step of agent `agent_id` with the
+    extra model outputs `outputs` would break `episode`'s rule of one extra
+    output per action under every key (see extras_misfit in _episode.pxd)."""
+    if outputs is not None and not hasattr(outputs, "items"):
+        # (RLlib's class: the step reads outputs.items().)
+        raise AttributeError(f"the extra model outputs of agent {agent_id!r} must be a dict, "
+                             f"got {type(outputs).__name__}")
+    reason = extras_misfit(episode, outputs)
+    if reason is not None:
+        raise AssertionError(f"the step of agent {agent_id!r} would misalign its extra "
+                             f"model outputs: {reason}. Each step gives the same keys.")
+
+
 cdef class EpisodeCore:
 
     def __cinit__(self):

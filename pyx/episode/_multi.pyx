@@ -21,7 +21,8 @@ cimport numpy as cnp
 
 from episode._buffer cimport BufferCore
 from episode._column cimport Column, KIND_EMPTY, KIND_INT
-from episode._episode cimport EpisodeCore, now, own_extras, time_from, time_or_none
+from episode._episode cimport (EpisodeCore, extras_misfit, now, own_extras, time_from,
+                               time_or_none)
 from episode._index cimport (INDEX_LIMIT, SliceSpec, clamped_index, int_position,
                              interpret_slice, slice_positions)
 
@@ -221,7 +222,7 @@ cdef class MultiAgentCore:
         cdef Py_ssize_t n = 0, k
         try:
             if not self._plan_step(plans, &n, observations, actions, rewards, infos,
-                                   terminateds, truncateds):
+                                   terminateds, truncateds, outputs):
                 return False
             self._apply_step(plans, n, observations, actions, rewards, infos, terminateds,
                              truncateds, outputs)
@@ -236,7 +237,7 @@ cdef class MultiAgentCore:
 
     cdef bint _plan_step(self, Plan* plans, Py_ssize_t* n, object observations,
                          object actions, object rewards, object infos, object terminateds,
-                         object truncateds) except -1:
+                         object truncateds, object outputs) except -1:
         """Each agent's move, with strong references to what it needs (user
         code that runs in between, such as a flag's __bool__, cannot take
         them away). False to decline the step; `n` plans are filled either way."""
@@ -258,7 +259,7 @@ cdef class MultiAgentCore:
             return False
         if not (type(observations) is dict and type(actions) is dict and type(rewards) is dict
                 and type(infos) is dict and type(terminateds) is dict
-                and type(truncateds) is dict
+                and type(truncateds) is dict and type(outputs) is dict
                 and type(episodes) is dict and isinstance(mapping, dict)
                 and isinstance(hanging_actions, dict)
                 and isinstance(self._hanging_rewards_end, dict)
@@ -336,11 +337,12 @@ cdef class MultiAgentCore:
                     return False
                 plan.t_started = agent_t_started
             if not absent(obs) and not absent(act):
-                if not in_rewards:
+                if not in_rewards or extras_misfit(ep, get_or(outputs, aid, None)) is not None:
                     return False
                 plan.move = MOVE_STEP
             elif not absent(obs):
-                if PyDict_GetItemWithError(hanging_actions, aid) is NULL:
+                if PyDict_GetItemWithError(hanging_actions, aid) is NULL or extras_misfit(
+                        ep, get_or(self._hanging_extra_model_outputs_end, aid, None)) is not None:
                     return False
                 plan.move = MOVE_JOIN
             elif not absent(act):
