@@ -1,12 +1,12 @@
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, final
 
 import numpy as np
 from typing_extensions import Self, disjoint_base
 
 from episode._priority import PriorityTrees
 
-@disjoint_base
+@final
 class Draws:
     """Draws from a numpy Generator as its integers() and random() do."""
     def __new__(cls, rng: np.random.Generator) -> Self: ...
@@ -41,7 +41,7 @@ class EpisodeMeta:
                  observation_space: Any, action_space: Any, extra_keys: tuple[Any, ...],
                  custom_data: dict[Any, Any] | None, defaultdict_extras: bool) -> None: ...
 
-@disjoint_base
+@final
 class Picks:
     """The steps a draw picked."""
     weights: list[Any]
@@ -50,7 +50,7 @@ class Picks:
     rejected: list[int]
     def __len__(self) -> int: ...
 
-@disjoint_base
+@final
 class Store:
     """Stored episodes' rows and steps, in insertion order."""
     @property

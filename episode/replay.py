@@ -551,22 +551,19 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
         store = self._store
         picks = store.draw_native(self._draws(), batch_size, n_step, prioritized, float(beta),
                                   T, min_T)
-        steps, weights, indices, terminateds, truncateds = store.native_fields(picks)
-        layout = store.layout
         if T:
-            batch = self._sequence_batch(picks, layout, lookback, T, include_extra_model_outputs)
+            steps, weights, indices, _, _ = store.native_fields(picks)
+            batch = self._sequence_batch(picks, store.layout, lookback, T,
+                                         include_extra_model_outputs)
             batch["lengths"] = steps
+            batch["weights"] = weights
+            batch["indices"] = indices
         else:
             batch = store.native_transitions(picks, float(gamma), include_extra_model_outputs)
-            batch["terminateds"] = terminateds
-            batch["truncateds"] = truncateds
-            batch["n_step"] = steps
-        batch["weights"] = weights
-        batch["indices"] = indices
         if prioritized:
-            self._last_sampled_keys = indices.tolist()
+            self._last_sampled_keys = batch["indices"].tolist()
             self._last_sampled_indices = store.leaves_of(self._last_sampled_keys)
-        self._after_reads(len(indices))
+        self._after_reads(batch_size)
         return batch
 
     def _sequence_batch(self, picks, layout, lookback, T, extras) -> Dict[str, Any]:
@@ -1065,6 +1062,8 @@ def _max_priority(value):
 def _check_gamma(gamma) -> None:
     # Checked before drawing: RLlib's n-step sums fail on a non-number only
     # after its draws (any real number is used as given, as RLlib's).
+    if type(gamma) is float:
+        return
     if isinstance(gamma, bool) or not isinstance(gamma, (int, float, np.integer, np.floating)):
         raise TypeError(f"gamma must be a number, not {type(gamma).__name__}")
 
@@ -1081,6 +1080,8 @@ def _batch_size(num_items, batch_size_B):
 def _checked_n_step(n_step):
     """An n-step as the draws take it: a positive int, or a (low, high)
     range drawn from as Generator.integers(low, high)."""
+    if type(n_step) is int and n_step >= 1:
+        return n_step
     if isinstance(n_step, (tuple, list)):
         if len(n_step) != 2:
             raise ValueError(f"an n-step range is (low, high), not {n_step!r}")
@@ -1095,6 +1096,8 @@ def _checked_n_step(n_step):
 
 
 def _int(value, name: str) -> int:
+    if type(value) is int:
+        return value
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int, not {type(value).__name__}")
     return int(value)

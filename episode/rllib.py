@@ -73,7 +73,12 @@ def install() -> None:
         return
     swap = {}
     for rllib_module, name, our_module in CLASSES:
-        theirs = getattr(importlib.import_module(rllib_module), name)
+        try:
+            theirs = getattr(importlib.import_module(rllib_module), name)
+        except ModuleNotFoundError as error:
+            from episode._extras import rllib_missing
+
+            raise rllib_missing(error, "episode.rllib.install()") from error
         swap[theirs] = getattr(importlib.import_module(our_module), name)
     alive = _alive_instances(tuple(swap))
     if alive:

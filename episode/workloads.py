@@ -450,7 +450,7 @@ def _views_training(cls: type) -> Round:
 
 def _inference_views(view_requirement: type) -> dict:
     # Observation views: RLlib's collector reads prev_actions / prev_rewards
-    # one step late at inference (README, differences), so they are left out.
+    # one step late at inference (docs/differences.md), so they are left out.
     box = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
     return {"obs": view_requirement(space=box),
             "prev_obs": view_requirement("obs", shift=-1, space=box),

@@ -52,5 +52,6 @@ def test_every_page_with_code_has_examples():
     pages = {param.values[0] for param in EXAMPLES}
     if (ROOT / "docs").exists():
         for name in ("README.md", "docs/guide/episodes.md", "docs/guide/multi-agent.md",
-                     "docs/guide/sampling.md", "docs/guide/rllib.md", "docs/guide/ray.md"):
+                     "docs/guide/sampling.md", "docs/guide/replay.md", "docs/guide/rllib.md",
+                     "docs/guide/ray.md"):
             assert ROOT / name in pages, name

@@ -13,6 +13,7 @@ EXTRA = 'pip install "episode[rllib]"'
 
 CASES = {
     "distributed": "import episode.distributed",
+    "rllib_install": "import episode.rllib\nepisode.rllib.install()",
     "rllib_runners": "import episode.rllib_runners",
     "single_agent_sample_batch": """
         from episode import SingleAgentEpisode

@@ -68,5 +68,20 @@ cdef class PriorityTrees:
     cdef Num minimum(self) noexcept
     cdef Num leaf_sum(self, int64_t leaf) noexcept
     cdef int64_t find(self, Num prefixsum) except -2
+    cdef inline int64_t find_plain(self, double prefixsum) noexcept:
+        # The leaf where `prefixsum` falls, in plain float64 (the native
+        # sampler's draws: not RLlib's numbers), branch-free down the
+        # allocated subtree (the leaves beyond it hold nothing). A sum that
+        # rounding puts past the total ends on the last leaves: the caller
+        # draws again where that leaf is free.
+        cdef Py_ssize_t node = 1
+        cdef double left
+        cdef int go
+        while node < self.alloc:
+            left = self.sum_v[2 * node]
+            go = prefixsum >= left
+            node = 2 * node + go
+            prefixsum -= left * go
+        return node - self.alloc
     cdef inline int64_t key_of(self, int64_t leaf) noexcept:
         return self.owner[leaf] if 0 <= leaf < self.alloc else -1

@@ -1,5 +1,6 @@
 # Replay storage: stored episodes' rows in blocks of Columns, their steps in
 # insertion order, and the draws and gathers that sample them.
+cimport cython
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from numpy.random cimport bitgen_t
 
@@ -54,6 +55,7 @@ cdef struct Pick:
     int64_t leaf         # its priority tree leaf (-1: none)
 
 
+@cython.final
 cdef class Picks:
     cdef Pick* items
     cdef Py_ssize_t size, cap
@@ -66,6 +68,7 @@ cdef class Picks:
                   int64_t end) except -1
 
 
+@cython.final
 cdef class Draws:
     # A numpy Generator's bit generator, drawn from as Generator.integers()
     # and Generator.random() draw: same numbers, same bits consumed.
@@ -96,6 +99,7 @@ cdef class EpisodeMeta:
     cdef bint same_as(self, EpisodeMeta other)
 
 
+@cython.final
 cdef class Store:
     cdef readonly Py_ssize_t nleaves
     cdef list dtypes             # per leaf: numpy dtype, None for an object leaf

@@ -28,6 +28,7 @@ import numpy as np
 cimport cython
 cimport numpy as cnp
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
+from cpython.ref cimport Py_INCREF
 from cpython.pycapsule cimport PyCapsule_GetPointer
 from libc.math cimport NAN, isnan
 from libc.stdint cimport INT32_MAX, int32_t, int64_t, uint32_t, uint64_t
@@ -43,6 +44,30 @@ from episode._priority cimport Num, PriorityTrees, add, div, from_num, mul, num,
 from episode._priority cimport TAG_FLOAT, TAG_INT
 
 cnp.import_array()
+
+cdef extern from "numpy/arrayobject.h":
+    # Steals a reference to `descr` (Cython cannot say so): rows_array INCREFs it.
+    object PyArray_Empty(int nd, cnp.npy_intp* dims, cnp.PyArray_Descr* descr, int fortran)
+
+
+cdef cnp.ndarray rows_array(Py_ssize_t n, tuple row_shape, object dtype):
+    # np.empty((n,) + row_shape, dtype) without the Python call: the draws'
+    # output arrays, several per call of a few hundred rows.
+    cdef cnp.npy_intp dims[cnp.NPY_MAXDIMS]
+    cdef Py_ssize_t k, nd = len(row_shape) + 1
+    if nd > cnp.NPY_MAXDIMS:
+        raise ValueError(f"rows of {nd - 1} dimensions")
+    dims[0] = n
+    for k in range(nd - 1):
+        dims[k + 1] = row_shape[k]
+    Py_INCREF(dtype)
+    return PyArray_Empty(<int>nd, dims, <cnp.PyArray_Descr*>dtype, 0)
+
+
+cdef cnp.ndarray flat_array(Py_ssize_t n, int type_num):
+    cdef cnp.npy_intp dims[1]
+    dims[0] = n
+    return cnp.PyArray_EMPTY(1, dims, type_num, 0)
 
 cdef extern from *:
     """
@@ -96,6 +121,7 @@ cdef inline void copy_row(char* dst, const char* src, Py_ssize_t row_bytes) noex
 # -- draws ---------------------------------------------------------------------------
 
 
+@cython.final
 cdef class Draws:
     """Draws from `rng` (a numpy Generator) as its integers(low, high) and
     random() do: the same values from the same bits."""
@@ -319,6 +345,7 @@ cdef class EpisodeMeta:
                 and self.defaultdict_extras == other.defaultdict_extras)
 
 
+@cython.final
 cdef class Store:
     """Stored episodes' rows and steps (see the module docstring).
 
@@ -793,18 +820,22 @@ cdef class Store:
         # _kth() given the live steps in the ring slots before the head's
         # (the same for every draw of one sample call).
         cdef Py_ssize_t head = self.run_head & (self.run_cap - 1), pos = 0, step
-        cdef int64_t target
+        cdef int64_t target, v, go
         if k < 0 or k >= self.live_steps:
             raise IndexError(f"step {k} of {self.live_steps}")
         if k < self.live_steps - before_head:
             target = before_head + k
         else:
             target = k - (self.live_steps - before_head)
+        # Fenwick descent, branch-free (each comparison is a coin flip the
+        # branch predictor would miss): pos stays below run_cap since
+        # target < the total, so pos + step never passes it.
         step = self.run_cap
         while step:
-            if pos + step <= self.run_cap and self.tree[pos + step] <= target:
-                pos += step
-                target -= self.tree[pos]
+            v = self.tree[pos + step]
+            go = -<int64_t>(v <= target)        # all ones or zero
+            pos += step & go
+            target -= v & go
             step >>= 1
         # Ring slot `pos` holds the step; its sequence number follows from
         # where the ring starts.
@@ -1605,8 +1636,7 @@ cdef class Store:
         again."""
         cdef Picks picks = Picks()
         cdef PriorityTrees trees = self.priorities
-        cdef int64_t k, run, ts, n, lo = 0, hi = 0, leaf = -1, key, length, end
-        cdef int32_t off, slot
+        cdef int64_t n, lo = 0, hi = 0, key, length
         cdef bint random_n = isinstance(n_step, tuple)
         cdef double total = 0.0, p_min = 0.0, N = <double>self.live_steps, w, max_w = 1.0
         cdef Py_ssize_t i
@@ -1624,34 +1654,59 @@ cdef class Store:
                 raise ValueError("the priorities sum to zero")
             p_min = trees.minimum().v / total
         cdef int64_t tries = 0, limit = draw_limit(batch_size)
+        cdef Py_ssize_t start, j
+        cdef Pick* p
         picks._reserve(batch_size)
-        with draws:
-            while picks.size < batch_size:
-                tries += 1
-                if tries > limit:
-                    too_many_draws(tries - 1)
+        # In rounds: the draws still missing, then where each lands, then
+        # its step (a step too near its episode's end, or a free tree leaf,
+        # is dropped for the next round). Each phase on its own lets the
+        # memory reads of several draws overlap instead of waiting in turn.
+        # Each candidate takes its random numbers (where, then its n-step)
+        # in turn, as a draw-by-draw loop would.
+        while picks.size < batch_size:
+            start = picks.size
+            tries += batch_size - start
+            if tries > limit:
+                too_many_draws(tries)
+            with draws:
+                for i in range(start, batch_size):
+                    p = &picks.items[i]
+                    if prioritized:
+                        p.weight = draws.random()
+                    else:
+                        p.ts = draws.integers(0, self.live_steps)
+                    p.n = draws.integers(lo, hi) if random_n else n
+            for i in range(start, batch_size):
+                p = &picks.items[i]
+                p.slot = 0
                 if prioritized:
-                    leaf = trees.find(mul(num(draws.random(), TAG_FLOAT), trees.total()))
-                    key = trees.key_of(leaf)
+                    p.leaf = trees.find_plain(p.weight * total)
+                    key = trees.key_of(p.leaf)
                     if key < 0:
+                        p.slot = -1
                         continue
-                    run = key >> 20
-                    off = <int32_t>(key & KEY_OFFSET_MASK)
+                    p.run = key >> 20
+                    p.off = <int32_t>(key & KEY_OFFSET_MASK)
                 else:
-                    k = draws.integers(0, self.live_steps)
-                    self._kth_from(k, before_head, &run, &off)
-                    leaf = k
-                self._step_of(run, off, &slot, &ts)
-                length = self.eps[slot].length
-                if random_n:
-                    n = draws.integers(lo, hi)
-                if min_batch_length_T > 0 and ts + min_batch_length_T >= length:
+                    p.leaf = p.ts
+                    self._kth_from(p.ts, before_head, &p.run, &p.off)
+            j = start
+            for i in range(start, batch_size):
+                p = &picks.items[i]
+                if p.slot < 0:
                     continue
-                end = min(ts + (batch_length_T if batch_length_T else n), length)
-                picks.push(run, off, slot, ts, n, end)
-                picks.items[picks.size - 1].leaf = leaf
-                if prioritized:
-                    picks.items[picks.size - 1].weight = trees.leaf_sum(leaf).v / total
+                self._step_of(p.run, p.off, &p.slot, &p.ts)
+                length = self.eps[p.slot].length
+                if min_batch_length_T > 0 and p.ts + min_batch_length_T >= length:
+                    continue
+                p.end = min(p.ts + (batch_length_T if batch_length_T else p.n), length)
+                p.end_run = -1
+                p.end_off = 0
+                p.weight = trees.leaf_sum(p.leaf).v / total if prioritized else 1.0
+                if j != i:
+                    picks.items[j] = p[0]
+                j += 1
+            picks.size = j
         if prioritized:
             # (p * N) ** -beta, normalized by the largest possible weight.
             max_w = (p_min * N) ** (-beta)
@@ -1690,11 +1745,11 @@ cdef class Store:
         truncated) per pick, as arrays: a pick is terminated (truncated)
         when it reaches the end of a terminated (truncated) episode."""
         cdef Py_ssize_t i
-        cdef cnp.ndarray n = np.empty(picks.size, np.int64)
-        cdef cnp.ndarray w = np.empty(picks.size, np.float32)
-        cdef cnp.ndarray leaves = np.empty(picks.size, np.int64)
-        cdef cnp.ndarray term = np.zeros(picks.size, np.bool_)
-        cdef cnp.ndarray trunc = np.zeros(picks.size, np.bool_)
+        cdef cnp.ndarray n = flat_array(picks.size, cnp.NPY_INT64)
+        cdef cnp.ndarray w = flat_array(picks.size, cnp.NPY_FLOAT32)
+        cdef cnp.ndarray leaves = flat_array(picks.size, cnp.NPY_INT64)
+        cdef cnp.ndarray term = flat_array(picks.size, cnp.NPY_BOOL)
+        cdef cnp.ndarray trunc = flat_array(picks.size, cnp.NPY_BOOL)
         cdef int64_t* nd = <int64_t*>array_bytes(n, picks.size * 8)
         cdef float* wd = <float*>array_bytes(w, picks.size * 4)
         cdef int64_t* ld = <int64_t*>array_bytes(leaves, picks.size * 8)
@@ -1708,9 +1763,8 @@ cdef class Store:
             nd[i] = p.end - p.ts
             wd[i] = <float>p.weight
             ld[i] = (p.run << 20) | p.off
-            if p.end == ep.length:
-                td[i] = ep.terminated
-                rd[i] = ep.truncated and not ep.terminated
+            td[i] = p.end == ep.length and ep.terminated
+            rd[i] = p.end == ep.length and ep.truncated and not ep.terminated
         return n, w, leaves, term, trunc
 
     def gather_sequences(self, Picks picks, Py_ssize_t leaf, Py_ssize_t lookback,
@@ -1782,7 +1836,7 @@ cdef class Store:
                                      picks.items[i].end_off if at_end else picks.items[i].off,
                                      leaf)
                     for i in range(picks.size)]
-        out = np.empty((picks.size,) + self.shapes[leaf], self.dtypes[leaf])
+        out = rows_array(picks.size, self.shapes[leaf], self.dtypes[leaf])
         dst = array_bytes(out, picks.size * rb)
         for i in range(picks.size):
             p = &picks.items[i]
@@ -1804,10 +1858,12 @@ cdef class Store:
 
     def native_transitions(self, Picks picks, double gamma, bint extras):
         """sample_batch()'s transition batch for drawn picks: obs, actions,
-        rewards (discounted over the steps taken), new_obs, and with
+        rewards (discounted over the steps taken), new_obs, terminateds,
+        truncateds, n_step, weights, indices (see native_fields()), and with
         `extras` each extra model output at the step."""
         cdef dict batch
         returns = self._returns_and_ends(picks, gamma)
+        steps, weights, indices, terminateds, truncateds = self.native_fields(picks)
         batch = {"obs": self._gather_track(picks, self.layout["obs"], False),
                  "actions": self._gather_track(picks, self.layout["actions"], False),
                  "rewards": returns,
@@ -1815,6 +1871,11 @@ cdef class Store:
         if extras:
             for key, structure in self.layout["extras"].items():
                 batch[key] = self._gather_track(picks, structure, False)
+        batch["terminateds"] = terminateds
+        batch["truncateds"] = truncateds
+        batch["n_step"] = steps
+        batch["weights"] = weights
+        batch["indices"] = indices
         return batch
 
     def gather_pairs(self, Picks picks, Py_ssize_t leaf):
@@ -1833,7 +1894,7 @@ cdef class Store:
                 out_list.append(self._row_object(p.run, p.off, leaf))
                 out_list.append(self._row_object(p.end_run, p.end_off, leaf))
             return out_list
-        out = np.empty((2 * picks.size,) + self.shapes[leaf], self.dtypes[leaf])
+        out = rows_array(2 * picks.size, self.shapes[leaf], self.dtypes[leaf])
         dst = array_bytes(out, 2 * picks.size * rb)
         for i in range(picks.size):
             p = &picks.items[i]
@@ -1851,7 +1912,7 @@ cdef class Store:
         # returns() and locate_ends() in one walk along each pick's rows:
         # the rewards of a run are consecutive rows.
         cdef Py_ssize_t i, leaf = self.layout["rewards"], rb = self.row_bytes[leaf]
-        cdef cnp.ndarray out = np.empty(picks.size, np.float64)
+        cdef cnp.ndarray out = flat_array(picks.size, cnp.NPY_FLOAT64)
         cdef double* dst = <double*>array_bytes(out, picks.size * sizeof(double))
         cdef double acc
         cdef double values[64]
@@ -1912,7 +1973,7 @@ cdef class Store:
         scipy.signal.lfilter([1], [1, -gamma], rewards[::-1])[-1] computes
         it (float64)."""
         cdef Py_ssize_t i, leaf = self.layout["rewards"]
-        cdef cnp.ndarray out = np.empty(picks.size, np.float64)
+        cdef cnp.ndarray out = flat_array(picks.size, cnp.NPY_FLOAT64)
         cdef double* dst = <double*>array_bytes(out, picks.size * sizeof(double))
         cdef double acc, values[64]
         cdef Pick* p
@@ -1962,10 +2023,10 @@ cdef class Store:
     def pick_fields(self, Picks picks):
         """(slot, ts, n, end) of each pick, as int64 arrays."""
         cdef Py_ssize_t i
-        cdef cnp.ndarray slots = np.empty(picks.size, np.int64)
-        cdef cnp.ndarray ts = np.empty(picks.size, np.int64)
-        cdef cnp.ndarray n = np.empty(picks.size, np.int64)
-        cdef cnp.ndarray end = np.empty(picks.size, np.int64)
+        cdef cnp.ndarray slots = flat_array(picks.size, cnp.NPY_INT64)
+        cdef cnp.ndarray ts = flat_array(picks.size, cnp.NPY_INT64)
+        cdef cnp.ndarray n = flat_array(picks.size, cnp.NPY_INT64)
+        cdef cnp.ndarray end = flat_array(picks.size, cnp.NPY_INT64)
         cdef int64_t* a = <int64_t*>array_bytes(slots, picks.size * 8)
         cdef int64_t* b = <int64_t*>array_bytes(ts, picks.size * 8)
         cdef int64_t* c = <int64_t*>array_bytes(n, picks.size * 8)
@@ -2023,6 +2084,7 @@ cdef double read_real(const char* p, int type_num) except? -1:
     raise TypeError("rewards must be float64, float32, int64, int32 or bool numbers")
 
 
+@cython.final
 cdef class Picks:
     """The steps a draw picked (see Pick)."""
 
@@ -2283,7 +2345,7 @@ def make_transitions(type cls, Store store, Picks picks, dict obs_pairs, dict ac
     cdef list numpy_kinds = [KIND_ARRAY if self_shape else KIND_SCALAR
                              for self_shape in store.shapes]
     cdef list list_kinds = [store.kinds[i] for i in range(store.nleaves)]
-    cdef cnp.ndarray n_rows = np.empty(B, np.int64)
+    cdef cnp.ndarray n_rows = flat_array(B, cnp.NPY_INT64)
     cdef int64_t* n_data = <int64_t*>array_bytes(n_rows, B * 8)
     layout = store.layout
     obs_structure = layout["obs"]
