@@ -479,18 +479,18 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
         if batch_length_T:
             episodes = [_stored_episode(store, int(s), int(t), int(e), lookback)
                         for s, t, e in zip(slots.tolist(), ts.tolist(), ends.tolist())]
+            for episode, n in zip(episodes, ns):
+                rows = len(episode) + lookback
+                episode.extra_model_outputs["n_step"] = InfiniteLookbackBuffer(
+                    np.full((rows,), int(n)), lookback=lookback)
+                episode.extra_model_outputs["weights"] = InfiniteLookbackBuffer(
+                    np.ones((rows,)), lookback=lookback)
         else:
             store.locate_ends(picks)
             episodes = _transitions(store, picks, slots, ts, ns, ends, gamma,
                                     include_infos=True, stored_ids=True,
                                     extras=include_extra_model_outputs, weights=None,
-                                    exact_end=True)
-        for episode, n in zip(episodes, ns):
-            rows = len(episode) + lookback
-            episode.extra_model_outputs["n_step"] = InfiniteLookbackBuffer(
-                np.full((rows,), int(n)), lookback=lookback)
-            episode.extra_model_outputs["weights"] = InfiniteLookbackBuffer(
-                np.ones((rows,)), lookback=lookback)
+                                    exact_end=True, outputs_lookback=lookback)
         self._after_reads(len(episodes))
         self.sampled_timesteps += batch_size_B
         steps_seen = {(int(s), int(t)) for s, t in zip(slots, ts)}
@@ -1119,8 +1119,8 @@ def _tree_size(capacity: int) -> int:
 
 
 def _transitions(store: Store, picks, slots, ts, ns, ends, gamma, *, include_infos: bool,
-                 stored_ids: bool, extras: bool, weights, exact_end: bool = False
-                 ) -> List[SingleAgentEpisode]:
+                 stored_ids: bool, extras: bool, weights, exact_end: bool = False,
+                 outputs_lookback: int = -1) -> List[SingleAgentEpisode]:
     """One-step episodes for n-step transitions, as RLlib's buffers build
     them: observations [obs(ts), obs(end)], the action at ts, the discounted
     reward sum, the done flags of a transition that reaches its episode's
@@ -1142,7 +1142,8 @@ def _transitions(store: Store, picks, slots, ts, ns, ends, gamma, *, include_inf
         infos = [x for pair in zip(first, last) for x in pair]
     returns = store.returns(picks, float(gamma))
     episodes = make_transitions(SingleAgentEpisode, store, picks, obs_pairs, actions, returns,
-                                extra_arrays, infos, weights, stored_ids, exact_end)
+                                extra_arrays, infos, weights, stored_ids, exact_end,
+                                outputs_lookback)
     _RECENT.append(_Replayed(episodes, layout, obs_pairs, actions, returns, extra_arrays))
     return episodes
 

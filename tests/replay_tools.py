@@ -78,6 +78,9 @@ def episode_view(episode, *, with_id: bool = True, extras: bool = True) -> dict:
     if extras:
         view["extras"] = {k: episode.get_extra_model_outputs(k)
                           for k in episode.extra_model_outputs}
+        # With their lookback rows: the buffers as they are.
+        view["extra_buffers"] = {k: (v.lookback, v.finalized, v.data)
+                                 for k, v in episode.extra_model_outputs.items()}
     if with_id:
         view["id"] = episode.id_
     return view

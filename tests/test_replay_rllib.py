@@ -95,15 +95,17 @@ def _drive_single(seed: int, prioritized: bool, *, numpy: bool, extras: bool, lo
                 kwargs.update(beta=0.4, include_infos=i % 4 == 0)
                 got = _both(lambda b: b.sample(8, **kwargs), theirs, ours)
             else:
-                got = _both(lambda b: b.sample(8, sample_episodes=True, **kwargs), theirs, ours)
+                got = _both(lambda b: b.sample(8, sample_episodes=True, lookback=i % 2,
+                                               **kwargs), theirs, ours)
             for a, b in zip(*got):
                 view_a, view_b = episode_view(a, with_id=not prioritized), \
                     episode_view(b, with_id=not prioritized)
                 if not prioritized:
                     # RLlib gives every transition its episode's first extra
                     # outputs (a pinned difference): ours are the step's.
-                    view_a["extras"].pop("logp", None)
-                    view_b["extras"].pop("logp", None)
+                    for view in (view_a, view_b):
+                        view["extras"].pop("logp", None)
+                        view["extra_buffers"].pop("logp", None)
                 compare(view_b, view_a, f"call {i}")
             compare(metrics_view(ours.get_metrics()), metrics_view(theirs.get_metrics()),
                     "metrics")

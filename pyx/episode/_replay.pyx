@@ -2285,6 +2285,18 @@ cdef BufferCore track_buffer(object storage, object space):
     return buf
 
 
+cdef BufferCore numpy_buffer(cnp.ndarray arr, Py_ssize_t first, Py_ssize_t rows,
+                             Py_ssize_t lookback):
+    # InfiniteLookbackBuffer(arr[first:first + rows], lookback=lookback): a
+    # numpy'ized buffer reading its rows in place.
+    cdef Column col = shared_rows(arr, first, rows, KIND_ARRAY)
+    cdef BufferCore buf
+    col.finalized = True
+    buf = track_buffer(col, None)
+    buf.lookback = lookback
+    return buf
+
+
 cdef BufferCore empty_dicts_buffer(Py_ssize_t count):
     # InfiniteLookbackBuffer([{}] * count): a count.
     cdef BufferCore buf = empty_buffer(Buffer, None, None)
@@ -2329,13 +2341,17 @@ cdef object scalar_column_array(list values):
 
 def make_transitions(type cls, Store store, Picks picks, dict obs_pairs, dict actions,
                      cnp.ndarray returns, dict extras, list infos, list weights, bint stored_ids,
-                     bint exact_end):
+                     bint exact_end, Py_ssize_t outputs_lookback=-1):
     """One-step episodes of class `cls` for the picked n-step transitions,
     as RLlib's buffers build them (see replay._transitions): their data read
     in place from the batch arrays (`obs_pairs`: per observation leaf, rows
     [obs(ts), obs(end)] of each pick; `actions`, `extras[key]`: per leaf a
-    row per pick; `returns`: the discounted sums)."""
-    cdef Py_ssize_t i, B = picks.size
+    row per pick; `returns`: the discounted sums). With `weights`, "weights"
+    and "n_step" lead their extra model outputs (the prioritized and
+    multi-agent buffers'); else with `outputs_lookback` >= 0 they follow
+    them, as numpy'ized buffers of that lookback plus the step (the plain
+    buffer's: n-step, and weights of 1.0)."""
+    cdef Py_ssize_t i, B = picks.size, rows = outputs_lookback + 1
     cdef Pick* p
     cdef Ep* ep
     cdef EpisodeCore episode
@@ -2351,6 +2367,14 @@ def make_transitions(type cls, Store store, Picks picks, dict obs_pairs, dict ac
     obs_structure = layout["obs"]
     action_structure = layout["actions"]
     weight_rows = scalar_column_array(weights) if weights is not None else None
+    cdef cnp.ndarray n_lookback_rows, ones
+    cdef int64_t* nl
+    if weights is None and outputs_lookback >= 0:
+        n_lookback_rows = flat_array(B * rows, cnp.NPY_INT64)
+        nl = <int64_t*>array_bytes(n_lookback_rows, B * rows * 8)
+        for i in range(B * rows):
+            nl[i] = picks.items[i // rows].n
+        ones = np.ones(B * rows, np.float64)
     for i in range(B):
         n_data[i] = picks.items[i].n
     for i in range(B):
@@ -2391,6 +2415,9 @@ def make_transitions(type cls, Store store, Picks picks, dict obs_pairs, dict ac
             if key in meta.extra_keys:
                 outputs[key] = track_buffer(
                     shared_tree(layout["extras"][key], arrays, i, 1, kinds), None)
+        if weights is None and outputs_lookback >= 0:
+            outputs["n_step"] = numpy_buffer(n_lookback_rows, i * rows, rows, outputs_lookback)
+            outputs["weights"] = numpy_buffer(ones, i * rows, rows, outputs_lookback)
         episode._extras = outputs
         reaches_end = (p.ts + p.n == ep.length) if exact_end else p.end >= ep.length
         episode.is_terminated = bool(ep.terminated) if reaches_end else False
