@@ -701,8 +701,12 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
 
     def get_state(self) -> Dict[str, Any]:
         """RLlib's checkpoint of the buffer (its keys and formats)."""
+        return self._plain_state(self.episodes)
+
+    def _plain_state(self, episodes) -> Dict[str, Any]:
+        # The plain buffer's keys (the multi-agent buffers' too, over theirs).
         return {
-            "episodes": [e.get_state() for e in self.episodes],
+            "episodes": [e.get_state() for e in episodes],
             "episode_id_to_index": list(self.episode_id_to_index.items()),
             "_num_episodes_evicted": self._num_episodes_evicted,
             "_indices": self._indices,
@@ -912,9 +916,12 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
             keys.clear()
 
     def get_state(self) -> Dict[str, Any]:
-        state = super().get_state()
+        return super().get_state() | self._priority_state()
+
+    def _priority_state(self) -> Dict[str, Any]:
+        # The prioritized buffers' keys of the env-step trees.
         trees = self._store.priorities
-        state.update({
+        return {
             "_sum_segment": trees.sum_values(),
             "_min_segment": trees.min_values(),
             "_free_nodes": trees.free_nodes(),
@@ -922,8 +929,7 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
             "_max_idx": trees.max_idx,
             "_tree_idx_to_sample_idx": list(self._tree_idx_to_sample_idx.items()),
             "_last_sampled_indices": self._last_sampled_indices,
-        })
-        return state
+        }
 
     def set_state(self, state) -> None:
         store = self._restored_store(state, weights=(
@@ -1689,19 +1695,7 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
     # -- state ------------------------------------------------------------------------------
 
     def get_state(self) -> Dict[str, Any]:
-        return self._plain_state() | self._multi_state()
-
-    def _plain_state(self) -> Dict[str, Any]:
-        # The single-agent buffer's keys, over the multi-agent episodes.
-        return {
-            "episodes": [e.get_state() for e in self._multi_episodes],
-            "episode_id_to_index": list(self.episode_id_to_index.items()),
-            "_num_episodes_evicted": self._num_episodes_evicted,
-            "_indices": self._indices,
-            "_num_timesteps": self._num_timesteps,
-            "_num_timesteps_added": self._num_timesteps_added,
-            "sampled_timesteps": self.sampled_timesteps,
-        }
+        return self._plain_state(self._multi_episodes) | self._multi_state()
 
     def set_state(self, state) -> None:
         """Restores get_state()'s checkpoint (ours or RLlib's), checked
@@ -1966,17 +1960,9 @@ class MultiAgentPrioritizedEpisodeReplayBuffer(MultiAgentEpisodeReplayBuffer,
         return PrioritizedEpisodeReplayBuffer._indices.fget(self)
 
     def get_state(self) -> Dict[str, Any]:
-        trees = self._store.priorities
         modules = {m: store.priorities for m, store in self._modules.items()}
-        return self._plain_state() | {
-            "_sum_segment": trees.sum_values(),
-            "_min_segment": trees.min_values(),
-            "_free_nodes": trees.free_nodes(),
-            "_max_priority": self._max_priority,
-            "_max_idx": trees.max_idx,
-            "_tree_idx_to_sample_idx": list(self._tree_idx_to_sample_idx.items()),
-            "_last_sampled_indices": self._last_sampled_indices,
-        } | self._multi_state() | {
+        return self._plain_state(self._multi_episodes) | self._priority_state() | \
+            self._multi_state() | {
             "_module_to_max_priority": list(self._module_to_max_priority.items()),
             "_module_to_sum_segment": [(m, _tree_state(t, True)) for m, t in modules.items()],
             "_module_to_min_segment": [(m, _tree_state(t, False)) for m, t in modules.items()],

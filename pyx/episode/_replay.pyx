@@ -1498,18 +1498,11 @@ cdef class Store:
         cdef Picks picks = Picks()
         cdef int64_t B = 0, k, run, ts, n, lo = 0, hi = 0, end, length, grow
         cdef int32_t off, slot
-        cdef bint random_n = isinstance(n_step, tuple)
+        cdef bint random_n = n_step_range(n_step, &lo, &hi, &n)
         cdef int64_t tries = 0, limit = draw_limit(batch_size_B)
-        if random_n:
-            lo, hi = n_step
-            n = lo
-        else:
-            n = n_step
         with draws:
             while B < batch_size_B:
-                tries += 1
-                if tries > limit:
-                    too_many_draws(tries - 1)
+                count_draws(&tries, 1, limit)
                 k = draws.integers(0, self.live_steps)
                 self._kth(k, &run, &off)
                 self._step_of(run, off, &slot, &ts)
@@ -1537,18 +1530,11 @@ cdef class Store:
         cdef Picks picks = Picks()
         cdef int64_t B = 0, k, run, ts, n, lo = 0, hi = 0
         cdef int32_t off, slot
-        cdef bint random_n = isinstance(n_step, tuple)
+        cdef bint random_n = n_step_range(n_step, &lo, &hi, &n)
         cdef int64_t tries = 0, limit = draw_limit(batch_size_B)
-        if random_n:
-            lo, hi = n_step
-            n = lo
-        else:
-            n = n_step
         with draws:
             while B < batch_size_B:
-                tries += 1
-                if tries > limit:
-                    too_many_draws(tries - 1)
+                count_draws(&tries, 1, limit)
                 k = draws.integers(0, self.live_steps)
                 self._kth(k, &run, &off)
                 self._step_of(run, off, &slot, &ts)
@@ -1574,25 +1560,18 @@ cdef class Store:
         cdef int64_t B = 0, run, ts, n, lo = 0, hi = 0, leaf, key
         cdef int64_t steps = self.live_steps if num_timesteps is None else num_timesteps
         cdef int32_t off, slot
-        cdef bint random_n = isinstance(n_step, tuple)
+        cdef bint random_n = n_step_range(n_step, &lo, &hi, &n)
         cdef Num total = trees.total(), N = num(<double>steps, TAG_INT)
         cdef Num neg_beta = to_num(beta), p_min, max_weight, weight
         neg_beta.v = -neg_beta.v
         p_min = div(trees.minimum(), total)
         max_weight = power(mul(p_min, N), neg_beta)
-        if random_n:
-            lo, hi = n_step
-            n = lo
-        else:
-            n = n_step
         cdef int64_t tries = 0, limit = draw_limit(batch_size_B)
         picks.weights = []
         picks.leaves = []
         with draws:
             while B < batch_size_B:
-                tries += 1
-                if tries > limit:
-                    too_many_draws(tries - 1)
+                count_draws(&tries, 1, limit)
                 leaf = trees.find(mul(num(draws.random(), TAG_FLOAT), trees.total()))
                 weight = power(mul(div(trees.leaf_sum(leaf), total), N), neg_beta)
                 key = trees.key_of(leaf)
@@ -1637,14 +1616,9 @@ cdef class Store:
         cdef Picks picks = Picks()
         cdef PriorityTrees trees = self.priorities
         cdef int64_t n, lo = 0, hi = 0, key, length
-        cdef bint random_n = isinstance(n_step, tuple)
+        cdef bint random_n = n_step_range(n_step, &lo, &hi, &n)
         cdef double total = 0.0, p_min = 0.0, N = <double>self.live_steps, w, max_w = 1.0
         cdef Py_ssize_t i
-        if random_n:
-            lo, hi = n_step
-            n = lo
-        else:
-            n = n_step
         if self.live_steps <= 0:
             raise ValueError("the buffer holds no timesteps to sample")
         cdef int64_t before_head = self._prefix(self.run_head & (self.run_cap - 1))
@@ -1665,9 +1639,7 @@ cdef class Store:
         # in turn, as a draw-by-draw loop would.
         while picks.size < batch_size:
             start = picks.size
-            tries += batch_size - start
-            if tries > limit:
-                too_many_draws(tries)
+            count_draws(&tries, batch_size - start, limit)
             with draws:
                 for i in range(start, batch_size):
                     p = &picks.items[i]
@@ -2046,9 +2018,25 @@ cdef int64_t draw_limit(Py_ssize_t batch_size) noexcept:
     return 1000000 + 100 * <int64_t>batch_size
 
 
-cdef int too_many_draws(int64_t tries) except -1:
-    raise ValueError(f"no item after {tries} draws: no stored step can give one (episodes "
-                     f"shorter than the n-step, or steps too near their episode's end)")
+cdef int count_draws(int64_t* tries, int64_t count, int64_t limit) except -1:
+    # `count` more draws; ValueError once there have been more than `limit`.
+    tries[0] += count
+    if tries[0] > limit:
+        raise ValueError(f"no item after {tries[0] - count} draws: no stored step can give "
+                         f"one (episodes shorter than the n-step, or steps too near their "
+                         f"episode's end)")
+    return 0
+
+
+cdef bint n_step_range(object n_step, int64_t* lo, int64_t* hi, int64_t* n) except -1:
+    # A draw's n-step (checked by the caller): an int, or a (low, high)
+    # range drawn from per item (then `n` starts at low). True for a range.
+    if isinstance(n_step, tuple):
+        lo[0], hi[0] = n_step
+        n[0] = lo[0]
+        return True
+    n[0] = n_step
+    return False
 
 
 cdef int _check_rewards(BufferCore rewards) except -1:
