@@ -19,6 +19,7 @@ import gymnasium as gym
 import numpy as np
 
 from episode._column import Column
+from episode._views import BatchMaker, InferencePlan
 from episode.spaces import _nested_leaves, _nested_like, fill_batch
 from episode.typing import TrainingBatch
 from episode.views import check_causal, column_rows, gather_inference, gather_training
@@ -52,6 +53,15 @@ def _flatten_action(action: Any) -> Any:
         return np.concatenate([np.reshape(leaf, [-1]) for leaf in _nested_leaves(action)],
                               axis=0).flatten()
     return action
+
+
+def _gather_track(track: Column, shifts: np.ndarray) -> np.ndarray:
+    # A track the compiled gather leaves (the object path, no rows yet).
+    return gather_inference(column_rows(track), shifts)
+
+
+def _unflatten_leaves(struct: Any, leaves: list) -> Any:
+    return _nested_like(struct, iter(leaves))
 
 
 def _count_rows(columns: dict) -> int:
@@ -116,6 +126,11 @@ class AgentCollector:
         # Columns that only inference fills (state outs): their tracks hold
         # one placeholder row at the end that training batches leave out.
         self.data_cols_with_dummy_values = set()
+        # Zero rows still in front of each column's tracks (inference pops them).
+        self._pads: Dict[str, int] = {}
+        # build_for_inference's resolved views, and its batch maker.
+        self._inference: Optional[InferencePlan] = None
+        self._make_batch: Optional[tuple] = None
 
     @property
     def training(self) -> bool:
@@ -201,11 +216,27 @@ class AgentCollector:
 
         # Inference only needs the last rows: drop the oldest.
         if not self.training:
-            for tracks in self.buffers.values():
+            for key, tracks in self.buffers.items():
                 for track in tracks:
                     if len(track):
                         track.pop(0)
+                if self._pads.get(key):
+                    self._pads[key] -= 1
+                    if not self._pads[key]:
+                        self._settle(tracks)
         self.agent_steps += 1
+
+    @staticmethod
+    def _settle(tracks: List[Column]) -> None:
+        # The zero rows in front (often numpy zeros before Python numbers)
+        # kept a track on the object path; with them gone its rows may be of
+        # one type again: typed, the compiled inference gather reads it.
+        for i, track in enumerate(tracks):
+            if not track.is_typed and len(track):
+                typed = Column()
+                typed.extend(track.to_list())
+                if typed.is_typed:
+                    tracks[i] = typed
 
     def _append(self, key: str, track: Column, value: Any) -> None:
         if key in self.data_cols_with_dummy_values:
@@ -229,6 +260,7 @@ class AgentCollector:
             if key in self.buffers:
                 continue
             pad = self.shift_before - (1 if key in _INIT_ROW_COLUMNS else 0)
+            self._pads[key] = max(pad, 0)
             if self._whole_items(key):
                 if key == ACTIONS and not self.disable_action_flattening:
                     item = _flatten_action(item)
@@ -278,8 +310,34 @@ class AgentCollector:
     def build_for_inference(self) -> TrainingBatch:
         """The input of the next forward pass: each view used for computing
         actions at the last timestep, with a batch axis of one."""
-        columns = {}
-        cache: dict = {}
+        # Samplers call this once per agent and step: the views are resolved
+        # once (_plan_inference) and then gathered in one C pass.
+        plan = self._inference
+        columns = None
+        if (plan is not None and plan.view_requirements is self.view_requirements
+                and plan.n_views == len(self.view_requirements)
+                and plan.training == self._is_training):
+            columns = plan.columns(self.buffers)
+        if columns is None:
+            plan = self._inference = self._plan_inference()
+            columns = plan.columns(self.buffers)
+        sample_batch = sys.modules.get("ray.rllib.policy.sample_batch")
+        if sample_batch is None or self.is_policy_recurrent:
+            return self._batch(columns)
+        maker = self._make_batch
+        if maker is None or maker[0] is not sample_batch.SampleBatch or maker[1] is not plan:
+            # One batch from SampleBatch's constructor; the next ones of this
+            # plan are made like it, if it kept the columns as they were.
+            example = self._batch(columns)
+            kept = (dict.keys(example) == columns.keys()
+                    and all(dict.get(example, k) is v for k, v in columns.items()))
+            self._make_batch = (sample_batch.SampleBatch, plan,
+                                BatchMaker(sample_batch.SampleBatch, example) if kept else None)
+            return example
+        return self._batch(columns) if maker[2] is None else maker[2](columns)
+
+    def _plan_inference(self) -> InferencePlan:
+        entries = []
         for view_col, vr in self.view_requirements.items():
             data_col = vr.data_col or view_col
             if not vr.used_for_compute_actions:
@@ -290,10 +348,10 @@ class AgentCollector:
                 self.data_cols_with_dummy_values.add(data_col)
                 for track in self.buffers[data_col]:
                     track.append(track.get(-1))
-            data = [gather_inference(track, vr.shift_arr)
-                    for track in self._arrays(cache, data_col)]
-            columns[view_col] = self._unflatten(data, data_col)
-        return self._batch(columns)
+            entries.append((view_col, data_col, self.buffers[data_col], vr.shift_arr,
+                            self.buffer_structs.get(data_col)))
+        return InferencePlan(self.view_requirements, self._is_training, entries,
+                             _gather_track, _unflatten_leaves)
 
     def build_for_training(self, view_requirements: Dict[str, Any]) -> TrainingBatch:
         """Every timestep collected so far, each view of `view_requirements`

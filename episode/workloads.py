@@ -448,6 +448,36 @@ def _views_training(cls: type) -> Round:
     return Round(lambda: build_training_batch([episode], views))
 
 
+def _collector_inference(cls: type) -> Round:
+    # What an old-stack sampler's ViewRequirementAgentConnector does each
+    # step: build_for_inference on each of 64 ongoing inference-mode
+    # collectors, one at a time.
+    ViewRequirement = _view_requirement(cls)
+    if _is_rllib(cls):
+        from ray.rllib.evaluation.collectors.agent_collector import AgentCollector
+    else:
+        from episode.collector import AgentCollector
+    box = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+    views = {"obs": ViewRequirement(space=box),
+             "prev_actions": ViewRequirement("actions", shift=-1, space=gym.spaces.Discrete(2)),
+             "prev_rewards": ViewRequirement("rewards", shift=-1),
+             "frames": ViewRequirement("obs", shift="-3:0", space=box),
+             "actions": ViewRequirement(space=gym.spaces.Discrete(2),
+                                        used_for_compute_actions=False),
+             "rewards": ViewRequirement(used_for_compute_actions=False)}
+    steps = _cartpole()
+    collectors = []
+    for k in range(N_INFER):
+        collector = AgentCollector(views, is_training=False)
+        collector.add_init_obs(episode_id=k, agent_index=0, env_id=k, init_obs=steps.obs[0])
+        for i in range(10 + k):
+            collector.add_action_reward_next_obs({
+                "new_obs": steps.obs[i + 1], "actions": steps.actions[i],
+                "rewards": steps.rewards[i], "terminateds": False, "truncateds": False})
+        collectors.append(collector)
+    return Round(lambda: [dict(c.build_for_inference()) for c in collectors])
+
+
 def _inference_views(view_requirement: type) -> dict:
     # Observation views: RLlib's collector reads prev_actions / prev_rewards
     # one step late at inference (docs/differences.md), so they are left out.
@@ -876,6 +906,10 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in [
     Workload("views_build_for_training",
              "the same batch from a 1,000-step episode with views.build_training_batch "
              "(RLlib: its AgentCollector)", 1, _views_training),
+    Workload("collector_inference_64",
+             "AgentCollector.build_for_inference, one call per collector on 64 ongoing "
+             "inference-mode collectors (10-73 steps in): obs, prev_actions, prev_rewards "
+             "and a 4-frame stack (items: calls)", N_INFER, _collector_inference),
     Workload("views_inference_64",
              "the inference input of 64 ongoing episodes (20-83 steps): obs, prev_obs and a "
              "4-frame stack, views.build_inference_batch (RLlib: 64 AgentCollectors' "

@@ -71,6 +71,50 @@ def test_inference_keeps_only_what_it_needs():
     assert max(len(t) for tracks in c.buffers.values() for t in tracks) <= 4
 
 
+def _gathered_in_python(c):
+    # build_for_inference's rows the way the Python gather reads them.
+    from episode.views import column_rows, gather_inference
+    return {k: gather_inference(column_rows(c.buffers[vr.data_col or k][0]), vr.shift_arr)
+            for k, vr in c.view_requirements.items() if vr.used_for_compute_actions}
+
+
+@pytest.mark.parametrize("rows", [0, 1, 2])
+def test_inference_over_tracks_cut_short_reads_as_numpy_indexes(rows):
+    """Tracks swapped for shorter ones than the views' shifts need (by hand,
+    or a bad restore): the compiled gather leaves them to numpy's indexing,
+    which wraps or raises IndexError, and never reads outside a track."""
+    from episode._column import Column
+    c = AgentCollector(_views(), is_training=False)
+    c.add_init_obs(episode_id=1, agent_index=0, env_id=0, init_obs=0.0)
+    for i in range(6):
+        _step(c, i)
+    c.build_for_inference()
+    for key in ("obs", "actions"):
+        short = Column()
+        short.extend([float(j) if key == "obs" else j for j in range(rows)])
+        c.buffers[key][0] = short
+    try:
+        expected = _gathered_in_python(c)
+    except IndexError:
+        with pytest.raises(IndexError):
+            c.build_for_inference()
+        return
+    got = c.build_for_inference()
+    for k, v in expected.items():
+        np.testing.assert_array_equal(got[k], v)
+        assert got[k].dtype == v.dtype
+
+
+def test_inference_plan_takes_only_lists_of_columns():
+    from episode._views import InferencePlan
+    shifts = np.zeros(1, np.int64)
+    for tracks in (None, [None], [np.zeros(3)], ("not", "a list")):
+        with pytest.raises(TypeError):
+            InferencePlan({}, False, [("obs", "obs", tracks, shifts, None)], None, None)
+    with pytest.raises((TypeError, ValueError)):
+        InferencePlan({}, False, [("obs", "obs")], None, None)
+
+
 def test_inference_refuses_future_views():
     c = AgentCollector({"obs": ViewRequirement(), "new_obs": ViewRequirement("obs", shift=1)})
     c.add_init_obs(episode_id=1, agent_index=0, env_id=0, init_obs=0.0)

@@ -113,6 +113,13 @@ def compare_batches(ours, theirs, label):
             a, b = getattr(ours, attr), getattr(theirs, attr)
             assert type(a) is type(b) and a == b, (
                 f"{label}.{attr}: {a!r} (ours) != {b!r} (RLlib)")
+        # Every attribute the constructor sets (ours may make batches without it).
+        assert vars(ours).keys() == vars(theirs).keys(), f"{label}: attributes differ"
+        for attr, b in vars(theirs).items():
+            a = vars(ours)[attr]
+            if not isinstance(b, np.ndarray):
+                assert type(a) is type(b) and a == b, (
+                    f"{label}.{attr}: {a!r} (ours) != {b!r} (RLlib)")
 
 
 def compare_outcomes(label, ours, theirs) -> bool:
@@ -487,3 +494,79 @@ def test_continuing_trajectory_keeps_its_last_rows(impl):
     compare(second["stack"], f32([[0, 1, 2], [1, 2, 3]]))
     compare(second["prev_rewards"], f32([1.5, 2.5]))
     assert collector.is_empty() is False
+
+
+# -- the inference input, call after call -----------------------------------------------
+
+def _inference_collector(impl, steps, **ctor):
+    # A 4-frame stack, prev_actions and prev_rewards, as old-stack samplers
+    # ask them (rewards Python floats, actions Python ints).
+    AC, VR = impl
+    box = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+    views = {"obs": VR(space=box), "frames": VR("obs", shift="-3:0", space=box),
+             "prev_actions": VR("actions", shift=-1, space=gym.spaces.Discrete(2)),
+             "prev_rewards": VR("rewards", shift=-1),
+             "actions": VR(space=gym.spaces.Discrete(2), used_for_compute_actions=False),
+             "rewards": VR(used_for_compute_actions=False)}
+    collector = AC(views, **ctor)
+    collector.add_init_obs(episode_id=1, agent_index=0, env_id=0, init_obs=np.zeros(4, np.float32))
+    for i in range(steps):
+        collector.add_action_reward_next_obs({
+            "new_obs": np.full(4, i + 1, np.float32), "actions": i % 2, "rewards": i + 0.5,
+            "terminateds": False, "truncateds": False})
+    return collector
+
+
+@pytest.mark.parametrize("steps", [0, 1, 2, 3, 4, 12])
+def test_inference_batches_of_consecutive_calls_equal_rllibs(steps):
+    """The same collector asked again and again, with steps in between: each
+    batch equals RLlib's (columns and every SampleBatch attribute), and stays
+    as it was after the later calls. The previous batch is touched (a key
+    read and one added) before each call: the attribute comparison with
+    RLlib's fresh batch shows that nothing is shared."""
+    sides = [_inference_collector(impl, steps, is_training=False)
+             for impl in ((RllibAC, RllibVR), ours_classes())]
+    made = []
+    for call in range(4):
+        theirs, ours = (side.build_for_inference() for side in sides)
+        compare_batches(ours, theirs, f"call {call}")
+        made.append((ours, theirs, copy.deepcopy(batch_columns(ours))))
+        ours.accessed_keys.add("touched")
+        ours["added"] = np.zeros(1)
+        for side in sides:
+            side.add_action_reward_next_obs({
+                "new_obs": np.full(4, -call, np.float32), "actions": 1, "rewards": 2.0,
+                "terminateds": False, "truncateds": False})
+    for call, (ours, theirs, columns) in enumerate(made):
+        del ours["added"]
+        compare(batch_columns(ours), columns, f"call {call}, after the later calls")
+
+
+def test_inference_tracks_leave_the_object_path_with_their_zero_rows():
+    """prev_rewards / prev_actions start from zeros of their spaces (numpy
+    values) before the steps' Python numbers: once inference has dropped
+    those rows, the tracks are typed again (the compiled gather reads them)."""
+    collector = _inference_collector(ours_classes(), 2, is_training=False)
+    assert not collector.buffers["rewards"][0].is_typed  # zeros still in front
+    collector = _inference_collector(ours_classes(), 6, is_training=False)
+    for key in ("rewards", "actions", "obs"):
+        assert all(track.is_typed for track in collector.buffers[key]), key
+
+
+def test_inference_follows_replaced_tracks_and_views():
+    """Tracks swapped in collector.buffers, a view added to the requirements
+    or a switch to training mode: the next batch reads what is there now."""
+    AC, VR = ours_classes()
+    collector = _inference_collector((AC, VR), 5, is_training=False)
+    first = collector.build_for_inference()
+    replaced = copy.deepcopy(collector.buffers["obs"])
+    replaced[0].append(np.full(4, 9, np.float32))
+    replaced[0].pop(0)
+    collector.buffers["obs"] = replaced
+    compare(collector.build_for_inference()["obs"], f32([[9, 9, 9, 9]]))
+    collector.view_requirements["prev_obs"] = VR("obs", shift=-1,
+                                                 space=gym.spaces.Box(-1, 1, (4,)))
+    batch = collector.build_for_inference()
+    compare(batch["prev_obs"], first["obs"])
+    collector.is_training(True)
+    assert collector.build_for_inference().is_training is True

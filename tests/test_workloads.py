@@ -136,6 +136,22 @@ def _is_inference_input(r):
                     for k in range(64)))
 
 
+def _is_collector_inference(r):
+    """r is the 64 collectors' batches: collector k is 10 + k steps in (its
+    prev_actions / prev_rewards one step late, as RLlib's collector reads
+    them at inference)."""
+    steps = _cartpole()
+    obs = steps.obs
+    return len(r) == 64 and all(
+        set(b) == {"obs", "prev_actions", "prev_rewards", "frames"}
+        and np.array_equal(b["obs"], obs[10 + k][None])
+        and np.array_equal(b["frames"], np.stack(obs[7 + k:11 + k])[None])
+        and b["prev_actions"].dtype == np.int64 and b["prev_actions"][0] == steps.actions[8 + k]
+        and b["prev_rewards"].dtype == np.float32
+        and b["prev_rewards"][0] == np.float32(steps.rewards[8 + k])
+        for k, b in enumerate(r))
+
+
 def _is_replay_add(r):
     """r is (steps, episodes) of a buffer that keeps the newest whole
     episodes: they fit the capacity, one more would not."""
@@ -159,6 +175,7 @@ EXPECTED = {
     "collector_build_for_training": _is_training_batch,
     "views_build_for_training": _is_training_batch,
     "views_inference_64": _is_inference_input,
+    "collector_inference_64": _is_collector_inference,
     "sampler_cartpole_64": lambda r: r is True,
     "sampler_bookkeeping_64": lambda r: r is True,
     "vector_append_64": _is_vector_run,

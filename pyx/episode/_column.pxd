@@ -5,6 +5,7 @@ from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.list cimport PyList_GET_SIZE
 from cpython.long cimport PyLong_AsLongLongAndOverflow
 from cpython.object cimport PyTypeObject
+from cpython.ref cimport Py_INCREF
 from libc.stdint cimport int64_t
 from libc.string cimport memcpy
 
@@ -51,6 +52,18 @@ cdef extern from *:
     }
     """
     int scalar_offset "episode_scalar_offset"(int type_num) noexcept
+
+cdef extern from "numpy/arrayobject.h":
+    # Steals a reference to `descr` (which Cython cannot express): callers
+    # go through empty_array.
+    object PyArray_Empty(int nd, cnp.npy_intp* dims, cnp.PyArray_Descr* descr, int fortran)
+
+
+cdef inline cnp.ndarray empty_array(int nd, cnp.npy_intp* dims, cnp.dtype descr):
+    # np.empty(dims, descr) without the Python call.
+    Py_INCREF(descr)
+    return PyArray_Empty(nd, dims, <cnp.PyArray_Descr*>descr, 0)
+
 
 cdef int rows_out_of_bounds(Py_ssize_t pos, Py_ssize_t count, Py_ssize_t capacity) except -1
 cdef int bytes_out_of_bounds(Py_ssize_t nbytes, Py_ssize_t available) except -1

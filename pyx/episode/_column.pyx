@@ -34,11 +34,10 @@ cdef extern from "Python.h":
     Py_ssize_t refcount "Py_REFCNT"(PyObject* obj)
 
 cdef extern from "numpy/arrayobject.h":
-    # numpy's own .pxd leaves these three out; declared with numpy's C types.
-    # PyArray_Empty and PyArray_NewFromDescr steal a reference to `descr`
-    # (which Cython cannot express): their callers INCREF it first.
+    # numpy's own .pxd leaves these out; declared with numpy's C types.
+    # PyArray_NewFromDescr steals a reference to `descr` (which Cython cannot
+    # express): its caller INCREFs it first.
     object PyArray_Scalar(void* data, cnp.PyArray_Descr* descr, PyObject* base)
-    object PyArray_Empty(int nd, cnp.npy_intp* dims, cnp.PyArray_Descr* descr, int fortran)
     object PyArray_NewFromDescr(PyTypeObject* subtype, cnp.PyArray_Descr* descr, int nd,
                                 cnp.npy_intp* dims, cnp.npy_intp* strides, void* data,
                                 int flags, PyObject* obj)
@@ -569,9 +568,7 @@ cdef class Column:
         if self.kind == KIND_SCALAR:
             return PyArray_Scalar(src, <cnp.PyArray_Descr*>self.descr, NULL)
         # KIND_ARRAY: a fresh copy, as RLlib hands back the caller's own array.
-        descr = self.descr
-        Py_INCREF(descr)
-        row = PyArray_Empty(self.row_ndim, self.row_shape, <cnp.PyArray_Descr*>descr, 0)
+        row = empty_array(self.row_ndim, self.row_shape, self.descr)
         memcpy(array_bytes(row, self.row_bytes), src, self.row_bytes)
         return row
 

@@ -28,7 +28,6 @@ import numpy as np
 cimport cython
 cimport numpy as cnp
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
-from cpython.ref cimport Py_INCREF
 from cpython.pycapsule cimport PyCapsule_GetPointer
 from libc.math cimport NAN, isnan
 from libc.stdint cimport INT32_MAX, int32_t, int64_t, uint32_t, uint64_t
@@ -38,17 +37,13 @@ from episode._column cimport CHECKED
 
 from episode._buffer cimport BufferCore
 from episode._column cimport (Column, KIND_ARRAY, KIND_BOOL, KIND_EMPTY, KIND_EMPTY_DICT,
-                              KIND_FLOAT, KIND_INT, KIND_OBJECT, KIND_SCALAR, array_bytes)
+                              KIND_FLOAT, KIND_INT, KIND_OBJECT, KIND_SCALAR, array_bytes,
+                              empty_array)
 from episode._episode cimport EpisodeCore, own_extras
 from episode._priority cimport Num, PriorityTrees, add, div, from_num, mul, num, power, to_num
 from episode._priority cimport TAG_FLOAT, TAG_INT
 
 cnp.import_array()
-
-cdef extern from "numpy/arrayobject.h":
-    # Steals a reference to `descr` (Cython cannot say so): rows_array INCREFs it.
-    object PyArray_Empty(int nd, cnp.npy_intp* dims, cnp.PyArray_Descr* descr, int fortran)
-
 
 cdef cnp.ndarray rows_array(Py_ssize_t n, tuple row_shape, object dtype):
     # np.empty((n,) + row_shape, dtype) without the Python call: the draws'
@@ -60,8 +55,7 @@ cdef cnp.ndarray rows_array(Py_ssize_t n, tuple row_shape, object dtype):
     dims[0] = n
     for k in range(nd - 1):
         dims[k + 1] = row_shape[k]
-    Py_INCREF(dtype)
-    return PyArray_Empty(<int>nd, dims, <cnp.PyArray_Descr*>dtype, 0)
+    return empty_array(<int>nd, dims, dtype)
 
 
 cdef cnp.ndarray flat_array(Py_ssize_t n, int type_num):

@@ -1,13 +1,17 @@
-# Gathers of view rows across many episodes in one C pass: the inference
-# input (each episode's rows around its next timestep) without a Python step
-# per episode. The rules are those of episode/views.py; tracks that do not
+# Gathers of view rows in one C pass: the inference input of many episodes
+# (each episode's rows around its next timestep) without a Python step per
+# episode, and the inference input of one AgentCollector without a Python
+# step per view. The rules are those of episode/views.py; tracks that do not
 # fit here (Dict/Tuple items, the object path, mixed dtypes) take its path.
 
+cimport cython
 cimport numpy as cnp
+from cpython.dict cimport PyDict_Copy
 from libc.string cimport memcpy, memset
 
 from episode._buffer cimport BufferCore
-from episode._column cimport Column, KIND_OBJECT, KIND_EMPTY, KIND_EMPTY_DICT, array_bytes
+from episode._column cimport (Column, KIND_OBJECT, KIND_EMPTY, KIND_EMPTY_DICT, array_bytes,
+                              empty_array)
 from episode._episode cimport EpisodeCore, own_extras, steps
 
 import numpy as np
@@ -128,3 +132,155 @@ def gather_next_rows(list episodes, str data_col, object shifts, bint zeros_befo
                 memcpy(dst, col.row_ptr(pos if pos > 0 else 0, 1), row_bytes)
             dst += row_bytes
     return out
+
+
+# -- one AgentCollector's inference input ---------------------------------------
+
+cdef cnp.dtype FLOAT32 = np.dtype(np.float32)
+
+
+cdef object last_rows(Column col, const long long* shift, Py_ssize_t n):
+    # Rows len - 1 + shift[j] (j < n) of `col` with a batch axis of one, as
+    # views.gather_inference gives them from views.column_rows (float64
+    # narrowed to float32); None if the Column does not fit here (no typed
+    # rows, or a position outside them: numpy's indexing decides those).
+    cdef Py_ssize_t rows = col.size, row_bytes = col.row_bytes, j, k, pos
+    cdef cnp.npy_intp dims[cnp.NPY_MAXDIMS]
+    cdef int nd = 1, d
+    cdef bint narrow
+    cdef cnp.dtype descr = col.descr
+    cdef cnp.ndarray out
+    cdef char* dst
+    cdef const double* src
+    if (col.kind == KIND_OBJECT or col.kind == KIND_EMPTY_DICT or descr is None
+            or not col.pod or col.row_type_open or rows == 0
+            or col.row_ndim + 2 > cnp.NPY_MAXDIMS):
+        return None
+    for j in range(n):
+        if not 0 <= shift[j] + (rows - 1) < rows:
+            return None
+    narrow = descr.type_num == cnp.NPY_DOUBLE and cnp.PyDataType_ISNOTSWAPPED(descr)
+    dims[0] = 1
+    if n != 1:
+        dims[1] = n
+        nd = 2
+    for d in range(col.row_ndim):
+        dims[nd + d] = col.row_shape[d]
+    out = empty_array(nd + col.row_ndim, dims, FLOAT32 if narrow else descr)
+    dst = array_bytes(out, n * (row_bytes // 2 if narrow else row_bytes))
+    for j in range(n):
+        pos = shift[j] + (rows - 1)
+        if narrow:
+            src = <const double*>col.row_ptr(pos, 1)
+            for k in range(row_bytes // 8):
+                (<float*>dst)[k] = <float>src[k]
+            dst += row_bytes // 2
+        else:
+            memcpy(dst, col.row_ptr(pos, 1), row_bytes)
+            dst += row_bytes
+    return out
+
+
+@cython.final
+cdef class _View:
+    # One view of an InferencePlan: its data column's tracks and its shifts.
+    cdef str view_col, data_col
+    cdef list tracks
+    cdef Py_ssize_t n_tracks, n_shifts
+    cdef cnp.ndarray shifts    # int64, contiguous, kept alive for `shift`
+    cdef const long long* shift
+    cdef object struct
+
+
+@cython.final
+cdef class InferencePlan:
+    """What one AgentCollector's build_for_inference reads, resolved once:
+    per view, its data column's tracks and shifts (collector.py makes it and
+    keeps it while the collector's layout stays). `columns()` then gathers
+    every view in one pass; a track that does not fit the C gather takes
+    `fallback(track, shifts)`, and struct views are rebuilt by
+    `unflatten(struct, leaves)`."""
+
+    cdef readonly object view_requirements
+    cdef readonly Py_ssize_t n_views
+    cdef readonly bint training
+    cdef list views       # _View
+    cdef object fallback
+    cdef object unflatten
+
+    def __init__(self, object view_requirements, bint training, list entries,
+                 object fallback, object unflatten):
+        cdef _View view
+        self.views = []
+        for view_col, data_col, tracks, shifts, struct in entries:
+            if not isinstance(tracks, list) or not all(isinstance(t, Column) for t in tracks):
+                raise TypeError("a view's tracks are a list of Columns")
+            view = _View()
+            view.view_col = view_col
+            view.data_col = data_col
+            view.tracks = tracks
+            view.n_tracks = len(tracks)
+            view.shifts = np.ascontiguousarray(shifts, dtype=np.int64).reshape(-1)
+            view.n_shifts = cnp.PyArray_SIZE(view.shifts)
+            view.shift = <const long long*>array_bytes(
+                view.shifts, view.n_shifts * <Py_ssize_t>sizeof(long long))
+            view.struct = struct
+            self.views.append(view)
+        self.view_requirements = view_requirements
+        self.n_views = len(view_requirements)
+        self.training = training
+        self.fallback = fallback
+        self.unflatten = unflatten
+
+    def columns(self, dict buffers):
+        """The views' arrays (view_col -> array or struct of arrays), or None
+        if `buffers` no longer holds the tracks this plan was made for."""
+        cdef dict out = {}
+        cdef _View view
+        cdef list leaves
+        cdef Py_ssize_t i
+        for view in self.views:
+            if buffers.get(view.data_col) is not view.tracks or len(view.tracks) != view.n_tracks:
+                return None
+            if view.struct is None and view.n_tracks == 1:
+                out[view.view_col] = self._rows(<Column>view.tracks[0], view)
+                continue
+            leaves = [self._rows(<Column>view.tracks[i], view) for i in range(view.n_tracks)]
+            out[view.view_col] = (leaves[0] if view.struct is None
+                                  else self.unflatten(view.struct, leaves))
+        return out
+
+    cdef object _rows(self, Column track, _View view):
+        rows = last_rows(track, view.shift, view.n_shifts)
+        return self.fallback(track, view.shifts) if rows is None else rows
+
+
+@cython.final
+cdef class BatchMaker:
+    """Makes batches of class `cls` (RLlib's SampleBatch) the way one real
+    `cls(columns, **kwargs)` made `example`, without running its constructor
+    again: the example's attributes, with a fresh empty set/dict/list where
+    it had one. Only for columns of the same layout as the example's."""
+
+    cdef object cls
+    cdef dict attributes
+    cdef list fresh       # (name, type) of the empty mutable attributes
+
+    def __init__(self, object cls, object example):
+        self.cls = cls
+        self.attributes = dict(vars(example))
+        self.fresh = []
+        for name, value in self.attributes.items():
+            if type(value) in (set, dict, list):
+                if len(value):
+                    raise ValueError(f"attribute {name!r} is not empty: not a template")
+                self.fresh.append((name, type(value)))
+
+    def __call__(self, dict columns):
+        batch = self.cls.__new__(self.cls)
+        dict.update(batch, columns)
+        cdef dict attributes = PyDict_Copy(self.attributes)
+        for name, kind in self.fresh:
+            attributes[name] = kind()
+        batch.__dict__ = attributes
+        return batch
