@@ -20,7 +20,7 @@ import numpy as np
 
 from episode._column import Column
 from episode._views import BatchMaker, InferencePlan
-from episode.spaces import _nested_leaves, _nested_like, fill_batch
+from episode.spaces import _nested_leaves, _nested_like, fill_batch, is_nesting
 from episode.typing import TrainingBatch
 from episode.views import check_causal, column_rows, gather_inference, gather_training
 
@@ -128,9 +128,8 @@ class AgentCollector:
         self.data_cols_with_dummy_values = set()
         # Zero rows still in front of each column's tracks (inference pops them).
         self._pads: Dict[str, int] = {}
-        # build_for_inference's resolved views, and its batch maker.
+        # build_for_inference's resolved views.
         self._inference: Optional[InferencePlan] = None
-        self._make_batch: Optional[tuple] = None
 
     @property
     def training(self) -> bool:
@@ -311,30 +310,30 @@ class AgentCollector:
         """The input of the next forward pass: each view used for computing
         actions at the last timestep, with a batch axis of one."""
         # Samplers call this once per agent and step: the views are resolved
-        # once (_plan_inference) and then gathered in one C pass.
+        # once (_plan_inference), then each call is one C pass (plan.batch).
         plan = self._inference
+        if plan is not None:
+            batch = plan.batch(self.view_requirements, self._is_training, self.buffers)
+            if batch is not None:
+                return batch
         columns = None
-        if (plan is not None and plan.view_requirements is self.view_requirements
-                and plan.n_views == len(self.view_requirements)
-                and plan.training == self._is_training):
+        if plan is not None and plan.fits(self.view_requirements, self._is_training):
             columns = plan.columns(self.buffers)
         if columns is None:
             plan = self._inference = self._plan_inference()
             columns = plan.columns(self.buffers)
-        sample_batch = sys.modules.get("ray.rllib.policy.sample_batch")
-        if sample_batch is None or self.is_policy_recurrent:
-            return self._batch(columns)
-        maker = self._make_batch
-        if maker is None or maker[0] is not sample_batch.SampleBatch or maker[1] is not plan:
-            # One batch from SampleBatch's constructor; the next ones of this
-            # plan are made like it, if it kept the columns as they were.
-            example = self._batch(columns)
-            kept = (dict.keys(example) == columns.keys()
-                    and all(dict.get(example, k) is v for k, v in columns.items()))
-            self._make_batch = (sample_batch.SampleBatch, plan,
-                                BatchMaker(sample_batch.SampleBatch, example) if kept else None)
-            return example
-        return self._batch(columns) if maker[2] is None else maker[2](columns)
+        batch = self._batch(columns)
+        if not self.is_policy_recurrent:
+            # The next batches are made like this one, if SampleBatch's
+            # constructor kept the columns as they were (plain dicts are the
+            # columns themselves).
+            sample_batch = sys.modules.get("ray.rllib.policy.sample_batch")
+            if sample_batch is None:
+                plan.set_batches(None, None)
+            elif (dict.keys(batch) == columns.keys()
+                  and all(dict.get(batch, k) is v for k, v in columns.items())):
+                plan.set_batches(sample_batch, BatchMaker(sample_batch.SampleBatch, batch))
+        return batch
 
     def _plan_inference(self) -> InferencePlan:
         entries = []
@@ -348,8 +347,9 @@ class AgentCollector:
                 self.data_cols_with_dummy_values.add(data_col)
                 for track in self.buffers[data_col]:
                     track.append(track.get(-1))
+            struct = self.buffer_structs.get(data_col)
             entries.append((view_col, data_col, self.buffers[data_col], vr.shift_arr,
-                            self.buffer_structs.get(data_col)))
+                            struct if is_nesting(struct) else None))
         return InferencePlan(self.view_requirements, self._is_training, entries,
                              _gather_track, _unflatten_leaves)
 

@@ -475,7 +475,7 @@ def _collector_inference(cls: type) -> Round:
                 "new_obs": steps.obs[i + 1], "actions": steps.actions[i],
                 "rewards": steps.rewards[i], "terminateds": False, "truncateds": False})
         collectors.append(collector)
-    return Round(lambda: [dict(c.build_for_inference()) for c in collectors])
+    return Round(lambda: [c.build_for_inference() for c in collectors])
 
 
 def _inference_views(view_requirement: type) -> dict:

@@ -14,9 +14,13 @@ from episode._column cimport (Column, KIND_OBJECT, KIND_EMPTY, KIND_EMPTY_DICT, 
                               empty_array)
 from episode._episode cimport EpisodeCore, own_extras, steps
 
+import sys
+
 import numpy as np
 
 cnp.import_array()
+
+cdef dict _modules = sys.modules
 
 # Larger shifts take the general path (no overflow in the position sums).
 cdef long long SHIFT_LIMIT = 1 << 40
@@ -193,69 +197,6 @@ cdef class _View:
 
 
 @cython.final
-cdef class InferencePlan:
-    """What one AgentCollector's build_for_inference reads, resolved once:
-    per view, its data column's tracks and shifts (collector.py makes it and
-    keeps it while the collector's layout stays). `columns()` then gathers
-    every view in one pass; a track that does not fit the C gather takes
-    `fallback(track, shifts)`, and struct views are rebuilt by
-    `unflatten(struct, leaves)`."""
-
-    cdef readonly object view_requirements
-    cdef readonly Py_ssize_t n_views
-    cdef readonly bint training
-    cdef list views       # _View
-    cdef object fallback
-    cdef object unflatten
-
-    def __init__(self, object view_requirements, bint training, list entries,
-                 object fallback, object unflatten):
-        cdef _View view
-        self.views = []
-        for view_col, data_col, tracks, shifts, struct in entries:
-            if not isinstance(tracks, list) or not all(isinstance(t, Column) for t in tracks):
-                raise TypeError("a view's tracks are a list of Columns")
-            view = _View()
-            view.view_col = view_col
-            view.data_col = data_col
-            view.tracks = tracks
-            view.n_tracks = len(tracks)
-            view.shifts = np.ascontiguousarray(shifts, dtype=np.int64).reshape(-1)
-            view.n_shifts = cnp.PyArray_SIZE(view.shifts)
-            view.shift = <const long long*>array_bytes(
-                view.shifts, view.n_shifts * <Py_ssize_t>sizeof(long long))
-            view.struct = struct
-            self.views.append(view)
-        self.view_requirements = view_requirements
-        self.n_views = len(view_requirements)
-        self.training = training
-        self.fallback = fallback
-        self.unflatten = unflatten
-
-    def columns(self, dict buffers):
-        """The views' arrays (view_col -> array or struct of arrays), or None
-        if `buffers` no longer holds the tracks this plan was made for."""
-        cdef dict out = {}
-        cdef _View view
-        cdef list leaves
-        cdef Py_ssize_t i
-        for view in self.views:
-            if buffers.get(view.data_col) is not view.tracks or len(view.tracks) != view.n_tracks:
-                return None
-            if view.struct is None and view.n_tracks == 1:
-                out[view.view_col] = self._rows(<Column>view.tracks[0], view)
-                continue
-            leaves = [self._rows(<Column>view.tracks[i], view) for i in range(view.n_tracks)]
-            out[view.view_col] = (leaves[0] if view.struct is None
-                                  else self.unflatten(view.struct, leaves))
-        return out
-
-    cdef object _rows(self, Column track, _View view):
-        rows = last_rows(track, view.shift, view.n_shifts)
-        return self.fallback(track, view.shifts) if rows is None else rows
-
-
-@cython.final
 cdef class BatchMaker:
     """Makes batches of class `cls` (RLlib's SampleBatch) the way one real
     `cls(columns, **kwargs)` made `example`, without running its constructor
@@ -284,3 +225,98 @@ cdef class BatchMaker:
             attributes[name] = kind()
         batch.__dict__ = attributes
         return batch
+
+
+@cython.final
+cdef class InferencePlan:
+    """What one AgentCollector's build_for_inference reads, resolved once:
+    per view, its data column's tracks and shifts (collector.py makes it and
+    keeps it while the collector's layout stays). `columns()` then gathers
+    every view in one pass; a track that does not fit the C gather takes
+    `fallback(track, shifts)`, and struct views are rebuilt by
+    `unflatten(struct, leaves)`. Once told how its batches are made
+    (`set_batches`), `batch()` answers the whole call."""
+
+    cdef readonly object view_requirements
+    cdef readonly Py_ssize_t n_views
+    cdef readonly bint training
+    cdef list views       # _View
+    cdef object fallback
+    cdef object unflatten
+    cdef bint ready       # set_batches() was called
+    cdef object batch_module  # RLlib's sample_batch module then (None: plain dicts)
+    cdef object maker     # a BatchMaker for that module's SampleBatch
+
+    def __init__(self, object view_requirements, bint training, list entries,
+                 object fallback, object unflatten):
+        cdef _View view
+        self.views = []
+        for view_col, data_col, tracks, shifts, struct in entries:
+            if not isinstance(tracks, list) or not all(isinstance(t, Column) for t in tracks):
+                raise TypeError("a view's tracks are a list of Columns")
+            view = _View()
+            view.view_col = view_col
+            view.data_col = data_col
+            view.tracks = tracks
+            view.n_tracks = len(tracks)
+            view.shifts = np.ascontiguousarray(shifts, dtype=np.int64).reshape(-1)
+            view.n_shifts = cnp.PyArray_SIZE(view.shifts)
+            view.shift = <const long long*>array_bytes(
+                view.shifts, view.n_shifts * <Py_ssize_t>sizeof(long long))
+            view.struct = struct
+            self.views.append(view)
+        self.view_requirements = view_requirements
+        self.n_views = len(view_requirements)
+        self.training = training
+        self.fallback = fallback
+        self.unflatten = unflatten
+
+    def fits(self, object view_requirements, bint training):
+        """Whether this plan was made for these views and mode."""
+        return (view_requirements is self.view_requirements and training == self.training
+                and len(view_requirements) == self.n_views)
+
+    def set_batches(self, object batch_module, BatchMaker maker):
+        """From now on batch() answers while `batch_module` (RLlib's
+        sample_batch module, or None) is the one loaded: plain dicts of the
+        columns without it, `maker`'s batches with it."""
+        if batch_module is not None and maker is None:
+            raise TypeError("a SampleBatch needs its BatchMaker")
+        self.batch_module = batch_module
+        self.maker = maker
+        self.ready = True
+
+    def batch(self, object view_requirements, bint training, dict buffers):
+        """The whole build_for_inference, or None if the caller must take
+        its general path (not ready, made for other views or tracks, or
+        another sample_batch module loaded)."""
+        if not self.ready or not self.fits(view_requirements, training):
+            return None
+        if _modules.get("ray.rllib.policy.sample_batch") is not self.batch_module:
+            return None
+        columns = self.columns(buffers)
+        if columns is None or self.maker is None:
+            return columns
+        return self.maker(columns)
+
+    def columns(self, dict buffers):
+        """The views' arrays (view_col -> array or struct of arrays), or None
+        if `buffers` no longer holds the tracks this plan was made for."""
+        cdef dict out = {}
+        cdef _View view
+        cdef list leaves
+        cdef Py_ssize_t i
+        for view in self.views:
+            if buffers.get(view.data_col) is not view.tracks or len(view.tracks) != view.n_tracks:
+                return None
+            if view.struct is None and view.n_tracks == 1:
+                out[view.view_col] = self._rows(<Column>view.tracks[0], view)
+                continue
+            leaves = [self._rows(<Column>view.tracks[i], view) for i in range(view.n_tracks)]
+            out[view.view_col] = (leaves[0] if view.struct is None
+                                  else self.unflatten(view.struct, leaves))
+        return out
+
+    cdef object _rows(self, Column track, _View view):
+        rows = last_rows(track, view.shift, view.n_shifts)
+        return self.fallback(track, view.shifts) if rows is None else rows
