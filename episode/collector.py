@@ -131,6 +131,13 @@ class AgentCollector:
         # build_for_inference's resolved views.
         self._inference: Optional[InferencePlan] = None
 
+    def __getstate__(self) -> dict:
+        # The inference plan is a cache of compiled references: rebuilt on
+        # the next call, never pickled or copied.
+        state = dict(self.__dict__)
+        state["_inference"] = None
+        return state
+
     @property
     def training(self) -> bool:
         return self._is_training

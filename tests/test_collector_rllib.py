@@ -570,3 +570,23 @@ def test_inference_follows_replaced_tracks_and_views():
     compare(batch["prev_obs"], first["obs"])
     collector.is_training(True)
     assert collector.build_for_inference().is_training is True
+
+
+@pytest.mark.parametrize("how", ["pickle", "deepcopy"])
+def test_collectors_pickle_and_copy_after_inference(how):
+    """As RLlib's: a collector that has built inference inputs pickles and
+    copies, and the copy goes on giving RLlib's batches."""
+    import pickle
+
+    sides = [_inference_collector(impl, 6, is_training=False)
+             for impl in ((RllibAC, RllibVR), ours_classes())]
+    for side in sides:
+        side.build_for_inference()
+    copies = [pickle.loads(pickle.dumps(side)) if how == "pickle" else copy.deepcopy(side)
+              for side in sides]
+    for collector in copies:
+        collector.add_action_reward_next_obs({
+            "new_obs": np.full(4, 7, np.float32), "actions": 1, "rewards": 2.0,
+            "terminateds": False, "truncateds": False})
+    theirs, ours = (c.build_for_inference() for c in copies)
+    compare_batches(ours, theirs, f"after {how}")
