@@ -16,7 +16,8 @@ class PendingRows:
     def add(self, episodes: list[Any], observations: Any, actions: Any, rewards: Any,
             terminateds: Any, truncateds: Any, resetting: Any, same_step: bool = ...,
             final_obs_given: bool = ...,
-            start: tuple[type, Any, Any] | None = ...) -> tuple[list[int], list[int]] | None: ...
+            start: tuple[type, Any, Any] | None = ...,
+            extra_model_outputs: dict[Any, Any] | None = ...) -> tuple[list[int], list[int]] | None: ...
     def flush_all(self, episodes: list[Any]) -> None: ...
 
 @disjoint_base
@@ -38,4 +39,6 @@ class VectorCore:
     def _add_rows(self, episodes: list[Any], observations: Any, actions: Any, rewards: Any,
                   terminateds: Any, truncateds: Any, resetting: Any, same_step: bool,
                   final_obs_given: bool,
-                  start: tuple[type, Any, Any] | None = None) -> tuple[list[int], list[int]] | None: ...
+                  start: tuple[type, Any, Any] | None = None,
+                  extra_model_outputs: dict[Any, Any] | None = None
+                  ) -> tuple[list[int], list[int]] | None: ...

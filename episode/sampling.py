@@ -164,15 +164,17 @@ class VectorEpisodes(VectorCore):
                                "result first")
         same_step = self.autoreset_mode == "SameStep"
         self._check_infos(infos)
-        if not extra_model_outputs and (not infos or not _without_final(infos)):
+        if (not infos or not _without_final(infos)) and \
+                (extra_model_outputs is None or type(extra_model_outputs) is dict):
             # ndarray batches without infos: kept in one block, written into
             # the episodes a few dozen steps at a time.
             found = self._add_rows(self._episodes, observations, actions, rewards,
                                    terminateds, truncateds, self._resetting, same_step,
-                                   bool(infos) and infos.get("final_obs") is not None)
+                                   bool(infos) and infos.get("final_obs") is not None, None,
+                                   extra_model_outputs)
             if found is not None:
                 return self._close(found, observations, actions, rewards, terminateds,
-                                   truncateds, infos)
+                                   truncateds, infos, extra_model_outputs)
         self._pending.flush_all(self._episodes)
         outputs = extra_model_outputs or {}
         self._check_batch(observations=observations, actions=actions, rewards=rewards,
@@ -201,7 +203,7 @@ class VectorEpisodes(VectorCore):
         return final_obs, final_infos
 
     def _close(self, found: tuple, observations, actions, rewards, terminateds, truncateds,
-               infos) -> list:
+               infos, outputs: Optional[dict]) -> list:
         """After the compiled pass: the resets and ends, sub-env by sub-env."""
         resets, ends = found
         done: list = []
@@ -212,7 +214,7 @@ class VectorEpisodes(VectorCore):
         final_obs, final_infos = self._finals(terminateds, truncateds, infos)
         for k in sorted(resets + ends):
             self._sub_env_step(k, observations, actions, rewards, terminateds, truncateds,
-                               infos, None, final_obs, final_infos, done,
+                               infos, outputs, final_obs, final_infos, done,
                                appended=self.autoreset_mode != "SameStep")
         return done
 

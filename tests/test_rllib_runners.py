@@ -72,3 +72,53 @@ def test_training_with_our_runners_repeats_rllib_exactly(algo, episodes):
     assert ours["vectorized"] is True
     assert ours["curve"] == theirs["curve"]
     assert ours["learner_episodes"] == episodes
+
+
+def test_single_agent_steps_take_the_block_pass_with_the_modules_outputs(monkeypatch):
+    """Every env step of the single-agent loop, the default PPO module's
+    outputs and weights_seq_no included, goes through VectorEpisodes'
+    compiled block pass (not add_env_step per sub-env), and the episodes
+    get each output under its key."""
+    import logging
+
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    import episode.rllib
+    import episode.rllib_runners as runners
+
+    passes, steps = [], []
+
+    class Counted(runners.VectorEpisodes):
+        def add_step(self, *args, **kwargs):
+            steps.append(sorted(kwargs.get("extra_model_outputs") or ()))
+            return super().add_step(*args, **kwargs)
+
+        def _add_rows(self, *args):
+            found = super()._add_rows(*args)
+            passes.append(found is not None)
+            return found
+
+    logging.disable(logging.WARNING)
+    # Our runner without install(): RLlib's classes stay as they are for
+    # the other tests of this process (the runner's episodes are ours anyway).
+    monkeypatch.setattr(episode.rllib, "install", lambda: None)
+    monkeypatch.setattr(runners, "VectorEpisodes", Counted)
+    config = (PPOConfig().environment("CartPole-v1")
+              .env_runners(num_envs_per_env_runner=3, rollout_fragment_length=40)
+              .debugging(seed=0))
+    runner = runners.SingleAgentEnvRunner(config=config)
+    try:
+        assert runner.vectorized
+        episodes = runner.sample()
+        runner.episodes_to_numpy = False    # and in list mode
+        episodes += runner.sample()
+    finally:
+        runner.stop()
+    keys = ["action_dist_inputs", "action_logp", "weights_seq_no"]
+    assert steps and all(s == keys for s in steps)
+    assert passes == [True] * len(steps)
+    for e in episodes:
+        assert sorted(e.extra_model_outputs) == keys
+    listed = [e for e in episodes if isinstance(e.get_rewards(), list)]
+    assert listed and all(type(x) is int for e in listed
+                          for x in e.get_extra_model_outputs("weights_seq_no"))

@@ -419,3 +419,205 @@ def test_vector_episodes_pickle_with_their_pending_steps():
         pickle.dumps(block)
     block.flush_all(vec.episodes)
     assert pickle.loads(pickle.dumps(block)).capacity == 4
+
+
+def _outputs(rng, n, t):
+    """Extra outputs as RLlib's runner hands them over: float32 batches of
+    the module (rows and scalars) and weights_seq_no as a list of Python
+    ints; and a list of Python floats and bools."""
+    return {"action_dist_inputs": rng.standard_normal((n, 2)).astype(np.float32),
+            "action_logp": rng.standard_normal(n).astype(np.float32),
+            "vf_preds": rng.standard_normal(n).astype(np.float32),
+            "weights_seq_no": [t // 7] * n,
+            "scale": [float(k) / 3 for k in range(n)],
+            "flag": [bool((t + k) % 2) for k in range(n)]}
+
+
+def _same_episode(a, b):
+    """Equal states (ids and times aside), the same Python types of every
+    extra output in list mode, and the same arrays after to_numpy()."""
+    state_a, state_b = a.get_state(), b.get_state()
+    for key in ("id_", "_start_time", "_last_step_time"):
+        state_a.pop(key), state_b.pop(key)
+    assert repr(state_a) == repr(state_b)
+    assert list(a.extra_model_outputs) == list(b.extra_model_outputs)
+    for key in b.extra_model_outputs:
+        got, want = a.get_extra_model_outputs(key), b.get_extra_model_outputs(key)
+        assert type(got) is type(want)
+        assert [type(x) for x in got] == [type(x) for x in want]
+    a, b = a.to_numpy(), b.to_numpy()
+    for key in b.extra_model_outputs:
+        got, want = a.get_extra_model_outputs(key), b.get_extra_model_outputs(key)
+        assert (got.dtype, got.shape, got.tobytes()) == (want.dtype, want.shape, want.tobytes())
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("env_id, n", [("CartPole-v1", 5), ("Pendulum-v1", 3)])
+def test_the_compiled_batch_pass_takes_extra_outputs(env_id, n, mode):
+    """Steps with the module's extra outputs take the compiled pass and
+    store what add_env_step per sub-env stores: dtypes, shapes, the Python
+    ints of weights_seq_no, dict order, through ends, resets and cuts."""
+    env = gym.make_vec(env_id, num_envs=n, vectorization_mode="sync",
+                       vector_kwargs={"autoreset_mode": MODES[mode]})
+    fast, slow = _Counted.for_env(env), _OneByOne.for_env(env)
+    _Counted.passes = 0
+    rng = np.random.default_rng(5)
+    obs, infos = env.reset(seed=3)
+    env.action_space.seed(3)
+    for vec in (fast, slow):
+        vec.add_reset(obs, infos)
+    ended = [[], []]
+    for t in range(260):
+        actions = env.action_space.sample()
+        step = env.step(actions)
+        outputs = _outputs(rng, n, t)
+        for i, vec in enumerate((fast, slow)):
+            ended[i] += vec.add_step(step[0], actions, *step[1:],
+                                     extra_model_outputs=dict(outputs))
+        assert _Counted.passes == t + 1  # every step took the compiled pass
+        if t % 50 == 49:
+            ended[0] += fast.cut()
+            ended[1] += slow.cut()
+    env.close()
+    assert len(ended[0]) == len(ended[1]) > n
+    for a, b in zip(ended[0] + fast.episodes, ended[1] + slow.episodes):
+        _same_episode(a, b)
+
+
+@pytest.mark.parametrize("bad, error", [
+    ({"vf": np.zeros(3, np.float32)}, ValueError),          # another leading length
+    ({"vf": np.zeros((1, 2), np.float32)}, ValueError),
+    ({"weights_seq_no": [1]}, ValueError),                  # a list of another length
+    ({"vf": 0.5}, ValueError),                              # not a batch
+    ({"vf": None}, ValueError),
+    ({"vf": np.float32(0.5)}, ValueError),
+    ({"vf": np.zeros(2, np.float32), "weights_seq_no": "ab"}, None),   # a str of 2 rows
+    ({"vf": np.zeros(2, np.float32), "x": [[1, 2], [3]]}, None),      # ragged rows
+    ({"vf": np.array([0.5, None], dtype=object)}, None),
+    ({"vf": np.zeros((2, 3), np.float32)[:, 1]}, None),      # not contiguous
+    ({"weights_seq_no": [np.int64(1), np.int64(2)]}, None),  # numpy scalars in a list
+    ({"weights_seq_no": [1, 2**70]}, None),                  # a Python int past int64
+    ("vf", AttributeError),                                 # not a dict
+    ({"vf": np.zeros(2, np.float32), "weights_seq_no": (1, 2)}, ValueError),  # a tuple
+])
+def test_bad_extra_outputs_raise_as_add_env_step_does(bad, error):
+    """Extra outputs the block cannot take: the same error as the path of
+    add_env_step per sub-env, raised before anything is added and with the
+    pending steps kept; or, where that path takes them, the same data."""
+    fast, slow = _Counted(2), _OneByOne(2)
+    flags = np.zeros(2, bool)
+    rng = np.random.default_rng(0)
+    for vec in (fast, slow):
+        vec.add_reset(np.zeros((2, 3), np.float32))
+    for t in range(3):
+        outputs = _outputs(rng, 2, t)
+        for vec in (fast, slow):
+            vec.add_step(np.full((2, 3), t, np.float32), np.array([0, 1]), np.ones(2), flags,
+                         flags, extra_model_outputs=dict(outputs))
+    assert fast._pending.filled == 3
+    for vec in (fast, slow):
+        if error is None:
+            vec.add_step(np.ones((2, 3), np.float32), np.array([1, 0]), np.ones(2), flags,
+                         flags, extra_model_outputs=bad)
+        else:
+            with pytest.raises(error):
+                vec.add_step(np.ones((2, 3), np.float32), np.array([1, 0]), np.ones(2),
+                             flags, flags, extra_model_outputs=bad)
+    for a, b in zip(fast.episodes, slow.episodes):
+        assert len(a) == len(b) == (3 if error else 4)
+        state_a, state_b = a.get_state(), b.get_state()
+        for key in ("id_", "_start_time", "_last_step_time"):
+            state_a.pop(key), state_b.pop(key)
+        assert repr(state_a) == repr(state_b)
+
+
+def test_pending_rows_keep_extra_outputs_by_their_keys():
+    """A step whose extra outputs have other keys, another key order or
+    another row layout starts a new block (the old one written first);
+    rows go into episodes whose outputs are stored otherwise as
+    add_env_step puts them, with its error where it has one."""
+    def episodes():
+        out = [SingleAgentEpisode(), SingleAgentEpisode()]
+        for e in out:
+            e.add_env_reset(np.zeros(2))
+        return out
+
+    ok = dict(observations=np.ones((2, 2)), actions=np.zeros(2, np.int64),
+              rewards=np.zeros(2), terminateds=np.zeros(2, bool),
+              truncateds=np.zeros(2, bool), resetting=np.zeros(2, bool))
+    fast, slow = episodes(), episodes()
+    block = PendingRows(8)
+    steps = [{"a": np.array([1.0, 2.0], np.float32), "b": [1, 2]},
+             {"a": np.array([3.0, 4.0], np.float32), "b": [3, 4]},
+             {"b": [5, 6], "a": np.array([5.0, 6.0], np.float32)},      # another order
+             {"b": [7, 8], "a": np.array([7.0, 8.0])},                  # float64 rows
+             {"b": [9, 10]},                                            # a key less
+             {"b": [1.5, True], "c": np.zeros((2, 2), np.int8)}]         # new kinds
+    for i, outputs in enumerate(steps):
+        assert block.add(fast, **ok, extra_model_outputs=outputs) == ([], [])
+        assert block.filled == (2 if i == 1 else 1)
+        for k in range(2):
+            slow[k].add_env_step(ok["observations"][k], ok["actions"][k], ok["rewards"][k],
+                                 terminated=np.False_, truncated=np.False_,
+                                 extra_model_outputs={key: v[k] for key, v in outputs.items()})
+    block.flush_all(fast)
+    for a, b in zip(fast, slow):
+        state_a, state_b = a.get_state(), b.get_state()
+        for key in ("id_", "_start_time", "_last_step_time"):
+            state_a.pop(key), state_b.pop(key)
+        assert repr(state_a) == repr(state_b)
+        types = [type(x) for x in a.get_extra_model_outputs("b")]
+        assert types == [type(x) for x in b.get_extra_model_outputs("b")]
+        assert types[:5] == [int] * 5
+    # A numpy'ized episode takes its rows as add_env_step gives them.
+    fast, slow = episodes(), episodes()
+    for i in range(2):
+        outputs = {"b": [i, 2], "c": np.full((2, 2), i, np.int8)}
+        block.add(fast, **ok, extra_model_outputs=outputs)
+        block.flush_all(fast)
+        for k in range(2):
+            slow[k].add_env_step(ok["observations"][k], ok["actions"][k], ok["rewards"][k],
+                                 terminated=np.False_, truncated=np.False_,
+                                 extra_model_outputs={key: v[k] for key, v in outputs.items()})
+        if i == 0:
+            fast = [e.to_numpy() for e in fast]
+            slow = [e.to_numpy() for e in slow]
+    for a, b in zip(fast, slow):
+        for key in ("b", "c"):
+            got, want = a.get_extra_model_outputs(key), b.get_extra_model_outputs(key)
+            assert (got.dtype, got.shape, got.tobytes()) == \
+                (want.dtype, want.shape, want.tobytes())
+    # Something other than a buffer under a key: add_env_step's TypeError.
+    fresh = episodes()
+    fresh[1].extra_model_outputs["b"] = "not a buffer"
+    block.add(fresh, **ok, extra_model_outputs={"b": [2, 3]})
+    with pytest.raises(TypeError):
+        block.flush_all(fresh)
+    assert len(fresh[1]) == 0
+
+
+def test_extra_outputs_with_an_eq_that_changes_them():
+    """A key whose == empties the caller's dict and lists while the block
+    compares it: the block keeps what it checked (no crash, no stray
+    memory)."""
+    class Key(str):
+        def __eq__(self, other):
+            outputs.clear()
+            batch.clear()
+            return str.__eq__(self, other)
+
+        __hash__ = str.__hash__
+
+    episodes = [SingleAgentEpisode(), SingleAgentEpisode()]
+    for e in episodes:
+        e.add_env_reset(np.zeros(2))
+    flags = np.zeros(2, bool)
+    block = PendingRows(4)
+    block.add(episodes, np.ones((2, 2)), np.zeros(2, np.int64), np.zeros(2), flags, flags,
+              flags, extra_model_outputs={"w": [1, 2]})
+    batch = [3, 4]
+    outputs = {Key("w"): batch}
+    block.add(episodes, np.ones((2, 2)), np.zeros(2, np.int64), np.zeros(2), flags, flags,
+              flags, extra_model_outputs=outputs)
+    block.flush_all(episodes)
+    assert [e.get_extra_model_outputs("w") for e in episodes] == [[1, 3], [2, 4]]

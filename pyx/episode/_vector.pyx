@@ -3,11 +3,14 @@
 `PendingRows` keeps a vector env's latest steps in one block and writes
 them into the sub-envs' episodes a few dozen steps at a time. `VectorCore`
 is the compiled half of `episode.sampling.VectorEpisodes`: its fields and
-the usual step (NextStep autoreset, ndarray batches, no infos or extra
-outputs) with no Python in between; the facade adds the other cases.
+the usual step (NextStep autoreset, ndarray batches and extra outputs, no
+infos) with no Python in between; the facade adds the other cases.
 """
 import numpy as np
 
+from cpython.dict cimport PyDict_GetItemWithError, PyDict_Keys, PyDict_Values
+from cpython.list cimport PyList_AsTuple, PyList_GET_ITEM, PyList_GET_SIZE
+from cpython.object cimport PyObject
 from cpython.pyport cimport PY_SSIZE_T_MAX
 from libc.string cimport memcpy
 
@@ -48,11 +51,48 @@ cdef inline bint plain_rows(object batch) noexcept:
     return cnp.PyArray_TYPE(<cnp.ndarray>batch) not in (cnp.NPY_OBJECT, cnp.NPY_VOID)
 
 
-cdef object block_item(cnp.ndarray block, Py_ssize_t row):
+cdef object block_item(object block, Py_ssize_t row):
     # block[row] as add_env_step would be handed it: a copy of an array row
-    # (the block's rows are overwritten later), a numpy scalar as it is.
-    item = block[row]
+    # (the block's rows are overwritten later), a numpy scalar or a kept
+    # item (a list block's) as it is.
+    if type(block) is list:
+        return <object>PyList_GET_ITEM(block, row)
+    item = (<cnp.ndarray>block)[row]
     return item.copy() if cnp.PyArray_Check(item) else item
+
+
+cdef inline bint is_kept_rows(object batch, Py_ssize_t n) noexcept:
+    # A list of n Python numbers: a block keeps the items themselves (they
+    # are immutable, so the episode later stores what it would store now,
+    # and hands them back as the same Python type).
+    cdef Py_ssize_t k
+    cdef object t
+    if type(batch) is not list or PyList_GET_SIZE(batch) != n:
+        return False
+    for k in range(n):
+        t = type(<object>PyList_GET_ITEM(batch, k))
+        if not (t is int or t is float or t is bool):
+            return False
+    return True
+
+
+cdef tuple extra_batches(dict outputs, Py_ssize_t n):
+    # (keys, batches) of the extra outputs a block takes: C-contiguous
+    # object-free ndarrays of n rows, or kept rows (is_kept_rows, as a
+    # tuple: nothing can change their items or length until they are
+    # copied in); None if any other. One snapshot, so that Python code run
+    # before the copy (a key's __eq__, the writes of a flush) cannot change
+    # what was checked.
+    cdef list keys = PyDict_Keys(outputs), batches = PyDict_Values(outputs)
+    cdef Py_ssize_t j
+    cdef object batch
+    for j in range(PyList_GET_SIZE(batches)):
+        batch = <object>PyList_GET_ITEM(batches, j)
+        if is_kept_rows(batch, n):
+            batches[j] = PyList_AsTuple(batch)
+        elif not (is_batch(batch, n) and plain_rows(batch)):
+            return None
+    return tuple(keys), batches
 
 
 cdef class PendingRows:
@@ -75,6 +115,9 @@ cdef class PendingRows:
     cdef readonly Py_ssize_t capacity, filled, n
     cdef Py_ssize_t fixed_capacity  # the capacity asked for, 0: sized by the rows
     cdef cnp.ndarray obs, act, rew, term, trunc
+    cdef tuple extra_keys          # the extra outputs' keys in the steps' order (() for none)
+    cdef list extras               # each key's block: an ndarray of rows, or a list of
+                                   # kept items (is_kept_rows), row r * n + k as the others
     cdef double[::1] times
     cdef Py_ssize_t[::1] first     # sub-env k's pending rows: first[k]..filled - 1
 
@@ -85,6 +128,8 @@ cdef class PendingRows:
         self.capacity = self.fixed_capacity or MAX_CAPACITY
         self.filled = 0
         self.n = 0
+        self.extra_keys = ()
+        self.extras = []
 
     cdef bint fits(self, cnp.ndarray batch, cnp.ndarray block) noexcept:
         # The batch's rows are the block's rows: same type, item size, byte
@@ -101,19 +146,39 @@ cdef class PendingRows:
                 return False
         return True
 
+    cdef bint extras_fit(self, tuple keys, list batches) except -1:
+        # The step's extra outputs (extra_batches) have the block's keys, in
+        # its order, and each fits its block.
+        cdef Py_ssize_t j
+        cdef object block, batch
+        if len(keys) != len(self.extra_keys):
+            return False
+        for j in range(len(keys)):
+            if keys[j] is not self.extra_keys[j] and not (keys[j] == self.extra_keys[j]):
+                return False
+            block, batch = self.extras[j], batches[j]
+            if type(block) is list:
+                if type(batch) is not tuple:
+                    return False
+            elif type(batch) is tuple or not self.fits(batch, block):
+                return False
+        return True
+
     cdef cnp.ndarray new_block(self, cnp.ndarray batch):
         shape = (self.capacity * self.n,) + tuple(
             [cnp.PyArray_DIMS(batch)[i] for i in range(1, cnp.PyArray_NDIM(batch))])
         return np.empty(shape, dtype=batch.dtype)
 
     def add(self, list episodes, observations, actions, rewards, terminateds, truncateds,
-            resetting, bint same_step=False, bint final_obs_given=False, tuple start=None):
+            resetting, bint same_step=False, bint final_obs_given=False, tuple start=None,
+            dict extra_model_outputs=None):
         """One vector env step: for each sub-env k that is not resetting
         (resetting[k]: its NextStep reset is this step) and, with
         `same_step`, whose episode did not end in it, what
         episodes[k].add_env_step(observations[k], actions[k], rewards[k],
-        terminated=terminateds[k], truncated=truncateds[k]) adds (no infos,
-        no extra outputs), kept here until the episode is written. An
+        terminated=terminateds[k], truncated=truncateds[k],
+        extra_model_outputs={key: batch[k] for each extra output}) adds
+        (no infos), kept here until the episode is written. An
         episode that ended is written before this returns (with
         `same_step`, up to the step before this one: its last observation
         is in the infos, for the caller to add).
@@ -121,9 +186,10 @@ cdef class PendingRows:
         Returns (the resetting sub-envs, the sub-envs whose episode ended),
         or None, adding nothing and with every pending row written, unless
         every batch is a C-contiguous object-free ndarray with a leading
-        axis of len(episodes) (the flags and `resetting` 1-d bool) and,
-        with `same_step`, an episode that ended has its final observation
-        (`final_obs_given`). An episode that add_env_step would refuse (a
+        axis of len(episodes) (the flags and `resetting` 1-d bool), each
+        extra output such an ndarray or a list of len(episodes) Python
+        ints, floats or bools, and, with `same_step`, an episode that ended
+        has its final observation (`final_obs_given`). An episode that add_env_step would refuse (a
         done one) raises its error when its rows are written.
 
         With `start` = (episode class, observation space, action space) and
@@ -132,21 +198,32 @@ cdef class PendingRows:
         infos) and is no longer resetting; each sub-env whose episode ended
         is resetting."""
         return self.add_rows(episodes, observations, actions, rewards, terminateds, truncateds,
-                             resetting, same_step, final_obs_given, start)
+                             resetting, same_step, final_obs_given, start, extra_model_outputs)
 
     cdef object add_rows(self, list episodes, observations, actions, rewards, terminateds,
                          truncateds, resetting, bint same_step, bint final_obs_given,
-                         tuple start):
-        # add(), for the compiled step.
-        cdef Py_ssize_t n = len(episodes), k, r
+                         tuple start, dict outputs):
+        # add(), for the compiled step (`outputs`: the extra outputs, or None).
+        cdef Py_ssize_t n = len(episodes), k, r, j, extra_bytes = 0
         cdef list resets = [], ends = []
-        cdef object ep
+        cdef object ep, block, batch
+        cdef tuple keys = (), found
+        cdef list batches = []
         if not (is_batch(observations, n) and is_batch(actions, n) and is_batch(rewards, n)
                 and is_flags(terminateds, n) and is_flags(truncateds, n)
                 and is_flags(resetting, n) and n > 0
                 and plain_rows(observations) and plain_rows(actions) and plain_rows(rewards)):
             self.flush_all(episodes)
             return None
+        if outputs:
+            found = extra_batches(outputs, n)
+            if found is None:
+                self.flush_all(episodes)
+                return None
+            keys, batches = found
+            for batch in batches:
+                extra_bytes += (n * sizeof(PyObject*) if type(batch) is tuple
+                                else cnp.PyArray_NBYTES(<cnp.ndarray>batch))
         cdef const cnp.npy_bool* term_k = <const cnp.npy_bool*>array_bytes(terminateds, n)
         cdef const cnp.npy_bool* trunc_k = <const cnp.npy_bool*>array_bytes(truncateds, n)
         cdef cnp.npy_bool* reset_k = <cnp.npy_bool*>array_bytes(resetting, n)
@@ -165,17 +242,22 @@ cdef class PendingRows:
                     self.flush_all(episodes)
                     return None
         if not (n == self.n and self.fits(observations, self.obs)
-                and self.fits(actions, self.act) and self.fits(rewards, self.rew)):
+                and self.fits(actions, self.act) and self.fits(rewards, self.rew)
+                and self.extras_fit(keys, batches)):
             # Another vector env or another row layout: a new block.
             self.flush_all(episodes)
             self.n = n
             self.capacity = self.fixed_capacity or max(1, min(
                 MAX_CAPACITY, BLOCK_BYTES // max(1, cnp.PyArray_NBYTES(observations)
                                                  + cnp.PyArray_NBYTES(actions)
-                                                 + cnp.PyArray_NBYTES(rewards) + 2 * n)))
+                                                 + cnp.PyArray_NBYTES(rewards) + 2 * n
+                                                 + extra_bytes)))
             self.obs = self.new_block(observations)
             self.act = self.new_block(actions)
             self.rew = self.new_block(rewards)
+            self.extra_keys = keys
+            self.extras = [[None] * (self.capacity * n) if type(batch) is tuple
+                           else self.new_block(batch) for batch in batches]
             self.term = np.empty(self.capacity * n, dtype=bool)
             self.trunc = np.empty(self.capacity * n, dtype=bool)
             self.times = np.empty(self.capacity, dtype=np.float64)
@@ -188,6 +270,13 @@ cdef class PendingRows:
         self.copy_in(self.rew, rewards, r)
         self.copy_in(self.term, terminateds, r)
         self.copy_in(self.trunc, truncateds, r)
+        for j in range(len(batches)):
+            block, batch = self.extras[j], batches[j]
+            if type(block) is list:
+                for k in range(n):
+                    (<list>block)[r * n + k] = (<tuple>batch)[k]
+            else:
+                self.copy_in(block, batch, r)
         self.times[r] = now()
         self.filled = r + 1
         for k in range(n):
@@ -231,21 +320,22 @@ cdef class PendingRows:
                 or ep.infos is None or ep.is_terminated or ep.is_truncated
                 or ep.rewards.is_finalized() or ep.t > PY_SSIZE_T_MAX - count
                 or ep.observations._col is None or ep.actions._col is None
-                or ep.rewards._col is None):
+                or ep.rewards._col is None or not self.extras_writable(ep)):
             # add_env_step's own checks and paths, row by row (numpy'ized
-            # data, Dict rows, a done episode's error).
+            # data, Dict rows, outputs stored otherwise, a done episode's error).
             for r in range(start, upto):
                 i = r * self.n + k
                 ep.append_step(block_item(self.obs, i), block_item(self.act, i),
                                block_item(self.rew, i), None,
                                NP_TRUE if term[i] else NP_FALSE,
-                               NP_TRUE if trunc[i] else NP_FALSE, None)
+                               NP_TRUE if trunc[i] else NP_FALSE, self.row_outputs(i))
             return 0
         # add_env_step's appends, track by track (only the last row can end
         # the episode: an end is written as soon as it is added).
         self.write_rows(ep.observations, self.obs, start, count, k)
         self.write_rows(ep.actions, self.act, start, count, k)
         self.write_rows(ep.rewards, self.rew, start, count, k)
+        self.write_outputs(ep, start, count, k)
         infos = ep.infos._col
         if infos is not None and infos.counts_empty_dicts():
             infos.size += count     # empty infos are only counted
@@ -274,6 +364,65 @@ cdef class PendingRows:
             if not col.push_batch_row(block, i):
                 buffer.push(block_item(block, i))
             col = buffer._col       # a push may have changed the storage
+        return 0
+
+    cdef bint extras_writable(self, EpisodeCore ep) except -1:
+        # The episode keeps its outputs as add_env_step finds them on its
+        # usual step: a dict with a flat buffer (or nothing yet) per key.
+        cdef PyObject* found
+        cdef object extras = ep._extras
+        if not self.extra_keys:
+            return True
+        if type(extras) is not dict:
+            return False
+        for key in self.extra_keys:
+            found = PyDict_GetItemWithError(extras, key)
+            if found is not NULL and not (isinstance(<object>found, BufferCore)
+                                          and (<BufferCore>found)._col is not None):
+                return False
+        return True
+
+    cdef object row_outputs(self, Py_ssize_t i):
+        # Block row i's extra outputs, as add_env_step is handed them.
+        if not self.extra_keys:
+            return None
+        return {key: block_item(block, i) for key, block in zip(self.extra_keys, self.extras)}
+
+    cdef int write_outputs(self, EpisodeCore ep, Py_ssize_t start, Py_ssize_t count,
+                           Py_ssize_t k) except -1:
+        # add_env_step's stores of the extra outputs (extras_writable(ep)):
+        # a key new to the episode gets its buffer from the first row, as
+        # there; the other rows go in as write_rows puts them.
+        cdef Py_ssize_t j, r, first
+        cdef PyObject* found
+        cdef BufferCore buffer
+        cdef object block, target
+        cdef object outputs = ep._extras
+        if type(outputs) is not dict:
+            raise TypeError(f"extra_model_outputs must be a dict, got {type(outputs).__name__}")
+        for j in range(len(self.extra_keys)):
+            key, block = self.extra_keys[j], self.extras[j]
+            first = start
+            found = PyDict_GetItemWithError(outputs, key)
+            if found is NULL:
+                target = ep._new_buffer([block_item(block, start * self.n + k)])
+                outputs[key] = target
+                first += 1
+            else:
+                target = <object>found
+            if first == start + count:
+                continue
+            # (Checked again: a new buffer, or Python code run since
+            # extras_writable, may have put anything there.)
+            if not isinstance(target, BufferCore):
+                raise TypeError(f"extra_model_outputs[{key!r}] is a {type(target).__name__}, "
+                                f"not an episode.InfiniteLookbackBuffer")
+            buffer = <BufferCore>target
+            if type(block) is list or buffer._col is None:
+                for r in range(first, start + count):
+                    buffer.push(block_item(block, r * self.n + k))
+            else:
+                self.write_rows(buffer, block, first, start + count - first, k)
         return 0
 
     def __reduce__(self):
@@ -327,13 +476,15 @@ cdef class VectorCore:
         their sub-envs go on in new episodes. Checks every batch before
         anything is added."""
         cdef list episodes = self._episodes
-        if (not extra_model_outputs and not infos and self.autoreset_mode == "NextStep"
-                and episodes and episodes[0] is not None):
-            # The usual step, resets and ends included, in the block pass.
+        if (not infos and self.autoreset_mode == "NextStep" and episodes
+                and episodes[0] is not None
+                and (extra_model_outputs is None or type(extra_model_outputs) is dict)):
+            # The usual step, resets, ends and extra outputs included, in the
+            # block pass.
             found = self._add_rows(episodes, observations, actions, rewards, terminateds,
                                    truncateds, self._resetting, False, False,
                                    (self._episode_class, self.observation_space,
-                                    self.action_space))
+                                    self.action_space), extra_model_outputs)
             if found is not None:
                 resets, ends = found
                 self.steps_added = len(episodes) - len(resets)
@@ -345,10 +496,11 @@ cdef class VectorCore:
     cpdef object _add_rows(self, list episodes, object observations, object actions,
                            object rewards, object terminateds, object truncateds,
                            object resetting, bint same_step, bint final_obs_given,
-                           tuple start=None):
+                           tuple start=None, dict extra_model_outputs=None):
         # The block pass (PendingRows.add); overridable, so that a test can
         # count it or take it away.
         if self._pending is None:
             raise TypeError("_pending must be a PendingRows, not None")
         return self._pending.add_rows(episodes, observations, actions, rewards, terminateds,
-                                      truncateds, resetting, same_step, final_obs_given, start)
+                                      truncateds, resetting, same_step, final_obs_given, start,
+                                      extra_model_outputs)
