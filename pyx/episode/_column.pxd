@@ -371,3 +371,11 @@ cdef class Column:
         # Rows [start, stop) (within the capacity) as an ndarray view.
         return self.rows_view(start, stop - start, 1, True)
     cdef Column view_rows(self, Py_ssize_t start, Py_ssize_t stop)
+
+
+# A Column's pickled state, (kind, finalized, row_type_open, payload), and
+# the Column it describes, checked (ValueError/TypeError for a corrupt one).
+# `raw`: plain rows as a PickleBuffer (pickle protocol 5), else an ndarray.
+cdef tuple column_state(Column col, bint raw)
+cdef Column column_from_state(object kind, object finalized, object row_type_open,
+                              object payload)
