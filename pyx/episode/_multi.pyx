@@ -755,8 +755,9 @@ cdef enum:
 
 def _restore_multi_agent(version, cls, state):
     """The multi-agent episode a pickle holds (see MultiAgentCore.__reduce_ex__).
-    Everything is checked (ValueError/TypeError for a corrupt state) before
-    the episode, its agents' episodes, buffers and Columns are made from it."""
+    Each part of the state is checked before anything is made from it, and
+    each agent's episode is checked whole once made: ValueError/TypeError
+    for a corrupt state. The episode itself is made last."""
     cdef MultiAgentCore episode
     cdef StateReader reader = StateReader()
     cdef tuple s
