@@ -944,7 +944,10 @@ cdef class Store:
         cdef Py_ssize_t lookback, first_ts
         cdef bint is_new = slot_obj is None
         cdef Num w = num(0.0, TAG_FLOAT)
-        if n < 0 or n != len(actions) or n != len(rewards) or n + 1 != len(obs):
+        # Every track is read at its lookback + step: each must hold the steps
+        # (an unpickled episode is not validated, and a lookback may be anything).
+        if (n < 0 or n != len(actions) or n != len(rewards) or n + 1 != len(obs)
+                or n + 1 != len(infos) or any(len(b) != n for b in extras.values())):
             raise ValueError("the episode is not consistent (see its validate())")
         if self.priorities is not None and not self.restoring:
             w = to_num(weight)
