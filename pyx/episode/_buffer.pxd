@@ -109,6 +109,7 @@ cdef object space_struct(object space)
 cdef class StateWriter:
     cdef readonly bint raw         # plain rows as PickleBuffers (pickle protocol 5)
     cdef dict spaces               # id(space) -> its state
+    cdef dict dtype_texts          # id(dtype) -> its string (see column_state)
     cdef object space_state(self, object space)
 
 cdef class StateReader:

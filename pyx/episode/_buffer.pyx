@@ -740,12 +740,14 @@ def _describe_once(space):
 
 cdef class StateWriter:
     """What one pickled state is written with: whether rows go as raw
-    buffers, and the spaces described so far (an episode's agents share
-    their env's spaces: each is described once and pickled once)."""
+    buffers, the spaces described so far (an episode's agents share their
+    env's spaces: each is described once and pickled once) and the rows'
+    dtype strings (likewise)."""
 
     def __cinit__(self, bint raw):
         self.raw = raw
         self.spaces = DESCRIBED.copy()
+        self.dtype_texts = {}
 
     cdef object space_state(self, object space):
         # None, the space's description (a tuple of 2+ items, see
@@ -790,7 +792,8 @@ cdef class StateReader:
 cdef tuple buffer_state(BufferCore buffer, StateWriter writer):
     space = writer.space_state(buffer._space)
     if buffer._col is not None:
-        return (buffer._lookback, space) + column_state(buffer._col, writer.raw)
+        return (buffer._lookback, space) + column_state(buffer._col, writer.raw,
+                                                        writer.dtype_texts)
     return (buffer._lookback, space, KIND_TREE, False, False, buffer._tree)
 
 

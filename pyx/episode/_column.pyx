@@ -796,39 +796,32 @@ cdef class Column:
     # -- pickling ---------------------------------------------------------------
 
     def __reduce_ex__(self, protocol):
-        return (_restore_column, (COLUMN_FORMAT,) + column_state(self, protocol >= 5))
+        return (_restore_column, (COLUMN_FORMAT,) + column_state(self, protocol >= 5, None))
 
 
-# descr.str builds a new string each time: the strings of the dtypes met so
-# far, by the dtype's id (the dtype held beside its string, so the id stays its).
-cdef dict DTYPE_TEXTS = {}
-
-
-cdef object dtype_text(cnp.dtype descr):
-    key = id(descr)
-    found = DTYPE_TEXTS.get(key)
-    if found is not None:
-        return (<tuple>found)[1]
-    text = descr.str
-    if len(DTYPE_TEXTS) < 64:
-        DTYPE_TEXTS[key] = (descr, text)
-    return text
-
-
-cdef tuple column_state(Column col, bint raw):
+cdef tuple column_state(Column col, bint raw, dict dtype_texts):
     """(kind, finalized, row_type_open, payload): what column_from_state takes.
     With `raw` (pickle protocol 5), plain rows are a PickleBuffer, their
     dtype as a string and their shape: numpy's own array reduction pickles a
     dtype object and costs several times more. (Protocol 5 only: copy.deepcopy
     and older protocols cannot take a PickleBuffer. Plain numbers only: numpy
-    refuses to export datetimes and the like as buffers, and pickles them itself.)"""
+    refuses to export datetimes and the like as buffers, and pickles them itself.)
+    `dtype_texts` (or None) keeps the dtype strings of one pickle by the
+    dtype's id: descr.str builds a new string each time, and one string
+    object pickles once."""
     if col.kind == KIND_OBJECT:
         payload = col.items
     elif col.kind == KIND_EMPTY_DICT or col.kind == KIND_EMPTY:
         payload = col.size
     elif col.plain() and raw:
         rows = col.rows(0, col.size)
-        payload = (PickleBuffer(rows), dtype_text(col.descr), (<object>rows).shape)
+        if dtype_texts is None:
+            text = col.descr.str
+        else:
+            text = dtype_texts.get(id(col.descr))
+            if text is None:
+                text = dtype_texts[id(col.descr)] = col.descr.str
+        payload = (PickleBuffer(rows), text, (<object>rows).shape)
     else:
         payload = col.rows(0, col.size)
     return (col.kind, <bint>col.finalized, <bint>col.row_type_open, payload)
