@@ -10,6 +10,19 @@ SCALAR_FILLS: frozenset[type]
 FLAT_SPACES: tuple[type[gym.Space[Any]], ...]
 
 @disjoint_base
+class StateWriter:
+    """How one pickled state is written (raw rows, the spaces described so
+    far); made as StateWriter(raw)."""
+    @property
+    def raw(self) -> bool: ...
+
+@disjoint_base
+class StateReader:
+    """How one pickled state is read (the spaces made so far)."""
+
+def _describe_once(space: Any) -> None: ...
+
+@disjoint_base
 class FillPlan:
     """How a finalized Column's rows and a scalar fill combine."""
 

@@ -24,7 +24,7 @@ import numpy as np
 from episode._episode import check_step_extras
 from episode._extras import rllib_missing
 from episode._multi import (SKIP_ENV_TS_TAG, SKIP_STEP, AgentStepsCore, MultiAgentCore,
-                            _register_agent_steps)
+                            _register_facade)
 from episode.lookback_buffer import InfiniteLookbackBuffer
 from episode.single_agent_episode import EpisodeIndexError, SingleAgentEpisode
 from episode.spaces import map_struct
@@ -132,7 +132,6 @@ class AgentSteps(AgentStepsCore, InfiniteLookbackBuffer):
         return AgentSteps(data=list(buffer.data), lookback=buffer.lookback)
 
 
-_register_agent_steps(AgentSteps)
 
 
 def _extras_buffer(outputs: dict, key: Any) -> Any:
@@ -1138,11 +1137,6 @@ class MultiAgentEpisode(MultiAgentCore):
         episode.validate()
         return episode
 
-    def __reduce__(self):
-        # The fields as they are: agent episodes and mappings pickle as whole
-        # arrays (out of band with protocol 5).
-        return (_restore, (type(self), tuple(getattr(self, name) for name in _FIELDS)))
-
     def get_sample_batch(self) -> "MultiAgentBatch":
         """The agents' data as RLlib's MultiAgentBatch (needs ray[rllib])."""
         try:
@@ -1207,22 +1201,4 @@ class MultiAgentEpisode(MultiAgentCore):
         self.agent_t_started.pop(agent_id, None)
 
 
-_FIELDS = (
-    "id_", "agent_to_module_mapping_fn", "_agent_to_module_mapping", "observation_space",
-    "action_space", "env_t_started", "env_t", "agent_t_started", "env_t_to_agent_t",
-    "_hanging_actions_end", "_hanging_extra_model_outputs_end", "_hanging_rewards_end",
-    "_hanging_rewards_begin", "is_terminated", "is_truncated", "agent_episodes",
-    "_len_lookback_buffers", "_custom_data", "_start_time", "_last_step_time",
-)
-
-
-def _restore(cls: Any, values: Any) -> MultiAgentEpisode:
-    if not (isinstance(cls, type) and issubclass(cls, MultiAgentEpisode)):
-        raise TypeError(f"cannot restore a multi-agent episode as {cls!r}")
-    if not (isinstance(values, tuple) and len(values) == len(_FIELDS)):
-        raise TypeError("a pickled multi-agent episode holds one value per field")
-    episode = cls.__new__(cls)
-    for name, value in zip(_FIELDS, values):
-        setattr(episode, name, value)
-    episode.validate()
-    return episode
+_register_facade(MultiAgentEpisode, AgentSteps, default_agent_to_module_mapping_fn)

@@ -19,6 +19,7 @@ from episode._extras import rllib_missing
 from episode._episode import REWARDS_SPACE as _REWARDS_SPACE
 from episode._episode import (
     EpisodeCore,
+    _register_episode_class,
     buffer_of,
     episode_id,
     infos_from_state,
@@ -446,3 +447,6 @@ def _restore(cls, values, observation_space, action_space):
     episode._observation_space = unpickled_space(observation_space)
     episode._action_space = unpickled_space(action_space)
     return episode
+
+
+_register_episode_class(SingleAgentEpisode)

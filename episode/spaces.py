@@ -544,7 +544,9 @@ def _space_from_key(key: tuple) -> gym.Space:
         _, shape, dtype, nvec, start = key
         return gym.spaces.MultiDiscrete(np.frombuffer(nvec, dtype).reshape(shape), dtype=dtype,
                                         start=np.frombuffer(start, dtype).reshape(shape))
-    return gym.spaces.MultiBinary(key[1])
+    if kind == "multi-binary" and len(key) == 2:
+        return gym.spaces.MultiBinary(key[1])
+    raise ValueError(f"no space is described by {key!r:.200}")
 
 
 def shared_space(key: tuple) -> gym.Space:

@@ -2227,6 +2227,138 @@ for _fixture in EPISODES:
         )
 
 
+# -- multi-agent episodes: the one pickled state, corrupted ----------------------------------
+#
+# A MultiAgentEpisode pickles as _restore_multi_agent(version, cls, state),
+# the state a tree of tuples (fields, agents' episodes, buffers, Columns).
+# Each case puts garbage into every slot of that tree, one at a time: the
+# restore must refuse it or give an episode that reads, steps and pickles
+# without a crash.
+
+
+def ma_episode(kind):
+    from episode import MultiAgentEpisode
+
+    ep = MultiAgentEpisode()
+    ep.add_env_reset(observations={"a0": obs(0), "a1": obs(1)})
+    if kind == "turns":
+        # a1 skips steps and has a hanging action, list mode, extra outputs
+        ep.add_env_step({"a0": obs(1)}, {"a0": 2, "a1": 1}, {"a0": 1.25},
+                        extra_model_outputs={"a0": {"vf": 11.0}, "a1": {"vf": 1.0}})
+        for t in range(2, 4):
+            ep.add_env_step({"a0": obs(t)}, {"a0": t % 3 + 1}, {"a0": t + 0.25, "a1": 1.0},
+                            extra_model_outputs={"a0": {"vf": 10.0 + t}})
+        return ep
+    for t in range(1, 5):
+        ep.add_env_step({"a0": obs(t), "a1": obs(t)}, {"a0": t % 3 + 1, "a1": t % 3 + 1},
+                        {"a0": t + 0.25, "a1": t + 0.25},
+                        extra_model_outputs={"a0": {"vf": 10.0 + t}, "a1": {"vf": 10.0 + t}})
+    return ep.to_numpy() if kind == "numpy" else ep
+
+
+MA_EPISODES = ("numpy", "list", "turns")
+
+
+def allow_ma_fixture(p):
+    allow_episode_fixture(p)
+    p.allow(1.0, "S", "a0", "a1", 0, 2, 3, 4)
+
+
+def probe_ma(p, tag, ep):
+    """Reads, a step and a pickle of a restored multi-agent episode."""
+    if not hasattr(ep, "get_observations"):
+        return
+    p.run(f"{tag}.len", lambda: len(ep), data=False)
+    p.run(f"{tag}.validate", lambda: ep.validate(), data=False)
+    for name in ("observations", "actions", "rewards", "infos"):
+        getter = getattr(ep, f"get_{name}")
+        p.run(f"{tag}.get_{name}()", lambda: getter(), data=False)
+        p.run(f"{tag}.get_{name}(-1)", lambda: getter(-1), data=False)
+        p.run(f"{tag}.get_{name}(fill)", lambda: getter(slice(-3, 2), fill=F), data=False)
+        p.run(f"{tag}.get_{name}(agent)", lambda: getter(env_steps=False), data=False)
+    p.run(f"{tag}.get_extra_model_outputs", lambda: ep.get_extra_model_outputs("vf"),
+          data=False)
+    p.run(f"{tag}.mapping", lambda: [s.data for s in ep.env_t_to_agent_t.values()],
+          data=False)
+    p.run(f"{tag}.pickle", lambda: pickle.loads(pickle.dumps(ep, protocol=5)), data=False)
+    p.run(f"{tag}.cut", lambda: ep.cut(), data=False)
+    p.run(f"{tag}.to_numpy", lambda: ep.to_numpy(), data=False)
+    p.run(f"{tag}.step", lambda: ep.add_env_step(
+        {"a0": obs(50), "a1": obs(50)}, {"a0": 1, "a1": 1}, {"a0": 51.0, "a1": 51.0}),
+        data=False)
+
+
+def _slots(x, path=()):
+    """The paths of every item inside the nested tuples of `x`."""
+    out = []
+    if type(x) is tuple:
+        for i, v in enumerate(x):
+            out.append(path + (i,))
+            out += _slots(v, path + (i,))
+    return out
+
+
+def _edited(x, path, value):
+    """`x` (nested tuples) with the item at `path` replaced by `value`."""
+    if not path:
+        return value
+    items = list(x)
+    items[path[0]] = _edited(items[path[0]], path[1:], value)
+    return tuple(items)
+
+
+def ma_state_case(fixture, garbage_name):
+    def run(impl, p):
+        if not impl.ours:
+            return
+        allow_ma_fixture(p)
+        p.allow(9.0)
+        p.check_data = False  # garbage in a data slot is data
+        fn, args = ma_episode(fixture).__reduce_ex__(5)
+        if _attr_value(impl, REDUCE_GARBAGE[garbage_name], p) is REFUSED:
+            return
+        for path in _slots(args):
+            garbage = _attr_value(impl, REDUCE_GARBAGE[garbage_name], p)
+            edited = _edited(args, path, garbage)
+            ep = p.run(f"restore{list(path)}", lambda: fn(*edited), data=False)
+            if ep is not None:
+                probe_ma(p, f"ep{list(path)}", ep)
+
+    return run
+
+
+for _fixture in MA_EPISODES:
+    for _name in REDUCE_GARBAGE:
+        add("ma_pickle", f"{_fixture}:{_name}", ma_state_case(_fixture, _name))
+
+
+def ma_flipped_bytes_case(fixture, protocol):
+    """Real pickles of a multi-agent episode with bytes flipped: loading
+    may fail, never crash."""
+
+    def run(impl, p):
+        if not impl.ours:
+            return
+        p.check_data = False  # flipped data bytes are data, not heap garbage
+        data = pickle.dumps(ma_episode(fixture), protocol=protocol)
+        rng = np.random.default_rng(protocol)
+        for k in range(25):
+            bad = bytearray(data)
+            for pos in rng.integers(0, len(bad), size=3):
+                bad[pos] = int(rng.integers(0, 256))
+            loaded = p.run(f"loads#{k}", lambda: pickle.loads(bytes(bad)), data=False)
+            if loaded is not None:
+                probe_ma(p, f"loaded#{k}", loaded)
+
+    return run
+
+
+for _fixture in MA_EPISODES:
+    for _protocol in (2, 5):
+        add("ma_pickle", f"flipped_bytes:{_fixture}:p{_protocol}",
+            ma_flipped_bytes_case(_fixture, _protocol))
+
+
 SET_GARBAGE = {
     "None": None,
     "str": "x",

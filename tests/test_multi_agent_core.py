@@ -237,13 +237,13 @@ def test_mapping_steps_with_garbage_mapping_entries():
     assert finalized.data == [0, "S", 1]
 
 
-@pytest.mark.parametrize("values", [None, (), (1, 2), ("x",) * 3])
-def test_unpickling_garbage_raises(values):
-    from episode.multi_agent_episode import _restore
+@pytest.mark.parametrize("state", [None, (), (1, 2), ("x",) * 3, ("x",) * 20])
+def test_unpickling_garbage_raises(state):
+    from episode._multi import MA_FORMAT, _restore_multi_agent
+    with pytest.raises((TypeError, ValueError)):
+        _restore_multi_agent(MA_FORMAT, MultiAgentEpisode, state)
     with pytest.raises(TypeError):
-        _restore(MultiAgentEpisode, values)
-    with pytest.raises(TypeError):
-        _restore(dict, ())
+        _restore_multi_agent(MA_FORMAT, dict, ())
 
 
 class _KeyMeddler(str):

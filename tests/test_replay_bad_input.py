@@ -631,3 +631,20 @@ def test_a_tree_of_the_wrong_size():
     compare(plain_state(buffer.get_state()), plain_state(state), "loaded")
     buffer.update_priorities(np.full(3, 2.0))
     assert buffer._sum_segment.sum() > 4.0
+
+
+@pytest.mark.parametrize("track", ["infos", "vf"])
+def test_an_episode_whose_track_lacks_steps_is_refused(track):
+    # An unpickled episode is not validated: a lookback beyond a track's
+    # rows leaves it no steps, and add() read them at lookback + step.
+    episode = SingleAgentEpisode()
+    episode.add_env_reset(np.zeros(2, np.float32))
+    for t in range(3):
+        episode.add_env_step(np.full(2, t, np.float32), 1, 1.0, infos={"t": t},
+                             extra_model_outputs={"vf": 0.5})
+    buffer = episode.infos if track == "infos" else episode.extra_model_outputs["vf"]
+    buffer.lookback = 48
+    replay = EpisodeReplayBuffer(capacity=100)
+    with pytest.raises(ValueError, match="not consistent"):
+        replay.add(episode)
+    assert replay.get_num_episodes() == 0

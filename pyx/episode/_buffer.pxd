@@ -99,3 +99,24 @@ cdef class BufferCore:
 
 
 cdef BufferCore empty_buffer(type cls, object space, object space_struct)
+
+
+# spaces.base_struct(space) (the space itself for Box, Discrete and None).
+cdef object space_struct(object space)
+
+# What one pickled state (a multi-agent episode's) is written and read
+# with (see _buffer.pyx).
+cdef class StateWriter:
+    cdef readonly bint raw         # plain rows as PickleBuffers (pickle protocol 5)
+    cdef dict spaces               # id(space) -> its state
+    cdef dict dtype_texts          # id(dtype) -> its string (see column_state)
+    cdef object space_state(self, object space)
+
+cdef class StateReader:
+    cdef dict spaces               # id(space state) -> the space
+    cdef object space_from_state(self, object state)
+
+# A buffer's pickled state and the buffer of class `cls` (a BufferCore
+# subclass) it describes, checked: ValueError/TypeError if corrupt.
+cdef tuple buffer_state(BufferCore buffer, StateWriter writer)
+cdef BufferCore buffer_from_state(type cls, object state, StateReader reader)

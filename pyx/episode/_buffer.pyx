@@ -15,12 +15,13 @@ from libc.string cimport memcpy
 import gymnasium as gym
 import numpy as np
 
-from episode._column cimport Column, array_bytes
+from episode._column cimport Column, array_bytes, column_from_state, column_state
 from episode._index cimport (SliceSpec, checked_lookback, clamped_index, interpret_slice,
                              int_position, slice_positions)
 from episode._tree cimport (GATHER_COPY, GATHER_ITEM, GATHER_ROWS, GATHER_VIEW, Node,
                             new_tree, tree_node, truncate_leaves)
-from episode.spaces import flatten_struct, is_struct, map_struct
+from episode.spaces import _space_key as space_key
+from episode.spaces import base_struct, flatten_struct, is_struct, map_struct, shared_space
 
 
 cnp.import_array()
@@ -704,4 +705,114 @@ cdef BufferCore empty_buffer(type cls, object space, object space_struct):
     cdef BufferCore buffer = new_buffer(cls)      # its storage: an empty Column
     buffer._space = space
     buffer._space_struct = space_struct
+    return buffer
+
+
+cdef object Box = gym.spaces.Box
+
+
+cdef object space_struct(object space):
+    # spaces.base_struct(space), without the call for the usual spaces.
+    if space is None or type(space) is Box or type(space) is Discrete:
+        return space
+    return base_struct(space)
+
+
+# -- a buffer's pickled state -------------------------------------------------------
+#
+# (lookback, space, kind, finalized, row_type_open, payload): the lookback,
+# the space's state (see StateWriter.space_state), and the flat Column's
+# state (see column_state); Dict/Tuple storage has kind KIND_TREE and the
+# tree of Columns (each pickling itself) as payload.
+
+cdef int KIND_TREE = -1
+
+
+# Spaces described once for all pickles: the rewards space every episode
+# has (a constant of ours), by id (see StateWriter.space_state).
+cdef dict DESCRIBED = {}
+
+
+def _describe_once(space):
+    """Describes `space`, a constant that nobody changes, for every pickle."""
+    DESCRIBED[id(space)] = StateWriter(False).space_state(space)
+
+
+cdef class StateWriter:
+    """What one pickled state is written with: whether rows go as raw
+    buffers, the spaces described so far (an episode's agents share their
+    env's spaces: each is described once and pickled once) and the rows'
+    dtype strings (likewise)."""
+
+    def __cinit__(self, bint raw):
+        self.raw = raw
+        self.spaces = DESCRIBED.copy()
+        self.dtype_texts = {}
+
+    cdef object space_state(self, object space):
+        # None, the space's description (a tuple of 2+ items, see
+        # spaces.pickled_space) or (space,): a space without one.
+        if space is None:
+            return None
+        key = id(space)
+        found = self.spaces.get(key)
+        if found is None:
+            description = space_key(space)
+            found = self.spaces[key] = (space,) if description is None else description
+        return found
+
+
+cdef class StateReader:
+    """What one pickled state is read with: the spaces made from it so far,
+    by the id of their state (one pickled object, read once)."""
+
+    def __cinit__(self):
+        self.spaces = {}
+
+    cdef object space_from_state(self, object state):
+        if state is None:
+            return None
+        if type(state) is not tuple or len(<tuple>state) == 0:
+            raise ValueError(f"corrupt space state: expected None or a tuple, got "
+                             f"{type(state).__name__}")
+        if len(<tuple>state) == 1:
+            return state[0]
+        key = id(state)
+        found = self.spaces.get(key)
+        if found is None:
+            try:
+                found = shared_space(state)
+            except Exception as error:
+                raise ValueError(f"corrupt space state: no space is described by "
+                                 f"{state!r:.200}") from error
+            self.spaces[key] = found
+        return found
+
+
+cdef tuple buffer_state(BufferCore buffer, StateWriter writer):
+    space = writer.space_state(buffer._space)
+    if buffer._col is not None:
+        return (buffer._lookback, space) + column_state(buffer._col, writer.raw,
+                                                        writer.dtype_texts)
+    return (buffer._lookback, space, KIND_TREE, False, False, buffer._tree)
+
+
+cdef BufferCore buffer_from_state(type cls, object state, StateReader reader):
+    cdef BufferCore buffer
+    cdef Py_ssize_t lookback
+    if type(state) is not tuple or len(<tuple>state) != 6:
+        raise ValueError(f"corrupt buffer state: expected (lookback, space, kind, finalized, "
+                         f"row_type_open, payload), got {type(state).__name__}")
+    lookback = checked_lookback(state[0])
+    kind = state[2]
+    if type(kind) is int and kind == KIND_TREE:
+        if state[3] is not False or state[4] is not False:
+            raise ValueError("corrupt buffer state: a tree of Columns has no flags of its own")
+        storage = state[5]
+    else:
+        storage = column_from_state(kind, state[3], state[4], state[5])
+    space = reader.space_from_state(state[1])
+    buffer = empty_buffer(cls, space, space_struct(space))
+    buffer.set_storage(storage)            # checks a tree
+    buffer._lookback = lookback
     return buffer

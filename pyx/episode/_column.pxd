@@ -384,3 +384,12 @@ cdef class Column:
         # Rows [start, stop) (within the capacity) as an ndarray view.
         return self.rows_view(start, stop - start, 1, True)
     cdef Column view_rows(self, Py_ssize_t start, Py_ssize_t stop)
+
+
+# A Column's pickled state, (kind, finalized, row_type_open, payload), and
+# the Column it describes, checked (ValueError/TypeError for a corrupt one).
+# `raw`: plain rows as a PickleBuffer (pickle protocol 5), else an ndarray;
+# `dtype_texts`: a dict for the dtype strings of one pickle, or None.
+cdef tuple column_state(Column col, bint raw, dict dtype_texts)
+cdef Column column_from_state(object kind, object finalized, object row_type_open,
+                              object payload)

@@ -24,6 +24,9 @@ cimport numpy as cnp
 from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_FromDouble
 from cpython.long cimport PyLong_AsLongLongAndOverflow, PyLong_FromLongLong
 from cpython.object cimport PyObject, PyTypeObject
+from cpython.buffer cimport PyBuffer_IsContiguous
+from cpython.memoryview cimport PyMemoryView_FromObject, PyMemoryView_GET_BUFFER
+from cpython.pyport cimport PY_SSIZE_T_MAX
 from cpython.ref cimport Py_INCREF
 from libc.stdint cimport int64_t, SIZE_MAX
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_RawFree, PyMem_RawMalloc, PyMem_RawRealloc
@@ -790,22 +793,35 @@ cdef class Column:
     # -- pickling ---------------------------------------------------------------
 
     def __reduce_ex__(self, protocol):
-        if self.kind == KIND_OBJECT:
-            payload = self.items
-        elif self.kind == KIND_EMPTY_DICT or self.kind == KIND_EMPTY:
-            payload = self.size
-        elif self.plain() and protocol >= 5:
-            # The rows as a raw buffer, dtype as a string: numpy's own array
-            # reduction pickles a dtype object and costs several times more.
-            # (Protocol 5 only: copy.deepcopy and older protocols cannot take
-            # a PickleBuffer. Plain numbers only: numpy refuses to export
-            # datetimes and the like as buffers, and pickles them itself.)
-            rows = self.rows(0, self.size)
-            payload = (PickleBuffer(rows), rows.dtype.str, rows.shape)
+        return (_restore_column, (COLUMN_FORMAT,) + column_state(self, protocol >= 5, None))
+
+
+cdef tuple column_state(Column col, bint raw, dict dtype_texts):
+    """(kind, finalized, row_type_open, payload): what column_from_state takes.
+    With `raw` (pickle protocol 5), plain rows are a PickleBuffer, their
+    dtype as a string and their shape: numpy's own array reduction pickles a
+    dtype object and costs several times more. (Protocol 5 only: copy.deepcopy
+    and older protocols cannot take a PickleBuffer. Plain numbers only: numpy
+    refuses to export datetimes and the like as buffers, and pickles them itself.)
+    `dtype_texts` (or None) keeps the dtype strings of one pickle by the
+    dtype's id: descr.str builds a new string each time, and one string
+    object pickles once."""
+    if col.kind == KIND_OBJECT:
+        payload = col.items
+    elif col.kind == KIND_EMPTY_DICT or col.kind == KIND_EMPTY:
+        payload = col.size
+    elif col.plain() and raw:
+        rows = col.rows(0, col.size)
+        if dtype_texts is None:
+            text = col.descr.str
         else:
-            payload = self.rows(0, self.size)
-        return (_restore_column, (COLUMN_FORMAT, self.kind, self.finalized, self.row_type_open,
-                                  payload))
+            text = dtype_texts.get(id(col.descr))
+            if text is None:
+                text = dtype_texts[id(col.descr)] = col.descr.str
+        payload = (PickleBuffer(rows), text, (<object>rows).shape)
+    else:
+        payload = col.rows(0, col.size)
+    return (col.kind, <bint>col.finalized, <bint>col.row_type_open, payload)
 
 
 # What each list-mode kind stores: the dtype its items become.
@@ -813,12 +829,21 @@ cdef dict KIND_DTYPES = {KIND_FLOAT: float64, KIND_INT: int64, KIND_BOOL: bool_}
 
 
 def _restore_column(version, kind, finalized, row_type_open, payload):
-    """A Column from its pickled state, checked first: the typed paths trust
-    kind, dtype, row shape and size to agree, and a pickle may be corrupt."""
-    cdef Column col = Column()
+    """A Column from its pickled state (see column_from_state)."""
     if type(version) is not int or version != COLUMN_FORMAT:
         raise ValueError(f"cannot restore a Column pickled in format {version!r}; "
                          f"this version of episode reads format {COLUMN_FORMAT}")
+    return column_from_state(kind, finalized, row_type_open, payload)
+
+
+cdef Column column_from_state(object kind, object finalized, object row_type_open,
+                              object payload):
+    """A Column from column_state()'s fields, checked first: the typed paths
+    trust kind, dtype, row shape and size to agree, and a pickle may be corrupt."""
+    cdef Column col = Column.__new__(Column)
+    cdef cnp.ndarray arr
+    if type(kind) is not int:
+        raise ValueError(f"corrupt Column state: unknown kind {kind!r}")
     if type(finalized) is not bool or type(row_type_open) is not bool:
         raise ValueError("corrupt Column state: flags must be bools")
     if kind == KIND_OBJECT:
@@ -831,7 +856,7 @@ def _restore_column(version, kind, finalized, row_type_open, payload):
                 or finalized or row_type_open):
             raise ValueError("corrupt Column state: an empty or empty-dict Column holds a count")
         col.size = payload
-    elif kind in (KIND_FLOAT, KIND_INT, KIND_BOOL, KIND_SCALAR, KIND_ARRAY):
+    elif KIND_FLOAT <= kind <= KIND_ARRAY:
         arr = _restored_rows(payload)
         dtype = arr.dtype
         if not finalized:
@@ -841,16 +866,18 @@ def _restore_column(version, kind, finalized, row_type_open, payload):
                 raise ValueError(f"corrupt Column state: {dtype} rows in list mode")
             if kind != KIND_ARRAY and (arr.ndim != 1 or dtype != KIND_DTYPES.get(kind, dtype)):
                 raise ValueError(f"corrupt Column state: kind {kind} cannot hold {dtype} "
-                                 f"rows of shape {arr.shape[1:]}")
-        elif row_type_open and len(arr):
+                                 f"rows of shape {(<object>arr).shape[1:]}")
+        elif row_type_open and cnp.PyArray_DIMS(arr)[0]:
             raise ValueError("corrupt Column state: an open row type with rows")
         # Unpickled arrays may be read-only views of the pickle's buffer (out
         # of band: the object store's memory). Finalized rows are read there
         # and copied on the first write; list mode grows in place, which needs
-        # storage of its own.
-        if not arr.flags.c_contiguous or not (finalized or arr.flags.writeable):
-            arr = arr.copy()
-        col._adopt_storage(arr, len(arr))
+        # storage of its own. The C paths read rows as typed values: rows at
+        # an address not aligned for their dtype are copied.
+        if (not cnp.PyArray_IS_C_CONTIGUOUS(arr) or not cnp.PyArray_ISALIGNED(arr)
+                or not (finalized or cnp.PyArray_ISWRITEABLE(arr))):
+            arr = cnp.PyArray_NewCopy(arr, cnp.NPY_CORDER)
+        col._adopt_storage(arr, cnp.PyArray_DIMS(arr)[0])
     else:
         raise ValueError(f"corrupt Column state: unknown kind {kind!r}")
     col.kind = kind
@@ -859,20 +886,72 @@ def _restore_column(version, kind, finalized, row_type_open, payload):
     return col
 
 
+# The dtypes of raw rows met so far, by their string (np.dtype() parses it
+# each time otherwise): a handful of plain numeric dtypes.
+cdef dict RAW_DTYPES = {}
+
+
+cdef cnp.dtype raw_dtype(object text):
+    """The plain numeric dtype a raw payload names (ValueError for any other)."""
+    found = RAW_DTYPES.get(text) if type(text) is str else None
+    if found is not None:
+        return <cnp.dtype>found
+    if type(text) is not str:
+        raise ValueError(f"corrupt Column state: a raw payload's dtype is a string, "
+                         f"not {type(text).__name__}")
+    try:
+        dtype = np.dtype(text)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"corrupt Column state: no dtype {text!r}") from error
+    if not is_plain_numeric(dtype):
+        raise ValueError(f"corrupt Column state: raw rows of {dtype}")
+    if len(RAW_DTYPES) < 64:
+        RAW_DTYPES[text] = dtype
+    return <cnp.dtype>dtype
+
+
+cdef object raw_rows(object data, object dtype_text, object shape):
+    """The rows of a raw payload: an array over `data`'s buffer (kept alive
+    by a memoryview of it, its base), once the buffer is known to hold
+    exactly `shape` rows of the dtype."""
+    cdef cnp.dtype dtype = raw_dtype(dtype_text)
+    cdef cnp.npy_intp dims[65]
+    cdef Py_ssize_t ndim, i, d, count = 1
+    cdef Py_buffer* view
+    if type(shape) is not tuple or not 1 <= len(<tuple>shape) <= 65:
+        raise ValueError(f"corrupt Column state: rows of shape {shape!r}")
+    ndim = len(<tuple>shape)
+    for i in range(ndim):
+        value = (<tuple>shape)[i]
+        if type(value) is not int or not 0 <= value <= PY_SSIZE_T_MAX:
+            raise ValueError(f"corrupt Column state: rows of shape {shape!r}")
+        d = value
+        dims[i] = d
+        if d != 0 and count > PY_SSIZE_T_MAX // d:
+            raise ValueError(f"corrupt Column state: rows of shape {shape!r}")
+        count *= d
+    memory = PyMemoryView_FromObject(data)       # TypeError for no buffer
+    view = PyMemoryView_GET_BUFFER(memory)
+    if not PyBuffer_IsContiguous(view, b'C'):
+        raise ValueError("corrupt Column state: a raw payload is not one contiguous block")
+    if count > PY_SSIZE_T_MAX // dtype.itemsize or view.len != count * dtype.itemsize:
+        raise ValueError(f"corrupt Column state: {view.len} bytes are not rows of shape "
+                         f"{shape!r} of {dtype}")
+    Py_INCREF(dtype)
+    arr = PyArray_NewFromDescr(<PyTypeObject*>ndarray_type, <cnp.PyArray_Descr*>dtype,
+                               <int>ndim, dims, NULL, view.buf,
+                               0 if view.readonly else cnp.NPY_ARRAY_WRITEABLE, NULL)
+    cnp.set_array_base(<cnp.ndarray>arr, memory)
+    return arr
+
+
 cdef object _restored_rows(object payload):
     """The ndarray a pickled Column's payload describes (ValueError if none)."""
     if type(payload) is tuple:
         if len(payload) != 3:
             raise ValueError("corrupt Column state: a buffer payload is (data, dtype, shape)")
         data, dtype, shape = payload
-        dtype = np.dtype(dtype)
-        if not is_plain_numeric(dtype) or type(shape) is not tuple:
-            raise ValueError(f"corrupt Column state: raw rows of {dtype}, shape {shape!r}")
-        for d in <tuple>shape:
-            if type(d) is not int or d < 0:
-                raise ValueError(f"corrupt Column state: rows of shape {shape!r}")
-        # reshape checks that the values fill the shape exactly.
-        payload = np.frombuffer(data, dtype).reshape(shape)
+        return raw_rows(data, dtype, shape)
     if type(payload) is not ndarray_type or (<cnp.ndarray>payload).ndim == 0:
         raise ValueError("corrupt Column state: the rows are not an array with a leading axis")
     return payload

@@ -3,7 +3,7 @@ from cpython.dict cimport PyDict_Size
 from libc.math cimport NAN, isnan
 from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
-from episode._buffer cimport BufferCore
+from episode._buffer cimport BufferCore, StateReader, StateWriter
 
 
 cdef inline double now() noexcept:
@@ -99,3 +99,23 @@ cdef inline str extras_misfit(EpisodeCore episode, object outputs):
     if outputs is None and type(episode._extras) is dict and PyDict_Size(episode._extras) == 0:
         return None
     return outputs_misfit(episode, outputs)
+
+
+# An episode as a tuple of its fields (buffers inline, see _episode.pyx), and
+# the episode such a tuple describes, checked: ValueError/TypeError if corrupt.
+cdef tuple episode_state(EpisodeCore episode, StateWriter writer)
+cdef EpisodeCore episode_from_state(object state, StateReader reader)
+
+# An exact dict/defaultdict of episodes (value_cls EpisodeCore) or of buffers
+# of exactly `value_cls` as a state of theirs (anything else pickles as
+# itself), and back, checked.
+cdef object dict_state(object d, type value_cls, StateWriter writer)
+cdef object dict_from_state(object state, type value_cls, StateReader reader)
+
+# A dict or defaultdict field (any values) as a state that names no global
+# for the usual containers, and back, checked.
+cdef object container_state(object d)
+cdef object container_from_state(object state)
+
+# A pickled step time (a float, or None: NaN), checked.
+cdef double state_time(object value, str name) except? -1

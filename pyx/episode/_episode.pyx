@@ -8,6 +8,7 @@ subclasses it and adds the rest of RLlib's API.
 import copy
 import os
 import sys
+from collections import defaultdict
 
 import gymnasium as gym
 import numpy as np
@@ -20,16 +21,18 @@ from cpython.object cimport PyObject
 from cpython.pyport cimport PY_SSIZE_T_MAX
 from cpython.unicode cimport PyUnicode_DecodeASCII
 from libc.math cimport NAN, isnan
-from libc.string cimport memcpy
+from libc.string cimport memcmp, memcpy
 
 cimport numpy as cnp
 
-from episode._buffer cimport BufferCore, empty_buffer
+from episode._buffer cimport (BufferCore, StateReader, StateWriter, buffer_from_state,
+                             buffer_state, empty_buffer, space_struct)
 from episode._column cimport KIND_EMPTY_DICT, KIND_FLOAT, Column, array_bytes
 from episode._index cimport checked_lookback
 
+from episode._buffer import _describe_once
 from episode.lookback_buffer import InfiniteLookbackBuffer
-from episode.spaces import base_struct, space_from_dict, space_to_dict
+from episode.spaces import space_from_dict, space_to_dict
 
 # The Columns' inline push (inlined here) calls numpy's C-API.
 cnp.import_array()
@@ -37,6 +40,7 @@ cnp.import_array()
 
 # RLlib gives every rewards buffer this space (it shapes `fill` values).
 REWARDS_SPACE = gym.spaces.Box(float("-inf"), float("inf"), (), np.float32)
+_describe_once(REWARDS_SPACE)
 
 
 cdef object Box = gym.spaces.Box
@@ -766,13 +770,6 @@ def assemble(cls, id_, BufferCore observations, BufferCore infos, BufferCore act
 # -- building episodes and buffers without the constructor ----------------------------
 
 
-cdef inline object space_struct(object space):
-    # spaces.base_struct(space), without the call for the usual spaces.
-    if space is None or type(space) is Box or type(space) is Discrete:
-        return space
-    return base_struct(space)
-
-
 def init_without_data(EpisodeCore episode, id_, observations, observation_space, infos,
                       actions, action_space, rewards, terminated, truncated,
                       extra_model_outputs, t_started, len_lookback_buffer, agent_id,
@@ -918,3 +915,265 @@ def infos_from_state(state):
     if state["finalized"] and not buffer.finalized:
         buffer.finalize()
     return buffer
+
+
+# -- an episode's pickled state ---------------------------------------------------------
+#
+# A multi-agent episode pickles as one state (see _multi.pyx), each agent's
+# episode in it as a tuple of its fields with each buffer's state inline
+# (buffer_state): no restore call per episode, buffer or Column, and no
+# global (a class or a function) that the pickle would name, look up on
+# dumping and import on loading, at about a microsecond each, where the
+# usual one is implied: the facade's classes, the usual default factories.
+
+cdef object defaultdict_type = defaultdict
+
+# The facade's episode class (set by episode.single_agent_episode): an
+# agent's episode of this class pickles without naming it.
+cdef type Episode = EpisodeCore
+
+
+def _register_episode_class(cls):
+    """Tells the core which Python class the facade's episodes have."""
+    global Episode
+    if not (isinstance(cls, type) and issubclass(cls, EpisodeCore)):
+        raise TypeError(f"expected a subclass of EpisodeCore, got {cls!r}")
+    Episode = cls
+
+
+# The default factories a pickled defaultdict names by their position here
+# (FACTORY_OF_VALUES: the class of its values, an agent's mapping's).
+cdef tuple FACTORIES = (int, float, dict)
+cdef enum:
+    FACTORY_PLAIN_DICT = -1
+    FACTORY_OF_VALUES = 3
+
+
+cdef object factory_code(object d, type value_cls):
+    # How container_state names the container and its factory: -1 for an
+    # exact dict, a position in FACTORIES, FACTORY_OF_VALUES, or (factory,).
+    cdef Py_ssize_t i
+    if type(d) is dict:
+        return FACTORY_PLAIN_DICT
+    factory = d.default_factory
+    for i in range(len(FACTORIES)):
+        if factory is FACTORIES[i]:
+            return i
+    if factory is not None and factory is value_cls:
+        return FACTORY_OF_VALUES
+    return (factory,)
+
+
+cdef object empty_container(object code, type value_cls):
+    # The empty dict or defaultdict factory_code() named, checked.
+    if type(code) is int:
+        if code == FACTORY_PLAIN_DICT:
+            return {}
+        if 0 <= code < len(FACTORIES):
+            return defaultdict(FACTORIES[code])
+        if code == FACTORY_OF_VALUES and value_cls is not None:
+            return defaultdict(value_cls)
+    elif type(code) is tuple and len(<tuple>code) == 1:
+        return defaultdict(code[0])            # TypeError unless callable or None
+    raise ValueError(f"corrupt episode state: no dict or defaultdict is named {code!r:.100}")
+
+
+cdef object container_state(object d):
+    """A field that is a dict or defaultdict (of any values) as (code,
+    plain dict): no global for the container or the usual factories;
+    anything else as (d,)."""
+    if type(d) is dict:
+        return (FACTORY_PLAIN_DICT, d)
+    if type(d) is defaultdict_type:
+        return (factory_code(d, None), dict(d))
+    return (d,)
+
+
+cdef object container_from_state(object state):
+    """The field container_state() described, checked."""
+    if type(state) is tuple and len(<tuple>state) == 1:
+        return state[0]
+    if type(state) is not tuple or len(<tuple>state) != 2 or type(state[1]) is not dict:
+        raise ValueError(f"corrupt episode state: expected (code, dict) or (object,), got "
+                         f"{state!r:.100}")
+    code, items = state
+    if type(code) is int and code == FACTORY_PLAIN_DICT:
+        return items
+    d = empty_container(code, None)
+    d.update(items)
+    return d
+
+
+# The fields of an episode's state, in order.
+cdef enum:
+    ES_CLASS, ES_ID, ES_AGENT_ID, ES_MODULE_ID, ES_MA_ID, ES_TERMINATED, ES_TRUNCATED
+    ES_T, ES_T_STARTED, ES_CUSTOM_DATA, ES_START_TIME, ES_LAST_STEP_TIME
+    ES_LAST_OBSERVATION, ES_LAST_ROW_OBSERVED, ES_LAST_INFOS
+    ES_OBSERVATION_SPACE, ES_ACTION_SPACE
+    ES_OBSERVATIONS, ES_INFOS, ES_ACTIONS, ES_REWARDS, ES_EXTRAS
+    ES_FIELDS
+
+
+cdef object dict_state(object d, type value_cls, StateWriter writer):
+    """An exact dict or defaultdict of episodes (value_cls EpisodeCore) or of
+    buffers of exactly `value_cls` as (code, keys, states) (code: see
+    factory_code); anything else as (d,): it pickles as itself."""
+    cdef Py_ssize_t pos = 0
+    cdef PyObject* key
+    cdef PyObject* value
+    cdef list keys = [], states = []
+    if type(d) is not dict and type(d) is not defaultdict_type:
+        return (d,)
+    while PyDict_Next(d, &pos, &key, &value):
+        keys.append(<object>key)
+        if value_cls is EpisodeCore and isinstance(<object>value, EpisodeCore) \
+                and (<EpisodeCore>value).observations is not None:
+            states.append(episode_state(<EpisodeCore>value, writer))
+        elif value_cls is not EpisodeCore and type(<object>value) is value_cls:
+            states.append(buffer_state(<BufferCore>value, writer))
+        else:
+            return (d,)
+    return (factory_code(d, value_cls), tuple(keys), tuple(states))
+
+
+cdef object dict_from_state(object state, type value_cls, StateReader reader):
+    """The dict that dict_state() described (value_cls: its values' class),
+    checked: ValueError/TypeError for a corrupt state."""
+    cdef tuple keys, states
+    cdef Py_ssize_t i
+    if type(state) is not tuple or len(<tuple>state) not in (1, 3):
+        raise ValueError(f"corrupt episode state: expected (code, keys, values) or "
+                         f"(object,), got {type(state).__name__}")
+    if len(<tuple>state) == 1:
+        return state[0]
+    if type(state[1]) is not tuple or type(state[2]) is not tuple:
+        raise ValueError("corrupt episode state: a dict's keys and values are tuples")
+    keys, states = state[1], state[2]
+    if len(keys) != len(states):
+        raise ValueError(f"corrupt episode state: {len(keys)} keys for {len(states)} values")
+    d = empty_container(state[0], value_cls if value_cls is not EpisodeCore else None)
+    for i in range(len(keys)):
+        d[keys[i]] = (episode_from_state(states[i], reader) if value_cls is EpisodeCore
+                      else buffer_from_state(value_cls, states[i], reader))
+    if len(d) != len(keys):
+        raise ValueError("corrupt episode state: a key appears twice")
+    return d
+
+
+cdef object track_state(BufferCore buffer, StateWriter writer):
+    # One of the four tracks: its state, or (buffer,) if it is not of the
+    # facade's class.
+    return buffer_state(buffer, writer) if type(buffer) is Buffer else (buffer,)
+
+
+cdef BufferCore track_from_state(object state, StateReader reader):
+    if type(state) is tuple and len(<tuple>state) == 1:
+        return as_buffer(state[0])
+    return buffer_from_state(Buffer, state, reader)
+
+
+cdef bint is_last_row(BufferCore observations, object observation):
+    """`observation` is an array holding the very bytes, dtype and shape of
+    the last row of `observations`: it pickles as "the last row" (what an
+    episode fed from batches keeps) instead of as an array of its own."""
+    cdef Column col = observations._col
+    cdef Py_ssize_t n
+    if col is None or type(observation) is not np.ndarray or not col.plain() or col.row_type_open:
+        return False
+    n = col.nrows()
+    if n == 0 or not col._row_matches(<cnp.ndarray>observation):
+        return False
+    return memcmp(col.row_ptr(n - 1, 1), array_bytes(<cnp.ndarray>observation, col.row_bytes),
+                  col.row_bytes) == 0
+
+
+cdef tuple episode_state(EpisodeCore episode, StateWriter writer):
+    """The episode as a tuple of its fields (ES_*), buffers inline."""
+    require_buffers(episode)
+    observation, last_row = episode.last_observation, episode.last_row_observed
+    if not last_row and is_last_row(episode.observations, observation):
+        observation, last_row = None, True
+    return (
+        type(episode) if type(episode) is not Episode else None,
+        episode.id_, episode.agent_id, episode.module_id,
+        episode.multi_agent_episode_id, episode.is_terminated, episode.is_truncated,
+        episode.t, episode.t_started, episode.custom_data_,
+        time_or_none(episode.start_time), time_or_none(episode.last_step_time),
+        observation, last_row, episode.last_infos,
+        writer.space_state(episode._observation_space),
+        writer.space_state(episode._action_space),
+        track_state(episode.observations, writer), track_state(episode.infos, writer),
+        track_state(episode.actions, writer), track_state(episode.rewards, writer),
+        dict_state(own_extras(episode), Buffer, writer),
+    )
+
+
+cdef inline Py_ssize_t state_index(object value, str name) except? -1:
+    if type(value) is not int or not -PY_SSIZE_T_MAX <= value <= PY_SSIZE_T_MAX:
+        raise ValueError(f"corrupt episode state: {name} must be an int that fits an "
+                         f"index, got {value!r:.100}")
+    return value
+
+
+cdef double state_time(object value, str name) except? -1:
+    """A pickled step time: a float, or None (NaN)."""
+    if value is not None and type(value) is not float:
+        raise ValueError(f"corrupt episode state: {name} must be a float or None, "
+                         f"got {value!r:.100}")
+    return time_from(value)
+
+
+cdef EpisodeCore episode_from_state(object state, StateReader reader):
+    """The episode episode_state() described, checked field by field, then
+    whole (validate()): ValueError/TypeError if corrupt."""
+    cdef EpisodeCore episode
+    cdef tuple s
+    cdef Py_ssize_t t, t_started
+    cdef double start_time, last_step_time
+    if type(state) is not tuple or len(<tuple>state) != ES_FIELDS:
+        raise ValueError(f"corrupt episode state: expected a tuple of {ES_FIELDS} fields, "
+                         f"got {type(state).__name__}")
+    s = <tuple>state
+    cls = Episode if s[ES_CLASS] is None else s[ES_CLASS]
+    if not (isinstance(cls, type) and issubclass(cls, EpisodeCore)):
+        raise TypeError(f"cannot restore an episode as {cls!r:.100}")
+    if type(s[ES_LAST_ROW_OBSERVED]) is not bool:
+        raise ValueError("corrupt episode state: the last-row flag must be a bool")
+    t = state_index(s[ES_T], "t")
+    t_started = state_index(s[ES_T_STARTED], "t_started")
+    start_time = state_time(s[ES_START_TIME], "_start_time")
+    last_step_time = state_time(s[ES_LAST_STEP_TIME], "_last_step_time")
+    observations = track_from_state(s[ES_OBSERVATIONS], reader)
+    infos = track_from_state(s[ES_INFOS], reader)
+    actions = track_from_state(s[ES_ACTIONS], reader)
+    rewards = track_from_state(s[ES_REWARDS], reader)
+    extras = dict_from_state(s[ES_EXTRAS], Buffer, reader)
+    observation_space = reader.space_from_state(s[ES_OBSERVATION_SPACE])
+    action_space = reader.space_from_state(s[ES_ACTION_SPACE])
+    episode = EpisodeCore.__new__(cls)
+    episode.id_ = s[ES_ID]
+    episode.agent_id = s[ES_AGENT_ID]
+    episode.module_id = s[ES_MODULE_ID]
+    episode.multi_agent_episode_id = s[ES_MA_ID]
+    episode.is_terminated = s[ES_TERMINATED]
+    episode.is_truncated = s[ES_TRUNCATED]
+    episode.t = t
+    episode.t_started = t_started
+    episode.custom_data_ = s[ES_CUSTOM_DATA]
+    episode.start_time = start_time
+    episode.last_step_time = last_step_time
+    episode.last_observation = s[ES_LAST_OBSERVATION]
+    episode.last_row_observed = s[ES_LAST_ROW_OBSERVED]
+    episode.last_infos = s[ES_LAST_INFOS]
+    episode._observation_space = observation_space
+    episode._action_space = action_space
+    episode.observations = observations
+    episode.infos = infos
+    episode.actions = actions
+    episode.rewards = rewards
+    episode._extras = extras
+    try:
+        episode.validate()
+    except AssertionError as error:
+        raise ValueError(f"corrupt episode state: {error}") from error
+    return episode

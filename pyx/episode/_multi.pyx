@@ -19,10 +19,11 @@ from libc.stdint cimport INT64_MAX, INT64_MIN, int64_t
 
 cimport numpy as cnp
 
-from episode._buffer cimport BufferCore
+from episode._buffer cimport BufferCore, StateReader, StateWriter
 from episode._column cimport Column, KIND_EMPTY, KIND_INT
-from episode._episode cimport (EpisodeCore, extras_misfit, now, own_extras, time_from,
-                               time_or_none)
+from episode._episode cimport (EpisodeCore, container_from_state, container_state,
+                               dict_from_state, dict_state, extras_misfit, now, own_extras,
+                               state_time, time_from, time_or_none)
 from episode._index cimport (INDEX_LIMIT, SliceSpec, clamped_index, int_position,
                              interpret_slice, slice_positions)
 
@@ -193,6 +194,30 @@ cdef class MultiAgentCore:
     def _stepped(self):
         """Marks the time of a step (the first one starts the clock)."""
         self.mark_step()
+
+    def __reduce_ex__(self, protocol):
+        # One state: the fields, then each agent's episode and mapping with
+        # their buffers inline and the rows of every Column as a
+        # PickleBuffer (protocol 5: out of band where the pickler takes
+        # them), restored by one call (_restore_multi_agent). The facade's
+        # classes and default mapping function are implied (None).
+        cdef StateWriter writer = StateWriter(protocol >= 5)
+        fn = self.agent_to_module_mapping_fn
+        state = (
+            self.id_,
+            None if fn is default_mapping_fn else (fn,),
+            self._agent_to_module_mapping, self.observation_space, self.action_space,
+            self.env_t_started, self.env_t, container_state(self.agent_t_started),
+            self._hanging_actions_end, container_state(self._hanging_extra_model_outputs_end),
+            container_state(self._hanging_rewards_end),
+            container_state(self._hanging_rewards_begin), self.is_terminated,
+            self.is_truncated, self._len_lookback_buffers, self._custom_data,
+            time_or_none(self.start_time), time_or_none(self.last_step_time),
+            dict_state(self.agent_episodes, EpisodeCore, writer),
+            dict_state(self.env_t_to_agent_t, AgentSteps, writer),
+        )
+        return (_restore_multi_agent,
+                (MA_FORMAT, None if type(self) is MultiAgentEpisode else type(self), state))
 
     cdef inline void mark_step(self):
         self.last_step_time = now()
@@ -713,14 +738,99 @@ cdef class MultiAgentCore:
             out.append(item)
         return out
 
-# The facade's class of mappings (set by episode.multi_agent_episode): the C
-# paths take only those, whose reads go through AgentStepsCore.item_at.
+# -- pickling -------------------------------------------------------------------------
+
+# The layout of a pickled multi-agent episode; other ones are refused.
+MA_FORMAT = 1
+
+# The fields of its state (see MultiAgentCore.__reduce_ex__), in order.
+cdef enum:
+    MS_ID, MS_MAPPING_FN, MS_MODULE_MAPPING, MS_OBSERVATION_SPACE, MS_ACTION_SPACE
+    MS_ENV_T_STARTED, MS_ENV_T, MS_AGENT_T_STARTED, MS_HANGING_ACTIONS, MS_HANGING_OUTPUTS
+    MS_HANGING_REWARDS_END, MS_HANGING_REWARDS_BEGIN, MS_TERMINATED, MS_TRUNCATED
+    MS_LEN_LOOKBACK, MS_CUSTOM_DATA, MS_START_TIME, MS_LAST_STEP_TIME
+    MS_AGENT_EPISODES, MS_MAPPINGS
+    MS_FIELDS
+
+
+def _restore_multi_agent(version, cls, state):
+    """The multi-agent episode a pickle holds (see MultiAgentCore.__reduce_ex__).
+    Each part of the state is checked before anything is made from it, and
+    each agent's episode is checked whole once made: ValueError/TypeError
+    for a corrupt state. The episode itself is made last."""
+    cdef MultiAgentCore episode
+    cdef StateReader reader = StateReader()
+    cdef tuple s
+    cdef double start_time, last_step_time
+    if type(version) is not int or version != MA_FORMAT:
+        raise ValueError(f"cannot restore a multi-agent episode pickled in format "
+                         f"{version!r:.100}; this version of episode reads format {MA_FORMAT}")
+    if cls is None:
+        cls = MultiAgentEpisode
+    if not (isinstance(cls, type) and issubclass(cls, MultiAgentCore)):
+        raise TypeError(f"cannot restore a multi-agent episode as {cls!r:.100}")
+    if type(state) is not tuple or len(<tuple>state) != MS_FIELDS:
+        raise ValueError(f"corrupt multi-agent episode state: expected a tuple of "
+                         f"{MS_FIELDS} fields, got {type(state).__name__}")
+    s = <tuple>state
+    fn = s[MS_MAPPING_FN]
+    if fn is not None and not (type(fn) is tuple and len(<tuple>fn) == 1):
+        raise ValueError(f"corrupt multi-agent episode state: the mapping function is None "
+                         f"or (function,), got {fn!r:.100}")
+    fn = default_mapping_fn if fn is None else fn[0]
+    start_time = state_time(s[MS_START_TIME], "_start_time")
+    last_step_time = state_time(s[MS_LAST_STEP_TIME], "_last_step_time")
+    agent_t_started = container_from_state(s[MS_AGENT_T_STARTED])
+    hanging_outputs = container_from_state(s[MS_HANGING_OUTPUTS])
+    hanging_rewards_end = container_from_state(s[MS_HANGING_REWARDS_END])
+    hanging_rewards_begin = container_from_state(s[MS_HANGING_REWARDS_BEGIN])
+    # (Each agent's episode is checked whole, its tracks' lengths included.)
+    agent_episodes = dict_from_state(s[MS_AGENT_EPISODES], EpisodeCore, reader)
+    mapping = dict_from_state(s[MS_MAPPINGS], AgentSteps, reader)
+    if len(<tuple>s[MS_AGENT_EPISODES]) == 1:
+        # Agents in a container of another kind pickled as themselves: each
+        # is checked as validate() checks it.
+        for agent in agent_episodes.values():
+            agent.validate()
+    episode = cls.__new__(cls)
+    episode.id_ = s[MS_ID]
+    episode.agent_to_module_mapping_fn = fn
+    episode._agent_to_module_mapping = s[MS_MODULE_MAPPING]
+    episode.observation_space = s[MS_OBSERVATION_SPACE]
+    episode.action_space = s[MS_ACTION_SPACE]
+    episode.env_t_started = s[MS_ENV_T_STARTED]
+    episode.env_t = s[MS_ENV_T]
+    episode.agent_t_started = agent_t_started
+    episode._hanging_actions_end = s[MS_HANGING_ACTIONS]
+    episode._hanging_extra_model_outputs_end = hanging_outputs
+    episode._hanging_rewards_end = hanging_rewards_end
+    episode._hanging_rewards_begin = hanging_rewards_begin
+    episode.is_terminated = s[MS_TERMINATED]
+    episode.is_truncated = s[MS_TRUNCATED]
+    episode._len_lookback_buffers = s[MS_LEN_LOOKBACK]
+    episode._custom_data = s[MS_CUSTOM_DATA]
+    episode.start_time = start_time
+    episode.last_step_time = last_step_time
+    episode.agent_episodes = agent_episodes
+    episode.env_t_to_agent_t = mapping
+    return episode
+
+
+# The facade's classes and default mapping function (set by
+# episode.multi_agent_episode): the C paths take only mappings of its class,
+# whose reads go through AgentStepsCore.item_at; a pickle leaves out what is
+# the facade's.
 cdef type AgentSteps = AgentStepsCore
+cdef type MultiAgentEpisode = MultiAgentCore
+cdef object default_mapping_fn = None
 
 
-def _register_agent_steps(cls):
-    """Tells the core which Python class the facade's mappings have."""
-    global AgentSteps
-    if not (isinstance(cls, type) and issubclass(cls, AgentStepsCore)):
-        raise TypeError(f"expected a subclass of AgentStepsCore, got {cls!r}")
-    AgentSteps = cls
+def _register_facade(episode_cls, agent_steps_cls, mapping_fn):
+    """Tells the core the facade's episode and mapping classes and its
+    default agent-to-module mapping function."""
+    global AgentSteps, MultiAgentEpisode, default_mapping_fn
+    if not (isinstance(episode_cls, type) and issubclass(episode_cls, MultiAgentCore)):
+        raise TypeError(f"expected a subclass of MultiAgentCore, got {episode_cls!r}")
+    if not (isinstance(agent_steps_cls, type) and issubclass(agent_steps_cls, AgentStepsCore)):
+        raise TypeError(f"expected a subclass of AgentStepsCore, got {agent_steps_cls!r}")
+    MultiAgentEpisode, AgentSteps, default_mapping_fn = episode_cls, agent_steps_cls, mapping_fn

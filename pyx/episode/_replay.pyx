@@ -851,8 +851,7 @@ cdef class Store:
         cdef object extras = own_extras(episode)
         cdef dict layouts = pending.setdefault(None, {})
         cdef int32_t slot
-        if n < 0 or n != len(episode.actions) or n != len(episode.rewards) or n + 1 != len(obs):
-            raise ValueError("the episode is not consistent (see its validate())")
+        check_steps(episode, extras, n)
         _check_rewards(episode.rewards)
         if key is None:
             key = episode.id_
@@ -938,8 +937,7 @@ cdef class Store:
         cdef Py_ssize_t lookback, first_ts
         cdef bint is_new = slot_obj is None
         cdef Num w = num(0.0, TAG_FLOAT)
-        if n < 0 or n != len(actions) or n != len(rewards) or n + 1 != len(obs):
-            raise ValueError("the episode is not consistent (see its validate())")
+        check_steps(episode, extras, n)
         if self.priorities is not None and not self.restoring:
             w = to_num(weight)
         # Checks (nothing changes before they pass).
@@ -2031,6 +2029,18 @@ cdef bint n_step_range(object n_step, int64_t* lo, int64_t* hi, int64_t* n) exce
         return True
     n[0] = n_step
     return False
+
+
+
+cdef int check_steps(EpisodeCore episode, object extras, Py_ssize_t n) except -1:
+    # Every track is read at its lookback + step: each must hold the n steps
+    # (one more observation and info). An unpickled episode is not
+    # validated, and its lookbacks may be anything.
+    if (n < 0 or n != len(episode.actions) or n != len(episode.rewards)
+            or n + 1 != len(episode.observations) or n + 1 != len(episode.infos)
+            or any(len(b) != n for b in extras.values())):
+        raise ValueError("the episode is not consistent (see its validate())")
+    return 0
 
 
 cdef int _check_rewards(BufferCore rewards) except -1:
