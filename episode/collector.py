@@ -311,7 +311,7 @@ class AgentCollector:
     def _unflatten(self, data: list, data_col: str) -> Any:
         if data_col not in self.buffer_structs:
             return data[0]
-        return _nested_like(self.buffer_structs[data_col], iter(data))
+        return _unflatten_leaves(self.buffer_structs[data_col], data)
 
     def build_for_inference(self) -> TrainingBatch:
         """The input of the next forward pass: each view used for computing

@@ -1769,7 +1769,7 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
         return None
 
     def _restore_priorities(self, state, store: Store, modules: Dict[Any, Store]) -> None:
-        pass
+        """Uniform buffers keep no priorities; the prioritized one restores its trees."""
 
     def _multi_state(self) -> Dict[str, Any]:
         return {
