@@ -255,10 +255,11 @@ class VectorEpisodes(VectorCore):
         waiting for their NextStep reset); each sub-env goes on in its
         chunk's successor (`cut(len_lookback_buffer)`)."""
         chunks = []
-        for k, episode in enumerate(self.episodes):
-            if episode is None or self._resetting[k] or len(episode) == 0:
+        episodes, resetting = self.episodes, self._resetting.tolist()
+        for k, episode in enumerate(episodes):
+            if episode is None or resetting[k] or len(episode) == 0:
                 continue
-            self.episodes[k] = episode.cut(len_lookback_buffer=len_lookback_buffer)
+            episodes[k] = episode.cut(len_lookback_buffer=len_lookback_buffer)
             chunks.append(episode)
         return chunks
 
@@ -519,14 +520,23 @@ class Sampler:
 
     def sample_episodes(self) -> List[Union[SingleAgentEpisode, MultiAgentEpisode]]:
         """One rollout's episodes (finished ones, then the chunks of running
-        ones in truncate mode), numpy'ized."""
+        ones in truncate mode), numpy'ized. In truncate mode, the episodes
+        that ended in a rollout that raised (a bad action or observation)
+        come with the next one."""
         self._require_open()
         # The sub-env of each episode handed on, for the batches' env_id.
         self._env_ids = {}
-        episodes = (self._sample_multi_agent() if self.multi_agent
-                    else self._sample_single_agent())
+        if self.multi_agent:
+            episodes = self._sample_multi_agent()
+            for e in episodes:
+                e.to_numpy()
+            return episodes
+        done, chunks = self._sample_single_agent()
+        episodes = done + chunks
         for e in episodes:
             e.to_numpy()
+        # (Numpy'ized, their returns are sums over arrays.)
+        self._metrics.add_episodes(done, chunks)
         return episodes
 
     def sample(self) -> TrainingBatch:
@@ -637,37 +647,47 @@ class Sampler:
                     f"{sorted(extras or ())}")
         self._views_checked = True
 
-    def _sample_single_agent(self) -> list:
+    def _sample_single_agent(self) -> tuple:
+        """(the episodes that ended, the chunks of the running ones)."""
         if not self._started:
             self._reset_vector()
-        complete = self.batch_mode == "complete_episodes"
+        vector = self._vector
         target = self._target()
-        done_episodes: list = []
         counted = 0
-        while counted < target:
-            actions, extras = self._actions()
-            obs, rewards, terminateds, truncateds, infos = self.env.step(actions)
-            self._check_observations(obs)
-            vector = self._vector
-            ended = vector.add_step(obs, actions, rewards, terminateds, truncateds,
-                                    infos, extra_model_outputs=extras)
-            steps = vector.steps_added
-            self._metrics.add_steps(steps, steps)
-            if ended:
-                for k, e in zip(vector.ended_envs, ended):
-                    self._metrics.add_episode(e)
-                    self._env_ids[e.id_] = k
-                done_episodes.extend(ended)
-            counted += sum(len(e) for e in ended) if complete else steps
-        if complete:
-            return done_episodes
-        ongoing = [(k, e) for k, e in enumerate(self._vector.episodes)
-                   if not self._vector._resetting[k] and len(e)]
-        chunks = self._vector.cut(self._lookback)
-        for (k, _), chunk in zip(ongoing, chunks):
-            self._metrics.add_chunk(chunk)
-            self._env_ids[chunk.id_] = k
-        return done_episodes + chunks
+        if self.batch_mode == "complete_episodes":
+            # Counts the steps of the episodes as they end.
+            done: list = []
+            while counted < target:
+                actions, extras = self._actions()
+                obs, rewards, terminateds, truncateds, infos = self.env.step(actions)
+                self._check_observations(obs)
+                ended = vector.add_step(obs, actions, rewards, terminateds, truncateds,
+                                        infos, extra_model_outputs=extras)
+                self._metrics.add_steps(vector.steps_added, vector.steps_added)
+                if ended:
+                    self._env_ids.update(zip([e.id_ for e in ended], vector.ended_envs))
+                    done.extend(ended)
+                    counted += sum([len(e) for e in ended])
+            return done, []
+        # Truncate: the episodes are read once the steps are in (record_step).
+        act, step, check, record = self._actions, self.env.step, self._check_observations, \
+            vector.record_step
+        try:
+            while counted < target:
+                actions, extras = act()
+                obs, rewards, terminateds, truncateds, infos = step(actions)
+                check(obs)
+                counted += record(obs, actions, rewards, terminateds, truncateds, infos,
+                                  extra_model_outputs=extras)
+        finally:
+            self._metrics.add_steps(counted, counted)
+        done, envs = vector.take_ended()
+        self._env_ids.update(zip([e.id_ for e in done], envs))
+        resetting = vector._resetting.tolist()
+        ongoing = [k for k, e in enumerate(vector.episodes) if not resetting[k] and len(e)]
+        chunks = vector.cut(self._lookback)
+        self._env_ids.update(zip([c.id_ for c in chunks], ongoing))
+        return done, chunks
 
     def _check_observations(self, obs: Any) -> None:
         space = self.env.observation_space
@@ -817,6 +837,16 @@ class _Metrics:
     def add_chunk(self, episode: Any) -> None:
         self.partial_returns[episode.id_] = (self.partial_returns.get(episode.id_, 0.0)
                                              + float(episode.get_return()))
+
+    def add_episodes(self, done: list, chunks: list) -> None:
+        """add_episode for each of `done` (single-agent episodes), then
+        add_chunk for each of `chunks`."""
+        pop, returns = self.partial_returns.pop, self.partial_returns
+        self.returns.extend([pop(e.id_, 0.0) + float(e.get_return()) for e in done])
+        # t counts the env steps of all the episode's chunks (it started at 0).
+        self.lengths.extend([e.t for e in done])
+        for e in chunks:
+            returns[e.id_] = returns.get(e.id_, 0.0) + float(e.get_return())
 
     def add_episode(self, episode: Any) -> None:
         self.returns.append(self.partial_returns.pop(episode.id_, 0.0)

@@ -402,3 +402,30 @@ def test_batches_as_rllib_sample_batches():
     m = Sampler(_relay(), rollout_fragment_length=4)
     multi = build_training_batch(m.sample_episodes(), views, sample_batch=True)
     assert type(multi) is sample_batch.MultiAgentBatch and multi.env_steps() == 4
+
+
+def test_episodes_that_ended_before_an_error_come_with_the_next_rollout():
+    """Truncate mode: a rollout that raises loses no episode; the ones that
+    ended before the error are handed on (and counted) by the next call."""
+    calls = []
+
+    def policy(inputs):
+        calls.append(1)
+        n = len(inputs["obs"])
+        return np.full(n, 7, np.int64) if len(calls) == 6 else np.zeros(n, np.int64)
+
+    s = Sampler(lambda: Counter(3), policy, num_envs=2, rollout_fragment_length=10)
+    with pytest.raises(ValueError, match="outside"):
+        s.sample_episodes()
+    # Steps 1-3 ended one episode per sub-env, step 4 reset them, step 5
+    # was a step: 8 env steps, no episode handed on yet.
+    assert {k: v for k, v in s.get_metrics().items() if k != "episode_returns"} == {
+        "episodes_done": 0, "episode_lengths": [], "env_steps": 8, "agent_steps": 8}
+    episodes = s.sample_episodes()
+    done = [e for e in episodes if e.is_done]
+    # The two that ended before the error come first, then this call's.
+    assert [(len(e), e.get_observations(0)[0]) for e in done[:2]] == [(3, 0.0), (3, 0.0)]
+    assert len(done) == 2 + 6
+    metrics = s.get_metrics()
+    assert metrics["episodes_done"] == 8 and metrics["episode_lengths"] == [3] * 8
+    assert metrics["env_steps"] == 20

@@ -621,3 +621,104 @@ def test_extra_outputs_with_an_eq_that_changes_them():
               flags, extra_model_outputs=outputs)
     block.flush_all(episodes)
     assert [e.get_extra_model_outputs("w") for e in episodes] == [[1, 3], [2, 4]]
+
+
+@pytest.mark.parametrize("capacity", [None, 3])
+@pytest.mark.parametrize("env_id, n", [("CartPole-v1", 5), ("Pendulum-v1", 3)])
+def test_record_step_hands_on_what_add_step_returns(env_id, n, capacity):
+    """record_step() + take_ended(): the episodes add_step() returns, in its
+    order and with their sub-envs, state for state (extra outputs too);
+    also across full blocks, cuts, and steps the block cannot take (infos
+    with content) in between."""
+    env = gym.make_vec(env_id, num_envs=n, vectorization_mode="sync")
+    deferred, slow = VectorEpisodes.for_env(env), _OneByOne.for_env(env)
+    if capacity:
+        deferred._pending = PendingRows(capacity)
+    rng = np.random.default_rng(1)
+    obs, infos = env.reset(seed=4)
+    env.action_space.seed(4)
+    for vec in (deferred, slow):
+        vec.add_reset(obs, infos)
+    got, want, got_envs, want_envs = [], [], [], []
+    for t in range(300):
+        actions = env.action_space.sample()
+        obs, rewards, terminateds, truncateds, infos = env.step(actions)
+        if t % 37 == 5:
+            infos = [{"t": t}] + [{}] * (n - 1)        # the general path
+        outputs = _outputs(rng, n, t)
+        steps = deferred.record_step(obs, actions, rewards, terminateds, truncateds, infos,
+                                     extra_model_outputs=dict(outputs))
+        ended = slow.add_step(obs, actions, rewards, terminateds, truncateds, infos,
+                              extra_model_outputs=dict(outputs))
+        assert steps == slow.steps_added == deferred.steps_added
+        want += ended
+        want_envs += slow.ended_envs
+        if t % 23 == 22:
+            done, envs = deferred.take_ended()
+            got += done
+            got_envs += envs
+        if t % 60 == 59:
+            got += deferred.cut()
+            want += slow.cut()
+    done, envs = deferred.take_ended()
+    got, got_envs = got + done, got_envs + envs
+    env.close()
+    assert deferred.take_ended() == ([], [])
+    assert len(want) > 2 * n
+    assert got_envs == want_envs
+    # (In the same order: each pair is the same episode.)
+    got_done = [e for e in got if e.is_done]
+    want_done = [e for e in want if e.is_done]
+    assert [len(e) for e in got_done] == [len(e) for e in want_done]
+    for a, b in zip(got_done, want_done):
+        _same_episode(a, b)
+    for a, b in zip(deferred.episodes, slow.episodes):
+        assert len(a) == len(b)
+        if len(b):                          # (empty chunks' outputs stay lists)
+            _same_episode(a, b)
+
+
+def test_a_deferred_block_starts_and_ends_episodes_when_read():
+    """After record_step(), an ended episode is still its sub-env's and the
+    reset makes no episode until the rows are read; then they are written
+    as add_step writes them."""
+    vec = VectorEpisodes(2)
+    vec.add_reset(np.zeros((2, 3), np.float32))
+    first = list(vec._episodes)
+    flags = np.zeros(2, bool)
+    vec.record_step(np.ones((2, 3), np.float32), np.array([0, 1]), np.ones(2),
+                    np.array([True, False]), flags)
+    assert vec.steps_added == 2 and vec.ended_envs == [0] and list(vec._resetting) == [True,
+                                                                                         False]
+    assert vec._pending.filled == 1 and vec._episodes == first and len(first[0]) == 0
+    vec.record_step(np.full((2, 3), 2, np.float32), np.array([0, 1]), np.ones(2), flags, flags)
+    assert vec.steps_added == 1 and vec._episodes[0] is first[0]      # the reset: no step
+    episodes = vec.episodes
+    assert episodes[0] is not first[0] and episodes[1] is first[1]
+    assert len(first[0]) == 1 and first[0].is_terminated and len(first[1]) == 2
+    np.testing.assert_array_equal(episodes[0].get_observations(0), [2, 2, 2])
+    assert len(episodes[0]) == 0
+    done, envs = vec.take_ended()
+    assert done == [first[0]] and envs == [0]
+
+
+def test_ended_episodes_waiting_in_a_pickle():
+    import pickle
+
+    vec = VectorEpisodes(2)
+    vec.add_reset(np.zeros((2, 3), np.float32))
+    flags = np.zeros(2, bool)
+    vec.record_step(np.ones((2, 3), np.float32), np.array([0, 1]), np.ones(2), flags,
+                    np.array([False, True]))
+    copy = pickle.loads(pickle.dumps(vec))
+    done, envs = copy.take_ended()
+    assert envs == [1] and len(done) == 1 and done[0].is_truncated and len(done[0]) == 1
+    assert done[0].id_ == vec.take_ended()[0][0].id_
+    block = PendingRows()
+    for bad in [None, [(0,)], [("0", done[0])], [(-1, done[0])], [(0, "episode")], ((0, done[0]),)]:
+        with pytest.raises(ValueError, match="PendingRows state"):
+            block.__setstate__(bad)
+    with pytest.raises(ValueError, match="defer=True"):
+        block.add(done, np.ones((1, 3)), np.zeros(1), np.zeros(1), flags[:1], flags[:1],
+                  flags[:1].copy(), defer=True)
+    assert block.filled == 0

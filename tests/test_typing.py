@@ -64,6 +64,7 @@ EXPECTED = {
     "collector.build_for_training(views)": "TrainingBatch",
     "build_training_batch([clone], views)": "TrainingBatch",
     "vec.cut()": "list[SingleAgentEpisode]",
+    "vec.take_ended()": "tuple[list[SingleAgentEpisode], list[int]]",
 }
 
 # The public classes: each public name of theirs appears in the sample.

@@ -221,6 +221,9 @@ for t in range(3):
     ended: list[SingleAgentEpisode] = vec.add_step(
         np.full((2, 4), t / 10, np.float32), np.array([0, 1]), np.ones(2),
         np.zeros(2, bool), np.zeros(2, bool), {})
+recorded: int = vec.record_step(np.ones((2, 4), np.float32), np.array([1, 0]), np.ones(2),
+                                np.array([True, False]), np.zeros(2, bool), {})
+waited: tuple[list[SingleAgentEpisode], list[int]] = vec.take_ended()
 running: list[SingleAgentEpisode | None] = vec.episodes
 chunks: list[SingleAgentEpisode] = vec.cut(len_lookback_buffer=1)
 vec_fields = (vec.num_envs, vec.observation_space, vec.action_space, vec.autoreset_mode,

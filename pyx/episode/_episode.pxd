@@ -83,6 +83,9 @@ cdef Py_ssize_t steps(EpisodeCore episode) except -1
 cdef EpisodeCore start_episode(type cls, object observation_space, object action_space,
                                object observation, object infos)
 
+# cls(observation_space=..., action_space=...), the same way.
+cdef EpisodeCore empty_episode(type cls, object observation_space, object action_space)
+
 
 # episode.extra_model_outputs, with any of RLlib's own buffers that RLlib code
 # put in it (its replay buffers do) replaced by ours.

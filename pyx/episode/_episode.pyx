@@ -831,11 +831,16 @@ def started_episode(cls, observation_space, action_space, observation, infos):
     return start_episode(cls, observation_space, action_space, observation, infos)
 
 
-cdef EpisodeCore start_episode(type cls, object observation_space, object action_space,
-                               object observation, object infos):
+cdef EpisodeCore empty_episode(type cls, object observation_space, object action_space):
     cdef EpisodeCore episode = EpisodeCore.__new__(cls)
     init_empty(episode, new_id(), observation_space, action_space, False, False, 0, None,
                None, None)
+    return episode
+
+
+cdef EpisodeCore start_episode(type cls, object observation_space, object action_space,
+                               object observation, object infos):
+    cdef EpisodeCore episode = empty_episode(cls, observation_space, action_space)
     # What add_env_reset checks holds for a new episode, and one observation
     # and one info are consistent tracks.
     episode.store_reset(observation, infos)

@@ -6,6 +6,8 @@ is the compiled half of `episode.sampling.VectorEpisodes`: its fields and
 the usual step (NextStep autoreset, ndarray batches and extra outputs, no
 infos) with no Python in between; the facade adds the other cases.
 """
+from operator import itemgetter
+
 import numpy as np
 
 from cpython.dict cimport PyDict_GetItemWithError, PyDict_Keys, PyDict_Values
@@ -18,7 +20,7 @@ cimport numpy as cnp
 
 from episode._buffer cimport BufferCore
 from episode._column cimport Column, array_bytes
-from episode._episode cimport EpisodeCore, now, start_episode
+from episode._episode cimport EpisodeCore, empty_episode, now, start_episode
 
 cnp.import_array()
 
@@ -30,6 +32,7 @@ cdef Py_ssize_t MAX_CAPACITY = 128
 
 cdef object NP_TRUE = np.True_      # what a numpy bool array hands out per element
 cdef object NP_FALSE = np.False_
+cdef object FIRST = itemgetter(0)
 
 
 cdef inline bint is_batch(object batch, Py_ssize_t n) noexcept:
@@ -108,6 +111,14 @@ cdef class PendingRows:
     Block row r * n + k holds sub-env k's item of step r (n sub-envs); the
     flat layout lets a row be written into an episode as a batch row is.
 
+    A deferred block (`add(..., defer=True)`) also keeps the resets and the
+    ends: a step is then only the copies, and the episodes that ended are
+    written, and those the resets start are made, when the block is
+    written, in one pass over each sub-env's rows that finds the code and
+    the allocator's memory warm (right after `env.step` both are cold, and
+    each of those steps costs several times as much). The episodes that
+    ended wait in `take_ended()`.
+
     `capacity`: steps per block; None (the default) sizes each block to
     about BLOCK_BYTES (at most MAX_CAPACITY steps, at least one), so that
     large observations do not take a block of many megabytes."""
@@ -115,6 +126,13 @@ cdef class PendingRows:
     cdef readonly Py_ssize_t capacity, filled, n
     cdef Py_ssize_t fixed_capacity  # the capacity asked for, 0: sized by the rows
     cdef cnp.ndarray obs, act, rew, term, trunc
+    cdef cnp.ndarray reset         # the row is its sub-env's NextStep reset
+    cdef bint deferred             # the pending rows' resets and ends are not written yet
+    cdef tuple start               # a deferred block's (episode class, observation space,
+                                   # action space): what its resets start
+    cdef list ended                # (row in the order add() saw them, sub-env, episode) of
+                                   # the deferred episodes that ended, for take_ended()
+    cdef Py_ssize_t ended_base     # the rows written before this block (orders `ended`)
     cdef tuple extra_keys          # the extra outputs' keys in the steps' order (() for none)
     cdef list extras               # each key's block: an ndarray of rows, or a list of
                                    # kept items (is_kept_rows), row r * n + k as the others
@@ -130,6 +148,8 @@ cdef class PendingRows:
         self.n = 0
         self.extra_keys = ()
         self.extras = []
+        self.ended = []
+        self.ended_base = 0
 
     cdef bint fits(self, cnp.ndarray batch, cnp.ndarray block) noexcept:
         # The batch's rows are the block's rows: same type, item size, byte
@@ -171,7 +191,7 @@ cdef class PendingRows:
 
     def add(self, list episodes, observations, actions, rewards, terminateds, truncateds,
             resetting, bint same_step=False, bint final_obs_given=False, tuple start=None,
-            dict extra_model_outputs=None):
+            dict extra_model_outputs=None, bint defer=False):
         """One vector env step: for each sub-env k that is not resetting
         (resetting[k]: its NextStep reset is this step) and, with
         `same_step`, whose episode did not end in it, what
@@ -196,13 +216,18 @@ cdef class PendingRows:
         not `same_step`, the NextStep bookkeeping is done here too: each
         resetting sub-env's new episode starts with its observation (no
         infos) and is no longer resetting; each sub-env whose episode ended
-        is resetting."""
+        is resetting.
+
+        With `defer` (and `start`), the resets and the ends are only kept:
+        the episodes are started, written and ended when the rows are (the
+        ones that ended then wait in take_ended())."""
         return self.add_rows(episodes, observations, actions, rewards, terminateds, truncateds,
-                             resetting, same_step, final_obs_given, start, extra_model_outputs)
+                             resetting, same_step, final_obs_given, start, extra_model_outputs,
+                             defer)
 
     cdef object add_rows(self, list episodes, observations, actions, rewards, terminateds,
                          truncateds, resetting, bint same_step, bint final_obs_given,
-                         tuple start, dict outputs):
+                         tuple start, dict outputs, bint defer=False):
         # add(), for the compiled step (`outputs`: the extra outputs, or None).
         cdef Py_ssize_t n = len(episodes), k, r, j, extra_bytes = 0
         cdef list resets = [], ends = []
@@ -227,12 +252,14 @@ cdef class PendingRows:
         cdef const cnp.npy_bool* term_k = <const cnp.npy_bool*>array_bytes(terminateds, n)
         cdef const cnp.npy_bool* trunc_k = <const cnp.npy_bool*>array_bytes(truncateds, n)
         cdef cnp.npy_bool* reset_k = <cnp.npy_bool*>array_bytes(resetting, n)
-        if start is not None and (same_step or len(start) != 3
-                                  or not isinstance(start[0], type)
-                                  or not issubclass(start[0], EpisodeCore)
-                                  or not cnp.PyArray_ISWRITEABLE(<cnp.ndarray>resetting)):
+        if (start is not None and (same_step or len(start) != 3
+                                   or not isinstance(start[0], type)
+                                   or not issubclass(start[0], EpisodeCore)
+                                   or not cnp.PyArray_ISWRITEABLE(<cnp.ndarray>resetting))
+                or defer and start is None):
             raise ValueError("start=(episode class, observation space, action space) is for "
-                             "NextStep steps with a writeable `resetting`")
+                             "NextStep steps with a writeable `resetting` (and defer=True "
+                             "needs it)")
         # Only the flags are read here: the episodes themselves (out of the
         # caches after env.step) are checked when their rows are written.
         if same_step and not final_obs_given:
@@ -241,6 +268,8 @@ cdef class PendingRows:
                     # The caller's general path raises (before adding anything).
                     self.flush_all(episodes)
                     return None
+        if self.filled and defer != self.deferred:
+            self.flush_all(episodes)
         if not (n == self.n and self.fits(observations, self.obs)
                 and self.fits(actions, self.act) and self.fits(rewards, self.rew)
                 and self.extras_fit(keys, batches)):
@@ -260,16 +289,20 @@ cdef class PendingRows:
                            else self.new_block(batch) for batch in batches]
             self.term = np.empty(self.capacity * n, dtype=bool)
             self.trunc = np.empty(self.capacity * n, dtype=bool)
+            self.reset = np.empty(self.capacity * n, dtype=bool)
             self.times = np.empty(self.capacity, dtype=np.float64)
             self.first = np.zeros(n, dtype=np.intp)
         elif self.filled == self.capacity:
             self.flush_all(episodes)
+        self.deferred = defer
+        self.start = start if defer else None
         r = self.filled
         self.copy_in(self.obs, observations, r)
         self.copy_in(self.act, actions, r)
         self.copy_in(self.rew, rewards, r)
         self.copy_in(self.term, terminateds, r)
         self.copy_in(self.trunc, truncateds, r)
+        self.copy_in(self.reset, resetting, r)
         for j in range(len(batches)):
             block, batch = self.extras[j], batches[j]
             if type(block) is list:
@@ -281,19 +314,20 @@ cdef class PendingRows:
         self.filled = r + 1
         for k in range(n):
             if reset_k[k]:
-                # Its next episode starts with the next step.
                 resets.append(k)
-                self.first[k] = r + 1
+                if not defer:
+                    # Its next episode starts with the next step.
+                    self.first[k] = r + 1
             elif term_k[k] or trunc_k[k]:
                 ends.append(k)
-                ep = episodes[k]
-                if not isinstance(ep, EpisodeCore):
-                    raise TypeError(f"episodes[{k}] is a {type(ep).__name__}, not an episode")
-                self.flush(<EpisodeCore>ep, k, r if same_step else r + 1)
-                self.first[k] = r + 1
+                if not defer:
+                    self.flush(episodes, k, r if same_step else r + 1)
+                    self.first[k] = r + 1
         if start is not None:
             for k in resets:
-                episodes[k] = start_episode(start[0], start[1], start[2], observations[k], None)
+                if not defer:
+                    episodes[k] = start_episode(start[0], start[1], start[2], observations[k],
+                                                None)
                 reset_k[k] = False
             for k in ends:
                 reset_k[k] = True
@@ -305,17 +339,56 @@ cdef class PendingRows:
                array_bytes(<cnp.ndarray>batch, nbytes), nbytes)
         return 0
 
-    cdef int flush(self, EpisodeCore ep, Py_ssize_t k, Py_ssize_t upto) except -1:
-        """Writes sub-env k's rows first[k]..upto - 1 into its episode `ep`."""
-        cdef Py_ssize_t r, i, start = self.first[k], count = upto - start
+    cdef int flush(self, list episodes, Py_ssize_t k, Py_ssize_t upto) except -1:
+        """Writes sub-env k's rows first[k]..upto - 1 into episodes[k]; in a
+        deferred block, a reset row starts the next episode (episodes[k]
+        then) and the episode an end row ends goes to `ended`."""
+        cdef Py_ssize_t r, i, seg = self.first[k]
+        cdef bint fresh = False          # episodes[k] is new: row seg - 1 its reset
+        cdef const cnp.npy_bool* reset = <const cnp.npy_bool*>array_bytes(
+            self.reset, self.capacity * self.n)
+        cdef const cnp.npy_bool* term = <const cnp.npy_bool*>array_bytes(
+            self.term, self.capacity * self.n)
+        cdef const cnp.npy_bool* trunc = <const cnp.npy_bool*>array_bytes(
+            self.trunc, self.capacity * self.n)
+        if self.deferred:
+            for r in range(seg, upto):
+                i = r * self.n + k
+                if reset[i]:
+                    # Its reset is written with the rows after it.
+                    self.first[k] = r + 1
+                    episodes[k] = empty_episode(self.start[0], self.start[1], self.start[2])
+                    fresh = True
+                    seg = r + 1
+                elif term[i] or trunc[i]:
+                    self.first[k] = r + 1
+                    ep = episode_at(episodes, k)
+                    self.write(ep, k, seg, r + 1, fresh)
+                    self.ended.append((i, k, ep))
+                    fresh = False
+                    seg = r + 1
+        if upto > seg or fresh:
+            self.first[k] = upto
+            self.write(episode_at(episodes, k), k, seg, upto, fresh)
+        return 0
+
+    cdef int write(self, EpisodeCore ep, Py_ssize_t k, Py_ssize_t start, Py_ssize_t upto,
+                   bint fresh=False) except -1:
+        """Writes sub-env k's rows start..upto - 1 (no reset among them, an
+        end only in the last) into its episode `ep`; `fresh`: `ep` is new and
+        row start - 1 its reset, whose observation (and empty infos, as
+        add_env_reset's) come first, its rows and the rest in one copy."""
+        cdef Py_ssize_t r, i, count = upto - start, first_obs = start - fresh
         cdef Column infos
         cdef const cnp.npy_bool* term = <const cnp.npy_bool*>array_bytes(
             self.term, self.capacity * self.n)
         cdef const cnp.npy_bool* trunc = <const cnp.npy_bool*>array_bytes(
             self.trunc, self.capacity * self.n)
-        if count <= 0:
+        if count <= 0 and not fresh:
             return 0
-        self.first[k] = upto
+        if fresh:
+            # When its reset was added.
+            ep.start_time = self.times[first_obs]
         if (ep.observations is None or ep.actions is None or ep.rewards is None
                 or ep.infos is None or ep.is_terminated or ep.is_truncated
                 or ep.rewards.is_finalized() or ep.t > PY_SSIZE_T_MAX - count
@@ -323,6 +396,9 @@ cdef class PendingRows:
                 or ep.rewards._col is None or not self.extras_writable(ep)):
             # add_env_step's own checks and paths, row by row (numpy'ized
             # data, Dict rows, outputs stored otherwise, a done episode's error).
+            if fresh:
+                ep.store_reset(block_item(self.obs, first_obs * self.n + k), None)
+                ep.start_time = self.times[first_obs]
             for r in range(start, upto):
                 i = r * self.n + k
                 ep.append_step(block_item(self.obs, i), block_item(self.act, i),
@@ -332,17 +408,22 @@ cdef class PendingRows:
             return 0
         # add_env_step's appends, track by track (only the last row can end
         # the episode: an end is written as soon as it is added).
-        self.write_rows(ep.observations, self.obs, start, count, k)
+        self.write_rows(ep.observations, self.obs, first_obs, upto - first_obs, k)
+        infos = ep.infos._col
+        if infos is not None and infos.counts_empty_dicts():
+            infos.size += count + fresh     # empty infos are only counted
+        else:
+            for r in range(count + fresh):
+                ep.infos.push_empty_dict()
+        ep.last_infos = None
+        if count == 0:
+            # Only the reset: its observation is the last one.
+            ep.last_observation = None
+            ep.last_row_observed = True
+            return 0
         self.write_rows(ep.actions, self.act, start, count, k)
         self.write_rows(ep.rewards, self.rew, start, count, k)
         self.write_outputs(ep, start, count, k)
-        infos = ep.infos._col
-        if infos is not None and infos.counts_empty_dicts():
-            infos.size += count     # empty infos are only counted
-        else:
-            for r in range(count):
-                ep.infos.push_empty_dict()
-        ep.last_infos = None
         ep.t += count
         i = (upto - 1) * self.n + k
         # The last observation is the row just written: no row view made.
@@ -427,28 +508,53 @@ cdef class PendingRows:
 
     def __reduce__(self):
         # Pending rows belong to episodes the block does not hold: the owner
-        # writes them (flush_all) before it is pickled.
+        # writes them (flush_all) before it is pickled. The ended episodes
+        # waiting for take_ended() go with it.
         if self.filled:
             raise TypeError(f"cannot pickle a PendingRows with {self.filled} pending steps: "
                             f"flush_all() them into their episodes first")
-        return PendingRows, (self.fixed_capacity or None,)
+        return (PendingRows, (self.fixed_capacity or None,),
+                [(k, ep) for _, k, ep in self.ended])
+
+    def __setstate__(self, state):
+        # Checked before anything is kept: a list of (sub-env, episode).
+        if type(state) is not list or not all(
+                type(item) is tuple and len(item) == 2 and type(item[0]) is int
+                and item[0] >= 0 and isinstance(item[1], EpisodeCore) for item in state):
+            raise ValueError("a PendingRows state is a list of (sub-env index, episode)")
+        self.ended = [(0, k, ep) for k, ep in state]
 
     def flush_all(self, list episodes):
         """Writes every pending row into its episode (episodes[k] for
         sub-env k); the block is empty after."""
-        cdef Py_ssize_t k
+        cdef Py_ssize_t k, mark = len(self.ended)
         if self.filled and self.n != len(episodes):
             raise ValueError(f"{self.filled} steps of {self.n} sub-envs are pending; "
                              f"got {len(episodes)} episodes to write them into")
         if self.filled:
             for k in range(self.n):
-                ep = episodes[k]
-                if not isinstance(ep, EpisodeCore):
-                    raise TypeError(f"episodes[{k}] is a {type(ep).__name__}, not an episode")
-                self.flush(<EpisodeCore>ep, k, self.filled)
+                self.flush(episodes, k, self.filled)
+        if len(self.ended) > mark + 1:
+            # Sub-env by sub-env above; in the order add() saw the ends.
+            self.ended[mark:] = sorted(self.ended[mark:], key=FIRST)
         self.filled = 0
         if self.n:
             self.first[:] = 0
+
+    def take_ended(self, list episodes):
+        """Writes every pending row (flush_all(episodes)), and hands out the
+        episodes of deferred blocks that ended since the last call, in the
+        order add() saw their ends: (the episodes, their sub-envs)."""
+        self.flush_all(episodes)
+        ended, self.ended = self.ended, []
+        return [item[2] for item in ended], [item[1] for item in ended]
+
+
+cdef EpisodeCore episode_at(list episodes, Py_ssize_t k):
+    ep = episodes[k]
+    if not isinstance(ep, EpisodeCore):
+        raise TypeError(f"episodes[{k}] is a {type(ep).__name__}, not an episode")
+    return <EpisodeCore>ep
 
 
 cdef class VectorCore:
@@ -493,14 +599,48 @@ cdef class VectorCore:
         return self._add_step_general(observations, actions, rewards, terminateds,
                                       truncateds, infos, extra_model_outputs)
 
+    def record_step(self, observations, actions, rewards, terminateds, truncateds, infos=None,
+                    *, extra_model_outputs=None):
+        """add_step() for a sampler that reads the episodes once a rollout
+        is done: the episodes that end wait in take_ended() instead of
+        being returned. The usual step is then the block copies alone (the
+        episodes are written, started and ended in one pass when they are
+        read). Returns the sub-env steps it recorded (steps_added)."""
+        cdef list episodes = self._episodes
+        if (not infos and self.autoreset_mode == "NextStep" and episodes
+                and episodes[0] is not None
+                and (extra_model_outputs is None or type(extra_model_outputs) is dict)):
+            found = self._add_rows(episodes, observations, actions, rewards, terminateds,
+                                   truncateds, self._resetting, False, False,
+                                   (self._episode_class, self.observation_space,
+                                    self.action_space), extra_model_outputs, True)
+            if found is not None:
+                resets, ends = found
+                self.steps_added = len(episodes) - len(resets)
+                self.ended_envs = ends
+                return self.steps_added
+        # (add_step writes the deferred rows first: their ends come first.)
+        ended = self.add_step(observations, actions, rewards, terminateds, truncateds, infos,
+                              extra_model_outputs=extra_model_outputs)
+        self._pending.ended.extend([(0, k, ep) for k, ep in zip(self.ended_envs, ended)])
+        return self.steps_added
+
+    def take_ended(self):
+        """The episodes that ended in record_step() since the last call, in
+        the order add_step() would have returned them, and their sub-envs:
+        (episodes, sub-env indices)."""
+        if self._pending is None:
+            raise TypeError("_pending must be a PendingRows, not None")
+        return self._pending.take_ended(self._episodes)
+
     cpdef object _add_rows(self, list episodes, object observations, object actions,
                            object rewards, object terminateds, object truncateds,
                            object resetting, bint same_step, bint final_obs_given,
-                           tuple start=None, dict extra_model_outputs=None):
+                           tuple start=None, dict extra_model_outputs=None, bint defer=False):
         # The block pass (PendingRows.add); overridable, so that a test can
         # count it or take it away.
         if self._pending is None:
             raise TypeError("_pending must be a PendingRows, not None")
         return self._pending.add_rows(episodes, observations, actions, rewards, terminateds,
                                       truncateds, resetting, same_step, final_obs_given, start,
-                                      extra_model_outputs)
+                                      extra_model_outputs, defer)
