@@ -76,3 +76,33 @@ def test_sampler_cartpole_64(benchmark, impl):
     assert steps >= N_ENVS * N_STEPS
     benchmark.extra_info["env_steps"] = steps
     benchmark.pedantic(run, rounds=15, warmup_rounds=1, iterations=1)
+
+
+def test_sampler_overhead_interleaved(benchmark):
+    """The Sampler's own work beside the live envs: the bare loop and
+    `Sampler.sample_episodes()` alternate round by round (so that the VM's
+    drifts hit both alike), each timed with `time.thread_time()`.
+    `extra_info` has their medians, the Sampler's time over the bare loop's
+    (overhead) and the difference per env step (own work). The benchmark's
+    own timing is of one pair."""
+    import statistics
+    import time
+
+    bare, ours = _bare(), _ours()
+    times: dict = {"bare": [], "ours": []}
+
+    def pair():
+        for name, run in (("bare", bare), ("ours", ours)):
+            start = time.thread_time()
+            steps = run()
+            times[name].append(time.thread_time() - start)
+        return steps
+
+    benchmark.group = "sampler_overhead_64"
+    benchmark.pedantic(pair, rounds=60, warmup_rounds=2, iterations=1)
+    bare_s, ours_s = statistics.median(times["bare"]), statistics.median(times["ours"])
+    benchmark.extra_info.update({
+        "bare_ms": round(bare_s * 1e3, 2), "ours_ms": round(ours_s * 1e3, 2),
+        "overhead_percent": round((ours_s / bare_s - 1) * 100, 2),
+        "own_ns_per_env_step": round((ours_s - bare_s) / (N_ENVS * N_STEPS) * 1e9)})
+    assert len(times["ours"]) == len(times["bare"]) >= 60

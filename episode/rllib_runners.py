@@ -16,8 +16,9 @@ episode callbacks, a NextStep vector env):
   unsquashed or clipped as its NormalizeAndClipActions does;
 - the module stays in eval mode for the whole call, where RLlib's
   forward_exploration switches to it and back at every step;
-- single-agent steps go into the episodes with one `VectorEpisodes.add_step`
-  per env step;
+- single-agent steps go into the episodes with one `VectorEpisodes` call per
+  env step (`record_step` when the call counts timesteps: the episodes are
+  then started, written and ended once the steps are in);
 - the multi-agent step metrics (env, agent and module steps, episodes) are
   logged once per call, summed, where RLlib's loop logs them at every
   sub-env step (its single-agent runner logs them once per call too).
@@ -264,8 +265,10 @@ class SingleAgentEnvRunner(_Loop, RLlibSingleAgentEnvRunner):
         vector = self._vector
         ts = 0
         done_episodes: list = []
-        while (ts < num_timesteps) if num_timesteps is not None \
-                else (len(done_episodes) < num_episodes):
+        # Counting timesteps, the loop reads no episode: they are started,
+        # written and ended once the steps are in (record_step).
+        defer = num_timesteps is not None
+        while (ts < num_timesteps) if defer else (len(done_episodes) < num_episodes):
             if random_actions:
                 actions = actions_for_env = self.env.action_space.sample()
                 outputs: dict = {}
@@ -275,22 +278,36 @@ class SingleAgentEnvRunner(_Loop, RLlibSingleAgentEnvRunner):
             if results is ENV_STEP_FAILURE:
                 # The env was made anew: start over, as RLlib's loop does.
                 ts = 0
+                if defer:
+                    done_episodes += self._take_ended(vector)
                 self._reset_vector()
                 vector = self._vector
                 continue
             observations, rewards, terminateds, truncateds, infos = results
             # A Python int per step, as RLlib's loop adds it.
             outputs[WEIGHTS_SEQ_NO] = [self._weights_seq_no] * self.num_envs
+            self._last_obs = observations
+            if defer:
+                ts += vector.record_step(observations, actions, rewards, terminateds,
+                                         truncateds, infos if any(infos) else None,
+                                         extra_model_outputs=outputs)
+                continue
             ended = vector.add_step(observations, actions, rewards, terminateds, truncateds,
                                     infos if any(infos) else None,
                                     extra_model_outputs=outputs)
             ts += vector.steps_added
-            self._last_obs = observations
             for ep in ended:
-                if num_episodes is not None and len(done_episodes) >= num_episodes:
+                if len(done_episodes) >= num_episodes:
                     break
                 done_episodes.append(ep.to_numpy() if self.episodes_to_numpy else ep)
+        if defer:
+            done_episodes += self._take_ended(vector)
         return ts, done_episodes
+
+    def _take_ended(self, vector: VectorEpisodes) -> list:
+        """The episodes that ended in vector's record_step() calls, in order."""
+        done, _ = vector.take_ended()
+        return [ep.to_numpy() for ep in done] if self.episodes_to_numpy else done
 
     def _reset_vector(self) -> None:
         """RLlib's reset of every sub-env: new episodes (the running ones are

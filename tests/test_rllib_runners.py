@@ -89,9 +89,9 @@ def test_single_agent_steps_take_the_block_pass_with_the_modules_outputs(monkeyp
     passes, steps = [], []
 
     class Counted(runners.VectorEpisodes):
-        def add_step(self, *args, **kwargs):
+        def record_step(self, *args, **kwargs):
             steps.append(sorted(kwargs.get("extra_model_outputs") or ()))
-            return super().add_step(*args, **kwargs)
+            return super().record_step(*args, **kwargs)
 
         def _add_rows(self, *args):
             found = super()._add_rows(*args)
