@@ -581,21 +581,9 @@ cdef class VectorCore:
         dict of such batches). Returns the episodes that ended in this step;
         their sub-envs go on in new episodes. Checks every batch before
         anything is added."""
-        cdef list episodes = self._episodes
-        if (not infos and self.autoreset_mode == "NextStep" and episodes
-                and episodes[0] is not None
-                and (extra_model_outputs is None or type(extra_model_outputs) is dict)):
-            # The usual step, resets, ends and extra outputs included, in the
-            # block pass.
-            found = self._add_rows(episodes, observations, actions, rewards, terminateds,
-                                   truncateds, self._resetting, False, False,
-                                   (self._episode_class, self.observation_space,
-                                    self.action_space), extra_model_outputs)
-            if found is not None:
-                resets, ends = found
-                self.steps_added = len(episodes) - len(resets)
-                self.ended_envs = ends
-                return [episodes[k] for k in ends]
+        if self.block_step(observations, actions, rewards, terminateds, truncateds, infos,
+                           extra_model_outputs, False):
+            return [self._episodes[k] for k in self.ended_envs]
         return self._add_step_general(observations, actions, rewards, terminateds,
                                       truncateds, infos, extra_model_outputs)
 
@@ -606,24 +594,35 @@ cdef class VectorCore:
         being returned. The usual step is then the block copies alone (the
         episodes are written, started and ended in one pass when they are
         read). Returns the sub-env steps it recorded (steps_added)."""
-        cdef list episodes = self._episodes
-        if (not infos and self.autoreset_mode == "NextStep" and episodes
-                and episodes[0] is not None
-                and (extra_model_outputs is None or type(extra_model_outputs) is dict)):
-            found = self._add_rows(episodes, observations, actions, rewards, terminateds,
-                                   truncateds, self._resetting, False, False,
-                                   (self._episode_class, self.observation_space,
-                                    self.action_space), extra_model_outputs, True)
-            if found is not None:
-                resets, ends = found
-                self.steps_added = len(episodes) - len(resets)
-                self.ended_envs = ends
-                return self.steps_added
+        if self.block_step(observations, actions, rewards, terminateds, truncateds, infos,
+                           extra_model_outputs, True):
+            return self.steps_added
         # (add_step writes the deferred rows first: their ends come first.)
         ended = self.add_step(observations, actions, rewards, terminateds, truncateds, infos,
                               extra_model_outputs=extra_model_outputs)
         self._pending.ended.extend([(0, k, ep) for k, ep in zip(self.ended_envs, ended)])
         return self.steps_added
+
+    cdef bint block_step(self, observations, actions, rewards, terminateds, truncateds,
+                         infos, extra_model_outputs, bint defer) except -1:
+        # The usual step (NextStep, no infos), resets, ends and extra outputs
+        # included, in the block pass: True if it took it (steps_added and
+        # ended_envs set), False if the general path must.
+        cdef list episodes = self._episodes
+        if not (not infos and self.autoreset_mode == "NextStep" and episodes
+                and episodes[0] is not None
+                and (extra_model_outputs is None or type(extra_model_outputs) is dict)):
+            return False
+        found = self._add_rows(episodes, observations, actions, rewards, terminateds,
+                               truncateds, self._resetting, False, False,
+                               (self._episode_class, self.observation_space,
+                                self.action_space), extra_model_outputs, defer)
+        if found is None:
+            return False
+        resets, ends = found
+        self.steps_added = len(episodes) - len(resets)
+        self.ended_envs = ends
+        return True
 
     def take_ended(self):
         """The episodes that ended in record_step() since the last call, in
