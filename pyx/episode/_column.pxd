@@ -364,6 +364,7 @@ cdef class Column:
             self.kind = KIND_EMPTY_DICT
         return self.kind == KIND_EMPTY_DICT
     cdef int check_range(self, Py_ssize_t start, Py_ssize_t stop) except -1
+    cdef int finalize_typed(self) except -1
     cdef Column copy_rows(self, Py_ssize_t start, Py_ssize_t stop)
     cdef int _push_array_mode(self, object item) except -1
     cdef int _start_typed(self, object item) except -1

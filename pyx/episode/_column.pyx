@@ -723,6 +723,11 @@ cdef class Column:
             return False
         if self.kind == KIND_EMPTY or self.kind == KIND_EMPTY_DICT:
             return False
+        self.finalize_typed()
+        return True
+
+    cdef int finalize_typed(self) except -1:
+        # finalize() of typed storage.
         # Spare capacity beyond an eighth of the rows goes back; a smaller
         # tail is left alone: shrinking a large block in place makes the
         # allocator hand back its pages, which the next episode then faults
@@ -730,7 +735,7 @@ cdef class Column:
         if self.capacity - self.size > self.size // 8 and self._owns_block():
             self._resize(self.size)
         self.finalized = True
-        return True
+        return 0
 
     # -- blocks -----------------------------------------------------------------
 

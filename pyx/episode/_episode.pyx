@@ -27,7 +27,8 @@ cimport numpy as cnp
 
 from episode._buffer cimport (BufferCore, StateReader, StateWriter, buffer_from_state,
                              buffer_state, empty_buffer, space_struct)
-from episode._column cimport KIND_EMPTY_DICT, KIND_FLOAT, Column, array_bytes
+from episode._column cimport (KIND_EMPTY, KIND_EMPTY_DICT, KIND_FLOAT, KIND_OBJECT, Column,
+                             array_bytes)
 from episode._index cimport checked_lookback
 
 from episode._buffer import _describe_once
@@ -612,6 +613,16 @@ cdef class EpisodeCore:
         self.validate()
         # (Raises for a state with t before t_started: before any change.)
         cdef Py_ssize_t n = steps(self)
+        if (n > 0 and flips_only(self.observations) and flips_only(self.actions)
+                and flips_only(self.rewards) and outputs_flip_only(self._extras)):
+            # The usual episode: each track one typed Column, which finalize()
+            # only switches to numpy semantics (nothing can fail).
+            flip(self.observations)
+            flip(self.actions)
+            flip(self.rewards)
+            for buf in (<dict>self._extras).values():
+                flip(<BufferCore>buf)
+            return self
         buffers = [self.observations]
         if n > 0:
             buffers += [self.actions, self.rewards, *own_extras(self).values()]
@@ -822,6 +833,31 @@ cdef int init_empty(EpisodeCore episode, object id_, object observation_space,
     episode.last_observation = None
     episode.last_row_observed = False
     episode.last_infos = None
+    return 0
+
+
+cdef inline bint flips_only(BufferCore buf) noexcept:
+    # buf.finalize() only switches its one typed Column to numpy semantics
+    # (or nothing: finalized already), as prepare_finalize() finds it.
+    cdef Column col = buf._col if buf is not None and buf._tree_leaves is None else None
+    return col is not None and (col.finalized or (
+        col.nrows() > 0 and col.kind != KIND_OBJECT and col.kind != KIND_EMPTY_DICT
+        and col.kind != KIND_EMPTY))
+
+
+cdef bint outputs_flip_only(object extras) except -1:
+    # The same for every extra output (an exact dict of our buffers).
+    if type(extras) is not dict:
+        return False
+    for buf in (<dict>extras).values():
+        if not (isinstance(buf, BufferCore) and flips_only(<BufferCore>buf)):
+            return False
+    return True
+
+
+cdef inline int flip(BufferCore buf) except -1:
+    if not buf._col.finalized:
+        buf._col.finalize_typed()
     return 0
 
 
