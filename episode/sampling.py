@@ -769,7 +769,7 @@ class Sampler:
                     counted += len(obs) if by_agents else 1
                 if episode.is_done:
                     _prune(episode)
-                    self._metrics.add_episode(episode)
+                    self._metrics.add_episodes([episode], [])
                     self._env_ids[episode.id_] = i
                     done_episodes.append(episode)
                     if complete:
@@ -784,7 +784,7 @@ class Sampler:
             self._episodes[i] = episode.cut(len_lookback_buffer=self._lookback)
             if episode.env_t != 0:
                 _prune(episode)
-                self._metrics.add_chunk(episode)
+                self._metrics.add_episodes([], [episode])
                 self._env_ids[episode.id_] = i
                 chunks.append(episode)
         return done_episodes + chunks
@@ -834,25 +834,18 @@ class _Metrics:
         self.env_steps += env_steps
         self.agent_steps += agent_steps
 
-    def add_chunk(self, episode: Any) -> None:
-        self.partial_returns[episode.id_] = (self.partial_returns.get(episode.id_, 0.0)
-                                             + float(episode.get_return()))
-
     def add_episodes(self, done: list, chunks: list) -> None:
-        """add_episode for each of `done` (single-agent episodes), then
-        add_chunk for each of `chunks`."""
+        """The finished episodes `done` (their return over all their chunks,
+        and length) and the chunks `chunks` of running ones (their returns
+        so far)."""
         pop, returns = self.partial_returns.pop, self.partial_returns
         self.returns.extend([pop(e.id_, 0.0) + float(e.get_return()) for e in done])
-        # t counts the env steps of all the episode's chunks (it started at 0).
-        self.lengths.extend([e.t for e in done])
+        # t (env_t) counts the env steps of all the episode's chunks (it
+        # started at 0).
+        self.lengths.extend([e.t if isinstance(e, SingleAgentEpisode) else int(e.env_t)
+                             for e in done])
         for e in chunks:
             returns[e.id_] = returns.get(e.id_, 0.0) + float(e.get_return())
-
-    def add_episode(self, episode: Any) -> None:
-        self.returns.append(self.partial_returns.pop(episode.id_, 0.0)
-                            + float(episode.get_return()))
-        # t counts the env steps of all the episode's chunks (it started at 0).
-        self.lengths.append(int(getattr(episode, "env_t", None) or episode.t))
 
     def as_dict(self) -> dict:
         return {"episodes_done": len(self.returns), "episode_returns": self.returns,

@@ -2359,6 +2359,96 @@ for _fixture in MA_EPISODES:
             ma_flipped_bytes_case(_fixture, _protocol))
 
 
+def vector_with_waiting():
+    """VectorEpisodes of 3 sub-envs whose record_step() calls left two
+    ended episodes waiting for take_ended() (and rows pending)."""
+    from episode.sampling import VectorEpisodes
+
+    vec = VectorEpisodes(3)
+    vec.add_reset(np.full((3, 2), 1.0, np.float32))
+    flags = np.zeros(3, bool)
+    for t in range(4):
+        vec.record_step(np.full((3, 2), t + 2.0, np.float32), np.zeros(3, np.int64),
+                        np.ones(3), np.array([t == 1, False, t == 2]), flags)
+    return vec
+
+
+def probe_vector(p, tag, vec):
+    """take_ended(), a step, the episodes, a cut and a pickle of a restored
+    VectorEpisodes."""
+    if not hasattr(vec, "take_ended"):
+        return
+    p.run(f"{tag}.take_ended", lambda: [len(e) for e in vec.take_ended()[0]], data=False)
+    flags = np.zeros(3, bool)
+    p.run(f"{tag}.record_step", lambda: vec.record_step(
+        np.full((3, 2), 9.0, np.float32), np.zeros(3, np.int64), np.ones(3),
+        np.array([True, False, False]), flags), data=False)
+    p.run(f"{tag}.episodes", lambda: [len(e) for e in vec.episodes], data=False)
+    p.run(f"{tag}.take_ended_again",
+          lambda: [e.get_observations() for e in vec.take_ended()[0]], data=False)
+    p.run(f"{tag}.cut", lambda: [e.get_rewards() for e in vec.cut()], data=False)
+    p.run(f"{tag}.pickle", lambda: pickle.loads(pickle.dumps(vec, protocol=5)), data=False)
+
+
+def vector_state_case(garbage_name):
+    """The waiting episodes' state of a pickled VectorEpisodes (its
+    PendingRows' list of (sub-env, episode)) with garbage in each slot:
+    refused with ValueError or restored, never a crash."""
+
+    def run(impl, p):
+        if not impl.ours:
+            return
+        p.check_data = False  # garbage in a data slot is data
+        garbage = _attr_value(impl, REDUCE_GARBAGE[garbage_name], p)
+        if garbage is REFUSED:
+            return
+        vec = vector_with_waiting()
+        vec.episodes            # the rows written: the block pickles
+        fn, args, state = vec._pending.__reduce__()
+        edits = [garbage, [garbage], [(garbage, state[0][1])], [(0, garbage)],
+                 [state[0], (1, state[1][1], garbage)]]
+        for i, edited in enumerate(edits):
+            def restore(edited=edited):
+                pending = fn(*args)
+                pending.__setstate__(edited)
+                vec._pending = pending
+                return vec
+            got = p.run(f"restore#{i}", restore, data=False)
+            if got is not None:
+                probe_vector(p, f"vec#{i}", got)
+
+    return run
+
+
+for _name in REDUCE_GARBAGE:
+    add("vector_pickle", f"state:{_name}", vector_state_case(_name))
+
+
+def vector_flipped_bytes_case(protocol):
+    """Real pickles of a VectorEpisodes with ended episodes waiting, bytes
+    flipped: loading may fail, never crash."""
+
+    def run(impl, p):
+        if not impl.ours:
+            return
+        p.check_data = False  # flipped data bytes are data, not heap garbage
+        data = pickle.dumps(vector_with_waiting(), protocol=protocol)
+        rng = np.random.default_rng(protocol)
+        for k in range(25):
+            bad = bytearray(data)
+            for pos in rng.integers(0, len(bad), size=3):
+                bad[pos] = int(rng.integers(0, 256))
+            loaded = p.run(f"loads#{k}", lambda: pickle.loads(bytes(bad)), data=False)
+            if loaded is not None:
+                probe_vector(p, f"loaded#{k}", loaded)
+
+    return run
+
+
+for _protocol in (2, 5):
+    add("vector_pickle", f"flipped_bytes:p{_protocol}", vector_flipped_bytes_case(_protocol))
+
+
 SET_GARBAGE = {
     "None": None,
     "str": "x",

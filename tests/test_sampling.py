@@ -220,20 +220,27 @@ class _OneByOne(VectorEpisodes):
         return None
 
 
+def _reset_side_by_side(env_id, n, mode, *classes, seed=3):
+    """A vector env and one VectorEpisodes of each class, all reset with
+    its first observations (the env and its action space seeded)."""
+    env = gym.make_vec(env_id, num_envs=n, vectorization_mode="sync",
+                       vector_kwargs={"autoreset_mode": MODES[mode]})
+    vecs = [cls.for_env(env) for cls in classes]
+    _Counted.passes = 0
+    obs, infos = env.reset(seed=seed)
+    env.action_space.seed(seed)
+    for vec in vecs:
+        vec.add_reset(obs, infos)
+    return env, vecs
+
+
 @pytest.mark.parametrize("mode", list(MODES))
 @pytest.mark.parametrize("env_id, n", [("CartPole-v1", 5), ("Pendulum-v1", 3),
                                        ("MountainCarContinuous-v0", 2)])
 def test_the_compiled_batch_pass_stores_what_add_env_step_stores(env_id, n, mode):
     """The same steps through the compiled pass and through add_env_step per
     sub-env: the same episodes, state for state (types included)."""
-    env = gym.make_vec(env_id, num_envs=n, vectorization_mode="sync",
-                       vector_kwargs={"autoreset_mode": MODES[mode]})
-    fast, slow = _Counted.for_env(env), _OneByOne.for_env(env)
-    _Counted.passes = 0
-    obs, infos = env.reset(seed=3)
-    env.action_space.seed(3)
-    for vec in (fast, slow):
-        vec.add_reset(obs, infos)
+    env, (fast, slow) = _reset_side_by_side(env_id, n, mode, _Counted, _OneByOne)
     ended = [[], []]
     for t in range(260):
         actions = env.action_space.sample()
@@ -457,15 +464,8 @@ def test_the_compiled_batch_pass_takes_extra_outputs(env_id, n, mode):
     """Steps with the module's extra outputs take the compiled pass and
     store what add_env_step per sub-env stores: dtypes, shapes, the Python
     ints of weights_seq_no, dict order, through ends, resets and cuts."""
-    env = gym.make_vec(env_id, num_envs=n, vectorization_mode="sync",
-                       vector_kwargs={"autoreset_mode": MODES[mode]})
-    fast, slow = _Counted.for_env(env), _OneByOne.for_env(env)
-    _Counted.passes = 0
+    env, (fast, slow) = _reset_side_by_side(env_id, n, mode, _Counted, _OneByOne)
     rng = np.random.default_rng(5)
-    obs, infos = env.reset(seed=3)
-    env.action_space.seed(3)
-    for vec in (fast, slow):
-        vec.add_reset(obs, infos)
     ended = [[], []]
     for t in range(260):
         actions = env.action_space.sample()
@@ -630,15 +630,11 @@ def test_record_step_hands_on_what_add_step_returns(env_id, n, capacity):
     order and with their sub-envs, state for state (extra outputs too);
     also across full blocks, cuts, and steps the block cannot take (infos
     with content) in between."""
-    env = gym.make_vec(env_id, num_envs=n, vectorization_mode="sync")
-    deferred, slow = VectorEpisodes.for_env(env), _OneByOne.for_env(env)
+    env, (deferred, slow) = _reset_side_by_side(env_id, n, "NextStep", VectorEpisodes,
+                                                _OneByOne, seed=4)
     if capacity:
         deferred._pending = PendingRows(capacity)
     rng = np.random.default_rng(1)
-    obs, infos = env.reset(seed=4)
-    env.action_space.seed(4)
-    for vec in (deferred, slow):
-        vec.add_reset(obs, infos)
     got, want, got_envs, want_envs = [], [], [], []
     for t in range(300):
         actions = env.action_space.sample()

@@ -132,7 +132,6 @@ cdef class PendingRows:
                                    # action space): what its resets start
     cdef list ended                # (row in the order add() saw them, sub-env, episode) of
                                    # the deferred episodes that ended, for take_ended()
-    cdef Py_ssize_t ended_base     # the rows written before this block (orders `ended`)
     cdef tuple extra_keys          # the extra outputs' keys in the steps' order (() for none)
     cdef list extras               # each key's block: an ndarray of rows, or a list of
                                    # kept items (is_kept_rows), row r * n + k as the others
@@ -149,7 +148,6 @@ cdef class PendingRows:
         self.extra_keys = ()
         self.extras = []
         self.ended = []
-        self.ended_base = 0
 
     cdef bint fits(self, cnp.ndarray batch, cnp.ndarray block) noexcept:
         # The batch's rows are the block's rows: same type, item size, byte
@@ -398,7 +396,7 @@ cdef class PendingRows:
             # data, Dict rows, outputs stored otherwise, a done episode's error).
             if fresh:
                 ep.store_reset(block_item(self.obs, first_obs * self.n + k), None)
-                ep.start_time = self.times[first_obs]
+                ep.start_time = self.times[first_obs]   # (store_reset stamps it now)
             for r in range(start, upto):
                 i = r * self.n + k
                 ep.append_step(block_item(self.obs, i), block_item(self.act, i),
