@@ -25,6 +25,7 @@ import base64
 import collections
 import copy
 import datetime
+import functools
 import gc
 import math
 import os
@@ -2332,15 +2333,15 @@ for _fixture in MA_EPISODES:
         add("ma_pickle", f"{_fixture}:{_name}", ma_state_case(_fixture, _name))
 
 
-def ma_flipped_bytes_case(fixture, protocol):
-    """Real pickles of a multi-agent episode with bytes flipped: loading
-    may fail, never crash."""
+def flipped_bytes_case(make, probe, protocol):
+    """Real pickles of `make()` with bytes flipped: loading may fail, never
+    crash; what loads is probed (`probe(p, tag, loaded)`)."""
 
     def run(impl, p):
         if not impl.ours:
             return
         p.check_data = False  # flipped data bytes are data, not heap garbage
-        data = pickle.dumps(ma_episode(fixture), protocol=protocol)
+        data = pickle.dumps(make(), protocol=protocol)
         rng = np.random.default_rng(protocol)
         for k in range(25):
             bad = bytearray(data)
@@ -2348,7 +2349,7 @@ def ma_flipped_bytes_case(fixture, protocol):
                 bad[pos] = int(rng.integers(0, 256))
             loaded = p.run(f"loads#{k}", lambda: pickle.loads(bytes(bad)), data=False)
             if loaded is not None:
-                probe_ma(p, f"loaded#{k}", loaded)
+                probe(p, f"loaded#{k}", loaded)
 
     return run
 
@@ -2356,7 +2357,7 @@ def ma_flipped_bytes_case(fixture, protocol):
 for _fixture in MA_EPISODES:
     for _protocol in (2, 5):
         add("ma_pickle", f"flipped_bytes:{_fixture}:p{_protocol}",
-            ma_flipped_bytes_case(_fixture, _protocol))
+            flipped_bytes_case(functools.partial(ma_episode, _fixture), probe_ma, _protocol))
 
 
 def vector_with_waiting():
@@ -2424,29 +2425,9 @@ for _name in REDUCE_GARBAGE:
     add("vector_pickle", f"state:{_name}", vector_state_case(_name))
 
 
-def vector_flipped_bytes_case(protocol):
-    """Real pickles of a VectorEpisodes with ended episodes waiting, bytes
-    flipped: loading may fail, never crash."""
-
-    def run(impl, p):
-        if not impl.ours:
-            return
-        p.check_data = False  # flipped data bytes are data, not heap garbage
-        data = pickle.dumps(vector_with_waiting(), protocol=protocol)
-        rng = np.random.default_rng(protocol)
-        for k in range(25):
-            bad = bytearray(data)
-            for pos in rng.integers(0, len(bad), size=3):
-                bad[pos] = int(rng.integers(0, 256))
-            loaded = p.run(f"loads#{k}", lambda: pickle.loads(bytes(bad)), data=False)
-            if loaded is not None:
-                probe_vector(p, f"loaded#{k}", loaded)
-
-    return run
-
-
 for _protocol in (2, 5):
-    add("vector_pickle", f"flipped_bytes:p{_protocol}", vector_flipped_bytes_case(_protocol))
+    add("vector_pickle", f"flipped_bytes:p{_protocol}",
+        flipped_bytes_case(vector_with_waiting, probe_vector, _protocol))
 
 
 SET_GARBAGE = {
