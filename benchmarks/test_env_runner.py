@@ -1,4 +1,4 @@
-"""RLlib's SingleAgentEnvRunner against ours (episode.rllib_runners), in one process.
+"""RLlib's SingleAgentEnvRunner against ours (episode.rllib.runners), in one process.
 
     pytest benchmarks/test_env_runner.py --benchmark-group-by=group \
         --benchmark-columns=median,iqr,rounds
@@ -29,7 +29,7 @@ from ray.rllib.env.single_agent_env_runner import (  # noqa: E402
 )
 from ray.rllib.examples.envs.classes.multi_agent import MultiAgentCartPole  # noqa: E402
 
-import episode.rllib_runners  # noqa: E402
+import episode.rllib.runners  # noqa: E402
 
 ENVS, FRAGMENT = 8, 250
 MA_ENVS, MA_FRAGMENT = 4, 100
@@ -43,11 +43,11 @@ def _runner(impl: str, multi_agent: bool, monkeypatch):
                                rollout_fragment_length=MA_FRAGMENT)
                   .multi_agent(policies={"p0", "p1"},
                                policy_mapping_fn=lambda aid, *a, **k: f"p{aid % 2}"))
-        ours, theirs = episode.rllib_runners.MultiAgentEnvRunner, RLlibMultiAgentRunner
+        ours, theirs = episode.rllib.runners.MultiAgentEnvRunner, RLlibMultiAgentRunner
     else:
         config = (PPOConfig().environment("CartPole-v1")
                   .env_runners(num_envs_per_env_runner=ENVS, rollout_fragment_length=FRAGMENT))
-        ours, theirs = episode.rllib_runners.SingleAgentEnvRunner, RLlibRunner
+        ours, theirs = episode.rllib.runners.SingleAgentEnvRunner, RLlibRunner
     config = config.debugging(seed=0)
     if impl == "rllib":
         return theirs(config=config)

@@ -4,7 +4,7 @@
 
 ALGO is ppo, ppo_remote, dqn or ppo_multi_agent; CLASSES is rllib, ours (installed
 with episode.rllib.install() before anything else) or runner (ours, and the
-env runners of episode.rllib_runners). Prints one JSON line:
+env runners of episode.rllib.runners). Prints one JSON line:
 each iteration's mean episode return and total loss, and the classes of the
 episodes the learners were given. Run in a fresh process per run: one
 process cannot mix the two kinds of episodes.
@@ -71,7 +71,7 @@ def main(algo: str, classes: str, iterations: int) -> dict:
     LearnerGroup.update = recording_update
     config_ = config(algo).debugging(seed=0)
     if classes == "runner":
-        from episode.rllib_runners import MultiAgentEnvRunner, SingleAgentEnvRunner
+        from episode.rllib.runners import MultiAgentEnvRunner, SingleAgentEnvRunner
 
         config_ = config_.env_runners(env_runner_cls=MultiAgentEnvRunner
                                       if algo == "ppo_multi_agent" else SingleAgentEnvRunner)

@@ -3,7 +3,7 @@
     python tests/runner_samples.py RUNNER ENV [ENV ...]
 
 RUNNER is rllib (RLlib's SingleAgentEnvRunner on RLlib's classes) or ours
-(episode.rllib_runners.SingleAgentEnvRunner); ENV is cartpole (8 envs,
+(episode.rllib.runners.SingleAgentEnvRunner); ENV is cartpole (8 envs,
 Discrete actions), pendulum (4 envs, Box actions unsquashed), infos (4 envs of
 an env whose infos are not empty), lists (CartPole, episodes handed on
 before to_numpy()) or callbacks (CartPole with an episode callback: RLlib's
@@ -134,7 +134,7 @@ def _value(metric):
 def main(runner: str, env: str) -> dict:
     logging.disable(logging.WARNING)
     if runner == "ours":
-        from episode.rllib_runners import MultiAgentEnvRunner, SingleAgentEnvRunner
+        from episode.rllib.runners import MultiAgentEnvRunner, SingleAgentEnvRunner
     else:
         from ray.rllib.env.multi_agent_env_runner import MultiAgentEnvRunner
         from ray.rllib.env.single_agent_env_runner import SingleAgentEnvRunner

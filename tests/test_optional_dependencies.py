@@ -14,7 +14,7 @@ EXTRA = 'pip install "episode[rllib]"'
 CASES = {
     "distributed": "import episode.distributed",
     "rllib_install": "import episode.rllib\nepisode.rllib.install()",
-    "rllib_runners": "import episode.rllib_runners",
+    "rllib_runners": "import episode.rllib.runners",
     "single_agent_sample_batch": """
         from episode import SingleAgentEpisode
         episode = SingleAgentEpisode(observations=[0, 1], actions=[0], rewards=[1.0])

@@ -1,6 +1,6 @@
 """The learner's side of a replayed batch: RLlib's default DQN/SAC learner
 connector pipeline on episodes sampled from our buffers gives the same train
-batch from the batch arrays (episode.rllib_learner) as RLlib's connectors do
+batch from the batch arrays (episode.rllib.learner) as RLlib's connectors do
 item by item, and as RLlib's own buffer and episodes give for the same seed."""
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ from ray.rllib.utils.replay_buffers.prioritized_episode_buffer import (  # noqa:
 
 from episode import SingleAgentEpisode  # noqa: E402
 from episode import replay  # noqa: E402
-from episode.rllib_learner import learner_call, rllib_learner_call  # noqa: E402
+from episode.replay import draws  # noqa: E402
+from episode.rllib.learner import learner_call, rllib_learner_call  # noqa: E402
 
 OBS_SPACE = gym.spaces.Box(-5, 5, (4,), np.float32)
 ACTION_SPACE = gym.spaces.Discrete(2)
@@ -106,7 +107,7 @@ def test_fast_path_builds_rllibs_batch(pipeline_and_module, extras):
     rllibs = rllib_learner_call(pipeline, rl_module=module, batch={}, episodes=their_episodes,
                                 shared_data=their_shared, metrics=MetricsLogger())
     calls = []
-    original = replay.replayed_columns
+    original = draws.replayed_columns
 
     def counting(episodes):
         result = original(episodes)
@@ -114,7 +115,7 @@ def test_fast_path_builds_rllibs_batch(pipeline_and_module, extras):
         return result
 
     metrics = MetricsLogger()
-    replay_module = __import__("episode.rllib_learner", fromlist=["x"])
+    replay_module = __import__("episode.rllib.learner", fromlist=["x"])
     replay_module.replayed_columns = counting
     try:
         fast = learner_call(pipeline, rl_module=module, batch={}, episodes=our_episodes,
@@ -145,13 +146,13 @@ def test_changed_episodes(pipeline_and_module):
     ours = _filled(replay.PrioritizedEpisodeReplayBuffer, SingleAgentEpisode, False)
     episodes = ours.sample(num_items=8, n_step=2, beta=0.4)
     episodes[3].set_rewards(new_data=np.float64(123.0), at_indices=0)    # in place
-    assert replay.replayed_columns(episodes) is not None
+    assert draws.replayed_columns(episodes) is not None
     episodes[4].set_rewards(new_data=7.0, at_indices=0)    # a Python float: a list now
-    assert replay.replayed_columns(episodes) is None
+    assert draws.replayed_columns(episodes) is None
     mixed = list(episodes)
     mixed[5] = copy.deepcopy(mixed[5])
-    assert replay.replayed_columns(mixed) is None
-    assert replay.replayed_columns(episodes[:-1]) is None
+    assert draws.replayed_columns(mixed) is None
+    assert draws.replayed_columns(episodes[:-1]) is None
     with _rllib_takes_ours():
         for batch in (episodes, mixed):
             copies = copy.deepcopy(batch)

@@ -63,7 +63,7 @@ def _stop_runs() -> None:
 @functools.lru_cache(maxsize=None)
 def _run(algo: str, classes: str, iterations: int) -> dict:
     """rllib_runs.py's result (each run once per test session: the tests of
-    episode.rllib_runners compare with the same RLlib runs)."""
+    episode.rllib.runners compare with the same RLlib runs)."""
     for other in SIDE_BY_SIDE.get(algo, ()):
         _start(algo, other, iterations)
     proc = _start(algo, classes, iterations)

@@ -1,4 +1,4 @@
-"""episode.rllib_runners against RLlib 2.60's own env runner: the same
+"""episode.rllib.runners against RLlib 2.60's own env runner: the same
 episodes (every column, dtype and shape), metrics and training runs for the
 same seeds. Each runner runs in a fresh process (one process cannot mix the
 two kinds of episodes)."""
@@ -85,7 +85,7 @@ def test_single_agent_steps_take_the_block_pass_with_the_modules_outputs(monkeyp
     from ray.rllib.algorithms.ppo import PPOConfig
 
     import episode.rllib
-    import episode.rllib_runners as runners
+    import episode.rllib.runners as runners
 
     passes, steps = [], []
 
@@ -152,7 +152,7 @@ def test_episodes_that_ended_in_a_sample_that_raised_come_with_the_next(monkeypa
     from ray.rllib.algorithms.ppo import PPOConfig
 
     import episode.rllib
-    import episode.rllib_runners as runners
+    import episode.rllib.runners as runners
 
     logging.disable(logging.WARNING)
     monkeypatch.setattr(episode.rllib, "install", lambda: None)

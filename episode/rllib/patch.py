@@ -1,27 +1,6 @@
-"""RLlib on our episode classes.
-
-`install()` makes every loaded `ray.rllib` module use our
-`SingleAgentEpisode`, `MultiAgentEpisode` and `InfiniteLookbackBuffer`, and
-our four episode replay buffers (`episode.replay`), in place of RLlib's
-own: each module attribute that is one of RLlib's classes becomes ours
-(RLlib's string names of the buffers in a `replay_buffer_config` then make
-ours too). The modules that define them are among those, so a module
-imported later gets ours too. Learner connector pipelines get the fast path
-for replayed episodes (`episode.rllib_learner`). Ray worker processes started afterwards
-do the same before they run anything (`ray.init()` gets a worker setup
-hook). `uninstall()` puts RLlib's classes back; `installed()` is both as a
-context manager::
-
-    import episode.rllib
-    episode.rllib.install()      # before building the algorithm
-    algo = PPOConfig().environment("CartPole-v1").build_algo()
-
-RLlib's own code tells episodes apart by their class, so one process must
-not mix the two kinds: `install()` refuses while an episode or buffer of
-RLlib's classes is alive.
-
-Importing this module does not import ray; `install()` does.
-"""
+"""install(): RLlib's classes swapped for ours in every loaded `ray.rllib`
+module and in the Ray workers started afterwards (see the package's
+docstring). Importing this module does not import ray; install() does."""
 from __future__ import annotations
 
 import contextlib
@@ -31,7 +10,7 @@ import importlib
 import sys
 from typing import Any, Iterator
 
-__all__ = ["install", "installed", "is_installed", "uninstall"]
+__all__ = ["install", "installed", "is_installed", "uninstall", "worker_setup"]
 
 # (RLlib's module, the class name, our module): the classes swapped.
 CLASSES = (
@@ -139,11 +118,11 @@ def _patch_loaded_modules() -> None:
 
 def _patch_learner_connectors() -> None:
     # Learner connector pipelines build replayed episodes' train batches from
-    # the arrays they were drawn into (episode.rllib_learner).
+    # the arrays they were drawn into (episode.rllib.learner).
     from ray.rllib.connectors.learner.learner_connector_pipeline import (
         LearnerConnectorPipeline)
 
-    from episode.rllib_learner import learner_call
+    from episode.rllib.learner import learner_call
 
     _replaced.append((LearnerConnectorPipeline, "__call__",
                       LearnerConnectorPipeline.__dict__["__call__"]))

@@ -45,7 +45,7 @@ from ray.rllib.utils.metrics import (
 )
 from ray.rllib.utils.metrics.utils import to_snake_case
 
-from episode.replay import replayed_columns
+from episode.replay.draws import replayed_columns
 from episode.single_agent_episode import SingleAgentEpisode
 
 __all__ = ["learner_call", "rllib_learner_call"]

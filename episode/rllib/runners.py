@@ -84,7 +84,7 @@ try:
     from ray.rllib.utils.spaces.space_utils import batch, clip_action, unbatch, unsquash_action
     from ray.rllib.utils.torch_utils import convert_to_torch_tensor
 except ModuleNotFoundError as e:
-    raise rllib_missing(e, "episode.rllib_runners") from e
+    raise rllib_missing(e, "episode.rllib.runners") from e
 
 import episode.rllib
 from episode.sampling import VectorEpisodes

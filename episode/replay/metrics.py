@@ -1,0 +1,160 @@
+"""The replay buffers' metrics: RLlib's names and reductions, logged in
+bulk (a few calls per key and read, instead of RLlib's ~26 log_value()
+calls per add()), through RLlib's MetricsLogger where RLlib is loaded and
+a small logger of ours where it is not."""
+from __future__ import annotations
+
+import collections
+import sys
+from typing import Any, Dict, Optional
+
+import numpy as np
+
+
+
+
+class _Stats:
+    """One metric of _Logger: RLlib's reduce="mean" (windowed), "sum" (since
+    the last reduce) or "lifetime_sum"."""
+
+    __slots__ = ("reduce", "values", "lifetime")
+
+    def __init__(self, reduce: str, window: Optional[int]):
+        self.reduce = reduce
+        self.values = collections.deque(maxlen=window) if reduce == "mean" else []
+        self.lifetime = 0
+
+
+class _Logger:
+    """The part of RLlib's MetricsLogger the buffers use, for when ray is not
+    installed: log_value(key, value, reduce, window) and reduce(), which
+    returns the reduced values in a nested dict (plain numbers)."""
+
+    def __init__(self):
+        self.stats: Dict[Any, _Stats] = {}
+
+    def log_value(self, key, value, reduce="mean", window=None, **kwargs):
+        key = key if isinstance(key, tuple) else (key,)
+        stats = self.stats.get(key)
+        if stats is None:
+            stats = self.stats[key] = _Stats(reduce, window)
+        stats.values.append(value)
+
+    def peek(self, key, default=None):
+        key = key if isinstance(key, tuple) else (key,)
+        stats = self.stats.get(key)
+        return default if stats is None else self._value(stats)
+
+    @staticmethod
+    def _value(stats: _Stats):
+        if stats.reduce == "mean":
+            return float(np.mean(stats.values)) if stats.values else float("nan")
+        if stats.reduce == "lifetime_sum":
+            return stats.lifetime + sum(stats.values)
+        return sum(stats.values)
+
+    def reduce(self):
+        out: Dict[Any, Any] = {}
+        for key, stats in self.stats.items():
+            value = self._value(stats)
+            if stats.reduce == "lifetime_sum":
+                stats.lifetime = value
+                stats.values = []
+            elif stats.reduce == "sum":
+                stats.values = []
+            node = out
+            for part in key[:-1]:
+                node = node.setdefault(part, {})
+            node[key[-1]] = value
+        return out
+
+
+_FOLDABLE = (int, np.int64)
+
+
+class _Unlogged:
+    """The values add() and sample() logged since the metrics were last
+    read, folded as they come: counts summed, windowed means cut to their
+    window. Handing them to the logger in bulk reduces to the same metrics
+    as logging each value (RLlib's sums add pushes up, its windowed means
+    keep the last `window`), for a few calls per key instead of ~26 per
+    add(); RLlib's log_value() costs microseconds."""
+
+    __slots__ = ("entries",)
+
+    def __init__(self):
+        # key -> (reduce, window, values), keys in the order first logged
+        self.entries: Dict[Any, tuple] = {}
+
+    def log(self, key, value, reduce="mean", window=None) -> None:
+        entry = self.entries.get(key)
+        if entry is None:
+            values = collections.deque(maxlen=window) if reduce == "mean" else []
+            entry = self.entries[key] = (reduce, window, values)
+        values = entry[2]
+        if (reduce != "mean" and type(value) is int and values
+                and type(values[-1]) in _FOLDABLE):
+            # Integer sums are exact in any order. RLlib's "sum" turns two
+            # or more pushes into a numpy int64 (np.nansum), its
+            # "lifetime_sum" adds them to a float whatever their type.
+            values[-1] = values[-1] + value if reduce != "sum" else np.int64(values[-1] + value)
+        else:
+            values.append(value)
+
+    def flush(self, logger) -> None:
+        entries, self.entries = self.entries, {}
+        for key, (reduce, window, values) in entries.items():
+            for value in values:
+                logger.log_value(key, value, reduce=reduce, window=window)
+
+
+def _metrics_logger():
+    # RLlib's own logger where RLlib is loaded (its algorithms aggregate the
+    # buffer's metrics); importing ray only for it would cost seconds.
+    module = sys.modules.get("ray.rllib.utils.metrics.metrics_logger")
+    if module is None and "ray.rllib" in sys.modules:
+        import importlib
+
+        module = importlib.import_module("ray.rllib.utils.metrics.metrics_logger")
+    return module.MetricsLogger(root=False) if module is not None else _Logger()
+
+
+class _AddCounts:
+    __slots__ = ("episodes_added", "env_steps_added", "agent_steps_added", "episodes_evicted",
+                 "env_steps_evicted", "agent_steps_evicted")
+
+    def __init__(self):
+        self.episodes_added = self.env_steps_added = self.agent_steps_added = 0
+        self.episodes_evicted = self.env_steps_evicted = self.agent_steps_evicted = 0
+
+
+def _log_pair(log, name: str, value, key=None, *, lifetime: Optional[str] = None) -> None:
+    # RLlib logs most counts twice: summed per reduce, and over the lifetime.
+    life = lifetime or f"{name}_lifetime"
+    log(name if key is None else (name, key), value, reduce="sum")
+    log(life if key is None else (life, key), value, reduce="lifetime_sum")
+
+
+class _MultiCounts:
+    def __init__(self):
+        self.episodes_added = self.env_steps_added = 0
+        self.episodes_evicted = self.env_steps_evicted = 0
+        dd = collections.defaultdict
+        self.agent_episodes_added, self.module_episodes_added = dd(int), dd(int)
+        self.agent_steps_added, self.module_steps_added = dd(int), dd(int)
+        self.agent_episodes_evicted, self.module_episodes_evicted = dd(int), dd(int)
+        self.agent_steps_evicted, self.module_steps_evicted = dd(int), dd(int)
+
+
+class _SampleCounts:
+    def __init__(self):
+        dd = collections.defaultdict
+        self.sampled = self.resamples = 0
+        self.agent_sampled, self.module_sampled = dd(int), dd(int)
+        self.agent_resamples, self.module_resamples = dd(int), dd(int)
+        self.episode_idxs: set = set()
+        self.agent_episode_ids, self.module_episode_ids = dd(set), dd(set)
+        self.env_steps: set = set()
+        self.agent_steps, self.module_steps = dd(set), dd(set)
+        self.n_steps: list = []
+        self.agent_n_steps, self.module_n_steps = dd(list), dd(list)

@@ -1,0 +1,182 @@
+"""MultiAgentPrioritizedEpisodeReplayBuffer: the multi-agent buffer with
+a prioritized Store per module."""
+from __future__ import annotations
+
+import collections
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+import numpy as np
+
+from episode._replay import Store, step_order
+from episode.replay.draws import _batch_size, _check_gamma
+from episode.replay.multi_agent import MultiAgentEpisodeReplayBuffer
+from episode.replay.prioritized import (PrioritizedEpisodeReplayBuffer, _max_priority,
+                                        _sampled_leaves, _set_priorities, _tree_size,
+                                        _tree_state, _tree_values)
+from episode.replay.stored import _as_ours_multi, _force_list
+
+
+class MultiAgentPrioritizedEpisodeReplayBuffer(MultiAgentEpisodeReplayBuffer,
+                                               PrioritizedEpisodeReplayBuffer):
+    """RLlib's MultiAgentPrioritizedEpisodeReplayBuffer on the compiled
+    store: per module, RLlib's priority trees over its agents' steps (and
+    its `_max_priority`); `sample()` draws each module's transitions by
+    priority, `update_priorities(priorities, module_id)` sets the last
+    draw's priorities of that module."""
+
+    def __init__(self, capacity: int = 10000, *, batch_size_B: int = 16,
+                 batch_length_T: int = 1, alpha: float = 1.0,
+                 metrics_num_episodes_for_smoothing: int = 100, storage=None, **kwargs):
+        if not alpha >= 0:
+            raise AssertionError(f"alpha must be >= 0, not {alpha}")
+        # (Through the prioritized buffer's __init__, which sets the rest.)
+        MultiAgentEpisodeReplayBuffer.__init__(
+            self, capacity=capacity, batch_size_B=batch_size_B, batch_length_T=batch_length_T,
+            metrics_num_episodes_for_smoothing=metrics_num_episodes_for_smoothing,
+            storage=storage)
+        self._alpha = alpha
+        self._module_to_max_priority = collections.defaultdict(lambda: 1.0)
+        self._module_to_last_sampled_indices = collections.defaultdict(list)
+        self._module_to_last_sampled_keys = collections.defaultdict(list)
+        self._weight_per_module: dict = {}
+
+    def _new_store(self, capacity, storage) -> Store:
+        return PrioritizedEpisodeReplayBuffer._new_store(self, capacity, storage)
+
+    def _new_module_store(self) -> Store:
+        return Store(self.capacity, prioritized=True, tree_size=_tree_size(self.capacity),
+                     storage=self._storage)
+
+    def add(self, episodes, weight=None) -> None:
+        """As MultiAgentEpisodeReplayBuffer.add(); each env step gets the
+        priority `weight` (default: the highest so far) ** alpha, each agent
+        step its module's highest priority ** alpha (or `weight[module]`
+        with a dict of weights)."""
+        per_module = {}
+        if weight is None:
+            weight = self._max_priority
+        elif isinstance(weight, dict):
+            per_module = weight
+            weight = np.mean(list(weight.values()))
+        episodes = [_as_ours_multi(e) for e in _force_list(episodes)]
+        self._check_multi(episodes)
+        self._weight_per_module = per_module
+        try:
+            self._add_multi(episodes, weight ** self._alpha)
+        finally:
+            self._weight_per_module = {}
+
+    def _agent_order(self, episode):
+        # RLlib's prioritized buffer iterates the set of agent ids.
+        return list(episode.agent_ids)
+
+    def _module_weight(self, module_id):
+        return self._weight_per_module.get(
+            module_id, self._module_to_max_priority[module_id]) ** self._alpha
+
+    def sample(self, num_items: Optional[int] = None, *, batch_size_B: Optional[int] = None,
+               batch_length_T: Optional[int] = None, n_step: Optional[Union[int, Tuple]] = 1,
+               gamma: float = 0.99, include_infos: bool = False,
+               include_extra_model_outputs: bool = False, replay_mode: str = "independent",
+               modules_to_sample: Optional[List[Any]] = None, beta: float = 0.0, **kwargs):
+        """As MultiAgentEpisodeReplayBuffer.sample(), drawn by priority per
+        module with importance weights (`beta`) in the independent mode."""
+        _check_gamma(gamma)
+        if not beta >= 0.0:
+            raise AssertionError(f"beta must be >= 0, not {beta}")
+        batch_size_B = _batch_size(num_items, batch_size_B) or self.batch_size_B
+        batch_length_T = batch_length_T or self.batch_length_T
+        if replay_mode == "independent":
+            return self._sample_independent(
+                batch_size_B=batch_size_B, batch_length_T=batch_length_T, n_step=n_step,
+                gamma=gamma, include_infos=include_infos,
+                include_extra_model_outputs=include_extra_model_outputs,
+                modules_to_sample=modules_to_sample, beta=beta)
+        return self._sample_synchonized(
+            batch_size_B=batch_size_B, batch_length_T=batch_length_T, n_step=n_step,
+            gamma=gamma, include_infos=include_infos,
+            include_extra_model_outputs=include_extra_model_outputs,
+            modules_to_sample=modules_to_sample)
+
+    def _draw_module(self, module_id, store, draws, batch_size_B, n_step, beta):
+        picks = store.draw_prioritized(draws, batch_size_B, n_step, beta,
+                                       self.get_num_timesteps(module_id))
+        self._module_to_last_sampled_indices[module_id].extend(picks.leaves)
+        self._module_to_last_sampled_keys[module_id].extend(
+            store.priorities.keys_of(picks.leaves))
+        return picks, picks.weights
+
+    def update_priorities(self, priorities, module_id) -> None:
+        """Sets the priorities of `module_id`'s timesteps drawn since the
+        last update (in their order): max(p, 1e-12) ** alpha; a timestep
+        evicted since it was drawn is skipped. Checked first (AssertionError
+        for a wrong count, ValueError for a negative, NaN or infinite
+        priority)."""
+        keys = self._module_to_last_sampled_keys[module_id]
+        self._module_to_max_priority[module_id] = _set_priorities(
+            self._module_store(module_id), keys, priorities, self._alpha,
+            self._module_to_max_priority[module_id])
+        self._module_to_last_sampled_indices[module_id].clear()
+        keys.clear()
+
+    def _module_entries(self, module_id, store: Store) -> list:
+        index = self._ma_index()
+        keys = {slot: store_key for store_key, slot in store.stored_keys().items()}
+        return [(index[keys[slot][0]], keys[slot][1], ts, leaf)
+                for slot, ts, leaf in step_order(store)]
+
+    @property
+    def _indices(self) -> list:
+        return PrioritizedEpisodeReplayBuffer._indices.fget(self)
+
+    def get_state(self) -> Dict[str, Any]:
+        modules = {m: store.priorities for m, store in self._modules.items()}
+        return self._plain_state(self._multi_episodes) | self._priority_state() | \
+            self._multi_state() | {
+            "_module_to_max_priority": list(self._module_to_max_priority.items()),
+            "_module_to_sum_segment": [(m, _tree_state(t, True)) for m, t in modules.items()],
+            "_module_to_min_segment": [(m, _tree_state(t, False)) for m, t in modules.items()],
+            "_module_to_free_nodes": [(m, collections.deque(t.free_nodes(), maxlen=t.size))
+                                      for m, t in modules.items()],
+            "_module_to_max_idx": [(m, t.max_idx) for m, t in modules.items()],
+            "_module_to_tree_idx_to_sample_idx": [
+                (m, {leaf: i for i, (_, _, leaf) in enumerate(step_order(store))})
+                for m, store in self._modules.items()],
+            "_module_to_last_sampled_indices": list(
+                self._module_to_last_sampled_indices.items()),
+        }
+
+    def _global_weights(self, state):
+        return (state["_sum_segment"], state["_min_segment"], state["_free_nodes"],
+                state["_max_idx"])
+
+    def _module_weights(self, module_id, state):
+        def of(key):
+            value = dict(state[key]).get(module_id)
+            if value is None:
+                raise ValueError(f"{key} has nothing for module {module_id!r}")
+            return value
+
+        return (_tree_values(of("_module_to_sum_segment")),
+                _tree_values(of("_module_to_min_segment")),
+                list(of("_module_to_free_nodes")), of("_module_to_max_idx"))
+
+    def _restore_priorities(self, state, store: Store, modules: Dict[Any, Store]) -> None:
+        # RLlib's maps of leaves to places (rebuilt from _indices here) are
+        # part of its checkpoint: one without them is RLlib's KeyError.
+        state["_tree_idx_to_sample_idx"], state["_module_to_tree_idx_to_sample_idx"]
+        maxima = {m: _max_priority(p) for m, p in dict(state["_module_to_max_priority"]).items()}
+        max_priority = _max_priority(state["_max_priority"])
+        last = {}
+        for module_id, leaves in dict(state["_module_to_last_sampled_indices"]).items():
+            if module_id not in modules:
+                raise ValueError(f"_module_to_last_sampled_indices names module {module_id!r}, "
+                                 f"which has no steps")
+            last[module_id] = _sampled_leaves(leaves, modules[module_id].priorities)
+        self._max_priority = max_priority
+        self._last_sampled_indices = _sampled_leaves(state["_last_sampled_indices"],
+                                                     store.priorities)
+        self._module_to_max_priority = collections.defaultdict(lambda: 1.0, maxima)
+        self._module_to_last_sampled_indices = collections.defaultdict(list, last)
+        self._module_to_last_sampled_keys = collections.defaultdict(list, {
+            m: modules[m].priorities.keys_of(leaves) for m, leaves in last.items()})

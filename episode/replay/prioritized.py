@@ -1,0 +1,322 @@
+"""PrioritizedEpisodeReplayBuffer: RLlib's prioritized episode buffer,
+with its sum and min trees kept by the Store (the same numbers, the same
+draws), and RLlib's tree API over them."""
+from __future__ import annotations
+
+import collections
+import sys
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+import numpy as np
+
+from episode._replay import Store, episode_fields, step_order
+from episode.single_agent_episode import SingleAgentEpisode
+from episode.replay.draws import (_batch_size, _check_capacity, _check_gamma,
+                                  _checked_n_step, _transitions)
+from episode.replay.metrics import _AddCounts
+from episode.replay.stored import _as_ours, _episode_indices, _force_list
+from episode.replay.uniform import EpisodeReplayBuffer
+
+
+class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
+    """RLlib's PrioritizedEpisodeReplayBuffer on the compiled store: each
+    stored timestep has a priority (`alpha`-scaled) in RLlib's sum and min
+    trees, computed with the same numbers; `sample()` draws n-step
+    transitions by priority with importance weights (`beta`), and
+    `update_priorities()` sets the last draw's priorities."""
+
+    def __init__(self, capacity: int = 10000, *, batch_size_B: int = 16,
+                 batch_length_T: int = 1, alpha: float = 1.0,
+                 metrics_num_episodes_for_smoothing: int = 100, storage=None, **kwargs):
+        if not alpha >= 0:
+            raise AssertionError(f"alpha must be >= 0, not {alpha}")
+        self._alpha = alpha
+        self._max_priority = 1.0
+        self._last_sampled_indices: list = []
+        # Their steps' keys: a priority set after an add() evicted its step
+        # is dropped (RLlib's lands on the freed or reused leaf).
+        self._last_sampled_keys: list = []
+        super().__init__(capacity=capacity, batch_size_B=batch_size_B,
+                         batch_length_T=batch_length_T,
+                         metrics_num_episodes_for_smoothing=metrics_num_episodes_for_smoothing,
+                         storage=storage)
+
+    def _new_store(self, capacity, storage) -> Store:
+        _check_capacity(capacity, prioritized=True)
+        return Store(capacity, prioritized=True, tree_size=_tree_size(capacity),
+                     storage=storage)
+
+    def _settings(self) -> Dict[str, Any]:
+        return super()._settings() | {"alpha": self._alpha}
+
+    @property
+    def _max_idx(self) -> int:
+        return self._store.priorities.max_idx
+
+    @property
+    def _free_nodes(self) -> collections.deque:
+        size = self._store.priorities.size
+        return collections.deque(self._store.priorities.free_nodes(), maxlen=size)
+
+    @property
+    def _sum_segment(self):
+        return _TreeView(self._store.priorities, True)
+
+    @property
+    def _min_segment(self):
+        return _TreeView(self._store.priorities, False)
+
+    @property
+    def _tree_idx_to_sample_idx(self) -> Dict[int, int]:
+        return {leaf: i for i, (_, _, leaf) in enumerate(step_order(self._store))}
+
+    @property
+    def _indices(self) -> list:
+        index = _episode_indices(self._store)
+        return [(index[slot], ts, leaf) for slot, ts, leaf in step_order(self._store)]
+
+    def add(self, episodes, weight: Optional[float] = None) -> None:
+        """Adds episodes as RLlib's prioritized buffer does: first the oldest
+        episodes are evicted until the new timesteps fit (a new chunk of an
+        evicted episode is dropped with it), then the rest is stored, each
+        timestep with priority `weight` (default: the highest so far) **
+        alpha."""
+        if weight is None:
+            weight = self._max_priority
+        episodes = [_as_ours(e) for e in _force_list(episodes)]
+        pending: dict = {}
+        for episode in episodes:
+            self._store.check(episode, pending)
+        leaf_value = weight ** self._alpha
+        store = self._store
+        counts = _AddCounts()
+        new_ids = [e.id_ for e in episodes]
+        for episode in episodes:
+            self._num_timesteps += len(episode)
+            self._num_timesteps_added += len(episode)
+        evicted_ids: list = []
+        evict = 0
+        # RLlib's count of the episodes left: stored or new, not evicted.
+        remaining = store.num_episodes + len({i for i in new_ids if i not in store})
+        # (RLlib's loop pops from an empty deque once the stored episodes run
+        # out; here the new ones then stay over capacity until the next add.)
+        while self._num_timesteps > self.capacity and evict < store.num_episodes and \
+                remaining - evict != 1:
+            fields = episode_fields(store, store.oldest(evict))
+            id_, length = fields[0], fields[3]
+            evicted_ids.append(id_)
+            evict += 1
+            counts.episodes_evicted += 1
+            counts.env_steps_evicted += length
+            counts.agent_steps_evicted += length
+            if id_ in new_ids:
+                dropped = len(episodes[new_ids.index(id_)])
+                self._num_timesteps -= dropped
+                self._num_timesteps_added -= dropped
+            self._num_timesteps -= length
+        if evict:
+            store.evict_oldest(evict)
+        for episode in episodes:
+            if episode.id_ in evicted_ids:
+                continue
+            _, is_new, _, steps = store.add(episode, leaf_value)
+            if is_new:
+                counts.episodes_added += 1
+            counts.env_steps_added += steps
+            counts.agent_steps_added += steps
+        self._log_add(counts)
+
+    def sample(self, num_items: Optional[int] = None, *, batch_size_B: Optional[int] = None,
+               batch_length_T: Optional[int] = None, n_step: Optional[Union[int, Tuple]] = None,
+               beta: float = 0.0, gamma: float = 0.99, include_infos: bool = False,
+               include_extra_model_outputs: bool = False, to_numpy: bool = False,
+               **kwargs) -> List[SingleAgentEpisode]:
+        """n-step transitions drawn by priority, as RLlib's sample(): a list
+        of one-step episodes whose rewards are the discounted n-step sums,
+        with `weights` (importance weights, normalized by the largest) and
+        `n_step` among their extra model outputs."""
+        _check_gamma(gamma)
+        if not beta >= 0.0:
+            raise AssertionError(f"beta must be >= 0, not {beta}")
+        batch_size_B = _batch_size(num_items, batch_size_B) or self.batch_size_B
+        n_step = _checked_n_step(n_step or 1)
+        store = self._store
+        picks = store.draw_prioritized(self._draws(), batch_size_B, n_step, beta)
+        self._last_sampled_indices = picks.leaves
+        self._last_sampled_keys = store.priorities.keys_of(picks.leaves)
+        slots, ts, ns, ends = store.pick_fields(picks)
+        store.locate_ends(picks)
+        episodes = _transitions(store, picks, slots, ts, ns, ends, gamma,
+                                include_infos=include_infos, stored_ids=False,
+                                extras=include_extra_model_outputs, weights=picks.weights)
+        if to_numpy:
+            for episode in episodes:
+                episode.to_numpy()
+        self._after_reads(len(episodes))
+        self.sampled_timesteps += batch_size_B
+        steps_seen = {(int(s), int(t)) for s, t in zip(slots, ts)}
+        self._log_sample(batch_size_B, len(set(slots.tolist())), len(steps_seen),
+                         sum(ns.tolist()) / batch_size_B, picks.resamples)
+        return episodes
+
+    def update_priorities(self, priorities, module_id=None, *, indices=None) -> None:
+        """Sets the priorities of the last sample()'s (or sample_batch()'s)
+        timesteps, in its order: max(p, 1e-12) ** alpha; or, with `indices`
+        (the `indices` of a sample_batch()), of those timesteps. A timestep
+        evicted since it was drawn is skipped. Checked first (AssertionError
+        for a wrong count, ValueError for a negative, NaN or infinite
+        priority)."""
+        if indices is None:
+            keys = self._last_sampled_keys
+        else:
+            keys = [int(i) for i in indices]
+        self._max_priority = _set_priorities(self._store, keys, priorities, self._alpha,
+                                             self._max_priority)
+        if indices is None:
+            self._last_sampled_indices.clear()
+            keys.clear()
+
+    def get_state(self) -> Dict[str, Any]:
+        return super().get_state() | self._priority_state()
+
+    def _priority_state(self) -> Dict[str, Any]:
+        # The prioritized buffers' keys of the env-step trees.
+        trees = self._store.priorities
+        return {
+            "_sum_segment": trees.sum_values(),
+            "_min_segment": trees.min_values(),
+            "_free_nodes": trees.free_nodes(),
+            "_max_priority": self._max_priority,
+            "_max_idx": trees.max_idx,
+            "_tree_idx_to_sample_idx": list(self._tree_idx_to_sample_idx.items()),
+            "_last_sampled_indices": self._last_sampled_indices,
+        }
+
+    def set_state(self, state) -> None:
+        store = self._restored_store(state, weights=(
+            state["_sum_segment"], state["_min_segment"], state["_free_nodes"],
+            state["_max_idx"]))
+        mapping = dict(state["_tree_idx_to_sample_idx"])
+        if mapping != {triple[2]: i for i, triple in enumerate(state["_indices"])}:
+            raise ValueError("_tree_idx_to_sample_idx must map each stored timestep's tree "
+                             "leaf to its place in _indices")
+        last = _sampled_leaves(state["_last_sampled_indices"], store.priorities)
+        max_priority = _max_priority(state["_max_priority"])
+        self._store = store
+        self._num_timesteps = state["_num_timesteps"]
+        self._num_timesteps_added = state["_num_timesteps_added"]
+        self.sampled_timesteps = state["sampled_timesteps"]
+        self._max_priority = max_priority
+        self._last_sampled_indices = last
+        self._last_sampled_keys = store.priorities.keys_of(last)
+
+
+class _SavedTree:
+    """A module's segment tree in a multi-agent checkpoint where RLlib is not
+    loaded: its node values (RLlib's tree API for reading them)."""
+
+    def __init__(self, value: list):
+        self.value = value
+        self.capacity = len(value) // 2
+
+    def get_state(self) -> list:
+        return self.value
+
+
+def _tree_state(trees, of_sum: bool):
+    """A module's sum or min tree as RLlib's multi-agent checkpoint holds
+    it: RLlib's tree object (with RLlib loaded, so that its buffer can load
+    and run on the state), else a _SavedTree; both pickle."""
+    values = trees.sum_values() if of_sum else trees.min_values()
+    module = sys.modules.get("ray.rllib.execution.segment_tree")
+    if module is None and "ray.rllib" in sys.modules:
+        import importlib
+
+        module = importlib.import_module("ray.rllib.execution.segment_tree")
+    if module is None:
+        return _SavedTree(values)
+    tree = (module.SumSegmentTree if of_sum else module.MinSegmentTree)(trees.size)
+    tree.value = values
+    return tree
+
+
+class _TreeView:
+    """RLlib's SumSegmentTree/MinSegmentTree API over the store's trees."""
+
+    def __init__(self, trees, of_sum: bool):
+        self._trees = trees
+        self._of_sum = of_sum
+        self.capacity = trees.size
+
+    def __getitem__(self, idx: int):
+        if not 0 <= idx < self.capacity:
+            raise AssertionError(f"idx={idx} capacity={self.capacity}")
+        return self._trees.leaf_value(idx)[0 if self._of_sum else 1]
+
+    def sum(self, start: int = 0, end=None):
+        if start != 0 or end is not None:
+            raise ValueError("only the whole tree's sum is kept")
+        return self._trees.sum()
+
+    def min(self, start: int = 0, end=None):
+        if start != 0 or end is not None:
+            raise ValueError("only the whole tree's minimum is kept")
+        return self._trees.min()
+
+    def find_prefixsum_idx(self, prefixsum: float) -> int:
+        return self._trees.find_prefixsum_idx(prefixsum)
+
+    def get_state(self):
+        return self._trees.sum_values() if self._of_sum else self._trees.min_values()
+
+    @property
+    def value(self) -> list:
+        """RLlib's `value` list of node values."""
+        return self.get_state()
+
+
+def _set_priorities(store: Store, keys: list, priorities, alpha, max_priority):
+    """update_priorities(): max(p, 1e-12) ** alpha on the tree leaves of
+    the steps `keys` (those still stored), everything checked before any is
+    set; returns the new highest priority (RLlib's running max over all)."""
+    if len(priorities) != len(keys):
+        raise AssertionError(f"{len(priorities)} priorities for {len(keys)} sampled timesteps")
+    clamped = []
+    for p in priorities:
+        if not 0 <= p < float("inf"):
+            raise ValueError(f"priorities must be finite and >= 0, not {p}")
+        clamped.append(max(p, 1e-12))
+    values = [p ** alpha for p in clamped]
+    store.priorities.update_many(store.leaves_of(keys), values)
+    return max([max_priority] + clamped)
+
+
+def _sampled_leaves(leaves, trees) -> list:
+    # A checkpoint's last sampled leaves (free ones too: RLlib keeps those
+    # of steps evicted since; their priorities are skipped).
+    leaves = list(leaves)
+    if any(type(leaf) is not int or not 0 <= leaf < trees.size for leaf in leaves):
+        raise ValueError("the last sampled indices must be tree leaves")
+    return leaves
+
+
+def _max_priority(value):
+    # A checkpoint's highest priority: it weighs every step added next.
+    if type(value) not in (float, int, np.float64, np.float32) or not 0 < value < float("inf"):
+        raise ValueError(f"_max_priority must be a positive finite number, not {value!r}")
+    return value
+
+
+def _tree_size(capacity: int) -> int:
+    # RLlib's trees: 2 * (the capacity rounded up to a power of two) leaves.
+    return 2 * int(2 ** np.ceil(np.log2(capacity)))
+
+
+def _tree_values(tree) -> list:
+    """A segment tree's node values from its state: a list, or RLlib's tree
+    object (what its multi-agent buffer puts in its state) or ours."""
+    if isinstance(tree, list):
+        return tree
+    if hasattr(tree, "get_state"):
+        return tree.get_state()
+    raise ValueError(f"a segment tree's state is a list of values, not {type(tree).__name__}")

@@ -1,0 +1,539 @@
+"""EpisodeReplayBuffer: RLlib's uniform episode buffer on the compiled
+Store, and the native `sample_batch()` every single-agent buffer has."""
+from __future__ import annotations
+
+import collections
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+import numpy as np
+
+from episode._replay import Draws, Store, episode_fields, live_slots, step_order
+from episode.lookback_buffer import InfiniteLookbackBuffer
+from episode.single_agent_episode import SingleAgentEpisode
+from episode.replay.draws import (_batch_size, _check_capacity, _check_gamma,
+                                  _checked_n_step, _int, _track, _transitions)
+from episode.replay.metrics import _AddCounts, _log_pair, _metrics_logger, _Unlogged
+from episode.replay.stored import (DEFAULT_AGENT_ID, DEFAULT_MODULE_ID, _as_ours,
+                                   _episode_indices, _force_list, _stored_episode)
+
+
+class _BufferClass(type):
+    """The buffers' metaclass: RLlib's Algorithm asks `"EpisodeReplayBuffer"
+    in config["replay_buffer_config"]["type"]`, which a class cannot answer
+    (RLlib's own fail there): ours answer from their name, so that
+    `replay_buffer_config={"type": PrioritizedEpisodeReplayBuffer}` works."""
+
+    def __contains__(cls, name) -> bool:
+        return isinstance(name, str) and name in cls.__name__
+
+
+class EpisodeReplayBuffer(metaclass=_BufferClass):
+    """RLlib's EpisodeReplayBuffer on the compiled store.
+
+    Stores episodes (ours or RLlib's SingleAgentEpisodes) by id, up to
+    `capacity` timesteps; a chunk of a stored episode (same id, continued by
+    `cut()`) is joined to it. Evicts the oldest episodes first. `sample()`
+    returns RLlib's batch of `batch_size_B` rows of `batch_length_T` steps,
+    or with `sample_episodes=True` a list of episodes: n-step transitions or
+    sequences. `storage`, a folder, keeps the rows in files there.
+    """
+
+    def __init__(self, capacity: int = 10000, *, batch_size_B: int = 16,
+                 batch_length_T: int = 64, metrics_num_episodes_for_smoothing: int = 100,
+                 storage=None, **kwargs):
+        self.capacity = capacity
+        self.batch_size_B = batch_size_B
+        self.batch_length_T = batch_length_T
+        self._store = self._new_store(capacity, storage)
+        self._num_timesteps = 0
+        self._num_timesteps_added = 0
+        self.sampled_timesteps = 0
+        self.rng = np.random.default_rng(seed=None)
+        self._logger = _metrics_logger()
+        self._unlogged = _Unlogged()
+        self._metrics_num_episodes_for_smoothing = metrics_num_episodes_for_smoothing
+
+    @property
+    def metrics(self):
+        """RLlib's MetricsLogger of the buffer, every add() and sample() logged."""
+        self._unlogged.flush(self._logger)
+        return self._logger
+
+    @metrics.setter
+    def metrics(self, logger) -> None:
+        self._unlogged = _Unlogged()
+        self._logger = logger
+
+    def _new_store(self, capacity, storage) -> Store:
+        _check_capacity(capacity)
+        return Store(capacity, storage=storage)
+
+    def _draws(self) -> Draws:
+        # Draws from self.rng (kept while rng stays the same object).
+        draws = self.__dict__.get("_draws_of")
+        if draws is None or draws[0] is not self.rng:
+            draws = self.__dict__["_draws_of"] = (self.rng, Draws(self.rng))
+        return draws[1]
+
+    # -- RLlib's attributes, read from the store ----------------------------------------
+
+    @property
+    def episodes(self) -> collections.deque:
+        """The stored episodes, oldest first (each a new SingleAgentEpisode)."""
+        return collections.deque(_stored_episode(self._store, slot)
+                                 for slot in live_slots(self._store))
+
+    @property
+    def episode_id_to_index(self) -> Dict[Any, int]:
+        """Stored episode id -> its episode index (RLlib's counting)."""
+        first = self._store.num_evicted
+        return {episode_fields(self._store, slot)[0]: first + i
+                for i, slot in enumerate(live_slots(self._store))}
+
+    @property
+    def _num_episodes_evicted(self) -> int:
+        return self._store.num_evicted
+
+    @property
+    def _indices(self) -> list:
+        index = _episode_indices(self._store)
+        return [(index[slot], ts) for slot, ts, _ in step_order(self._store)]
+
+    def __len__(self) -> int:
+        return self.get_num_timesteps()
+
+    # -- adding --------------------------------------------------------------------------
+
+    def add(self, episodes) -> None:
+        """Adds episodes (a list, or one), evicting the oldest ones while the
+        buffer holds more than `capacity` timesteps (and more than one
+        episode). Checked first: a bad episode changes nothing."""
+        episodes = [_as_ours(e) for e in _force_list(episodes)]
+        pending: dict = {}
+        for episode in episodes:
+            self._store.check(episode, pending)
+        counts = _AddCounts()
+        for episode in episodes:
+            steps = len(episode)
+            self._num_timesteps += steps
+            self._num_timesteps_added += steps
+            counts.env_steps_added += steps
+            counts.agent_steps_added += steps
+            _, is_new, _, _ = self._store.add(episode)
+            if is_new:
+                counts.episodes_added += 1
+            while self._num_timesteps > self.capacity and self.get_num_episodes() > 1:
+                (_, evicted_steps), = self._store.evict_oldest(1)
+                counts.episodes_evicted += 1
+                counts.env_steps_evicted += evicted_steps
+                counts.agent_steps_evicted += evicted_steps
+                self._num_timesteps -= evicted_steps
+        self._log_add(counts)
+
+    def _log_add(self, counts: "_AddCounts") -> None:
+        self._update_add_metrics(
+            num_episodes_added=counts.episodes_added,
+            num_env_steps_added=counts.env_steps_added,
+            num_episodes_evicted=counts.episodes_evicted,
+            num_env_steps_evicted=counts.env_steps_evicted,
+            agent_to_num_episodes_added={DEFAULT_AGENT_ID: counts.episodes_added},
+            agent_to_num_steps_added={DEFAULT_AGENT_ID: counts.agent_steps_added},
+            agent_to_num_episodes_evicted={DEFAULT_AGENT_ID: counts.episodes_evicted},
+            agent_to_num_steps_evicted={DEFAULT_AGENT_ID: counts.agent_steps_evicted},
+            module_to_num_episodes_added={DEFAULT_MODULE_ID: counts.episodes_added},
+            module_to_num_steps_added={DEFAULT_MODULE_ID: counts.agent_steps_added},
+            module_to_num_episodes_evicted={DEFAULT_MODULE_ID: counts.episodes_evicted},
+            module_to_num_steps_evicted={DEFAULT_MODULE_ID: counts.agent_steps_evicted},
+        )
+
+    def _update_add_metrics(self, *, num_episodes_added, num_env_steps_added,
+                            num_episodes_evicted, num_env_steps_evicted,
+                            agent_to_num_episodes_added, agent_to_num_steps_added,
+                            agent_to_num_episodes_evicted, agent_to_num_steps_evicted,
+                            module_to_num_steps_added, module_to_num_episodes_added,
+                            module_to_num_episodes_evicted, module_to_num_steps_evicted,
+                            **kwargs) -> None:
+        """Logs an add() call's counts (RLlib's keys and reductions)."""
+        log = self._unlogged.log
+        window = self._metrics_num_episodes_for_smoothing
+        log("num_episodes_stored", self.get_num_episodes(), reduce="mean", window=window)
+        _log_pair(log, "num_episodes_added", num_episodes_added)
+        _log_pair(log, "num_episodes_evicted", num_episodes_evicted)
+        log("num_env_steps_stored", self.get_num_timesteps(), reduce="mean", window=window)
+        _log_pair(log, "num_env_steps_added", num_env_steps_added)
+        _log_pair(log, "num_env_steps_evicted", num_env_steps_evicted)
+        for aid in agent_to_num_episodes_added:
+            _log_pair(log, "num_agent_episodes_added", agent_to_num_episodes_added[aid], aid)
+            _log_pair(log, "num_agent_steps_added", agent_to_num_steps_added[aid], aid)
+        for aid in agent_to_num_episodes_evicted:
+            _log_pair(log, "num_agent_episodes_evicted", agent_to_num_episodes_evicted[aid], aid)
+            _log_pair(log, "num_agent_steps_evicted", agent_to_num_steps_evicted[aid], aid)
+        for mid in module_to_num_episodes_added:
+            _log_pair(log, "num_module_episodes_added", module_to_num_episodes_added[mid], mid)
+            _log_pair(log, "num_module_steps_added", module_to_num_steps_added[mid], mid)
+        for mid in module_to_num_episodes_evicted:
+            _log_pair(log, "num_module_episodes_evicted",
+                      module_to_num_episodes_evicted[mid], mid)
+            _log_pair(log, "num_module_steps_evicted", module_to_num_steps_evicted[mid], mid)
+
+    # -- sampling -------------------------------------------------------------------------
+
+    def sample(self, num_items: Optional[int] = None, *, batch_size_B: Optional[int] = None,
+               batch_length_T: Optional[int] = None, n_step: Optional[Union[int, Tuple]] = None,
+               beta: float = 0.0, gamma: float = 0.99, include_infos: bool = False,
+               include_extra_model_outputs: bool = False,
+               sample_episodes: Optional[bool] = False, to_numpy: bool = False,
+               lookback: int = 0, min_batch_length_T: int = 0, **kwargs):
+        """RLlib's sample(): with `sample_episodes`, a list of episodes
+        (n-step transitions, or sequences of `batch_length_T`); otherwise a
+        dict of (batch_size_B, batch_length_T) arrays: obs, actions,
+        rewards, is_first, is_last, is_terminated, is_truncated."""
+        if sample_episodes:
+            _check_gamma(gamma)
+            return self._sample_episodes(
+                num_items=num_items, batch_size_B=batch_size_B, batch_length_T=batch_length_T,
+                n_step=n_step, beta=beta, gamma=gamma, include_infos=include_infos,
+                include_extra_model_outputs=include_extra_model_outputs, to_numpy=to_numpy,
+                lookback=lookback, min_batch_length_T=min_batch_length_T)
+        return self._sample_batch(num_items=num_items, batch_size_B=batch_size_B,
+                                  batch_length_T=batch_length_T)
+
+    def _sample_batch(self, num_items=None, *, batch_size_B=None, batch_length_T=None):
+        batch_size_B = _batch_size(num_items, batch_size_B) or self.batch_size_B
+        T_max = batch_length_T or self.batch_length_T
+        store = self._store
+        observations = [[] for _ in range(batch_size_B)]
+        actions = [[] for _ in range(batch_size_B)]
+        rewards = [[] for _ in range(batch_size_B)]
+        flags = {k: [[False] * T_max for _ in range(batch_size_B)]
+                 for k in ("is_first", "is_last", "is_terminated", "is_truncated")}
+        slots_seen, steps_seen = set(), set()
+        B = T = 0
+        draws = self._draws()
+        while B < batch_size_B:
+            slot, ts = store.uniform_step(draws)
+            episode = _stored_episode(store, slot)
+            flags["is_first"][B][T] = True
+            if not rewards[B]:
+                rewards[B].append(0.0 if ts == 0 else episode.rewards[ts - 1])
+            else:
+                ts = 0
+                rewards[B].append(0.0)
+            observations[B].extend(episode.observations[ts:])
+            actions[B].extend(episode.actions[ts:])
+            actions[B].append(episode.actions[-1])
+            rewards[B].extend(episode.rewards[ts:])
+            T = min(len(observations[B]), T_max)
+            flags["is_last"][B][T - 1] = True
+            if episode.is_terminated and T == len(observations[B]):
+                flags["is_terminated"][B][T - 1] = True
+            elif episode.is_truncated and T == len(observations[B]):
+                flags["is_truncated"][B][T - 1] = True
+            if T == T_max:
+                del observations[B][T_max:], actions[B][T_max:], rewards[B][T_max:]
+                B += 1
+                T = 0
+            slots_seen.add(slot)
+            steps_seen.add((episode.id_, ts))
+        self.sampled_timesteps += batch_size_B * T_max
+        sampled = batch_size_B * T_max
+        self._log_sample(sampled, len(slots_seen), len(steps_seen), None, 0)
+        out = {"obs": np.array(observations), "actions": np.array(actions),
+               "rewards": np.array(rewards)}
+        out.update((k, np.array(v)) for k, v in flags.items())
+        return out
+
+    def _sample_episodes(self, num_items=None, *, batch_size_B=None, batch_length_T=None,
+                         n_step=None, gamma=0.99, include_infos=False,
+                         include_extra_model_outputs=False, to_numpy=False, lookback=1,
+                         min_batch_length_T=0, **kwargs) -> List[SingleAgentEpisode]:
+        batch_size_B = _batch_size(num_items, batch_size_B) or self.batch_size_B
+        if n_step is None:
+            raise AssertionError("When sampling episodes, `n_step` must be provided, but "
+                                 "`n_step` is `None`.")
+        if batch_length_T and (isinstance(n_step, tuple) or n_step != 1):
+            raise AssertionError("When sampling sequences n-step must be 1.")
+        n_step = _checked_n_step(n_step)
+        store = self._store
+        picks = store.draw_uniform(self._draws(), batch_size_B, batch_length_T or 0, n_step,
+                                   min_batch_length_T)
+        slots, ts, ns, ends = store.pick_fields(picks)
+        if batch_length_T:
+            episodes = [_stored_episode(store, int(s), int(t), int(e), lookback)
+                        for s, t, e in zip(slots.tolist(), ts.tolist(), ends.tolist())]
+            for episode, n in zip(episodes, ns):
+                rows = len(episode) + lookback
+                episode.extra_model_outputs["n_step"] = InfiniteLookbackBuffer(
+                    np.full((rows,), int(n)), lookback=lookback)
+                episode.extra_model_outputs["weights"] = InfiniteLookbackBuffer(
+                    np.ones((rows,)), lookback=lookback)
+        else:
+            store.locate_ends(picks)
+            episodes = _transitions(store, picks, slots, ts, ns, ends, gamma,
+                                    include_infos=True, stored_ids=True,
+                                    extras=include_extra_model_outputs, weights=None,
+                                    exact_end=True, outputs_lookback=lookback)
+        self._after_reads(len(episodes))
+        self.sampled_timesteps += batch_size_B
+        steps_seen = {(int(s), int(t)) for s, t in zip(slots, ts)}
+        self._log_sample(batch_size_B, len(set(slots.tolist())), len(steps_seen),
+                         sum(ns.tolist()) / batch_size_B, 0)
+        return episodes
+
+    # -- the native sampler ----------------------------------------------------------------
+
+    def sample_batch(self, batch_size: int, *, n_step: Union[int, Tuple[int, int]] = 1,
+                     gamma: float = 0.99, beta: Optional[float] = None,
+                     batch_length_T: Optional[int] = None, lookback: int = 0,
+                     min_batch_length_T: int = 0, include_extra_model_outputs: bool = False
+                     ) -> Dict[str, Any]:
+        """A training batch of `batch_size` items as a dict of arrays,
+        without episode objects (uniform draws here; by priority on the
+        prioritized buffer, which then takes update_priorities() for them).
+
+        Transitions (the default): `obs`, `actions`, `rewards` (the
+        discounted sum over `n_step` steps, an int or drawn per item from a
+        (low, high) range, cut at the episode's end), `new_obs` (the
+        observation after those steps), `terminateds`/`truncateds` (the
+        transition reaches the end of a terminated/truncated episode),
+        `n_step` (the steps summed: bootstrap with gamma ** n_step),
+        `weights` (importance weights; ones when uniform), `indices`.
+
+        Sequences (`batch_length_T=T`): (B, lookback + T, ...) arrays of up
+        to T steps from each drawn step on, after `lookback` steps before
+        it, never crossing into another episode and zero-padded: `obs`,
+        `new_obs`, `actions`, `rewards` (one step each), `terminateds`,
+        `truncateds` (at an episode's last step), `mask` (the rows that hold
+        data), `lengths` (steps from the drawn one on), `weights`,
+        `indices`. Steps within `min_batch_length_T` of their episode's end
+        are not drawn.
+
+        `include_extra_model_outputs` adds each extra model output (at the
+        drawn step, or per row)."""
+        prioritized = self._store.priorities is not None
+        if beta is not None and not prioritized:
+            raise ValueError("beta weights a prioritized draw; this buffer draws uniformly")
+        beta = 0.0 if beta is None else beta
+        if not beta >= 0.0:
+            raise ValueError(f"beta must be >= 0, not {beta}")
+        _check_gamma(gamma)
+        if not 0.0 <= gamma <= 1.0:
+            raise ValueError(f"gamma must lie in [0, 1], not {gamma}")
+        batch_size = _int(batch_size, "batch_size")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, not {batch_size}")
+        T = _int(batch_length_T or 0, "batch_length_T")
+        lookback = _int(lookback, "lookback")
+        min_T = _int(min_batch_length_T, "min_batch_length_T")
+        if T < 0 or lookback < 0 or min_T < 0:
+            raise ValueError("batch_length_T, lookback and min_batch_length_T must be >= 0")
+        if T and n_step != 1:
+            raise ValueError("sequences are of single steps: n_step must be 1")
+        n_step = _checked_n_step(n_step)
+        store = self._store
+        picks = store.draw_native(self._draws(), batch_size, n_step, prioritized, float(beta),
+                                  T, min_T)
+        if T:
+            steps, weights, indices, _, _ = store.native_fields(picks)
+            batch = self._sequence_batch(picks, store.layout, lookback, T,
+                                         include_extra_model_outputs)
+            batch["lengths"] = steps
+            batch["weights"] = weights
+            batch["indices"] = indices
+        else:
+            batch = store.native_transitions(picks, float(gamma), include_extra_model_outputs)
+        if prioritized:
+            self._last_sampled_keys = batch["indices"].tolist()
+            self._last_sampled_indices = store.leaves_of(self._last_sampled_keys)
+        self._after_reads(batch_size)
+        return batch
+
+    def _sequence_batch(self, picks, layout, lookback, T, extras) -> Dict[str, Any]:
+        store = self._store
+        masks = []
+
+        def rows(leaf, next_rows=False):
+            values, mask = store.gather_sequences(picks, leaf, lookback, T, next_rows)
+            masks.append(mask)
+            return values
+
+        batch = {"obs": _track(layout["obs"], rows),
+                 "new_obs": _track(layout["obs"], lambda leaf: rows(leaf, True)),
+                 "actions": _track(layout["actions"], rows),
+                 "rewards": _track(layout["rewards"], rows)}
+        if extras:
+            for key, structure in layout["extras"].items():
+                batch[key] = _track(structure, rows)
+        mask = masks[0]
+        slots, ts, _, ends = store.pick_fields(picks)
+        terminateds = np.zeros(mask.shape, np.bool_)
+        truncateds = np.zeros(mask.shape, np.bool_)
+        for i, (slot, t, end) in enumerate(zip(slots.tolist(), ts.tolist(), ends.tolist())):
+            fields = episode_fields(store, slot)
+            if end == fields[3] and end > t:
+                row = lookback + end - t - 1
+                terminateds[i, row] = fields[5]
+                truncateds[i, row] = fields[6] and not fields[5]
+        batch["terminateds"], batch["truncateds"], batch["mask"] = terminateds, truncateds, mask
+        return batch
+
+    def _after_reads(self, rows: int) -> None:
+        # File-backed storage: the pages a draw mapped in (a read maps up to
+        # 64 KB around a row: the kernel's fault-around) go back to the files
+        # after the draw, so the resident size stays bounded however large
+        # the files grow.
+        if self._store.storage is not None:
+            self._store.release_pages()
+
+    def _log_sample(self, sampled, episodes_per_sample, steps_per_sample, sampled_n_step,
+                    resamples) -> None:
+        single = {DEFAULT_AGENT_ID: None}
+        self._update_sample_metrics(
+            num_env_steps_sampled=sampled, num_episodes_per_sample=episodes_per_sample,
+            num_env_steps_per_sample=steps_per_sample, sampled_n_step=sampled_n_step,
+            num_resamples=resamples,
+            agent_to_num_steps_sampled={DEFAULT_AGENT_ID: sampled},
+            agent_to_num_episodes_per_sample={DEFAULT_AGENT_ID: episodes_per_sample},
+            agent_to_num_steps_per_sample={DEFAULT_AGENT_ID: steps_per_sample},
+            agent_to_sampled_n_step=None if sampled_n_step is None
+            else dict.fromkeys(single, sampled_n_step),
+            agent_to_num_resamples={DEFAULT_AGENT_ID: resamples},
+            module_to_num_steps_sampled={DEFAULT_MODULE_ID: sampled},
+            module_to_num_episodes_per_sample={DEFAULT_MODULE_ID: episodes_per_sample},
+            module_to_num_steps_per_sample={DEFAULT_MODULE_ID: steps_per_sample},
+            module_to_sampled_n_step=None if sampled_n_step is None
+            else {DEFAULT_MODULE_ID: sampled_n_step},
+            module_to_num_resamples={DEFAULT_MODULE_ID: resamples})
+
+    def _update_sample_metrics(self, *, num_env_steps_sampled, num_episodes_per_sample,
+                               num_env_steps_per_sample, sampled_n_step, num_resamples,
+                               agent_to_num_steps_sampled, agent_to_num_episodes_per_sample,
+                               agent_to_num_steps_per_sample, agent_to_sampled_n_step,
+                               agent_to_num_resamples, module_to_num_steps_sampled,
+                               module_to_num_episodes_per_sample,
+                               module_to_num_steps_per_sample, module_to_sampled_n_step,
+                               module_to_num_resamples, **kwargs) -> None:
+        """Logs a sample() call's counts (RLlib's keys and reductions)."""
+        log = self._unlogged.log
+        window = self._metrics_num_episodes_for_smoothing
+        log("num_episodes_per_sample", num_episodes_per_sample, reduce="sum")
+        log("num_env_steps_per_sample", num_env_steps_per_sample, reduce="sum")
+        log("num_env_steps_per_sample_lifetime", num_env_steps_per_sample,
+            reduce="lifetime_sum")
+        _log_pair(log, "num_env_steps_sampled", num_env_steps_sampled)
+        log("env_step_utilization", num_env_steps_per_sample / num_env_steps_sampled,
+            reduce="mean", window=window)
+        if sampled_n_step:
+            log("actual_n_step", sampled_n_step, reduce="mean", window=window)
+            for aid in agent_to_sampled_n_step:
+                log(("agent_actual_n_step", aid), agent_to_sampled_n_step[aid], reduce="mean",
+                    window=window)
+            for mid in module_to_sampled_n_step:
+                log(("module_actual_n_step", mid), module_to_sampled_n_step[mid],
+                    reduce="mean", window=window)
+        log("num_resamples", num_resamples, reduce="sum")
+        for aid in agent_to_num_steps_sampled:
+            _log_pair(log, "num_agent_steps_sampled", agent_to_num_steps_sampled[aid], aid)
+            log(("num_agent_episodes_per_sample", aid), agent_to_num_episodes_per_sample[aid],
+                reduce="sum")
+            _log_pair(log, "num_agent_steps_per_sample", agent_to_num_steps_per_sample[aid],
+                      aid, lifetime="num_agent_steps_per_sample_lifetime")
+            log(("agent_step_utilization", aid),
+                agent_to_num_steps_per_sample[aid] / agent_to_num_steps_sampled[aid],
+                reduce="mean", window=window)
+            log(("num_agent_resamples", aid), agent_to_num_resamples[aid], reduce="sum")
+        for mid in module_to_num_steps_sampled:
+            _log_pair(log, "num_module_steps_sampled", module_to_num_steps_sampled[mid], mid)
+            log(("num_module_episodes_per_sample", mid),
+                module_to_num_episodes_per_sample[mid], reduce="sum")
+            _log_pair(log, "num_module_steps_per_sample", module_to_num_steps_per_sample[mid],
+                      mid, lifetime="num_module_steps_per_sample_lifetime")
+            log(("module_step_utilization", mid),
+                module_to_num_steps_per_sample[mid] / module_to_num_steps_sampled[mid],
+                reduce="mean", window=window)
+            log(("num_module_resamples", mid), module_to_num_resamples[mid], reduce="sum")
+
+    # -- counters ------------------------------------------------------------------------
+
+    def get_num_episodes(self, module_id=None) -> int:
+        """Stored episodes."""
+        return self._store.num_episodes
+
+    def get_num_episodes_evicted(self, module_id=None) -> int:
+        """Episodes evicted so far."""
+        return self._store.num_evicted
+
+    def get_num_timesteps(self, module_id=None) -> int:
+        """Stored (sampleable) timesteps."""
+        return self._store.live_steps
+
+    def get_sampled_timesteps(self, module_id=None) -> int:
+        """Timesteps sampled so far."""
+        return self.sampled_timesteps
+
+    def get_added_timesteps(self, module_id=None) -> int:
+        """Timesteps added so far."""
+        return self._num_timesteps_added
+
+    def get_metrics(self):
+        """The logged metrics, reduced (RLlib's MetricsLogger.reduce())."""
+        return self.metrics.reduce()
+
+    # -- state ---------------------------------------------------------------------------
+
+    def get_state(self) -> Dict[str, Any]:
+        """RLlib's checkpoint of the buffer (its keys and formats)."""
+        return self._plain_state(self.episodes)
+
+    def _plain_state(self, episodes) -> Dict[str, Any]:
+        # The plain buffer's keys (the multi-agent buffers' too, over theirs).
+        return {
+            "episodes": [e.get_state() for e in episodes],
+            "episode_id_to_index": list(self.episode_id_to_index.items()),
+            "_num_episodes_evicted": self._num_episodes_evicted,
+            "_indices": self._indices,
+            "_num_timesteps": self._num_timesteps,
+            "_num_timesteps_added": self._num_timesteps_added,
+            "sampled_timesteps": self.sampled_timesteps,
+        }
+
+    def set_state(self, state) -> None:
+        """Restores get_state()'s checkpoint (ours or RLlib's). The state is
+        checked first: a bad one raises and leaves the buffer unchanged."""
+        store = self._restored_store(state)
+        self._store = store
+        self._num_timesteps = state["_num_timesteps"]
+        self._num_timesteps_added = state["_num_timesteps_added"]
+        self.sampled_timesteps = state["sampled_timesteps"]
+
+    def __reduce__(self):
+        # A pickle is the checkpoint (get_state(); arrays travel out-of-band
+        # with protocol 5), restored into a new buffer of the same settings.
+        return (_unpickled, (type(self), self._settings(), self.get_state(), self.rng))
+
+    def _settings(self) -> Dict[str, Any]:
+        return {"capacity": self.capacity, "batch_size_B": self.batch_size_B,
+                "batch_length_T": self.batch_length_T,
+                "metrics_num_episodes_for_smoothing": self._metrics_num_episodes_for_smoothing,
+                "storage": self._store.storage}
+
+    def _restored_store(self, state, weights=None) -> Store:
+        episodes = [SingleAgentEpisode.from_state(s) for s in state["episodes"]]
+        evicted = _int(state["_num_episodes_evicted"], "_num_episodes_evicted")
+        for key in ("_num_timesteps", "_num_timesteps_added", "sampled_timesteps"):
+            _int(state[key], key)
+        id_to_index = dict(state["episode_id_to_index"])
+        if list(id_to_index) != [e.id_ for e in episodes] or \
+                list(id_to_index.values()) != list(range(evicted, evicted + len(episodes))):
+            raise ValueError("episode_id_to_index must list the stored episodes in order, "
+                             "indexed from _num_episodes_evicted on")
+        store = self._new_store(self.capacity, self._store.storage)
+        store.restore(episodes, [tuple(i) for i in state["_indices"]], evicted, weights)
+        return store
+
+
+def _unpickled(cls, settings: Dict[str, Any], state: Dict[str, Any], rng):
+    buffer = cls(**settings)
+    buffer.set_state(state)
+    buffer.rng = rng
+    return buffer
