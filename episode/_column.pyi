@@ -24,6 +24,8 @@ class Column:
     @staticmethod
     def from_array(array: Any) -> Column: ...
     @staticmethod
+    def from_rows(rows: Any, kind: int) -> Column: ...
+    @staticmethod
     def with_open_row_type() -> Column: ...
     def __len__(self) -> int: ...
     @property
@@ -48,6 +50,7 @@ class Column:
     def finalize(self) -> bool: ...
 
 COLUMN_FORMAT: int
+KINDS: dict[str, int]
 CHECKED_BUILD: bool
 
 def _restore_column(

@@ -5,6 +5,7 @@ import gymnasium as gym
 from typing_extensions import Self, disjoint_base
 
 from episode._buffer import BufferCore
+from episode._column import Column
 from episode.lookback_buffer import InfiniteLookbackBuffer
 from episode.typing import Batch, Index, IndexBatch, Item
 
@@ -146,6 +147,14 @@ class EpisodeCore:
 def episode_id() -> str: ...
 def _register_episode_class(cls: type) -> None: ...
 def check_step_extras(episode: EpisodeCore, outputs: Any, agent_id: Any) -> None: ...
+def make_episode(
+    cls: type[_E], id_: Any, observations: Any, infos: Column, actions: Any, rewards: Any,
+    extra_model_outputs: dict[Any, Any], lookbacks: tuple[int, int, int, int, int],
+    terminated: Any, truncated: Any, t_started: int, observation_space: Any,
+    action_space: Any, agent_id: Any = ..., module_id: Any = ...,
+    multi_agent_episode_id: Any = ..., start_time: float | None = ...,
+    last_step_time: float | None = ..., custom_data: Any = ...,
+) -> _E: ...
 def assemble(
     cls: type[_E], id_: Any, observations: BufferCore, infos: BufferCore,
     actions: BufferCore, rewards: BufferCore, extra_model_outputs: dict[Any, Any],

@@ -58,6 +58,11 @@ cdef Py_ssize_t MIN_CAPACITY = 16
 # The layout of a pickled Column (see __reduce_ex__); unknown ones are refused.
 COLUMN_FORMAT = 1
 
+# The kinds of list-mode items (Column.kind, Column.from_rows), for Python.
+KINDS = {"empty": KIND_EMPTY, "float": KIND_FLOAT, "int": KIND_INT, "bool": KIND_BOOL,
+         "scalar": KIND_SCALAR, "array": KIND_ARRAY, "object": KIND_OBJECT,
+         "empty_dict": KIND_EMPTY_DICT}
+
 # True when compiled with EPISODE_CHECKED=ON (bounds checks on raw accesses).
 CHECKED_BUILD = bool(CHECKED)
 
@@ -167,6 +172,21 @@ cdef class Column:
         col.kind = KIND_ARRAY
         col.finalized = True
         return col
+
+    @staticmethod
+    def from_rows(object rows, int kind):
+        """A list-mode Column whose items are `rows` (an array with a leading
+        axis), handed back as items of `kind` (KIND_FLOAT, KIND_INT and
+        KIND_BOOL: Python numbers of float64, int64 and bool rows;
+        KIND_SCALAR: numpy scalars; KIND_ARRAY: ndarray rows), or, for
+        KIND_EMPTY_DICT, `rows` empty dicts (a count). Checked as a pickled
+        Column is (ValueError). The rows are copied: list mode grows and
+        sets its storage in place."""
+        if kind == KIND_EMPTY_DICT:
+            return column_from_state(kind, False, False, rows)
+        if not KIND_FLOAT <= kind <= KIND_ARRAY:
+            raise ValueError(f"no list-mode rows of kind {kind}")
+        return column_from_state(kind, False, False, np.array(rows, order="C"))
 
     @staticmethod
     def with_open_row_type():

@@ -781,6 +781,54 @@ def assemble(cls, id_, BufferCore observations, BufferCore infos, BufferCore act
 # -- building episodes and buffers without the constructor ----------------------------
 
 
+def make_episode(cls, id_, observations, infos, actions, rewards, dict extra_model_outputs,
+                 tuple lookbacks, terminated, truncated, Py_ssize_t t_started,
+                 observation_space, action_space, agent_id=None, module_id=None,
+                 multi_agent_episode_id=None, start_time=None, last_step_time=None,
+                 custom_data=None):
+    """An episode of class `cls` (an EpisodeCore subclass) over ready
+    storage: each track a Column or a dict/tuple tree of Columns (infos one
+    Column), `lookbacks` the rows before step 0 of (observations, infos,
+    actions, rewards, every extra model output). What a dataset reader
+    builds from a file's columns: nothing is copied or converted here, and
+    everything is checked (the trees, the lookbacks, then validate()) before
+    the episode is handed out: ValueError/TypeError/AssertionError."""
+    cdef EpisodeCore episode
+    cdef BufferCore buf
+    if not (isinstance(cls, type) and issubclass(cls, EpisodeCore)):
+        raise TypeError(f"cannot make an episode of {cls!r:.100}")
+    if len(lookbacks) != 5:
+        raise ValueError("lookbacks are (observations, infos, actions, rewards, extras)")
+    if type(infos) is not Column:
+        raise TypeError(f"infos are one Column, not {type(infos).__name__}")
+    episode = EpisodeCore.__new__(cls)
+    init_empty(episode, id_, observation_space, action_space, terminated, truncated,
+               t_started, agent_id, module_id, multi_agent_episode_id)
+    tracks = (episode.observations, episode.infos, episode.actions, episode.rewards)
+    for buf, tree, lookback in zip(tracks, (observations, infos, actions, rewards), lookbacks):
+        buf.set_storage(tree)
+        buf._lookback = checked_lookback(lookback)
+        if buf._lookback > buf.first().nrows():
+            raise ValueError(f"a lookback of {buf._lookback} rows in a track of "
+                             f"{buf.first().nrows()}")
+    extras = {}
+    for key, tree in extra_model_outputs.items():
+        buf = empty_buffer(Buffer, None, None)
+        buf.set_storage(tree)
+        buf._lookback = checked_lookback(lookbacks[4])
+        if buf._lookback > buf.first().nrows():
+            raise ValueError(f"a lookback of {buf._lookback} rows in {key!r}, which has "
+                             f"{buf.first().nrows()}")
+        extras[key] = buf
+    episode._extras = extras
+    episode.t = t_started + len(episode.rewards)  # Python ints: OverflowError, not a wrap
+    episode.start_time = state_time(start_time, "start_time")
+    episode.last_step_time = state_time(last_step_time, "last_step_time")
+    episode.custom_data_ = custom_data if custom_data else None
+    episode.validate()
+    return episode
+
+
 def init_without_data(EpisodeCore episode, id_, observations, observation_space, infos,
                       actions, action_space, rewards, terminated, truncated,
                       extra_model_outputs, t_started, len_lookback_buffer, agent_id,
