@@ -154,6 +154,7 @@ def make_episode(
     action_space: Any, agent_id: Any = ..., module_id: Any = ...,
     multi_agent_episode_id: Any = ..., start_time: float | None = ...,
     last_step_time: float | None = ..., custom_data: Any = ...,
+    defaultdict_extras: bool = ...,
 ) -> _E: ...
 def assemble(
     cls: type[_E], id_: Any, observations: BufferCore, infos: BufferCore,

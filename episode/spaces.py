@@ -320,7 +320,8 @@ def _pack_array(array: np.ndarray) -> str:
 
 
 def _unpack_array(text: str) -> np.ndarray:
-    return np.load(io.BytesIO(zlib.decompress(base64.b64decode(text))), allow_pickle=True)
+    # Numbers only: a space read from a file must not run a pickle.
+    return np.load(io.BytesIO(zlib.decompress(base64.b64decode(text))), allow_pickle=False)
 
 
 def space_to_dict(space: gym.Space | None) -> dict | None:

@@ -9,6 +9,7 @@ import copy
 import os
 import sys
 from collections import defaultdict
+from functools import partial
 
 import gymnasium as gym
 import numpy as np
@@ -785,14 +786,16 @@ def make_episode(cls, id_, observations, infos, actions, rewards, dict extra_mod
                  tuple lookbacks, terminated, truncated, Py_ssize_t t_started,
                  observation_space, action_space, agent_id=None, module_id=None,
                  multi_agent_episode_id=None, start_time=None, last_step_time=None,
-                 custom_data=None):
+                 custom_data=None, bint defaultdict_extras=False):
     """An episode of class `cls` (an EpisodeCore subclass) over ready
     storage: each track a Column or a dict/tuple tree of Columns (infos one
     Column), `lookbacks` the rows before step 0 of (observations, infos,
     actions, rewards, every extra model output). What a dataset reader
     builds from a file's columns: nothing is copied or converted here, and
     everything is checked (the trees, the lookbacks, then validate()) before
-    the episode is handed out: ValueError/TypeError/AssertionError."""
+    the episode is handed out: ValueError/TypeError/AssertionError. With
+    `defaultdict_extras` the extra outputs are a defaultdict, as from_state()
+    makes them."""
     cdef EpisodeCore episode
     cdef BufferCore buf
     if not (isinstance(cls, type) and issubclass(cls, EpisodeCore)):
@@ -820,6 +823,8 @@ def make_episode(cls, id_, observations, infos, actions, rewards, dict extra_mod
             raise ValueError(f"a lookback of {buf._lookback} rows in {key!r}, which has "
                              f"{buf.first().nrows()}")
         extras[key] = buf
+    if defaultdict_extras:
+        extras = defaultdict(partial(Buffer, lookback=lookbacks[0]), extras)
     episode._extras = extras
     episode.t = t_started + len(episode.rewards)  # Python ints: OverflowError, not a wrap
     episode.start_time = state_time(start_time, "start_time")

@@ -1,0 +1,472 @@
+"""Reading datasets: `read_episodes` and the `EpisodeDataset` it opens."""
+from __future__ import annotations
+
+import collections
+import os
+from typing import Any, Iterator, List, Optional, Sequence
+
+import numpy as np
+
+from episode._column import KINDS
+from episode._dataset import Encoded, StepFile
+from episode.offline import format as fmt
+from episode.offline.format import DatasetError
+from episode.offline.writer import IDS, LOOKBACKS, _pyarrow
+from episode.single_agent_episode import SingleAgentEpisode
+
+__all__ = ["EpisodeDataset", "read_episodes"]
+
+# Step files kept open (decoded Parquet, or memory-mapped Arrow) at once.
+OPEN_FILES = 16
+
+_EPISODE_COLUMNS = ("group", "row", "rows", "length", "t_started", "terminated", "truncated",
+                    "start_time", "last_step_time", "observation_space", "action_space",
+                    "return") + IDS + LOOKBACKS
+
+
+def read_episodes(path: Any, *, columns: Optional[Sequence[str]] = None) -> "EpisodeDataset":
+    """Opens the dataset at `path` (a folder, searched recursively, or one
+    file): our format, or RLlib's recorded episodes or rows, told apart by
+    their schema. Only the episode tables are read here; each episode's
+    rows are read when it is.
+
+    `columns` limits what is read besides observations, actions and
+    rewards: ``"infos"`` and the extra model outputs by key (default: all).
+    """
+    return EpisodeDataset(path, columns=columns)
+
+
+class EpisodeDataset:
+    """The episodes of a dataset, in stored order: `len()`, iteration,
+    ``ds[i]`` (a SingleAgentEpisode built over the file's columns: read in
+    place from memory-mapped Arrow files when the episode was numpy'd),
+    ``ds.num_steps``. Chunks of one episode (a `cut()` and its successors,
+    written at different times) come back as one episode."""
+
+    def __init__(self, path: Any, *, columns: Optional[Sequence[str]] = None):
+        pa = _pyarrow()
+        self.path = os.fspath(path)
+        self._columns = None if columns is None else _checked_columns(columns)
+        self._files: collections.OrderedDict = collections.OrderedDict()
+        self._memory: Optional[list] = None
+        tables, foreign = _scan(self.path, pa)
+        if foreign:
+            if tables:
+                raise DatasetError(f"{self.path}: holds files of our format and others "
+                                   f"({foreign[0]})")
+            self._memory = _read_foreign(foreign, pa)
+            self._entries = [(i,) for i in range(len(self._memory))]
+            self.num_steps = int(sum(len(e) for e in self._memory))
+            return
+        self._parts = [_Part(p, pa) for p in tables]
+        self._index = _chunk_index(self._parts)
+        self._entries = _join_chunks(self._index)
+        lengths = self._index["length"]
+        self.num_steps = int(lengths.sum()) if len(lengths) else 0
+
+    # -- the sequence ----------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __iter__(self) -> Iterator[SingleAgentEpisode]:
+        for i in range(len(self._entries)):
+            yield self[i]
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
+            raise TypeError(f"dataset indices are ints or slices, not {type(i).__name__}")
+        n = len(self._entries)
+        if not -n <= i < n:
+            raise IndexError(f"episode {i} of a dataset of {n}")
+        entry = self._entries[int(i) % n]
+        if self._memory is not None:
+            return self._memory[entry[0]]
+        chunks = [self._chunk(k) for k in entry]
+        episode = chunks[0]
+        for chunk in chunks[1:]:
+            episode.concat_episode(chunk)
+        return episode
+
+    def __repr__(self) -> str:
+        return f"EpisodeDataset({self.path!r}: {len(self)} episodes, {self.num_steps} steps)"
+
+    # -- building one chunk ---------------------------------------------------------------
+
+    def _chunk(self, k: int) -> SingleAgentEpisode:
+        index = self._index
+        part = self._parts[index["part"][k]]
+        i = int(index["local"][k])
+        step_file = self._step_file(part, int(part.table["group"][i]))
+        fields = part.fields(i)
+        spaces = fields.pop("buffer_spaces")
+        try:
+            episode = step_file.episode(SingleAgentEpisode, int(part.table["row"][i]),
+                                        int(part.table["rows"][i]), int(part.table["length"][i]),
+                                        tuple(int(x) for x in part.lookbacks[i]), fields)
+            if spaces:
+                _set_buffer_spaces(episode, spaces, part.path)
+        except (ValueError, TypeError, AssertionError, KeyError) as error:
+            raise DatasetError(f"{part.path}: episode {i} does not fit its step file "
+                               f"({type(error).__name__}: {error})") from None
+        return episode
+
+    def _step_file(self, part: "_Part", group: int) -> StepFile:
+        if not 0 <= group < len(part.step_files):
+            raise DatasetError(f"{part.path}: an episode in step file {group} of "
+                               f"{len(part.step_files)}")
+        path = part.step_files[group]
+        found = self._files.get(path)
+        if found is not None:
+            self._files.move_to_end(path)
+            return found
+        step_file = _open_step_file(path, self._columns)
+        self._files[path] = step_file
+        if len(self._files) > OPEN_FILES:
+            self._files.popitem(last=False)
+        return step_file
+
+
+def _set_buffer_spaces(episode, spaces: Any, path: str) -> None:
+    # The buffers' spaces that were not the usual ones (see the writer's).
+    if not isinstance(spaces, dict):
+        raise ValueError("malformed buffer spaces")
+    for name, text in spaces.items():
+        space = fmt.space_of(text, path)
+        if isinstance(name, tuple) and len(name) == 2 and name[0] == "extra_model_outputs":
+            buf = episode.extra_model_outputs.get(name[1])
+            if buf is not None:
+                buf.space = space
+        elif name in ("observations", "actions", "rewards", "infos"):
+            getattr(episode, name).space = space
+        else:
+            raise ValueError(f"a space for no buffer: {name!r}")
+
+
+def _checked_columns(columns: Sequence[str]) -> frozenset:
+    if isinstance(columns, (str, bytes)) or not all(isinstance(c, str) for c in columns):
+        raise TypeError("columns is a list of column names")
+    return frozenset(columns)
+
+
+# -- finding files ---------------------------------------------------------------------------
+
+
+def _scan(path: str, pa) -> tuple:
+    """(our episode tables, other tools' data files) under `path`."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no dataset at {path}")
+    if os.path.isfile(path):
+        files = [path]
+    else:
+        files = []
+        for root, dirs, names in os.walk(path):
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            files.extend(os.path.join(root, n) for n in sorted(names)
+                         if not n.startswith(".") and n.rsplit(".", 1)[-1] in fmt.EXTENSIONS)
+    tables, foreign = [], []
+    for f in files:
+        name = os.path.basename(f)
+        stem, _, ext = name.rpartition(".")
+        if stem.endswith(".episodes"):
+            tables.append(f)
+        elif ".steps-" in stem:
+            continue         # read through its part's episode table
+        elif ext in fmt.EXTENSIONS:
+            foreign.append(f)
+    if not tables and not foreign:
+        raise DatasetError(f"{path}: no dataset files (.parquet or .arrow) in it")
+    return tables, foreign
+
+
+def _read_table(path: str, pa, columns: Optional[list] = None):
+    """The file's table (`columns` of it), checked whole by Arrow before any
+    of it is used: a damaged file raises DatasetError, not a bad read."""
+    try:
+        if path.endswith(".arrow"):
+            table = pa.ipc.open_file(pa.memory_map(path)).read_all()
+            if columns is not None:
+                table = table.select(columns)
+        else:
+            import pyarrow.parquet as pq
+
+            table = pq.read_table(path, memory_map=True, columns=columns)
+        table.validate(full=True)
+        return table
+    except (OSError, pa.ArrowException, KeyError) as error:
+        raise DatasetError(f"{path}: not a readable {path.rpartition('.')[2]} file "
+                           f"({error})") from None
+
+
+def _schema(path: str, pa):
+    try:
+        if path.endswith(".arrow"):
+            return pa.ipc.open_file(pa.memory_map(path)).schema
+        import pyarrow.parquet as pq
+
+        return pq.read_schema(path)
+    except (OSError, pa.ArrowException) as error:
+        raise DatasetError(f"{path}: not a readable {path.rpartition('.')[2]} file "
+                           f"({error})") from None
+
+
+def _read_foreign(files: list, pa) -> list:
+    """Other tools' recordings: RLlib's episodes or rows, read whole."""
+    from episode.offline import rllib_format
+
+    episodes: list = []
+    for path in files:
+        kind = rllib_format.detect_format(_schema(path, pa))
+        if kind is None:
+            raise DatasetError(f"{path}: neither a file of an episode dataset nor one of "
+                               f"RLlib's recordings")
+        table = _read_table(path, pa)
+        try:
+            if kind == "rllib_episodes":
+                episodes.extend(rllib_format.unpack_episodes(table.column("item")))
+            else:
+                episodes.extend(rllib_format.rows_to_episodes(table))
+        except (ValueError, TypeError, KeyError) as error:
+            raise DatasetError(f"{path}: {error}") from None
+    return episodes
+
+
+# -- the episode tables ---------------------------------------------------------------------
+
+
+class _Part:
+    """One written part: its episode table (read whole: a row per episode)
+    and the step files it names."""
+
+    def __init__(self, path: str, pa):
+        self.path = path
+        table = _read_table(path, pa)
+        meta = fmt.read_metadata(table.schema, path, "episodes")
+        names = meta.get("step_files")
+        if not isinstance(names, list) or not all(
+                isinstance(n, str) and os.path.basename(n) == n and not n.startswith(".")
+                for n in names):
+            raise DatasetError(f"{path}: malformed step file list in its metadata")
+        folder = os.path.dirname(path)
+        self.step_files = [os.path.join(folder, n) for n in names]
+        missing = [n for n in self.step_files if not os.path.exists(n)]
+        if missing:
+            raise DatasetError(f"{path}: its step file {missing[0]} is missing")
+        self.table = {}
+        for name in _EPISODE_COLUMNS:
+            if name not in table.schema.names:
+                raise DatasetError(f"{path}: no column {name!r} in the episode table")
+            column = table.column(name)
+            self.table[name] = column if name in IDS or name.endswith("_space") \
+                else _numbers(column, path, name)
+        self.n = table.num_rows
+        self.lookbacks = np.stack([self.table[name] for name in LOOKBACKS], axis=1) \
+            if self.n else np.zeros((0, 5), np.int32)
+        for name in ("row", "rows", "length", "t_started") + LOOKBACKS:
+            if self.n and self.table[name].min() < 0:
+                raise DatasetError(f"{path}: negative values in column {name!r}")
+
+    def fields(self, i: int) -> dict:
+        """make_episode's fields of episode `i`."""
+        values = {}
+        for name in IDS:
+            blob = self.table[name][i].as_py()
+            try:
+                values[name] = None if blob is None else fmt.unpack_value(blob)
+            except ValueError as error:
+                raise DatasetError(f"{self.path}: column {name!r}, episode {i}: "
+                                   f"{error}") from None
+        return {
+            "id_": values["id"], "agent_id": values["agent_id"],
+            "module_id": values["module_id"],
+            "multi_agent_episode_id": values["multi_agent_episode_id"],
+            "custom_data": values["custom_data"], "buffer_spaces": values["buffer_spaces"],
+            "terminated": bool(self.table["terminated"][i]),
+            "truncated": bool(self.table["truncated"][i]),
+            "t_started": int(self.table["t_started"][i]),
+            "observation_space": self._space("observation_space", i),
+            "action_space": self._space("action_space", i),
+            "start_time": _time(self.table["start_time"][i]),
+            "last_step_time": _time(self.table["last_step_time"][i]),
+        }
+
+    def _space(self, name: str, i: int) -> Any:
+        # Each episode gets a space of its own, as from_state() makes it.
+        return fmt.space_of(self.table[name][i].as_py(), f"{self.path}: column {name!r}")
+
+
+def _time(value: float) -> Optional[float]:
+    return None if value != value else float(value)
+
+
+def _numbers(column, path: str, name: str) -> np.ndarray:
+    if column.null_count:
+        raise DatasetError(f"{path}: nulls in column {name!r}")
+    try:
+        return np.asarray(column.to_numpy())
+    except Exception as error:      # pyarrow's conversion errors
+        raise DatasetError(f"{path}: column {name!r} is not numbers ({error})") from None
+
+
+def _chunk_index(parts: list) -> dict:
+    """Every stored chunk, in stored order: its part, its row there, its
+    id, start and length (what joining chunks needs)."""
+    index = {
+        "part": np.concatenate([np.full(p.n, k, np.int64) for k, p in enumerate(parts)]),
+        "local": np.concatenate([np.arange(p.n) for p in parts]),
+        "length": np.concatenate([p.table["length"].astype(np.int64) for p in parts]),
+        "t_started": np.concatenate([p.table["t_started"].astype(np.int64) for p in parts]),
+        "done": np.concatenate([p.table["terminated"] | p.table["truncated"] for p in parts]),
+        "id": [blob for p in parts for blob in p.table["id"].to_pylist()],
+    }
+    return index
+
+
+def _join_chunks(index: dict) -> list:
+    """The dataset's episodes: tuples of chunk numbers, one per stored
+    chunk, except that a chunk continuing another of the same id (it starts
+    where the other ends, and that one is not done) joins it."""
+    ids = index["id"]
+    n = len(ids)
+    if len(set(ids)) == n:
+        return [(k,) for k in range(n)]
+    by_id: dict = collections.defaultdict(list)
+    for k, key in enumerate(ids):
+        by_id[key].append(k)
+    t_started, length, done = index["t_started"], index["length"], index["done"]
+    first_of: dict = {}
+    for chunks in by_id.values():
+        chunks.sort(key=lambda k: (t_started[k], k))
+        run = [chunks[0]]
+        for k in chunks[1:]:
+            prev = run[-1]
+            if not done[prev] and t_started[k] == t_started[prev] + length[prev]:
+                run.append(k)
+            else:
+                first_of[min(run)] = tuple(run)
+                run = [k]
+        first_of[min(run)] = tuple(run)
+    return [first_of[k] for k in sorted(first_of)]
+
+
+# -- step files ------------------------------------------------------------------------------
+
+
+def _open_step_file(path: str, columns: Optional[frozenset]) -> StepFile:
+    pa = _pyarrow()
+    schema = _schema(path, pa)
+    meta = fmt.read_metadata(schema, path, "steps")
+    tracks, extras = meta.get("tracks"), meta.get("extras")
+    if not (isinstance(tracks, list) and len(tracks) == 3 and isinstance(extras, list)
+            and type(meta.get("extras_defaultdict")) is bool):
+        raise DatasetError(f"{path}: malformed track metadata")
+    wanted = [t for t in tracks] + [e for e in extras if columns is None or
+                                    _key_name(e, path) in columns]
+    names = [_track_column(t, path) for t in wanted]
+    read_infos = columns is None or "infos" in columns
+    names += [fmt.INFOS] if read_infos else []
+    missing = [n for n in names if n not in schema.names]
+    if missing:
+        raise DatasetError(f"{path}: no column {missing[0]!r}")
+    table = _read_table(path, pa, names)
+    leaves, kinds, finalized, opens, trees = [], [], [], [], []
+    for spec, name in zip(wanted, names):
+        tree = fmt.tree_from_json(spec.get("tree"), f"{path}: column {name!r}")
+        column = table.column(name).combine_chunks()
+        trees.append(_load_tree(tree, column, name, path, leaves, kinds, finalized, opens))
+    infos = None
+    if read_infos:
+        column = table.column(fmt.INFOS).combine_chunks()
+        if column.type != pa.binary():
+            raise DatasetError(f"{path}: column 'infos' is {column.type}, not binary")
+        infos = _encoded(column, path, fmt.INFOS)
+    extra_keys = [fmt.key_from_json(e.get("key"), path) for e in wanted[3:]]
+    return StepFile(leaves, kinds, finalized, opens, trees, extra_keys,
+                    meta["extras_defaultdict"], infos, table.num_rows)
+
+
+def _key_name(extra: Any, path: str) -> Any:
+    if not isinstance(extra, dict):
+        raise DatasetError(f"{path}: malformed extra output metadata")
+    return fmt.key_from_json(extra.get("key"), path)
+
+
+def _track_column(spec: Any, path: str) -> str:
+    if not (isinstance(spec, dict) and isinstance(spec.get("column"), str)):
+        raise DatasetError(f"{path}: malformed track metadata")
+    return spec["column"]
+
+
+def _encoded(column, path: str, name: str) -> Encoded:
+    try:
+        return Encoded(column, fmt.unpack_value)
+    except (ValueError, TypeError) as error:
+        raise DatasetError(f"{path}: column {name!r}: {error}") from None
+
+
+_TYPED_KINDS = (KINDS["float"], KINDS["int"], KINDS["bool"], KINDS["scalar"], KINDS["array"])
+_LIST_KINDS = {KINDS["float"]: np.dtype(np.float64), KINDS["int"]: np.dtype(np.int64),
+               KINDS["bool"]: np.dtype(np.bool_)}
+
+
+def _load_tree(tree, column, name: str, path: str, leaves: list, kinds: list,
+               finalized: list, opens: list) -> Any:
+    """The StepFile tree of a track (leaf numbers in its nesting), its
+    leaves' rows appended to `leaves` (and their kinds and modes), each
+    checked against the metadata."""
+    pa = _pyarrow()
+    where = f"{path}: column {name!r}"
+    if isinstance(tree, dict):
+        rows = fmt.leaf_rows(tree, column, where)
+        if tree["codec"] == fmt.VALUE:
+            rows = _encoded(rows, path, name)
+        _check_leaf_mode(tree, rows, where)
+        leaves.append(rows)
+        kinds.append(tree["kind"])
+        finalized.append(tree["finalized"])
+        opens.append(tree["open"])
+        return len(leaves) - 1
+    if not tree[1]:
+        if column.type != pa.null():
+            raise DatasetError(f"{where}: expected an all-null column for an empty {tree[0]}")
+        return {} if tree[0] == "dict" else ()
+    if not isinstance(column.type, pa.StructType) or column.type.num_fields != len(tree[1]) \
+            or column.null_count:
+        raise DatasetError(f"{where}: expected a struct of {len(tree[1])} fields")
+    subs = [column.field(i) for i in range(len(tree[1]))]
+    if tree[0] == "tuple":
+        return tuple(_load_tree(t, c, f"{name}.{i}", path, leaves, kinds, finalized, opens)
+                     for i, (t, c) in enumerate(zip(tree[1], subs)))
+    return {key: _load_tree(t, c, f"{name}.{key}", path, leaves, kinds, finalized, opens)
+            for (key, t), c in zip(tree[1], subs)}
+
+
+def _check_leaf_mode(leaf: dict, rows: Any, where: str) -> None:
+    # What a leaf's items come back as must be what its rows can be: the
+    # list-mode kinds copy raw rows and read them back as their type.
+    kind, numpy = leaf["kind"], leaf["finalized"]
+    if kind not in KINDS.values():
+        raise DatasetError(f"{where}: unknown item kind {kind}")
+    codec = leaf["codec"]
+    if numpy:
+        # numpy'd Columns keep the kind their items had (typed storage ones).
+        if kind not in _TYPED_KINDS or codec == fmt.NONE or (leaf["open"] and codec != fmt.ARROW):
+            raise DatasetError(f"{where}: numpy'd rows of kind {kind}")
+        return
+    if codec in fmt.STORED:
+        dtype = fmt.leaf_dtype(leaf)
+        plain = dtype.kind in "biufc" and dtype.isnative
+        want = _LIST_KINDS.get(kind)
+        if not plain or kind in (KINDS["empty"], KINDS["empty_dict"], KINDS["object"]) or (
+                want is not None and (dtype != want or leaf["shape"])) or (
+                kind == KINDS["scalar"] and leaf["shape"]):
+            raise DatasetError(f"{where}: {dtype} rows of shape {leaf['shape']} cannot be "
+                               f"list-mode items of kind {kind}")
+    elif codec == fmt.VALUE and kind != KINDS["object"]:
+        raise DatasetError(f"{where}: encoded values of kind {kind}")
+    elif codec == fmt.NONE and kind not in (KINDS["empty"], KINDS["empty_dict"]):
+        raise DatasetError(f"{where}: a leaf without data of kind {kind}")
+    if leaf["open"]:
+        raise DatasetError(f"{where}: a list-mode leaf of no row type")

@@ -1,0 +1,441 @@
+"""The native dataset format: what its files hold and how values are encoded.
+
+A dataset is a folder. Each write of an `EpisodeWriter` (a *part*) adds
+
+- one step file per group of alike episodes, ``<part>.steps-<g>.<ext>``:
+  one row per timestep of each episode, its episodes' rows one after the
+  other. A group is the episodes whose tracks are stored alike (the same
+  structure, dtypes, row shapes and item kinds), so one file has one schema;
+- then the part's episode table, ``<part>.episodes.<ext>``: one row per
+  episode chunk (where its rows are, its id, agent and module ids, start,
+  length, lookbacks, done flags, spaces, times, custom data). It is written
+  last and is what makes the part exist: a step file without it is ignored.
+
+`<ext>` is ``parquet`` or ``arrow`` (Arrow IPC files, read memory-mapped).
+
+An episode chunk of N steps whose tracks keep `lb` rows of lookback has
+L + N + 1 rows, L the largest lookback: row r is time r - L. Observations and
+infos fill rows L - lb .. L + N; actions, rewards and extra model outputs
+rows L - lb .. L + N - 1; the rows a track does not fill are zeros (nulls for
+encoded values). So each observation is stored once, and a row holds the
+observation, the action taken on it, its reward and outputs, and the info
+that came with the observation. ``terminateds``/``truncateds`` are true on a
+done episode's last step (the row RLlib's row format marks).
+
+Columns: ``obs``, ``actions``, ``rewards`` and each extra model output by
+its key; a Dict or Tuple track is a struct column of its leaves. A numeric
+leaf is an Arrow number column (a fixed-shape tensor column for rows with a
+shape); other fixed-size dtypes are fixed-size binary; anything else (the
+object path: strings, ragged rows, Python objects) and ``infos`` are
+msgpack-encoded values (`pack_value`), an info only where a step has one.
+Each file's schema metadata (key ``episode.format``) is JSON: the format
+version and, for a step file, each track's tree of leaves with the kind of
+item each leaf hands back (so list-mode episodes come back with the very
+Python types they were written with).
+"""
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any, Optional
+
+import numpy as np
+
+FORMAT = "episode"
+VERSION = 1
+METADATA_KEY = b"episode.format"
+EXTENSIONS = ("parquet", "arrow")
+
+# The step table's columns that are not tracks.
+INFOS, TERMINATEDS, TRUNCATEDS = "infos", "terminateds", "truncateds"
+TRACKS = ("obs", "actions", "rewards")
+RESERVED = frozenset(TRACKS + (INFOS, TERMINATEDS, TRUNCATEDS))
+
+# How a leaf's rows are stored: Arrow numbers, fixed-size binary, encoded
+# values, nothing (no rows ever, or only empty dicts) or rows of zero bytes
+# (nothing to store but their dtype and shape).
+ARROW, BYTES, VALUE, NONE, ZERO = "arrow", "bytes", "value", "none", "zero"
+STORED = (ARROW, BYTES, ZERO)
+
+_ARROW_KINDS = "biuf"
+
+
+class DatasetError(ValueError):
+    """A file that is not what the format says: a foreign, damaged or newer
+    file, a missing or mistyped column. The message names the file."""
+
+
+# -- values (infos, ids, custom data, object-path items) ---------------------------------
+
+# msgpack extension codes for what msgpack itself has no type for.
+_EXT_ARRAY, _EXT_SCALAR, _EXT_TUPLE, _EXT_INT, _EXT_SET, _EXT_OBJECTS = 1, 2, 3, 4, 5, 6
+
+
+def _msgpack():
+    try:
+        import msgpack
+    except ModuleNotFoundError as error:
+        raise ModuleNotFoundError(
+            'episode.offline needs msgpack: pip install "episode[offline]"') from error
+    return msgpack
+
+
+def _default(obj: Any) -> Any:
+    # What msgpack has no type for, as extension types (see _ext_hook).
+    ext = _msgpack().ExtType
+    if isinstance(obj, np.ndarray):
+        if obj.dtype.hasobject:
+            return ext(_EXT_OBJECTS, _packb([list(obj.shape), obj.ravel().tolist()]))
+        data = np.ascontiguousarray(obj)
+        return ext(_EXT_ARRAY, _packb([data.dtype.str, list(data.shape), data.tobytes()]))
+    if isinstance(obj, np.generic):
+        if obj.dtype.hasobject:
+            raise TypeError(f"cannot store a numpy object scalar {obj!r:.80}")
+        return ext(_EXT_SCALAR, _packb([obj.dtype.str, obj.tobytes()]))
+    if type(obj) is tuple:
+        return ext(_EXT_TUPLE, _packb(list(obj)))
+    if type(obj) is int:     # past 64 bits
+        return ext(_EXT_INT, str(obj).encode())
+    if type(obj) in (set, frozenset):
+        return ext(_EXT_SET, _packb([type(obj) is frozenset, list(obj)]))
+    # Subclasses of the plain types (OrderedDict, IntEnum, ...) come back as them.
+    for plain in (dict, list, bool, int, float, str, bytes):
+        if isinstance(obj, plain):
+            return plain(obj)
+    raise TypeError(f"a dataset stores numbers, strings, bytes, None, lists, tuples, "
+                    f"dicts, sets and numpy arrays, not {type(obj).__name__}")
+
+
+def _packb(obj: Any) -> bytes:
+    return _msgpack().packb(obj, default=_default, use_bin_type=True, strict_types=True)
+
+
+def pack_value(obj: Any) -> bytes:
+    """`obj` as msgpack bytes that `unpack_value` turns back into an equal
+    object of the same types (tuples, sets, numpy arrays and scalars, ints
+    of any size included). TypeError for anything else."""
+    return _packb(obj)
+
+
+def _ext_hook(code: int, data: bytes) -> Any:
+    if code == _EXT_ARRAY:
+        dtype, shape, raw = _fields(data, 3)
+        dtype, shape = _plain_dtype(dtype), _shape(shape)
+        if not isinstance(raw, bytes) or len(raw) != dtype.itemsize * _count(shape):
+            raise ValueError("a stored array's bytes do not match its shape")
+        return np.frombuffer(raw, dtype).reshape(shape).copy()
+    if code == _EXT_SCALAR:
+        dtype, raw = _fields(data, 2)
+        dtype = _plain_dtype(dtype)
+        if not isinstance(raw, bytes) or len(raw) != dtype.itemsize:
+            raise ValueError("a stored scalar's bytes do not match its dtype")
+        return np.frombuffer(raw, dtype)[0]
+    if code == _EXT_OBJECTS:
+        shape, items = _fields(data, 2)
+        shape = _shape(shape)
+        if not isinstance(items, list) or len(items) != _count(shape):
+            raise ValueError("a stored object array's items do not match its shape")
+        out = np.empty(len(items), dtype=object)
+        out[:] = items
+        return out.reshape(shape)
+    if code == _EXT_TUPLE:
+        items = unpack_value(data)
+        if not isinstance(items, list):
+            raise ValueError("a stored tuple is not a sequence")
+        return tuple(items)
+    if code == _EXT_INT:
+        return int(data.decode("ascii"))
+    if code == _EXT_SET:
+        frozen, items = _fields(data, 2)
+        if type(frozen) is not bool or not isinstance(items, list):
+            raise ValueError("a malformed stored set")
+        return frozenset(items) if frozen else set(items)
+    raise ValueError(f"unknown stored value type {code}")
+
+
+def _fields(data: bytes, n: int) -> list:
+    fields = unpack_value(data)
+    if not isinstance(fields, list) or len(fields) != n:
+        raise ValueError("a malformed stored value")
+    return fields
+
+
+def _shape(shape: Any) -> tuple:
+    if not isinstance(shape, list) or len(shape) > 64 \
+            or not all(type(d) is int and 0 <= d < 1 << 40 for d in shape):
+        raise ValueError(f"a stored array of shape {shape!r:.80}")
+    return tuple(shape)
+
+
+def _count(shape: tuple) -> int:
+    count = 1
+    for d in shape:
+        count *= d
+    return count
+
+
+def _plain_dtype(text: Any) -> np.dtype:
+    if not isinstance(text, str):
+        raise ValueError(f"a stored dtype is a string, not {type(text).__name__}")
+    try:
+        dtype = np.dtype(text)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"no dtype {text!r}") from error
+    if dtype.hasobject:
+        raise ValueError(f"a stored array of {dtype} would hold objects")
+    return dtype
+
+
+def unpack_value(blob: bytes) -> Any:
+    """The object `pack_value` stored (ValueError for bytes that are not one)."""
+    msgpack = _msgpack()
+    try:
+        return msgpack.unpackb(blob, ext_hook=_ext_hook, raw=False, strict_map_key=False,
+                               use_list=True)
+    except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, ValueError,
+            TypeError, UnicodeDecodeError, OverflowError) as error:
+        raise ValueError(f"not a stored value: {error}") from error
+
+
+# -- leaves: how a Column's rows become an Arrow column and back --------------------------
+
+
+def dtype_text(dtype: np.dtype) -> Any:
+    """A dtype as JSON (numpy's .npy header form: structured dtypes too)."""
+    return np.lib.format.dtype_to_descr(dtype)
+
+
+def leaf_dtype(leaf: dict) -> Optional[np.dtype]:
+    """A leaf's dtype (None: it stores no bytes)."""
+    return None if leaf["dtype"] is None else np.lib.format.descr_to_dtype(_descr(leaf["dtype"]))
+
+
+def _descr(text: Any) -> Any:
+    # dtype_text's form after JSON, which turned its tuples into lists.
+    if isinstance(text, str):
+        return text
+    if not isinstance(text, list):
+        raise TypeError(f"not a dtype: {text!r:.80}")
+    return [tuple([field[0], _descr(field[1])] + [tuple(field[2])] * (len(field) > 2))
+            for field in text]
+
+
+def leaf_codec(dtype: Optional[np.dtype], shape: tuple) -> str:
+    """How rows of `dtype` and row `shape` are stored (None: no rows ever)."""
+    if dtype is None:
+        return NONE
+    if dtype.hasobject:
+        return VALUE
+    size = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+    if dtype.kind in _ARROW_KINDS and dtype.isnative and dtype.itemsize in (1, 2, 4, 8) \
+            and (dtype.kind != "f" or dtype.itemsize >= 2) and size > 0:
+        return ARROW
+    return BYTES if size > 0 else ZERO
+
+
+def arrow_type(leaf: dict):
+    """The Arrow type of a leaf's column."""
+    import pyarrow as pa
+
+    codec, shape = leaf["codec"], tuple(leaf["shape"])
+    if codec in (NONE, ZERO):
+        return pa.null()
+    if codec == VALUE:
+        return pa.binary()
+    dtype = leaf_dtype(leaf)
+    if codec == BYTES:
+        return pa.binary(dtype.itemsize * int(np.prod(shape, dtype=np.int64)))
+    value_type = pa.from_numpy_dtype(dtype)
+    return pa.fixed_shape_tensor(value_type, list(shape)) if shape else value_type
+
+
+def leaf_array(leaf: dict, rows: Any, nrows: int):
+    """An Arrow array of a leaf's `nrows` rows: an ndarray for stored bytes
+    (no copy for numbers), a list of values (None: padding) to encode."""
+    import pyarrow as pa
+
+    codec = leaf["codec"]
+    if codec in (NONE, ZERO):
+        return pa.nulls(nrows)
+    if codec == VALUE:
+        return pa.array([None if v is None else pack_value(v) for v in rows], pa.binary())
+    if codec == BYTES:
+        flat = np.ascontiguousarray(rows).view(np.uint8).reshape(nrows, -1)
+        return pa.FixedSizeBinaryArray.from_buffers(
+            pa.binary(flat.shape[1]), nrows, [None, pa.py_buffer(flat)])
+    if leaf["shape"]:
+        values = pa.array(np.ascontiguousarray(rows).reshape(-1))
+        storage = pa.FixedSizeListArray.from_arrays(values, int(np.prod(leaf["shape"])))
+        return pa.ExtensionArray.from_storage(arrow_type(leaf), storage)
+    return pa.array(rows)
+
+
+def leaf_rows(leaf: dict, column, where: str) -> Any:
+    """A leaf column's rows back: an ndarray (read-only, no copy where the
+    file's memory allows), or for encoded values the Arrow binary array
+    itself (decoded per episode)."""
+    import pyarrow as pa
+
+    codec = leaf["codec"]
+    n = len(column)
+    if codec in (NONE, ZERO):
+        if column.type != pa.null():
+            raise DatasetError(f"{where}: expected an all-null column, got {column.type}")
+        return None if codec == NONE else np.empty((n,) + tuple(leaf["shape"]),
+                                                   leaf_dtype(leaf))
+    if codec == VALUE:
+        if column.type != pa.binary():
+            raise DatasetError(f"{where}: expected a binary column, got {column.type}")
+        return column
+    want = arrow_type(leaf)
+    got = column.type
+    if got != want and not (codec == ARROW and leaf["shape"] and isinstance(
+            got, pa.FixedSizeListType) and got == want.storage_type):
+        raise DatasetError(f"{where}: expected {want}, got {got}")
+    if column.null_count:
+        raise DatasetError(f"{where}: a column of numbers holds nulls")
+    dtype, shape = leaf_dtype(leaf), tuple(leaf["shape"])
+    if codec == BYTES:
+        raw = np.frombuffer(column.buffers()[1], np.uint8)
+        start = column.offset * got.byte_width
+        return raw[start:start + n * got.byte_width].view(dtype).reshape((n,) + shape)
+    if shape:
+        storage = column.storage if isinstance(column, pa.ExtensionArray) else column
+        values = storage.flatten()
+        arr = values.to_numpy(zero_copy_only=dtype.kind != "b")
+        return arr.reshape((n,) + shape)
+    return column.to_numpy(zero_copy_only=dtype.kind != "b")
+
+
+# -- trees: a track's structure of leaves ---------------------------------------------
+
+
+def key_to_json(key: Any) -> list:
+    """A dict key (a track's or an extra output's) as JSON."""
+    if type(key) is str:
+        return ["s", key]
+    return ["v", base64.b64encode(pack_value(key)).decode("ascii")]
+
+
+def key_from_json(item: Any, where: str) -> Any:
+    """key_to_json's key back (DatasetError for a malformed one)."""
+    if not (isinstance(item, list) and len(item) == 2 and isinstance(item[1], str)):
+        raise DatasetError(f"{where}: a malformed key in the metadata")
+    if item[0] == "s":
+        return item[1]
+    try:
+        return unpack_value(base64.b64decode(item[1]))
+    except (ValueError, TypeError) as error:
+        raise DatasetError(f"{where}: a malformed key in the metadata ({error})") from None
+
+
+def tree_to_json(tree: Any) -> Any:
+    """A track's tree of leaves (dict/tuple nesting, leaf dicts) as JSON."""
+    if isinstance(tree, dict) and "codec" in tree:
+        return {"leaf": tree}
+    if isinstance(tree, tuple) and tree and tree[0] == "dict":
+        return {"dict": [[key_to_json(k), tree_to_json(v)] for k, v in tree[1]]}
+    return {"tuple": [tree_to_json(v) for v in tree[1]]}
+
+
+def tree_from_json(obj: Any, where: str) -> Any:
+    """tree_to_json's JSON back, checked: ("dict", ((key, sub), ...)),
+    ("tuple", (sub, ...)) or a leaf dict."""
+    if not isinstance(obj, dict) or len(obj) != 1:
+        raise DatasetError(f"{where}: malformed track metadata")
+    (kind, body), = obj.items()
+    if kind == "leaf":
+        return _checked_leaf(body, where)
+    if kind == "dict" and isinstance(body, list):
+        return ("dict", tuple((key_from_json(pair[0], where), tree_from_json(pair[1], where))
+                              for pair in body if _is_pair(pair, where)))
+    if kind == "tuple" and isinstance(body, list):
+        return ("tuple", tuple(tree_from_json(sub, where) for sub in body))
+    raise DatasetError(f"{where}: malformed track metadata")
+
+
+def _is_pair(pair: Any, where: str) -> bool:
+    if not (isinstance(pair, list) and len(pair) == 2):
+        raise DatasetError(f"{where}: malformed track metadata")
+    return True
+
+
+def _checked_leaf(leaf: Any, where: str) -> dict:
+    if not (isinstance(leaf, dict) and leaf.get("codec") in (ARROW, BYTES, VALUE, NONE, ZERO)
+            and type(leaf.get("kind")) is int and type(leaf.get("finalized")) is bool
+            and type(leaf.get("open")) is bool and isinstance(leaf.get("shape"), list)
+            and all(type(d) is int and d >= 0 for d in leaf["shape"])
+            and len(leaf["shape"]) <= 64):
+        raise DatasetError(f"{where}: malformed leaf metadata {leaf!r:.200}")
+    if leaf["codec"] in STORED:
+        try:
+            dtype = leaf_dtype(leaf)
+        except (TypeError, ValueError, IndexError, KeyError):
+            raise DatasetError(f"{where}: a leaf of unknown dtype {leaf.get('dtype')!r:.80}") \
+                from None
+        if dtype.hasobject or leaf_codec(dtype, tuple(leaf["shape"])) != leaf["codec"]:
+            raise DatasetError(f"{where}: a leaf of dtype {dtype} cannot be stored as "
+                               f"{leaf['codec']}")
+    return leaf
+
+
+def tree_leaves(tree: Any) -> list:
+    """A tree's leaf dicts, depth first in its order."""
+    if isinstance(tree, dict):
+        return [tree]
+    return [leaf for sub in tree[1] for leaf in tree_leaves(sub[1] if tree[0] == "dict" else sub)]
+
+
+# -- metadata ------------------------------------------------------------------------------
+
+
+def metadata(kind: str, **fields: Any) -> dict:
+    """A file's schema metadata."""
+    body = {"format": FORMAT, "version": VERSION, "kind": kind, **fields}
+    return {METADATA_KEY: json.dumps(body, separators=(",", ":")).encode()}
+
+
+def read_metadata(schema, where: str, kind: str) -> dict:
+    """A file's format metadata, checked: DatasetError for a file of another
+    tool, of another kind, or of a newer format version."""
+    raw = (schema.metadata or {}).get(METADATA_KEY)
+    if raw is None:
+        raise DatasetError(f"{where}: not a file of an episode dataset (no "
+                           f"{METADATA_KEY.decode()} metadata)")
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        raise DatasetError(f"{where}: its {METADATA_KEY.decode()} metadata is not JSON") \
+            from None
+    if not isinstance(body, dict) or body.get("format") != FORMAT:
+        raise DatasetError(f"{where}: not a file of an episode dataset")
+    version = body.get("version")
+    if type(version) is not int or version > VERSION or version < 1:
+        raise DatasetError(f"{where}: format version {version!r}; this version of episode "
+                           f"reads versions 1 to {VERSION}")
+    if body.get("kind") != kind:
+        raise DatasetError(f"{where}: a {body.get('kind')!r} file where a {kind!r} file was "
+                           f"expected")
+    return body
+
+
+def space_text(space: Any) -> Optional[str]:
+    """A space as the JSON text of its RLlib dict (None: no space)."""
+    from episode.spaces import space_to_dict
+
+    if space is None:
+        return None
+    return json.dumps(space_to_dict(space), separators=(",", ":"))
+
+
+def space_of(text: Optional[str], where: str) -> Any:
+    """space_text's space back (DatasetError for a malformed one)."""
+    from episode.spaces import space_from_dict
+
+    if text is None:
+        return None
+    try:
+        return space_from_dict(json.loads(text))
+    except Exception as error:     # whatever a malformed description makes the constructors raise
+        raise DatasetError(f"{where}: a malformed space ({type(error).__name__}: "
+                           f"{error})") from None

@@ -1,0 +1,284 @@
+"""episode.offline's native format: episodes written and read back exactly.
+
+Random episodes of every item kind (numbers of each type, arrays, images,
+strings, Dict/Tuple items with and without spaces, objects), list-mode and
+numpy'd, with lookbacks, extra model outputs, infos, custom data and done
+flags go through EpisodeWriter and read_episodes in both file formats and
+come back observably the same (difftools.compare_episodes: every getter,
+every buffer state, item types included), ids, spaces and times too. Chunks
+of one episode written apart read back as one.
+"""
+from __future__ import annotations
+
+import os
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+pytest.importorskip("pyarrow")
+pytest.importorskip("msgpack")
+
+from difftools import compare, compare_episodes  # noqa: E402
+from strategies import ITEMS, LEAVES, SPACE_LEAVES, item_of, space_of, structures  # noqa: E402
+
+from episode import SingleAgentEpisode  # noqa: E402
+from episode.offline import (DatasetError, EpisodeDataset, EpisodeWriter,  # noqa: E402
+                             read_episodes, write_episodes)
+
+FORMATS = ("parquet", "arrow")
+SETTINGS = settings(max_examples=int(os.environ.get("PROPS_MAX_EXAMPLES", 40)), deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                           HealthCheck.function_scoped_fixture])
+
+# Item kinds with their space (None: no space).
+KINDS = {
+    "box4": (gym.spaces.Box(-10, 10, (4,), np.float32), ITEMS["box4"]),
+    "box23": (None, ITEMS["box23"]),
+    "discrete_int": (gym.spaces.Discrete(5), ITEMS["discrete_int"]),
+    "discrete_np": (None, ITEMS["discrete_np"]),
+    "multidiscrete": (gym.spaces.MultiDiscrete([2, 3, 4]), ITEMS["multidiscrete"]),
+    "dict": (gym.spaces.Dict({"a": gym.spaces.Box(-10, 10, (2,), np.float32),
+                              "b": gym.spaces.Discrete(3)}), ITEMS["dict"]),
+    "nested": (None, ITEMS["nested"]),
+    "string": (None, st.text(alphabet="abc", min_size=1, max_size=3)),
+    "image_u8": (None, ITEMS["image_u8"]),
+    "mixed_scalar": (None, ITEMS["mixed_scalar"]),
+    "ragged": (None, st.integers(0, 3).map(lambda n: np.arange(n, dtype=np.float64))),
+    "int_nospace": (None, ITEMS["int_nospace"]),
+}
+REWARDS = st.one_of(st.floats(-10, 10), st.integers(-3, 3).map(float),
+                    st.floats(allow_nan=True, allow_infinity=True))
+INFOS = st.one_of(st.none(), st.just({}), st.builds(lambda v: {"v": v, "t": (v, "x")},
+                                                     st.integers(-5, 5)))
+
+
+@st.composite
+def kinds(draw, label):
+    name = draw(st.sampled_from(sorted(KINDS) + ["struct"]), label=label)
+    if name != "struct":
+        return KINDS[name]
+    structure = draw(structures(list(LEAVES) + list(SPACE_LEAVES)), label=f"{label} struct")
+    with_space = draw(st.booleans()) and all(leaf in SPACE_LEAVES for leaf in _leaves(structure))
+    return (space_of(structure) if with_space else None), item_of(structure)
+
+
+def _leaves(structure):
+    if isinstance(structure, dict):
+        return [x for v in structure.values() for x in _leaves(v)]
+    if isinstance(structure, tuple):
+        return [x for v in structure for x in _leaves(v)]
+    return [structure]
+
+
+@st.composite
+def episodes(draw):
+    """A SingleAgentEpisode built by add_env_reset/add_env_step, then maybe
+    numpy'd and cut to a chunk with lookback."""
+    obs_space, obs = draw(kinds("obs"))
+    act_space, act = draw(kinds("actions"))
+    steps = draw(st.integers(0, 6), label="steps")
+    extras = draw(st.sampled_from([(), ("action_logp",), ("action_logp", "state_out")]))
+    episode = SingleAgentEpisode(observation_space=obs_space, action_space=act_space)
+    if draw(st.booleans(), label="reset") or steps:
+        episode.add_env_reset(draw(obs), draw(INFOS))
+        for t in range(steps):
+            done = t == steps - 1 and draw(st.sampled_from(["", "", "terminated", "truncated"]))
+            outputs = {"action_logp": np.float32(-t), "state_out": np.full(2, t, np.float32)}
+            episode.add_env_step(draw(obs), draw(act), draw(REWARDS), draw(INFOS),
+                                 terminated=done == "terminated", truncated=done == "truncated",
+                                 extra_model_outputs={k: outputs[k] for k in extras} or None)
+    if draw(st.booleans(), label="custom data"):
+        episode.custom_data["note"] = draw(st.integers(0, 9))
+    if draw(st.booleans(), label="to_numpy"):
+        try:
+            episode.to_numpy()
+        except ValueError:
+            pass          # items that do not stack (ragged under a struct): list mode then
+    if len(episode) > 1 and draw(st.booleans(), label="cut"):
+        at = draw(st.integers(1, len(episode) - 1))
+        lookback = draw(st.integers(0, at))
+        episode = episode.slice(slice(at, None), len_lookback_buffer=lookback)
+    return episode
+
+
+def assert_same(read, written):
+    compare_episodes(read, written)
+    assert read.id_ == written.id_
+    assert read.t_started == written.t_started and read.t == written.t
+    assert read._start_time == written._start_time
+    assert read._last_step_time == written._last_step_time
+    for name in ("observation_space", "action_space"):
+        assert getattr(read, name) == getattr(written, name)
+    compare(read.get_state(), written.get_state(), "get_state()")
+
+
+@pytest.mark.parametrize("format", FORMATS)
+@SETTINGS
+@given(batch=st.lists(episodes(), min_size=1, max_size=4))
+def test_episodes_round_trip_exactly(tmp_path_factory, format, batch):
+    path = tmp_path_factory.mktemp("ds")
+    write_episodes(batch, path, format=format)
+    ds = read_episodes(path)
+    assert isinstance(ds, EpisodeDataset)
+    assert len(ds) == len(batch)
+    assert ds.num_steps == sum(len(e) for e in batch)
+    for read, written in zip(ds, batch):
+        assert_same(read, written)
+
+
+@pytest.mark.parametrize("format", FORMATS)
+@SETTINGS
+@given(episode=episodes(), cuts=st.lists(st.integers(1, 3), min_size=1, max_size=3),
+       lookback=st.integers(0, 2))
+def test_chunks_written_apart_read_back_as_one_episode(tmp_path_factory, format, episode, cuts,
+                                                       lookback):
+    if episode.is_numpy or len(episode) == 0 or episode.t_started:
+        return
+    chunks = [episode]
+    for n in cuts:
+        if len(chunks[-1]) <= n:
+            break
+        whole = chunks.pop()
+        chunks.append(whole.slice(slice(0, n)))
+        chunks.append(whole.slice(slice(n, None), len_lookback_buffer=min(lookback, n)))
+    if len(chunks) < 2:
+        return
+    expected = chunks[0].slice(slice(0, None), len_lookback_buffer=chunks[0].observations.lookback)
+    for chunk in chunks[1:]:
+        expected.concat_episode(chunk)
+    path = tmp_path_factory.mktemp("ds")
+    for chunk in reversed(chunks):         # written in any order, each its own part
+        write_episodes([chunk], path, format=format)
+    ds = read_episodes(path)
+    assert len(ds) == 1
+    compare_episodes(ds[0], expected)
+
+
+def test_a_numpyd_episode_from_arrow_files_is_read_in_place(tmp_path):
+    env = gym.make("CartPole-v1")
+    episode = SingleAgentEpisode(observation_space=env.observation_space,
+                                 action_space=env.action_space)
+    episode.add_env_reset(*env.reset(seed=1))
+    for _ in range(5):
+        obs, reward, terminated, truncated, info = env.step(0)
+        episode.add_env_step(obs, 0, reward, info, terminated=terminated, truncated=truncated)
+    episode.to_numpy()
+    write_episodes([episode], tmp_path, format="arrow")
+    read = read_episodes(tmp_path)[0]
+    obs = read.get_observations()
+    assert not obs.flags.writeable and not obs.flags.owndata   # a view of the mapped file
+    # The first write copies it out; the file stays as it was.
+    read.set_observations(new_data=np.zeros(4, np.float32), at_indices=0)
+    assert read.get_observations(0).tolist() == [0.0] * 4
+    assert read_episodes(tmp_path)[0].get_observations(0).tolist() == \
+        episode.get_observations(0).tolist()
+    # A list-mode read gets storage of its own and grows in place.
+    episode2 = read_episodes(tmp_path)[0]
+    episode2.add_env_step(np.zeros(4, np.float32), 1, 1.0) if not episode2.is_done else None
+
+
+def test_writer_parts_and_files(tmp_path):
+    batch = [_cartpole(seed) for seed in range(6)]
+    with EpisodeWriter(tmp_path, rows_per_file=40) as writer:
+        writer.write(batch[:3])
+        writer.write(batch[3])
+        writer.write(batch[4:])
+    names = sorted(os.listdir(tmp_path))
+    tables = [n for n in names if n.endswith(".episodes.parquet")]
+    assert len(tables) >= 2 and not [n for n in names if n.startswith(".")]
+    ds = read_episodes(tmp_path)
+    assert [e.id_ for e in ds] == [e.id_ for e in batch]
+    with pytest.raises(ValueError):
+        writer.write(batch)        # closed
+
+
+def test_episode_table_columns(tmp_path):
+    import pyarrow.parquet as pq
+
+    batch = [_cartpole(seed) for seed in range(3)]
+    files = write_episodes(batch, tmp_path)
+    table = pq.read_table([f for f in files if f.endswith(".episodes.parquet")][0])
+    assert table.column("length").to_pylist() == [len(e) for e in batch]
+    assert table.column("return").to_pylist() == [e.get_return() for e in batch]
+    steps = pq.read_table([f for f in files if ".steps-" in f][0])
+    assert steps.num_rows == sum(len(e) + 1 for e in batch)
+    assert steps.column("terminateds").to_pylist().count(True) == sum(
+        e.is_terminated for e in batch)
+    assert steps.column("obs").type.extension_name == "arrow.fixed_shape_tensor"
+
+
+def _cartpole(seed, steps=None):
+    env = gym.make("CartPole-v1")
+    episode = SingleAgentEpisode(observation_space=env.observation_space,
+                                 action_space=env.action_space)
+    episode.add_env_reset(*env.reset(seed=seed))
+    rng = np.random.default_rng(seed)
+    while not episode.is_done and (steps is None or len(episode) < steps):
+        action = int(rng.integers(2))
+        obs, reward, terminated, truncated, info = env.step(action)
+        episode.add_env_step(obs, action, reward, info, terminated=terminated,
+                             truncated=truncated)
+    return episode
+
+
+# -- bad input -------------------------------------------------------------------------
+
+
+def test_bad_paths_and_foreign_files(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    with pytest.raises(FileNotFoundError):
+        read_episodes(tmp_path / "missing")
+    with pytest.raises(DatasetError, match="no dataset files"):
+        read_episodes(tmp_path)
+    pq.write_table(pa.table({"x": [1, 2]}), tmp_path / "other.parquet")
+    with pytest.raises(DatasetError, match="other.parquet"):
+        read_episodes(tmp_path)
+
+
+def test_a_newer_format_version_is_refused(tmp_path):
+    import json
+
+    import pyarrow.parquet as pq
+
+    files = write_episodes([_cartpole(0)], tmp_path)
+    table_file = [f for f in files if f.endswith(".episodes.parquet")][0]
+    table = pq.read_table(table_file)
+    meta = json.loads(table.schema.metadata[b"episode.format"])
+    meta["version"] = 99
+    pq.write_table(table.replace_schema_metadata({b"episode.format": json.dumps(meta)}),
+                   table_file)
+    with pytest.raises(DatasetError, match="version 99"):
+        read_episodes(tmp_path)
+
+
+def test_a_missing_step_file_or_column_is_named(tmp_path):
+    import pyarrow.parquet as pq
+
+    files = write_episodes([_cartpole(0)], tmp_path)
+    steps = [f for f in files if ".steps-" in f][0]
+    table = pq.read_table(steps)
+    pq.write_table(table.drop_columns(["actions"]), steps)
+    ds = read_episodes(tmp_path)
+    with pytest.raises(DatasetError, match="'actions'"):
+        ds[0]
+    os.remove(steps)
+    with pytest.raises(DatasetError, match="missing"):
+        read_episodes(tmp_path)
+
+
+def test_bad_episodes_are_refused_before_anything_is_kept(tmp_path):
+    good = _cartpole(0)
+    bad = _cartpole(1)
+    bad.infos.data.append({"x": object()})    # an info no file can hold (and one too many)
+    with EpisodeWriter(tmp_path) as writer:
+        writer.write(good)
+        with pytest.raises((TypeError, AssertionError)):
+            writer.write(bad)
+    ds = read_episodes(tmp_path)
+    assert len(ds) == 1
+    compare_episodes(ds[0], good)
