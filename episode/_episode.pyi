@@ -154,8 +154,9 @@ def make_episode(
     action_space: Any, agent_id: Any = ..., module_id: Any = ...,
     multi_agent_episode_id: Any = ..., start_time: float | None = ...,
     last_step_time: float | None = ..., custom_data: Any = ...,
-    defaultdict_extras: bool = ...,
+    defaultdict_extras: bool = ..., last_added: Any = ...,
 ) -> _E: ...
+def last_added(episode: EpisodeCore) -> Any: ...
 def assemble(
     cls: type[_E], id_: Any, observations: BufferCore, infos: BufferCore,
     actions: BufferCore, rewards: BufferCore, extra_model_outputs: dict[Any, Any],

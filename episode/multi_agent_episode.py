@@ -1120,6 +1120,14 @@ class MultiAgentEpisode(MultiAgentCore):
     @staticmethod
     def from_state(state: Dict[str, Any]) -> "MultiAgentEpisode":
         """The episode a get_state() dict describes."""
+        return MultiAgentEpisode._from_parts(
+            state, {aid: SingleAgentEpisode.from_state(agent_state)
+                    for aid, agent_state in state["agent_episodes"]})
+
+    @staticmethod
+    def _from_parts(state: Dict[str, Any], agent_episodes: dict) -> "MultiAgentEpisode":
+        """The episode of a get_state() dict whose agents' episodes are
+        already made (`agent_episodes`; the state's own are not read)."""
         episode = MultiAgentEpisode(id_=state["id_"])
         for name in ("agent_to_module_mapping_fn", "_agent_to_module_mapping",
                      "observation_space", "action_space", "env_t_started", "env_t",
@@ -1131,8 +1139,7 @@ class MultiAgentEpisode(MultiAgentCore):
         mapping = state["env_t_to_agent_t"]
         episode.env_t_to_agent_t = defaultdict(
             AgentSteps, {aid: AgentSteps.of(steps) for aid, steps in mapping.items()})
-        episode.agent_episodes = {aid: SingleAgentEpisode.from_state(agent_state)
-                                  for aid, agent_state in state["agent_episodes"]}
+        episode.agent_episodes = agent_episodes
         episode._custom_data = state.get("custom_data", {})
         episode.validate()
         return episode

@@ -10,6 +10,7 @@ of one episode written apart read back as one.
 """
 from __future__ import annotations
 
+import copy
 import os
 
 import gymnasium as gym
@@ -282,3 +283,115 @@ def test_bad_episodes_are_refused_before_anything_is_kept(tmp_path):
     ds = read_episodes(tmp_path)
     assert len(ds) == 1
     compare_episodes(ds[0], good)
+
+
+# -- multi-agent episodes ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("format", FORMATS)
+def test_multi_agent_episodes_round_trip_exactly(tmp_path, format):
+    from test_multi_agent_pickling import EPISODES, same_episode
+
+    from episode import MultiAgentEpisode
+
+    written = [make() for make in EPISODES.values()]
+    single = _cartpole(3)
+    write_episodes(written[:4] + [single] + written[4:], tmp_path, format=format)
+    ds = read_episodes(tmp_path)
+    assert len(ds) == len(written) + 1
+    read = list(ds)
+    assert read[4].id_ == single.id_ and isinstance(read[4], SingleAgentEpisode)
+    del read[4]
+    for name, a, b in zip(EPISODES, written, read):
+        assert isinstance(b, MultiAgentEpisode), name
+        # The mapping function is code: the read episode has the default one
+        # and the agent-to-module mapping the written one had resolved.
+        assert b._agent_to_module_mapping == a._agent_to_module_mapping, name
+        b.agent_to_module_mapping_fn = a.agent_to_module_mapping_fn
+        try:
+            same_episode(a, b)
+        except AssertionError as error:
+            raise AssertionError(f"{name}: {error}") from None
+        assert b.id_ == a.id_ and ds.num_steps >= len(a)
+
+
+def test_a_multi_agent_episode_cut_and_written_apart_reads_back_whole(tmp_path):
+    from test_multi_agent_pickling import obs, same_episode, simultaneous
+
+    ep = simultaneous(4, numpy=False)
+    successor = ep.cut(len_lookback_buffer=1)
+    for t in range(5, 8):
+        successor.add_env_step({"a0": obs(t), "a1": obs(t)}, {"a0": 0, "a1": 1},
+                               {"a0": 1.0, "a1": 1.0},
+                               extra_model_outputs={"a0": {"vf": np.float32(t)},
+                                                    "a1": {"vf": np.float32(t)}})
+    write_episodes([ep], tmp_path)
+    write_episodes([successor], tmp_path)
+    expected = copy.deepcopy(ep)
+    expected.concat_episode(successor)
+    ds = read_episodes(tmp_path)
+    assert len(ds) == 1 and ds.num_steps == len(expected)
+    same_episode(expected, ds[0])
+
+
+def test_a_multi_agent_episode_failing_part_way_leaves_the_writer_as_it_was(tmp_path):
+    from test_multi_agent_pickling import simultaneous
+
+    good, bad = simultaneous(3), simultaneous(3, numpy=False)
+    bad.agent_episodes["a1"].infos.data[-1] = {"x": object()}
+    with EpisodeWriter(tmp_path) as writer:
+        writer.write(good)
+        with pytest.raises(TypeError):
+            writer.write([good, bad])      # the first is kept, the second not at all
+    ds = read_episodes(tmp_path)
+    assert [e.id_ for e in ds] == [good.id_, good.id_]
+
+
+@SETTINGS
+@given(sequence=st.deferred(lambda: _ma_strategies().episodes(max_steps=8)),
+       numpy=st.booleans(), cut=st.booleans(), format=st.sampled_from(FORMATS))
+def test_random_multi_agent_episodes_round_trip_exactly(tmp_path_factory, sequence, numpy, cut,
+                                                         format):
+    from test_multi_agent_pickling import same
+
+    from episode import MultiAgentEpisode
+
+    episode = MultiAgentEpisode(**sequence.constructor)
+    for name, args, kwargs in sequence.calls:
+        try:
+            getattr(episode, name)(*args, **kwargs)
+        except Exception:        # a step the episode refused: the sequence ends there
+            break
+    if cut and episode.env_t > episode.env_t_started and not episode.is_done:
+        episode = episode.cut(len_lookback_buffer=1)
+    if numpy:
+        try:
+            episode.to_numpy()
+        except ValueError:
+            pass                 # items that do not stack: it stays in list mode
+    path = tmp_path_factory.mktemp("ds")
+    write_episodes([episode], path, format=format)
+    read = read_episodes(path)[0]
+    read.agent_to_module_mapping_fn = episode.agent_to_module_mapping_fn
+    same(episode.get_state(), read.get_state())
+    for name in ("env_t_to_agent_t", "agent_t_started", "_hanging_actions_end",
+                 "_hanging_extra_model_outputs_end", "_hanging_rewards_end",
+                 "_hanging_rewards_begin", "_len_lookback_buffers", "_agent_to_module_mapping"):
+        same(getattr(episode, name), getattr(read, name), name)
+    for getter in ("get_observations", "get_actions", "get_rewards", "get_infos"):
+        for args, kwargs in (((), {}), ((-1,), {}), ((slice(-4, 2),), {"fill": 0})):
+            compare(_outcome(read, getter, args, kwargs), _outcome(episode, getter, args, kwargs),
+                    getter)
+
+
+def _outcome(episode, name, args, kwargs):
+    try:
+        return getattr(episode, name)(*args, **kwargs)
+    except Exception as error:     # the class is what is compared
+        return type(error)
+
+
+def _ma_strategies():
+    import ma_strategies
+
+    return ma_strategies

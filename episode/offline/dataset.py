@@ -11,17 +11,20 @@ from episode._column import KINDS
 from episode._dataset import Encoded, StepFile
 from episode.offline import format as fmt
 from episode.offline.format import DatasetError
-from episode.offline.writer import IDS, LOOKBACKS, _pyarrow
+from episode.offline.writer import IDS, LOOKBACKS, MULTI, SINGLE, _pyarrow
 from episode.single_agent_episode import SingleAgentEpisode
 
 __all__ = ["EpisodeDataset", "read_episodes"]
 
+# The episode table's columns of packed values (read per episode).
+_PACKED = IDS + ("multi_state",)
+
 # Step files kept open (decoded Parquet, or memory-mapped Arrow) at once.
 OPEN_FILES = 16
 
-_EPISODE_COLUMNS = ("group", "row", "rows", "length", "t_started", "terminated", "truncated",
-                    "start_time", "last_step_time", "observation_space", "action_space",
-                    "return") + IDS + LOOKBACKS
+_EPISODE_COLUMNS = ("kind", "parent", "group", "row", "rows", "length", "t_started",
+                    "terminated", "truncated", "start_time", "last_step_time",
+                    "observation_space", "action_space", "return", "multi_state") + IDS + LOOKBACKS
 
 
 def read_episodes(path: Any, *, columns: Optional[Sequence[str]] = None) -> "EpisodeDataset":
@@ -95,19 +98,32 @@ class EpisodeDataset:
 
     # -- building one chunk ---------------------------------------------------------------
 
-    def _chunk(self, k: int) -> SingleAgentEpisode:
+    def _chunk(self, k: int) -> Any:
         index = self._index
         part = self._parts[index["part"][k]]
         i = int(index["local"][k])
+        if part.table["kind"][i] == SINGLE:
+            return self._single(part, i)
+        agents = {}
+        for j in part.children.get(i, ()):
+            agent = self._single(part, j)
+            agents[agent.agent_id] = agent
+        return fmt.multi_episode(part.value("id", i), part.table["multi_state"][i].as_py(),
+                                 agents, f"{part.path}: episode {i}")
+
+    def _single(self, part: "_Part", i: int) -> SingleAgentEpisode:
         step_file = self._step_file(part, int(part.table["group"][i]))
         fields = part.fields(i)
-        spaces = fields.pop("buffer_spaces")
+        details = fields.pop("details") or {}
         try:
+            if not isinstance(details, dict):
+                raise ValueError("malformed details")
+            fields["last_added"] = details.get("last_added", True)
             episode = step_file.episode(SingleAgentEpisode, int(part.table["row"][i]),
                                         int(part.table["rows"][i]), int(part.table["length"][i]),
                                         tuple(int(x) for x in part.lookbacks[i]), fields)
-            if spaces:
-                _set_buffer_spaces(episode, spaces, part.path)
+            if "spaces" in details:
+                _set_buffer_spaces(episode, details["spaces"], part.path)
         except (ValueError, TypeError, AssertionError, KeyError) as error:
             raise DatasetError(f"{part.path}: episode {i} does not fit its step file "
                                f"({type(error).__name__}: {error})") from None
@@ -259,7 +275,7 @@ class _Part:
             if name not in table.schema.names:
                 raise DatasetError(f"{path}: no column {name!r} in the episode table")
             column = table.column(name)
-            self.table[name] = column if name in IDS or name.endswith("_space") \
+            self.table[name] = column if name in _PACKED or name.endswith("_space") \
                 else _numbers(column, path, name)
         self.n = table.num_rows
         self.lookbacks = np.stack([self.table[name] for name in LOOKBACKS], axis=1) \
@@ -267,22 +283,34 @@ class _Part:
         for name in ("row", "rows", "length", "t_started") + LOOKBACKS:
             if self.n and self.table[name].min() < 0:
                 raise DatasetError(f"{path}: negative values in column {name!r}")
+        kinds, parents = self.table["kind"], self.table["parent"]
+        if self.n and not (np.isin(kinds, (SINGLE, MULTI)).all()
+                           and ((parents == -1) | ((parents >= 0) & (parents < self.n))).all()
+                           and (kinds[parents[parents >= 0]] == MULTI).all()
+                           and (kinds[parents >= 0] == SINGLE).all()):
+            raise DatasetError(f"{path}: malformed kind or parent columns")
+        # A multi-agent episode's agents: the rows naming it their parent.
+        self.children: dict = collections.defaultdict(list)
+        for j in np.flatnonzero(parents >= 0):
+            self.children[int(parents[j])].append(int(j))
+        self.top = np.flatnonzero(parents == -1)
+
+    def value(self, name: str, i: int) -> Any:
+        """Episode `i`'s value in the packed column `name` (None: null)."""
+        blob = self.table[name][i].as_py()
+        try:
+            return None if blob is None else fmt.unpack_value(blob)
+        except ValueError as error:
+            raise DatasetError(f"{self.path}: column {name!r}, episode {i}: {error}") from None
 
     def fields(self, i: int) -> dict:
         """make_episode's fields of episode `i`."""
-        values = {}
-        for name in IDS:
-            blob = self.table[name][i].as_py()
-            try:
-                values[name] = None if blob is None else fmt.unpack_value(blob)
-            except ValueError as error:
-                raise DatasetError(f"{self.path}: column {name!r}, episode {i}: "
-                                   f"{error}") from None
+        values = {name: self.value(name, i) for name in IDS}
         return {
             "id_": values["id"], "agent_id": values["agent_id"],
             "module_id": values["module_id"],
             "multi_agent_episode_id": values["multi_agent_episode_id"],
-            "custom_data": values["custom_data"], "buffer_spaces": values["buffer_spaces"],
+            "custom_data": values["custom_data"], "details": values["details"],
             "terminated": bool(self.table["terminated"][i]),
             "truncated": bool(self.table["truncated"][i]),
             "t_started": int(self.table["t_started"][i]),
@@ -311,17 +339,20 @@ def _numbers(column, path: str, name: str) -> np.ndarray:
 
 
 def _chunk_index(parts: list) -> dict:
-    """Every stored chunk, in stored order: its part, its row there, its
-    id, start and length (what joining chunks needs)."""
-    index = {
-        "part": np.concatenate([np.full(p.n, k, np.int64) for k, p in enumerate(parts)]),
-        "local": np.concatenate([np.arange(p.n) for p in parts]),
-        "length": np.concatenate([p.table["length"].astype(np.int64) for p in parts]),
-        "t_started": np.concatenate([p.table["t_started"].astype(np.int64) for p in parts]),
-        "done": np.concatenate([p.table["terminated"] | p.table["truncated"] for p in parts]),
-        "id": [blob for p in parts for blob in p.table["id"].to_pylist()],
+    """Every stored chunk but the agents' of multi-agent ones, in stored
+    order: its part, its row there, its id, start and length (what joining
+    chunks needs)."""
+    def column(name):
+        return np.concatenate([p.table[name][p.top] for p in parts])
+
+    return {
+        "part": np.concatenate([np.full(len(p.top), k, np.int64) for k, p in enumerate(parts)]),
+        "local": np.concatenate([p.top for p in parts]),
+        "length": column("length").astype(np.int64),
+        "t_started": column("t_started").astype(np.int64),
+        "done": column("terminated") | column("truncated"),
+        "id": [p.table["id"][int(i)].as_py() for p in parts for i in p.top],
     }
-    return index
 
 
 def _join_chunks(index: dict) -> list:

@@ -36,6 +36,7 @@ Python types they were written with).
 from __future__ import annotations
 
 import base64
+import collections
 import json
 from typing import Any, Optional
 
@@ -439,3 +440,97 @@ def space_of(text: Optional[str], where: str) -> Any:
     except Exception as error:     # whatever a malformed description makes the constructors raise
         raise DatasetError(f"{where}: a malformed space ({type(error).__name__}: "
                            f"{error})") from None
+
+
+# -- multi-agent episodes: what their agents' rows do not hold -----------------------------
+
+# The multi-agent fields stored as they are (values), and those that are
+# defaultdicts in a live episode (with their factories).
+_MULTI_FIELDS = ("_agent_to_module_mapping", "env_t_started", "env_t", "is_terminated",
+                 "is_truncated", "_hanging_actions_end", "_start_time", "_last_step_time")
+_MULTI_DEFAULTS = {"agent_t_started": int, "_hanging_extra_model_outputs_end": dict,
+                   "_hanging_rewards_end": float, "_hanging_rewards_begin": float}
+
+
+def multi_state(episode) -> bytes:
+    """A MultiAgentEpisode's own fields (not its agents' episodes) as bytes:
+    the env-step to agent-step mappings as int64 arrays (lookback and all),
+    the hanging actions, rewards and outputs, the spaces as text. Its
+    agent-to-module mapping function is code, not data: the resolved
+    agent-to-module mapping is kept instead."""
+    from episode._column import KINDS
+
+    state = {name: getattr(episode, name) for name in _MULTI_FIELDS}
+    state.update({name: dict(getattr(episode, name)) for name in _MULTI_DEFAULTS})
+    mappings = {}
+    for agent_id, steps in episode.env_t_to_agent_t.items():
+        col = steps._leaves[0] if len(steps._leaves) == 1 else None
+        if col is not None and not col.finalized and col.kind == KINDS["int"]:
+            mappings[agent_id] = (steps.lookback, col.view())
+        else:
+            mappings[agent_id] = (steps.lookback, list(steps.data))
+    state["env_t_to_agent_t"] = mappings
+    state["agents"] = list(episode.agent_episodes)
+    state["spaces"] = [_multi_space(episode.observation_space),
+                       _multi_space(episode.action_space)]
+    state["custom_data"] = dict(episode.custom_data)
+    state["len_lookback_buffers"] = episode._len_lookback_buffers
+    return pack_value(state)
+
+
+def _multi_space(space: Any) -> Any:
+    if isinstance(space, dict):
+        return {agent_id: space_text(s) for agent_id, s in space.items()}
+    return space_text(space)
+
+
+def multi_episode(id_: Any, blob: bytes, agent_episodes: dict, where: str):
+    """multi_state's episode back, with id `id_`, over its agents' episodes
+    (read from their rows): checked as MultiAgentEpisode.from_state checks
+    a state (DatasetError)."""
+    from episode._column import Column, KINDS
+    from episode.multi_agent_episode import (AgentSteps, MultiAgentEpisode,
+                                             default_agent_to_module_mapping_fn)
+
+    try:
+        state = unpack_value(blob)
+        if not isinstance(state, dict):
+            raise ValueError("not a dict")
+        agents = state["agents"]
+        if not isinstance(agents, list) or sorted(map(repr, agents)) != \
+                sorted(map(repr, agent_episodes)):
+            raise ValueError("its agents are not the ones stored with it")
+        fields = {name: state[name] for name in _MULTI_FIELDS}
+        for name, factory in _MULTI_DEFAULTS.items():
+            if not isinstance(state[name], dict):
+                raise ValueError(f"{name} is not a dict")
+            fields[name] = collections.defaultdict(factory, state[name])
+        mappings = {}
+        for agent_id, (lookback, steps) in state["env_t_to_agent_t"].items():
+            buf = AgentSteps()
+            if isinstance(steps, np.ndarray):
+                if steps.dtype != np.int64 or steps.ndim != 1:
+                    raise ValueError("an env-step mapping is not int64 steps")
+                buf._set_storage(Column.from_rows(steps, KINDS["int"]))
+            else:
+                buf.data = steps
+            buf.lookback = lookback
+            mappings[agent_id] = buf
+        fields["env_t_to_agent_t"] = mappings
+        observation_space, action_space = (_multi_space_of(s, where) for s in state["spaces"])
+        fields.update(id_=id_, agent_to_module_mapping_fn=default_agent_to_module_mapping_fn,
+                      observation_space=observation_space, action_space=action_space,
+                      custom_data=state["custom_data"])
+        episode = MultiAgentEpisode._from_parts(
+            fields, {agent_id: agent_episodes[agent_id] for agent_id in agents})
+        episode._len_lookback_buffers = state["len_lookback_buffers"]
+        return episode
+    except (ValueError, TypeError, KeyError, AttributeError, AssertionError) as error:
+        raise DatasetError(f"{where}: a malformed multi-agent episode ({type(error).__name__}: "
+                           f"{error})") from None
+
+
+def _multi_space_of(value: Any, where: str) -> Any:
+    if isinstance(value, dict):
+        return {agent_id: space_of(text, where) for agent_id, text in value.items()}
+    return space_of(value, where) if value is not None else None

@@ -72,20 +72,51 @@ class EpisodeWriter:
     # -- writing -------------------------------------------------------------------
 
     def write(self, episodes: Iterable[Any]) -> None:
-        """Adds `episodes` (SingleAgentEpisodes, ours or RLlib's; a single
-        episode or a list) to the dataset. Each one is checked and copied
-        before anything of it is kept: a bad episode raises (ValueError or
-        TypeError) and leaves the writer as it was before it."""
+        """Adds `episodes` (Single- or MultiAgentEpisodes, ours or RLlib's;
+        one or a list) to the dataset. A bad episode raises (ValueError,
+        TypeError or AssertionError) and leaves the writer as it was before
+        it: the episodes before it in the list are kept."""
         if self.closed:
             raise ValueError("write() on a closed EpisodeWriter")
-        from episode.replay.stored import _as_ours, _force_list
+        from episode.replay.stored import _as_ours, _as_ours_multi, _force_list
 
         for episode in _force_list(episodes):
-            self._add(_as_ours(episode))
+            kept = (len(self._table), {g: g.rows.nrows for g in self._groups.values()},
+                    self._rows)
+            try:
+                if hasattr(episode, "agent_episodes"):
+                    self._add_multi(_as_ours_multi(episode))
+                else:
+                    self._add(_as_ours(episode))
+            except BaseException:
+                self._rollback(*kept)
+                raise
             if self._rows >= self.rows_per_file:
                 self.flush()
 
-    def _add(self, episode) -> None:
+    def _rollback(self, entries: int, groups: dict, rows: int) -> None:
+        # Back to before an episode that failed part-way (a multi-agent one
+        # whose third agent has an item no file can hold).
+        del self._table[entries:]
+        self._groups = {sig: g for sig, g in self._groups.items() if g in groups}
+        for group, nrows in groups.items():
+            group.rows.truncate(nrows)
+        self._rows = rows
+
+    def _add_multi(self, episode) -> None:
+        episode.validate()
+        state = fmt.multi_state(episode)
+        parent = len(self._table)
+        entry = _Entry(None, 0, 0, len(episode), (0,) * 5, episode.env_t_started,
+                       bool(episode.is_terminated), bool(episode.is_truncated),
+                       (fmt.pack_value(episode.id_),) + (None,) * 5, (None, None),
+                       episode._start_time, episode._last_step_time)
+        entry.multi_state = state
+        self._table.append(entry)
+        for agent_episode in episode.agent_episodes.values():
+            self._add(agent_episode, parent)
+
+    def _add(self, episode, parent: int = -1) -> None:
         episode.validate()
         sig = signature(episode)
         group = self._groups.get(sig)
@@ -99,7 +130,7 @@ class EpisodeWriter:
         # Everything that can refuse the episode runs before its rows are kept.
         packed = tuple(None if v is None else fmt.pack_value(v) for v in (
             episode.id_, episode.agent_id, episode.module_id, episode.multi_agent_episode_id,
-            episode.custom_data or None, _buffer_spaces(episode)))
+            episode.custom_data or None, _details(episode)))
         spaces = (fmt.space_text(episode.observation_space),
                   fmt.space_text(episode.action_space))
         first = group.rows.add(episode, rows, last, fmt.pack_value)
@@ -107,6 +138,7 @@ class EpisodeWriter:
                                   episode.t_started, bool(episode.is_terminated),
                                   bool(episode.is_truncated), packed, spaces,
                                   episode._start_time, episode._last_step_time))
+        self._table[-1].parent = parent
         self._rows += rows
 
     def flush(self) -> None:
@@ -154,7 +186,11 @@ class EpisodeWriter:
         packed = list(zip(*[e.packed for e in table]))
         lookbacks = np.array([e.lookbacks for e in table], np.int32).reshape(len(table), 5)
         columns = {
-            "group": numbers([e.group.number for e in table], np.int32),
+            "kind": numbers([SINGLE if e.multi_state is None else MULTI for e in table],
+                            np.int8),
+            "parent": numbers([e.parent for e in table], np.int64),
+            "group": numbers([-1 if e.group is None else e.group.number for e in table],
+                             np.int32),
             "row": numbers([e.first for e in table], np.int64),
             "rows": numbers([e.rows for e in table], np.int64),
             "length": numbers([e.length for e in table], np.int64),
@@ -171,6 +207,7 @@ class EpisodeWriter:
         }
         for name, values in zip(IDS, packed):
             columns[name] = pa.array(values, pa.binary())
+        columns["multi_state"] = pa.array([e.multi_state for e in table], pa.binary())
         for i, name in enumerate(LOOKBACKS):
             columns[name] = pa.array(lookbacks[:, i])
         schema = pa.schema([pa.field(k, v.type) for k, v in columns.items()],
@@ -205,8 +242,12 @@ class EpisodeWriter:
 # columns of packed values, in _Entry.packed's.
 LOOKBACKS = ("lookback_obs", "lookback_infos", "lookback_actions", "lookback_rewards",
              "lookback_extras")
-IDS = ("id", "agent_id", "module_id", "multi_agent_episode_id", "custom_data",
-       "buffer_spaces")
+IDS = ("id", "agent_id", "module_id", "multi_agent_episode_id", "custom_data", "details")
+
+
+# The episode table's kinds of rows: a single-agent episode (an agent's of a
+# multi-agent one when its parent is not -1), a multi-agent episode.
+SINGLE, MULTI = 0, 1
 
 
 class _Entry:
@@ -214,7 +255,7 @@ class _Entry:
 
     __slots__ = ("group", "first", "rows", "length", "lookbacks", "t_started", "terminated",
                  "truncated", "packed", "spaces", "start_time", "last_step_time",
-                 "episode_return")
+                 "episode_return", "parent", "multi_state")
 
     def __init__(self, group, first, rows, length, lookbacks, t_started, terminated,
                  truncated, packed, spaces, start_time, last_step_time):
@@ -224,25 +265,36 @@ class _Entry:
         self.packed, self.spaces = packed, spaces
         self.start_time, self.last_step_time = start_time, last_step_time
         self.episode_return = np.nan
+        self.parent = -1
+        self.multi_state = None
 
 
-def _buffer_spaces(episode) -> Optional[dict]:
-    """The spaces of the episode's buffers where they are not the usual ones
-    (slice() drops the rewards' space, a user may set any): track -> the
-    space's text, or None. None when all are the usual."""
-    from episode._episode import REWARDS_SPACE
+def _details(episode) -> Optional[dict]:
+    """What the episode table keeps of an episode only where it is not the
+    usual: its last added observation and infos where they are not its last
+    rows (add_env_step leaves them so; a made or restored episode has none),
+    and the spaces of its buffers that are not its own (slice() drops the
+    rewards' space; a user may set any), track -> the space's text. None
+    when all is as usual."""
+    from episode._episode import REWARDS_SPACE, last_added
 
+    details: dict = {}
+    added = last_added(episode)
+    if added is not True:
+        details["last_added"] = added
     usual = (("observations", episode.observation_space), ("actions", episode.action_space),
              ("rewards", REWARDS_SPACE), ("infos", None))
-    odd = {}
+    spaces = {}
     for name, space in usual:
         have = getattr(episode, name).space
         if have is not space and not (type(have) is type(space) and have == space):
-            odd[name] = fmt.space_text(have)
+            spaces[name] = fmt.space_text(have)
     for key, buf in episode.extra_model_outputs.items():
         if buf.space is not None:
-            odd[("extra_model_outputs", key)] = fmt.space_text(buf.space)
-    return odd or None
+            spaces[("extra_model_outputs", key)] = fmt.space_text(buf.space)
+    if spaces:
+        details["spaces"] = spaces
+    return details or None
 
 
 def _extras_lookback(episode) -> int:

@@ -153,8 +153,30 @@ cdef class GroupRows:
         """Appends the episode's `rows` rows (0, or its largest lookback L +
         its length + 1; `last` = L): each track at rows L - its lookback on,
         zeros around. `encode` turns infos and encoded items into bytes.
-        Returns the episode's first row."""
-        cdef Py_ssize_t first = self.nrows, k = 0, before, count
+        Returns the episode's first row. Nothing of the episode is kept if
+        any of it fails (an item `encode` refuses)."""
+        cdef Py_ssize_t first = self.nrows
+        try:
+            self._add(episode, rows, last, encode)
+        except BaseException:
+            self.truncate(first)
+            raise
+        self.nrows += rows
+        return first
+
+    def truncate(self, Py_ssize_t nrows):
+        """Drops the rows from `nrows` on (what add() kept since then)."""
+        for leaf in self.leaves:
+            if type(leaf) is Rows:
+                (<Rows>leaf).size = min((<Rows>leaf).size, nrows)
+            elif leaf is not None:
+                del (<list>leaf)[nrows:]
+        del self.infos[nrows:]
+        self.nrows = min(self.nrows, nrows)
+
+    cdef int _add(self, EpisodeCore episode, Py_ssize_t rows, Py_ssize_t last,
+                  object encode) except -1:
+        cdef Py_ssize_t k = 0, before, count, i
         cdef BufferCore buf
         cdef Column col
         cdef object leaf
@@ -190,8 +212,7 @@ cdef class GroupRows:
                 item = buf.item_at(i)
                 self.infos.append(None if type(item) is dict and not item else encode(item))
         self.infos.extend([None] * (rows - before - count))
-        self.nrows += rows
-        return first
+        return 0
 
 
 # -- reading: a step file's episodes -------------------------------------------------------
@@ -341,7 +362,7 @@ cdef class StepFile:
                             fields["action_space"], fields["agent_id"], fields["module_id"],
                             fields["multi_agent_episode_id"], fields["start_time"],
                             fields["last_step_time"], fields["custom_data"],
-                            self.extras_default)
+                            self.extras_default, fields["last_added"])
 
 
 # A null in an infos column: an empty dict (each episode gets its own).

@@ -782,11 +782,27 @@ def assemble(cls, id_, BufferCore observations, BufferCore infos, BufferCore act
 # -- building episodes and buffers without the constructor ----------------------------
 
 
+def last_added(EpisodeCore episode):
+    """What the episode's last added observation and infos are, as a dataset
+    keeps them: None (none: a constructed or restored episode), True (its
+    observations' and infos' last rows, as add_env_step leaves them) or the
+    pair (observation, infos)."""
+    cdef Py_ssize_t n = episode.infos.len_incl_lookback()
+    observation, infos = episode.last_observation, episode.last_infos
+    if not episode.last_row_observed and observation is None and infos is None:
+        return None
+    if n and (episode.last_row_observed or is_last_row(episode.observations, observation)):
+        last = episode.infos.item_at(n - 1)
+        if (infos is None and type(last) is dict and not last) or last is infos:
+            return True
+    return (episode._last_added_observation, episode._last_added_infos)
+
+
 def make_episode(cls, id_, observations, infos, actions, rewards, dict extra_model_outputs,
                  tuple lookbacks, terminated, truncated, Py_ssize_t t_started,
                  observation_space, action_space, agent_id=None, module_id=None,
                  multi_agent_episode_id=None, start_time=None, last_step_time=None,
-                 custom_data=None, bint defaultdict_extras=False):
+                 custom_data=None, bint defaultdict_extras=False, last_added=None):
     """An episode of class `cls` (an EpisodeCore subclass) over ready
     storage: each track a Column or a dict/tuple tree of Columns (infos one
     Column), `lookbacks` the rows before step 0 of (observations, infos,
@@ -795,7 +811,7 @@ def make_episode(cls, id_, observations, infos, actions, rewards, dict extra_mod
     everything is checked (the trees, the lookbacks, then validate()) before
     the episode is handed out: ValueError/TypeError/AssertionError. With
     `defaultdict_extras` the extra outputs are a defaultdict, as from_state()
-    makes them."""
+    makes them; `last_added` is what last_added() said of the episode."""
     cdef EpisodeCore episode
     cdef BufferCore buf
     if not (isinstance(cls, type) and issubclass(cls, EpisodeCore)):
@@ -831,6 +847,16 @@ def make_episode(cls, id_, observations, infos, actions, rewards, dict extra_mod
     episode.last_step_time = state_time(last_step_time, "last_step_time")
     episode.custom_data_ = custom_data if custom_data else None
     episode.validate()
+    if last_added is True:
+        n = episode.infos.len_incl_lookback()
+        if n:
+            episode.last_row_observed = True
+            last = episode.infos.item_at(n - 1)
+            episode.last_infos = None if type(last) is dict and not last else last
+    elif last_added is not None:
+        if type(last_added) is not tuple or len(last_added) != 2:
+            raise ValueError("last_added is None, True or (observation, infos)")
+        episode._last_added_observation, episode._last_added_infos = last_added
     return episode
 
 
