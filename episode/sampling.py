@@ -74,13 +74,16 @@ class VectorEpisodes(VectorCore):
         observation_space: Each sub-env's observation space (optional).
         action_space: Each sub-env's action space (optional).
         autoreset_mode: "NextStep" or "SameStep" (or gymnasium's AutoresetMode).
+        writer: An `episode.offline.EpisodeWriter` that records every
+            episode handed on (by add_step, take_ended and cut), or None.
 
     After `add_reset()`, `episodes[k]` is sub-env k's running episode. Each
     `add_step()` returns the episodes that ended in it.
     """
 
     def __init__(self, num_envs: int, *, observation_space: Any = None,
-                 action_space: Any = None, autoreset_mode: Any = "NextStep"):
+                 action_space: Any = None, autoreset_mode: Any = "NextStep",
+                 writer: Any = None):
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) \
                 or num_envs <= 0:
             raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
@@ -96,6 +99,7 @@ class VectorEpisodes(VectorCore):
         self._episode_class = SingleAgentEpisode
         self.steps_added = 0
         self.ended_envs = []
+        self.writer = writer
 
     def __reduce__(self) -> tuple:
         # The pending steps go into their episodes first.
@@ -261,6 +265,8 @@ class VectorEpisodes(VectorCore):
                 continue
             episodes[k] = episode.cut(len_lookback_buffer=len_lookback_buffer)
             chunks.append(episode)
+        if self.writer is not None and chunks:
+            self.writer.write(chunks)
         return chunks
 
 
@@ -464,13 +470,16 @@ class Sampler:
         count_steps_by: "env_steps" or "agent_steps" (multi-agent envs).
         num_envs: Sub-envs (a gymnasium id or a function making an env).
         seed: Sub-env i is reset with seed + i the first time.
+        writer: An `episode.offline.EpisodeWriter` that records every
+            episode (and chunk) sample_episodes() and sample() hand on, as
+            they hand it on (numpy'ized), or None.
     """
 
     def __init__(self, env: Any, policy: Optional[Callable] = None, *,
                  view_requirements: Optional[Dict[str, ViewRequirement]] = None,
                  batch_mode: BatchMode = "truncate_episodes", rollout_fragment_length: int = 200,
                  count_steps_by: CountStepsBy = "env_steps", num_envs: int = 1,
-                 seed: Optional[int] = None):
+                 seed: Optional[int] = None, writer: Any = None):
         check_sampler_args(policy, batch_mode, rollout_fragment_length, count_steps_by,
                            num_envs, seed)
         self.batch_mode = batch_mode
@@ -478,6 +487,7 @@ class Sampler:
         self.count_steps_by = count_steps_by
         self.seed = None if seed is None else int(seed)
         self.policy = policy
+        self.writer = writer
         made, env = _resolve_env(env, int(num_envs))
         self.multi_agent = made is not None
         if self.multi_agent:
@@ -530,13 +540,15 @@ class Sampler:
             episodes = self._sample_multi_agent()
             for e in episodes:
                 e.to_numpy()
-            return episodes
-        done, chunks = self._sample_single_agent()
-        episodes = done + chunks
-        for e in episodes:
-            e.to_numpy()
-        # (Numpy'ized, their returns are sums over arrays.)
-        self._metrics.add_episodes(done, chunks)
+        else:
+            done, chunks = self._sample_single_agent()
+            episodes = done + chunks
+            for e in episodes:
+                e.to_numpy()
+            # (Numpy'ized, their returns are sums over arrays.)
+            self._metrics.add_episodes(done, chunks)
+        if self.writer is not None:
+            self.writer.write(episodes)
         return episodes
 
     def sample(self) -> TrainingBatch:

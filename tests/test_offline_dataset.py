@@ -395,3 +395,103 @@ def _ma_strategies():
     import ma_strategies
 
     return ma_strategies
+
+
+# -- drawing batches -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("format", FORMATS)
+def test_sample_batch_draws_as_a_replay_buffer_holding_the_dataset(tmp_path, format):
+    from episode.replay import EpisodeReplayBuffer
+
+    batch = [_cartpole(seed) for seed in range(8)]
+    write_episodes(batch, tmp_path, format=format)
+    ds = read_episodes(tmp_path)
+    ds.rng = np.random.default_rng(7)
+    reference = EpisodeReplayBuffer(capacity=sum(len(e) for e in batch))
+    reference.add(batch)
+    reference.rng = np.random.default_rng(7)
+    for kwargs in ({"n_step": 3, "gamma": 0.9}, {"batch_length_T": 5, "lookback": 1},
+                   {"n_step": (1, 4)}):
+        compare(ds.sample_batch(32, **kwargs), reference.sample_batch(32, **kwargs),
+                str(kwargs))
+    with pytest.raises(ValueError):
+        ds.sample_batch(0)
+
+
+# -- recording from a sampler ------------------------------------------------------------
+
+
+def test_a_sampler_records_what_it_hands_on(tmp_path):
+    from episode import Sampler
+
+    with EpisodeWriter(tmp_path, format="arrow") as writer:
+        sampler = Sampler("CartPole-v1", num_envs=4, rollout_fragment_length=30, seed=0,
+                          writer=writer)
+        handed = [e for _ in range(6) for e in sampler.sample_episodes()]
+    ds = read_episodes(tmp_path)
+    # The chunks of one episode come back as one (each with every step once).
+    joined = {}
+    for chunk in handed:
+        if chunk.id_ in joined:
+            joined[chunk.id_].concat_episode(chunk)
+        else:
+            joined[chunk.id_] = chunk.slice(slice(0, None),
+                                            len_lookback_buffer=chunk.observations.lookback)
+    assert len(ds) == len(joined) and ds.num_steps == sum(len(e) for e in joined.values())
+    by_id = {e.id_: e for e in ds}
+    for id_, expected in joined.items():
+        read = by_id[id_]
+        compare(read.get_observations(slice(0, len(expected) + 1)),
+                expected.get_observations(), "observations")
+        compare(read.get_actions(slice(0, len(expected))), expected.get_actions(), "actions")
+        assert read.t_started == expected.t_started and read.is_numpy
+    # The batch path hands on episodes too.
+    with EpisodeWriter(tmp_path / "batches") as writer:
+        sampler = Sampler("CartPole-v1", num_envs=2, rollout_fragment_length=20, seed=0,
+                          writer=writer)
+        batch = sampler.sample()
+    assert read_episodes(tmp_path / "batches").num_steps == len(batch["obs"]) >= 40
+
+
+def test_a_continued_chunk_is_written_without_its_lookback(tmp_path):
+    import pyarrow.parquet as pq
+
+    episode = _cartpole(0, steps=10)
+    first = episode.slice(slice(0, 6))
+    second = episode.slice(slice(6, None), len_lookback_buffer=4)
+    with EpisodeWriter(tmp_path) as writer:
+        writer.write(first)
+        writer.write(second)             # the writer has its lookback rows already
+    steps = [f for f in os.listdir(tmp_path) if ".steps-" in f]
+    assert sum(pq.read_metadata(tmp_path / f).num_rows for f in steps) == \
+        (len(first) + 1) + (len(second) + 1)
+    read = read_episodes(tmp_path)
+    assert len(read) == 1
+    expected = first.slice(slice(0, None))
+    expected.concat_episode(second)
+    compare_episodes(read[0], expected)
+    # Written alone, a chunk keeps its lookback.
+    write_episodes([second], tmp_path / "alone")
+    compare_episodes(read_episodes(tmp_path / "alone")[0], second)
+
+
+def test_vector_episodes_record_what_they_hand_on(tmp_path):
+    from episode import VectorEpisodes
+
+    env = gym.make_vec("CartPole-v1", num_envs=3)
+    handed = []
+    with EpisodeWriter(tmp_path) as writer:
+        vector = VectorEpisodes.for_env(env)
+        vector.writer = writer
+        vector.add_reset(*env.reset(seed=0))
+        env.action_space.seed(0)
+        for _ in range(60):
+            actions = env.action_space.sample()
+            obs, rewards, terminateds, truncateds, infos = env.step(actions)
+            handed += vector.add_step(obs, actions, rewards, terminateds, truncateds, infos)
+        handed += vector.cut()
+    ds = read_episodes(tmp_path)
+    assert sorted(e.id_ for e in ds) == sorted(e.id_ for e in handed)
+    for read in ds:
+        compare_episodes(read, next(e for e in handed if e.id_ == read.id_))

@@ -3,28 +3,31 @@ from __future__ import annotations
 
 import collections
 import os
-from typing import Any, Iterator, List, Optional, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 import numpy as np
 
 from episode._column import KINDS
-from episode._dataset import Encoded, StepFile
 from episode.offline import format as fmt
 from episode.offline.format import DatasetError
-from episode.offline.writer import IDS, LOOKBACKS, MULTI, SINGLE, _pyarrow
+from episode._dataset import LOOKBACK_COLUMNS as LOOKBACKS
+from episode._dataset import MULTI, SINGLE, TABLE_PACKED, Encoded, StepFile
+from episode.offline.writer import _pyarrow
 from episode.single_agent_episode import SingleAgentEpisode
 
 __all__ = ["EpisodeDataset", "read_episodes"]
 
-# The episode table's columns of packed values (read per episode).
-_PACKED = IDS + ("multi_state",)
+# The episode table's columns of packed values: those read per episode
+# (the multi-agent state is read apart), and all of them.
+IDS = TABLE_PACKED[:-1]
+_PACKED = TABLE_PACKED
 
 # Step files kept open (decoded Parquet, or memory-mapped Arrow) at once.
 OPEN_FILES = 16
 
 _EPISODE_COLUMNS = ("kind", "parent", "group", "row", "rows", "length", "t_started",
                     "terminated", "truncated", "start_time", "last_step_time",
-                    "observation_space", "action_space", "return", "multi_state") + IDS + LOOKBACKS
+                    "observation_space", "action_space", "return") + TABLE_PACKED + LOOKBACKS
 
 
 def read_episodes(path: Any, *, columns: Optional[Sequence[str]] = None) -> "EpisodeDataset":
@@ -52,6 +55,8 @@ class EpisodeDataset:
         self._columns = None if columns is None else _checked_columns(columns)
         self._files: collections.OrderedDict = collections.OrderedDict()
         self._memory: Optional[list] = None
+        self._buffer: Any = None
+        self.rng = np.random.default_rng()
         tables, foreign = _scan(self.path, pa)
         if foreign:
             if tables:
@@ -92,6 +97,41 @@ class EpisodeDataset:
         for chunk in chunks[1:]:
             episode.concat_episode(chunk)
         return episode
+
+    # -- drawing training batches --------------------------------------------------------
+
+    def sample_batch(self, batch_size: int, **kwargs: Any) -> dict:
+        """A training batch of `batch_size` n-step transitions (or `(B, T)`
+        sequences with ``batch_length_T``) drawn uniformly from the dataset's
+        single-agent episodes: `EpisodeReplayBuffer.sample_batch` (same
+        arguments, keys and rules) on a buffer holding the whole dataset,
+        made on the first call. Draws use ``self.rng`` (a numpy Generator;
+        set it, or its seed, for reproducible draws)."""
+        return self.replay_buffer().sample_batch(batch_size, **kwargs)
+
+    def replay_buffer(self):
+        """The EpisodeReplayBuffer holding every episode of the dataset (its
+        capacity the dataset's steps), made on first use and kept; its `rng`
+        is ``self.rng``. ValueError for a dataset of multi-agent episodes."""
+        from episode.replay import EpisodeReplayBuffer
+
+        if self._buffer is None:
+            if self.num_steps == 0:
+                raise ValueError(f"{self.path}: the dataset has no steps to draw from")
+            buffer = EpisodeReplayBuffer(capacity=self.num_steps)
+            batch: list = []
+            for episode in self:
+                if not isinstance(episode, SingleAgentEpisode):
+                    raise ValueError(f"{self.path}: batches are drawn from single-agent "
+                                     f"episodes; this dataset holds multi-agent ones")
+                batch.append(episode)
+                if len(batch) == 1024:
+                    buffer.add(batch)
+                    batch = []
+            buffer.add(batch)
+            self._buffer = buffer
+        self._buffer.rng = self.rng
+        return self._buffer
 
     def __repr__(self) -> str:
         return f"EpisodeDataset({self.path!r}: {len(self)} episodes, {self.num_steps} steps)"
@@ -405,17 +445,22 @@ def _open_step_file(path: str, columns: Optional[frozenset]) -> StepFile:
     leaves, kinds, finalized, opens, trees = [], [], [], [], []
     for spec, name in zip(wanted, names):
         tree = fmt.tree_from_json(spec.get("tree"), f"{path}: column {name!r}")
-        column = table.column(name).combine_chunks()
+        column = _whole(table.column(name), pa)
         trees.append(_load_tree(tree, column, name, path, leaves, kinds, finalized, opens))
     infos = None
     if read_infos:
-        column = table.column(fmt.INFOS).combine_chunks()
+        column = _whole(table.column(fmt.INFOS), pa)
         if column.type != pa.binary():
             raise DatasetError(f"{path}: column 'infos' is {column.type}, not binary")
         infos = _encoded(column, path, fmt.INFOS)
     extra_keys = [fmt.key_from_json(e.get("key"), path) for e in wanted[3:]]
     return StepFile(leaves, kinds, finalized, opens, trees, extra_keys,
                     meta["extras_defaultdict"], infos, table.num_rows)
+
+
+def _whole(column, pa):
+    # A column as one array (an Arrow file of no rows has no chunks).
+    return column.combine_chunks() if column.num_chunks else pa.nulls(0, column.type)
 
 
 def _key_name(extra: Any, path: str) -> Any:

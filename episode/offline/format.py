@@ -265,10 +265,24 @@ def leaf_array(leaf: dict, rows: Any, nrows: int):
         return pa.FixedSizeBinaryArray.from_buffers(
             pa.binary(flat.shape[1]), nrows, [None, pa.py_buffer(flat)])
     if leaf["shape"]:
-        values = pa.array(np.ascontiguousarray(rows).reshape(-1))
+        values = numbers(np.ascontiguousarray(rows).reshape(-1))
         storage = pa.FixedSizeListArray.from_arrays(values, int(np.prod(leaf["shape"])))
         return pa.ExtensionArray.from_storage(arrow_type(leaf), storage)
-    return pa.array(rows)
+    return numbers(rows)
+
+
+def numbers(values: np.ndarray):
+    """A 1-d array of numbers or bools as an Arrow array over its memory
+    (bools packed to bits), without pyarrow's general conversion (which
+    imports pandas)."""
+    import pyarrow as pa
+
+    values = np.ascontiguousarray(values)
+    if values.dtype == np.bool_:
+        data = np.packbits(values, bitorder="little")
+        return pa.Array.from_buffers(pa.bool_(), len(values), [None, pa.py_buffer(data)])
+    return pa.Array.from_buffers(pa.from_numpy_dtype(values.dtype), len(values),
+                                 [None, pa.py_buffer(values)])
 
 
 def leaf_rows(leaf: dict, column, where: str) -> Any:
@@ -420,13 +434,25 @@ def read_metadata(schema, where: str, kind: str) -> dict:
     return body
 
 
+# The texts of the spaces met last (episodes of one env share their space
+# objects): id -> (the space, its text), the space kept so its id stays its.
+_SPACE_TEXTS: dict = {}
+
+
 def space_text(space: Any) -> Optional[str]:
     """A space as the JSON text of its RLlib dict (None: no space)."""
     from episode.spaces import space_to_dict
 
     if space is None:
         return None
-    return json.dumps(space_to_dict(space), separators=(",", ":"))
+    known = _SPACE_TEXTS.get(id(space))
+    if known is not None and known[0] is space:
+        return known[1]
+    text = json.dumps(space_to_dict(space), separators=(",", ":"))
+    if len(_SPACE_TEXTS) >= 64:
+        _SPACE_TEXTS.clear()
+    _SPACE_TEXTS[id(space)] = (space, text)
+    return text
 
 
 def space_of(text: Optional[str], where: str) -> Any:

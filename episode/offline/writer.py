@@ -11,7 +11,7 @@ from typing import Any, Iterable, Optional
 import numpy as np
 
 from episode._column import KINDS
-from episode._dataset import GroupRows, signature
+from episode._dataset import GroupRows, Recording
 from episode.offline import format as fmt
 
 __all__ = ["EpisodeWriter", "write_episodes"]
@@ -63,11 +63,13 @@ class EpisodeWriter:
         self._name = f"{time.strftime('%Y%m%dT%H%M%S')}-{host}-{os.getpid()}-" \
                      f"{secrets.token_hex(3)}"
         self._parts = 0
-        self._groups: dict = {}
-        self._table: list = []
-        self._rows = 0
+        self._ends: dict = {}
+        self._recording = self._new_recording()
         self.closed = False
         self.files: list = []
+
+    def _new_recording(self) -> Recording:
+        return Recording(_new_group, fmt.pack_value, _details, fmt.space_text, self._ends)
 
     # -- writing -------------------------------------------------------------------
 
@@ -81,83 +83,38 @@ class EpisodeWriter:
         from episode.replay.stored import _as_ours, _as_ours_multi, _force_list
 
         for episode in _force_list(episodes):
-            kept = (len(self._table), {g: g.rows.nrows for g in self._groups.values()},
-                    self._rows)
+            recording = self._recording       # a new one after each flush
+            mark = recording.mark()
             try:
                 if hasattr(episode, "agent_episodes"):
-                    self._add_multi(_as_ours_multi(episode))
+                    episode = _as_ours_multi(episode)
+                    episode.validate()
+                    parent = recording.add_multi(episode, fmt.multi_state(episode))
+                    for agent_episode in episode.agent_episodes.values():
+                        recording.add(agent_episode, parent)
                 else:
-                    self._add(_as_ours(episode))
+                    recording.add(_as_ours(episode))
             except BaseException:
-                self._rollback(*kept)
+                recording.rollback(mark)
                 raise
-            if self._rows >= self.rows_per_file:
+            if recording.steps >= self.rows_per_file:
                 self.flush()
-
-    def _rollback(self, entries: int, groups: dict, rows: int) -> None:
-        # Back to before an episode that failed part-way (a multi-agent one
-        # whose third agent has an item no file can hold).
-        del self._table[entries:]
-        self._groups = {sig: g for sig, g in self._groups.items() if g in groups}
-        for group, nrows in groups.items():
-            group.rows.truncate(nrows)
-        self._rows = rows
-
-    def _add_multi(self, episode) -> None:
-        episode.validate()
-        state = fmt.multi_state(episode)
-        parent = len(self._table)
-        entry = _Entry(None, 0, 0, len(episode), (0,) * 5, episode.env_t_started,
-                       bool(episode.is_terminated), bool(episode.is_truncated),
-                       (fmt.pack_value(episode.id_),) + (None,) * 5, (None, None),
-                       episode._start_time, episode._last_step_time)
-        entry.multi_state = state
-        self._table.append(entry)
-        for agent_episode in episode.agent_episodes.values():
-            self._add(agent_episode, parent)
-
-    def _add(self, episode, parent: int = -1) -> None:
-        episode.validate()
-        sig = signature(episode)
-        group = self._groups.get(sig)
-        if group is None:
-            group = self._groups[sig] = _Group(sig)
-        lookbacks = (episode.observations.lookback, episode.infos.lookback,
-                     episode.actions.lookback, episode.rewards.lookback,
-                     _extras_lookback(episode))
-        last = max(lookbacks)
-        rows = last + len(episode) + 1 if episode.observations.len_incl_lookback() else 0
-        # Everything that can refuse the episode runs before its rows are kept.
-        packed = tuple(None if v is None else fmt.pack_value(v) for v in (
-            episode.id_, episode.agent_id, episode.module_id, episode.multi_agent_episode_id,
-            episode.custom_data or None, _details(episode)))
-        spaces = (fmt.space_text(episode.observation_space),
-                  fmt.space_text(episode.action_space))
-        first = group.rows.add(episode, rows, last, fmt.pack_value)
-        self._table.append(_Entry(group, first, rows, len(episode), lookbacks,
-                                  episode.t_started, bool(episode.is_terminated),
-                                  bool(episode.is_truncated), packed, spaces,
-                                  episode._start_time, episode._last_step_time))
-        self._table[-1].parent = parent
-        self._rows += rows
 
     def flush(self) -> None:
         """Writes the episodes kept so far as one part of the dataset: its
         step files, then its episode table (which makes the part exist)."""
-        if not self._table:
+        recording = self._recording
+        if not recording.n:
             return
         part = f"{self._name}-{self._parts:06d}"
         names = []
-        for number, group in enumerate(self._groups.values()):
-            name = f"{part}.steps-{number}.{self.format}"
-            group.number = number
-            self._write_file(name, group.table([e for e in self._table if e.group is group]))
+        for group in recording.groups.values():
+            name = f"{part}.steps-{group.number}.{self.format}"
+            self._write_file(name, _step_table(group))
             names.append(name)
-        self._write_file(f"{part}.episodes.{self.format}", self._episode_table(names))
+        self._write_file(f"{part}.episodes.{self.format}", _episode_table(recording, names))
         self._parts += 1
-        self._groups = {}
-        self._table = []
-        self._rows = 0
+        self._recording = self._new_recording()
 
     def close(self) -> None:
         """Writes what is kept and closes the writer (closing twice is fine)."""
@@ -172,47 +129,6 @@ class EpisodeWriter:
         self.close()
 
     # -- files ---------------------------------------------------------------------
-
-    def _episode_table(self, step_files: list):
-        pa = _pyarrow()
-        table = self._table
-
-        def numbers(values, dtype):
-            return pa.array(np.array(values, dtype))
-
-        def times(values):
-            return numbers([np.nan if t is None else t for t in values], np.float64)
-
-        packed = list(zip(*[e.packed for e in table]))
-        lookbacks = np.array([e.lookbacks for e in table], np.int32).reshape(len(table), 5)
-        columns = {
-            "kind": numbers([SINGLE if e.multi_state is None else MULTI for e in table],
-                            np.int8),
-            "parent": numbers([e.parent for e in table], np.int64),
-            "group": numbers([-1 if e.group is None else e.group.number for e in table],
-                             np.int32),
-            "row": numbers([e.first for e in table], np.int64),
-            "rows": numbers([e.rows for e in table], np.int64),
-            "length": numbers([e.length for e in table], np.int64),
-            "t_started": numbers([e.t_started for e in table], np.int64),
-            "terminated": numbers([e.terminated for e in table], np.bool_),
-            "truncated": numbers([e.truncated for e in table], np.bool_),
-            "return": numbers([e.episode_return for e in table], np.float64),
-            "start_time": times([e.start_time for e in table]),
-            "last_step_time": times([e.last_step_time for e in table]),
-            "observation_space": pa.array([e.spaces[0] for e in table],
-                                          pa.string()).dictionary_encode(),
-            "action_space": pa.array([e.spaces[1] for e in table],
-                                     pa.string()).dictionary_encode(),
-        }
-        for name, values in zip(IDS, packed):
-            columns[name] = pa.array(values, pa.binary())
-        columns["multi_state"] = pa.array([e.multi_state for e in table], pa.binary())
-        for i, name in enumerate(LOOKBACKS):
-            columns[name] = pa.array(lookbacks[:, i])
-        schema = pa.schema([pa.field(k, v.type) for k, v in columns.items()],
-                           metadata=fmt.metadata("episodes", step_files=step_files))
-        return pa.Table.from_arrays(list(columns.values()), schema=schema)
 
     def _write_file(self, name: str, table) -> None:
         pa = _pyarrow()
@@ -238,37 +154,6 @@ class EpisodeWriter:
         self.files.append(final)
 
 
-# The episode table's lookback columns, in make_episode's order, and its
-# columns of packed values, in _Entry.packed's.
-LOOKBACKS = ("lookback_obs", "lookback_infos", "lookback_actions", "lookback_rewards",
-             "lookback_extras")
-IDS = ("id", "agent_id", "module_id", "multi_agent_episode_id", "custom_data", "details")
-
-
-# The episode table's kinds of rows: a single-agent episode (an agent's of a
-# multi-agent one when its parent is not -1), a multi-agent episode.
-SINGLE, MULTI = 0, 1
-
-
-class _Entry:
-    """An episode waiting in a writer: its row of the episode table."""
-
-    __slots__ = ("group", "first", "rows", "length", "lookbacks", "t_started", "terminated",
-                 "truncated", "packed", "spaces", "start_time", "last_step_time",
-                 "episode_return", "parent", "multi_state")
-
-    def __init__(self, group, first, rows, length, lookbacks, t_started, terminated,
-                 truncated, packed, spaces, start_time, last_step_time):
-        self.group, self.first, self.rows, self.length = group, first, rows, length
-        self.lookbacks, self.t_started = lookbacks, t_started
-        self.terminated, self.truncated = terminated, truncated
-        self.packed, self.spaces = packed, spaces
-        self.start_time, self.last_step_time = start_time, last_step_time
-        self.episode_return = np.nan
-        self.parent = -1
-        self.multi_state = None
-
-
 def _details(episode) -> Optional[dict]:
     """What the episode table keeps of an episode only where it is not the
     usual: its last added observation and infos where they are not its last
@@ -287,7 +172,7 @@ def _details(episode) -> Optional[dict]:
     spaces = {}
     for name, space in usual:
         have = getattr(episode, name).space
-        if have is not space and not (type(have) is type(space) and have == space):
+        if have is not space and fmt.space_text(have) != fmt.space_text(space):
             spaces[name] = fmt.space_text(have)
     for key, buf in episode.extra_model_outputs.items():
         if buf.space is not None:
@@ -297,81 +182,77 @@ def _details(episode) -> Optional[dict]:
     return details or None
 
 
-def _extras_lookback(episode) -> int:
-    # One lookback for all extra outputs (they are cut and sliced together).
-    lookbacks = {b.lookback for b in episode.extra_model_outputs.values()}
-    if len(lookbacks) > 1:
-        raise ValueError(f"the extra model outputs have different lookbacks {sorted(lookbacks)}")
-    return lookbacks.pop() if lookbacks else episode.actions.lookback
+def _new_group(sig, number: int) -> GroupRows:
+    """The rows of a new group of alike episodes, with the format's trees of
+    their leaves (`spec`) for its step file."""
+    trees = [_tree(s) for s in sig[:3]] + [_tree(s) for _, s in sig[3]]
+    names = list(fmt.TRACKS) + [_extra_column(k, i) for i, (k, _) in enumerate(sig[3])]
+    leaves = [leaf for tree in trees for leaf in fmt.tree_leaves(tree)]
+    rewards = trees[2]
+    rewards_leaf = len(fmt.tree_leaves(trees[0])) + len(fmt.tree_leaves(trees[1])) \
+        if isinstance(rewards, dict) and rewards["codec"] == fmt.ARROW and not rewards["shape"] \
+        else -1
+    group = GroupRows(sig, number, [leaf["codec"] for leaf in leaves],
+                      [fmt.leaf_dtype(leaf) for leaf in leaves],
+                      [tuple(leaf["shape"]) for leaf in leaves], rewards_leaf)
+    group.spec = (trees, names)
+    return group
 
 
-class _Group:
-    """The episodes of one signature waiting in a writer: their rows, and
-    the step file made of them."""
+def _step_table(group: GroupRows):
+    """A group's step file."""
+    pa = _pyarrow()
+    trees, names = group.spec
+    n = group.nrows
+    arrays = iter([rows if rows is None or isinstance(rows, list) else rows.array()
+                   for rows in group.leaves])
+    columns = {name: _column(tree, arrays, n) for name, tree in zip(names, trees)}
+    columns[fmt.INFOS] = pa.array(group.infos, pa.binary())
+    columns[fmt.TERMINATEDS] = fmt.numbers(group.terminateds.array())
+    columns[fmt.TRUNCATEDS] = fmt.numbers(group.truncateds.array())
+    sig = group.signature
+    meta = {
+        "tracks": [{"column": name, "tree": fmt.tree_to_json(tree)}
+                   for name, tree in zip(names[:3], trees[:3])],
+        "extras": [{"column": name, "key": fmt.key_to_json(key), "tree": fmt.tree_to_json(tree)}
+                   for name, (key, _), tree in zip(names[3:], sig[3], trees[3:])],
+        "extras_defaultdict": bool(sig[4]),
+    }
+    schema = pa.schema([pa.field(k, v.type) for k, v in columns.items()],
+                       metadata=fmt.metadata("steps", **meta))
+    return pa.Table.from_arrays(list(columns.values()), schema=schema)
 
-    def __init__(self, sig):
-        self.signature = sig
-        self.trees = [_tree(s) for s in sig[:3]] + [_tree(s) for _, s in sig[3]]
-        self.names = list(fmt.TRACKS) + [_extra_column(k, i) for i, (k, _) in enumerate(sig[3])]
-        leaves = [leaf for tree in self.trees for leaf in fmt.tree_leaves(tree)]
-        self.rows = GroupRows(sig, [leaf["codec"] for leaf in leaves],
-                              [fmt.leaf_dtype(leaf) for leaf in leaves],
-                              [tuple(leaf["shape"]) for leaf in leaves])
-        self.number = -1
 
-    def table(self, entries: list):
-        """The step file's table (and each entry's return, set on it)."""
-        pa = _pyarrow()
-        n = self.rows.nrows
-        arrays = iter([rows if rows is None or isinstance(rows, list) else rows.array()
-                       for rows in self.rows.leaves])
-        columns = {name: self._column(tree, arrays, n)
-                   for name, tree in zip(self.names, self.trees)}
-        self._set_returns(columns["rewards"], entries)
-        columns[fmt.INFOS] = pa.array(self.rows.infos, pa.binary())
-        terminateds, truncateds = np.zeros(n, np.bool_), np.zeros(n, np.bool_)
-        for e in entries:
-            if e.length:
-                last_step = e.first + max(e.lookbacks) + e.length - 1
-                terminateds[last_step], truncateds[last_step] = e.terminated, e.truncated
-        columns[fmt.TERMINATEDS] = pa.array(terminateds)
-        columns[fmt.TRUNCATEDS] = pa.array(truncateds)
-        meta = {
-            "tracks": [{"column": name, "tree": fmt.tree_to_json(tree)}
-                       for name, tree in zip(self.names[:3], self.trees[:3])],
-            "extras": [{"column": name, "key": fmt.key_to_json(key),
-                        "tree": fmt.tree_to_json(tree)}
-                       for name, (key, _), tree in zip(self.names[3:], self.signature[3],
-                                                       self.trees[3:])],
-            "extras_defaultdict": bool(self.signature[4]),
-        }
-        schema = pa.schema([pa.field(k, v.type) for k, v in columns.items()],
-                           metadata=fmt.metadata("steps", **meta))
-        return pa.Table.from_arrays(list(columns.values()), schema=schema)
+def _column(tree, arrays, n: int):
+    pa = _pyarrow()
+    if isinstance(tree, dict):
+        return fmt.leaf_array(tree, next(arrays), n)
+    if tree[0] == "tuple":
+        names, subs = [str(i) for i in range(len(tree[1]))], tree[1]
+    else:
+        names, subs = _field_names([k for k, _ in tree[1]]), [v for _, v in tree[1]]
+    if not subs:
+        return pa.nulls(n)      # an empty dict or tuple (Parquet has no empty struct)
+    return pa.StructArray.from_arrays([_column(sub, arrays, n) for sub in subs], names=names)
 
-    def _column(self, tree, arrays, n: int):
-        pa = _pyarrow()
-        if isinstance(tree, dict):
-            return fmt.leaf_array(tree, next(arrays), n)
-        if tree[0] == "tuple":
-            names, subs = [str(i) for i in range(len(tree[1]))], tree[1]
-        else:
-            names, subs = _field_names([k for k, _ in tree[1]]), [v for _, v in tree[1]]
-        if not subs:
-            return pa.nulls(n)      # an empty dict or tuple (Parquet has no empty struct)
-        children = [self._column(sub, arrays, n) for sub in subs]
-        return pa.StructArray.from_arrays(children, names=names)
 
-    def _set_returns(self, rewards, entries: list) -> None:
-        # Each episode's return (its rewards after the lookback, summed) for
-        # the episode table, where the rewards are plain numbers (else NaN).
-        tree = self.trees[2]
-        if not (isinstance(tree, dict) and tree["codec"] == fmt.ARROW and not tree["shape"]):
-            return
-        values = rewards.to_numpy(zero_copy_only=False)
-        for e in entries:
-            start = e.first + max(e.lookbacks)
-            e.episode_return = float(np.sum(values[start:start + e.length], dtype=np.float64))
+def _episode_table(recording: Recording, step_files: list):
+    """A part's episode table."""
+    pa = _pyarrow()
+    columns = {name: fmt.numbers(rows.array()) for name, rows in recording.numbers.items()
+               if not name.endswith("_space")}
+    dictionary = pa.array(recording.spaces, pa.string())
+    for name in ("observation_space", "action_space"):
+        indices = recording.numbers[name].array()
+        columns[name] = pa.DictionaryArray.from_arrays(
+            pa.array(np.where(indices < 0, 0, indices), pa.int32(),
+                     mask=indices < 0) if len(recording.spaces) else
+            pa.nulls(len(indices), pa.int32()), dictionary)
+    for name, values in recording.packed.items():
+        columns[name] = pa.array(values, pa.binary())
+    schema = pa.schema([pa.field(k, v.type) for k, v in columns.items()],
+                       metadata=fmt.metadata("episodes", step_files=step_files))
+    return pa.Table.from_arrays(list(columns.values()), schema=schema)
 
 
 def _field_names(keys: list) -> list:

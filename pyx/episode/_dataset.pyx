@@ -11,13 +11,15 @@ before it is handed out.
 import numpy as np
 
 cimport numpy as cnp
+from libc.math cimport NAN
+from libc.stdint cimport int32_t, int64_t
 from libc.string cimport memcpy, memset
 
 from episode._buffer cimport BufferCore
 from episode._column cimport Column, KIND_EMPTY_DICT, KIND_OBJECT, array_bytes
 from episode._episode cimport EpisodeCore, own_extras
 
-from episode._episode import make_episode
+from episode._episode import REWARDS_SPACE, last_added, make_episode
 
 cnp.import_array()
 
@@ -58,12 +60,13 @@ def signature(EpisodeCore episode):
 
 
 cdef class Rows:
-    """A growable block of fixed-size rows (one leaf of a group)."""
+    """A growable block of fixed-size rows (one leaf of a group, or one
+    numeric column of the episode table)."""
     cdef cnp.ndarray data
     cdef readonly Py_ssize_t size
     cdef Py_ssize_t row_bytes
 
-    def __init__(self, dtype, tuple shape):
+    def __init__(self, dtype, tuple shape=()):
         self.data = np.empty((16,) + shape, dtype)
         self.size = 0
         self.row_bytes = self.data.itemsize
@@ -88,11 +91,38 @@ cdef class Rows:
             self.size += n
         return 0
 
-    cdef int copy(self, Column col, Py_ssize_t count) except -1:
-        # The column's `count` rows of identical layout (its signature's).
+    cdef int copy(self, Column col, Py_ssize_t first, Py_ssize_t count) except -1:
+        # The column's rows first .. first + count - 1, of identical layout
+        # (its signature's).
         if count > 0:
-            memcpy(self.reserve(count), col.row_ptr(0, count), count * self.row_bytes)
+            memcpy(self.reserve(count), col.row_ptr(first, count), count * self.row_bytes)
             self.size += count
+        return 0
+
+    cdef char* row(self, Py_ssize_t pos) except NULL:
+        # Row `pos` (< size).
+        if pos < 0 or pos >= self.size:
+            raise IndexError(f"row {pos} of {self.size}")
+        return array_bytes(self.data, self.size * self.row_bytes) + pos * self.row_bytes
+
+    cdef int push_int(self, int64_t value) except -1:
+        (<int64_t*>self.reserve(1))[0] = value
+        self.size += 1
+        return 0
+
+    cdef int push_double(self, double value) except -1:
+        (<double*>self.reserve(1))[0] = value
+        self.size += 1
+        return 0
+
+    cdef int push_byte(self, char value) except -1:
+        self.reserve(1)[0] = value
+        self.size += 1
+        return 0
+
+    cdef int push_int32(self, int32_t value) except -1:
+        (<int32_t*>self.reserve(1))[0] = value
+        self.size += 1
         return 0
 
     def array(self):
@@ -125,19 +155,24 @@ cdef list column_items(Column col):
 
 
 cdef class GroupRows:
-    """The rows of one signature's episodes, as a step file will hold them:
-    per leaf a `Rows` block (stored bytes), a list of items (encoded
-    values, None for padding) or None (no data), per row its infos (None:
-    an empty dict). `codecs` says which, leaf by leaf in signature order."""
+    """The rows of one signature's episodes, as its step file will hold
+    them: per leaf a `Rows` block (stored bytes), a list of items (encoded
+    values, None for padding) or None (no data); per row its infos (None:
+    an empty dict) and done flags. `codecs` says which, leaf by leaf in
+    signature order; `number` is the step file's number in its part."""
     cdef readonly object signature
     cdef readonly list leaves
     cdef readonly list infos
-    cdef list codecs
+    cdef readonly Rows terminateds, truncateds
+    cdef readonly Py_ssize_t number
     cdef readonly Py_ssize_t nrows
+    cdef Py_ssize_t rewards_leaf     # the plain-number rewards leaf summed into returns, or -1
+    cdef public object spec          # the writer's description of the file (format trees)
 
-    def __init__(self, signature, list codecs, list dtypes, list shapes):
+    def __init__(self, signature, Py_ssize_t number, list codecs, list dtypes, list shapes,
+                 Py_ssize_t rewards_leaf):
         self.signature = signature
-        self.codecs = codecs
+        self.number = number
         self.leaves = []
         for codec, dtype, shape in zip(codecs, dtypes, shapes):
             if codec == "arrow" or codec == "bytes" or codec == "zero":
@@ -147,17 +182,23 @@ cdef class GroupRows:
             else:
                 self.leaves.append(None)
         self.infos = []
+        self.terminateds = Rows(np.bool_)
+        self.truncateds = Rows(np.bool_)
         self.nrows = 0
+        self.rewards_leaf = rewards_leaf
 
-    def add(self, EpisodeCore episode, Py_ssize_t rows, Py_ssize_t last, object encode):
-        """Appends the episode's `rows` rows (0, or its largest lookback L +
-        its length + 1; `last` = L): each track at rows L - its lookback on,
-        zeros around. `encode` turns infos and encoded items into bytes.
-        Returns the episode's first row. Nothing of the episode is kept if
-        any of it fails (an item `encode` refuses)."""
+    cdef Py_ssize_t add(self, EpisodeCore episode, Py_ssize_t rows, Py_ssize_t last,
+                        Py_ssize_t length, bint skip, object encode,
+                        double* episode_return) except -1:
+        # Appends the episode's `rows` rows (0, or its largest lookback L +
+        # its length + 1; `last` = L): each track at rows L - its lookback
+        # on, zeros around; with `skip`, without its lookback rows (L = 0).
+        # `encode` turns infos and encoded items into bytes. Returns the
+        # episode's first row. Nothing of the episode is kept if any of it
+        # fails (an item `encode` refuses).
         cdef Py_ssize_t first = self.nrows
         try:
-            self._add(episode, rows, last, encode)
+            self._add(episode, rows, last, length, skip, encode, episode_return)
         except BaseException:
             self.truncate(first)
             raise
@@ -172,47 +213,304 @@ cdef class GroupRows:
             elif leaf is not None:
                 del (<list>leaf)[nrows:]
         del self.infos[nrows:]
+        self.terminateds.size = min(self.terminateds.size, nrows)
+        self.truncateds.size = min(self.truncateds.size, nrows)
         self.nrows = min(self.nrows, nrows)
 
     cdef int _add(self, EpisodeCore episode, Py_ssize_t rows, Py_ssize_t last,
-                  object encode) except -1:
-        cdef Py_ssize_t k = 0, before, count, i
+                  Py_ssize_t length, bint skip, object encode,
+                  double* episode_return) except -1:
+        cdef Py_ssize_t k = 0, before, count, i, start = self.nrows, off
         cdef BufferCore buf
         cdef Column col
         cdef object leaf
+        cdef Rows block
         cdef list tracks = [episode.observations, episode.actions, episode.rewards]
         tracks.extend(own_extras(episode).values())
+        episode_return[0] = NAN if self.rewards_leaf < 0 else 0.0
         for buf in tracks:
-            count = buf.first().nrows()
-            before = last - buf._lookback if count else rows
+            off = buf._lookback if skip else 0
+            count = buf.first().nrows() - off
+            before = last - buf._lookback + off if count else rows
             if before < 0 or before + count > rows:
                 raise ValueError("a track's rows do not fit the episode's (an inconsistent "
                                  "episode)")
             for col in tree_columns(buf._tree, []):
                 leaf = self.leaves[k]
                 if type(leaf) is Rows:
-                    (<Rows>leaf).zeros(before)
-                    (<Rows>leaf).copy(col, count)
-                    (<Rows>leaf).zeros(rows - before - count)
+                    block = <Rows>leaf
+                    block.zeros(before)
+                    block.copy(col, off, count)
+                    block.zeros(rows - before - count)
+                    if k == self.rewards_leaf and length:
+                        episode_return[0] = sum_rows(block, start + last, length)
                 elif leaf is not None:
                     (<list>leaf).extend([None] * before)
-                    (<list>leaf).extend(column_items(col))
+                    (<list>leaf).extend(column_items(col)[off:])
                     (<list>leaf).extend([None] * (rows - before - count))
                 k += 1
         buf = episode.infos
-        count = buf.len_incl_lookback()
-        before = last - buf._lookback if count else rows
+        off = buf._lookback if skip else 0
+        count = buf.len_incl_lookback() - off
+        before = last - buf._lookback + off if count else rows
         if before < 0 or before + count > rows:
             raise ValueError("the infos do not fit the episode's rows (an inconsistent episode)")
         self.infos.extend([None] * before)
         if buf._col is not None and buf._col.kind == KIND_EMPTY_DICT:
             self.infos.extend([None] * count)
         else:
-            for i in range(count):
+            for i in range(off, off + count):
                 item = buf.item_at(i)
                 self.infos.append(None if type(item) is dict and not item else encode(item))
         self.infos.extend([None] * (rows - before - count))
+        self.terminateds.zeros(rows)
+        self.truncateds.zeros(rows)
+        if length:
+            # The flags of a done episode's last step (RLlib's row format's).
+            self.terminateds.row(start + last + length - 1)[0] = bool(episode.is_terminated)
+            self.truncateds.row(start + last + length - 1)[0] = bool(episode.is_truncated)
         return 0
+
+
+cdef double sum_rows(Rows block, Py_ssize_t first, Py_ssize_t count) except? -1:
+    # The sum of plain-number rows first .. first + count - 1, in float64
+    # (added in order; the usual reward dtypes here, numpy's for the rest).
+    cdef int type_num = cnp.PyArray_TYPE(block.data)
+    cdef char* data = block.row(first) if count else NULL
+    cdef double total = 0.0
+    cdef Py_ssize_t i
+    if first + count > block.size:
+        raise IndexError("rows past the block")
+    if type_num == cnp.NPY_DOUBLE:
+        for i in range(count):
+            total += (<double*>data)[i]
+    elif type_num == cnp.NPY_FLOAT:
+        for i in range(count):
+            total += (<float*>data)[i]
+    elif type_num == cnp.NPY_INT64:
+        for i in range(count):
+            total += (<int64_t*>data)[i]
+    else:
+        return float(np.add.reduce(block.data[first:first + count], dtype=np.float64))
+    return total
+
+
+cdef class Recording:
+    """What an EpisodeWriter keeps until it writes a part: its episodes'
+    rows by group (GroupRows, in the order made) and the episode table's
+    rows, numbers in typed columns. `new_group(signature, number)` makes a
+    group (the writer's: it knows the format); `pack` encodes a value;
+    `details(episode)` says what is unusual about an episode (called only
+    where the quick checks here find something); `space_text` describes a
+    space; `ends` (the writer's, kept across parts) where the chunks written
+    so far end, by episode id: a chunk that continues one of them is kept
+    without its lookback rows (the reader joins it to that one, whose rows
+    they are)."""
+    cdef readonly dict groups
+    cdef GroupRows last_group
+    cdef object new_group, pack, details, space_text
+    cdef readonly dict numbers       # column -> Rows
+    cdef readonly dict packed        # column -> list of bytes (or None)
+    cdef dict ends                   # id -> where the written chunk ends (not done ones)
+    cdef dict space_index            # id(space) -> (space, its number)
+    cdef readonly list spaces        # the spaces' texts, by number
+    cdef readonly Py_ssize_t n       # episode table rows
+    cdef readonly Py_ssize_t steps   # step file rows, all groups
+
+    def __init__(self, new_group, pack, details, space_text, dict ends):
+        self.new_group = new_group
+        self.ends = ends
+        self.pack = pack
+        self.details = details
+        self.space_text = space_text
+        self.groups = {}
+        self.last_group = None
+        self.numbers = {name: Rows(dtype, shape) for name, dtype, shape in TABLE_NUMBERS}
+        self.packed = {name: [] for name in TABLE_PACKED}
+        self.space_index = {}
+        self.spaces = []
+        self.n = 0
+        self.steps = 0
+
+    def mark(self):
+        """Where the recording is (see rollback)."""
+        return (self.n, len(self.groups), {sig: g.nrows for sig, g in self.groups.items()})
+
+    def rollback(self, tuple mark):
+        """Back to `mark`: what was added since is dropped."""
+        cdef Py_ssize_t n = mark[0]
+        cdef Rows rows
+        for rows in self.numbers.values():
+            rows.size = min(rows.size, n)
+        for values in self.packed.values():
+            del values[n:]
+        self.groups = {sig: g for sig, g in list(self.groups.items())[:mark[1]]}
+        for sig, nrows in mark[2].items():
+            (<GroupRows>self.groups[sig]).truncate(nrows)
+        self.last_group = None
+        self.n = n
+        self.steps = sum((<GroupRows>g).nrows for g in self.groups.values())
+
+    cdef GroupRows group_of(self, EpisodeCore episode):
+        sig = signature(episode)
+        if self.last_group is not None and self.last_group.signature == sig:
+            return self.last_group
+        group = self.groups.get(sig)
+        if group is None:
+            group = self.new_group(sig, len(self.groups))
+            self.groups[sig] = group
+        self.last_group = group
+        return group
+
+    cdef object pack_id(self, object value):
+        # msgpack of a str made here (the usual id), anything else by `pack`.
+        cdef bytes text
+        cdef Py_ssize_t n
+        if value is None:
+            return None
+        if type(value) is not str:
+            return self.pack(value)
+        text = (<str>value).encode("utf-8")
+        n = len(text)
+        if n < 32:
+            return bytes([0xa0 | n]) + text
+        if n < 256:
+            return bytes([0xd9, n]) + text
+        return self.pack(value)
+
+    cdef int32_t space_number(self, object space) except -2:
+        cdef tuple known
+        if space is None:
+            return -1
+        known = self.space_index.get(id(space))
+        if known is not None and known[0] is space:
+            return known[1]
+        text = self.space_text(space)
+        try:
+            number = self.spaces.index(text)
+        except ValueError:
+            number = len(self.spaces)
+            self.spaces.append(text)
+        if len(self.space_index) > 256:
+            self.space_index.clear()
+        self.space_index[id(space)] = (space, number)
+        return number
+
+    cdef bint usual(self, EpisodeCore episode) except -1:
+        # Nothing for `details`: the last added observation and infos are
+        # the last rows, the buffers' spaces the episode's own.
+        if last_added(episode) is not True:
+            return False
+        if (episode.observations._space is not episode._observation_space
+                or episode.actions._space is not episode._action_space
+                or episode.rewards._space is not REWARDS_SPACE
+                or episode.infos._space is not None):
+            return False
+        for buf in own_extras(episode).values():
+            if (<BufferCore>buf)._space is not None:
+                return False
+        return True
+
+    def add(self, EpisodeCore episode, int64_t parent=-1):
+        """Keeps a single-agent episode (checked first; nothing of it is kept
+        if it fails part-way)."""
+        cdef GroupRows group
+        cdef Py_ssize_t rows, first, last, length, lb_extras
+        cdef bint skip
+        cdef double episode_return
+        cdef BufferCore buf
+        episode.validate()
+        extras = own_extras(episode)
+        lb_extras = episode.actions._lookback
+        for i, buf in enumerate(extras.values()):
+            if i == 0:
+                lb_extras = buf._lookback
+            elif buf._lookback != lb_extras:
+                raise ValueError("the extra model outputs have different lookbacks")
+        lookbacks = (episode.observations._lookback, episode.infos._lookback,
+                     episode.actions._lookback, episode.rewards._lookback, lb_extras)
+        length = len(episode)
+        skip = parent < 0 and self.ends.get(episode.id_) == episode.t_started
+        if skip:
+            lookbacks = (0, 0, 0, 0, 0)
+        last = max(lookbacks)
+        rows = last + length + 1 if episode.observations.len_incl_lookback() else 0
+        # Everything that can refuse the episode runs before its rows are kept.
+        group = self.group_of(episode)
+        values = (self.pack_id(episode.id_), self.pack_id(episode.agent_id),
+                  self.pack_id(episode.module_id), self.pack_id(episode.multi_agent_episode_id),
+                  self.pack(episode.custom_data_) if episode.custom_data_ else None,
+                  None if self.usual(episode) else self.pack(self.details(episode)), None)
+        spaces = (self.space_number(episode._observation_space),
+                  self.space_number(episode._action_space))
+        first = group.add(episode, rows, last, length, skip, self.pack, &episode_return)
+        self.steps += rows
+        if parent < 0:
+            if episode.is_terminated or episode.is_truncated:
+                self.ends.pop(episode.id_, None)
+            else:
+                if len(self.ends) >= 1 << 20:
+                    self.ends.clear()      # a bound: only fewer lookbacks are skipped
+                self.ends[episode.id_] = episode.t
+        self.push_row(SINGLE, parent, group.number, first, rows, length, episode.t_started,
+                      episode.is_terminated, episode.is_truncated, episode.start_time,
+                      episode.last_step_time, episode_return, lookbacks, spaces, values)
+
+    def add_multi(self, object episode, bytes state):
+        """Keeps the row of a multi-agent episode (its own fields packed in
+        `state`; its agents' episodes go in with add(.., parent=)); returns
+        its row number."""
+        start = episode._start_time
+        last = episode._last_step_time
+        self.push_row(MULTI, -1, -1, 0, 0, len(episode), episode.env_t_started,
+                      episode.is_terminated, episode.is_truncated,
+                      NAN if start is None else start, NAN if last is None else last, NAN,
+                      (0, 0, 0, 0, 0), (-1, -1),
+                      (self.pack_id(episode.id_), None, None, None, None, None, state))
+        return self.n - 1
+
+    cdef int push_row(self, char kind, int64_t parent, int64_t group, int64_t first,
+                      int64_t rows, int64_t length, int64_t t_started, object terminated,
+                      object truncated, double start_time, double last_step_time,
+                      double episode_return, tuple lookbacks, tuple spaces,
+                      tuple values) except -1:
+        cdef dict c = self.numbers
+        (<Rows>c["kind"]).push_byte(kind)
+        (<Rows>c["parent"]).push_int(parent)
+        (<Rows>c["group"]).push_int32(<int32_t>group)
+        (<Rows>c["row"]).push_int(first)
+        (<Rows>c["rows"]).push_int(rows)
+        (<Rows>c["length"]).push_int(length)
+        (<Rows>c["t_started"]).push_int(t_started)
+        (<Rows>c["terminated"]).push_byte(bool(terminated))
+        (<Rows>c["truncated"]).push_byte(bool(truncated))
+        (<Rows>c["start_time"]).push_double(start_time)
+        (<Rows>c["last_step_time"]).push_double(last_step_time)
+        (<Rows>c["return"]).push_double(episode_return)
+        for name, value in zip(LOOKBACK_COLUMNS, lookbacks):
+            (<Rows>c[name]).push_int32(<int32_t>value)
+        (<Rows>c["observation_space"]).push_int32(spaces[0])
+        (<Rows>c["action_space"]).push_int32(spaces[1])
+        for name, value in zip(TABLE_PACKED, values):
+            (<list>self.packed[name]).append(value)
+        self.n += 1
+        return 0
+
+
+# The episode table's kinds of rows: a single-agent episode (an agent's of a
+# multi-agent one where its parent is not -1), a multi-agent episode.
+SINGLE, MULTI = 0, 1
+LOOKBACK_COLUMNS = ("lookback_obs", "lookback_infos", "lookback_actions", "lookback_rewards",
+                    "lookback_extras")
+TABLE_NUMBERS = (("kind", np.int8, ()), ("parent", np.int64, ()), ("group", np.int32, ()),
+                 ("row", np.int64, ()), ("rows", np.int64, ()), ("length", np.int64, ()),
+                 ("t_started", np.int64, ()), ("terminated", np.bool_, ()),
+                 ("truncated", np.bool_, ()), ("start_time", np.float64, ()),
+                 ("last_step_time", np.float64, ()), ("return", np.float64, ())) + tuple(
+                    (name, np.int32, ()) for name in LOOKBACK_COLUMNS) + (
+                 ("observation_space", np.int32, ()), ("action_space", np.int32, ()))
+TABLE_PACKED = ("id", "agent_id", "module_id", "multi_agent_episode_id", "custom_data",
+                "details", "multi_state")
 
 
 # -- reading: a step file's episodes -------------------------------------------------------

@@ -571,6 +571,9 @@ cdef class VectorCore:
     # reset is none), and the sub-env of each episode it returned.
     cdef public Py_ssize_t steps_added
     cdef public list ended_envs
+    # An episode.offline.EpisodeWriter that gets every episode handed on
+    # (by add_step, take_ended and cut), or None.
+    cdef public object writer
 
     def add_step(self, observations, actions, rewards, terminateds, truncateds, infos=None,
                  *, extra_model_outputs=None):
@@ -579,6 +582,15 @@ cdef class VectorCore:
         dict of such batches). Returns the episodes that ended in this step;
         their sub-envs go on in new episodes. Checks every batch before
         anything is added."""
+        ended = self.step(observations, actions, rewards, terminateds, truncateds, infos,
+                          extra_model_outputs)
+        if self.writer is not None and ended:
+            self.writer.write(ended)
+        return ended
+
+    cdef list step(self, observations, actions, rewards, terminateds, truncateds, infos,
+                   extra_model_outputs):
+        # add_step() without the writer.
         if self.block_step(observations, actions, rewards, terminateds, truncateds, infos,
                            extra_model_outputs, False):
             return [self._episodes[k] for k in self.ended_envs]
@@ -596,8 +608,8 @@ cdef class VectorCore:
                            extra_model_outputs, True):
             return self.steps_added
         # (add_step writes the deferred rows first: their ends come first.)
-        ended = self.add_step(observations, actions, rewards, terminateds, truncateds, infos,
-                              extra_model_outputs=extra_model_outputs)
+        ended = self.step(observations, actions, rewards, terminateds, truncateds, infos,
+                          extra_model_outputs)
         self._pending.ended.extend([(0, k, ep) for k, ep in zip(self.ended_envs, ended)])
         return self.steps_added
 
@@ -628,7 +640,10 @@ cdef class VectorCore:
         (episodes, sub-env indices)."""
         if self._pending is None:
             raise TypeError("_pending must be a PendingRows, not None")
-        return self._pending.take_ended(self._episodes)
+        episodes, envs = self._pending.take_ended(self._episodes)
+        if self.writer is not None and episodes:
+            self.writer.write(episodes)
+        return episodes, envs
 
     cpdef object _add_rows(self, list episodes, object observations, object actions,
                            object rewards, object terminateds, object truncateds,
