@@ -164,6 +164,8 @@ class EpisodeDataset:
                                         tuple(int(x) for x in part.lookbacks[i]), fields)
             if "spaces" in details:
                 _set_buffer_spaces(episode, details["spaces"], part.path)
+            if "flags" in details:
+                episode.is_terminated, episode.is_truncated = details["flags"]
         except (ValueError, TypeError, AssertionError, KeyError) as error:
             raise DatasetError(f"{part.path}: episode {i} does not fit its step file "
                                f"({type(error).__name__}: {error})") from None

@@ -156,7 +156,8 @@ class EpisodeWriter:
 
 def _details(episode) -> Optional[dict]:
     """What the episode table keeps of an episode only where it is not the
-    usual: its last added observation and infos where they are not its last
+    usual: its done flags where they are not Python bools, its last added
+    observation and infos where they are not its last
     rows (add_env_step leaves them so; a made or restored episode has none),
     and the spaces of its buffers that are not its own (slice() drops the
     rewards' space; a user may set any), track -> the space's text. None
@@ -164,6 +165,9 @@ def _details(episode) -> Optional[dict]:
     from episode._episode import REWARDS_SPACE, last_added
 
     details: dict = {}
+    flags = (episode.is_terminated, episode.is_truncated)
+    if any(type(flag) is not bool for flag in flags):
+        details["flags"] = flags      # numpy bools, as a vector env's
     added = last_added(episode)
     if added is not True:
         details["last_added"] = added

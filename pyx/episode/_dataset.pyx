@@ -397,8 +397,11 @@ cdef class Recording:
         return number
 
     cdef bint usual(self, EpisodeCore episode) except -1:
-        # Nothing for `details`: the last added observation and infos are
-        # the last rows, the buffers' spaces the episode's own.
+        # Nothing for `details`: plain bool done flags, the last added
+        # observation and infos the last rows, the buffers' spaces the
+        # episode's own.
+        if type(episode.is_terminated) is not bool or type(episode.is_truncated) is not bool:
+            return False
         if last_added(episode) is not True:
             return False
         if (episode.observations._space is not episode._observation_space
