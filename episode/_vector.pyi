@@ -36,6 +36,7 @@ class VectorCore:
     _episode_class: type
     steps_added: int
     ended_envs: list[int]
+    writer: Any
     def add_step(self, observations: Any, actions: Any, rewards: Any, terminateds: Any,
                  truncateds: Any, infos: dict[Any, Any] | list[dict[Any, Any]] | None = None, *,
                  extra_model_outputs: dict[Any, Any] | None = None) -> list[SingleAgentEpisode]: ...

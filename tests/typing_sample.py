@@ -1,8 +1,8 @@
 """A user's script that calls every public method and attribute of the
 public classes: InfiniteLookbackBuffer, SingleAgentEpisode,
 MultiAgentEpisode, VectorEpisodes, Sampler, ViewRequirement, AgentCollector,
-the views functions and (type-checked, not run: it starts Ray)
-DistributedSampler.
+the views functions, and (type-checked, not run: they start Ray or write
+files) DistributedSampler and the offline layer's writer and dataset.
 
 tests/test_typing.py runs it (it must work) and type-checks it with mypy
 --strict against the installed package: no errors, and no call in it may
@@ -20,6 +20,8 @@ import numpy.typing as npt
 
 from episode import (AgentCollector, InfiniteLookbackBuffer, MultiAgentEpisode, Sampler,
                      SingleAgentEpisode, VectorEpisodes, ViewRequirement)
+from episode.offline import EpisodeDataset, EpisodeWriter, read_episodes, write_episodes
+from episode.replay import EpisodeReplayBuffer
 from episode.sampling import default_view_requirements
 from episode.typing import AgentID, Batch, Column, Item, TrainingBatch
 from episode.views import build_inference_batch, build_training_batch
@@ -227,7 +229,7 @@ waited: tuple[list[SingleAgentEpisode], list[int]] = vec.take_ended()
 running: list[SingleAgentEpisode | None] = vec.episodes
 chunks: list[SingleAgentEpisode] = vec.cut(len_lookback_buffer=1)
 vec_fields = (vec.num_envs, vec.observation_space, vec.action_space, vec.autoreset_mode,
-              vec.steps_added, vec.ended_envs)
+              vec.steps_added, vec.ended_envs, vec.writer)
 
 
 def for_env(env: gym.vector.VectorEnv[Any, Any, Any]) -> VectorEpisodes:   # (type-checked only)
@@ -250,8 +252,27 @@ metrics = sampler.get_metrics()
 ongoing = sampler.ongoing_episodes()
 sampler_fields = (sampler.batch_mode, sampler.count_steps_by, sampler.rollout_fragment_length,
                   sampler.num_envs, sampler.seed, sampler.policy, sampler.view_requirements,
-                  sampler.multi_agent)
+                  sampler.multi_agent, sampler.writer)
 sampler.close()
+
+
+# -- recorded experience ---------------------------------------------------------
+
+
+def record_and_read(folder: str) -> None:   # (type-checked only: it writes files)
+    with EpisodeWriter(folder, format="arrow", compression=None, rows_per_file=1000) as writer:
+        writer.write(sampled)
+        writer.flush()
+    files: list[str] = write_episodes(sampled, folder, format="parquet") + writer.files
+    dataset: EpisodeDataset = read_episodes(folder, columns=["infos"])
+    first: SingleAgentEpisode | MultiAgentEpisode = dataset[0]
+    some: list[SingleAgentEpisode | MultiAgentEpisode] = dataset[1:3]
+    n: int = len(dataset) + dataset.num_steps
+    drawn: dict[str, Any] = dataset.sample_batch(32, n_step=3)
+    buffer: EpisodeReplayBuffer = dataset.replay_buffer()
+    generator: np.random.Generator = dataset.rng
+    for read in dataset:
+        print(read, first, some, n, drawn, buffer, generator, files, writer.closed)
 
 
 def distributed() -> None:   # (type-checked only: it starts Ray)

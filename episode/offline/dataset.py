@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import collections
 import os
-from typing import Any, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence, Union, overload
 
 import numpy as np
 
@@ -14,6 +14,12 @@ from episode._dataset import LOOKBACK_COLUMNS as LOOKBACKS
 from episode._dataset import MULTI, SINGLE, TABLE_PACKED, Encoded, StepFile
 from episode.offline.writer import _pyarrow
 from episode.single_agent_episode import SingleAgentEpisode
+
+if TYPE_CHECKING:
+    from episode.multi_agent_episode import MultiAgentEpisode
+    from episode.replay import EpisodeReplayBuffer
+
+    Episode = Union[SingleAgentEpisode, MultiAgentEpisode]
 
 __all__ = ["EpisodeDataset", "read_episodes"]
 
@@ -77,9 +83,15 @@ class EpisodeDataset:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def __iter__(self) -> Iterator[SingleAgentEpisode]:
+    def __iter__(self) -> Iterator["Episode"]:
         for i in range(len(self._entries)):
             yield self[i]
+
+    @overload
+    def __getitem__(self, i: int) -> "Episode": ...
+
+    @overload
+    def __getitem__(self, i: slice) -> List["Episode"]: ...
 
     def __getitem__(self, i: Any) -> Any:
         if isinstance(i, slice):
@@ -100,7 +112,7 @@ class EpisodeDataset:
 
     # -- drawing training batches --------------------------------------------------------
 
-    def sample_batch(self, batch_size: int, **kwargs: Any) -> dict:
+    def sample_batch(self, batch_size: int, **kwargs: Any) -> Dict[str, Any]:
         """A training batch of `batch_size` n-step transitions (or `(B, T)`
         sequences with ``batch_length_T``) drawn uniformly from the dataset's
         single-agent episodes: `EpisodeReplayBuffer.sample_batch` (same
@@ -109,7 +121,7 @@ class EpisodeDataset:
         set it, or its seed, for reproducible draws)."""
         return self.replay_buffer().sample_batch(batch_size, **kwargs)
 
-    def replay_buffer(self):
+    def replay_buffer(self) -> "EpisodeReplayBuffer":
         """The EpisodeReplayBuffer holding every episode of the dataset (its
         capacity the dataset's steps), made on first use and kept; its `rng`
         is ``self.rng``. ValueError for a dataset of multi-agent episodes."""
