@@ -1,0 +1,170 @@
+"""episode.offline under faults: a writer killed mid-write, damaged files.
+
+A writer killed at a random moment leaves every part it finished whole and
+readable, and nothing half-written where a reader looks. A dataset whose
+files have flipped or cut bytes either reads (the damage hit values) or
+raises an exception naming the problem: never a crash. The damaged reads run
+in child processes, so that a crash fails a test instead of ending pytest.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pyarrow")
+pytest.importorskip("msgpack")
+
+from episode.offline import read_episodes  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+WRITER = textwrap.dedent("""
+    import sys
+    import numpy as np
+    from episode import SingleAgentEpisode
+    from episode.offline import EpisodeWriter
+
+    path, fmt = sys.argv[1], sys.argv[2]
+    rng = np.random.default_rng(0)
+    with EpisodeWriter(path, format=fmt, rows_per_file=2000) as writer:
+        for i in range(10 ** 9):
+            e = SingleAgentEpisode()
+            e.add_env_reset(rng.normal(size=(16, 16)).astype(np.float32))
+            for t in range(50):
+                e.add_env_step(rng.normal(size=(16, 16)).astype(np.float32), t % 3, 1.0,
+                               {"t": t} if t % 7 == 0 else None)
+            writer.write(e)
+            if i == 5:
+                print("writing", flush=True)
+""")
+
+
+@pytest.mark.parametrize("format", ["parquet", "arrow"])
+def test_a_writer_killed_mid_write_leaves_whole_parts(tmp_path, format):
+    for kill_after in (0.4, 1.3):
+        path = tmp_path / f"{format}-{kill_after}"
+        child = subprocess.Popen([sys.executable, "-c", WRITER, str(path), format],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert child.stdout.readline().strip() == b"writing"
+        time.sleep(kill_after)
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        names = os.listdir(path)
+        tables = [n for n in names if ".episodes." in n and not n.startswith(".")]
+        if not tables:
+            continue          # killed before its first part
+        ds = read_episodes(path)
+        # Whole episodes of 50 steps, as many as the finished parts hold.
+        assert len(ds) >= 1 and ds.num_steps == 50 * len(ds)
+        for episode in ds:
+            assert len(episode) == 50 and episode.get_observations(-1).shape == (16, 16)
+        # A temporary file of the part being written, if any, is hidden.
+        assert all(n.startswith(".") or n.endswith(f".{format}") for n in names)
+
+
+def test_a_step_file_without_its_episode_table_is_not_read(tmp_path):
+    from episode.offline import write_episodes
+
+    from test_offline_dataset import _cartpole
+
+    files = write_episodes([_cartpole(0)], tmp_path)
+    os.remove([f for f in files if ".episodes." in f][0])    # killed before its table
+    kept = _cartpole(1)
+    write_episodes([kept], tmp_path)
+    ds = read_episodes(tmp_path)
+    assert len(ds) == 1 and ds[0].id_ == kept.id_
+
+
+# -- damaged files ----------------------------------------------------------------------
+
+READER = textwrap.dedent("""
+    import sys
+    from episode.offline import DatasetError, read_episodes
+    try:
+        ds = read_episodes(sys.argv[1])
+        for episode in ds:
+            episode.get_observations()
+            episode.get_infos()
+        print("read", flush=True)
+    except (DatasetError, ValueError, TypeError, KeyError, OSError, AssertionError,
+            IndexError, UnicodeDecodeError, OverflowError, MemoryError) as error:
+        print("refused", type(error).__name__, flush=True)
+""")
+
+
+def _dataset(path, format):
+    import gymnasium as gym
+
+    from episode import SingleAgentEpisode
+    from episode.offline import write_episodes
+
+    episodes = []
+    rng = np.random.default_rng(1)
+    space = gym.spaces.Dict({"x": gym.spaces.Box(-1, 1, (3,), np.float32),
+                             "n": gym.spaces.Discrete(4)})
+    for i in range(4):
+        e = SingleAgentEpisode(observation_space=space)
+        e.add_env_reset({"x": rng.uniform(-1, 1, 3).astype(np.float32), "n": 1}, {"i": i})
+        for t in range(6):
+            e.add_env_step({"x": rng.uniform(-1, 1, 3).astype(np.float32), "n": t % 4},
+                           "s" * t, float(t), {"t": [t, "x"]} if t % 2 else None,
+                           extra_model_outputs={"logp": np.float32(-t)})
+        if i % 2:
+            e.to_numpy()
+        episodes.append(e)
+    write_episodes(episodes, path, format=format)
+    return sorted(os.path.join(path, n) for n in os.listdir(path))
+
+
+def _damaged_reads(tmp_path, format, cases):
+    """Runs the reader on each damaged copy in its own child process."""
+    results = []
+    for k, damage in enumerate(cases):
+        path = tmp_path / f"case{k}"
+        files = _dataset(path, format)
+        damage(files)
+        proc = subprocess.run([sys.executable, "-c", READER, str(path)], capture_output=True,
+                              timeout=120, env=dict(os.environ, PYTHONFAULTHANDLER="1"))
+        assert proc.returncode == 0, (f"case {k}: the reader crashed ({proc.returncode})\n"
+                                      + proc.stderr.decode()[-3000:])
+        out = proc.stdout.decode().split()
+        assert out and out[0] in ("read", "refused"), proc.stdout + proc.stderr
+        results.append(out)
+    return results
+
+
+def _flip(seed, count):
+    def damage(files):
+        rng = np.random.default_rng(seed)
+        path = files[rng.integers(len(files))]
+        data = bytearray(open(path, "rb").read())
+        for _ in range(count):
+            i = int(rng.integers(len(data)))
+            data[i] ^= 1 << int(rng.integers(8))
+        open(path, "wb").write(bytes(data))
+    return damage
+
+
+def _cut(seed):
+    def damage(files):
+        rng = np.random.default_rng(seed)
+        path = files[rng.integers(len(files))]
+        data = open(path, "rb").read()
+        open(path, "wb").write(data[:int(rng.integers(len(data)))])
+    return damage
+
+
+@pytest.mark.parametrize("format", ["parquet", "arrow"])
+def test_damaged_datasets_are_read_or_refused_never_a_crash(tmp_path, format):
+    cases = [_flip(seed, count) for seed in range(12) for count in (1, 8)] + \
+        [_cut(seed) for seed in range(6)]
+    results = _damaged_reads(tmp_path, format, cases)
+    # Cut files are always refused.
+    assert all(r[0] == "refused" for r in results[-6:]), results[-6:]
