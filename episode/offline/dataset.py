@@ -28,11 +28,13 @@ __all__ = ["EpisodeDataset", "read_episodes"]
 IDS = TABLE_PACKED[:-1]
 _PACKED = TABLE_PACKED
 
+_MISSING = object()
+
 # Step files kept open (decoded Parquet, or memory-mapped Arrow) at once.
 OPEN_FILES = 16
 
 _EPISODE_COLUMNS = ("kind", "parent", "group", "row", "rows", "length", "t_started",
-                    "terminated", "truncated", "start_time", "last_step_time",
+                    "terminated", "truncated", "numpy_flags", "start_time", "last_step_time",
                     "observation_space", "action_space", "return") + TABLE_PACKED + LOOKBACKS
 
 
@@ -348,6 +350,7 @@ class _Part:
         for j in np.flatnonzero(parents >= 0):
             self.children[int(parents[j])].append(int(j))
         self.top = np.flatnonzero(parents == -1)
+        self._spaces: dict = {}
 
     def value(self, name: str, i: int) -> Any:
         """Episode `i`'s value in the packed column `name` (None: null)."""
@@ -360,13 +363,14 @@ class _Part:
     def fields(self, i: int) -> dict:
         """make_episode's fields of episode `i`."""
         values = {name: self.value(name, i) for name in IDS}
+        flag = np.bool_ if self.table["numpy_flags"][i] else bool
         return {
             "id_": values["id"], "agent_id": values["agent_id"],
             "module_id": values["module_id"],
             "multi_agent_episode_id": values["multi_agent_episode_id"],
             "custom_data": values["custom_data"], "details": values["details"],
-            "terminated": bool(self.table["terminated"][i]),
-            "truncated": bool(self.table["truncated"][i]),
+            "terminated": flag(self.table["terminated"][i]),
+            "truncated": flag(self.table["truncated"][i]),
             "t_started": int(self.table["t_started"][i]),
             "observation_space": self._space("observation_space", i),
             "action_space": self._space("action_space", i),
@@ -375,8 +379,12 @@ class _Part:
         }
 
     def _space(self, name: str, i: int) -> Any:
-        # Each episode gets a space of its own, as from_state() makes it.
-        return fmt.space_of(self.table[name][i].as_py(), f"{self.path}: column {name!r}")
+        # The episodes of one space share its object, as a sampler's do.
+        text = self.table[name][i].as_py()
+        space = self._spaces.get(text, _MISSING)
+        if space is _MISSING:
+            space = self._spaces[text] = fmt.space_of(text, f"{self.path}: column {name!r}")
+        return space
 
 
 def _time(value: float) -> Optional[float]:

@@ -156,7 +156,8 @@ class EpisodeWriter:
 
 def _details(episode) -> Optional[dict]:
     """What the episode table keeps of an episode only where it is not the
-    usual: its done flags where they are not Python bools, its last added
+    usual: its done flags where they are not two Python or two numpy bools,
+    its last added
     observation and infos where they are not its last
     rows (add_env_step leaves them so; a made or restored episode has none),
     and the spaces of its buffers that are not its own (slice() drops the
@@ -166,8 +167,9 @@ def _details(episode) -> Optional[dict]:
 
     details: dict = {}
     flags = (episode.is_terminated, episode.is_truncated)
-    if any(type(flag) is not bool for flag in flags):
-        details["flags"] = flags      # numpy bools, as a vector env's
+    if not (all(type(flag) is bool for flag in flags)
+            or all(type(flag) is np.bool_ for flag in flags)):
+        details["flags"] = flags      # (the table keeps Python or numpy bools)
     added = last_added(episode)
     if added is not True:
         details["last_added"] = added

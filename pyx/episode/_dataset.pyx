@@ -295,6 +295,19 @@ cdef double sum_rows(Rows block, Py_ssize_t first, Py_ssize_t count) except? -1:
     return total
 
 
+cdef object numpy_bool = np.bool_
+
+
+cdef int flag_type(object terminated, object truncated) noexcept:
+    # 0: both done flags Python bools, 1: both numpy bools (a vector env's),
+    # -1: anything else (kept among the episode's details).
+    if type(terminated) is bool and type(truncated) is bool:
+        return 0
+    if type(terminated) is numpy_bool and type(truncated) is numpy_bool:
+        return 1
+    return -1
+
+
 cdef class Recording:
     """What an EpisodeWriter keeps until it writes a part: its episodes'
     rows by group (GroupRows, in the order made) and the episode table's
@@ -400,7 +413,7 @@ cdef class Recording:
         # Nothing for `details`: plain bool done flags, the last added
         # observation and infos the last rows, the buffers' spaces the
         # episode's own.
-        if type(episode.is_terminated) is not bool or type(episode.is_truncated) is not bool:
+        if flag_type(episode.is_terminated, episode.is_truncated) < 0:
             return False
         if last_added(episode) is not True:
             return False
@@ -487,6 +500,7 @@ cdef class Recording:
         (<Rows>c["t_started"]).push_int(t_started)
         (<Rows>c["terminated"]).push_byte(bool(terminated))
         (<Rows>c["truncated"]).push_byte(bool(truncated))
+        (<Rows>c["numpy_flags"]).push_byte(flag_type(terminated, truncated) == 1)
         (<Rows>c["start_time"]).push_double(start_time)
         (<Rows>c["last_step_time"]).push_double(last_step_time)
         (<Rows>c["return"]).push_double(episode_return)
@@ -508,7 +522,8 @@ LOOKBACK_COLUMNS = ("lookback_obs", "lookback_infos", "lookback_actions", "lookb
 TABLE_NUMBERS = (("kind", np.int8, ()), ("parent", np.int64, ()), ("group", np.int32, ()),
                  ("row", np.int64, ()), ("rows", np.int64, ()), ("length", np.int64, ()),
                  ("t_started", np.int64, ()), ("terminated", np.bool_, ()),
-                 ("truncated", np.bool_, ()), ("start_time", np.float64, ()),
+                 ("truncated", np.bool_, ()), ("numpy_flags", np.bool_, ()),
+                 ("start_time", np.float64, ()),
                  ("last_step_time", np.float64, ()), ("return", np.float64, ())) + tuple(
                     (name, np.int32, ()) for name in LOOKBACK_COLUMNS) + (
                  ("observation_space", np.int32, ()), ("action_space", np.int32, ()))
