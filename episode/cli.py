@@ -253,7 +253,10 @@ class Copies:
         obs, infos = {}, {}
         for i, (aid, env) in enumerate(self.envs.items()):
             obs[aid], infos[aid] = env.reset(seed=None if seed is None else seed + i)
-            env.action_space.seed(None if seed is None else seed + i)
+            if seed is not None:
+                # (Reseeded only when asked: a later reset keeps the actions
+                # reproducible.)
+                env.action_space.seed(seed + i)
         return obs, infos
 
     def step(self, actions: dict):
