@@ -13,11 +13,11 @@ and recording and inspecting datasets of episodes.
 one: N copies of a gymnasium env as agents, a PettingZoo ParallelEnv or an
 RLlib MultiAgentEnv) with random actions; `bench` times the workloads of
 episode.workloads for ours and, when ray[rllib] is installed, for RLlib's
-SingleAgentEpisode in the same process; `record` samples an env (random
-actions, or a policy function) into a dataset with episode.offline's
-EpisodeWriter; `inspect` describes a dataset read_episodes opens (files,
-schema, counts, episode-length and return statistics). Without a command,
-`demo` runs.
+SingleAgentEpisode in the same process; `record` samples an env as `demo`
+takes them (random actions, or a policy function) into a dataset with
+episode.offline's EpisodeWriter; `inspect` describes a dataset read_episodes
+opens (files, schema, counts, episode-length and return statistics).
+Without a command, `demo` runs.
 
 User errors (bad paths, foreign or damaged datasets among them) print one
 line, ``episode: error: ...``, and exit with status 2; Ctrl-C prints what was
@@ -854,11 +854,12 @@ def _existing_dataset(path: str) -> tuple | None:
 
 
 class _CtrlC:
-    """Ctrl-C while recording. The first one asks the sampler to stop at its
-    next env step (see `_stoppable`), where every step so far is in its
-    episodes, and the loop to stop after handing on a rollout; a second one
-    stops at once, except inside a `critical()` block (a writer taking
-    episodes or writing a part), where it waits for the block's end."""
+    """Ctrl-C while recording. The first one asks the sampler of a vector
+    env to stop at its next env step (see `_stoppable`), where every step so
+    far is in its episodes, and the loop to stop after handing on a
+    rollout; a second one stops at once, except inside a `critical()` block
+    (a writer taking episodes or writing a part), where it waits for the
+    block's end."""
 
     def __init__(self):
         self.requested = False
@@ -917,7 +918,7 @@ class _Recorder:
         self.waiting: dict = {}    # complete: episode id -> its chunks so far
         self.ids: set = set()      # the episodes written (a chunk's id is its episode's)
         self.running: set = set()  # those whose last chunk written is not done
-        self.steps = self.terminated = self.truncated = 0
+        self.steps = self.agent_steps = self.terminated = self.truncated = 0
         self.write_s = 0.0
 
     def hand_on(self, episodes: list) -> None:
@@ -947,6 +948,7 @@ class _Recorder:
         for e in ready:
             self.ids.add(e.id_)
             self.steps += len(e)
+            self.agent_steps += e.agent_steps() if hasattr(e, "agent_steps") else len(e)
             if e.is_done:
                 self.running.discard(e.id_)
                 self.terminated += bool(e.is_terminated)
@@ -955,13 +957,21 @@ class _Recorder:
                 self.running.add(e.id_)
 
     def hand_on_leftovers(self, sampler) -> None:
-        """After a rollout that raised: the episodes that ended in it and
-        the chunks of the running ones (nothing sampled is lost)."""
+        """After a rollout that raised: the episodes that ended in it (a
+        vector env's: a multi-agent env's are lost with the rollout) and the
+        chunks of the running ones."""
         if not sampler._started:
             return
-        vector = sampler._vector
-        done, _ = vector.take_ended()
-        episodes = done + vector.cut(sampler._lookback)
+        if sampler.multi_agent:
+            from episode.sampling import _prune
+
+            episodes = [e for e in sampler.ongoing_episodes() if len(e)]
+            for e in episodes:
+                _prune(e)        # (its agents without a step, as the sampler hands it on)
+        else:
+            vector = sampler._vector
+            done, _ = vector.take_ended()
+            episodes = done + vector.cut(sampler._lookback)
         for e in episodes:
             e.to_numpy()
         self.hand_on(episodes)
@@ -1043,9 +1053,13 @@ def _record_summary(args, sampler, recorder: _Recorder, stats: RecordStats, env_
     writer = recorder.writer
     policy = f"policy {args.policy}" if args.policy else "random actions"
     compression = writer.compression or "uncompressed"
-    head = (f"{args.env} -> {args.out}: {sampler.num_envs} sync env(s), seed {args.seed}, "
-            f"{args.batch_mode}, rollout_fragment_length={args.rollout_fragment_length}, "
-            f"{policy}; {writer.format}, {compression}")
+    if sampler.multi_agent:
+        envs = f"{args.agents} copies as agents" if args.agents > 1 else "multi-agent"
+    else:
+        envs = f"{sampler.num_envs} sync env(s)"
+    head = (f"{args.env} -> {args.out}: {envs}, seed {args.seed}, {args.batch_mode}, "
+            f"rollout_fragment_length={args.rollout_fragment_length}, {policy}; "
+            f"{writer.format}, {compression}")
     episodes = len(recorder.ids)
     done = recorder.terminated + recorder.truncated
     note = f"{done:,} done ({recorder.terminated:,} terminated, {recorder.truncated:,} truncated)"
@@ -1055,10 +1069,11 @@ def _record_summary(args, sampler, recorder: _Recorder, stats: RecordStats, env_
     sizes = [os.path.getsize(f) for f in writer.files if os.path.exists(f)]
     on_disk = sum(sizes)
     per_step = f"{on_disk / recorder.steps:.1f} B per step" if recorder.steps else ""
+    agents = f" ({recorder.agent_steps:,} agent steps)" if sampler.multi_agent else ""
     rows = [
         ("episodes", f"{episodes:,}", note),
         ("steps", f"{recorder.steps:,}",
-         (f"of {stats.env_steps:,} env steps sampled in {stats.wall_s:.2f} s{rate} "
+         (f"of {stats.env_steps:,} env steps sampled{agents} in {stats.wall_s:.2f} s{rate} "
           f"({env_s:.2f} s in the env, {recorder.write_s:.2f} s writing)")),
         ("files", f"{len(writer.files):,}", f"written into {args.out}"),
         ("on disk", format_bytes(on_disk), per_step),
@@ -1076,9 +1091,6 @@ def _record_summary(args, sampler, recorder: _Recorder, stats: RecordStats, env_
 
 
 def record(args) -> int:
-    if args.agents > 1 or _multi_agent_factory(args.env) is not None:
-        raise UsageError("record writes single-agent episodes: EpisodeWriter does not take "
-                         "MultiAgentEpisodes yet (--agents, or a multi-agent --env)")
     policy = _load_policy(args.policy) if args.policy else None
     before = _existing_dataset(args.out)
     demo_stats = DemoStats()
@@ -1088,7 +1100,10 @@ def record(args) -> int:
         **vars(args), "batch_mode": "truncate_episodes", "count_steps_by": "env_steps",
         "frame_stack": 1, "prev_actions": False}), demo_stats)
     ctrl_c = _CtrlC()
-    sampler.env = _stoppable(sampler.env, ctrl_c)
+    if not sampler.multi_agent:
+        # (A multi-agent rollout that raises loses the episodes that ended
+        # in it: there Ctrl-C stops at the rollout's end.)
+        sampler.env = _stoppable(sampler.env, ctrl_c)
     if policy is not None:
         sampler.policy = policy
     try:
@@ -1279,29 +1294,60 @@ def _step_files(paths: list) -> tuple:
 
 
 def _episode_arrays(ds) -> dict:
-    """Length, return and done flags of each episode of a dataset of ours,
-    from its episode tables (chunks of one episode summed): no episode is
-    built."""
+    """Length, return, agent steps and done flags of each episode of a
+    dataset of ours, from its episode tables (chunks of one episode summed;
+    a multi-agent chunk's return and agent steps are its agents' rows
+    summed): no episode is built. Also each episode's kind."""
     import numpy as np
 
-    parts, entries = ds._parts, ds._entries
+    from episode._dataset import MULTI
 
-    def chunks(name: str, dtype) -> np.ndarray:
-        arrays = [np.asarray(p.table[name], dtype) for p in parts]
-        return np.concatenate(arrays) if arrays else np.zeros(0, dtype)
-
-    length, ret = chunks("length", np.int64), chunks("return", np.float64)
-    terminated, truncated = chunks("terminated", bool), chunks("truncated", bool)
+    names = ("length", "return", "agent_steps", "terminated", "truncated", "multi")
+    chunks: dict = {name: [] for name in names}
+    for p in ds._parts:
+        t = p.table
+        length, ret = np.asarray(t["length"], np.int64), np.asarray(t["return"], np.float64)
+        parent, multi = np.asarray(t["parent"], np.int64), np.asarray(t["kind"]) == MULTI
+        agent = parent >= 0
+        agents_return, agents_length = np.zeros(p.n), np.zeros(p.n, np.int64)
+        np.add.at(agents_return, parent[agent], ret[agent])
+        np.add.at(agents_length, parent[agent], length[agent])
+        columns = {"length": length, "return": np.where(multi, agents_return, ret),
+                   "agent_steps": np.where(multi, agents_length, length),
+                   "terminated": np.asarray(t["terminated"], bool),
+                   "truncated": np.asarray(t["truncated"], bool), "multi": multi}
+        for name in names:
+            chunks[name].append(columns[name][p.top])
+    flat = {name: np.concatenate(arrays) if arrays else np.zeros(0)
+            for name, arrays in chunks.items()}
+    entries = ds._entries
     if not entries:
-        return {"length": length[:0], "return": ret[:0], "terminated": terminated[:0],
-                "truncated": truncated[:0]}
+        return {name: flat[name][:0] for name in names}
     order = np.array([k for entry in entries for k in entry], np.int64)
     sizes = np.array([len(entry) for entry in entries], np.int64)
     starts = np.cumsum(sizes) - sizes
     last = order[starts + sizes - 1]        # (an episode's chunks are in time order)
-    return {"length": np.add.reduceat(length[order], starts),
-            "return": np.add.reduceat(ret[order], starts),
-            "terminated": terminated[last], "truncated": truncated[last]}
+    summed = {name: np.add.reduceat(flat[name][order], starts)
+              for name in ("length", "return", "agent_steps")}
+    return {**summed, "terminated": flat["terminated"][last],
+            "truncated": flat["truncated"][last], "multi": flat["multi"][last]}
+
+
+def _agent_ids(parts: list) -> list:
+    """The agent ids of a dataset's multi-agent episodes, each once."""
+    import pyarrow.compute as pc
+
+    from episode.offline import format as fmt
+
+    ids: list = []
+    for p in parts:
+        rows = [int(i) for i in (p.table["parent"] >= 0).nonzero()[0]]
+        if rows:
+            for blob in pc.unique(p.table["agent_id"].take(rows)).to_pylist():
+                agent_id = None if blob is None else fmt.unpack_value(blob)
+                if agent_id not in ids:
+                    ids.append(agent_id)
+    return ids
 
 
 def _statistics(values) -> dict | None:
@@ -1342,6 +1388,7 @@ def _describe(ds) -> dict:
     """What `episode inspect` reports on an open dataset (see its help)."""
     import pyarrow as pa
 
+    from episode._dataset import SINGLE
     from episode.offline import format as fmt
     from episode.offline.dataset import _schema
 
@@ -1354,13 +1401,20 @@ def _describe(ds) -> dict:
                 for path in tables}
     schemas, extras, infos, step_versions = _step_files(step_paths)
     episodes = _episode_arrays(ds)
+    multi = None
+    if episodes["multi"].any():
+        multi = {"episodes": int(episodes["multi"].sum()), "agents": [
+            a if isinstance(a, (str, int)) else repr(a) for a in _agent_ids(ds._parts)],
+            "agent_steps": int(episodes["agent_steps"].sum())}
+    # (The spaces are the single-agent rows': a multi-agent one's agents'.)
+    single = [(p.table["kind"] == SINGLE).nonzero()[0] for p in ds._parts]
     return _report_of(
         ds, fmt.FORMAT, sorted(versions | step_versions), tables + step_paths,
         {"episode_tables": len(tables), "step_files": len(step_paths)}, episodes,
-        {"observation_space": _spaces([p.table["observation_space"] for p in ds._parts]),
-         "action_space": _spaces([p.table["action_space"] for p in ds._parts])},
+        {name: _spaces([p.table[name].take(rows) for p, rows in zip(ds._parts, single)])
+         for name in ("observation_space", "action_space")},
         extras, {"rows_with_info": infos[0], "rows": infos[1]}, schemas,
-        stored_chunks=int(sum(p.n for p in ds._parts)))
+        stored_chunks=len(ds._index["part"]), multi_agent=multi)
 
 
 def _describe_foreign(ds) -> dict:
@@ -1409,7 +1463,7 @@ def _describe_foreign(ds) -> dict:
 
 def _report_of(ds, format_name: str, versions: list, files: list, kinds: dict,
                episodes: dict, spaces: dict, extras: list, infos: dict, schemas: list,
-               stored_chunks: int) -> dict:
+               stored_chunks: int, multi_agent: dict | None = None) -> dict:
     terminated, truncated = episodes["terminated"], episodes["truncated"]
     sizes = [os.path.getsize(f) for f in files]
     return {
@@ -1424,6 +1478,7 @@ def _report_of(ds, format_name: str, versions: list, files: list, kinds: dict,
         "done": int((terminated | truncated).sum()),
         "terminated": int(terminated.sum()),
         "truncated": int(truncated.sum()),
+        "multi_agent": multi_agent,
         "length": _statistics(episodes["length"]),
         "return": _statistics(episodes["return"]),
         **spaces,
@@ -1458,10 +1513,17 @@ def _inspect_text(report: dict) -> str:
     if report["stored_chunks"] != report["episodes"]:
         episodes_note += f"; stored as {report['stored_chunks']:,} chunks"
     infos = report["infos"]
+    multi = report["multi_agent"]
     rows = [
         ("files", f"{files['count']:,}", files_note),
         ("episodes", f"{report['episodes']:,}", episodes_note),
-        ("steps", f"{report['steps']:,}", ""),
+        ("steps", f"{report['steps']:,}",
+         f"env steps; {multi['agent_steps']:,} agent steps" if multi else ""),
+    ]
+    if multi:
+        rows.append(("multi-agent", f"{multi['episodes']:,}",
+                     f"episodes, agents {', '.join(map(str, multi['agents']))}"))
+    rows += [
         ("length", "", _format_statistics(report["length"], ".1f")),
         ("return", "", _format_statistics(report["return"], ".3g")),
         ("observations", "", "; ".join(str(s["space"]) for s in report["observation_space"])
@@ -1580,28 +1642,33 @@ def _parser() -> argparse.ArgumentParser:
 
     r = commands.add_parser(
         "record", parents=[progress], help="record an env's episodes into a dataset",
-        description="Samples a gymnasium env with an episode.Sampler (vectorized with "
-                    "--num-envs; random actions, or --policy) and writes every episode it "
-                    "hands on into the dataset folder --out with episode.offline's "
-                    "EpisodeWriter. A folder holding a dataset of ours is added to; one "
-                    "holding other files is refused. Ends with a summary: episodes, steps, "
-                    "files, bytes on disk, steps/s. Ctrl-C stops the sampling, writes what "
-                    "was sampled (no step is lost), prints the summary and exits with "
-                    "status 130. Read the dataset with episode.offline.read_episodes, or "
-                    "describe it with `episode inspect`.",
-        epilog="--policy module:function: the function is called before each step of the "
-               "vector env with the policy input, a dict whose 'obs' is a batch of the "
-               "sub-envs' current observations (one row per sub-env; a Dict or Tuple "
-               "observation as a dict or tuple of such batches), and returns the actions: a "
-               "batch with one row per sub-env, inside the action space; or a tuple "
-               "(actions, {name: batch}) whose extra model outputs (e.g. 'action_logp') "
-               "are recorded as columns of their own. The module is found on sys.path or "
-               "in the current directory. An action outside the action space, or an error "
-               "the function raises, stops the recording with one line (exit status 2); "
-               "what was sampled before is written.")
+        description="Samples a gymnasium env (vectorized with --num-envs) or a multi-agent "
+                    "env with an episode.Sampler (random actions, or --policy) and writes "
+                    "every episode it hands on into the dataset folder --out with "
+                    "episode.offline's EpisodeWriter. A folder holding a dataset of ours is "
+                    "added to; one holding other files is refused. Ends with a summary: "
+                    "episodes, steps, files, bytes on disk, steps/s. Ctrl-C stops the "
+                    "sampling (at the next env step; a multi-agent env's at the end of the "
+                    "rollout), writes what was sampled (no step is lost), prints the summary "
+                    "and exits with status 130. Read the dataset with "
+                    "episode.offline.read_episodes, or describe it with `episode inspect`.",
+        epilog="--policy module:function: for a gymnasium env, the function is called "
+               "before each step of the vector env with the policy input, a dict whose "
+               "'obs' is a batch of the sub-envs' current observations (one row per sub-env; "
+               "a Dict or Tuple observation as a dict or tuple of such batches), and returns "
+               "the actions: a batch with one row per sub-env, inside the action space; or "
+               "a tuple (actions, {name: batch}) whose extra model outputs (e.g. "
+               "'action_logp') are recorded as columns of their own. For a multi-agent env "
+               "it is called at each env step with {agent_id: policy input of one row} for "
+               "the agents to act and returns {agent_id: action} for exactly those agents, "
+               "or a tuple (that, {agent_id: {name: extra output}}). The module is found on "
+               "sys.path or in the current directory. An action outside the action space, "
+               "or an error the function raises, stops the recording with one line (exit "
+               "status 2); what was sampled before is written.")
     r.add_argument("--env", required=True,
                    help="a registered gymnasium env id (module:EnvId-v0 imports the module "
-                        "that registers it first)")
+                        "that registers it first), or module:factory making a PettingZoo "
+                        "ParallelEnv or an RLlib MultiAgentEnv")
     r.add_argument("--steps", type=_positive_int, required=True,
                    help="env steps to record, over all sub-envs (each rollout is cut short "
                         "to the steps still missing, so at most --num-envs - 1 more); with "
@@ -1614,8 +1681,9 @@ def _parser() -> argparse.ArgumentParser:
                         "actions from the seeded action space)")
     r.add_argument("--num-envs", type=_positive_int, default=1,
                    help="sub-envs of the vector env (default: %(default)s)")
-    # Multi-agent envs: refused in one line until EpisodeWriter takes them.
-    r.add_argument("--agents", type=_positive_int, default=1, help=argparse.SUPPRESS)
+    r.add_argument("--agents", type=_positive_int, default=1,
+                   help="with N > 1: N copies of the --env gymnasium env as the agents of "
+                        "one multi-agent env, recorded as MultiAgentEpisodes (default: 1)")
     r.add_argument("--seed", type=int, default=0, help="env and action seed "
                    "(default: %(default)s)")
     r.add_argument("--format", choices=["parquet", "arrow"], default="parquet",

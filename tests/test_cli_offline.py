@@ -411,6 +411,131 @@ def test_an_action_outside_the_space_stops_with_one_line(capsys, workdir):
     assert count(stdout, "steps") == 0 and dataset_files(workdir / "data") == []
 
 
+# -- multi-agent envs -------------------------------------------------------------------
+
+MA_MODULE = """
+from episode.cli import Copies
+
+def make():
+    return Copies("CartPole-v1", 3)
+"""
+
+MA_POLICY = """
+def lean(inputs):
+    # {agent_id: input of one row} for the agents to act: an action each.
+    return {aid: int(row["obs"][0, 2] > 0) for aid, row in inputs.items()}
+"""
+
+
+def same_multi_agent_steps(a, b) -> None:
+    assert (len(a), a.is_done, sorted(a.agent_episodes)) == (len(b), b.is_done,
+                                                              sorted(b.agent_episodes))
+    for agent_id in a.agent_episodes:
+        same_steps(a.agent_episodes[agent_id], b.agent_episodes[agent_id])
+
+
+def test_record_copies_as_agents_then_inspect(capsys, tmp_path):
+    from episode import MultiAgentEpisode
+
+    out = tmp_path / "data"
+    status, stdout, stderr = record(capsys, "--env", "CartPole-v1", "--agents", "2", "--steps",
+                                    "600", "--rollout", "40", "--out", str(out))
+    assert status == 0, stderr
+    assert stdout.startswith(f"CartPole-v1 -> {out}: 2 copies as agents, seed 0")
+    ds = read_episodes(out)
+    episodes = list(ds)
+    assert all(isinstance(e, MultiAgentEpisode) for e in episodes)
+    assert count(stdout, "steps") == ds.num_steps == env_steps(stdout) == 600
+    agent_steps = sum(e.agent_steps() for e in episodes)
+    assert f"({agent_steps:,} agent steps)" in note(stdout, "steps")
+    assert count(stdout, "episodes") == len(ds)
+    running = sum(not e.is_done for e in episodes)
+    assert running <= 1
+    assert cli.main(["inspect", str(out), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["multi_agent"] == {"episodes": len(ds), "agents": ["agent_0", "agent_1"],
+                                     "agent_steps": agent_steps}
+    assert (report["episodes"], report["steps"], report["done"]) == (
+        len(ds), 600, len(ds) - running)
+    lengths = np.array([len(e) for e in episodes])
+    returns = np.array([e.get_return() for e in episodes])
+    for name, values in (("length", lengths), ("return", returns)):
+        assert report[name] == {"min": values.min(), "mean": pytest.approx(values.mean()),
+                                "median": np.median(values), "max": values.max()}
+    assert [s["space"] for s in report["action_space"]] == ["Discrete(2)"]
+    assert cli.main(["inspect", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert rest(text, "multi-agent") == f"{len(ds)}  episodes, agents agent_0, agent_1"
+    assert rest(text, "steps") == f"600  env steps; {agent_steps:,} agent steps"
+
+
+def test_record_a_multi_agent_env_with_a_policy(capsys, workdir):
+    (workdir / "ma_env.py").write_text(MA_MODULE)
+    (workdir / "ma_policy.py").write_text(MA_POLICY)
+    status, stdout, stderr = record(capsys, "--env", "ma_env:make", "--steps", "500",
+                                    "--policy", "ma_policy:lean", "--batch-mode",
+                                    "complete_episodes", "--out", "data")
+    assert status == 0, stderr
+    assert "ma_env:make -> data: multi-agent" in stdout
+    ds = read_episodes(workdir / "data")
+    assert ds.num_steps == count(stdout, "steps") >= 500
+    for e in ds:
+        assert e.is_done and sorted(e.agent_episodes) == ["agent_0", "agent_1", "agent_2"]
+        for agent in e.agent_episodes.values():
+            obs = agent.get_observations()[:-1]
+            np.testing.assert_array_equal(agent.get_actions(), (obs[:, 2] > 0).astype(int))
+
+
+def test_a_multi_agent_policy_raising_keyboard_interrupt(capsys, workdir):
+    """Ctrl-C inside a multi-agent rollout: the running episode is written,
+    the dataset reads back and holds what the summary says."""
+    (workdir / "ma_env.py").write_text(MA_MODULE)
+    (workdir / "ma_stop.py").write_text(
+        "calls = 0\n\ndef policy(inputs):\n    global calls\n    calls += 1\n"
+        "    if calls == 75:\n        raise KeyboardInterrupt\n"
+        "    return {aid: 0 for aid in inputs}\n")
+    status, stdout, stderr = record(capsys, "--env", "ma_env:make", "--steps", "10000",
+                                    "--rollout", "30", "--policy", "ma_stop:policy",
+                                    "--out", "data")
+    assert status == 130 and stderr == "interrupted\n"
+    ds = read_episodes(workdir / "data")
+    assert count(stdout, "steps") == ds.num_steps <= env_steps(stdout) == 74
+    assert [e for e in ds if not e.is_done]
+
+
+def test_a_real_ctrl_c_multi_agent(capsys, tmp_path):
+    """SIGINT while recording a multi-agent env: it stops at the end of the
+    rollout, and every step sampled is written."""
+    out = tmp_path / "data"
+    args = ["--env", "CartPole-v1", "--agents", "2", "--rollout", "100"]
+    proc = subprocess.Popen([sys.executable, "-m", "episode", "record", *args, "--steps",
+                             "100000000", "--rows-per-file", "1000", "--out", str(out)],
+                            cwd=tmp_path.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not any(p.name.endswith(".episodes.parquet") for p in out.glob("*")):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr
+    assert stderr == "interrupted\n"
+    ds = read_episodes(out)
+    assert count(stdout, "steps") == ds.num_steps == env_steps(stdout)
+    assert ds.num_steps % 100 == 0         # whole rollouts
+    status, _, _ = record(capsys, *args, "--steps", str(ds.num_steps), "--out",
+                          str(tmp_path / "whole"))
+    assert status == 0
+    whole = read_episodes(tmp_path / "whole")
+    assert len(whole) == len(ds)
+    for a, b in zip(ds, whole):
+        same_multi_agent_steps(a, b)
+
+
 # -- bad input ------------------------------------------------------------------------------
 
 
@@ -549,7 +674,7 @@ def test_record_into_an_empty_folder_or_beside_unfinished_parts(capsys, tmp_path
 
 
 @pytest.mark.parametrize("args, fragments", [
-    (["--agents", "2"], ["record writes single-agent episodes", "MultiAgentEpisodes"]),
+    (["--agents", "2", "--num-envs", "2"], ["--num-envs", "multi-agent env"]),
     (["--policy", "no_such_policy_module:f"], ["--policy 'no_such_policy_module:f'",
                                                "no module named 'no_such_policy_module'"]),
     (["--policy", "os:no_such_function"], ["--policy 'os:no_such_function'",
@@ -573,13 +698,12 @@ def test_record_bad_options_in_one_line(capsys, tmp_path, args, fragments):
     assert not (tmp_path / "data").exists()
 
 
-def test_record_refuses_a_multi_agent_env(capsys, workdir):
-    (workdir / "ma_env.py").write_text(
-        "from episode.cli import Copies\n\ndef make():\n    return Copies('CartPole-v1', 2)\n")
-    status, _, stderr = record(capsys, "--env", "ma_env:make", "--steps", "50", "--out",
-                               "data")
+def test_record_refuses_agents_of_a_multi_agent_env(capsys, workdir):
+    (workdir / "ma_env.py").write_text(MA_MODULE)
+    status, _, stderr = record(capsys, "--env", "ma_env:make", "--agents", "2", "--steps", "50",
+                               "--out", "data")
     assert status == 2
-    assert_one_line_error(stderr, "record writes single-agent episodes")
+    assert_one_line_error(stderr, "--agents", "'ma_env:make'")
     assert not (workdir / "data").exists()
 
 
@@ -744,7 +868,7 @@ def test_help_and_docstring_list_every_command(capsys):
     assert cli.main(["record", "--help"]) == 0
     out = capsys.readouterr().out
     assert "--policy MODULE:FUNCTION" in out and "one row per sub-env" in out
-    assert "--agents" not in out
+    assert "--agents" in out and "{agent_id: action}" in out
     assert cli.main(["inspect", "--help"]) == 0
     assert "--json" in capsys.readouterr().out
 
