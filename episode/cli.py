@@ -1,18 +1,28 @@
-"""The `episode` command (`python -m episode`): a sampling demo and a benchmark.
+"""The `episode` command (`python -m episode`): a sampling demo, a benchmark,
+and recording and inspecting datasets of episodes.
 
     episode demo [--env CartPole-v1] [--num-envs 1] [--agents N] [--steps 100000]
                  [--batch-mode truncate_episodes] [--rollout-fragment-length 200] ...
     episode bench [--rounds 7] [--workloads a,b] [--json PATH] [--plot PATH]
+    episode record --env ID --steps N --out DIR [--policy module:function]
+                   [--num-envs 1] [--format parquet|arrow] [--compression C] ...
+    episode inspect DIR [--json]
     episode --version
 
 `demo` runs an episode.Sampler on a gymnasium environment (or a multi-agent
 one: N copies of a gymnasium env as agents, a PettingZoo ParallelEnv or an
 RLlib MultiAgentEnv) with random actions; `bench` times the workloads of
 episode.workloads for ours and, when ray[rllib] is installed, for RLlib's
-SingleAgentEpisode in the same process. Without a command, `demo` runs.
+SingleAgentEpisode in the same process; `record` samples an env as `demo`
+takes them (random actions, or a policy function) into a dataset with
+episode.offline's EpisodeWriter; `inspect` describes a dataset read_episodes
+opens (files, schema, counts, episode-length and return statistics).
+Without a command, `demo` runs.
 
-User errors print one line, ``episode: error: ...``, and exit with status 2;
-Ctrl-C prints what was measured so far and exits with status 130.
+User errors (bad paths, foreign or damaged datasets among them) print one
+line, ``episode: error: ...``, and exit with status 2; Ctrl-C prints what was
+measured (or recorded: `record` writes what it sampled) so far and exits with
+status 130.
 """
 from __future__ import annotations
 
@@ -38,7 +48,8 @@ from episode.spaces import batch_size
 __all__ = ["main"]
 
 # The parser's description: a constant, since `python -OO` strips __doc__.
-DESCRIPTION = "The `episode` command (`python -m episode`): a sampling demo and a benchmark."
+DESCRIPTION = ("The `episode` command (`python -m episode`): a sampling demo, a benchmark, "
+               "and recording and inspecting datasets of episodes.")
 
 RLLIB_HINT = f"RLlib comparison off: {RLLIB_EXTRA}"
 
@@ -242,7 +253,10 @@ class Copies:
         obs, infos = {}, {}
         for i, (aid, env) in enumerate(self.envs.items()):
             obs[aid], infos[aid] = env.reset(seed=None if seed is None else seed + i)
-            env.action_space.seed(None if seed is None else seed + i)
+            if seed is not None:
+                # (Reseeded only when asked: a later reset keeps the actions
+                # reproducible.)
+                env.action_space.seed(seed + i)
         return obs, infos
 
     def step(self, actions: dict):
@@ -263,12 +277,12 @@ class Copies:
             env.close()
 
 
-def _import_env_module(name: str, reference: str):
-    """The module `name` of the --env reference `module:...`. As `python -m`
-    does, a module in the current directory is found too (the `episode`
-    script's sys.path starts with its own folder instead): the directory is
-    added to sys.path, and stays there if the module is found in it (the
-    module may import its neighbours later)."""
+def _import_env_module(name: str, reference: str, option: str = "--env"):
+    """The module `name` of the `option` reference `module:...` (--env,
+    --policy). As `python -m` does, a module in the current directory is
+    found too (the `episode` script's sys.path starts with its own folder
+    instead): the directory is added to sys.path, and stays there if the
+    module is found in it (the module may import its neighbours later)."""
     import importlib
 
     def missing(e: ImportError) -> bool:
@@ -277,9 +291,9 @@ def _import_env_module(name: str, reference: str):
 
     def error(e: ImportError) -> UsageError:
         if missing(e):
-            return UsageError(f"--env {reference!r}: no module named {name!r}, neither in the "
-                              f"current directory nor on sys.path")
-        return UsageError(f"--env {reference!r}: cannot import module {name!r}: {e}")
+            return UsageError(f"{option} {reference!r}: no module named {name!r}, neither in "
+                              f"the current directory nor on sys.path")
+        return UsageError(f"{option} {reference!r}: cannot import module {name!r}: {e}")
 
     cwd = os.getcwd()
     try:
@@ -773,6 +787,780 @@ def bench(args) -> int:
     return 130 if interrupted else 0
 
 
+# -- record -------------------------------------------------------------------
+
+class _PolicyError(Exception):
+    """The --policy function raised: reported in one line (what was sampled
+    before is written)."""
+
+
+def _load_policy(reference: str):
+    """The function `module:function` names, wrapped so that what it raises
+    is told apart from the sampler's own errors (KeyboardInterrupt passes)."""
+    module_name, sep, attr = reference.partition(":")
+    if not sep or not module_name or not all(p.isidentifier() for p in attr.split(".")):
+        raise UsageError(f"--policy {reference!r}: expected module:function")
+    target = _import_env_module(module_name, reference, "--policy")
+    for part in attr.split("."):
+        target = getattr(target, part, None)
+    if not callable(target):
+        raise UsageError(f"--policy {reference!r}: module {module_name!r} has no function "
+                         f"{attr!r}")
+
+    def policy(inputs):
+        try:
+            return target(inputs)
+        except Exception as e:  # noqa: BLE001 -- a user's function: report, do not trace back
+            raise _PolicyError(f"--policy {reference!r} raised {type(e).__name__}: {e}") from e
+
+    return policy
+
+
+def _dataset_file(name: str) -> str | None:
+    """'episodes' or 'steps' for a file name an EpisodeWriter writes, else None."""
+    from episode.offline.format import EXTENSIONS
+
+    stem, _, ext = name.rpartition(".")
+    if name.startswith(".") or ext not in EXTENSIONS:
+        return None
+    if stem.endswith(".episodes"):
+        return "episodes"
+    return "steps" if ".steps-" in stem else None
+
+
+def _existing_dataset(path: str) -> tuple | None:
+    """(episodes, steps) of the dataset of ours at --out `path` to append
+    to; None for a new or empty folder. UsageError for a file, a folder with
+    other files in it (hidden ones aside: a writer's temporary files) and a
+    damaged dataset."""
+    if not os.path.exists(path):
+        return None
+    if not os.path.isdir(path):
+        raise UsageError(f"--out {path!r} is a file, not a folder")
+    tables = False
+    for root, dirs, names in os.walk(path):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(n for n in names if not n.startswith(".")):
+            kind = _dataset_file(name)
+            if kind is None:
+                raise UsageError(f"--out {path!r} holds files that are not an episode dataset "
+                                 f"({os.path.join(root, name)}): record into a new or empty "
+                                 f"folder, or into one of episode's datasets to add to it")
+            tables = tables or kind == "episodes"
+    if not tables:
+        return None          # (step files alone: parts a killed writer never finished)
+    ds = _open_dataset(path, "--out ")
+    return len(ds), ds.num_steps
+
+
+class _CtrlC:
+    """Ctrl-C while recording. The first one asks the sampler of a vector
+    env to stop at its next env step (see `_stoppable`), where every step so
+    far is in its episodes, and the loop to stop after handing on a
+    rollout; a second one stops at once, except inside a `critical()` block
+    (a writer taking episodes or writing a part), where it waits for the
+    block's end."""
+
+    def __init__(self):
+        self.requested = False
+        self._critical = 0
+
+    def __call__(self, signum, frame) -> None:
+        if self.requested and not self._critical:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    @contextlib.contextmanager
+    def installed(self):
+        import signal
+
+        try:
+            previous = signal.signal(signal.SIGINT, self)
+        except ValueError:      # not the main thread: Ctrl-C goes elsewhere
+            yield
+            return
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+    @contextlib.contextmanager
+    def critical(self):
+        self._critical += 1
+        try:
+            yield
+        finally:
+            self._critical -= 1
+
+
+def _stoppable(env, ctrl_c: _CtrlC):
+    """`env` (a vector env) raising KeyboardInterrupt at a step once Ctrl-C
+    was pressed: the sampler then hands on what it has, as for any step
+    that raises."""
+    import gymnasium as gym
+
+    class StoppableVectorEnv(gym.vector.VectorWrapper):
+        def step(self, actions):
+            if ctrl_c.requested:
+                raise KeyboardInterrupt
+            return self.env.step(actions)
+
+    return StoppableVectorEnv(env)
+
+
+class _Recorder:
+    """Hands a sampler's episodes to an EpisodeWriter and counts what it
+    wrote. `complete`: only whole episodes are written; the chunks of a
+    running episode wait here and are written joined once it ends."""
+
+    def __init__(self, writer, complete: bool, ctrl_c: _CtrlC):
+        self.writer, self.complete, self.ctrl_c = writer, complete, ctrl_c
+        self.waiting: dict = {}    # complete: episode id -> its chunks so far
+        self.ids: set = set()      # the episodes written (a chunk's id is its episode's)
+        self.running: set = set()  # those whose last chunk written is not done
+        self.steps = self.agent_steps = self.terminated = self.truncated = 0
+        self.write_s = 0.0
+
+    def hand_on(self, episodes: list) -> None:
+        ready = []
+        for e in episodes:
+            if self.complete:
+                if not e.is_done:
+                    self.waiting.setdefault(e.id_, []).append(e)
+                    continue
+                chunks = self.waiting.pop(e.id_, [])
+                if chunks:
+                    for chunk in chunks[1:] + [e]:
+                        chunks[0].concat_episode(chunk)
+                    e = chunks[0]
+            ready.append(e)
+        t0 = time.perf_counter()
+        try:
+            with self.ctrl_c.critical():
+                self.writer.write(ready)
+        except (TypeError, ValueError) as e:
+            raise UsageError(f"cannot record the episodes: {_one_line(e)}") from None
+        except OSError as e:
+            raise UsageError(f"cannot write into {self.writer.path!r}: {e.strerror or e}") \
+                from None
+        finally:
+            self.write_s += time.perf_counter() - t0
+        for e in ready:
+            self.ids.add(e.id_)
+            self.steps += len(e)
+            self.agent_steps += e.agent_steps() if hasattr(e, "agent_steps") else len(e)
+            if e.is_done:
+                self.running.discard(e.id_)
+                self.terminated += bool(e.is_terminated)
+                self.truncated += bool(e.is_truncated)
+            else:
+                self.running.add(e.id_)
+
+    def hand_on_leftovers(self, sampler) -> None:
+        """After a rollout that raised: the episodes that ended in it (a
+        vector env's: a multi-agent env's are lost with the rollout) and the
+        chunks of the running ones."""
+        if not sampler._started:
+            return
+        if sampler.multi_agent:
+            from episode.sampling import _prune
+
+            episodes = [e for e in sampler.ongoing_episodes() if len(e)]
+            for e in episodes:
+                _prune(e)        # (its agents without a step, as the sampler hands it on)
+        else:
+            vector = sampler._vector
+            done, _ = vector.take_ended()
+            episodes = done + vector.cut(sampler._lookback)
+        for e in episodes:
+            e.to_numpy()
+        self.hand_on(episodes)
+
+    def close(self) -> None:
+        t0 = time.perf_counter()
+        try:
+            with self.ctrl_c.critical():
+                self.writer.close()
+        finally:
+            self.write_s += time.perf_counter() - t0
+
+    def left_out(self) -> tuple:
+        """(episodes, steps) waiting unfinished (complete mode)."""
+        return len(self.waiting), sum(len(c) for chunks in self.waiting.values() for c in chunks)
+
+
+def _one_line(error: BaseException) -> str:
+    return " ".join(str(error).split())
+
+
+@dataclass
+class RecordStats:
+    env_steps: int = 0          # env steps sampled
+    wall_s: float = 0.0
+
+
+def _record_loop(sampler, recorder: _Recorder, steps: int, stats: RecordStats,
+                 progress: Progress) -> None:
+    """Rollouts until `steps` env steps (complete mode: steps of whole
+    episodes written), each handed to the recorder. Each rollout is cut
+    short to the steps still missing (at least one vector step). A rollout
+    that raises hands on what it sampled, then the error is raised on;
+    Ctrl-C raises KeyboardInterrupt once what was sampled is handed on."""
+    fragment = sampler.rollout_fragment_length
+
+    def done() -> int:
+        return recorder.steps if recorder.complete else stats.env_steps
+
+    try:
+        while done() < steps:
+            missing = (steps - done()) // sampler.num_envs
+            sampler.rollout_fragment_length = max(1, min(fragment, missing))
+            try:
+                episodes = sampler.sample_episodes()
+            except BaseException:
+                stats.env_steps += sampler.get_metrics()["env_steps"]
+                recorder.hand_on_leftovers(sampler)
+                raise
+            stats.env_steps += sampler.get_metrics()["env_steps"]
+            recorder.hand_on(episodes)
+            progress.update(min(done(), steps))
+            if recorder.ctrl_c.requested:
+                raise KeyboardInterrupt
+    finally:
+        sampler.rollout_fragment_length = fragment
+
+
+def _record_writer(args):
+    from episode.offline import EpisodeWriter
+
+    options = {"format": args.format}
+    if args.compression is not None:
+        options["compression"] = args.compression
+    if args.rows_per_file is not None:
+        options["rows_per_file"] = args.rows_per_file
+    try:
+        return EpisodeWriter(args.out, **options)
+    except ValueError as e:
+        raise UsageError(f"--compression {args.compression}: {e}") from None
+    except OSError as e:
+        raise UsageError(f"cannot write --out {args.out!r}: {e.strerror or e}") from None
+    except ModuleNotFoundError as e:
+        raise UsageError(str(e)) from None
+
+
+def _record_summary(args, sampler, recorder: _Recorder, stats: RecordStats, env_s: float,
+                    before: tuple | None) -> str:
+    writer = recorder.writer
+    policy = f"policy {args.policy}" if args.policy else "random actions"
+    compression = writer.compression or "uncompressed"
+    if sampler.multi_agent:
+        envs = f"{args.agents} copies as agents" if args.agents > 1 else "multi-agent"
+    else:
+        envs = f"{sampler.num_envs} sync env(s)"
+    head = (f"{args.env} -> {args.out}: {envs}, seed {args.seed}, {args.batch_mode}, "
+            f"rollout_fragment_length={args.rollout_fragment_length}, {policy}; "
+            f"{writer.format}, {compression}")
+    episodes = len(recorder.ids)
+    done = recorder.terminated + recorder.truncated
+    note = f"{done:,} done ({recorder.terminated:,} terminated, {recorder.truncated:,} truncated)"
+    if recorder.running:
+        note += f", {len(recorder.running):,} running at the end (written as they were)"
+    rate = f", {stats.env_steps / stats.wall_s:,.0f} steps/s" if stats.wall_s > 0 else ""
+    sizes = [os.path.getsize(f) for f in writer.files if os.path.exists(f)]
+    on_disk = sum(sizes)
+    per_step = f"{on_disk / recorder.steps:.1f} B per step" if recorder.steps else ""
+    agents = f" ({recorder.agent_steps:,} agent steps)" if sampler.multi_agent else ""
+    rows = [
+        ("episodes", f"{episodes:,}", note),
+        ("steps", f"{recorder.steps:,}",
+         (f"of {stats.env_steps:,} env steps sampled{agents} in {stats.wall_s:.2f} s{rate} "
+          f"({env_s:.2f} s in the env, {recorder.write_s:.2f} s writing)")),
+        ("files", f"{len(writer.files):,}", f"written into {args.out}"),
+        ("on disk", format_bytes(on_disk), per_step),
+    ]
+    if recorder.complete:
+        left, left_steps = recorder.left_out()
+        rows.append(("left out", f"{left:,}", (f"running episode(s) of {left_steps:,} steps "
+                                                f"(complete_episodes writes whole episodes)")))
+    if before is not None:
+        rows.append(("dataset", f"{before[0] + episodes:,}",
+                     (f"episodes, {before[1] + recorder.steps:,} steps in all: appended to "
+                      f"the dataset of {before[0]:,} episodes that was there")))
+    width = max(len(r[1]) for r in rows)
+    return "\n".join([head] + [f"  {a:<10} {b:>{width}}  {c}".rstrip() for a, b, c in rows])
+
+
+def record(args) -> int:
+    policy = _load_policy(args.policy) if args.policy else None
+    before = _existing_dataset(args.out)
+    demo_stats = DemoStats()
+    # Rollouts cut the running episodes and hand the chunks on (complete
+    # mode joins them here), so no sampled step stays in the sampler.
+    sampler = _demo_sampler(argparse.Namespace(**{
+        **vars(args), "batch_mode": "truncate_episodes", "count_steps_by": "env_steps",
+        "frame_stack": 1, "prev_actions": False}), demo_stats)
+    ctrl_c = _CtrlC()
+    if not sampler.multi_agent:
+        # (A multi-agent rollout that raises loses the episodes that ended
+        # in it: there Ctrl-C stops at the rollout's end.)
+        sampler.env = _stoppable(sampler.env, ctrl_c)
+    if policy is not None:
+        sampler.policy = policy
+    try:
+        recorder = _Recorder(_record_writer(args), args.batch_mode == "complete_episodes",
+                             ctrl_c)
+        stats = RecordStats()
+        progress = Progress(args.steps, "steps", args.progress)
+        start = time.perf_counter()
+        status, error = 0, None
+        with ctrl_c.installed():
+            try:
+                _record_loop(sampler, recorder, args.steps, stats, progress)
+            except KeyboardInterrupt:
+                status = 130
+            except (_PolicyError, ValueError) as e:
+                # The policy's error, or what the sampler refused (an action
+                # outside the action space, an observation outside the
+                # observation space).
+                status, error = 2, _one_line(e)
+            finally:
+                try:
+                    recorder.close()
+                except OSError as e:
+                    raise UsageError(f"cannot write into {args.out!r}: {e.strerror or e}") \
+                        from None
+                finally:
+                    stats.wall_s = time.perf_counter() - start
+                    progress.close()
+        if status == 130:
+            print("interrupted", file=sys.stderr)
+        print(_record_summary(args, sampler, recorder, stats, demo_stats.env_s, before))
+        if error is not None:
+            print(f"episode: error: {error} (what was sampled before it is written)",
+                  file=sys.stderr)
+        return status
+    finally:
+        sampler.close()
+
+
+# -- inspect ------------------------------------------------------------------
+
+def _open_dataset(path: str, label: str = ""):
+    """read_episodes(path), its errors as UsageError (one line, naming the file)."""
+    try:
+        from episode.offline import DatasetError, read_episodes
+    except ModuleNotFoundError as e:
+        raise UsageError(str(e)) from None
+    try:
+        return read_episodes(path)
+    except FileNotFoundError:
+        raise UsageError(f"{label}no dataset at {path!r}: no such file or folder") from None
+    except DatasetError as e:
+        raise UsageError(f"{label}{_one_line(e)}") from None
+    except ModuleNotFoundError as e:      # pyarrow or msgpack missing
+        raise UsageError(str(e)) from None
+    except OSError as e:
+        raise UsageError(f"{label}cannot read {e.filename or path!r}: {e.strerror or e}") \
+            from None
+
+
+def _arrow_type(t) -> str:
+    """An Arrow type, the fixed-shape tensors shortened."""
+    import pyarrow as pa
+
+    if isinstance(t, pa.FixedShapeTensorType):
+        return f"fixed_shape_tensor[{t.value_type}, {list(t.shape)}]"
+    if isinstance(t, pa.StructType):
+        return "struct"
+    return str(t)
+
+
+_STORED_AS = {"arrow": "numbers", "bytes": "fixed-size bytes", "value": "msgpack values",
+              "none": "nothing", "zero": "nothing (zero-size rows)"}
+
+
+def _track_leaves(name: str, tree, arrow_type, where: str, out: list) -> None:
+    """The rows describing a track's leaves (Dict/Tuple nested: name.key...),
+    each checked against the step file's Arrow type."""
+    import pyarrow as pa
+
+    from episode._column import KINDS
+    from episode.offline import DatasetError
+    from episode.offline import format as fmt
+
+    if isinstance(tree, dict):
+        dtype = fmt.leaf_dtype(tree)
+        kinds = {v: k for k, v in KINDS.items()}
+        out.append({
+            "column": name, "arrow_type": _arrow_type(arrow_type),
+            "dtype": None if dtype is None else str(dtype),
+            "shape": list(tree["shape"]) if tree["codec"] in fmt.STORED else None,
+            "stored_as": _STORED_AS[tree["codec"]],
+            "items": kinds.get(tree["kind"], str(tree["kind"])),
+            "mode": "numpy" if tree["finalized"] else "list",
+        })
+        return
+    kind, subs = tree
+    if not subs:
+        out.append({"column": name, "arrow_type": _arrow_type(arrow_type), "dtype": None,
+                    "shape": None, "stored_as": "nothing", "items": f"empty {kind}",
+                    "mode": None})
+        return
+    if not isinstance(arrow_type, pa.StructType) or arrow_type.num_fields != len(subs):
+        raise DatasetError(f"{where}: column {name!r} is {arrow_type}, not a struct of "
+                           f"{len(subs)} fields")
+    for i, sub in enumerate(subs):
+        key, sub = sub if kind == "dict" else (i, sub)
+        _track_leaves(f"{name}.{key}", sub, arrow_type.field(i).type, where, out)
+
+
+def _infos_rows(path: str, pa) -> tuple:
+    """(rows with an info, rows) of a step file: from the Parquet footer's
+    statistics where it has them, else from the (mapped) column."""
+    if path.endswith(".arrow"):
+        reader = pa.ipc.open_file(pa.memory_map(path))
+        index = reader.schema.get_field_index("infos")
+        batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
+        rows = sum(b.num_rows for b in batches)
+        return rows - sum(b.column(index).null_count for b in batches), rows
+    import pyarrow.parquet as pq
+
+    meta = pq.ParquetFile(path).metadata
+    # (Parquet's leaf columns: a struct or tensor column has several.)
+    index = [meta.schema.column(i).path for i in range(meta.num_columns)].index("infos")
+    nulls = 0
+    for g in range(meta.num_row_groups):
+        stats = meta.row_group(g).column(index).statistics
+        if stats is None or not stats.has_null_count:
+            column = pq.read_table(path, columns=["infos"]).column(0)
+            return len(column) - column.null_count, meta.num_rows
+        nulls += stats.null_count
+    return meta.num_rows - nulls, meta.num_rows
+
+
+def _step_files(paths: list) -> tuple:
+    """(the schemas of the step files: each distinct one once, with its
+    columns and how many files have it; the extra output keys; (rows with
+    an info, rows); the format versions)."""
+    import pyarrow as pa
+
+    from episode.offline import DatasetError
+    from episode.offline import format as fmt
+    from episode.offline.dataset import _schema
+
+    schemas: dict = {}
+    extras: list = []
+    infos = [0, 0]
+    versions = set()
+    for path in paths:
+        schema = _schema(path, pa)
+        meta = fmt.read_metadata(schema, path, "steps")
+        versions.add(meta["version"])
+        key = (str(schema.remove_metadata()), json.dumps(meta, sort_keys=True))
+        if key in schemas:
+            schemas[key]["step_files"] += 1
+        else:
+            tracks, extra_specs = meta.get("tracks"), meta.get("extras")
+            if not (isinstance(tracks, list) and isinstance(extra_specs, list)):
+                raise DatasetError(f"{path}: malformed track metadata")
+            columns: list = []
+            for i, spec in enumerate(tracks + extra_specs):
+                if not (isinstance(spec, dict) and isinstance(spec.get("column"), str)):
+                    raise DatasetError(f"{path}: malformed track metadata")
+                name = spec["column"]
+                if name not in schema.names:
+                    raise DatasetError(f"{path}: no column {name!r}")
+                tree = fmt.tree_from_json(spec.get("tree"), f"{path}: column {name!r}")
+                _track_leaves(name, tree, schema.field(name).type, path, columns)
+                if i >= len(tracks):
+                    extra = fmt.key_from_json(spec.get("key"), path)
+                    if extra not in extras:
+                        extras.append(extra)
+            for name in (fmt.INFOS, fmt.TERMINATEDS, fmt.TRUNCATEDS):
+                if name not in schema.names:
+                    raise DatasetError(f"{path}: no column {name!r}")
+                columns.append({"column": name, "arrow_type": _arrow_type(schema.field(name).type),
+                                "dtype": None, "shape": None,
+                                "stored_as": "msgpack values" if name == fmt.INFOS else "flags",
+                                "items": None, "mode": None})
+            schemas[key] = {"step_files": 1, "columns": columns}
+        try:
+            with_info, rows = _infos_rows(path, pa)
+        except (OSError, pa.ArrowException) as e:
+            raise DatasetError(f"{path}: not a readable file ({e})") from None
+        infos[0] += with_info
+        infos[1] += rows
+    return list(schemas.values()), extras, tuple(infos), versions
+
+
+def _episode_arrays(ds) -> dict:
+    """Length, return, agent steps and done flags of each episode of a
+    dataset of ours, from its episode tables (chunks of one episode summed;
+    a multi-agent chunk's return and agent steps are its agents' rows
+    summed): no episode is built. Also each episode's kind."""
+    import numpy as np
+
+    from episode._dataset import MULTI
+
+    names = ("length", "return", "agent_steps", "terminated", "truncated", "multi")
+    chunks: dict = {name: [] for name in names}
+    for p in ds._parts:
+        t = p.table
+        length, ret = np.asarray(t["length"], np.int64), np.asarray(t["return"], np.float64)
+        parent, multi = np.asarray(t["parent"], np.int64), np.asarray(t["kind"]) == MULTI
+        agent = parent >= 0
+        agents_return, agents_length = np.zeros(p.n), np.zeros(p.n, np.int64)
+        np.add.at(agents_return, parent[agent], ret[agent])
+        np.add.at(agents_length, parent[agent], length[agent])
+        columns = {"length": length, "return": np.where(multi, agents_return, ret),
+                   "agent_steps": np.where(multi, agents_length, length),
+                   "terminated": np.asarray(t["terminated"], bool),
+                   "truncated": np.asarray(t["truncated"], bool), "multi": multi}
+        for name in names:
+            chunks[name].append(columns[name][p.top])
+    flat = {name: np.concatenate(arrays) if arrays else np.zeros(0)
+            for name, arrays in chunks.items()}
+    entries = ds._entries
+    if not entries:
+        return {name: flat[name][:0] for name in names}
+    order = np.array([k for entry in entries for k in entry], np.int64)
+    sizes = np.array([len(entry) for entry in entries], np.int64)
+    starts = np.cumsum(sizes) - sizes
+    last = order[starts + sizes - 1]        # (an episode's chunks are in time order)
+    summed = {name: np.add.reduceat(flat[name][order], starts)
+              for name in ("length", "return", "agent_steps")}
+    return {**summed, "terminated": flat["terminated"][last],
+            "truncated": flat["truncated"][last], "multi": flat["multi"][last]}
+
+
+def _agent_ids(parts: list) -> list:
+    """The agent ids of a dataset's multi-agent episodes, each once."""
+    import pyarrow.compute as pc
+
+    from episode.offline import format as fmt
+
+    ids: list = []
+    for p in parts:
+        rows = [int(i) for i in (p.table["parent"] >= 0).nonzero()[0]]
+        if rows:
+            for blob in pc.unique(p.table["agent_id"].take(rows)).to_pylist():
+                agent_id = None if blob is None else fmt.unpack_value(blob)
+                if agent_id not in ids:
+                    ids.append(agent_id)
+    return ids
+
+
+def _statistics(values) -> dict | None:
+    """min, mean, median, max (None: no values, or some not numbers)."""
+    import numpy as np
+
+    values = np.asarray(values, np.float64)
+    if not len(values) or not np.isfinite(values).all():
+        return None
+    return {"min": _number(values.min()), "mean": float(values.mean()),
+            "median": _number(np.median(values)), "max": _number(values.max())}
+
+
+def _number(x) -> int | float:
+    x = float(x)
+    return int(x) if x.is_integer() else x
+
+
+def _spaces(columns: list) -> list:
+    """The distinct spaces of episode-table columns, as text and RLlib's dict."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from episode.offline import format as fmt
+
+    texts: list = []
+    for column in columns:
+        for text in pc.value_counts(column.cast(pa.string())).field("values").to_pylist():
+            if text not in texts:
+                texts.append(text)
+    return [{"space": None, "description": None} if t is None else
+            {"space": " ".join(str(fmt.space_of(t, "space")).split()),
+             "description": json.loads(t)}
+            for t in texts]
+
+
+def _describe(ds) -> dict:
+    """What `episode inspect` reports on an open dataset (see its help)."""
+    import pyarrow as pa
+
+    from episode._dataset import SINGLE
+    from episode.offline import format as fmt
+    from episode.offline.dataset import _schema
+
+    if ds._memory is not None:
+        return _describe_foreign(ds)
+
+    tables = [p.path for p in ds._parts]
+    step_paths = list(dict.fromkeys(f for p in ds._parts for f in p.step_files))
+    versions = {fmt.read_metadata(_schema(path, pa), path, "episodes")["version"]
+                for path in tables}
+    schemas, extras, infos, step_versions = _step_files(step_paths)
+    episodes = _episode_arrays(ds)
+    multi = None
+    if episodes["multi"].any():
+        multi = {"episodes": int(episodes["multi"].sum()), "agents": [
+            a if isinstance(a, (str, int)) else repr(a) for a in _agent_ids(ds._parts)],
+            "agent_steps": int(episodes["agent_steps"].sum())}
+    # (The spaces are the single-agent rows': a multi-agent one's agents'.)
+    single = [(p.table["kind"] == SINGLE).nonzero()[0] for p in ds._parts]
+    return _report_of(
+        ds, fmt.FORMAT, sorted(versions | step_versions), tables + step_paths,
+        {"episode_tables": len(tables), "step_files": len(step_paths)}, episodes,
+        {name: _spaces([p.table[name].take(rows) for p, rows in zip(ds._parts, single)])
+         for name in ("observation_space", "action_space")},
+        extras, {"rows_with_info": infos[0], "rows": infos[1]}, schemas,
+        stored_chunks=len(ds._index["part"]), multi_agent=multi)
+
+
+def _describe_foreign(ds) -> dict:
+    """The report for RLlib's recordings (read whole by read_episodes: the
+    statistics come from its episodes)."""
+    import numpy as np
+    import pyarrow as pa
+
+    from episode.offline import rllib_format
+    from episode.offline.dataset import _scan, _schema
+
+    _, files = _scan(ds.path, pa)
+    episodes = ds._memory
+    kinds, schemas = [], {}
+    for path in files:
+        schema = _schema(path, pa)
+        kind = rllib_format.detect_format(schema)
+        if kind not in kinds:
+            kinds.append(kind)
+        key = str(schema.remove_metadata())
+        if key in schemas:
+            schemas[key]["files"] += 1
+        else:
+            schemas[key] = {"files": 1, "columns": [
+                {"column": f.name, "arrow_type": _arrow_type(f.type), "dtype": None,
+                 "shape": None, "stored_as": kind, "items": None, "mode": None}
+                for f in schema]}
+    arrays = {"length": np.array([len(e) for e in episodes], np.int64),
+              "return": np.array([float(e.get_return()) for e in episodes], np.float64),
+              "terminated": np.array([bool(e.is_terminated) for e in episodes], bool),
+              "truncated": np.array([bool(e.is_truncated) for e in episodes], bool)}
+
+    def spaces(name: str) -> list:
+        found = list(dict.fromkeys(str(getattr(e, name)) for e in episodes))
+        return [{"space": s, "description": None} for s in found]
+
+    extras = list(dict.fromkeys(k for e in episodes for k in e.extra_model_outputs))
+    with_info = sum(1 for e in episodes for info in e.get_infos() if info)
+    rows = sum(len(e.get_infos()) for e in episodes)
+    return _report_of(ds, " / ".join(map(str, kinds)), [], files, {"data_files": len(files)},
+                      arrays, {"observation_space": spaces("observation_space"),
+                               "action_space": spaces("action_space")},
+                      extras, {"rows_with_info": with_info, "rows": rows},
+                      list(schemas.values()), stored_chunks=len(episodes))
+
+
+def _report_of(ds, format_name: str, versions: list, files: list, kinds: dict,
+               episodes: dict, spaces: dict, extras: list, infos: dict, schemas: list,
+               stored_chunks: int, multi_agent: dict | None = None) -> dict:
+    terminated, truncated = episodes["terminated"], episodes["truncated"]
+    sizes = [os.path.getsize(f) for f in files]
+    return {
+        "path": ds.path,
+        "format": format_name,
+        "versions": versions,
+        "files": {"count": len(files), "bytes": int(sum(sizes)), **kinds,
+                  "types": sorted({f.rpartition(".")[2] for f in files})},
+        "episodes": len(ds),
+        "stored_chunks": stored_chunks,
+        "steps": int(ds.num_steps),
+        "done": int((terminated | truncated).sum()),
+        "terminated": int(terminated.sum()),
+        "truncated": int(truncated.sum()),
+        "multi_agent": multi_agent,
+        "length": _statistics(episodes["length"]),
+        "return": _statistics(episodes["return"]),
+        **spaces,
+        "extra_model_outputs": [k if isinstance(k, str) else repr(k) for k in extras],
+        "infos": infos,
+        "schemas": schemas,
+    }
+
+
+def _format_statistics(stats: dict | None, precision: str) -> str:
+    if stats is None:
+        return "-"
+    return ", ".join(f"{k} {v:,{precision}}" if isinstance(v, float) else f"{k} {v:,}"
+                     for k, v in stats.items())
+
+
+def _inspect_text(report: dict) -> str:
+    files = report["files"]
+    versions = ", ".join(map(str, report["versions"]))
+    head = f"{report['path']}: {report['format']} dataset" + (
+        f", format version {versions}" if versions else "")
+    if "step_files" in files:
+        files_note = (f"{format_bytes(files['bytes'])} of {'/'.join(files['types'])}: "
+                      f"{files['episode_tables']:,} episode table(s), "
+                      f"{files['step_files']:,} step file(s)")
+    else:
+        files_note = f"{format_bytes(files['bytes'])} of {'/'.join(files['types'])}"
+    done = report["done"]
+    episodes_note = (f"{done:,} done ({report['terminated']:,} terminated, "
+                     f"{report['truncated']:,} truncated), "
+                     f"{report['episodes'] - done:,} not done")
+    if report["stored_chunks"] != report["episodes"]:
+        episodes_note += f"; stored as {report['stored_chunks']:,} chunks"
+    infos = report["infos"]
+    multi = report["multi_agent"]
+    rows = [
+        ("files", f"{files['count']:,}", files_note),
+        ("episodes", f"{report['episodes']:,}", episodes_note),
+        ("steps", f"{report['steps']:,}",
+         f"env steps; {multi['agent_steps']:,} agent steps" if multi else ""),
+    ]
+    if multi:
+        rows.append(("multi-agent", f"{multi['episodes']:,}",
+                     f"episodes, agents {', '.join(map(str, multi['agents']))}"))
+    rows += [
+        ("length", "", _format_statistics(report["length"], ".1f")),
+        ("return", "", _format_statistics(report["return"], ".3g")),
+        ("observations", "", "; ".join(str(s["space"]) for s in report["observation_space"])
+         or "-"),
+        ("actions", "", "; ".join(str(s["space"]) for s in report["action_space"]) or "-"),
+        ("extra outputs", "", ", ".join(report["extra_model_outputs"]) or "none"),
+        ("infos", "", f"on {infos['rows_with_info']:,} of {infos['rows']:,} rows"
+         if infos["rows_with_info"] else "none"),
+    ]
+    width = max(len(r[1]) for r in rows)
+    lines = [head] + [f"  {a:<13} {b:>{width}}  {c}".rstrip() for a, b, c in rows]
+    for schema in report["schemas"]:
+        count = schema.get("step_files", schema.get("files"))
+        lines.append(f"schema of {count:,} {'step ' if 'step_files' in schema else ''}file(s):")
+        table = format_table(
+            ["column", "Arrow type", "dtype", "row shape", "stored as", "items"],
+            [[c["column"], c["arrow_type"], c["dtype"] or "",
+              "" if c["shape"] is None else str(tuple(c["shape"])), c["stored_as"] or "",
+              f"{c['items']} ({c['mode']} mode)" if c["mode"] else c["items"] or ""]
+             for c in schema["columns"]])
+        lines += ["  " + line for line in table.splitlines()]
+    return "\n".join(lines)
+
+
+def inspect(args) -> int:
+    ds = _open_dataset(args.path)
+    try:
+        report = _describe(ds)
+    except ValueError as e:        # DatasetError: a file the reader did not open yet
+        raise UsageError(_one_line(e)) from None
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(_inspect_text(report))
+    return 0
+
+
 # -- the command line ---------------------------------------------------------
 
 def _workload_list() -> str:
@@ -787,7 +1575,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="episode", description=DESCRIPTION,
                      epilog="Without a command, `demo` runs with its defaults.")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="{demo,bench}")
+    commands = parser.add_subparsers(dest="command", metavar="{demo,bench,record,inspect}")
     progress = _Parser(add_help=False)
     progress.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                           help="show a progress bar on stderr (default: when it is a terminal)")
@@ -851,6 +1639,88 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--quick", action="store_true",
                    help="fewer and shorter rounds (a smoke test, not a measurement)")
     b.set_defaults(func=bench)
+
+    r = commands.add_parser(
+        "record", parents=[progress], help="record an env's episodes into a dataset",
+        description="Samples a gymnasium env (vectorized with --num-envs) or a multi-agent "
+                    "env with an episode.Sampler (random actions, or --policy) and writes "
+                    "every episode it hands on into the dataset folder --out with "
+                    "episode.offline's EpisodeWriter. A folder holding a dataset of ours is "
+                    "added to; one holding other files is refused. Ends with a summary: "
+                    "episodes, steps, files, bytes on disk, steps/s. Ctrl-C stops the "
+                    "sampling (at the next env step; a multi-agent env's at the end of the "
+                    "rollout), writes what was sampled (no step is lost), prints the summary "
+                    "and exits with status 130. Read the dataset with "
+                    "episode.offline.read_episodes, or describe it with `episode inspect`.",
+        epilog="--policy module:function: for a gymnasium env, the function is called "
+               "before each step of the vector env with the policy input, a dict whose "
+               "'obs' is a batch of the sub-envs' current observations (one row per sub-env; "
+               "a Dict or Tuple observation as a dict or tuple of such batches), and returns "
+               "the actions: a batch with one row per sub-env, inside the action space; or "
+               "a tuple (actions, {name: batch}) whose extra model outputs (e.g. "
+               "'action_logp') are recorded as columns of their own. For a multi-agent env "
+               "it is called at each env step with {agent_id: policy input of one row} for "
+               "the agents to act and returns {agent_id: action} for exactly those agents, "
+               "or a tuple (that, {agent_id: {name: extra output}}). The module is found on "
+               "sys.path or in the current directory. An action outside the action space, "
+               "or an error the function raises, stops the recording with one line (exit "
+               "status 2); what was sampled before is written.")
+    r.add_argument("--env", required=True,
+                   help="a registered gymnasium env id (module:EnvId-v0 imports the module "
+                        "that registers it first), or module:factory making a PettingZoo "
+                        "ParallelEnv or an RLlib MultiAgentEnv")
+    r.add_argument("--steps", type=_positive_int, required=True,
+                   help="env steps to record, over all sub-envs (each rollout is cut short "
+                        "to the steps still missing, so at most --num-envs - 1 more); with "
+                        "--batch-mode complete_episodes, steps of whole episodes")
+    r.add_argument("--out", required=True, metavar="DIR",
+                   help="the dataset folder: made if missing, added to if it holds a "
+                        "dataset of episode's")
+    r.add_argument("--policy", metavar="MODULE:FUNCTION",
+                   help="the function choosing the actions (see below; default: random "
+                        "actions from the seeded action space)")
+    r.add_argument("--num-envs", type=_positive_int, default=1,
+                   help="sub-envs of the vector env (default: %(default)s)")
+    r.add_argument("--agents", type=_positive_int, default=1,
+                   help="with N > 1: N copies of the --env gymnasium env as the agents of "
+                        "one multi-agent env, recorded as MultiAgentEpisodes (default: 1)")
+    r.add_argument("--seed", type=int, default=0, help="env and action seed "
+                   "(default: %(default)s)")
+    r.add_argument("--format", choices=["parquet", "arrow"], default="parquet",
+                   help="Parquet files, or Arrow IPC files (read memory-mapped, in place) "
+                        "(default: %(default)s)")
+    r.add_argument("--compression", choices=["zstd", "lz4", "snappy", "gzip", "brotli", "none"],
+                   help="the files' compression (default: zstd for parquet, none for arrow; "
+                        "arrow files take zstd, lz4 or none)")
+    r.add_argument("--rows-per-file", type=_positive_int, default=None, metavar="R",
+                   help="rows (steps, and a row per episode for its last observation) kept "
+                        "before a part of the dataset is written (default: EpisodeWriter's, "
+                        "1,048,576)")
+    r.add_argument("--batch-mode", choices=["truncate_episodes", "complete_episodes"],
+                   default="truncate_episodes",
+                   help="truncate_episodes: every step is written, the episodes still "
+                        "running at the end as they are (not done); complete_episodes: only "
+                        "whole episodes, those running at the end left out "
+                        "(default: %(default)s)")
+    r.add_argument("--rollout-fragment-length", "--rollout", dest="rollout_fragment_length",
+                   type=_positive_int, default=200,
+                   help="steps per sub-env and rollout: each rollout's episodes (and chunks "
+                        "of running ones) go to the writer (default: %(default)s)")
+    r.set_defaults(func=record)
+
+    i = commands.add_parser(
+        "inspect", help="describe a dataset: files, schema, counts, statistics",
+        description="Opens the dataset at DIR with episode.offline.read_episodes (ours, or "
+                    "RLlib's recordings) and prints its format and version, its files "
+                    "(count, bytes), the step files' schema (each track's columns, leaf by "
+                    "leaf for Dict/Tuple items: Arrow type, dtype, row shape), the spaces, "
+                    "the counts (episodes, steps, done, terminated, truncated), the "
+                    "episode-length and return statistics (min, mean, median, max), the "
+                    "extra model outputs and whether infos are stored. The statistics come "
+                    "from the episode tables: no episode is built.")
+    i.add_argument("path", metavar="DIR", help="a dataset folder (or one of its files)")
+    i.add_argument("--json", action="store_true", help="print the same as one JSON object")
+    i.set_defaults(func=inspect)
     return parser
 
 
