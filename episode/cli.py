@@ -957,24 +957,9 @@ class _Recorder:
                 self.running.add(e.id_)
 
     def hand_on_leftovers(self, sampler) -> None:
-        """After a rollout that raised: the episodes that ended in it (a
-        vector env's: a multi-agent env's are lost with the rollout) and the
-        chunks of the running ones."""
-        if not sampler._started:
-            return
-        if sampler.multi_agent:
-            from episode.sampling import _prune
-
-            episodes = [e for e in sampler.ongoing_episodes() if len(e)]
-            for e in episodes:
-                _prune(e)        # (its agents without a step, as the sampler hands it on)
-        else:
-            vector = sampler._vector
-            done, _ = vector.take_ended()
-            episodes = done + vector.cut(sampler._lookback)
-        for e in episodes:
-            e.to_numpy()
-        self.hand_on(episodes)
+        """After a rollout that raised: the episodes that ended in it and
+        the chunks of the running ones."""
+        self.hand_on(sampler.take_pending())
 
     def close(self) -> None:
         t0 = time.perf_counter()

@@ -523,6 +523,9 @@ class Sampler:
         self._started = False
         self._closed = False
         self._views_checked = False
+        # Episodes that ended and wait to be handed on (after a rollout that
+        # raised, until the next call).
+        self._done: list = []
         self._env_ids: dict = {}
         self._metrics = _Metrics()
 
@@ -583,6 +586,30 @@ class Sampler:
         metrics = self._metrics.as_dict()
         self._metrics = _Metrics(self._metrics.partial_returns)
         return metrics
+
+    def take_pending(self) -> List[Union[SingleAgentEpisode, MultiAgentEpisode]]:
+        """Hands on now what the next call would start from: the episodes
+        that ended and were not handed on (a rollout raised) and the chunks
+        of the running ones (each goes on in its successor), numpy'ized and
+        written to the writer, as sample_episodes() hands episodes on. For
+        ending a run early without losing a sampled step."""
+        self._require_open()
+        if not self._started:
+            return []
+        done, self._done = self._done, []
+        if self.multi_agent:
+            episodes = done + self._multi_agent_chunks()
+        else:
+            ended, envs = self._vector.take_ended()
+            self._env_ids.update(zip([e.id_ for e in ended], envs))
+            chunks = self._vector.cut(self._lookback)
+            self._metrics.add_episodes(done + ended, chunks)
+            episodes = done + ended + chunks
+        for e in episodes:
+            e.to_numpy()
+        if self.writer is not None:
+            self.writer.write(episodes)
+        return episodes
 
     def ongoing_episodes(self) -> List[Union[SingleAgentEpisode, MultiAgentEpisode]]:
         """The episodes still being filled (a multi-agent env's one, or each
@@ -668,7 +695,7 @@ class Sampler:
         counted = 0
         if self.batch_mode == "complete_episodes":
             # Counts the steps of the episodes as they end.
-            done: list = []
+            done = self._done
             while counted < target:
                 actions, extras = self._actions()
                 obs, rewards, terminateds, truncateds, infos = self.env.step(actions)
@@ -680,6 +707,7 @@ class Sampler:
                     self._env_ids.update(zip([e.id_ for e in ended], vector.ended_envs))
                     done.extend(ended)
                     counted += sum([len(e) for e in ended])
+            self._done = []
             return done, []
         # Truncate: the episodes are read once the steps are in (record_step).
         act, step, check, record = self._actions, self.env.step, self._check_observations, \
@@ -761,7 +789,7 @@ class Sampler:
         complete = self.batch_mode == "complete_episodes"
         by_agents = self.count_steps_by == "agent_steps"
         target = self.rollout_fragment_length * self.num_envs
-        done_episodes: list = []
+        done_episodes = self._done
         counted = 0
         while counted < target:
             for i, env in enumerate(self.envs):
@@ -787,8 +815,13 @@ class Sampler:
                     if complete:
                         counted += episode.agent_steps() if by_agents else episode.env_steps()
                     self._episodes[i] = None
+        self._done = []
         if complete:
             return done_episodes
+        return done_episodes + self._multi_agent_chunks()
+
+    def _multi_agent_chunks(self) -> list:
+        # The running episodes' chunks; each goes on in its successor.
         chunks = []
         for i, episode in enumerate(self._episodes):
             if episode is None:
@@ -799,7 +832,7 @@ class Sampler:
                 self._metrics.add_episodes([], [episode])
                 self._env_ids[episode.id_] = i
                 chunks.append(episode)
-        return done_episodes + chunks
+        return chunks
 
 
 def _prune(episode: Any) -> None:

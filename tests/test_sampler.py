@@ -429,3 +429,38 @@ def test_episodes_that_ended_before_an_error_come_with_the_next_rollout():
     metrics = s.get_metrics()
     assert metrics["episodes_done"] == 8 and metrics["episode_lengths"] == [3] * 8
     assert metrics["env_steps"] == 20
+
+
+@pytest.mark.parametrize("mode", ["complete_episodes", "multi_agent"])
+def test_no_episode_is_lost_to_a_rollout_that_raises(mode):
+    """Complete mode and multi-agent envs: the episodes that ended before a
+    rollout raised come with the next call (as in truncate mode), or now
+    with take_pending()."""
+    calls = []
+    if mode == "multi_agent":
+        def policy(inputs):
+            calls.append(1)
+            if len(calls) == 9:
+                raise RuntimeError("the policy failed")
+            return {aid: 0 for aid in inputs}
+
+        s = Sampler(_relay(), policy, rollout_fragment_length=20)
+    else:
+        def policy(inputs):
+            calls.append(1)
+            if len(calls) == 7:
+                raise RuntimeError("the policy failed")
+            return np.zeros(len(inputs["obs"]), np.int64)
+
+        s = Sampler(lambda: Counter(3), policy, num_envs=2, batch_mode="complete_episodes",
+                    rollout_fragment_length=20)
+    with pytest.raises(RuntimeError, match="failed"):
+        s.sample_episodes()
+    pending = s.take_pending()
+    done = [e for e in pending if e.is_done]
+    # Two episodes ended before the error (one per sub-env, or the first
+    # multi-agent one after 5 env steps).
+    assert len(done) == (2 if mode != "multi_agent" else 1)
+    assert all(e.is_numpy for e in pending) and s.take_pending() == []
+    # Sampling goes on from there.
+    assert [e for e in s.sample_episodes() if e.is_done]
