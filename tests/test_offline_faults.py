@@ -168,3 +168,51 @@ def test_damaged_datasets_are_read_or_refused_never_a_crash(tmp_path, format):
     results = _damaged_reads(tmp_path, format, cases)
     # Cut files are always refused.
     assert all(r[0] == "refused" for r in results[-6:]), results[-6:]
+
+
+# -- a dataset bigger than what it may hold -----------------------------------------------
+
+
+def _rss() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError("no VmRSS")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"),
+                    reason="reads the resident size from /proc")
+@pytest.mark.skipif("libasan" in os.environ.get("LD_PRELOAD", ""),
+                    reason="AddressSanitizer's shadow memory grows with every page touched")
+def test_reading_a_large_memory_mapped_dataset_keeps_the_resident_size_bounded(tmp_path):
+    """630 MB of 84x84 frames in Arrow files: opening reads the episode
+    tables only, and reading every frame of every episode holds no more than
+    the few files open at a time (episode.offline.dataset.OPEN_FILES)."""
+    import gc
+
+    from episode import SingleAgentEpisode
+    from episode.offline import EpisodeWriter
+
+    frames = np.random.default_rng(0).integers(0, 255, (1001, 84, 84), dtype=np.uint8)
+    with EpisodeWriter(tmp_path, format="arrow", rows_per_file=4000) as writer:
+        for i in range(90):
+            frames[:, 0, 0] = i
+            writer.write(SingleAgentEpisode(observations=frames, actions=np.zeros(1000, np.int64),
+                                            rewards=np.ones(1000), terminated=True,
+                                            len_lookback_buffer=0))
+    size = sum(os.path.getsize(tmp_path / f) for f in os.listdir(tmp_path))
+    assert size > 600 << 20
+    gc.collect()
+    before = _rss()
+    ds = read_episodes(tmp_path)
+    assert _rss() - before < 20 << 20 and ds.num_steps == 90_000
+    grown, seen = 0, []
+    for episode in ds:
+        obs = episode.get_observations()
+        seen.append(int(obs[:, 0, 0].max()))
+        assert int(obs.sum(dtype=np.int64)) > 0       # every page of the episode read
+        del obs, episode
+        grown = max(grown, _rss() - before)
+    assert seen == list(range(90))
+    assert grown < 250 << 20, grown

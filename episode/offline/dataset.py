@@ -31,7 +31,7 @@ _PACKED = TABLE_PACKED
 _MISSING = object()
 
 # Step files kept open (decoded Parquet, or memory-mapped Arrow) at once.
-OPEN_FILES = 16
+OPEN_FILES = 4
 
 _EPISODE_COLUMNS = ("kind", "parent", "group", "row", "rows", "length", "t_started",
                     "terminated", "truncated", "numpy_flags", "start_time", "last_step_time",
