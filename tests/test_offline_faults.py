@@ -216,3 +216,27 @@ def test_reading_a_large_memory_mapped_dataset_keeps_the_resident_size_bounded(t
         grown = max(grown, _rss() - before)
     assert seen == list(range(90))
     assert grown < 250 << 20, grown
+
+
+def test_several_writers_write_one_dataset(tmp_path):
+    """Processes writing one folder at once (as Ray actors would) each
+    under names of their own: every episode of every writer reads back."""
+    script = textwrap.dedent("""
+        import sys
+        from episode import Sampler
+        from episode.offline import EpisodeWriter
+        with EpisodeWriter(sys.argv[1], format=sys.argv[3], rows_per_file=500) as writer:
+            sampler = Sampler("CartPole-v1", num_envs=2, rollout_fragment_length=100,
+                              seed=int(sys.argv[2]), writer=writer)
+            steps = sum(len(e) for _ in range(6) for e in sampler.sample_episodes())
+            steps += sum(len(e) for e in sampler.take_pending())
+        print(steps)
+    """)
+    children = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path), str(seed), fmt],
+                                 stdout=subprocess.PIPE)
+                for seed, fmt in ((0, "parquet"), (1, "arrow"), (2, "parquet"))]
+    steps = [int(child.communicate()[0]) for child in children]
+    assert all(child.returncode == 0 for child in children)
+    ds = read_episodes(tmp_path)
+    assert ds.num_steps == sum(steps) and min(steps) >= 6 * 2 * 100
+    assert len({e.id_ for e in ds}) == len(ds)
