@@ -1231,14 +1231,14 @@ def _step_files(paths: list) -> tuple:
 
     from episode.offline import DatasetError
     from episode.offline import format as fmt
-    from episode.offline.dataset import _schema
+    from episode.offline.dataset import read_schema
 
     schemas: dict = {}
     extras: list = []
     infos = [0, 0]
     versions = set()
     for path in paths:
-        schema = _schema(path, pa)
+        schema = read_schema(path)
         meta = fmt.read_metadata(schema, path, "steps")
         versions.add(meta["version"])
         key = (str(schema.remove_metadata()), json.dumps(meta, sort_keys=True))
@@ -1278,63 +1278,6 @@ def _step_files(paths: list) -> tuple:
     return list(schemas.values()), extras, tuple(infos), versions
 
 
-def _episode_arrays(ds) -> dict:
-    """Length, return, agent steps and done flags of each episode of a
-    dataset of ours, from its episode tables (chunks of one episode summed;
-    a multi-agent chunk's return and agent steps are its agents' rows
-    summed): no episode is built. Also each episode's kind."""
-    import numpy as np
-
-    from episode._dataset import MULTI
-
-    names = ("length", "return", "agent_steps", "terminated", "truncated", "multi")
-    chunks: dict = {name: [] for name in names}
-    for p in ds._parts:
-        t = p.table
-        length, ret = np.asarray(t["length"], np.int64), np.asarray(t["return"], np.float64)
-        parent, multi = np.asarray(t["parent"], np.int64), np.asarray(t["kind"]) == MULTI
-        agent = parent >= 0
-        agents_return, agents_length = np.zeros(p.n), np.zeros(p.n, np.int64)
-        np.add.at(agents_return, parent[agent], ret[agent])
-        np.add.at(agents_length, parent[agent], length[agent])
-        columns = {"length": length, "return": np.where(multi, agents_return, ret),
-                   "agent_steps": np.where(multi, agents_length, length),
-                   "terminated": np.asarray(t["terminated"], bool),
-                   "truncated": np.asarray(t["truncated"], bool), "multi": multi}
-        for name in names:
-            chunks[name].append(columns[name][p.top])
-    flat = {name: np.concatenate(arrays) if arrays else np.zeros(0)
-            for name, arrays in chunks.items()}
-    entries = ds._entries
-    if not entries:
-        return {name: flat[name][:0] for name in names}
-    order = np.array([k for entry in entries for k in entry], np.int64)
-    sizes = np.array([len(entry) for entry in entries], np.int64)
-    starts = np.cumsum(sizes) - sizes
-    last = order[starts + sizes - 1]        # (an episode's chunks are in time order)
-    summed = {name: np.add.reduceat(flat[name][order], starts)
-              for name in ("length", "return", "agent_steps")}
-    return {**summed, "terminated": flat["terminated"][last],
-            "truncated": flat["truncated"][last], "multi": flat["multi"][last]}
-
-
-def _agent_ids(parts: list) -> list:
-    """The agent ids of a dataset's multi-agent episodes, each once."""
-    import pyarrow.compute as pc
-
-    from episode.offline import format as fmt
-
-    ids: list = []
-    for p in parts:
-        rows = [int(i) for i in (p.table["parent"] >= 0).nonzero()[0]]
-        if rows:
-            for blob in pc.unique(p.table["agent_id"].take(rows)).to_pylist():
-                agent_id = None if blob is None else fmt.unpack_value(blob)
-                if agent_id not in ids:
-                    ids.append(agent_id)
-    return ids
-
-
 def _statistics(values) -> dict | None:
     """min, mean, median, max (None: no values, or some not numbers)."""
     import numpy as np
@@ -1351,18 +1294,10 @@ def _number(x) -> int | float:
     return int(x) if x.is_integer() else x
 
 
-def _spaces(columns: list) -> list:
-    """The distinct spaces of episode-table columns, as text and RLlib's dict."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
+def _spaces(texts: list) -> list:
+    """Spaces (as the JSON text of RLlib's dict, or None) as text and dict."""
     from episode.offline import format as fmt
 
-    texts: list = []
-    for column in columns:
-        for text in pc.value_counts(column.cast(pa.string())).field("values").to_pylist():
-            if text not in texts:
-                texts.append(text)
     return [{"space": None, "description": None} if t is None else
             {"space": " ".join(str(fmt.space_of(t, "space")).split()),
              "description": json.loads(t)}
@@ -1371,51 +1306,43 @@ def _spaces(columns: list) -> list:
 
 def _describe(ds) -> dict:
     """What `episode inspect` reports on an open dataset (see its help)."""
-    import pyarrow as pa
-
-    from episode._dataset import SINGLE
     from episode.offline import format as fmt
-    from episode.offline.dataset import _schema
+    from episode.offline.dataset import read_schema
 
-    if ds._memory is not None:
+    if ds.format != fmt.FORMAT:
         return _describe_foreign(ds)
 
-    tables = [p.path for p in ds._parts]
-    step_paths = list(dict.fromkeys(f for p in ds._parts for f in p.step_files))
-    versions = {fmt.read_metadata(_schema(path, pa), path, "episodes")["version"]
+    files = ds.files
+    tables = [f for f in files if ".episodes." in os.path.basename(f)]
+    step_paths = [f for f in files if f not in tables]
+    versions = {fmt.read_metadata(read_schema(path), path, "episodes")["version"]
                 for path in tables}
     schemas, extras, infos, step_versions = _step_files(step_paths)
-    episodes = _episode_arrays(ds)
+    episodes = ds.episode_table()
     multi = None
-    if episodes["multi"].any():
-        multi = {"episodes": int(episodes["multi"].sum()), "agents": [
-            a if isinstance(a, (str, int)) else repr(a) for a in _agent_ids(ds._parts)],
+    if episodes["multi_agent"].any():
+        multi = {"episodes": int(episodes["multi_agent"].sum()), "agents": [
+            a if isinstance(a, (str, int)) else repr(a) for a in ds.agent_ids()],
             "agent_steps": int(episodes["agent_steps"].sum())}
-    # (The spaces are the single-agent rows': a multi-agent one's agents'.)
-    single = [(p.table["kind"] == SINGLE).nonzero()[0] for p in ds._parts]
     return _report_of(
-        ds, fmt.FORMAT, sorted(versions | step_versions), tables + step_paths,
+        ds, fmt.FORMAT, sorted(versions | step_versions), files,
         {"episode_tables": len(tables), "step_files": len(step_paths)}, episodes,
-        {name: _spaces([p.table[name].take(rows) for p, rows in zip(ds._parts, single)])
-         for name in ("observation_space", "action_space")},
+        {name: _spaces(texts) for name, texts in ds.spaces().items()},
         extras, {"rows_with_info": infos[0], "rows": infos[1]}, schemas,
-        stored_chunks=len(ds._index["part"]), multi_agent=multi)
+        stored_chunks=ds.num_chunks, multi_agent=multi)
 
 
 def _describe_foreign(ds) -> dict:
     """The report for RLlib's recordings (read whole by read_episodes: the
     statistics come from its episodes)."""
-    import numpy as np
-    import pyarrow as pa
-
     from episode.offline import rllib_format
-    from episode.offline.dataset import _scan, _schema
+    from episode.offline.dataset import read_schema
 
-    _, files = _scan(ds.path, pa)
-    episodes = ds._memory
+    files = ds.files
+    episodes = list(ds)
     kinds, schemas = [], {}
     for path in files:
-        schema = _schema(path, pa)
+        schema = read_schema(path)
         kind = rllib_format.detect_format(schema)
         if kind not in kinds:
             kinds.append(kind)
@@ -1427,23 +1354,14 @@ def _describe_foreign(ds) -> dict:
                 {"column": f.name, "arrow_type": _arrow_type(f.type), "dtype": None,
                  "shape": None, "stored_as": kind, "items": None, "mode": None}
                 for f in schema]}
-    arrays = {"length": np.array([len(e) for e in episodes], np.int64),
-              "return": np.array([float(e.get_return()) for e in episodes], np.float64),
-              "terminated": np.array([bool(e.is_terminated) for e in episodes], bool),
-              "truncated": np.array([bool(e.is_truncated) for e in episodes], bool)}
-
-    def spaces(name: str) -> list:
-        found = list(dict.fromkeys(str(getattr(e, name)) for e in episodes))
-        return [{"space": s, "description": None} for s in found]
-
     extras = list(dict.fromkeys(k for e in episodes for k in e.extra_model_outputs))
     with_info = sum(1 for e in episodes for info in e.get_infos() if info)
     rows = sum(len(e.get_infos()) for e in episodes)
     return _report_of(ds, " / ".join(map(str, kinds)), [], files, {"data_files": len(files)},
-                      arrays, {"observation_space": spaces("observation_space"),
-                               "action_space": spaces("action_space")},
+                      ds.episode_table(),
+                      {name: _spaces(texts) for name, texts in ds.spaces().items()},
                       extras, {"rows_with_info": with_info, "rows": rows},
-                      list(schemas.values()), stored_chunks=len(episodes))
+                      list(schemas.values()), stored_chunks=ds.num_chunks)
 
 
 def _report_of(ds, format_name: str, versions: list, files: list, kinds: dict,

@@ -495,3 +495,28 @@ def test_vector_episodes_record_what_they_hand_on(tmp_path):
     assert sorted(e.id_ for e in ds) == sorted(e.id_ for e in handed)
     for read in ds:
         compare_episodes(read, next(e for e in handed if e.id_ == read.id_))
+
+
+def test_what_a_dataset_holds_without_building_episodes(tmp_path, monkeypatch):
+    from test_multi_agent_pickling import simultaneous
+
+    singles = [_cartpole(seed) for seed in range(3)]
+    first = singles[2].slice(slice(0, 5))
+    rest = singles[2].slice(slice(5, None), len_lookback_buffer=1)
+    multi = simultaneous(4)
+    write_episodes(singles[:2] + [first, multi], tmp_path)
+    write_episodes([rest], tmp_path, format="arrow")
+    ds = read_episodes(tmp_path)
+    monkeypatch.setattr(type(ds), "__getitem__", None)      # nothing is built below
+    table = ds.episode_table()
+    assert table["length"].tolist() == [len(e) for e in singles] + [len(multi)]
+    assert table["return"].tolist() == [e.get_return() for e in singles] + [multi.get_return()]
+    assert table["agent_steps"][-1] == multi.agent_steps()
+    assert table["terminated"].tolist() == [e.is_terminated for e in singles] + [False]
+    assert table["multi_agent"].tolist() == [False, False, False, True]
+    assert ds.num_chunks == 5 and ds.format == "episode"
+    assert len([f for f in ds.files if ".episodes." in f]) == 2
+    assert all(os.path.exists(f) for f in ds.files)
+    assert ds.spaces()["action_space"] == [
+        '{"space":"discrete","n":2,"start":0}', None]     # CartPole's; the agents' have none
+    assert ds.agent_ids() == ["a0", "a1"]
