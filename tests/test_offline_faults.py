@@ -240,3 +240,39 @@ def test_several_writers_write_one_dataset(tmp_path):
     ds = read_episodes(tmp_path)
     assert ds.num_steps == sum(steps) and min(steps) >= 6 * 2 * 100
     assert len({e.id_ for e in ds}) == len(ds)
+
+
+def test_a_store_refuses_a_bad_block_and_changes_nothing(tmp_path):
+    """Store.add_block() checks every row, lookback and leaf before it
+    stores anything (its C loop then trusts them)."""
+    from episode.offline import write_episodes
+    from episode.replay import EpisodeReplayBuffer
+
+    from test_offline_dataset import _cartpole
+
+    write_episodes([_cartpole(seed) for seed in range(3)], tmp_path, format="arrow")
+    (kind, block), = read_episodes(tmp_path).replay_items()
+    assert kind == "block"
+    buffer = EpisodeReplayBuffer(capacity=1000)
+    store = buffer._store
+    n = block["nrows"]
+    bad = [
+        {"rows": block["rows"] + n}, {"rows": -block["rows"] - 1},
+        {"lengths": block["lengths"] + n}, {"lookbacks": block["lookbacks"] - 1},
+        {"rows": block["rows"][:1]}, {"ids": [block["ids"][0]] * len(block["ids"])},
+        {"nrows": n + 1}, {"nrows": -1}, {"metas": [None] * len(block["ids"])},
+        {"tracks": {**block["tracks"], ("obs", None): [np.zeros((n, 3), np.float32)]}},
+        {"tracks": {**block["tracks"], ("obs", None): [np.zeros((n - 1, 4), np.float32)]}},
+        {"tracks": {**block["tracks"], ("obs", None): [np.zeros((n, 4), np.float64)]}},
+        {"tracks": {("obs", None): block["tracks"][("obs", None)]}},
+        {"tracks": {**block["tracks"], ("actions", None): [["x"] * n]}},
+    ]
+    for change in bad:
+        with pytest.raises((ValueError, TypeError)):
+            store.add_block(**{**block, **change})
+        assert store.num_episodes == 0 and store.live_steps == 0
+    store.add_block(**block)
+    assert store.num_episodes == 3
+    with pytest.raises(ValueError, match="stored already"):
+        store.add_block(**block)
+    assert store.num_episodes == 3

@@ -229,27 +229,95 @@ class EpisodeDataset:
 
     def replay_buffer(self) -> "EpisodeReplayBuffer":
         """The EpisodeReplayBuffer holding every episode of the dataset (its
-        capacity the dataset's steps), made on first use and kept; its `rng`
-        is ``self.rng``. ValueError for a dataset of multi-agent episodes."""
+        capacity the dataset's steps; see EpisodeReplayBuffer.add_dataset),
+        made on first use and kept; its `rng` is ``self.rng``. ValueError
+        for a dataset of multi-agent episodes."""
         from episode.replay import EpisodeReplayBuffer
 
         if self._buffer is None:
             if self.num_steps == 0:
                 raise ValueError(f"{self.path}: the dataset has no steps to draw from")
+            if self.episode_table()["multi_agent"].any():
+                raise ValueError(f"{self.path}: batches are drawn from single-agent "
+                                 f"episodes; this dataset holds multi-agent ones")
             buffer = EpisodeReplayBuffer(capacity=self.num_steps)
-            batch: list = []
-            for episode in self:
-                if not isinstance(episode, SingleAgentEpisode):
-                    raise ValueError(f"{self.path}: batches are drawn from single-agent "
-                                     f"episodes; this dataset holds multi-agent ones")
-                batch.append(episode)
-                if len(batch) == 1024:
-                    buffer.add(batch)
-                    batch = []
-            buffer.add(batch)
+            buffer.add_dataset(self)
             self._buffer = buffer
         self._buffer.rng = self.rng
         return self._buffer
+
+    def replay_items(self) -> list:
+        """The dataset in stored order as a replay buffer's add_dataset()
+        takes it: ("block", keyword arguments of Store.add_block()) for each
+        run of single-agent episodes of one step file that are whole chunks
+        with one lookback for all their tracks (their rows as the file holds
+        them, no episode object each), ("episodes", positions) for the
+        others (added as episodes)."""
+        from episode._replay import EpisodeMeta
+
+        if self._memory is not None:
+            return [("episodes", list(range(len(self))))]
+        index = self._index
+        runs: list = []            # [(file or None, [(position, local row)])]
+        for position, entry in enumerate(self._entries):
+            k = entry[0]
+            p = int(index["part"][k])
+            part, i = self._parts[p], int(index["local"][k])
+            lookbacks = part.lookbacks[i]
+            where = None
+            if (len(entry) == 1 and part.table["kind"][i] == SINGLE and part.table["rows"][i]
+                    and (lookbacks == lookbacks[0]).all() and _plain_details(part, i)):
+                where = (p, int(part.table["group"][i]))
+            if runs and runs[-1][0] == where:
+                runs[-1][1].append((position, i))
+            else:
+                runs.append((where, [(position, i)]))
+        items: list = []
+        metas: dict = {}
+        for where, members in runs:
+            block = None if where is None else self._block(where, members, metas)
+            if block is not None:
+                items.append(("block", block))
+            elif items and items[-1][0] == "episodes":
+                items[-1][1].extend(position for position, _ in members)
+            else:
+                items.append(("episodes", [position for position, _ in members]))
+        return items
+
+    def _block(self, where: tuple, members: list, metas: dict) -> Optional[dict]:
+        from episode._replay import EpisodeMeta
+
+        part = self._parts[where[0]]
+        step_file = self._step_file(part, where[1])
+        tracks = step_file.block_tracks()
+        if tracks is None:          # a leaf without rows: one by one
+            return None
+        t = part.table
+        rows = np.array([i for _, i in members], np.int64)
+        first = self._single(part, int(rows[0]))
+        extra_keys = tuple(first.extra_model_outputs)
+        defaultdict_extras = type(first.extra_model_outputs) is not dict
+        block_metas, ids = [], []
+        for i in rows.tolist():
+            fields = part.fields(i)
+            key = (fields["agent_id"], fields["module_id"], fields["multi_agent_episode_id"],
+                   t["observation_space"][i].as_py(), t["action_space"][i].as_py())
+            meta = metas.get(key) if fields["custom_data"] is None else None
+            if meta is None:
+                meta = EpisodeMeta(key[0], key[1], key[2], fields["observation_space"],
+                                   fields["action_space"], extra_keys, fields["custom_data"],
+                                   defaultdict_extras)
+                if fields["custom_data"] is None:
+                    metas[key] = meta
+            block_metas.append(meta)
+            ids.append(fields["id_"])
+        return {"first": first, "tracks": tracks, "infos": step_file.infos_by_row(),
+                "nrows": step_file.nrows, "rows": t["row"][rows],
+                "lookbacks": part.lookbacks[rows, 0], "lengths": t["length"][rows],
+                "t_started": t["t_started"][rows], "terminated": t["terminated"][rows],
+                "truncated": t["truncated"][rows], "start_times": t["start_time"][rows],
+                "last_step_times": t["last_step_time"][rows], "ids": ids,
+                "metas": block_metas}
 
     def __repr__(self) -> str:
         return f"EpisodeDataset({self.path!r}: {len(self)} episodes, {self.num_steps} steps)"
@@ -496,6 +564,13 @@ class _Part:
         if space is _MISSING:
             space = self._spaces[text] = fmt.space_of(text, f"{self.path}: column {name!r}")
         return space
+
+
+def _plain_details(part: "_Part", i: int) -> bool:
+    # No details but, at most, the last added observation (which a replay
+    # store does not keep).
+    details = part.value("details", i)
+    return details is None or set(details) <= {"last_added"}
 
 
 def _time(value: float) -> Optional[float]:

@@ -637,6 +637,39 @@ cdef class StepFile:
             return {key: self.track(sub, start, count) for key, sub in (<dict>tree).items()}
         return tuple([self.track(sub, start, count) for sub in tree])
 
+    def block_tracks(self):
+        """Each track's leaves in dm-tree (sorted-key) order, as a replay
+        store's add_block() takes them: the file's rows of a stored leaf (an
+        array, read in place), a list of the decoded items of an encoded
+        one (None for padding). None where a leaf holds no rows at all."""
+        names = [("obs", None), ("actions", None), ("rewards", None)] + [
+            ("extras", key) for key in self.extra_keys]
+        out = {}
+        for name, tree in zip(names, self.trees):
+            leaves = []
+            for k in sorted_leaves(tree, []):
+                leaf = self.leaves[k]
+                if type(leaf) is Column:
+                    leaves.append((<Column>leaf).view())
+                elif type(leaf) is Encoded:
+                    leaves.append([(<Encoded>leaf).value(i, None) for i in range(self.nrows)])
+                else:
+                    return None
+            out[name] = leaves
+        return out
+
+    def infos_by_row(self):
+        """The file's infos that are not empty, by row."""
+        cdef Py_ssize_t i
+        if self.infos is None:
+            return {}
+        out = {}
+        for i in range(self.nrows):
+            item = self.infos.value(i, EMPTY)
+            if item is not EMPTY:
+                out[i] = item
+        return out
+
     def episode(self, cls, Py_ssize_t row, Py_ssize_t rows, Py_ssize_t length,
                 tuple lookbacks, dict fields):
         """The episode at rows [row, row + rows) (0 rows: not reset), of
@@ -679,6 +712,19 @@ cdef class StepFile:
                             fields["multi_agent_episode_id"], fields["start_time"],
                             fields["last_step_time"], fields["custom_data"],
                             self.extras_default, fields["last_added"])
+
+
+cdef list sorted_leaves(object tree, list out):
+    # A StepFile tree's leaf numbers in dm-tree order (dict keys sorted).
+    if type(tree) is int:
+        out.append(tree)
+    elif type(tree) is dict:
+        for key in sorted(tree):
+            sorted_leaves(tree[key], out)
+    else:
+        for sub in tree:
+            sorted_leaves(sub, out)
+    return out
 
 
 # A null in an infos column: an empty dict (each episode gets its own).
