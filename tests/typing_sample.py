@@ -271,6 +271,8 @@ def record_and_read(folder: str) -> None:   # (type-checked only: it writes file
     n: int = len(dataset) + dataset.num_steps
     drawn: dict[str, Any] = dataset.sample_batch(32, n_step=3)
     buffer: EpisodeReplayBuffer = dataset.replay_buffer()
+    items: list[tuple[str, Any]] = dataset.replay_items()
+    EpisodeReplayBuffer(capacity=dataset.num_steps).add_dataset(dataset)
     generator: np.random.Generator = dataset.rng
     table: dict[str, npt.NDArray[Any]] = dataset.episode_table()
     spaces: dict[str, list[str | None]] = dataset.spaces()
@@ -278,7 +280,7 @@ def record_and_read(folder: str) -> None:   # (type-checked only: it writes file
     where = (dataset.format, dataset.files, dataset.num_chunks, dataset.path)
     for read in dataset:
         print(read, first, some, n, drawn, buffer, generator, files, writer.closed, table,
-              spaces, agents, where)
+              spaces, agents, where, items)
 
 
 def distributed() -> None:   # (type-checked only: it starts Ray)
