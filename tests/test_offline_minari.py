@@ -978,11 +978,27 @@ def test_missing_pieces_of_a_dataset_are_named(root):
         from_minari(no_file)
 
 
-def test_missing_modules_name_the_extra(root, monkeypatch):
-    path = _write_cartpole(root)
-    monkeypatch.setitem(sys.modules, "h5py", None)
+def test_importing_the_module_imports_no_storage_library():
+    code = ("import sys, episode.offline.minari; "
+            "print([m for m in ('h5py', 'pyarrow', 'PIL', 'minari') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize("fmt, missing", [("hdf5", "h5py"), ("arrow", "pyarrow"),
+                                           ("parquet", "pyarrow.parquet"),
+                                           ("hdf5", "PIL.Image")])
+def test_missing_modules_name_the_extra(root, monkeypatch, fmt, missing):
+    episodes = _image_and_dict_episodes() if missing == "PIL.Image" else _cartpole_episodes()
+    path = to_minari(episodes, f"mods/{fmt}-{missing.replace('.', '_')}-v0",
+                     data_format=fmt)
+    monkeypatch.setitem(sys.modules, missing, None)
     with pytest.raises(ImportError, match=r'pip install "episode\[minari\]"'):
         from_minari(path)
+    with pytest.raises(ImportError, match=r'pip install "episode\[minari\]"'):
+        to_minari(episodes, f"mods/again-{fmt}-v0", data_format=fmt)
+    _no_dataset_left(root, f"mods/again-{fmt}-v0")
 
 
 # -- damaged files, in a child process: an error, never a crash ----------------------

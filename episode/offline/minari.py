@@ -565,8 +565,8 @@ class _HDF5Reader:
 
     def __init__(self, data_path: pathlib.Path, meta: _Metadata):
         h5py = _h5py()
-        from h5py import h5d, h5g, h5o, h5s, h5t
-        self.h5py, self.h5d, self.h5g, self.h5o, self.h5t = h5py, h5d, h5g, h5o, h5t
+        from h5py import h5a, h5d, h5g, h5o, h5s, h5t
+        self.h5py, self.h5a, self.h5d, self.h5g, self.h5o, self.h5t = h5py, h5a, h5d, h5g, h5o, h5t
         self.all = h5s.ALL
         self.meta = meta
         self.file = data_path / _HDF5_FILE
@@ -730,8 +730,8 @@ class _HDF5Reader:
                     raise _Damaged(f"{what}[{key!r}] is not {n} rows of numbers")
                 extras[key] = value
         id_ = None
-        if "id_" in (attrs := self.h5py.Group(group).attrs):
-            id_ = attrs["id_"]
+        if self.h5a.exists(group, b"id_"):
+            id_ = self.h5py.Group(group).attrs["id_"]
             if not isinstance(id_, str):
                 raise _Damaged(f"its id_ is {type(id_).__name__}, not a string")
         return _build(i, id_, obs, actions, rewards, terminated, truncated,
