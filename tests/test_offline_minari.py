@@ -209,6 +209,10 @@ def assert_same(x, y):
                 _same_values(v, w, f"infos{p}[{t}]")
 
 
+def _key_order(info):
+    return [(k, _key_order(v) if isinstance(v, dict) else None) for k, v in info.items()]
+
+
 def assert_same_episode(orig, back, obs_space, act_space):
     """`back` (read by from_minari) holds what `orig` held, exactly."""
     assert type(back) is SingleAgentEpisode
@@ -220,7 +224,9 @@ def assert_same_episode(orig, back, obs_space, act_space):
     assert back.is_truncated == (orig.is_truncated if n else False)
     assert_same(canonical_ours(orig, obs_space, act_space),
                 canonical_ours(back, obs_space, act_space))
-    assert set(back.extra_model_outputs) == set(orig.extra_model_outputs)
+    # Info dicts keep their keys' order, nested ones too.
+    assert [_key_order(i) for i in back.get_infos()] == [_key_order(i) for i in orig.get_infos()]
+    assert list(back.extra_model_outputs) == list(orig.extra_model_outputs)
     for key in orig.extra_model_outputs:
         want = np.asarray(orig.get_extra_model_outputs(key))
         got = back.get_extra_model_outputs(key)

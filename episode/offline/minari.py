@@ -1363,9 +1363,11 @@ def _write_hdf5(data: pathlib.Path, tracks: list, obs_leaves: list, action_leave
             group.create_dataset(name, data=values)
 
     def put_tree(group, tree: dict) -> None:
+        # Groups that keep their members' order: the info dicts read back
+        # with their keys in the env's order.
         for key, value in tree.items():
             if isinstance(value, dict):
-                put_tree(group.create_group(key), value)
+                put_tree(group.create_group(key, track_order=True), value)
             elif isinstance(value, list):
                 group.create_dataset(key, data=np.array(value, dtype=object), dtype=text)
             else:
@@ -1385,9 +1387,9 @@ def _write_hdf5(data: pathlib.Path, tracks: list, obs_leaves: list, action_leave
             g.create_dataset("rewards", data=t["rewards"])
             g.create_dataset("terminations", data=t["terminations"])
             g.create_dataset("truncations", data=t["truncations"])
-            put_tree(g.create_group("infos"), t["infos"])
+            put_tree(g.create_group("infos", track_order=True), t["infos"])
             if t["extras"]:
-                put_tree(g.create_group(_EXTRAS), t["extras"])
+                put_tree(g.create_group(_EXTRAS, track_order=True), t["extras"])
 
 
 def _write_arrow(data: pathlib.Path, tracks: list, obs_space: gym.Space,
