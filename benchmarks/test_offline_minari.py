@@ -24,8 +24,11 @@ extra_info["ns_per_step"]):
   batches of 256 transitions drawn from it: ours `from_minari` + an
   EpisodeReplayBuffer (`add`, `sample_batch(256)`) against TorchRL's
   `MinariExperienceReplay(id, batch_size=256, load_from_local_minari=True)`
-  (which copies the HDF5 file into memory-mapped tensors under its root)
-  and `sample()`. TorchRL reads the HDF5 backend only.
+  (which reads the HDF5 file into tensors and makes memory-mapped ones
+  under its root) and `sample()`. TorchRL reads the HDF5 backend only.
+  TorchRL 0.14.1 keeps a contentless `memmap_like()` copy of the tensors
+  it filled, so it samples zeros (tests/test_offline_minari.py pins it);
+  writing the data into the memory map would only add to its time.
 - minari_sample_cartpole: one batch of 256 transitions from the built
   buffers (ours `sample_batch(256)`, TorchRL's `sample()`).
 

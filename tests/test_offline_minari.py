@@ -638,6 +638,44 @@ def test_to_minari_takes_rllib_episodes(root):
     assert back.get_extra_model_outputs("logp").tolist() == [-0.1, -0.2]
 
 
+def test_torchrl_reads_what_to_minari_writes(root, tmp_path):
+    # TorchRL's MinariExperienceReplay, offline (load_from_local_minari):
+    # it opens main_data.hdf5 itself, extras included.
+    torchrl_minari = pytest.importorskip("torchrl.data.datasets.minari_data")
+    import logging
+    logging.getLogger("torchrl").setLevel(logging.WARNING)
+    episodes = _cartpole_episodes(3)
+    for ep in episodes:
+        ep.extra_model_outputs["logp"] = type(ep.rewards)(
+            data=np.linspace(-1, 0, len(ep), dtype=F32).tolist(), lookback=0)
+    to_minari(episodes, "torchrl/cp-v0")
+    rb = torchrl_minari.MinariExperienceReplay("torchrl/cp-v0", batch_size=4,
+                                               root=tmp_path / "ours", download=False,
+                                               load_from_local_minari=True)
+    data = rb[:]
+    steps = sum(map(len, episodes))
+    assert data.batch_size == (steps,)
+    assert data["observation"].shape == data["next", "observation"].shape == (steps, 4)
+    assert data["extra_model_outputs", "logp"].shape == (steps,)
+    obs = np.concatenate([e.get_observations()[:-1] for e in episodes])
+    if not data["observation"].any():
+        # TorchRL 0.14 builds the tensors, then keeps a contentless
+        # memmap_like() copy of them: zeros, for Minari's own datasets too.
+        obs_space, act_space, buffers = _minari_buffers("cartpole", [3, 4])
+        _quiet_create("torchrl/theirs-v0", buffers, observation_space=obs_space,
+                      action_space=act_space)
+        theirs = torchrl_minari.MinariExperienceReplay(
+            "torchrl/theirs-v0", batch_size=4, root=tmp_path / "theirs", download=False,
+            load_from_local_minari=True)[:]
+        assert not theirs["observation"].any()
+        return
+    assert np.array_equal(data["observation"].numpy(), obs)
+    assert data["episode"].tolist() == sum(([k] * len(e) for k, e in enumerate(episodes)), [])
+    assert data["action"].tolist() == sum((list(e.get_actions()) for e in episodes), [])
+    assert np.array_equal(data["extra_model_outputs", "logp"].numpy(),
+                          np.concatenate([e.get_extra_model_outputs("logp") for e in episodes]))
+
+
 def test_spaces_come_from_the_keywords_when_episodes_have_none(root):
     ep = SingleAgentEpisode(observations=[0.5, 0.25], actions=[1], rewards=[2.0],
                             len_lookback_buffer=0)
