@@ -547,6 +547,27 @@ def test_pictures_are_written_losslessly(root):
         assert np.array_equal(from_minari(f"img/png-{fmt}-v0")[0].get_observations(), frames)
 
 
+def test_pictures_decode_in_a_forked_child(root):
+    # The helper thread that decodes half of the pictures is per process: a
+    # child forked after the parent used it decodes too (no wait forever).
+    space = gym.spaces.Box(0, 255, (32, 32), np.uint8)
+    frames = _rng().integers(0, 256, (40, 32, 32), dtype=np.uint8)
+    ep = SingleAgentEpisode(observations=list(frames), actions=[0] * 39, rewards=[1.0] * 39,
+                            observation_space=space, action_space=gym.spaces.Discrete(2),
+                            len_lookback_buffer=0)
+    path = to_minari([ep], "img/fork-v0")
+    assert np.array_equal(from_minari(path)[0].get_observations(), frames)
+    import multiprocessing
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(1) as pool:
+        result = pool.apply_async(_frames_of, (str(path),))
+        assert np.array_equal(result.get(timeout=120), frames)
+
+
+def _frames_of(path):
+    return from_minari(path)[0].get_observations()
+
+
 # -- to_minari: metadata, layout, what Minari sees ------------------------------------
 
 def _cartpole_episodes(count=3, seed=0, numpy=False):

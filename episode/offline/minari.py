@@ -465,17 +465,20 @@ def _decode_images(items: Sequence, leaf: _Leaf, rows: int, what: str) -> np.nda
 
 
 _THREADED_PICTURES = 16
-_POOL: list = []
+_POOL: dict = {}
 
 
 def _picture_pool():
     """One helper thread for decoding pictures beside the caller (None on a
-    single core)."""
-    if not _POOL:
+    single core). One per process: a forked child has the pool object but
+    not its thread."""
+    pid = os.getpid()
+    if pid not in _POOL:
         from concurrent.futures import ThreadPoolExecutor
-        _POOL.append(ThreadPoolExecutor(1, thread_name_prefix="episode-pictures")
-                     if (os.cpu_count() or 1) > 1 else None)
-    return _POOL[0]
+        _POOL.clear()
+        _POOL[pid] = (ThreadPoolExecutor(1, thread_name_prefix="episode-pictures")
+                      if (os.cpu_count() or 1) > 1 else None)
+    return _POOL[pid]
 
 
 def _texts(items: Sequence, rows: int, what: str) -> np.ndarray:
