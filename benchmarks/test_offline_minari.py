@@ -176,7 +176,7 @@ class _TorchRL:
         import inspect
         module = pytest.importorskip("torchrl.data.datasets.minari_data")
         self.cls = module.MinariExperienceReplay
-        if "load_from_local_minari" not in inspect.signature(self.cls).parameters:
+        if "load_from_local_minari" not in inspect.signature(self.cls.__init__).parameters:
             pytest.skip("this TorchRL reads Minari datasets only by downloading them")
         self.roots = []
 
