@@ -174,6 +174,16 @@ class DemoStats:
     inputs: dict = field(default_factory=dict)    # the last policy input's column shapes
 
 
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a seed >= 0, got {text!r}")
+    return value
+
+
 def _make_env(env_id: str, num_envs: int):
     """A sync vector env of `num_envs` copies of `env_id` (UsageError if unknown)."""
     import gymnasium as gym
@@ -313,11 +323,20 @@ def _multi_agent_factory(reference: str):
     """The class or function `module:attr` names (for a PettingZoo
     ParallelEnv or an RLlib MultiAgentEnv), or None for a gymnasium id. A
     `module:EnvId-v0` id's module is imported here, so that gymnasium finds
-    it registered; UsageError if the module cannot be imported."""
+    it registered; UsageError if the module cannot be imported, or has no
+    such attribute and no such environment is registered."""
+    import gymnasium as gym
+
     module_name, sep, attr = reference.partition(":")
-    if not sep or not module_name:
+    if not sep:
         return None
+    if not module_name or not attr:
+        raise UsageError(f"--env {reference!r}: expected a gymnasium id or module:name")
     module = _import_env_module(module_name, reference)
+    if attr.isidentifier() and not hasattr(module, attr) and attr not in gym.registry \
+            and reference not in gym.registry:
+        raise UsageError(f"--env {reference!r}: module {module_name!r} has no attribute "
+                         f"{attr!r} (and no environment {attr!r} is registered)")
     factory = getattr(module, attr, None) if attr.isidentifier() else None
     return factory if callable(factory) else None
 
@@ -720,7 +739,7 @@ def _plot(report: dict, path: str) -> None:
 def bench(args) -> int:
     from episode.workloads import WORKLOADS
 
-    if args.workloads:
+    if args.workloads is not None:
         names = [n.strip() for n in args.workloads.split(",") if n.strip()]
         unknown = [n for n in names if n not in WORKLOADS]
         if unknown or not names:
@@ -1521,7 +1540,7 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--prev-actions", action="store_true",
                    help="views of the previous action and reward (prev_actions, "
                         "prev_rewards), read by the policy and in the batches")
-    d.add_argument("--seed", type=int, default=0, help="env and action seed "
+    d.add_argument("--seed", type=_seed, default=0, help="env and action seed "
                    "(default: %(default)s)")
     d.set_defaults(func=demo)
 
@@ -1534,7 +1553,7 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--rounds", type=_positive_int, default=None,
                    help="timed rounds per workload and implementation (default: 7, 3 with "
                         "--quick)")
-    b.add_argument("--workloads", default="", metavar="NAME,...",
+    b.add_argument("--workloads", default=None, metavar="NAME,...",
                    help="comma-separated workloads to run (default: all, listed below)")
     b.add_argument("--json", metavar="PATH", help="write the results as JSON")
     b.add_argument("--plot", metavar="PATH",
@@ -1587,7 +1606,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--agents", type=_positive_int, default=1,
                    help="with N > 1: N copies of the --env gymnasium env as the agents of "
                         "one multi-agent env, recorded as MultiAgentEpisodes (default: 1)")
-    r.add_argument("--seed", type=int, default=0, help="env and action seed "
+    r.add_argument("--seed", type=_seed, default=0, help="env and action seed "
                    "(default: %(default)s)")
     r.add_argument("--format", choices=["parquet", "arrow"], default="parquet",
                    help="Parquet files, or Arrow IPC files (read memory-mapped, in place) "
