@@ -473,15 +473,23 @@ class Sampler:
         writer: An `episode.offline.EpisodeWriter` that records every
             episode (and chunk) sample_episodes() and sample() hand on, as
             they hand it on (numpy'ized), or None.
+        check_observations: Whether the env's observations must lie in its
+            observation space (ValueError naming the sub-env, the agent and
+            the space otherwise). RLlib's runners do not check; False lets
+            such observations in.
     """
 
     def __init__(self, env: Any, policy: Optional[Callable] = None, *,
                  view_requirements: Optional[Dict[str, ViewRequirement]] = None,
                  batch_mode: BatchMode = "truncate_episodes", rollout_fragment_length: int = 200,
                  count_steps_by: CountStepsBy = "env_steps", num_envs: int = 1,
-                 seed: Optional[int] = None, writer: Any = None):
+                 seed: Optional[int] = None, writer: Any = None,
+                 check_observations: bool = True):
         check_sampler_args(policy, batch_mode, rollout_fragment_length, count_steps_by,
                            num_envs, seed)
+        if type(check_observations) is not bool:
+            raise TypeError(f"check_observations must be a bool, got {check_observations!r}")
+        self.check_observations = check_observations
         self.batch_mode = batch_mode
         self.rollout_fragment_length = int(rollout_fragment_length)
         self.count_steps_by = count_steps_by
@@ -730,11 +738,20 @@ class Sampler:
         return done, chunks
 
     def _check_observations(self, obs: Any) -> None:
+        if not self.check_observations:
+            return
         space = self.env.observation_space
         inside = in_box(obs, space.low, space.high) if type(space) is gym.spaces.Box else None
         if inside is None:
             inside = space_contains(space, obs)
         if not inside:
+            single = self.env.single_observation_space
+            for k in range(self.num_envs):
+                row = _row(obs, k)
+                if not space_contains(single, row):
+                    raise ValueError(f"sub-env {k} returned an observation outside its space "
+                                     f"{single}: {row!r} (Sampler(check_observations=False) "
+                                     f"lets it in)")
             raise ValueError(f"the env returned observations outside {space}: {obs!r}")
 
     # -- multi-agent -----------------------------------------------------------------
@@ -750,8 +767,10 @@ class Sampler:
 
         env = self.envs[i]
         obs, infos = env.reset(seed=seed)
-        for aid, o in obs.items():
-            _check_in_space(env.observation_space(aid), o, f"agent {aid!r}'s reset observation is")
+        if self.check_observations:
+            for aid, o in obs.items():
+                _check_in_space(env.observation_space(aid), o,
+                                f"sub-env {i}'s agent {aid!r}'s reset observation is")
         episode = MultiAgentEpisode(
             observation_space={aid: env.observation_space(aid) for aid in env.possible_agents},
             action_space={aid: env.action_space(aid) for aid in env.possible_agents})
@@ -799,9 +818,10 @@ class Sampler:
                     continue
                 actions, extras = self._multi_agent_actions(i, episode.get_agents_to_act())
                 obs, rewards, terminateds, truncateds, infos = env.step(actions)
-                for aid, o in obs.items():
-                    _check_in_space(env.observation_space(aid), o,
-                                    f"the env returned agent {aid!r} an observation")
+                if self.check_observations:
+                    for aid, o in obs.items():
+                        _check_in_space(env.observation_space(aid), o,
+                                        f"sub-env {i} returned agent {aid!r} an observation")
                 episode.add_env_step(obs, actions, rewards, infos, terminateds=terminateds,
                                      truncateds=truncateds, extra_model_outputs=extras)
                 self._metrics.add_steps(1, len(obs))

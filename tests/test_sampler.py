@@ -465,3 +465,29 @@ def test_no_episode_is_lost_to_a_rollout_that_raises(mode):
     assert not [e for e in s.take_pending() if len(e)]      # nothing new since
     # Sampling goes on from there.
     assert [e for e in s.sample_episodes() if e.is_done]
+
+
+class _Outside(gym.Env):
+    """Observations outside its Box from the third step on."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.full(2, 5.0 if self.t >= 3 else 0.0, np.float32), 1.0, self.t >= 6, False, {}
+
+
+def test_observations_outside_the_space_name_the_sub_env_and_can_be_let_in():
+    with pytest.raises(ValueError, match=r"sub-env 0 returned an observation outside its space "
+                                         r"Box\(-1.0, 1.0, \(2,\), float32\)"):
+        Sampler(_Outside, num_envs=2, rollout_fragment_length=10).sample_episodes()
+    sampler = Sampler(_Outside, num_envs=2, rollout_fragment_length=10, check_observations=False)
+    episodes = sampler.sample_episodes()
+    assert sum(len(e) for e in episodes) == 20 and episodes[0].get_observations(-1)[0] == 5.0
+    with pytest.raises(TypeError):
+        Sampler(_Outside, check_observations=1)
