@@ -316,15 +316,9 @@ def test_multi_agent_episodes_round_trip_exactly(tmp_path, format):
 
 
 def test_a_multi_agent_episode_cut_and_written_apart_reads_back_whole(tmp_path):
-    from test_multi_agent_pickling import obs, same_episode, simultaneous
+    from test_multi_agent_pickling import cut_chunks, same_episode
 
-    ep = simultaneous(4, numpy=False)
-    successor = ep.cut(len_lookback_buffer=1)
-    for t in range(5, 8):
-        successor.add_env_step({"a0": obs(t), "a1": obs(t)}, {"a0": 0, "a1": 1},
-                               {"a0": 1.0, "a1": 1.0},
-                               extra_model_outputs={"a0": {"vf": np.float32(t)},
-                                                    "a1": {"vf": np.float32(t)}})
+    ep, successor = cut_chunks()
     write_episodes([ep], tmp_path)
     write_episodes([successor], tmp_path)
     expected = copy.deepcopy(ep)

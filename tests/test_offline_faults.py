@@ -173,14 +173,6 @@ def test_damaged_datasets_are_read_or_refused_never_a_crash(tmp_path, format):
 # -- a dataset bigger than what it may hold -----------------------------------------------
 
 
-def _rss() -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmRSS"):
-                return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS")
-
-
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"),
                     reason="reads the resident size from /proc")
 @pytest.mark.skipif("libasan" in os.environ.get("LD_PRELOAD", ""),
@@ -190,6 +182,8 @@ def test_reading_a_large_memory_mapped_dataset_keeps_the_resident_size_bounded(t
     tables only, and reading every frame of every episode holds no more than
     the few files open at a time (episode.offline.dataset.OPEN_FILES)."""
     import gc
+
+    from test_replay import _rss
 
     from episode import SingleAgentEpisode
     from episode.offline import EpisodeWriter

@@ -967,32 +967,9 @@ cdef class Store:
             lookback = 0
         # Changes.
         if is_new:
-            self._reserve_slots()
-            self.n_free -= 1
-            slot = self.free_slots[self.n_free]
-            ep = &self.eps[slot]
-            ep.first_run = -1
-            ep.last_run = -1
-            ep.length = 0
-            ep.t_started = episode.t_started
-            ep.lookback = <int32_t>lookback
-            ep.terminated = 0
-            ep.truncated = 0
-            ep.finalized = obs.is_finalized()
-            ep.live = 1
-            ep.start_time = episode.start_time
-            ep.last_step_time = episode.last_step_time
-            ep.prev = self.last_slot
-            ep.next = -1
-            if self.last_slot >= 0:
-                self.eps[self.last_slot].next = slot
-            else:
-                self.first_slot = slot
-            self.last_slot = slot
-            self.num_episodes += 1
-            self.ids[slot] = episode.id_
-            self.keys[slot] = key
-            self._insert(key, slot)
+            slot = self._new_slot(episode.id_, key, episode.t_started, lookback, 0,
+                                  obs.is_finalized(), episode.start_time,
+                                  episode.last_step_time)
             self.meta[slot] = self._meta_of(episode, extras, slot)
             first_ts = -lookback
         else:
@@ -1013,6 +990,51 @@ cdef class Store:
         elif episode.is_truncated:
             ep.truncated = 1
         return slot, is_new, max(first_ts, 0), n
+
+    cdef int32_t _new_slot(self, object id_, object key, int64_t t_started, Py_ssize_t lookback,
+                           int64_t length, bint finalized, double start_time,
+                           double last_step_time) except -1:
+        # A new stored episode, after the newest: its slot, keyed (its
+        # meta and runs are the caller's to set).
+        cdef int32_t slot
+        cdef Ep* ep
+        self._reserve_slots()
+        self.n_free -= 1
+        slot = self.free_slots[self.n_free]
+        ep = &self.eps[slot]
+        ep.first_run = -1
+        ep.last_run = -1
+        ep.length = length
+        ep.t_started = t_started
+        ep.lookback = <int32_t>lookback
+        ep.terminated = 0
+        ep.truncated = 0
+        ep.finalized = finalized
+        ep.live = 1
+        ep.start_time = start_time
+        ep.last_step_time = last_step_time
+        ep.prev = self.last_slot
+        ep.next = -1
+        if self.last_slot >= 0:
+            self.eps[self.last_slot].next = slot
+        else:
+            self.first_slot = slot
+        self.last_slot = slot
+        self.num_episodes += 1
+        self.ids[slot] = id_
+        self.keys[slot] = key
+        self._insert(key, slot)
+        return slot
+
+    cdef int _append_run(self, int32_t slot, int64_t run) noexcept:
+        # The episode's runs are a list in the order they came.
+        cdef Ep* ep = &self.eps[slot]
+        if ep.last_run >= 0:
+            self.runs[ep.last_run & (self.run_cap - 1)].next = run
+        else:
+            ep.first_run = run
+        ep.last_run = run
+        return 0
 
     cdef object _checked_layout(self, EpisodeCore episode, object extras, bint is_new):
         # The tracks' leaf structures for the episode (set on first sight).
@@ -1112,12 +1134,7 @@ cdef class Store:
                 for k in range(count):
                     block.leaf_of_row[block.size + k] = -1
             block.size += count
-            ep = &self.eps[slot]
-            if ep.last_run >= 0:
-                self.runs[ep.last_run & (self.run_cap - 1)].next = run
-            else:
-                ep.first_run = run
-            ep.last_run = run
+            self._append_run(slot, run)
             done += count
         self._write_final(slot, episode, layout, n)
         return 0
@@ -1303,45 +1320,18 @@ cdef class Store:
         finalized = first.observations.is_finalized()
         for i in range(n):
             lb, length, row = lookbacks_v[i], lengths_v[i], rows_v[i]
-            self._reserve_slots()
-            self.n_free -= 1
-            slot = self.free_slots[self.n_free]
+            slot = self._new_slot(ids[i], ids[i], started_v[i], lb, length, finalized,
+                                  start_v[i], last_v[i])
             ep = &self.eps[slot]
-            ep.first_run = -1
-            ep.last_run = -1
-            ep.length = length
-            ep.t_started = started_v[i]
-            ep.lookback = <int32_t>lb
             ep.terminated = terminated_v[i] != 0
             ep.truncated = truncated_v[i] != 0
-            ep.finalized = finalized
-            ep.live = 1
-            ep.start_time = start_v[i]
-            ep.last_step_time = last_v[i]
-            ep.prev = self.last_slot
-            ep.next = -1
-            if self.last_slot >= 0:
-                self.eps[self.last_slot].next = slot
-            else:
-                self.first_slot = slot
-            self.last_slot = slot
-            self.num_episodes += 1
-            self.ids[slot] = ids[i]
-            self.keys[slot] = ids[i]
-            self._insert(ids[i], slot)
             self.meta[slot] = metas[i]
             # Its runs: the lookback rows (ts < 0), then its steps.
             for ts, count in ((-lb, lb), (0, length)):
-                if count == 0:
-                    continue
-                run = self._new_run(block, block_seq, <int32_t>(row + lb + ts),
-                                    <int32_t>count, slot, <int32_t>ts)
-                ep = &self.eps[slot]
-                if ep.last_run >= 0:
-                    self.runs[ep.last_run & (self.run_cap - 1)].next = run
-                else:
-                    ep.first_run = run
-                ep.last_run = run
+                if count:
+                    self._append_run(slot, self._new_run(
+                        block, block_seq, <int32_t>(row + lb + ts), <int32_t>count, slot,
+                        <int32_t>ts))
             for r in range(row, row + lb + length):
                 item = infos.get(r)
                 if item is not None:
