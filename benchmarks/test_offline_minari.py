@@ -53,23 +53,13 @@ from minari.data_collector import EpisodeBuffer  # noqa: E402
 
 from episode.offline.minari import from_minari  # noqa: E402
 
+# torch (TorchRL, SB3) on one thread, as ours and cpprb are.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 EPISODES = 1_000
 BATCH = 256
 SAMPLES = 100
 BACKENDS = ("hdf5", "arrow")
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    try:
-        import torch
-    except ImportError:
-        yield
-        return
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _cartpole_buffers():
