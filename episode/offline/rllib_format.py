@@ -31,12 +31,12 @@ import pickle
 import pickletools
 import sys
 import uuid
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from episode.single_agent_episode import SingleAgentEpisode
-from episode.spaces import map_struct
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -171,6 +171,7 @@ class _Dtype:
     """Stands in for numpy.dtype(type, align, copy) and its __setstate__."""
 
     __slots__ = ("dtype",)
+    dtype: Any
 
     def __new__(cls, *args: Any) -> "_Dtype":
         self = object.__new__(cls)
@@ -217,7 +218,7 @@ def _checked_shape(shape: Any) -> tuple:
     return shape
 
 
-def _array_of(data: Any, dtype: np.dtype, shape: tuple, order: str) -> np.ndarray:
+def _array_of(data: Any, dtype: np.dtype, shape: tuple, order: Any) -> np.ndarray:
     # The array numpy would rebuild, from data checked to hold exactly it.
     if dtype.kind == "O":
         if type(data) is not list or len(data) != math.prod(shape):
@@ -249,6 +250,7 @@ class _Reconstructed:
     __setstate__ (protocols 2 to 4, and arrays that are not contiguous)."""
 
     __slots__ = ("array",)
+    array: Any
 
     def __new__(cls) -> "_Reconstructed":
         self = object.__new__(cls)
@@ -360,7 +362,7 @@ def safe_loads(data: Any) -> Any:
         # or a memo index beyond any object count (corrupt ones), would
         # otherwise have the unpickler allocate that much.
         for op, arg, _ in pickletools.genops(data):
-            if op.name in _MEMO_PUTS and arg > len(data):
+            if op.name in _MEMO_PUTS and isinstance(arg, int) and arg > len(data):
                 raise ValueError(f"a memo index of {arg} in {len(data)} bytes")
     except Exception as error:
         raise ValueError(f"corrupt pickle in a packed value: {error}") from error
@@ -626,7 +628,7 @@ def _one_step_episodes(columns: dict, schema: dict, compress: set,
             if ignore_final:
                 next_obs = _zeros_like(obs)
             else:
-                next_obs = next_column[i]
+                next_obs = next_column[i] if next_column is not None else None
                 next_obs = _unpack_if_needed(next_obs) if "obs" in compress else next_obs
             action = _unpack_if_needed(actions[i]) if "actions" in compress else actions[i]
             outputs = {k: [_unpack_if_needed(columns[k][i]) if k in compress else columns[k][i]]
@@ -894,8 +896,9 @@ def _tensor_type_class() -> Any:
         try:
             from ray.data.extensions import ArrowTensorTypeV2
         except ImportError:
-            ArrowTensorTypeV2 = _stand_in_tensor_type()
-        _TENSOR_CLASS = ArrowTensorTypeV2
+            _TENSOR_CLASS = _stand_in_tensor_type()
+        else:
+            _TENSOR_CLASS = ArrowTensorTypeV2
     return _TENSOR_CLASS
 
 
@@ -997,7 +1000,7 @@ def episode_rows(episodes: Iterable[SingleAgentEpisode], *,
         rows["new_obs"] += observations[1:]
         rows["terminateds"] += [False] * (n - 1) + [episode.is_terminated]
         rows["truncateds"] += [False] * (n - 1) + [episode.is_truncated]
-        for key in episode.extra_model_outputs.keys():
+        for key in episode.extra_model_outputs:
             values = [episode.get_extra_model_outputs(key, i) for i in range(n)]
             if key in compress:
                 values = [pack_value(v) if isinstance(v, np.ndarray) else v for v in values]

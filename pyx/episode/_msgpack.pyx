@@ -73,9 +73,10 @@ cdef extern from "numpy/arrayobject.h":
 # msgpack's nesting limit for packing (its C Packer's DEFAULT_RECURSE_LIMIT),
 # and the deepest nesting this decoder follows (C recursion: well below the
 # C stack's depth).
-DEF PACK_LIMIT = 1024
-DEF MAX_DEPTH = 512
-DEF MAX_NDIM = 64
+cdef enum:
+    PACK_LIMIT = 1024
+    MAX_DEPTH = 512
+    MAX_NDIM = 64
 
 cdef object ndarray_type = np.ndarray
 cdef object np_number = np.number
@@ -813,7 +814,7 @@ cdef int pack_numpy_scalar(_Writer w, object o) except -1:
     # {b"nd": False, b"type": dtype.str, b"data": the value's bytes}
     cdef cnp.dtype dtype = cnp.PyArray_DescrFromScalar(o)
     cdef cnp.ndarray holder = empty_array(0, NULL, dtype)
-    cnp.PyArray_ScalarAsCtype(o, cnp.PyArray_DATA(holder))
+    cnp.PyArray_ScalarAsCtype(o, array_bytes(holder, dtype.itemsize))
     w.put1(0x83)
     put_bin_key(w, b"nd")
     w.put1(0xc2)
@@ -1069,7 +1070,7 @@ cdef object read_rows(Reader* r, Py_ssize_t n):
         dims[0] = n
         rows = empty_array(1, dims, FLOAT64 if kind == KIND_FLOAT else
                            np.dtype(np.int64) if kind == KIND_INT else np.dtype(np.bool_))
-        dst = <char*>cnp.PyArray_DATA(rows)
+        dst = array_bytes(rows, n * (<cnp.dtype>rows.dtype).itemsize)
         for k in range(n):
             # The usual items first: a float64, a fixint, a bool.
             b = r.p[r.pos] if r.pos < r.end else 0xc1
@@ -1428,7 +1429,7 @@ def unpack_episodes_arrow(data, cnp.ndarray offsets, cls):
     if offsets.ndim != 1 or offsets.shape[0] < 1:
         raise ValueError("Arrow offsets are a 1-d array of len + 1 values")
     offs = np.ascontiguousarray(offsets, dtype=np.int64)
-    o = <const int64_t*>cnp.PyArray_DATA(offs)
+    o = <const int64_t*>array_bytes(offs, offs.shape[0] * 8)
     n = offs.shape[0] - 1
     for i in range(n + 1):
         if o[i] < 0 or o[i] > b.view.len or (i and o[i] < o[i - 1]):
@@ -2051,6 +2052,7 @@ def split_rows(cnp.ndarray rows, cnp.ndarray bounds, finals=None):
     cdef int kind, j, ndim
     cdef const char* src
     cdef const char* fin = NULL
+    cdef char* dst
     cdef cnp.dtype dtype
     cdef list out = []
     cdef bint has_final = finals is not None
@@ -2063,7 +2065,7 @@ def split_rows(cnp.ndarray rows, cnp.ndarray bounds, finals=None):
     n = rows.shape[0]
     ends = np.ascontiguousarray(bounds, dtype=np.int64)
     groups = ends.shape[0] - 1
-    at = <const int64_t*>cnp.PyArray_DATA(ends)
+    at = <const int64_t*>array_bytes(ends, ends.shape[0] * 8)
     if groups < 0 or at[0] != 0 or at[groups] != n:
         raise ValueError("bounds run from 0 to the number of rows")
     for g in range(groups):
@@ -2088,11 +2090,10 @@ def split_rows(cnp.ndarray rows, cnp.ndarray bounds, finals=None):
         dims[0] = count
         part = empty_array(ndim, dims, dtype)
         if row_bytes:
-            memcpy(array_bytes(part, count * row_bytes), src + a * row_bytes,
-                   (b - a) * row_bytes)
+            dst = array_bytes(part, count * row_bytes)
+            memcpy(dst, src + a * row_bytes, (b - a) * row_bytes)
             if fin != NULL:
-                memcpy(<char*>cnp.PyArray_DATA(part) + (b - a) * row_bytes, fin + g * row_bytes,
-                       row_bytes)
+                memcpy(dst + (b - a) * row_bytes, fin + g * row_bytes, row_bytes)
         out.append(column_from_state(kind, False, False, part))
     return out
 
