@@ -82,6 +82,8 @@ cdef object ndarray_type = np.ndarray
 cdef object np_number = np.number
 cdef object np_bool = np.bool_
 cdef object FLOAT64 = np.dtype(np.float64)
+cdef object INT64 = np.dtype(np.int64)
+cdef object BOOL = np.dtype(np.bool_)
 
 
 # ======================================================================================
@@ -1036,111 +1038,210 @@ cdef object plain_dtype(Reader* r, Py_ssize_t at, Py_ssize_t n):
     return dtype
 
 
-cdef object read_rows(Reader* r, Py_ssize_t n):
-    """The Column of a list-mode track's `n` items when they are uniform
-    numbers: Python floats, ints or bools, msgpack-numpy scalars of one dtype,
-    or msgpack-numpy arrays of one dtype and shape, copied straight into one
-    rows array; all empty maps (infos) counted. None (reader moved anywhere)
-    for anything else."""
+cdef class _Node:
+    """The layout of a track's items, read from the first one: a leaf of
+    uniform numbers (its rows array, filled item by item), or a dict of
+    such nodes (Dict-space items, keys in the first item's order)."""
+    cdef int kind                  # a Kind of Column for a leaf; -1 for a dict
+    cdef tuple keys                # a dict: its packed keys (bytes) ...
+    cdef tuple names               # ... as str
+    cdef tuple children            # ... and their nodes
+    cdef cnp.ndarray rows          # a leaf: one row per item
+    cdef char* dst
+    cdef Py_ssize_t row_bytes
+    cdef NdItem first              # a msgpack-numpy leaf: its first map's fields ...
+    cdef Py_ssize_t start          # ... where that map starts in the packed bytes ...
+    cdef Py_ssize_t prefix         # ... and its bytes before the data (0: do not compare)
+
+
+cdef int leaf_number(Reader* r, _Node node, Py_ssize_t k) except -1:
+    """Item k of a leaf of Python numbers (1), or 0 if it is none."""
     cdef Head h
-    cdef NdItem first, it
-    cdef Py_ssize_t k, row_bytes, count, prefix, start = r.pos
+    cdef unsigned char b = r.p[r.pos] if r.pos < r.end else 0xc1
+    # The usual items first: a float64, a fixint.
+    if node.kind == KIND_FLOAT and b == 0xcb and r.end - r.pos >= 9:
+        (<double*>node.dst)[k] = be_double(r.p + r.pos + 1)
+        r.pos += 9
+        return 1
+    if node.kind == KIND_INT and b <= 0x7f:
+        (<int64_t*>node.dst)[k] = b
+        r.pos += 1
+        return 1
+    read_head(r, &h)
+    if node.kind == KIND_FLOAT and h.kind == H_FLOAT:
+        (<double*>node.dst)[k] = h.f
+    elif node.kind == KIND_INT and h.kind == H_INT:
+        (<int64_t*>node.dst)[k] = h.i
+    elif node.kind == KIND_BOOL and h.kind == H_BOOL:
+        (<uint8_t*>node.dst)[k] = <uint8_t>h.i
+    else:
+        return 0
+    return 1
+
+
+cdef int node_first(Reader* r, _Node node, Py_ssize_t n, int depth) except -1:
+    """Reads item 0 of `n` into a new layout: 1, or 0 when it starts no
+    uniform track (the reader then is anywhere in it)."""
+    cdef Head h
+    cdef Py_ssize_t k, count, m
     cdef unsigned char b
     cdef cnp.npy_intp dims[MAX_NDIM + 1]
-    cdef cnp.ndarray rows
-    cdef char* dst
-    cdef int kind, j
+    cdef _Node child
+    cdef int j
+    if r.pos >= r.end or depth > 32:
+        return 0
+    b = r.p[r.pos]
+    dims[0] = n
+    if b == 0xca or b == 0xcb or b <= 0x7f or b >= 0xe0 or 0xcc <= b <= 0xd3 \
+            or b == 0xc2 or b == 0xc3:
+        node.kind = KIND_FLOAT if b == 0xca or b == 0xcb else \
+            KIND_BOOL if b == 0xc2 or b == 0xc3 else KIND_INT
+        node.rows = empty_array(1, dims, FLOAT64 if node.kind == KIND_FLOAT else
+                                INT64 if node.kind == KIND_INT else BOOL)
+        node.row_bytes = (<cnp.dtype>node.rows.dtype).itemsize
+        node.dst = array_bytes(node.rows, n * node.row_bytes)
+        return leaf_number(r, node, 0)
+    if not (0x81 <= b <= 0x8f or b == 0xde):
+        return 0
+    if r.end - r.pos > 5 and memcmp(r.p + r.pos + 1, b"\xc4\x02nd", 4) == 0:
+        # One of msgpack-numpy's maps.
+        node.start = r.pos
+        if not read_nd_item(r, &node.first):
+            return 0
+        dtype = plain_dtype(r, node.first.type_at, node.first.type_len)
+        if dtype is None:
+            return 0
+        count = 1
+        for j in range(node.first.ndim if node.first.nd else 0):
+            count *= node.first.dims[j]
+            dims[j + 1] = node.first.dims[j]
+            if count > (<Py_ssize_t>1 << 48):
+                return 0
+        node.row_bytes = count * (<cnp.dtype>dtype).itemsize
+        if node.first.data_len != node.row_bytes \
+                or n > (<Py_ssize_t>1 << 48) // (node.row_bytes if node.row_bytes else 1):
+            return 0
+        node.kind = KIND_ARRAY if node.first.nd else KIND_SCALAR
+        node.rows = empty_array(1 + (node.first.ndim if node.first.nd else 0), dims,
+                                <cnp.dtype>dtype)
+        node.dst = array_bytes(node.rows, n * node.row_bytes) if n * node.row_bytes else NULL
+        if node.row_bytes:
+            memcpy(node.dst, r.p + node.first.data_at, node.row_bytes)
+        # The maps msgpack_numpy writes for one track differ only in their
+        # data, which comes last: a map whose bytes up to its data are the
+        # first one's is read with one compare.
+        node.prefix = node.first.data_at - node.start \
+            if node.first.data_at + node.row_bytes == r.pos else 0
+        return 1
+    # A dict item: str keys, each value a node of its own.
+    read_head(r, &h)
+    m = h.n
+    keys, names, children = [], [], []
+    for k in range(m):
+        if r.pos >= r.end:
+            return 0
+        b = r.p[r.pos]
+        if not (0xa0 <= b <= 0xbf or b == 0xd9 or b == 0xda):
+            return 0
+        read_head(r, &h)
+        key = PyBytes_FromStringAndSize(<const char*>r.p + h.at, h.n)
+        if key in keys:
+            return 0
+        names.append(PyUnicode_DecodeUTF8(<const char*>r.p + h.at, h.n, NULL))
+        keys.append(key)
+        child = _Node()
+        if not node_first(r, child, n, depth + 1):
+            return 0
+        children.append(child)
+    if not keys:
+        return 0
+    node.kind = -1
+    node.keys = tuple(keys)
+    node.names = tuple(names)
+    node.children = tuple(children)
+    return 1
+
+
+cdef int node_next(Reader* r, _Node node, Py_ssize_t k) except -1:
+    """Reads item k into the layout: 1, or 0 when it does not fit it."""
+    cdef NdItem it
+    cdef Head h
+    cdef Py_ssize_t c
+    cdef int j
+    cdef bytes key
+    if node.kind == KIND_FLOAT or node.kind == KIND_INT or node.kind == KIND_BOOL:
+        return leaf_number(r, node, k)
+    if node.kind == KIND_ARRAY or node.kind == KIND_SCALAR:
+        if node.prefix and node.prefix + node.row_bytes <= r.end - r.pos \
+                and memcmp(r.p + r.pos, r.p + node.start, node.prefix) == 0:
+            if node.row_bytes:
+                memcpy(node.dst + k * node.row_bytes, r.p + r.pos + node.prefix, node.row_bytes)
+            r.pos += node.prefix + node.row_bytes
+            return 1
+        if not read_nd_item(r, &it) or it.nd != node.first.nd \
+                or it.type_len != node.first.type_len \
+                or memcmp(r.p + it.type_at, r.p + node.first.type_at, it.type_len) != 0 \
+                or it.data_len != node.row_bytes:
+            return 0
+        if it.nd:
+            if it.ndim != node.first.ndim:
+                return 0
+            for j in range(it.ndim):
+                if it.dims[j] != node.first.dims[j]:
+                    return 0
+        if node.row_bytes:
+            memcpy(node.dst + k * node.row_bytes, r.p + it.data_at, node.row_bytes)
+        return 1
+    read_head(r, &h)
+    if h.kind != H_MAP or h.n != PyTuple_GET_SIZE(node.keys):
+        return 0
+    for c in range(h.n):
+        read_head(r, &h)
+        key = <bytes>PyTuple_GET_ITEM(node.keys, c)
+        if h.kind != H_STR or h.n != PyBytes_GET_SIZE(key) \
+                or memcmp(r.p + h.at, PyBytes_AS_STRING(key), h.n) != 0:
+            return 0
+        if not node_next(r, <_Node>PyTuple_GET_ITEM(node.children, c), k):
+            return 0
+    return 1
+
+
+cdef object node_storage(_Node node):
+    # The layout's Column (a leaf) or dict of them (a dict).
+    if node.kind >= 0:
+        return column_from_state(node.kind, False, False, node.rows)
+    return {name: node_storage(<_Node>child) for name, child in zip(node.names, node.children)}
+
+
+cdef object read_rows(Reader* r, Py_ssize_t n, bint tree):
+    """The storage of a list-mode track's `n` items when they are uniform:
+    Python floats, ints or bools, msgpack-numpy scalars of one dtype or
+    msgpack-numpy arrays of one dtype and shape, each copied straight into
+    one rows array (one Column), or, with `tree`, dicts of such leaves with
+    the same keys (a dict of Columns); all empty maps (infos) are counted.
+    None (the reader anywhere in the items) for anything else."""
+    cdef Py_ssize_t k
+    cdef _Node root = _Node()
     if n == 0:
         return column_from_state(KIND_EMPTY, False, False, 0)
-    b = r.p[r.pos]
-    if b == 0x80:
+    if r.p[r.pos] == 0x80:
         for k in range(n):
             if r.pos >= r.end or r.p[r.pos] != 0x80:
                 return None
             r.pos += 1
         return column_from_state(KIND_EMPTY_DICT, False, False, n)
-    if b == 0xca or b == 0xcb or b <= 0x7f or b >= 0xe0 or 0xcc <= b <= 0xd3 \
-            or b == 0xc2 or b == 0xc3:
-        if b == 0xca or b == 0xcb:
-            kind = KIND_FLOAT
-        elif b == 0xc2 or b == 0xc3:
-            kind = KIND_BOOL
-        else:
-            kind = KIND_INT
-        dims[0] = n
-        rows = empty_array(1, dims, FLOAT64 if kind == KIND_FLOAT else
-                           np.dtype(np.int64) if kind == KIND_INT else np.dtype(np.bool_))
-        dst = array_bytes(rows, n * (<cnp.dtype>rows.dtype).itemsize)
-        for k in range(n):
-            # The usual items first: a float64, a fixint, a bool.
-            b = r.p[r.pos] if r.pos < r.end else 0xc1
-            if kind == KIND_FLOAT and b == 0xcb and r.end - r.pos >= 9:
-                (<double*>dst)[k] = be_double(r.p + r.pos + 1)
-                r.pos += 9
-                continue
-            if kind == KIND_INT and b <= 0x7f:
-                (<int64_t*>dst)[k] = b
-                r.pos += 1
-                continue
-            read_head(r, &h)
-            if kind == KIND_FLOAT and h.kind == H_FLOAT:
-                (<double*>dst)[k] = h.f
-            elif kind == KIND_INT and h.kind == H_INT:
-                (<int64_t*>dst)[k] = h.i
-            elif kind == KIND_BOOL and h.kind == H_BOOL:
-                (<uint8_t*>dst)[k] = <uint8_t>h.i
-            else:
-                return None
-        return column_from_state(kind, False, False, rows)
-    if not (0x81 <= b <= 0x8f or b == 0xde):
+    if not node_first(r, root, n, 0) or (root.kind < 0 and not tree):
         return None
-    if not read_nd_item(r, &first):
-        return None
-    dtype = plain_dtype(r, first.type_at, first.type_len)
-    if dtype is None:
-        return None
-    count = 1
-    if first.nd:
-        for j in range(first.ndim):
-            count *= first.dims[j]
-            if count > (<Py_ssize_t>1 << 48):
-                return None
-    row_bytes = count * (<cnp.dtype>dtype).itemsize
-    if first.data_len != row_bytes or n > (<Py_ssize_t>1 << 48) // (row_bytes if row_bytes else 1):
-        return None
-    dims[0] = n
-    for j in range(first.ndim if first.nd else 0):
-        dims[j + 1] = first.dims[j]
-    rows = empty_array(1 + (first.ndim if first.nd else 0), dims, <cnp.dtype>dtype)
-    dst = array_bytes(rows, n * row_bytes)
-    memcpy(dst, r.p + first.data_at, row_bytes)
-    # The maps msgpack_numpy writes for one track differ only in their data,
-    # which comes last: an item whose bytes up to its data are the first
-    # item's is read with one compare.
-    prefix = first.data_at - start if first.data_at + row_bytes == r.pos else 0
     for k in range(1, n):
-        if prefix and prefix + row_bytes <= r.end - r.pos \
-                and memcmp(r.p + r.pos, r.p + start, prefix) == 0:
-            memcpy(dst + k * row_bytes, r.p + r.pos + prefix, row_bytes)
-            r.pos += prefix + row_bytes
-            continue
-        if not read_nd_item(r, &it) or it.nd != first.nd or it.type_len != first.type_len \
-                or memcmp(r.p + it.type_at, r.p + first.type_at, it.type_len) != 0 \
-                or it.data_len != row_bytes:
+        if not node_next(r, root, k):
             return None
-        if first.nd:
-            if it.ndim != first.ndim:
-                return None
-            for j in range(it.ndim):
-                if it.dims[j] != first.dims[j]:
-                    return None
-        memcpy(dst + k * row_bytes, r.p + it.data_at, row_bytes)
-    return column_from_state(KIND_ARRAY if first.nd else KIND_SCALAR, False, False, rows)
+    return node_storage(root)
 
 
-cdef int read_track(Reader* r, _Track t) except -1:
+cdef int read_track(Reader* r, _Track t, bint tree) except -1:
     """A list-mode lookback buffer's state {data, lookback, finalized, space}
-    into `t` (data as one Column); _NotFast for any other layout."""
+    into `t` (data as one Column, or with `tree` a dict of them for dict
+    items); _NotFast for any other layout."""
     cdef Head h, v
     cdef Py_ssize_t k, m, start
     cdef int key, seen = 0
@@ -1159,7 +1260,7 @@ cdef int read_track(Reader* r, _Track t) except -1:
             read_head(r, &v)
             if v.kind != H_ARRAY:
                 raise _NotFast()
-            t.storage = read_rows(r, v.n)
+            t.storage = read_rows(r, v.n, tree)
             if t.storage is None:
                 # Not uniform numbers: the items as Python objects.
                 r.pos = start
@@ -1260,13 +1361,13 @@ cdef class _Decoder:
                 raise _NotFast()
             seen |= 1 << key
             if key == K_OBSERVATIONS:
-                read_track(r, obs)
+                read_track(r, obs, True)
             elif key == K_ACTIONS:
-                read_track(r, act)
+                read_track(r, act, True)
             elif key == K_REWARDS:
-                read_track(r, rew)
+                read_track(r, rew, True)
             elif key == K_INFOS:
-                read_track(r, inf)
+                read_track(r, inf, False)
             elif key == K_EXTRAS:
                 read_head(r, &h)
                 if h.kind == H_MAP:
@@ -1278,7 +1379,7 @@ cdef class _Decoder:
                             corrupt(r, f"a map key must be str or bytes, not "
                                        f"{type(name).__name__}")
                         ext = _Track()
-                        read_track(r, ext)
+                        read_track(r, ext, True)
                         extra_tracks.append((name, ext))
                 elif h.kind != H_NIL:
                     raise _NotFast()
