@@ -938,7 +938,7 @@ class _NotFast(Exception):
 
 cdef class _Track:
     """One decoded lookback buffer state."""
-    cdef object storage        # a Column (list mode)
+    cdef object storage        # a list-mode Column, or a dict of them
     cdef object lookback       # the state's value (an int when valid)
     cdef Py_ssize_t space_at   # the packed space's span in the state
     cdef Py_ssize_t space_len
@@ -949,7 +949,6 @@ cdef struct NdItem:
     int nd                    # 1: an ndarray, 0: a scalar
     Py_ssize_t type_at, type_len
     Py_ssize_t data_at, data_len
-    int has_kind, has_shape
     int ndim
     cnp.npy_intp dims[MAX_NDIM]
 
