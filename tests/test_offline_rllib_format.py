@@ -1113,3 +1113,36 @@ def test_rows_written_without_ray_are_ray_tensor_columns(tmp_path):
     assert [len(e) for e in whole] == [4, 1, 6]
     np.testing.assert_array_equal(np.stack(whole[2].get_observations()),
                                   np.stack(_cartpole_like()[2].get_observations()))
+
+
+# A float32 array's pickle (protocol 5, as RLlib packs observations) with one
+# byte of its dtype state changed (a NONE became BININT2): numpy's
+# dtype.__setstate__ trusts the state, and on numpy 2.4 pickle.loads of it
+# kills the interpreter (SIGSEGV).
+CORRUPT_DTYPE_STATE = bytes.fromhex(
+    "80059584000000000000008c136e756d70792e5f636f72652e6e756d65726963948c0b5f66726f6d62756666"
+    "657294939428961000000000000000000000000000803f0000004000004040948c056e756d7079948c056474"
+    "7970659493948c02663494898887945294284b038c013c944d4e4e4affffffff4affffffff4b007494624b04"
+    "85948c014394749452942e")
+
+
+@pytest.mark.rllib
+def test_a_corrupt_dtype_state_kills_rllibs_reader_not_ours():
+    """Pinned: RLlib unpacks a packed cell with cloudpickle.loads, which hands
+    numpy's dtype.__setstate__ whatever state the bytes hold; a one-byte
+    corruption crashes the process. Ours checks the state first."""
+    pytest.importorskip("ray.rllib")
+    cell = packed_raw(CORRUPT_DTYPE_STATE)
+    code = f"from ray.rllib.utils.compression import unpack\nunpack({cell!r})\nprint('returned')"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, check=False, preexec_fn=_limit_child)
+    assert proc.returncode != 0 and "returned" not in proc.stdout
+    with pytest.raises(ValueError, match="dtype state"):
+        F.unpack_value(cell)
+    with pytest.raises(ValueError, match="dtype state"):
+        F.safe_loads(CORRUPT_DTYPE_STATE)
+    batch = F.to_numpy_batch(F.episode_rows(_cartpole_like()))
+    batch["obs"] = batch["obs"].copy()
+    batch["obs"][3] = cell
+    with pytest.raises(ValueError, match="row 3"):
+        F.rows_to_episodes(batch, compress_columns=("obs",))

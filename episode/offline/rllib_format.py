@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import copy
+import gc
 import io
 import json
 import math
@@ -74,6 +76,20 @@ def _msgpack():
     from episode import _msgpack
 
     return _msgpack
+
+
+@contextlib.contextmanager
+def _no_collections():
+    """Building thousands of episodes allocates containers that all stay
+    alive: the cyclic collector would walk them (and everything older) over
+    and over while none of them can be garbage. It is off for the call."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _lz4_frame():
@@ -130,12 +146,17 @@ def unpack_episodes(blobs: Any) -> list[SingleAgentEpisode]:
     object array, as Ray Data hands a batch) of bytes, or a pyarrow binary
     array or chunked array, read in place. The episodes share their space
     objects (as the episodes of one env runner share its env's)."""
+    with _no_collections():
+        return _unpack_episodes(blobs)
+
+
+def _unpack_episodes(blobs: Any) -> list[SingleAgentEpisode]:
     m = _msgpack()
     pa = sys.modules.get("pyarrow")
     if pa is not None and isinstance(blobs, pa.ChunkedArray):
         out: list = []
         for chunk in blobs.chunks:
-            out.extend(unpack_episodes(chunk))
+            out.extend(_unpack_episodes(chunk))
         return out
     if pa is not None and isinstance(blobs, pa.Array):
         t = blobs.type
@@ -605,9 +626,10 @@ def rows_to_episodes(batch: Any, *, schema: Mapping[str, str] | None = None,
     columns = _as_batch(batch)
     schema = SCHEMA | dict(schema or {})
     compress = set(compress_columns or ())
-    if whole_episodes:
-        return _whole_episodes(columns, schema, compress, ignore_final_observation)
-    return _one_step_episodes(columns, schema, compress, ignore_final_observation)
+    with _no_collections():
+        if whole_episodes:
+            return _whole_episodes(columns, schema, compress, ignore_final_observation)
+        return _one_step_episodes(columns, schema, compress, ignore_final_observation)
 
 
 def _one_step_episodes(columns: dict, schema: dict, compress: set,

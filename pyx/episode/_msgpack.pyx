@@ -27,6 +27,7 @@ from functools import partial
 
 import numpy as np
 
+cimport cython
 cimport numpy as cnp
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_Check, PyByteArray_GET_SIZE
@@ -936,6 +937,10 @@ class _NotFast(Exception):
     track, an unknown key): the generic decoder and from_state take it."""
 
 
+# The decoder's temporaries hold Columns, arrays and ints, never anything that
+# leads back to them: out of the cyclic collector's sight, they do not add to
+# the allocations that set off its collections.
+@cython.no_gc
 cdef class _Track:
     """One decoded lookback buffer state."""
     cdef object storage        # a list-mode Column, or a dict of them
@@ -1037,6 +1042,7 @@ cdef object plain_dtype(Reader* r, Py_ssize_t at, Py_ssize_t n):
     return dtype
 
 
+@cython.no_gc
 cdef class _Node:
     """The layout of a track's items, read from the first one: a leaf of
     uniform numbers (its rows array, filled item by item), or a dict of
