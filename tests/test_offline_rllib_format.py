@@ -1146,3 +1146,22 @@ def test_a_corrupt_dtype_state_kills_rllibs_reader_not_ours():
     batch["obs"][3] = cell
     with pytest.raises(ValueError, match="row 3"):
         F.rows_to_episodes(batch, compress_columns=("obs",))
+
+
+def test_bulk_reads_leave_the_collector_as_they_found_it():
+    import gc
+
+    blobs = F.pack_episodes(_cartpole_like())
+    table = F.episode_rows(_cartpole_like())
+    assert gc.isenabled()
+    assert len(F.unpack_episodes(blobs)) == 3 and gc.isenabled()
+    assert len(F.rows_to_episodes(table, compress_columns=("obs",))) == 3 and gc.isenabled()
+    with pytest.raises(ValueError):
+        F.unpack_episodes([blobs[0][:5]])
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        F.unpack_episodes(blobs)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
