@@ -567,6 +567,9 @@ def test_whole_episodes_without_ids_or_truncateds():
     assert [len(e) for e in whole] == [4, 1, 6]
     assert len({e.id_ for e in whole}) == 3 and not any(e.is_truncated for e in whole)
     assert whole[0].get_infos() == [{}] * 5
+    # An all-null id column (Ray Data's float32 NaN) is no ids either.
+    nulls = table.append_column("eps_id", pa.nulls(table.num_rows))
+    assert [len(e) for e in F.rows_to_episodes(nulls)] == [4, 1, 6]
 
 
 def test_rows_from_a_dict_of_lists_and_ragged_observations():

@@ -752,6 +752,8 @@ def _whole_episodes(columns: dict, schema: dict, compress: set,
     dones = np.asarray(_done_column(columns, schema))
     truncs = columns.get(schema["truncateds"])
     ids = columns.get(schema["eps_id"])
+    if isinstance(ids, np.ndarray) and ids.dtype.kind == "f" and np.isnan(ids).all():
+        ids = None      # an all-null column, as Ray Data hands it: no ids
     infos = columns.get(schema["infos"])
     extras = {k: _track(columns[k], k, k in compress) for k in _extra_names(columns, schema)}
     for name, track in [("actions", actions), ("rewards", rewards), (schema["terminateds"], dones),
