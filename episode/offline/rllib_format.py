@@ -634,39 +634,34 @@ def rows_to_episodes(batch: Any, *, schema: Mapping[str, str] | None = None,
 
 def _one_step_episodes(columns: dict, schema: dict, compress: set,
                        ignore_final: bool) -> list[SingleAgentEpisode]:
-    obs_column = _column(columns, schema, "obs")
-    next_column = None if ignore_final else _column(columns, schema, "new_obs")
-    actions = _column(columns, schema, "actions")
+    # Packed columns are unpacked whole first (RLlib unpacks cell by cell:
+    # the same values, strings and bytes unpacked, anything else kept).
+    def column(key: str, packed: bool) -> Any:
+        values = _column(columns, schema, key)
+        return _unpack_column(values, schema[key]) if packed else values
+
+    obs_column = column("obs", "obs" in compress)
+    next_column = None if ignore_final else column("new_obs", "obs" in compress)
+    actions = column("actions", "actions" in compress)
     rewards = _column(columns, schema, "rewards")
     dones = _done_column(columns, schema)
     truncs = columns.get(schema["truncateds"])
     ids = columns.get(schema["eps_id"])
     infos = columns.get(schema["infos"])
-    extras = _extra_names(columns, schema)
+    extras = {k: _unpack_column(columns[k], k) if k in compress else columns[k]
+              for k in _extra_names(columns, schema)}
     episodes = []
     for i, obs in enumerate(obs_column):
-        try:
-            obs = _unpack_if_needed(obs) if "obs" in compress else obs
-            if ignore_final:
-                next_obs = _zeros_like(obs)
-            else:
-                next_obs = next_column[i] if next_column is not None else None
-                next_obs = _unpack_if_needed(next_obs) if "obs" in compress else next_obs
-            action = _unpack_if_needed(actions[i]) if "actions" in compress else actions[i]
-            outputs = {k: [_unpack_if_needed(columns[k][i]) if k in compress else columns[k][i]]
-                       for k in extras}
-        except ValueError as error:
-            raise ValueError(f"row {i}: {error}") from error
         episodes.append(SingleAgentEpisode(
             id_=str(ids[i]) if ids is not None else uuid.uuid4().hex,
             agent_id=None,
-            observations=[obs, next_obs],
+            observations=[obs, _zeros_like(obs) if next_column is None else next_column[i]],
             infos=[{}, _info(infos[i]) if infos is not None else {}],
-            actions=[action],
+            actions=[actions[i]],
             rewards=[rewards[i]],
             terminated=dones[i],
             truncated=truncs[i] if truncs is not None else False,
-            extra_model_outputs=outputs,
+            extra_model_outputs={k: [v[i]] for k, v in extras.items()},
             len_lookback_buffer=0,
         ))
     return episodes
