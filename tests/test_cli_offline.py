@@ -4,7 +4,6 @@ sampled is lost), and bad paths, foreign files and damaged datasets (one
 line, exit status 2)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import pathlib
 import re
@@ -600,19 +599,12 @@ def _bad_path(tmp_path, case: str) -> str:
     return str(out)
 
 
-def _rllib_reader() -> bool:
-    return importlib.util.find_spec("episode.offline.rllib_format") is not None
-
-
 INSPECT_CASES = [
     ("missing", ["no dataset at", "nowhere"]),
     ("empty", ["empty", "no dataset files"]),
     ("a text file", ["notes.txt", "no dataset files"]),
     ("foreign files", ["other", "no dataset files"]),
-    pytest.param("a foreign parquet file", ["table.parquet"], marks=pytest.mark.xfail(
-        not _rllib_reader(), strict=True, raises=ImportError,
-        reason="read_episodes tells foreign files from RLlib's with episode.offline."
-               "rllib_format, which the offline branch does not have yet")),
+    ("a foreign parquet file", ["table.parquet"]),
     ("a truncated episode table", [".episodes.parquet", "not a readable parquet file"]),
     ("a truncated step file", [".steps-0.parquet", "not a readable parquet file"]),
     ("a missing step file", [".steps-0.parquet", "missing"]),
@@ -821,7 +813,6 @@ def test_inspect_a_dataset_without_episodes(capsys, tmp_path):
 
 
 @pytest.mark.rllib
-@pytest.mark.skipif(not _rllib_reader(), reason="needs episode.offline.rllib_format")
 def test_inspect_an_rllib_recording(capsys, tmp_path):
     """RLlib's episode format (msgpack'd get_state() in an `item` column)."""
     msgpack = pytest.importorskip("msgpack")
