@@ -170,8 +170,10 @@ class DemoStats:
     env_s: float = 0.0          # seconds in env.reset() / env.step()
     policy_s: float = 0.0       # seconds in the policy
     wall_s: float = 0.0
-    columns: dict = field(default_factory=dict)   # the last batch's column shapes
-    inputs: dict = field(default_factory=dict)    # the last policy input's column shapes
+    # What one row of a batch holds, per module id (None: a single-agent
+    # env): each column's shape after the batch axis, and its dtype.
+    rows_of: dict = field(default_factory=dict)
+    inputs: dict = field(default_factory=dict)    # the same of one policy input row
 
 
 def _seed(text: str) -> int:
@@ -384,11 +386,11 @@ def _random_policy(sampler, stats: DemoStats):
             # The seeded spaces of the Sampler's own random actions (the
             # demo's multi-agent env is its only sub-env).
             spaces = sampler._action_spaces[0]
-            stats.inputs = _column_shapes(next(iter(inputs.values()))) if inputs \
+            stats.inputs = _row_layout(next(iter(inputs.values()))) if inputs \
                 else stats.inputs
             actions = {aid: spaces[aid].sample() for aid in inputs}
         else:
-            stats.inputs = _column_shapes(inputs)
+            stats.inputs = _row_layout(inputs)
             actions = sampler.env.action_space.sample()
         stats.policy_s += time.perf_counter() - t0
         return actions
@@ -408,12 +410,12 @@ def _collect(sampler, steps: int, stats: DemoStats, progress: Progress) -> None:
             batch = sampler.sample()
             stats.batches += 1
             # Per module id for multi-agent envs.
-            modules = list(batch.values()) if sampler.multi_agent else [batch]
-            for columns in modules:
+            modules = batch.items() if sampler.multi_agent else [(None, batch)]
+            for module_id, columns in modules:
                 if columns:
                     # (The rows of the first column: a struct's first leaf's.)
                     stats.rows += batch_size(next(iter(columns.values())))
-                    stats.columns = _column_shapes(columns)
+                    stats.rows_of[module_id] = _row_layout(columns)
             _add_metrics(sampler, stats)
             progress.update(min(stats.env_steps, steps))
     finally:
@@ -447,28 +449,37 @@ def _held_bytes(episodes: list) -> int:
     return held
 
 
-def _column_shapes(columns: dict) -> dict:
-    """Each column's shape; a dict or list of shapes for Dict/Tuple items."""
-    def shape(value):
+def _row_layout(columns: dict) -> dict:
+    """What one row of each column holds: (its shape after the batch axis,
+    its dtype); a dict or list of them for Dict/Tuple items. The same for
+    every batch, however many rows it has."""
+    def row(value):
         if isinstance(value, dict):
-            return {k: shape(v) for k, v in value.items()}
+            return {k: row(v) for k, v in value.items()}
         if isinstance(value, tuple):
-            return [shape(v) for v in value]
-        return getattr(value, "shape", None)
+            return [row(v) for v in value]
+        shape = getattr(value, "shape", None)
+        return (tuple(shape[1:]) if shape else None, getattr(value, "dtype", None))
 
-    return {k: shape(v) for k, v in columns.items()}
-
-
-def _format_shape(shape) -> str:
-    if isinstance(shape, dict):
-        return "{" + ", ".join(f"{k}: {_format_shape(v)}" for k, v in shape.items()) + "}"
-    if isinstance(shape, list):
-        return "(" + ", ".join(_format_shape(v) for v in shape) + ")"
-    return "x".join(map(str, shape)) if shape else "-"
+    return {k: row(v) for k, v in columns.items()}
 
 
-def _shapes(shapes: dict) -> str:
-    return ", ".join(f"{k} {_format_shape(v)}" for k, v in shapes.items())
+def _format_row(row) -> str:
+    """numpy's dtype name and the row shape: `float32[4, 4]`, `int64` (one
+    number a row), `str` (eps_id), `object` (infos)."""
+    if isinstance(row, dict):
+        return "{" + ", ".join(f"{k}: {_format_row(v)}" for k, v in row.items()) + "}"
+    if isinstance(row, list):
+        return "(" + ", ".join(_format_row(v) for v in row) + ")"
+    shape, dtype = row
+    if dtype is None:
+        return "?"
+    name = {"U": "str", "S": "bytes", "O": "object"}.get(dtype.kind, dtype.name)
+    return f"{name}[{', '.join(map(str, shape))}]" if shape else name
+
+
+def _rows(layout: dict) -> str:
+    return ", ".join(f"{k} {_format_row(v)}" for k, v in layout.items())
 
 
 def _demo_summary(args, sampler, stats: DemoStats) -> str:
@@ -497,10 +508,16 @@ def _demo_summary(args, sampler, stats: DemoStats) -> str:
         ("in the env", f"{stats.env_s:.3f} s", f"{rate(stats.env_s)}  (env.reset, env.step)"),
         ("in the sampler", f"{sampler_s:.3f} s",
          f"{rate(sampler_s)}  (episodes, views, batches; {stats.policy_s:.3f} s in the policy)"),
-        ("batches built", f"{stats.batches:,}", f"{stats.rows:,} rows: {_shapes(stats.columns)}"),
+        ("batches built", f"{stats.batches:,}", f"{stats.rows:,} rows"),
     ]
+    # One row of the batches (of each module's, multi-agent), as it is in
+    # every batch: the columns' shapes after the batch axis, and dtypes.
+    for i, (module_id, layout) in enumerate(stats.rows_of.items()):
+        module = "" if module_id is None else f"{module_id}: "
+        rows.append(("per row" if i == 0 else "", "", module + _rows(layout)))
     if stats.inputs:
-        rows.append(("policy input", "", _shapes(stats.inputs)))
+        each = "agent" if sampler.multi_agent else "sub-env"
+        rows.append(("policy input", "", f"a row per {each}: {_rows(stats.inputs)}"))
     live = sampler.ongoing_episodes()
     rows.append(("memory held", format_bytes(_held_bytes(live)),
                  f"by {len(live)} ongoing episode(s) (tracemalloc, on an unpickled copy)"))

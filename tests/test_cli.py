@@ -218,10 +218,12 @@ def test_demo_views_reach_the_policy_and_the_batches():
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "complete_episodes" in out
+    # One row of each: a sub-env's input, a batch's row (whatever the count).
     inputs = re.search(r"policy input +(.*)", out).group(1)
-    assert "obs_frames 3x4x4" in inputs and "prev_actions 3" in inputs
-    columns = re.search(r"batches built .*rows: (.*)", out).group(1)
-    assert "obs_frames" in columns and "prev_rewards" in columns
+    assert inputs.startswith("a row per sub-env: obs float32[4], ")
+    assert "obs_frames float32[4, 4]" in inputs and "prev_actions int64" in inputs
+    columns = re.search(r"per row +(.*)", out).group(1)
+    assert "obs_frames float32[4, 4]" in columns and "prev_rewards float32" in columns
 
 
 @pytest.mark.rllib
@@ -369,12 +371,54 @@ def test_env_module_that_fails_to_import(tmp_path):
 
 def test_demo_summary_of_tuple_observations(capsys):
     """Blackjack's observations are a Tuple: the rows are counted per batch
-    and each leaf's shape is shown."""
+    and a row shows each leaf."""
     assert cli.main(["demo", "--env", "Blackjack-v1", "--steps", "300", "--rollout", "50"]) == 0
     out = capsys.readouterr().out
-    rows = re.search(r"batches built +([\d,]+) +([\d,]+) rows: (.*)", out)
+    rows = re.search(r"batches built +([\d,]+) +([\d,]+) rows$", out, re.MULTILINE)
     assert int(rows.group(2).replace(",", "")) == _steps(out) == 300
-    assert "obs (50, 50, 50), new_obs (50, 50, 50), actions 50" in rows.group(3)
+    row = re.search(r"per row +(.*)", out).group(1)
+    assert row.startswith("obs (int64, int64, int64), new_obs (int64, int64, int64), "
+                          "actions int64, rewards float32, terminateds bool, ")
+    assert "infos object, eps_id str, unroll_id int64" in row
+
+
+def test_demo_summary_shows_a_row_not_the_last_batch(capsys):
+    """The last rollout is cut short to the missing steps (30 of 100): the
+    summary shows what a row holds, the same in every batch, not the last
+    batch's (30, 4) observations."""
+    assert cli.main(["demo", "--steps", "230", "--rollout", "100"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^  batches built +3  230 rows$", out, re.MULTILINE), out
+    row = re.search(r"^  per row +(.*)$", out, re.MULTILINE).group(1)
+    assert row == ("obs float32[4], new_obs float32[4], actions int64, rewards float32, "
+                   "terminateds bool, truncateds bool, infos object, eps_id str, "
+                   "unroll_id int64, agent_index int64, t int64")
+    assert "30" not in row and "policy input" not in out
+
+
+def test_demo_summary_rows_of_each_module():
+    """A multi-agent run's row is shown per module id, and the policy input
+    (called per agent) as one agent's row."""
+    result = run_module("demo", "--agents", "2", "--steps", "200", "--rollout", "20",
+                        "--frame-stack", "3")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    per_row = next(i for i, line in enumerate(lines) if line.startswith("  per row "))
+    assert lines[per_row].split(None, 2)[2].startswith(
+        "default_policy: obs float32[4], new_obs float32[4], actions int64, ")
+    assert lines[per_row].endswith("obs_frames float32[3, 4]")
+    assert lines[per_row + 1].split(None, 2)[:2] == ["policy", "input"]
+    assert lines[per_row + 1].endswith("a row per agent: obs float32[4], obs_frames float32[3, 4]")
+
+
+def test_row_layout_of_dict_items_and_other_dtypes():
+    import numpy as np
+
+    columns = {"obs": {"pos": np.zeros((5, 2, 3), np.float32), "id": np.zeros(5, np.int8)},
+               "eps_id": np.array(["a"] * 5), "raw": np.zeros((5, 2), "S4"),
+               "infos": np.array([{}] * 5, dtype=object)}
+    assert cli._rows(cli._row_layout(columns)) == (
+        "obs {pos: float32[2, 3], id: int8}, eps_id str, raw bytes[2], infos object")
 
 
 def test_demo_num_envs_beyond_steps_is_refused_at_once():
