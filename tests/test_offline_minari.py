@@ -27,6 +27,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+from children import child_env, limit_child
+
 minari = pytest.importorskip("minari")
 pytest.importorskip("h5py")
 pytest.importorskip("pyarrow")
@@ -1089,10 +1091,9 @@ print("DONE", flush=True)
 
 
 def _run_child(cases, timeout=600):
-    env = dict(os.environ, PYTHONFAULTHANDLER="1", PYTHONMALLOC="debug",
-               OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps(cases)], env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps(cases)], env=child_env(),
+                          capture_output=True, text=True, timeout=timeout,
+                          preexec_fn=limit_child)
     assert proc.returncode == 0 and proc.stdout.rstrip().endswith("DONE"), (
         f"the child crashed (exit {proc.returncode}) after:\n{proc.stdout[-2000:]}\n"
         f"{proc.stderr[-3000:]}")

@@ -34,6 +34,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
+from children import child_env, limit_child
 from episode import SingleAgentEpisode
 from episode.offline import rllib_format as F
 
@@ -871,20 +872,10 @@ def packed_raw(raw):
     return base64.b64encode(lz4.frame.compress(raw)).decode()
 
 
-def _limit_child():
-    # A corrupt length that made the reader allocate it would fail fast.
-    import resource
-
-    resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-
 def test_corrupt_bytes_never_crash():
-    env = dict(os.environ, PYTHONMALLOC="debug", PYTHONFAULTHANDLER="1",
-               OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
     proc = subprocess.run([sys.executable, "-c", CHILD.format(here=HERE, flips=150)],
-                          capture_output=True, text=True, timeout=900, env=env, check=False,
-                          preexec_fn=_limit_child)
+                          capture_output=True, text=True, timeout=900, env=child_env(),
+                          check=False, preexec_fn=limit_child)
     assert proc.returncode == 0, f"the child crashed ({proc.returncode}):\n{proc.stderr[-3000:]}"
     lines = [line for line in proc.stdout.splitlines() if line.startswith("OUTCOMES ")]
     assert lines, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -1138,7 +1129,7 @@ def test_a_corrupt_dtype_state_kills_rllibs_reader_not_ours():
     cell = packed_raw(CORRUPT_DTYPE_STATE)
     code = f"from ray.rllib.utils.compression import unpack\nunpack({cell!r})\nprint('returned')"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=300, check=False, preexec_fn=_limit_child)
+                          timeout=300, check=False, preexec_fn=limit_child)
     assert proc.returncode != 0 and "returned" not in proc.stdout
     with pytest.raises(ValueError, match="dtype state"):
         F.unpack_value(cell)
