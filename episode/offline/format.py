@@ -259,7 +259,7 @@ def leaf_array(leaf: dict, rows: Any, nrows: int):
     if codec in (NONE, ZERO):
         return pa.nulls(nrows)
     if codec == VALUE:
-        return pa.array([None if v is None else pack_value(v) for v in rows], pa.binary())
+        return binaries([None if v is None else pack_value(v) for v in rows])
     if codec == BYTES:
         flat = np.ascontiguousarray(rows).view(np.uint8).reshape(nrows, -1)
         return pa.FixedSizeBinaryArray.from_buffers(
@@ -269,6 +269,27 @@ def leaf_array(leaf: dict, rows: Any, nrows: int):
         storage = pa.FixedSizeListArray.from_arrays(values, int(np.prod(leaf["shape"])))
         return pa.ExtensionArray.from_storage(arrow_type(leaf), storage)
     return numbers(rows)
+
+
+def binaries(values: list, type_=None):
+    """An Arrow binary (or string) array of `values` (bytes or str, None:
+    null), built from its buffers: pyarrow's general conversion imports
+    pandas, seconds of a recording's first write."""
+    import pyarrow as pa
+
+    type_ = pa.binary() if type_ is None else type_
+    valid = np.fromiter((v is not None for v in values), np.bool_, len(values))
+    data = [v.encode() if isinstance(v, str) else v for v in values if v is not None]
+    lengths = np.zeros(len(values), np.int64)
+    lengths[valid] = [len(v) for v in data]
+    offsets = np.zeros(len(values) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    if offsets[-1] >= 1 << 31:
+        raise ValueError("more than 2 GiB of encoded values in one column; write smaller parts "
+                         "(rows_per_file)")
+    bitmap = None if valid.all() else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    return pa.Array.from_buffers(type_, len(values), [
+        bitmap, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(data))])
 
 
 def numbers(values: np.ndarray):

@@ -216,7 +216,7 @@ def _step_table(group: GroupRows):
     arrays = iter([rows if rows is None or isinstance(rows, list) else rows.array()
                    for rows in group.leaves])
     columns = {name: _column(tree, arrays, n) for name, tree in zip(names, trees)}
-    columns[fmt.INFOS] = pa.array(group.infos, pa.binary())
+    columns[fmt.INFOS] = fmt.binaries(group.infos)
     columns[fmt.TERMINATEDS] = fmt.numbers(group.terminateds.array())
     columns[fmt.TRUNCATEDS] = fmt.numbers(group.truncateds.array())
     sig = group.signature
@@ -250,15 +250,17 @@ def _episode_table(recording: Recording, step_files: list):
     pa = _pyarrow()
     columns = {name: fmt.numbers(rows.array()) for name, rows in recording.numbers.items()
                if not name.endswith("_space")}
-    dictionary = pa.array(recording.spaces, pa.string())
+    dictionary = fmt.binaries(recording.spaces, pa.string())
     for name in ("observation_space", "action_space"):
         indices = recording.numbers[name].array()
-        columns[name] = pa.DictionaryArray.from_arrays(
-            pa.array(np.where(indices < 0, 0, indices), pa.int32(),
-                     mask=indices < 0) if len(recording.spaces) else
-            pa.nulls(len(indices), pa.int32()), dictionary)
+        missing = indices < 0
+        valid = None if not missing.any() else pa.py_buffer(
+            np.packbits(~missing, bitorder="little"))
+        codes = pa.Array.from_buffers(pa.int32(), len(indices), [
+            valid, pa.py_buffer(np.where(missing, 0, indices).astype(np.int32))])
+        columns[name] = pa.DictionaryArray.from_arrays(codes, dictionary)
     for name, values in recording.packed.items():
-        columns[name] = pa.array(values, pa.binary())
+        columns[name] = fmt.binaries(values)
     schema = pa.schema([pa.field(k, v.type) for k, v in columns.items()],
                        metadata=fmt.metadata("episodes", step_files=step_files))
     return pa.Table.from_arrays(list(columns.values()), schema=schema)
