@@ -658,9 +658,10 @@ def _open_step_file(path: str, columns: Optional[frozenset]) -> StepFile:
     infos = None
     if read_infos:
         column = _whole(table.column(fmt.INFOS), pa)
-        if column.type != pa.binary():
-            raise DatasetError(f"{path}: column 'infos' is {column.type}, not binary")
-        infos = _encoded(column, path, fmt.INFOS)
+        if column.type != pa.null():       # (null-typed: no step has an info)
+            if column.type != pa.binary():
+                raise DatasetError(f"{path}: column 'infos' is {column.type}, not binary")
+            infos = _encoded(column, path, fmt.INFOS)
     extra_keys = [fmt.key_from_json(e.get("key"), path) for e in wanted[3:]]
     return StepFile(leaves, kinds, finalized, opens, trees, extra_keys,
                     meta["extras_defaultdict"], infos, table.num_rows)

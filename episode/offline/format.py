@@ -274,11 +274,14 @@ def leaf_array(leaf: dict, rows: Any, nrows: int):
 def binaries(values: list, type_=None):
     """An Arrow binary (or string) array of `values` (bytes or str, None:
     null), built from its buffers: pyarrow's general conversion imports
-    pandas, seconds of a recording's first write."""
+    pandas, seconds of a recording's first write. All nulls: a null-typed
+    column (it stores nothing)."""
     import pyarrow as pa
 
     type_ = pa.binary() if type_ is None else type_
     valid = np.fromiter((v is not None for v in values), np.bool_, len(values))
+    if type_ == pa.binary() and not valid.any():
+        return pa.nulls(len(values))     # (no offsets to store: a column of nothing)
     data = [v.encode() if isinstance(v, str) else v for v in values if v is not None]
     lengths = np.zeros(len(values), np.int64)
     lengths[valid] = [len(v) for v in data]
@@ -320,6 +323,8 @@ def leaf_rows(leaf: dict, column, where: str) -> Any:
         return None if codec == NONE else np.empty((n,) + tuple(leaf["shape"]),
                                                    leaf_dtype(leaf))
     if codec == VALUE:
+        if column.type == pa.null():
+            column = pa.array([None] * n, pa.binary()) if n else pa.array([], pa.binary())
         if column.type != pa.binary():
             raise DatasetError(f"{where}: expected a binary column, got {column.type}")
         return column
