@@ -64,6 +64,51 @@ def _unflatten_leaves(struct: Any, leaves: list) -> Any:
     return _nested_like(struct, iter(leaves))
 
 
+def _typed_column(items: list, lead: int) -> Optional[Column]:
+    """`items` as one typed Column whose rows batch exactly as np.array(items)
+    does (same dtype, shape and values), or None.
+
+    The first `lead` items are the rows a track starts with before its first
+    step (zeros of a space, numpy values, where the steps may bring Python
+    numbers): they are written in the kind and dtype of the rows after them.
+    Checked against np.array(items) here; later rows fold into both the same
+    way, numpy's dtype rule being a left fold over the rows."""
+    head, body = items[:lead], items[lead:]
+    if head:
+        like = Column()
+        like.extend(body)
+        if not like.is_typed or not len(like):
+            return None
+        first = like.get(0)
+        with np.errstate(all="ignore"):
+            try:
+                casts = [np.asarray(x).astype(like.dtype) for x in head]
+            except (TypeError, ValueError):
+                return None
+        if isinstance(first, np.ndarray):
+            head = casts
+        elif any(cast.ndim for cast in casts):
+            return None
+        elif isinstance(first, np.generic):
+            head = [cast[()] for cast in casts]
+        else:   # a Python bool, int or float
+            head = [cast.item() for cast in casts]
+    col = Column()
+    col.extend(head + body)
+    if not col.is_typed:
+        return None
+    if lead:
+        got = col.view()
+        try:
+            want = np.array(items)
+        except (TypeError, ValueError):
+            return None
+        if (got is None or got.dtype != want.dtype or got.shape != want.shape
+                or not np.array_equal(got, want, equal_nan=want.dtype.kind in "fc")):
+            return None
+    return col
+
+
 def _count_rows(columns: dict) -> int:
     # SampleBatch's count: the length of the first column that has one
     # (infos and recurrent states not counted).
@@ -126,8 +171,15 @@ class AgentCollector:
         # Columns that only inference fills (state outs): their tracks hold
         # one placeholder row at the end that training batches leave out.
         self.data_cols_with_dummy_values = set()
-        # Zero rows still in front of each column's tracks (inference pops them).
+        # Zero rows still in front of each column's tracks (inference pops
+        # them, a continuing training batch keeps only the last rows).
         self._pads: Dict[str, int] = {}
+        # Columns whose tracks hold their leading rows and no step's row yet.
+        self._fresh: set = set()
+        # Leading rows written in the kind of the steps' rows (_typed_column),
+        # each [track, column, track index, original leading rows]: put back
+        # if the track leaves the typed path.
+        self._stand_ins: List[list] = []
         # build_for_inference's resolved views.
         self._inference: Optional[InferencePlan] = None
 
@@ -229,20 +281,55 @@ class AgentCollector:
                 if self._pads.get(key):
                     self._pads[key] -= 1
                     if not self._pads[key]:
-                        self._settle(tracks)
+                        self._settle(key)
+        if self._fresh:
+            for key in self._fresh.intersection(values):
+                self._fresh.discard(key)
+                self._settle(key)
+        for entry in self._stand_ins:
+            if not entry[0].is_typed:
+                self._keep_stand_ins()
+                break
         self.agent_steps += 1
 
-    @staticmethod
-    def _settle(tracks: List[Column]) -> None:
-        # The zero rows in front (often numpy zeros before Python numbers)
-        # kept a track on the object path; with them gone its rows may be of
-        # one type again: typed, the compiled inference gather reads it.
+    def _settle(self, key: str) -> None:
+        # The rows in front (often numpy zeros before the steps' Python
+        # numbers) put a column's tracks on the object path, where each
+        # build converts the whole track: typed again (_typed_column), the
+        # compiled gather reads just the rows a view needs.
+        lead = self._pads.get(key, 0)
+        tracks = self.buffers[key]
         for i, track in enumerate(tracks):
-            if not track.is_typed and len(track):
-                typed = Column()
-                typed.extend(track.to_list())
-                if typed.is_typed:
-                    tracks[i] = typed
+            if track.is_typed or not len(track):
+                continue
+            items = track.to_list()
+            typed = _typed_column(items, lead)
+            if typed is not None:
+                tracks[i] = typed
+                if lead:
+                    self._stand_ins.append([typed, key, i, items[:lead]])
+        self._keep_stand_ins()
+
+    def _keep_stand_ins(self) -> None:
+        # A track whose leading rows stand in for the original ones and that
+        # left the typed path since (a row of another kind) gets the original
+        # rows back, so that np.array of its items is RLlib's again. Entries
+        # whose rows are gone (or whose track was replaced) are dropped.
+        kept = []
+        for entry in self._stand_ins:
+            track, key, i, head = entry
+            lead = self._pads.get(key, 0)
+            tracks = self.buffers.get(key, [])
+            if not lead or i >= len(tracks) or tracks[i] is not track:
+                continue
+            if track.is_typed:
+                kept.append(entry)
+                continue
+            items = track.to_list()
+            items[:lead] = head[len(head) - lead:]
+            tracks[i] = Column()
+            tracks[i].extend(items)
+        self._stand_ins = kept
 
     def _append(self, key: str, track: Column, value: Any) -> None:
         if key in self.data_cols_with_dummy_values:
@@ -267,6 +354,8 @@ class AgentCollector:
                 continue
             pad = self.shift_before - (1 if key in _INIT_ROW_COLUMNS else 0)
             self._pads[key] = max(pad, 0)
+            if pad > 0 and key not in _INIT_ROW_COLUMNS:
+                self._fresh.add(key)
             if self._whole_items(key):
                 if key == ACTIONS and not self.disable_action_flattening:
                     item = _flatten_action(item)
@@ -386,10 +475,19 @@ class AgentCollector:
         if (TERMINATEDS in self.buffers and not self.buffers[TERMINATEDS][0].get(-1)
                 and TRUNCATEDS in self.buffers and not self.buffers[TRUNCATEDS][0].get(-1)):
             # Not done: the next batch starts after this one, its shifted
-            # views reading the rows kept here.
+            # views reading the rows kept here (in the same lists: the
+            # inference plan holds them).
             if self.shift_before > 0:
                 for key, tracks in self.buffers.items():
-                    self.buffers[key] = [self._tail(track) for track in tracks]
+                    old = list(tracks)
+                    dropped = max(len(old[0]) - self.shift_before, 0) if old else 0
+                    if self._pads.get(key):
+                        self._pads[key] = max(self._pads[key] - dropped, 0)
+                    tracks[:] = [self._tail(track) for track in old]
+                    for entry in self._stand_ins:
+                        if entry[1] == key and entry[2] < len(old) and old[entry[2]] is entry[0]:
+                            entry[0] = tracks[entry[2]]
+                self._keep_stand_ins()
             self.agent_steps = 0
         self.unroll_id = None
         return batch

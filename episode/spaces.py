@@ -113,16 +113,31 @@ def check_same_nesting(a: Any, b: Any) -> None:
         if set(a) != set(b):
             raise ValueError(f"the structures differ: dict keys {sorted(a, key=str)} vs "
                              f"{sorted(b, key=str)}")
-        for k in a:
-            check_same_nesting(a[k], b[k])
+        try:
+            for k in a:
+                check_same_nesting(a[k], b[k])
+        except (TypeError, ValueError):
+            # dm-tree walks the values in the order of the sorted keys: the
+            # difference it meets first (and so its error class) is found
+            # by the same walk.
+            for k in sorted(a):
+                check_same_nesting(a[k], b[k])
+            raise
         return
-    if type(a) is not type(b):
+    if type(a) is not type(b) and not _same_namedtuple(a, b):
         raise TypeError(f"the structures differ: a {type(a).__name__} vs a {type(b).__name__}")
     # dm-tree compares the elements it can pair before the lengths.
     for x, y in zip(a, b):
         check_same_nesting(x, y)
     if len(a) != len(b):
         raise ValueError(f"the structures differ: {_nesting(a)} vs {_nesting(b)}")
+
+
+def _same_namedtuple(a: Any, b: Any) -> bool:
+    # dm-tree takes two namedtuple classes of the same name and fields as one.
+    return (isinstance(a, tuple) and isinstance(b, tuple) and hasattr(a, "_fields")
+            and hasattr(b, "_fields") and type(a).__name__ == type(b).__name__
+            and a._fields == b._fields)
 
 
 def _nesting(x: Any) -> str:

@@ -377,6 +377,7 @@ def _vector_append_running(cls: type) -> Round:
 # AgentCollector / SingleAgentEnvRunner when given RLlib's episode class.
 
 N_INFER = 64       # ongoing episodes of the inference input
+N_FRAGMENT = 100   # steps of a training-mode collector's fragment
 N_SAMPLE = 100     # rollout_fragment_length of the sampler workload
 
 
@@ -448,10 +449,9 @@ def _views_training(cls: type) -> Round:
     return Round(lambda: build_training_batch([episode], views))
 
 
-def _collector_inference(cls: type) -> Round:
-    # What an old-stack sampler's ViewRequirementAgentConnector does each
-    # step: build_for_inference on each of 64 ongoing inference-mode
-    # collectors, one at a time.
+def _ongoing_collectors(cls: type, is_training: bool) -> list:
+    """64 ongoing collectors (RLlib's or ours), collector k 10 + k steps in,
+    with views for obs, prev_actions, prev_rewards and a 4-frame stack."""
     ViewRequirement = _view_requirement(cls)
     if _is_rllib(cls):
         from ray.rllib.evaluation.collectors.agent_collector import AgentCollector
@@ -465,17 +465,57 @@ def _collector_inference(cls: type) -> Round:
              "actions": ViewRequirement(space=gym.spaces.Discrete(2),
                                         used_for_compute_actions=False),
              "rewards": ViewRequirement(used_for_compute_actions=False)}
-    steps = _cartpole()
     collectors = []
     for k in range(N_INFER):
-        collector = AgentCollector(views, is_training=False)
-        collector.add_init_obs(episode_id=k, agent_index=0, env_id=k, init_obs=steps.obs[0])
+        collector = AgentCollector(views, is_training=is_training)
+        collector.add_init_obs(episode_id=k, agent_index=0, env_id=k,
+                               init_obs=_cartpole().obs[0])
         for i in range(10 + k):
-            collector.add_action_reward_next_obs({
-                "new_obs": steps.obs[i + 1], "actions": steps.actions[i],
-                "rewards": steps.rewards[i], "terminateds": False, "truncateds": False})
+            _collector_step(collector, i)
         collectors.append(collector)
+    return collectors
+
+
+def _collector_step(collector: Any, i: int) -> None:
+    # Step i of the CartPole-sized inputs (taken again from the start past their end).
+    steps = _cartpole()
+    i %= len(steps.actions)
+    collector.add_action_reward_next_obs({
+        "new_obs": steps.obs[i + 1], "actions": steps.actions[i],
+        "rewards": steps.rewards[i], "terminateds": False, "truncateds": False})
+
+
+def _collector_inference(cls: type) -> Round:
+    # What an old-stack sampler's ViewRequirementAgentConnector does each
+    # step: build_for_inference on each of 64 ongoing inference-mode
+    # collectors, one at a time.
+    collectors = _ongoing_collectors(cls, is_training=False)
     return Round(lambda: [c.build_for_inference() for c in collectors])
+
+
+def _collector_rhythm(is_training: bool) -> Callable[[type], Round]:
+    """The sampler's rhythm: before each round (not timed) every collector
+    takes its next step, then the round builds each one's inference input.
+    Training-mode collectors end a fragment (build_for_training of a
+    trajectory that goes on, not timed) every N_FRAGMENT steps, as a sampler
+    does, so that rounds keep reading trajectories of the same lengths."""
+    def prepare(cls: type) -> Round:
+        collectors = _ongoing_collectors(cls, is_training)
+        next_step = [10 + k for k in range(N_INFER)]
+
+        def setup():
+            for k, collector in enumerate(collectors):
+                if is_training and collector.agent_steps >= N_FRAGMENT:
+                    collector.build_for_training(collector.view_requirements)
+                _collector_step(collector, next_step[k])
+                next_step[k] += 1
+            return ()
+
+        def run():
+            return [c.build_for_inference() for c in collectors]
+
+        return Round(run, setup)
+    return prepare
 
 
 def _inference_views(view_requirement: type) -> dict:
@@ -910,6 +950,16 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in [
              "AgentCollector.build_for_inference, one call per collector on 64 ongoing "
              "inference-mode collectors (10-73 steps in): obs, prev_actions, prev_rewards "
              "and a 4-frame stack (items: calls)", N_INFER, _collector_inference),
+    Workload("collector_step_inference_64",
+             "the sampler's rhythm on collector_inference_64's collectors: before each round "
+             "each of the 64 takes one add_action_reward_next_obs (not timed), then one "
+             "build_for_inference call per collector (items: calls; each round is one step "
+             "further)", N_INFER, _collector_rhythm(is_training=False)),
+    Workload("collector_step_inference_64_training",
+             "the same rhythm on 64 training-mode collectors (AgentCollector's default, as "
+             "RLlib's EpisodeV2 makes them), each ending a fragment every 100 steps "
+             "(build_for_training, not timed) (items: calls)", N_INFER,
+             _collector_rhythm(is_training=True)),
     Workload("views_inference_64",
              "the inference input of 64 ongoing episodes (20-83 steps): obs, prev_obs and a "
              "4-frame stack, views.build_inference_batch (RLlib: 64 AgentCollectors' "

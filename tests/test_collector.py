@@ -175,3 +175,27 @@ def test_without_obs_views_reset_columns_get_one_row_more():
     e.add_env_reset(0.0)
     e.add_env_step(1.0, 0, 0.0, terminated=True)
     np.testing.assert_array_equal(build_training_batch([e], views)["t"], [0])
+
+
+def test_a_continuing_training_batch_keeps_the_inference_plan():
+    """A sampler's training-mode collector ends a fragment (a training batch
+    of a trajectory that goes on) and keeps stepping: the kept rows stay in
+    the same track lists, so build_for_inference goes on with the views it
+    resolved before, and reads the new rows."""
+    c = AgentCollector(_views())
+    c.add_init_obs(episode_id=1, agent_index=0, env_id=0, init_obs=0.0)
+    for i in range(5):
+        _step(c, i)
+    c.build_for_inference()
+    plan = c._inference
+    lists = {key: tracks for key, tracks in c.buffers.items()}
+    c.build_for_training(c.view_requirements)
+    assert all(c.buffers[key] is tracks for key, tracks in lists.items())
+    for i in range(5, 7):
+        _step(c, i)
+        b = c.build_for_inference()
+        np.testing.assert_array_equal(b["stack"], np.array([[i - 1, i, i + 1]], np.float32))
+        np.testing.assert_array_equal(b["prev_actions"], [(i - 1) % 4])
+    assert c._inference is plan
+    assert all(track.is_typed for key in ("obs", "actions", "rewards")
+               for track in c.buffers[key])

@@ -517,14 +517,16 @@ def _inference_collector(impl, steps, **ctor):
     return collector
 
 
+@pytest.mark.parametrize("training", [False, True])
 @pytest.mark.parametrize("steps", [0, 1, 2, 3, 4, 12])
-def test_inference_batches_of_consecutive_calls_equal_rllibs(steps):
-    """The same collector asked again and again, with steps in between: each
-    batch equals RLlib's (columns and every SampleBatch attribute), and stays
-    as it was after the later calls. The previous batch is touched (a key
-    read and one added) before each call: the attribute comparison with
-    RLlib's fresh batch shows that nothing is shared."""
-    sides = [_inference_collector(impl, steps, is_training=False)
+def test_inference_batches_of_consecutive_calls_equal_rllibs(steps, training):
+    """The same collector asked again and again, with steps in between (a
+    sampler's rhythm): each batch equals RLlib's (columns and every
+    SampleBatch attribute), and stays as it was after the later calls. The
+    previous batch is touched (a key read and one added) before each call:
+    the attribute comparison with RLlib's fresh batch shows that nothing is
+    shared."""
+    sides = [_inference_collector(impl, steps, is_training=training)
              for impl in ((RllibAC, RllibVR), ours_classes())]
     made = []
     for call in range(4):
@@ -542,15 +544,85 @@ def test_inference_batches_of_consecutive_calls_equal_rllibs(steps):
         compare(batch_columns(ours), columns, f"call {call}, after the later calls")
 
 
-def test_inference_tracks_leave_the_object_path_with_their_zero_rows():
+@pytest.mark.parametrize("training", [False, True])
+@pytest.mark.parametrize("steps", [1, 2, 12])
+def test_zero_rows_before_python_numbers_leave_the_tracks_typed(steps, training):
     """prev_rewards / prev_actions start from zeros of their spaces (numpy
-    values) before the steps' Python numbers: once inference has dropped
-    those rows, the tracks are typed again (the compiled gather reads them)."""
-    collector = _inference_collector(ours_classes(), 2, is_training=False)
-    assert not collector.buffers["rewards"][0].is_typed  # zeros still in front
-    collector = _inference_collector(ours_classes(), 6, is_training=False)
+    values) before the steps' Python numbers, a mix that would put the tracks
+    on the object path, where every build converts the whole trajectory.
+    Written as Python zeros (np.array of each track unchanged), they leave
+    the tracks typed from the first step on, in both modes: the compiled
+    gather reads them."""
+    collector = _inference_collector(ours_classes(), steps, is_training=training)
     for key in ("rewards", "actions", "obs"):
         assert all(track.is_typed for track in collector.buffers[key]), key
+    if training:  # (inference has dropped the zero rows by now)
+        assert collector.buffers["rewards"][0].to_list()[:4] == [0.0] * 4
+
+
+def _rewards_run(impl, rewards, actions, train_after=()):
+    # A training-mode collector whose steps bring the given rewards and
+    # actions, with a view reaching back into the zero rows (reward_stack):
+    # the collector, its inference batch after each step, and its training
+    # batches (of a trajectory that goes on: the last rows are kept) after
+    # the steps in `train_after`.
+    AC, VR = impl
+    box = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+    views = {"obs": VR(space=box), "frames": VR("obs", shift="-3:0", space=box),
+             "prev_actions": VR("actions", shift=-1, space=gym.spaces.Discrete(2)),
+             "prev_rewards": VR("rewards", shift=-1),
+             "reward_stack": VR("rewards", shift="-3:0"),
+             "actions": VR(space=gym.spaces.Discrete(2), used_for_compute_actions=False),
+             "rewards": VR(used_for_compute_actions=False)}
+    collector = AC(views)
+    collector.add_init_obs(episode_id=1, agent_index=0, env_id=0,
+                           init_obs=np.zeros(4, np.float32))
+    inference, training = [], []
+    for i, (reward, action) in enumerate(zip(rewards, actions)):
+        collector.add_action_reward_next_obs({
+            "new_obs": np.full(4, i + 1, np.float32), "actions": action, "rewards": reward,
+            "terminateds": False, "truncateds": False})
+        inference.append(collector.build_for_inference())
+        if i in train_after:
+            training.append(collector.build_for_training(views))
+    return collector, inference, training
+
+
+def _both(*args):
+    return [_rewards_run(impl, *args) for impl in ((RllibAC, RllibVR), ours_classes())]
+
+
+@pytest.mark.parametrize("odd", [np.float32(2.5), None, "x"])
+@pytest.mark.parametrize("train_after", [(), (0,), (1,)])
+def test_a_row_of_another_kind_brings_back_the_zero_rows_as_they_were(odd, train_after):
+    """A reward of another kind after Python floats (a numpy float32, None, a
+    string) puts the rewards track on the object path again; np.array of it
+    must see RLlib's rows there, numpy zeros included (an object array keeps
+    them as they are: reward_stack reaches them), also after a training
+    batch kept only the last rows."""
+    (_, theirs, theirs_training), (collector, ours, ours_training) = _both(
+        [0.5, 1.5, odd, 3.5, 4.5], [0, 1, 1, 0, 1], train_after)
+    for i, (o, t) in enumerate(zip(ours, theirs)):
+        compare_batches(o, t, f"inference batch {i}")
+    for i, (o, t) in enumerate(zip(ours_training, theirs_training)):
+        compare_batches(o, t, f"training batch {i}")
+    assert collector.buffers["actions"][0].is_typed
+    assert not collector.buffers["rewards"][0].is_typed
+
+
+def test_zero_rows_stay_where_the_steps_dtype_is_another():
+    """np.int32 actions after Discrete's int64 zeros: np.array of the track
+    is int64 where the actions alone are int32, so the zeros are not written
+    over (the track stays on the object path) and the batches stay RLlib's."""
+    actions = [np.int32(a) for a in (1, 0, 1, 1)]
+    (theirs_c, theirs, _), (collector, ours, _) = _both([0.5, 1.5, 2.5, 3.5], actions)
+    for i, (o, t) in enumerate(zip(ours, theirs)):
+        compare_batches(o, t, f"inference batch {i}")
+    assert collector.buffers["rewards"][0].is_typed
+    assert not collector.buffers["actions"][0].is_typed
+    views = collector.view_requirements
+    compare_batches(collector.build_for_training(views),
+                    theirs_c.build_for_training(theirs_c.view_requirements), "training batch")
 
 
 def test_inference_follows_replaced_tracks_and_views():

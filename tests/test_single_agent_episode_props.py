@@ -545,3 +545,68 @@ for _obs, _act in PAIRS + STRUCT_PAIRS:
     _case.__name__ = f"TestRandomEpisodes_{_obs}_{_act}"
     globals()[_case.__name__] = _case
 del _obs, _act, _machine, _case
+
+
+# -- a failure seen once, as a fixed example ------------------------------------------------
+
+@pytest.mark.parametrize("key, error", [("vec", ValueError), ("a_vec", TypeError)])
+def test_concat_reports_the_difference_dm_tree_meets_first(key, error):
+    """Once seen in TestRandomEpisodes_struct_changing_discrete_int: the
+    boundary observations of concat_episode differ twice, a namedtuple for a
+    plain (empty) tuple under one key and an extra key in the dict under
+    "obs". dm-tree (RLlib's check) walks a dict's values in the order of its
+    sorted keys and raises for the first difference it meets: ValueError
+    for the keys of "obs" when the tuple sits under "vec", TypeError for the
+    tuple when it sits under "a_vec". Ours walked the keys in their own
+    order (the tuple first: TypeError either way); now it meets them as
+    dm-tree does, and raises RLlib's class with the episode unchanged."""
+    from strategies import NT0
+
+    item = {key: NT0(), "obs": {"a": np.int32(1)}}
+    twin = KeptEpTwin.new(id_="ep", observations=[item, item], actions=[0], rewards=[1.0])
+    chunk = KeptEpTwin(*twin.call("cut"))
+    chunk.call("add_env_step", item, 1, 0.5)
+    # The observation the chunk starts from, set to another structure on the left.
+    twin.call("set_observations", new_data={key: (), "obs": {"a": np.int32(1), "new": 0}},
+              at_indices=-1)
+    for side in ("theirs", "ours"):
+        with pytest.raises(error):
+            getattr(twin, side).concat_episode(getattr(chunk, side))
+    twin.call("concat_episode", Other(chunk))   # the same class, nothing changed
+
+
+def test_check_same_nesting_raises_what_dm_tree_raises():
+    """spaces.check_same_nesting against dm-tree's assert_same_structure on
+    pairs with several differences (the one met first in sorted-key order
+    decides the class) and on namedtuple classes of one name and fields
+    (one type to dm-tree)."""
+    import collections
+
+    import tree
+
+    from episode.spaces import check_same_nesting
+    from strategies import NT0, NT2
+
+    twin_nt2 = collections.namedtuple("NT2", ["f0", "f1"])
+    other_nt2 = collections.namedtuple("Other", ["f0", "f1"])
+    pairs = [
+        ({"b": NT0(), "a": {"x": 1}}, {"b": (), "a": {"y": 1}}),
+        ({"a": NT0(), "b": {"x": 1}}, {"a": (), "b": {"y": 1}}),
+        ({"b": (1, 2), "a": [1]}, {"b": (1,), "a": (1,)}),
+        (((1,), {"z": NT0(), "y": {"x": 1}}), ((1,), {"z": (), "y": {}})),
+        (NT2(1, 2), twin_nt2(1, 2)), (NT2(1, (2,)), twin_nt2(1, 2)),
+        (NT2(1, 2), other_nt2(1, 2)), (NT2(1, 2), (1, 2)),
+        ({"a": 1}, collections.OrderedDict(a=1)),
+    ]
+    for a, b in pairs:
+        for x, y in ((a, b), (b, a)):
+            try:
+                tree.assert_same_structure(x, y)
+                theirs = None
+            except (TypeError, ValueError) as e:
+                theirs = type(e)
+            if theirs is None:
+                check_same_nesting(x, y)
+            else:
+                with pytest.raises(theirs):
+                    check_same_nesting(x, y)

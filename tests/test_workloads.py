@@ -1,6 +1,8 @@
 """The benchmark workloads: ours does what each says, and RLlib's does the same."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -10,6 +12,7 @@ from episode.workloads import (
     N_COLLECT,
     N_CUT,
     N_DRAWN,
+    N_FRAGMENT,
     N_MA,
     N_REPLAY,
     N_STEPS,
@@ -136,20 +139,20 @@ def _is_inference_input(r):
                     for k in range(64)))
 
 
-def _is_collector_inference(r):
-    """r is the 64 collectors' batches: collector k is 10 + k steps in (its
-    prev_actions / prev_rewards one step late, as RLlib's collector reads
-    them at inference)."""
+def _is_collector_inference(r, steps_in=10):
+    """r is the 64 collectors' batches: collector k is steps_in + k steps in
+    (its prev_actions / prev_rewards one step late, as RLlib's collector
+    reads them at inference)."""
     steps = _cartpole()
     obs = steps.obs
     return len(r) == 64 and all(
         set(b) == {"obs", "prev_actions", "prev_rewards", "frames"}
-        and np.array_equal(b["obs"], obs[10 + k][None])
-        and np.array_equal(b["frames"], np.stack(obs[7 + k:11 + k])[None])
-        and b["prev_actions"].dtype == np.int64 and b["prev_actions"][0] == steps.actions[8 + k]
+        and np.array_equal(b["obs"], obs[n][None])
+        and np.array_equal(b["frames"], np.stack(obs[n - 3:n + 1])[None])
+        and b["prev_actions"].dtype == np.int64 and b["prev_actions"][0] == steps.actions[n - 2]
         and b["prev_rewards"].dtype == np.float32
-        and b["prev_rewards"][0] == np.float32(steps.rewards[8 + k])
-        for k, b in enumerate(r))
+        and b["prev_rewards"][0] == np.float32(steps.rewards[n - 2])
+        for n, b in enumerate(r, start=steps_in))
 
 
 def _is_replay_add(r):
@@ -176,6 +179,9 @@ EXPECTED = {
     "views_build_for_training": _is_training_batch,
     "views_inference_64": _is_inference_input,
     "collector_inference_64": _is_collector_inference,
+    "collector_step_inference_64": functools.partial(_is_collector_inference, steps_in=11),
+    "collector_step_inference_64_training": functools.partial(_is_collector_inference,
+                                                              steps_in=11),
     "sampler_cartpole_64": lambda r: r is True,
     "sampler_bookkeeping_64": lambda r: r is True,
     "vector_append_64": _is_vector_run,
@@ -229,8 +235,19 @@ EXPECTED = {
 }
 
 
+# Workloads whose rounds each take their inputs one step further (a
+# sampler's rhythm): the same work on the next step's data. What their second
+# round gives.
+NEXT_ROUND = {
+    "collector_step_inference_64": functools.partial(_is_collector_inference, steps_in=12),
+    "collector_step_inference_64_training": functools.partial(_is_collector_inference,
+                                                              steps_in=12),
+}
+
+
 def test_every_workload_has_an_expectation():
     assert set(EXPECTED) == set(WORKLOADS)
+    assert set(NEXT_ROUND) <= set(WORKLOADS)
 
 
 @pytest.mark.parametrize("name", list(WORKLOADS))
@@ -238,8 +255,22 @@ def test_workload_does_what_it_says(name):
     prepared = WORKLOADS[name].prepare(SingleAgentEpisode)
     result = prepared.once()
     assert EXPECTED[name](result)
+    if name in NEXT_ROUND:
+        assert NEXT_ROUND[name](prepared.once())
+        return
     # Rounds are repeatable: every timed round does the same work.
     assert_same(prepared.once(), result)
+
+
+@pytest.mark.parametrize("name", list(NEXT_ROUND))
+def test_collector_rhythm_reads_the_newest_steps_past_a_fragments_end(name):
+    """Rounds of the sampler's rhythm past the point where the training-mode
+    collectors end a fragment (build_for_training keeps only the last rows):
+    each batch still reads its collector's newest steps."""
+    prepared = WORKLOADS[name].prepare(SingleAgentEpisode)
+    for _ in range(N_FRAGMENT + 5):
+        batches = prepared.once()
+    assert _is_collector_inference(batches, steps_in=10 + N_FRAGMENT + 5)
 
 
 @pytest.mark.rllib
