@@ -30,7 +30,6 @@ import base64
 import os
 import pickle
 import re
-import resource
 import signal
 import subprocess
 import sys
@@ -39,38 +38,13 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 import garbage
+from children import child_env, limit_child
 from difftools import compare
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "garbage.py")
 BATCH = 400  # cases per child
 WORKERS = 2
 CHILD_SECONDS = 900  # a whole batch; a single case gets garbage.CASE_SECONDS
-CHILD_MEMORY = 3 << 30  # address space: runaway allocations fail fast
-
-
-# Under AddressSanitizer (.ci/sanitize preloads its runtime) the children
-# keep Python's allocations on malloc, where ASan watches them, and get no
-# address-space limit: ASan reserves terabytes of shadow memory up front.
-UNDER_ASAN = "libasan" in os.environ.get("LD_PRELOAD", "")
-
-
-def _child_env():
-    env = dict(os.environ)
-    env.update(
-        PYTHONFAULTHANDLER="1",
-        OPENBLAS_NUM_THREADS="1",
-        OMP_NUM_THREADS="1",
-        PYTHONHASHSEED="0",
-    )
-    if not UNDER_ASAN:
-        env["PYTHONMALLOC"] = "debug"
-    return env
-
-
-def _limit_child():
-    if not UNDER_ASAN:
-        resource.setrlimit(resource.RLIMIT_AS, (CHILD_MEMORY, CHILD_MEMORY))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
 def run_batch(names):
@@ -80,8 +54,8 @@ def run_batch(names):
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        env=_child_env(),
-        preexec_fn=_limit_child,
+        env=child_env(),
+        preexec_fn=limit_child,
         cwd=os.path.dirname(SCRIPT),
     )
     try:
