@@ -286,3 +286,143 @@ def test_bc_on_a_local_learner_reads_in_this_process(native_recording):
         assert len(batch.policy_batches["default_policy"]) == 32
     finally:
         algo.stop()
+
+
+def test_bc_on_a_remote_learner_reads_through_ray_data(native_recording):
+    """num_learners >= 1: the prelearner runs in Ray Data's map_batches
+    actors and the learners iterate its output, as RLlib's does (the
+    native dataset enters Ray Data as episode numbers)."""
+    out, _ = native_recording
+    config = _bc_config(str(out), learners=1,
+                        map_batches_kwargs={"concurrency": 1, "num_cpus": 0.25})
+    algo = config.build_algo()
+    try:
+        losses = [_loss(algo.train()) for _ in range(2)]
+        assert algo.offline_data.data_is_mapped and algo.offline_data._data is not None
+        assert all(np.isfinite(losses))
+    finally:
+        algo.stop()
+
+
+def _multi_agent_bc_config(path, **offline):
+    from ray.rllib.algorithms.bc import BCConfig
+    from ray.rllib.core.rl_module import MultiRLModuleSpec, RLModuleSpec
+    from ray.rllib.examples.envs.classes.multi_agent import MultiAgentCartPole
+
+    env = MultiAgentCartPole({"num_agents": 2})
+    obs, act = env.get_observation_space(0), env.get_action_space(0)
+    offline.setdefault("dataset_num_iters_per_learner", 1)
+    return (BCConfig()
+            .environment(observation_space=gym.spaces.Dict({0: obs, 1: obs}),
+                         action_space=gym.spaces.Dict({0: act, 1: act}))
+            .multi_agent(policies={"p0", "p1"}, policy_mapping_fn=lambda aid, *a, **k: f"p{aid}")
+            .rl_module(rl_module_spec=MultiRLModuleSpec(rl_module_specs={
+                p: RLModuleSpec(observation_space=obs, action_space=act) for p in ("p0", "p1")}))
+            .training(train_batch_size_per_learner=16)
+            .offline_data(input_=path, **offline)
+            .debugging(seed=0))
+
+
+def test_multi_agent_bc_reads_a_multi_agent_recording(tmp_path):
+    """RLlib's OfflinePreLearner raises NotImplementedError for multi-agent
+    data; ours reads the agents' episodes, each module's from its own
+    buffer: a batch holds train_batch_size_per_learner rows per module."""
+    runner = _runner(_multi_agent_config(tmp_path, output_write_method="write_episodes"))
+    runner.sample(num_episodes=6, random_actions=True)
+    runner.stop()
+    algo = _multi_agent_bc_config(str(tmp_path)).build_algo()
+    try:
+        result = algo.train()
+        assert np.isfinite(_loss(result, "p0")) and np.isfinite(_loss(result, "p1"))
+        batch = algo.offline_data.sample(num_samples=16, num_shards=0)
+        assert {m: len(b) for m, b in batch.policy_batches.items()} == {"p0": 16, "p1": 16}
+    finally:
+        algo.stop()
+
+
+def test_local_reading_options(native_recording):
+    """materialize_mapped_data keeps the first pass's mapped batches (the
+    next pass hands the same rows); input_read_batch_size sets how many
+    episodes each prelearner call reads; dataset_num_iters_per_learner != 1
+    hands the learner an iterator (a Ray DataIterator in RLlib)."""
+    out, _ = native_recording
+    config = _bc_config(str(out), batch=16, materialize_mapped_data=True,
+                        input_read_episodes=True, input_read_batch_size=10,
+                        dataset_num_iters_per_learner=3)
+    algo = config.build_algo()
+    try:
+        data = algo.offline_data
+        # 40 episodes, 10 per prelearner call: 4 mapped batches of 16 rows.
+        first = [data.sample(num_samples=16, num_shards=0) for _ in range(4)]
+        again = [data.sample(num_samples=16, num_shards=0) for _ in range(4)]
+        assert len(data._local.mapped_kept) == 4
+        for a, b in zip(first, again):
+            np.testing.assert_array_equal(a.policy_batches["default_policy"]["obs"],
+                                          b.policy_batches["default_policy"]["obs"])
+        result = algo.train()
+        assert np.isfinite(_loss(result))
+        (iterator,) = data.sample(num_samples=16, num_shards=0, return_iterator=True)
+        batches = list(iterator.iter_torch_batches(batch_size=16))
+        assert len(batches) == 4 and all(len(b["default_policy/obs"]) == 16 for b in batches)
+    finally:
+        algo.stop()
+
+
+def test_local_shuffle_and_drop_last(native_recording):
+    out, _ = native_recording
+    config = _bc_config(str(out), batch=16, materialize_mapped_data=True,
+                        input_read_episodes=True, input_read_batch_size=10,
+                        iter_batches_kwargs={"local_shuffle_buffer_size": 40,
+                                             "local_shuffle_seed": 1})
+    algo = config.build_algo()
+    try:
+        data = algo.offline_data
+        data.sample(num_samples=16, num_shards=0)
+        list(data._local.batches(16))       # a whole pass, kept
+        plain = np.concatenate([m["default_policy/obs"] for m in data._local.mapped_kept])
+        shuffled = [b["default_policy/obs"] for b in data._local.batches(
+            24, local_shuffle_buffer_size=40, local_shuffle_seed=1)]
+        assert [len(b) for b in shuffled] == [24, 24, 16]
+        # The same rows, another order.
+        joined = np.concatenate(shuffled)
+        assert sorted(map(tuple, joined)) == sorted(map(tuple, plain))
+        assert not np.array_equal(joined, plain)
+        dropped = list(data._local.batches(24, drop_last=True))
+        assert [len(b["default_policy/obs"]) for b in dropped] == [24, 24]
+    finally:
+        algo.stop()
+
+
+def test_user_classes_run_on_ours(native_recording):
+    """offline_data_class and prelearner_class subclasses of ours are the
+    ones that run; RLlib's config checks take them."""
+    from ray.rllib.offline.offline_data import OfflineData
+    from ray.rllib.offline.offline_prelearner import OfflinePreLearner
+
+    calls = []
+
+    class CountingPreLearner(OfflinePreLearner):
+        def __call__(self, batch):
+            calls.append("prelearner")
+            return super().__call__(batch)
+
+    class CountingData(OfflineData):
+        def sample(self, *args, **kwargs):
+            calls.append("data")
+            return super().sample(*args, **kwargs)
+
+    out, _ = native_recording
+    config = _bc_config(str(out), offline_data_class=CountingData,
+                        prelearner_class=CountingPreLearner)
+    algo = config.build_algo()
+    try:
+        algo.train()
+        assert type(algo.offline_data) is CountingData
+        assert calls[0] == "data" and "prelearner" in calls
+    finally:
+        algo.stop()
+
+
+def test_missing_input_raises(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no file or folder"):
+        _bc_config(str(tmp_path / "nothing")).build_algo()
