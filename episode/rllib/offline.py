@@ -812,11 +812,11 @@ class OfflineData(RLlibOfflineData, metaclass=_AcceptsRLlibSubclasses):
 class _LocalData:
     """A local learner's reading, in this process: the input in batches of
     rows as Ray Data's map_batches hands them to the prelearner (kept after
-    a first pass with ``materialize_data``), each mapped by a prelearner
-    made here (one per pass over the input, as each of Ray Data's runs of
-    the map makes its own; the mapped batches kept after a first pass with
-    ``materialize_mapped_data``), the mapped rows handed out in batches as
-    Ray Data's iter_batches does (``local_shuffle_buffer_size``,
+    a first pass with ``materialize_data``), each mapped by one prelearner
+    made here for the whole run (Ray Data makes new ones each time its map
+    runs again: RLlib's connectors take a tenth of a second to make; the
+    mapped batches kept after a first pass with ``materialize_mapped_data``),
+    the mapped rows handed out in batches as Ray Data's iter_batches does (``local_shuffle_buffer_size``,
     ``local_shuffle_seed`` and ``drop_last`` of ``iter_batches_kwargs``
     honoured; the rest is about Ray Data's prefetching)."""
 
@@ -829,6 +829,7 @@ class _LocalData:
             "module_spec": owner.module_spec,
             "module_state": module_state,
         }
+        self.prelearner: Any = None
         self.raw_kept: Optional[list] = None
         self.mapped_kept: Optional[list] = None
         self.running: Optional[Iterator] = None
@@ -872,9 +873,10 @@ class _LocalData:
             yield from self.mapped_kept
             return
         keep: Optional[list] = [] if self.owner.materialize_mapped_data else None
-        prelearner = self.owner.prelearner_class(**self.prelearner_kwargs)
+        if self.prelearner is None:
+            self.prelearner = self.owner.prelearner_class(**self.prelearner_kwargs)
         for raw in self._raw():
-            mapped = {k: _numpy(v) for k, v in prelearner(raw).items()}
+            mapped = {k: _numpy(v) for k, v in self.prelearner(raw).items()}
             if not mapped:
                 continue
             if keep is not None:
