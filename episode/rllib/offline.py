@@ -197,7 +197,8 @@ def _native_paths(paths: list, filesystem: Any) -> Optional[list]:
 
 
 class _NativeEpisodes:
-    """The episodes of one or more native datasets, numbered in order."""
+    """The episodes of one or more native datasets (local paths), numbered
+    in order."""
 
     def __init__(self, paths: list):
         from episode.offline import read_episodes
@@ -211,19 +212,6 @@ class _NativeEpisodes:
     def __getitem__(self, i: int) -> Any:
         k = int(np.searchsorted(self.offsets, i, side="right")) - 1
         return self.datasets[k][int(i - self.offsets[k])]
-
-
-# Native datasets opened in this process (a prelearner's batches name
-# episodes by number), by their paths.
-_OPENED: Dict[tuple, _NativeEpisodes] = {}
-
-
-def _native_dataset(paths: list) -> _NativeEpisodes:
-    key = tuple(paths)
-    found = _OPENED.get(key)
-    if found is None:
-        found = _OPENED[key] = _NativeEpisodes(list(paths))
-    return found
 
 
 # -- recording ---------------------------------------------------------------------------------
@@ -555,7 +543,11 @@ class OfflinePreLearner(RLlibOfflinePreLearner, metaclass=_AcceptsRLlibSubclasse
         return rllib_format.unpack_episodes(items)
 
     def _native_episodes(self, numbers: Any) -> list:
-        dataset = _native_dataset(_native_paths(_input_paths(self.config), None) or [])
+        # The dataset is opened once per prelearner (its episode tables).
+        dataset = self.__dict__.get("_native")
+        if dataset is None:
+            paths = [_resolve(p, None)[1] for p in _input_paths(self.config)]
+            dataset = self._native = _NativeEpisodes(paths)
         episodes = []
         for i in np.asarray(numbers).tolist():
             episode = dataset[i]
@@ -777,7 +769,7 @@ class OfflineData(RLlibOfflineData, metaclass=_AcceptsRLlibSubclasses):
         use and materialized if ``materialize_data``."""
         if self._data is None:
             if self.native_paths is not None:
-                count = len(_native_dataset(self.native_paths))
+                count = len(_NativeEpisodes(self.native_paths))
                 data = ray.data.range(count).rename_columns({"id": NATIVE_COLUMN})
             else:
                 paths = _input_paths(self.config)
@@ -853,7 +845,7 @@ class _LocalData:
     def _read(self) -> Iterator[Any]:
         owner, size = self.owner, self.read_batch_size
         if owner.native_paths is not None:
-            count = len(_native_dataset(owner.native_paths))
+            count = len(_NativeEpisodes(owner.native_paths))
             for start in range(0, count, size):
                 yield {NATIVE_COLUMN: np.arange(start, min(start + size, count))}
             return
