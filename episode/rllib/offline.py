@@ -64,6 +64,7 @@ except ModuleNotFoundError as e:
 
 import episode.rllib
 from episode.replay import EpisodeReplayBuffer
+from episode.single_agent_episode import SingleAgentEpisode
 from episode.rllib.runners import MultiAgentEnvRunner, SingleAgentEnvRunner
 
 logger = logging.getLogger(__name__)
@@ -528,12 +529,66 @@ class OfflinePreLearner(RLlibOfflinePreLearner, metaclass=_AcceptsRLlibSubclasse
                 self._unique(self._map_to_episodes(batch, to_numpy=False)["episodes"]))
         else:
             episodes = self._map_to_episodes(batch, to_numpy=False)["episodes"]
+            train_batch = self._columns_of_whole_episodes(episodes)
+            if train_batch is not None:
+                return train_batch
         batch = self._learner_connector(rl_module=self._module, batch={}, episodes=episodes,
                                         shared_data={}, metrics=None)
         for module_id in list(batch):
             if not self._should_module_be_updated(module_id, batch):
                 del batch[module_id]
         return flatten_dict(batch)
+
+    def _columns_of_whole_episodes(self, episodes: list) -> Optional[Dict[str, Any]]:
+        """The flattened train batch RLlib's default learner connectors (BC's,
+        CQL's) make of rows' whole episodes, from their columns: each step's
+        observation, next observation, action, reward and extra model
+        outputs, the done flags on each episode's last step. None (the
+        connectors run) for other pipelines, a stateful module, episodes
+        that are not our numpy'able single-agent ones with array tracks, or
+        extra outputs that differ between episodes."""
+        from episode.rllib.learner import _default_pipeline
+
+        episodes = [e for e in episodes if len(e)]
+        if not episodes or not _default_pipeline(self._learner_connector, self._module) \
+                or any(type(e) is not SingleAgentEpisode for e in episodes):
+            return None
+        keys = list(episodes[0].extra_model_outputs)
+        if any(list(e.extra_model_outputs) != keys for e in episodes) \
+                or {Columns.STATE_IN, Columns.STATE_OUT} & set(keys):
+            return None
+        for e in episodes:
+            e.to_numpy()
+
+        def column(get: Any) -> Optional[np.ndarray]:
+            parts = [get(e, slice(0, len(e))) for e in episodes]
+            if not all(type(p) is np.ndarray for p in parts):
+                return None
+            return np.concatenate(parts)
+
+        columns = {
+            Columns.OBS: column(lambda e, s: e.get_observations(s)),
+            Columns.NEXT_OBS: column(lambda e, s: e.get_observations(slice(1, s.stop + 1))),
+            Columns.ACTIONS: column(lambda e, s: e.get_actions(s)),
+            Columns.REWARDS: column(lambda e, s: e.get_rewards(s)),
+        }
+        ends = np.cumsum([len(e) for e in episodes]) - 1
+        for name, flag in ((Columns.TERMINATEDS, "is_terminated"),
+                           (Columns.TRUNCATEDS, "is_truncated")):
+            done = np.zeros(ends[-1] + 1, dtype=bool)
+            done[ends] = [bool(getattr(e, flag)) for e in episodes]
+            columns[name] = done
+        for key in keys:
+            if key not in columns:
+                columns[key] = column(lambda e, s: e.get_extra_model_outputs(key, s))
+        if any(value is None for value in columns.values()):
+            return None
+        module_id = next(iter(self._module.keys()))
+        tensors = self._learner_connector.connectors[-1](
+            rl_module=self._module, batch={module_id: columns}, episodes=episodes,
+            shared_data={}, metrics=None)
+        return flatten_dict({m: b for m, b in tensors.items()
+                             if self._should_module_be_updated(m, tensors)})
 
     # -- episodes from the batch ------------------------------------------------------------
 
