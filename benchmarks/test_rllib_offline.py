@@ -43,7 +43,6 @@ import tempfile
 import time
 
 import gymnasium as gym
-import numpy as np
 import pytest
 
 pytest.importorskip("ray.rllib")

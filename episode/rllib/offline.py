@@ -36,9 +36,9 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 import os
 import secrets
-import sys
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional
 
@@ -62,8 +62,8 @@ try:
 except ModuleNotFoundError as e:
     raise rllib_missing(e, "episode.rllib.offline") from e
 
-import episode.rllib
 from episode.replay import EpisodeReplayBuffer
+from episode.rllib import patch
 from episode.single_agent_episode import SingleAgentEpisode
 from episode.rllib.runners import MultiAgentEnvRunner, SingleAgentEnvRunner
 
@@ -507,7 +507,7 @@ class OfflinePreLearner(RLlibOfflinePreLearner, metaclass=_AcceptsRLlibSubclasse
     def __init__(self, *, config: Any, spaces: Any = None, module_state: Any = None,
                  **kwargs: Any):
         # (In a Ray worker started before install(), as the runners do.)
-        episode.rllib.install()
+        patch.install()
         super().__init__(config=config, spaces=spaces, module_state=module_state, **kwargs)
 
     def __call__(self, batch: Dict[str, Any]) -> Dict[str, Any]:
@@ -580,7 +580,7 @@ class OfflinePreLearner(RLlibOfflinePreLearner, metaclass=_AcceptsRLlibSubclasse
             columns[name] = done
         for key in keys:
             if key not in columns:
-                columns[key] = column(lambda e, s: e.get_extra_model_outputs(key, s))
+                columns[key] = column(lambda e, s, key=key: e.get_extra_model_outputs(key, s))
         if any(value is None for value in columns.values()):
             return None
         module_id = next(iter(self._module.keys()))
@@ -775,7 +775,7 @@ def _ids(values: Any, n: int) -> list:
     if values is None:
         return [None] * n
     out = values.tolist() if hasattr(values, "tolist") else list(values)
-    return [None if (isinstance(v, float) and v != v) else v for v in out]
+    return [None if (isinstance(v, float) and math.isnan(v)) else v for v in out]
 
 
 class OfflineData(RLlibOfflineData, metaclass=_AcceptsRLlibSubclasses):
@@ -788,7 +788,7 @@ class OfflineData(RLlibOfflineData, metaclass=_AcceptsRLlibSubclasses):
     _replaces = RLlibOfflineData
 
     def __init__(self, config: Any):
-        episode.rllib.install()
+        patch.install()
         self.config = config
         self.is_multi_agent = config.is_multi_agent
         self.path = config.input_ if isinstance(config.input_, list) else Path(config.input_)
