@@ -24,6 +24,10 @@ workdir = Path(sys.argv[1])
 workdir.mkdir(parents=True, exist_ok=True)
 
 
+# conda-forge's names of packages PyPI names otherwise.
+PIP_NAMES = {"msgpack-python": "msgpack"}
+
+
 def pip_specs(requirements: list) -> list:
     # conda's "name >=x" as pip's "name>=x"; python and pip are the venv's,
     # and the compiler is the system's.
@@ -32,7 +36,7 @@ def pip_specs(requirements: list) -> list:
         name = req.split()[0]
         if name in ("python", "pip") or "compiler(" in req:
             continue
-        specs.append(req.replace(" ", ""))
+        specs.append(PIP_NAMES.get(name, name) + req[len(name):].replace(" ", ""))
     return specs
 
 

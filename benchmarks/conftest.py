@@ -85,3 +85,18 @@ def pytest_benchmark_group_stats(config, benchmarks, group_by):
     for group in groups.values():
         group.sort(key=lambda bench: bench["name"])
     return sorted(groups.items())
+
+
+@pytest.fixture
+def one_torch_thread():
+    """torch on one thread, as ours and cpprb are: its thread pool on a
+    shared machine makes MultiStepTransform's conv1d ten times slower."""
+    try:
+        import torch
+    except ImportError:
+        yield
+        return
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

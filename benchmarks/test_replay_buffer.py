@@ -59,6 +59,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+# torch (TorchRL, SB3) on one thread, as ours and cpprb are.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 CAPACITY = 50_000
 BIG = 1_000_000
 LENGTHS = (200, 22)
@@ -70,21 +73,6 @@ ALPHA = 0.6
 BETA = 0.4
 SEQ_B, SEQ_T = 16, 64
 RAW_STEP_BYTES = 16 + 8 + 8
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """torch on one thread, as ours and cpprb are: its thread pool on a
-    shared machine makes MultiStepTransform's conv1d ten times slower."""
-    try:
-        import torch
-    except ImportError:
-        yield
-        return
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def stream(steps: int) -> list:

@@ -4,6 +4,7 @@ from typing import Any, final
 import numpy as np
 from typing_extensions import Self, disjoint_base
 
+from episode._episode import EpisodeCore
 from episode._priority import PriorityTrees
 
 @final
@@ -79,6 +80,10 @@ class Store:
     def check(self, episode: Any, pending: dict[Any, Any], key: Any = None) -> None: ...
     def add(self, episode: Any, weight: Any = None,
             key: Any = None) -> tuple[int, bool, int, int]: ...
+    def add_block(self, first: EpisodeCore, tracks: dict[Any, list[Any]],
+                  infos: dict[int, Any], nrows: int, rows: Any, lookbacks: Any, lengths: Any,
+                  t_started: Any, terminated: Any, truncated: Any, start_times: Any,
+                  last_step_times: Any, ids: list[Any], metas: list[EpisodeMeta]) -> None: ...
     def restore(self, episodes: list[Any], indices: list[Any], evicted: int,
                 weights: Any = None, keys: Any = None) -> None: ...
     def oldest(self, i: int = 0) -> int: ...

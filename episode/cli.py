@@ -174,6 +174,16 @@ class DemoStats:
     inputs: dict = field(default_factory=dict)    # the last policy input's column shapes
 
 
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a seed >= 0, got {text!r}")
+    return value
+
+
 def _make_env(env_id: str, num_envs: int):
     """A sync vector env of `num_envs` copies of `env_id` (UsageError if unknown)."""
     import gymnasium as gym
@@ -313,11 +323,20 @@ def _multi_agent_factory(reference: str):
     """The class or function `module:attr` names (for a PettingZoo
     ParallelEnv or an RLlib MultiAgentEnv), or None for a gymnasium id. A
     `module:EnvId-v0` id's module is imported here, so that gymnasium finds
-    it registered; UsageError if the module cannot be imported."""
+    it registered; UsageError if the module cannot be imported, or has no
+    such attribute and no such environment is registered."""
+    import gymnasium as gym
+
     module_name, sep, attr = reference.partition(":")
-    if not sep or not module_name:
+    if not sep:
         return None
+    if not module_name or not attr:
+        raise UsageError(f"--env {reference!r}: expected a gymnasium id or module:name")
     module = _import_env_module(module_name, reference)
+    if attr.isidentifier() and not hasattr(module, attr) and attr not in gym.registry \
+            and reference not in gym.registry:
+        raise UsageError(f"--env {reference!r}: module {module_name!r} has no attribute "
+                         f"{attr!r} (and no environment {attr!r} is registered)")
     factory = getattr(module, attr, None) if attr.isidentifier() else None
     return factory if callable(factory) else None
 
@@ -720,7 +739,7 @@ def _plot(report: dict, path: str) -> None:
 def bench(args) -> int:
     from episode.workloads import WORKLOADS
 
-    if args.workloads:
+    if args.workloads is not None:
         names = [n.strip() for n in args.workloads.split(",") if n.strip()]
         unknown = [n for n in names if n not in WORKLOADS]
         if unknown or not names:
@@ -957,24 +976,9 @@ class _Recorder:
                 self.running.add(e.id_)
 
     def hand_on_leftovers(self, sampler) -> None:
-        """After a rollout that raised: the episodes that ended in it (a
-        vector env's: a multi-agent env's are lost with the rollout) and the
-        chunks of the running ones."""
-        if not sampler._started:
-            return
-        if sampler.multi_agent:
-            from episode.sampling import _prune
-
-            episodes = [e for e in sampler.ongoing_episodes() if len(e)]
-            for e in episodes:
-                _prune(e)        # (its agents without a step, as the sampler hands it on)
-        else:
-            vector = sampler._vector
-            done, _ = vector.take_ended()
-            episodes = done + vector.cut(sampler._lookback)
-        for e in episodes:
-            e.to_numpy()
-        self.hand_on(episodes)
+        """After a rollout that raised: the episodes that ended in it and
+        the chunks of the running ones."""
+        self.hand_on(sampler.take_pending())
 
     def close(self) -> None:
         t0 = time.perf_counter()
@@ -1246,14 +1250,14 @@ def _step_files(paths: list) -> tuple:
 
     from episode.offline import DatasetError
     from episode.offline import format as fmt
-    from episode.offline.dataset import _schema
+    from episode.offline.dataset import read_schema
 
     schemas: dict = {}
     extras: list = []
     infos = [0, 0]
     versions = set()
     for path in paths:
-        schema = _schema(path, pa)
+        schema = read_schema(path)
         meta = fmt.read_metadata(schema, path, "steps")
         versions.add(meta["version"])
         key = (str(schema.remove_metadata()), json.dumps(meta, sort_keys=True))
@@ -1293,63 +1297,6 @@ def _step_files(paths: list) -> tuple:
     return list(schemas.values()), extras, tuple(infos), versions
 
 
-def _episode_arrays(ds) -> dict:
-    """Length, return, agent steps and done flags of each episode of a
-    dataset of ours, from its episode tables (chunks of one episode summed;
-    a multi-agent chunk's return and agent steps are its agents' rows
-    summed): no episode is built. Also each episode's kind."""
-    import numpy as np
-
-    from episode._dataset import MULTI
-
-    names = ("length", "return", "agent_steps", "terminated", "truncated", "multi")
-    chunks: dict = {name: [] for name in names}
-    for p in ds._parts:
-        t = p.table
-        length, ret = np.asarray(t["length"], np.int64), np.asarray(t["return"], np.float64)
-        parent, multi = np.asarray(t["parent"], np.int64), np.asarray(t["kind"]) == MULTI
-        agent = parent >= 0
-        agents_return, agents_length = np.zeros(p.n), np.zeros(p.n, np.int64)
-        np.add.at(agents_return, parent[agent], ret[agent])
-        np.add.at(agents_length, parent[agent], length[agent])
-        columns = {"length": length, "return": np.where(multi, agents_return, ret),
-                   "agent_steps": np.where(multi, agents_length, length),
-                   "terminated": np.asarray(t["terminated"], bool),
-                   "truncated": np.asarray(t["truncated"], bool), "multi": multi}
-        for name in names:
-            chunks[name].append(columns[name][p.top])
-    flat = {name: np.concatenate(arrays) if arrays else np.zeros(0)
-            for name, arrays in chunks.items()}
-    entries = ds._entries
-    if not entries:
-        return {name: flat[name][:0] for name in names}
-    order = np.array([k for entry in entries for k in entry], np.int64)
-    sizes = np.array([len(entry) for entry in entries], np.int64)
-    starts = np.cumsum(sizes) - sizes
-    last = order[starts + sizes - 1]        # (an episode's chunks are in time order)
-    summed = {name: np.add.reduceat(flat[name][order], starts)
-              for name in ("length", "return", "agent_steps")}
-    return {**summed, "terminated": flat["terminated"][last],
-            "truncated": flat["truncated"][last], "multi": flat["multi"][last]}
-
-
-def _agent_ids(parts: list) -> list:
-    """The agent ids of a dataset's multi-agent episodes, each once."""
-    import pyarrow.compute as pc
-
-    from episode.offline import format as fmt
-
-    ids: list = []
-    for p in parts:
-        rows = [int(i) for i in (p.table["parent"] >= 0).nonzero()[0]]
-        if rows:
-            for blob in pc.unique(p.table["agent_id"].take(rows)).to_pylist():
-                agent_id = None if blob is None else fmt.unpack_value(blob)
-                if agent_id not in ids:
-                    ids.append(agent_id)
-    return ids
-
-
 def _statistics(values) -> dict | None:
     """min, mean, median, max (None: no values, or some not numbers)."""
     import numpy as np
@@ -1366,18 +1313,10 @@ def _number(x) -> int | float:
     return int(x) if x.is_integer() else x
 
 
-def _spaces(columns: list) -> list:
-    """The distinct spaces of episode-table columns, as text and RLlib's dict."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
+def _spaces(texts: list) -> list:
+    """Spaces (as the JSON text of RLlib's dict, or None) as text and dict."""
     from episode.offline import format as fmt
 
-    texts: list = []
-    for column in columns:
-        for text in pc.value_counts(column.cast(pa.string())).field("values").to_pylist():
-            if text not in texts:
-                texts.append(text)
     return [{"space": None, "description": None} if t is None else
             {"space": " ".join(str(fmt.space_of(t, "space")).split()),
              "description": json.loads(t)}
@@ -1386,51 +1325,43 @@ def _spaces(columns: list) -> list:
 
 def _describe(ds) -> dict:
     """What `episode inspect` reports on an open dataset (see its help)."""
-    import pyarrow as pa
-
-    from episode._dataset import SINGLE
     from episode.offline import format as fmt
-    from episode.offline.dataset import _schema
+    from episode.offline.dataset import read_schema
 
-    if ds._memory is not None:
+    if ds.format != fmt.FORMAT:
         return _describe_foreign(ds)
 
-    tables = [p.path for p in ds._parts]
-    step_paths = list(dict.fromkeys(f for p in ds._parts for f in p.step_files))
-    versions = {fmt.read_metadata(_schema(path, pa), path, "episodes")["version"]
+    files = ds.files
+    tables = [f for f in files if ".episodes." in os.path.basename(f)]
+    step_paths = [f for f in files if f not in tables]
+    versions = {fmt.read_metadata(read_schema(path), path, "episodes")["version"]
                 for path in tables}
     schemas, extras, infos, step_versions = _step_files(step_paths)
-    episodes = _episode_arrays(ds)
+    episodes = ds.episode_table()
     multi = None
-    if episodes["multi"].any():
-        multi = {"episodes": int(episodes["multi"].sum()), "agents": [
-            a if isinstance(a, (str, int)) else repr(a) for a in _agent_ids(ds._parts)],
+    if episodes["multi_agent"].any():
+        multi = {"episodes": int(episodes["multi_agent"].sum()), "agents": [
+            a if isinstance(a, (str, int)) else repr(a) for a in ds.agent_ids()],
             "agent_steps": int(episodes["agent_steps"].sum())}
-    # (The spaces are the single-agent rows': a multi-agent one's agents'.)
-    single = [(p.table["kind"] == SINGLE).nonzero()[0] for p in ds._parts]
     return _report_of(
-        ds, fmt.FORMAT, sorted(versions | step_versions), tables + step_paths,
+        ds, fmt.FORMAT, sorted(versions | step_versions), files,
         {"episode_tables": len(tables), "step_files": len(step_paths)}, episodes,
-        {name: _spaces([p.table[name].take(rows) for p, rows in zip(ds._parts, single)])
-         for name in ("observation_space", "action_space")},
+        {name: _spaces(texts) for name, texts in ds.spaces().items()},
         extras, {"rows_with_info": infos[0], "rows": infos[1]}, schemas,
-        stored_chunks=len(ds._index["part"]), multi_agent=multi)
+        stored_chunks=ds.num_chunks, multi_agent=multi)
 
 
 def _describe_foreign(ds) -> dict:
     """The report for RLlib's recordings (read whole by read_episodes: the
     statistics come from its episodes)."""
-    import numpy as np
-    import pyarrow as pa
-
     from episode.offline import rllib_format
-    from episode.offline.dataset import _scan, _schema
+    from episode.offline.dataset import read_schema
 
-    _, files = _scan(ds.path, pa)
-    episodes = ds._memory
+    files = ds.files
+    episodes = list(ds)
     kinds, schemas = [], {}
     for path in files:
-        schema = _schema(path, pa)
+        schema = read_schema(path)
         kind = rllib_format.detect_format(schema)
         if kind not in kinds:
             kinds.append(kind)
@@ -1442,23 +1373,14 @@ def _describe_foreign(ds) -> dict:
                 {"column": f.name, "arrow_type": _arrow_type(f.type), "dtype": None,
                  "shape": None, "stored_as": kind, "items": None, "mode": None}
                 for f in schema]}
-    arrays = {"length": np.array([len(e) for e in episodes], np.int64),
-              "return": np.array([float(e.get_return()) for e in episodes], np.float64),
-              "terminated": np.array([bool(e.is_terminated) for e in episodes], bool),
-              "truncated": np.array([bool(e.is_truncated) for e in episodes], bool)}
-
-    def spaces(name: str) -> list:
-        found = list(dict.fromkeys(str(getattr(e, name)) for e in episodes))
-        return [{"space": s, "description": None} for s in found]
-
     extras = list(dict.fromkeys(k for e in episodes for k in e.extra_model_outputs))
     with_info = sum(1 for e in episodes for info in e.get_infos() if info)
     rows = sum(len(e.get_infos()) for e in episodes)
     return _report_of(ds, " / ".join(map(str, kinds)), [], files, {"data_files": len(files)},
-                      arrays, {"observation_space": spaces("observation_space"),
-                               "action_space": spaces("action_space")},
+                      ds.episode_table(),
+                      {name: _spaces(texts) for name, texts in ds.spaces().items()},
                       extras, {"rows_with_info": with_info, "rows": rows},
-                      list(schemas.values()), stored_chunks=len(episodes))
+                      list(schemas.values()), stored_chunks=ds.num_chunks)
 
 
 def _report_of(ds, format_name: str, versions: list, files: list, kinds: dict,
@@ -1618,7 +1540,7 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--prev-actions", action="store_true",
                    help="views of the previous action and reward (prev_actions, "
                         "prev_rewards), read by the policy and in the batches")
-    d.add_argument("--seed", type=int, default=0, help="env and action seed "
+    d.add_argument("--seed", type=_seed, default=0, help="env and action seed "
                    "(default: %(default)s)")
     d.set_defaults(func=demo)
 
@@ -1631,7 +1553,7 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--rounds", type=_positive_int, default=None,
                    help="timed rounds per workload and implementation (default: 7, 3 with "
                         "--quick)")
-    b.add_argument("--workloads", default="", metavar="NAME,...",
+    b.add_argument("--workloads", default=None, metavar="NAME,...",
                    help="comma-separated workloads to run (default: all, listed below)")
     b.add_argument("--json", metavar="PATH", help="write the results as JSON")
     b.add_argument("--plot", metavar="PATH",
@@ -1684,7 +1606,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--agents", type=_positive_int, default=1,
                    help="with N > 1: N copies of the --env gymnasium env as the agents of "
                         "one multi-agent env, recorded as MultiAgentEpisodes (default: 1)")
-    r.add_argument("--seed", type=int, default=0, help="env and action seed "
+    r.add_argument("--seed", type=_seed, default=0, help="env and action seed "
                    "(default: %(default)s)")
     r.add_argument("--format", choices=["parquet", "arrow"], default="parquet",
                    help="Parquet files, or Arrow IPC files (read memory-mapped, in place) "

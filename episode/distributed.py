@@ -375,6 +375,11 @@ class DistributedSampler:
                 failures[i] = 0
             except (RayActorError, ActorNotStarted) as e:
                 failures[i] += 1
+                if getattr(e, "actor_init_failed", False):
+                    # Its process could not make it (an import that fails
+                    # there): restarting would fail the same way.
+                    error = error or e
+                    continue
                 if failures[i] > self.max_restarts:
                     error = error or e
                     continue
@@ -409,7 +414,9 @@ class DistributedSampler:
             except ActorUnavailableError:
                 # Ray is restarting it.
                 time.sleep(0.05)
-            except ActorDiedError:
+            except ActorDiedError as e:
+                if e.actor_init_failed:
+                    raise          # its process cannot make it: the cause, not a timeout
                 # Dead for good, or the driver has not heard of the restart
                 # yet: a second such answer in a row means dead.
                 dead_answers += 1

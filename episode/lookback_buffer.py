@@ -242,12 +242,35 @@ class InfiniteLookbackBuffer(BufferCore):
             # No rows and no space: the first rows appended decide the row type.
             return Column.with_open_row_type()
         if self._col is not None:
-            return _storage_of(stack(self._col.to_list()))
+            storage = stack(self._col.to_list())
+            self._check_stacked(storage, self.space)
+            return _storage_of(storage)
         stacked = {id(col): stack_leaf(col.to_list()) for col in self._leaves
                    if not col.is_typed}
+        if self._space_struct is not None:
+            try:
+                pairs = flatten_struct(map_struct(lambda col, space: [col, space], self._tree,
+                                                  self._space_struct))
+            except (ValueError, TypeError):
+                pairs = []           # (a space that does not fit the items: no leaf checked)
+            for col, space in pairs:
+                if id(col) in stacked:
+                    self._check_stacked(stacked[id(col)], space)
         return map_struct(
             lambda col: Column.from_array(stacked[id(col)]) if id(col) in stacked else col,
             self._tree)
+
+    @staticmethod
+    def _check_stacked(rows: Any, space: Any) -> None:
+        # Rows that stack only as objects (ragged rows) under a space of
+        # numbers: RLlib's finalize raises ValueError there; so does ours
+        # (without a space they stay objects, see docs/differences.md).
+        if isinstance(rows, np.ndarray) and rows.dtype == object and isinstance(
+                space, (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete,
+                        gym.spaces.MultiBinary)):
+            shapes = sorted({str(np.shape(row)) for row in rows})
+            raise ValueError(f"the items do not stack into the space {space}: rows of shapes "
+                             f"{', '.join(shapes)}")
 
     # -- reading ------------------------------------------------------------
 

@@ -473,15 +473,23 @@ class Sampler:
         writer: An `episode.offline.EpisodeWriter` that records every
             episode (and chunk) sample_episodes() and sample() hand on, as
             they hand it on (numpy'ized), or None.
+        check_observations: Whether the env's observations must lie in its
+            observation space (ValueError naming the sub-env, the agent and
+            the space otherwise). RLlib's runners do not check; False lets
+            such observations in.
     """
 
     def __init__(self, env: Any, policy: Optional[Callable] = None, *,
                  view_requirements: Optional[Dict[str, ViewRequirement]] = None,
                  batch_mode: BatchMode = "truncate_episodes", rollout_fragment_length: int = 200,
                  count_steps_by: CountStepsBy = "env_steps", num_envs: int = 1,
-                 seed: Optional[int] = None, writer: Any = None):
+                 seed: Optional[int] = None, writer: Any = None,
+                 check_observations: bool = True):
         check_sampler_args(policy, batch_mode, rollout_fragment_length, count_steps_by,
                            num_envs, seed)
+        if type(check_observations) is not bool:
+            raise TypeError(f"check_observations must be a bool, got {check_observations!r}")
+        self.check_observations = check_observations
         self.batch_mode = batch_mode
         self.rollout_fragment_length = int(rollout_fragment_length)
         self.count_steps_by = count_steps_by
@@ -523,6 +531,9 @@ class Sampler:
         self._started = False
         self._closed = False
         self._views_checked = False
+        # Episodes that ended and wait to be handed on (after a rollout that
+        # raised, until the next call).
+        self._done: list = []
         self._env_ids: dict = {}
         self._metrics = _Metrics()
 
@@ -583,6 +594,30 @@ class Sampler:
         metrics = self._metrics.as_dict()
         self._metrics = _Metrics(self._metrics.partial_returns)
         return metrics
+
+    def take_pending(self) -> List[Union[SingleAgentEpisode, MultiAgentEpisode]]:
+        """Hands on now what the next call would start from: the episodes
+        that ended and were not handed on (a rollout raised) and the chunks
+        of the running ones (each goes on in its successor), numpy'ized and
+        written to the writer, as sample_episodes() hands episodes on. For
+        ending a run early without losing a sampled step."""
+        self._require_open()
+        if not self._started:
+            return []
+        done, self._done = self._done, []
+        if self.multi_agent:
+            episodes = done + self._multi_agent_chunks()
+        else:
+            ended, envs = self._vector.take_ended()
+            self._env_ids.update(zip([e.id_ for e in ended], envs))
+            chunks = self._vector.cut(self._lookback)
+            self._metrics.add_episodes(done + ended, chunks)
+            episodes = done + ended + chunks
+        for e in episodes:
+            e.to_numpy()
+        if self.writer is not None:
+            self.writer.write(episodes)
+        return episodes
 
     def ongoing_episodes(self) -> List[Union[SingleAgentEpisode, MultiAgentEpisode]]:
         """The episodes still being filled (a multi-agent env's one, or each
@@ -668,7 +703,7 @@ class Sampler:
         counted = 0
         if self.batch_mode == "complete_episodes":
             # Counts the steps of the episodes as they end.
-            done: list = []
+            done = self._done
             while counted < target:
                 actions, extras = self._actions()
                 obs, rewards, terminateds, truncateds, infos = self.env.step(actions)
@@ -680,6 +715,7 @@ class Sampler:
                     self._env_ids.update(zip([e.id_ for e in ended], vector.ended_envs))
                     done.extend(ended)
                     counted += sum([len(e) for e in ended])
+            self._done = []
             return done, []
         # Truncate: the episodes are read once the steps are in (record_step).
         act, step, check, record = self._actions, self.env.step, self._check_observations, \
@@ -702,11 +738,20 @@ class Sampler:
         return done, chunks
 
     def _check_observations(self, obs: Any) -> None:
+        if not self.check_observations:
+            return
         space = self.env.observation_space
         inside = in_box(obs, space.low, space.high) if type(space) is gym.spaces.Box else None
         if inside is None:
             inside = space_contains(space, obs)
         if not inside:
+            single = self.env.single_observation_space
+            for k in range(self.num_envs):
+                row = _row(obs, k)
+                if not space_contains(single, row):
+                    raise ValueError(f"sub-env {k} returned an observation outside its space "
+                                     f"{single}: {row!r} (Sampler(check_observations=False) "
+                                     f"lets it in)")
             raise ValueError(f"the env returned observations outside {space}: {obs!r}")
 
     # -- multi-agent -----------------------------------------------------------------
@@ -722,8 +767,10 @@ class Sampler:
 
         env = self.envs[i]
         obs, infos = env.reset(seed=seed)
-        for aid, o in obs.items():
-            _check_in_space(env.observation_space(aid), o, f"agent {aid!r}'s reset observation is")
+        if self.check_observations:
+            for aid, o in obs.items():
+                _check_in_space(env.observation_space(aid), o,
+                                f"sub-env {i}'s agent {aid!r}'s reset observation is")
         episode = MultiAgentEpisode(
             observation_space={aid: env.observation_space(aid) for aid in env.possible_agents},
             action_space={aid: env.action_space(aid) for aid in env.possible_agents})
@@ -761,7 +808,7 @@ class Sampler:
         complete = self.batch_mode == "complete_episodes"
         by_agents = self.count_steps_by == "agent_steps"
         target = self.rollout_fragment_length * self.num_envs
-        done_episodes: list = []
+        done_episodes = self._done
         counted = 0
         while counted < target:
             for i, env in enumerate(self.envs):
@@ -771,9 +818,10 @@ class Sampler:
                     continue
                 actions, extras = self._multi_agent_actions(i, episode.get_agents_to_act())
                 obs, rewards, terminateds, truncateds, infos = env.step(actions)
-                for aid, o in obs.items():
-                    _check_in_space(env.observation_space(aid), o,
-                                    f"the env returned agent {aid!r} an observation")
+                if self.check_observations:
+                    for aid, o in obs.items():
+                        _check_in_space(env.observation_space(aid), o,
+                                        f"sub-env {i} returned agent {aid!r} an observation")
                 episode.add_env_step(obs, actions, rewards, infos, terminateds=terminateds,
                                      truncateds=truncateds, extra_model_outputs=extras)
                 self._metrics.add_steps(1, len(obs))
@@ -787,8 +835,13 @@ class Sampler:
                     if complete:
                         counted += episode.agent_steps() if by_agents else episode.env_steps()
                     self._episodes[i] = None
+        self._done = []
         if complete:
             return done_episodes
+        return done_episodes + self._multi_agent_chunks()
+
+    def _multi_agent_chunks(self) -> list:
+        # The running episodes' chunks; each goes on in its successor.
         chunks = []
         for i, episode in enumerate(self._episodes):
             if episode is None:
@@ -799,7 +852,7 @@ class Sampler:
                 self._metrics.add_episodes([], [episode])
                 self._env_ids[episode.id_] = i
                 chunks.append(episode)
-        return done_episodes + chunks
+        return chunks
 
 
 def _prune(episode: Any) -> None:

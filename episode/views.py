@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import math
 import numbers
-import sys
 from typing import TYPE_CHECKING, Any, Dict, Literal, Optional, Sequence, overload
 
 import gymnasium as gym

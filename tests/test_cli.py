@@ -527,3 +527,24 @@ def test_progress_bar_off_when_not_a_terminal():
     progress.update(10)
     progress.close()
     assert stream.getvalue() == ""
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["demo", "--env", ":"], "expected a gymnasium id or module:name"),
+    (["demo", "--env", "os:"], "expected a gymnasium id or module:name"),
+    (["demo", "--env", "os:missing_env_factory"], "has no attribute 'missing_env_factory'"),
+    (["demo", "--seed", "-1"], "expected a seed >= 0"),
+    (["record", "--env", "CartPole-v1", "--steps", "10", "--out", "x", "--seed", "-3"],
+     "expected a seed >= 0"),
+    (["bench", "--workloads", ""], "unknown workload(s) ''"),
+])
+def test_more_command_line_mistakes_are_one_line(argv, message, capsys, tmp_path, monkeypatch):
+    from episode.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        code = main(argv)
+        raise SystemExit(code)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err

@@ -4,7 +4,6 @@ sampled is lost), and bad paths, foreign files and damaged datasets (one
 line, exit status 2)."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import pathlib
 import re
@@ -350,13 +349,11 @@ def test_ctrl_c_writes_what_was_sampled(capsys, workdir, batch_mode):
         assert ds.num_steps + left_steps == sampled
 
 
-def test_a_real_ctrl_c(capsys, tmp_path):
-    """SIGINT to `python -m episode record`: it stops at the next env step,
-    writes what it sampled, prints the summary and exits with 130."""
-    out = tmp_path / "data"
-    proc = subprocess.Popen([sys.executable, "-m", "episode", "record", "--env", "CartPole-v1",
-                             "--steps", "100000000", "--rollout", "100", "--rows-per-file",
-                             "2000", "--out", str(out)], cwd=tmp_path.parent,
+def _interrupted(out, *args) -> tuple:
+    """`python -m episode record ... --out out` sent SIGINT once its first
+    part is written: (the process, its stdout, its stderr)."""
+    proc = subprocess.Popen([sys.executable, "-m", "episode", "record", *args, "--steps",
+                             "100000000", "--out", str(out)], cwd=out.parent.parent,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120
@@ -368,6 +365,15 @@ def test_a_real_ctrl_c(capsys, tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+    return proc, stdout, stderr
+
+
+def test_a_real_ctrl_c(capsys, tmp_path):
+    """SIGINT to `python -m episode record`: it stops at the next env step,
+    writes what it sampled, prints the summary and exits with 130."""
+    out = tmp_path / "data"
+    proc, stdout, stderr = _interrupted(out, "--env", "CartPole-v1", "--rollout", "100",
+                                        "--rows-per-file", "2000")
     assert proc.returncode == 130, stderr
     assert stderr == "interrupted\n"
     ds = read_episodes(out)
@@ -508,20 +514,7 @@ def test_a_real_ctrl_c_multi_agent(capsys, tmp_path):
     rollout, and every step sampled is written."""
     out = tmp_path / "data"
     args = ["--env", "CartPole-v1", "--agents", "2", "--rollout", "100"]
-    proc = subprocess.Popen([sys.executable, "-m", "episode", "record", *args, "--steps",
-                             "100000000", "--rows-per-file", "1000", "--out", str(out)],
-                            cwd=tmp_path.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while not any(p.name.endswith(".episodes.parquet") for p in out.glob("*")):
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGINT)
-        stdout, stderr = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    proc, stdout, stderr = _interrupted(out, *args, "--rows-per-file", "1000")
     assert proc.returncode == 130, stderr
     assert stderr == "interrupted\n"
     ds = read_episodes(out)
@@ -606,19 +599,12 @@ def _bad_path(tmp_path, case: str) -> str:
     return str(out)
 
 
-def _rllib_reader() -> bool:
-    return importlib.util.find_spec("episode.offline.rllib_format") is not None
-
-
 INSPECT_CASES = [
     ("missing", ["no dataset at", "nowhere"]),
     ("empty", ["empty", "no dataset files"]),
     ("a text file", ["notes.txt", "no dataset files"]),
     ("foreign files", ["other", "no dataset files"]),
-    pytest.param("a foreign parquet file", ["table.parquet"], marks=pytest.mark.xfail(
-        not _rllib_reader(), strict=True, raises=ImportError,
-        reason="read_episodes tells foreign files from RLlib's with episode.offline."
-               "rllib_format, which the offline branch does not have yet")),
+    ("a foreign parquet file", ["table.parquet"]),
     ("a truncated episode table", [".episodes.parquet", "not a readable parquet file"]),
     ("a truncated step file", [".steps-0.parquet", "not a readable parquet file"]),
     ("a missing step file", [".steps-0.parquet", "missing"]),
@@ -827,7 +813,6 @@ def test_inspect_a_dataset_without_episodes(capsys, tmp_path):
 
 
 @pytest.mark.rllib
-@pytest.mark.skipif(not _rllib_reader(), reason="needs episode.offline.rllib_format")
 def test_inspect_an_rllib_recording(capsys, tmp_path):
     """RLlib's episode format (msgpack'd get_state() in an `item` column)."""
     msgpack = pytest.importorskip("msgpack")

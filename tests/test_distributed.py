@@ -279,3 +279,29 @@ def test_bad_input_fails_before_any_actor_starts(monkeypatch, args, kwargs, erro
     monkeypatch.setattr(DistributedSampler, "_new_actor", no_actor)
     with pytest.raises(error):
         DistributedSampler(*args, **kwargs)
+
+
+class _CannotImport:
+    """An actor whose process fails as a worker with the wrong episode on
+    its sys.path does (the checkout's uncompiled source folder)."""
+
+    def __init__(self, *args, **kwargs):
+        raise ImportError("episode's compiled core is not in /checkout/episode (pinned)")
+
+    def start(self, *args):
+        return {}
+
+    def close(self):
+        return None
+
+
+def test_an_actor_that_cannot_start_raises_its_cause_not_a_timeout(monkeypatch):
+    import episode.distributed as distributed
+
+    monkeypatch.setattr(distributed, "SamplerActor", _CannotImport)
+    start = time.monotonic()
+    with pytest.raises(Exception) as info:
+        DistributedSampler("CartPole-v1", num_actors=1, start_timeout_s=60)
+    assert not isinstance(info.value, TimeoutError)
+    assert "compiled core is not in /checkout/episode" in str(info.value)
+    assert time.monotonic() - start < 30

@@ -53,5 +53,5 @@ def test_every_page_with_code_has_examples():
     if (ROOT / "docs").exists():
         for name in ("README.md", "docs/guide/episodes.md", "docs/guide/multi-agent.md",
                      "docs/guide/sampling.md", "docs/guide/replay.md", "docs/guide/rllib.md",
-                     "docs/guide/ray.md"):
+                     "docs/guide/ray.md", "docs/guide/datasets.md"):
             assert ROOT / name in pages, name

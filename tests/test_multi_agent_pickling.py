@@ -71,7 +71,8 @@ def with_lookback():
                              len_lookback_buffer=2, env_t_started=7)
 
 
-def cut_and_concat():
+def cut_chunks():
+    """An episode of 4 steps and its successor (cut with lookback 1) of 3."""
     ep = simultaneous(4, numpy=False)
     successor = ep.cut(len_lookback_buffer=1)
     for t in range(5, 8):
@@ -79,6 +80,11 @@ def cut_and_concat():
                                {"a0": 1.0, "a1": 1.0},
                                extra_model_outputs={"a0": {"vf": np.float32(t)},
                                                     "a1": {"vf": np.float32(t)}})
+    return ep, successor
+
+
+def cut_and_concat():
+    ep, successor = cut_chunks()
     ep.concat_episode(successor)
     return ep
 

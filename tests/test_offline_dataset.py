@@ -316,15 +316,9 @@ def test_multi_agent_episodes_round_trip_exactly(tmp_path, format):
 
 
 def test_a_multi_agent_episode_cut_and_written_apart_reads_back_whole(tmp_path):
-    from test_multi_agent_pickling import obs, same_episode, simultaneous
+    from test_multi_agent_pickling import cut_chunks, same_episode
 
-    ep = simultaneous(4, numpy=False)
-    successor = ep.cut(len_lookback_buffer=1)
-    for t in range(5, 8):
-        successor.add_env_step({"a0": obs(t), "a1": obs(t)}, {"a0": 0, "a1": 1},
-                               {"a0": 1.0, "a1": 1.0},
-                               extra_model_outputs={"a0": {"vf": np.float32(t)},
-                                                    "a1": {"vf": np.float32(t)}})
+    ep, successor = cut_chunks()
     write_episodes([ep], tmp_path)
     write_episodes([successor], tmp_path)
     expected = copy.deepcopy(ep)
@@ -405,6 +399,8 @@ def test_sample_batch_draws_as_a_replay_buffer_holding_the_dataset(tmp_path, for
     from episode.replay import EpisodeReplayBuffer
 
     batch = [_cartpole(seed) for seed in range(8)]
+    for e in batch[::3]:
+        e.to_numpy()
     write_episodes(batch, tmp_path, format=format)
     ds = read_episodes(tmp_path)
     ds.rng = np.random.default_rng(7)
@@ -412,9 +408,11 @@ def test_sample_batch_draws_as_a_replay_buffer_holding_the_dataset(tmp_path, for
     reference.add(batch)
     reference.rng = np.random.default_rng(7)
     for kwargs in ({"n_step": 3, "gamma": 0.9}, {"batch_length_T": 5, "lookback": 1},
-                   {"n_step": (1, 4)}):
-        compare(ds.sample_batch(32, **kwargs), reference.sample_batch(32, **kwargs),
-                str(kwargs))
+                   {"n_step": (1, 4)}, {"n_step": 2, "include_extra_model_outputs": True}):
+        ours, theirs = ds.sample_batch(32, **kwargs), reference.sample_batch(32, **kwargs)
+        # (indices name steps of the buffer they were drawn from)
+        assert ours.pop("indices").shape == theirs.pop("indices").shape
+        compare(ours, theirs, str(kwargs))
     with pytest.raises(ValueError):
         ds.sample_batch(0)
 
@@ -495,3 +493,89 @@ def test_vector_episodes_record_what_they_hand_on(tmp_path):
     assert sorted(e.id_ for e in ds) == sorted(e.id_ for e in handed)
     for read in ds:
         compare_episodes(read, next(e for e in handed if e.id_ == read.id_))
+
+
+def test_what_a_dataset_holds_without_building_episodes(tmp_path, monkeypatch):
+    from test_multi_agent_pickling import simultaneous
+
+    singles = [_cartpole(seed) for seed in range(3)]
+    first = singles[2].slice(slice(0, 5))
+    rest = singles[2].slice(slice(5, None), len_lookback_buffer=1)
+    multi = simultaneous(4)
+    write_episodes(singles[:2] + [first, multi], tmp_path)
+    write_episodes([rest], tmp_path, format="arrow")
+    ds = read_episodes(tmp_path)
+    monkeypatch.setattr(type(ds), "__getitem__", None)      # nothing is built below
+    table = ds.episode_table()
+    assert table["length"].tolist() == [len(e) for e in singles] + [len(multi)]
+    assert table["return"].tolist() == [e.get_return() for e in singles] + [multi.get_return()]
+    assert table["agent_steps"][-1] == multi.agent_steps()
+    assert table["terminated"].tolist() == [e.is_terminated for e in singles] + [False]
+    assert table["multi_agent"].tolist() == [False, False, False, True]
+    assert ds.num_chunks == 5 and ds.format == "episode"
+    assert len([f for f in ds.files if ".episodes." in f]) == 2
+    assert all(os.path.exists(f) for f in ds.files)
+    assert ds.spaces()["action_space"] == [
+        '{"space":"discrete","n":2,"start":0}', None]     # CartPole's; the agents' have none
+    assert ds.agent_ids() == ["a0", "a1"]
+
+
+@pytest.mark.parametrize("format", FORMATS)
+def test_a_replay_buffer_filled_from_a_dataset_is_the_one_add_makes(tmp_path, format):
+    """add_dataset() (a step file's rows adopted whole) against add() of the
+    same episodes in the same order: the same counts, samples and state;
+    with eviction too, and with chunks joined, lookbacks and infos."""
+    import pickle
+
+    from episode import Sampler
+    from episode.replay import EpisodeReplayBuffer
+
+    episodes = [_cartpole(seed) for seed in range(5)]
+    episodes[1].infos.data[3] = {"x": 3}
+    episodes.append(episodes[4].slice(slice(2, None), len_lookback_buffer=2))
+    episodes[4] = _cartpole(9)
+    with EpisodeWriter(tmp_path, format=format) as writer:
+        writer.write(episodes)
+        sampler = Sampler("CartPole-v1", num_envs=2, rollout_fragment_length=30, seed=0,
+                          writer=writer)
+        for _ in range(3):
+            sampler.sample_episodes()
+    ds = read_episodes(tmp_path)
+    for capacity in (ds.num_steps, ds.num_steps // 2):
+        ours, theirs = EpisodeReplayBuffer(capacity=capacity), \
+            EpisodeReplayBuffer(capacity=capacity)
+        ours.add_dataset(ds)
+        theirs.add(list(ds))
+        assert ours.get_num_episodes() == theirs.get_num_episodes()
+        assert ours.get_num_timesteps() == theirs.get_num_timesteps()
+        assert ours.get_num_episodes_evicted() == theirs.get_num_episodes_evicted()
+        ours.rng, theirs.rng = np.random.default_rng(3), np.random.default_rng(3)
+        for a, b in zip(ours.sample(20, n_step=2, sample_episodes=True),
+                        theirs.sample(20, n_step=2, sample_episodes=True)):
+            compare_episodes(a, b)
+        for a, b in zip(ours.sample(4, batch_length_T=6, n_step=1, sample_episodes=True),
+                        theirs.sample(4, batch_length_T=6, n_step=1, sample_episodes=True)):
+            compare_episodes(a, b)
+        back = pickle.loads(pickle.dumps(ours))
+        assert back.get_num_timesteps() == ours.get_num_timesteps()
+
+
+def test_a_buffer_filled_from_memory_mapped_files_reads_them_in_place(tmp_path):
+    import tracemalloc
+
+    from episode.replay import EpisodeReplayBuffer
+
+    frames = np.random.default_rng(0).integers(0, 255, (201, 32, 32), dtype=np.uint8)
+    episodes = [SingleAgentEpisode(observations=frames, actions=np.zeros(200, np.int64),
+                                   rewards=np.ones(200), terminated=True, len_lookback_buffer=0)
+                for _ in range(50)]
+    write_episodes(episodes, tmp_path, format="arrow")
+    ds = read_episodes(tmp_path)
+    buffer = EpisodeReplayBuffer(capacity=ds.num_steps)
+    tracemalloc.start()
+    buffer.add_dataset(ds)
+    held = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
+    assert held < frames.nbytes * 50 / 20, held       # the frames stay in the files
+    batch = buffer.sample_batch(64, n_step=3)
+    assert batch["obs"].shape == (64, 32, 32) and buffer.get_num_timesteps() == 10_000

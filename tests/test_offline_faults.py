@@ -168,3 +168,105 @@ def test_damaged_datasets_are_read_or_refused_never_a_crash(tmp_path, format):
     results = _damaged_reads(tmp_path, format, cases)
     # Cut files are always refused.
     assert all(r[0] == "refused" for r in results[-6:]), results[-6:]
+
+
+# -- a dataset bigger than what it may hold -----------------------------------------------
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"),
+                    reason="reads the resident size from /proc")
+@pytest.mark.skipif("libasan" in os.environ.get("LD_PRELOAD", ""),
+                    reason="AddressSanitizer's shadow memory grows with every page touched")
+def test_reading_a_large_memory_mapped_dataset_keeps_the_resident_size_bounded(tmp_path):
+    """630 MB of 84x84 frames in Arrow files: opening reads the episode
+    tables only, and reading every frame of every episode holds no more than
+    the few files open at a time (episode.offline.dataset.OPEN_FILES)."""
+    import gc
+
+    from test_replay import _rss
+
+    from episode import SingleAgentEpisode
+    from episode.offline import EpisodeWriter
+
+    frames = np.random.default_rng(0).integers(0, 255, (1001, 84, 84), dtype=np.uint8)
+    with EpisodeWriter(tmp_path, format="arrow", rows_per_file=4000) as writer:
+        for i in range(90):
+            frames[:, 0, 0] = i
+            writer.write(SingleAgentEpisode(observations=frames, actions=np.zeros(1000, np.int64),
+                                            rewards=np.ones(1000), terminated=True,
+                                            len_lookback_buffer=0))
+    size = sum(os.path.getsize(tmp_path / f) for f in os.listdir(tmp_path))
+    assert size > 600 << 20
+    gc.collect()
+    before = _rss()
+    ds = read_episodes(tmp_path)
+    assert _rss() - before < 20 << 20 and ds.num_steps == 90_000
+    grown, seen = 0, []
+    for episode in ds:
+        obs = episode.get_observations()
+        seen.append(int(obs[:, 0, 0].max()))
+        assert int(obs.sum(dtype=np.int64)) > 0       # every page of the episode read
+        del obs, episode
+        grown = max(grown, _rss() - before)
+    assert seen == list(range(90))
+    assert grown < 250 << 20, grown
+
+
+def test_several_writers_write_one_dataset(tmp_path):
+    """Processes writing one folder at once (as Ray actors would) each
+    under names of their own: every episode of every writer reads back."""
+    script = textwrap.dedent("""
+        import sys
+        from episode import Sampler
+        from episode.offline import EpisodeWriter
+        with EpisodeWriter(sys.argv[1], format=sys.argv[3], rows_per_file=500) as writer:
+            sampler = Sampler("CartPole-v1", num_envs=2, rollout_fragment_length=100,
+                              seed=int(sys.argv[2]), writer=writer)
+            steps = sum(len(e) for _ in range(6) for e in sampler.sample_episodes())
+            steps += sum(len(e) for e in sampler.take_pending())
+        print(steps)
+    """)
+    children = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path), str(seed), fmt],
+                                 stdout=subprocess.PIPE)
+                for seed, fmt in ((0, "parquet"), (1, "arrow"), (2, "parquet"))]
+    steps = [int(child.communicate()[0]) for child in children]
+    assert all(child.returncode == 0 for child in children)
+    ds = read_episodes(tmp_path)
+    assert ds.num_steps == sum(steps) and min(steps) >= 6 * 2 * 100
+    assert len({e.id_ for e in ds}) == len(ds)
+
+
+def test_a_store_refuses_a_bad_block_and_changes_nothing(tmp_path):
+    """Store.add_block() checks every row, lookback and leaf before it
+    stores anything (its C loop then trusts them)."""
+    from episode.offline import write_episodes
+    from episode.replay import EpisodeReplayBuffer
+
+    from test_offline_dataset import _cartpole
+
+    write_episodes([_cartpole(seed) for seed in range(3)], tmp_path, format="arrow")
+    (kind, block), = read_episodes(tmp_path).replay_items()
+    assert kind == "block"
+    buffer = EpisodeReplayBuffer(capacity=1000)
+    store = buffer._store
+    n = block["nrows"]
+    bad = [
+        {"rows": block["rows"] + n}, {"rows": -block["rows"] - 1},
+        {"lengths": block["lengths"] + n}, {"lookbacks": block["lookbacks"] - 1},
+        {"rows": block["rows"][:1]}, {"ids": [block["ids"][0]] * len(block["ids"])},
+        {"nrows": n + 1}, {"nrows": -1}, {"metas": [None] * len(block["ids"])},
+        {"tracks": {**block["tracks"], ("obs", None): [np.zeros((n, 3), np.float32)]}},
+        {"tracks": {**block["tracks"], ("obs", None): [np.zeros((n - 1, 4), np.float32)]}},
+        {"tracks": {**block["tracks"], ("obs", None): [np.zeros((n, 4), np.float64)]}},
+        {"tracks": {("obs", None): block["tracks"][("obs", None)]}},
+        {"tracks": {**block["tracks"], ("actions", None): [["x"] * n]}},
+    ]
+    for change in bad:
+        with pytest.raises((ValueError, TypeError)):
+            store.add_block(**{**block, **change})
+        assert store.num_episodes == 0 and store.live_steps == 0
+    store.add_block(**block)
+    assert store.num_episodes == 3
+    with pytest.raises(ValueError, match="stored already"):
+        store.add_block(**block)
+    assert store.num_episodes == 3

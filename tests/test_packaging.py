@@ -4,6 +4,7 @@ configuration covers the targets.
 (The sdist and the wheel themselves are built and installed by .ci/run.)"""
 from __future__ import annotations
 
+import pathlib
 import re
 import sys
 from pathlib import Path
@@ -84,3 +85,22 @@ def test_the_sdist_leaves_out_what_the_build_does_not_need():
     exclude = set(_pyproject()["tool"]["scikit-build"]["sdist"]["exclude"])
     assert {"tests", "benchmarks", ".ci", "conda", "docs"} <= exclude
     assert not exclude & {"pyx", "episode", "CMakeLists.txt", "README.md", "pyproject.toml"}
+
+
+def test_importing_an_uncompiled_source_folder_says_what_to_do(tmp_path):
+    """A checkout's episode/ found before the installed package (python run
+    from the checkout) has no compiled core: the import says so and what to
+    do, not `No module named 'episode._column'`."""
+    import shutil
+    import subprocess
+
+    source = ROOT / "episode"
+    if pathlib.Path(episode.__file__).resolve().parent == source.resolve():
+        pytest.skip("an editable install: the checkout is the installed package")
+    shutil.copytree(source, tmp_path / "episode",
+                    ignore=shutil.ignore_patterns("*.so", "*.pyd", "__pycache__"))
+    done = subprocess.run([sys.executable, "-c", "import episode"], cwd=tmp_path,
+                          capture_output=True, text=True)
+    assert done.returncode != 0
+    assert "compiled core is not in" in done.stderr and "pip install -e ." in done.stderr
+    assert "No module named 'episode._column'" not in done.stderr.splitlines()[-1]

@@ -429,3 +429,65 @@ def test_episodes_that_ended_before_an_error_come_with_the_next_rollout():
     metrics = s.get_metrics()
     assert metrics["episodes_done"] == 8 and metrics["episode_lengths"] == [3] * 8
     assert metrics["env_steps"] == 20
+
+
+@pytest.mark.parametrize("mode", ["complete_episodes", "multi_agent"])
+def test_no_episode_is_lost_to_a_rollout_that_raises(mode):
+    """Complete mode and multi-agent envs: the episodes that ended before a
+    rollout raised come with the next call (as in truncate mode), or now
+    with take_pending()."""
+    calls = []
+    if mode == "multi_agent":
+        def policy(inputs):
+            calls.append(1)
+            if len(calls) == 9:
+                raise RuntimeError("the policy failed")
+            return {aid: 0 for aid in inputs}
+
+        s = Sampler(_relay(), policy, rollout_fragment_length=20)
+    else:
+        def policy(inputs):
+            calls.append(1)
+            if len(calls) == 7:
+                raise RuntimeError("the policy failed")
+            return np.zeros(len(inputs["obs"]), np.int64)
+
+        s = Sampler(lambda: Counter(3), policy, num_envs=2, batch_mode="complete_episodes",
+                    rollout_fragment_length=20)
+    with pytest.raises(RuntimeError, match="failed"):
+        s.sample_episodes()
+    pending = s.take_pending()
+    done = [e for e in pending if e.is_done]
+    # Two episodes ended before the error (one per sub-env, or the first
+    # multi-agent one after 5 env steps).
+    assert len(done) == (2 if mode != "multi_agent" else 1)
+    assert all(e.is_numpy for e in pending)
+    assert not [e for e in s.take_pending() if len(e)]      # nothing new since
+    # Sampling goes on from there.
+    assert [e for e in s.sample_episodes() if e.is_done]
+
+
+class _Outside(gym.Env):
+    """Observations outside its Box from the third step on."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        self.t = 0
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return np.full(2, 5.0 if self.t >= 3 else 0.0, np.float32), 1.0, self.t >= 6, False, {}
+
+
+def test_observations_outside_the_space_name_the_sub_env_and_can_be_let_in():
+    with pytest.raises(ValueError, match=r"sub-env 0 returned an observation outside its space "
+                                         r"Box\(-1.0, 1.0, \(2,\), float32\)"):
+        Sampler(_Outside, num_envs=2, rollout_fragment_length=10).sample_episodes()
+    sampler = Sampler(_Outside, num_envs=2, rollout_fragment_length=10, check_observations=False)
+    episodes = sampler.sample_episodes()
+    assert sum(len(e) for e in episodes) == 20 and episodes[0].get_observations(-1)[0] == 5.0
+    with pytest.raises(TypeError):
+        Sampler(_Outside, check_observations=1)

@@ -123,3 +123,40 @@ CASES = ([(BOX32, gym.spaces.Discrete(2), f32(0.0, 0.25, -5.0, 3.0), 1, x, 1)
 def test_same_exception_class_as_rllib(case):
     rllib = pytest.importorskip("ray.rllib.env.single_agent_episode").SingleAgentEpisode
     assert outcome(SingleAgentEpisode, *case) is outcome(rllib, *case)
+
+
+@pytest.mark.parametrize("space, rows", [
+    (gym.spaces.Box(-1, 1, (4,), np.float32), [np.zeros(4, np.float32), np.zeros(3, np.float32)]),
+    (gym.spaces.Dict({"a": gym.spaces.Box(-1, 1, (2,), np.float32)}),
+     [{"a": np.zeros(2, np.float32)}, {"a": np.zeros(1, np.float32)}]),
+    (gym.spaces.MultiDiscrete([2, 3]), [np.zeros(2, np.int64), np.zeros(3, np.int64)]),
+])
+def test_to_numpy_refuses_rows_that_cannot_take_the_spaces_shape(space, rows):
+    """With a space of numbers, rows that stack only as objects raise
+    ValueError (RLlib's class) and leave the episode as it was; without a
+    space they stay objects (docs/differences.md)."""
+    from episode import SingleAgentEpisode
+
+    episode = SingleAgentEpisode(observation_space=space)
+    episode.add_env_reset(rows[0])
+    episode.add_env_step(rows[1], 0, 1.0)
+    with pytest.raises(ValueError, match="do not stack into the space"):
+        episode.to_numpy()
+    assert not episode.is_numpy and len(episode.get_observations()) == 2
+    plain = SingleAgentEpisode()
+    plain.add_env_reset(rows[0])
+    plain.add_env_step(rows[1], 0, 1.0)
+    plain.to_numpy()
+    assert plain.is_numpy
+
+
+@pytest.mark.rllib
+def test_rllib_refuses_them_with_the_same_class():
+    pytest.importorskip("ray.rllib")
+    from ray.rllib.env.single_agent_episode import SingleAgentEpisode as TheirEpisode
+
+    episode = TheirEpisode(observation_space=gym.spaces.Box(-1, 1, (4,), np.float32))
+    episode.add_env_reset(np.zeros(4, np.float32))
+    episode.add_env_step(np.zeros(3, np.float32), 0, 1.0)
+    with pytest.raises(ValueError):
+        episode.to_numpy()

@@ -250,6 +250,7 @@ sampled = sampler.sample_episodes()
 batch: TrainingBatch = sampler.sample()
 metrics = sampler.get_metrics()
 ongoing = sampler.ongoing_episodes()
+pending: list[SingleAgentEpisode | MultiAgentEpisode] = sampler.take_pending()
 sampler_fields = (sampler.batch_mode, sampler.count_steps_by, sampler.rollout_fragment_length,
                   sampler.num_envs, sampler.seed, sampler.policy, sampler.view_requirements,
                   sampler.multi_agent, sampler.writer)
@@ -270,9 +271,16 @@ def record_and_read(folder: str) -> None:   # (type-checked only: it writes file
     n: int = len(dataset) + dataset.num_steps
     drawn: dict[str, Any] = dataset.sample_batch(32, n_step=3)
     buffer: EpisodeReplayBuffer = dataset.replay_buffer()
+    items: list[tuple[str, Any]] = dataset.replay_items()
+    EpisodeReplayBuffer(capacity=dataset.num_steps).add_dataset(dataset)
     generator: np.random.Generator = dataset.rng
+    table: dict[str, npt.NDArray[Any]] = dataset.episode_table()
+    spaces: dict[str, list[str | None]] = dataset.spaces()
+    agents: list[Any] = dataset.agent_ids()
+    where = (dataset.format, dataset.files, dataset.num_chunks, dataset.path)
     for read in dataset:
-        print(read, first, some, n, drawn, buffer, generator, files, writer.closed)
+        print(read, first, some, n, drawn, buffer, generator, files, writer.closed, table,
+              spaces, agents, where, items)
 
 
 def distributed() -> None:   # (type-checked only: it starts Ray)

@@ -31,7 +31,7 @@ _PACKED = TABLE_PACKED
 _MISSING = object()
 
 # Step files kept open (decoded Parquet, or memory-mapped Arrow) at once.
-OPEN_FILES = 16
+OPEN_FILES = 4
 
 _EPISODE_COLUMNS = ("kind", "parent", "group", "row", "rows", "length", "t_started",
                     "terminated", "truncated", "numpy_flags", "start_time", "last_step_time",
@@ -66,11 +66,13 @@ class EpisodeDataset:
         self._buffer: Any = None
         self.rng = np.random.default_rng()
         tables, foreign = _scan(self.path, pa)
+        self._foreign = foreign
+        self._format = fmt.FORMAT
         if foreign:
             if tables:
                 raise DatasetError(f"{self.path}: holds files of our format and others "
                                    f"({foreign[0]})")
-            self._memory = _read_foreign(foreign, pa)
+            self._memory, self._format = _read_foreign(foreign, pa)
             self._entries = [(i,) for i in range(len(self._memory))]
             self.num_steps = int(sum(len(e) for e in self._memory))
             return
@@ -112,6 +114,108 @@ class EpisodeDataset:
             episode.concat_episode(chunk)
         return episode
 
+    # -- what the files hold, without building episodes ----------------------------------
+
+    @property
+    def format(self) -> str:
+        """``"episode"`` (ours), or RLlib's ``"rllib_episodes"`` / ``"rllib_rows"``."""
+        return self._format
+
+    @property
+    def files(self) -> List[str]:
+        """The data files read: our episode tables, then their step files
+        (or RLlib's files)."""
+        if self._memory is not None:
+            return list(self._foreign)
+        tables = [p.path for p in self._parts]
+        return tables + list(dict.fromkeys(f for p in self._parts for f in p.step_files))
+
+    @property
+    def num_chunks(self) -> int:
+        """The stored chunks the episodes are made of (a cut() episode's
+        chunks count apart; a multi-agent episode's agents do not)."""
+        return len(self._index["part"]) if self._memory is None else len(self._memory)
+
+    def episode_table(self) -> Dict[str, np.ndarray]:
+        """Per episode, in stored order, from the episode tables (no episode
+        is built): ``length`` (env steps), ``return`` (NaN where rewards are
+        not plain numbers), ``agent_steps``, ``terminated``, ``truncated``,
+        ``multi_agent``. A cut episode's chunks are summed; a multi-agent
+        episode's return and agent steps are its agents'."""
+        if self._memory is not None:
+            episodes = self._memory
+            return {
+                "length": np.array([len(e) for e in episodes], np.int64),
+                "return": np.array([float(e.get_return()) for e in episodes], np.float64),
+                "agent_steps": np.array([e.agent_steps() for e in episodes], np.int64),
+                "terminated": np.array([bool(e.is_terminated) for e in episodes], bool),
+                "truncated": np.array([bool(e.is_truncated) for e in episodes], bool),
+                "multi_agent": np.array([hasattr(e, "agent_episodes") for e in episodes], bool)}
+        chunks: dict = collections.defaultdict(list)
+        for p in self._parts:
+            t = p.table
+            length, ret = t["length"].astype(np.int64), t["return"].astype(np.float64)
+            parent, multi = t["parent"], t["kind"] == MULTI
+            agent = parent >= 0
+            agents_return, agents_length = np.zeros(p.n), np.zeros(p.n, np.int64)
+            np.add.at(agents_return, parent[agent], ret[agent])
+            np.add.at(agents_length, parent[agent], length[agent])
+            columns = {"length": length, "return": np.where(multi, agents_return, ret),
+                       "agent_steps": np.where(multi, agents_length, length),
+                       "terminated": t["terminated"].astype(bool),
+                       "truncated": t["truncated"].astype(bool), "multi_agent": multi}
+            for name, column in columns.items():
+                chunks[name].append(column[p.top])
+        names = ("length", "return", "agent_steps", "terminated", "truncated", "multi_agent")
+        flat = {name: np.concatenate(chunks[name]) if chunks[name] else np.zeros(0)
+                for name in names}
+        if not self._entries:
+            return {name: flat[name][:0] for name in names}
+        order = np.array([k for entry in self._entries for k in entry], np.int64)
+        sizes = np.array([len(entry) for entry in self._entries], np.int64)
+        starts = np.cumsum(sizes) - sizes
+        last = order[starts + sizes - 1]       # (an episode's chunks are in time order)
+        summed = {name: np.add.reduceat(flat[name][order], starts)
+                  for name in ("length", "return", "agent_steps")}
+        return {**summed, **{name: flat[name][last]
+                             for name in ("terminated", "truncated", "multi_agent")}}
+
+    def spaces(self) -> Dict[str, List[Optional[str]]]:
+        """The distinct observation and action spaces of the single-agent
+        episodes (a multi-agent episode's agents'), as RLlib's space dicts
+        in JSON text (None: no space)."""
+        found: dict = {"observation_space": [], "action_space": []}
+        if self._memory is not None:
+            for e in self._memory:
+                for agent in (e.agent_episodes.values() if hasattr(e, "agent_episodes")
+                              else [e]):
+                    for name in found:
+                        text = fmt.space_text(getattr(agent, name))
+                        if text not in found[name]:
+                            found[name].append(text)
+            return found
+        pa = _pyarrow()
+        for p in self._parts:
+            single = np.flatnonzero(p.table["kind"] == SINGLE)
+            for name in found:
+                texts = p.table[name].take(single).cast(pa.string()).unique().to_pylist()
+                found[name] += [text for text in texts if text not in found[name]]
+        return found
+
+    def agent_ids(self) -> list:
+        """The agent ids of the multi-agent episodes, each once, in the order met."""
+        ids: list = []
+        if self._memory is not None:
+            for e in self._memory:
+                ids += [a for a in getattr(e, "agent_episodes", {}) if a not in ids]
+            return ids
+        for p in self._parts:
+            for i in np.flatnonzero(p.table["parent"] >= 0):
+                agent_id = p.value("agent_id", int(i))
+                if agent_id not in ids:
+                    ids.append(agent_id)
+        return ids
+
     # -- drawing training batches --------------------------------------------------------
 
     def sample_batch(self, batch_size: int, **kwargs: Any) -> Dict[str, Any]:
@@ -125,27 +229,95 @@ class EpisodeDataset:
 
     def replay_buffer(self) -> "EpisodeReplayBuffer":
         """The EpisodeReplayBuffer holding every episode of the dataset (its
-        capacity the dataset's steps), made on first use and kept; its `rng`
-        is ``self.rng``. ValueError for a dataset of multi-agent episodes."""
+        capacity the dataset's steps; see EpisodeReplayBuffer.add_dataset),
+        made on first use and kept; its `rng` is ``self.rng``. ValueError
+        for a dataset of multi-agent episodes."""
         from episode.replay import EpisodeReplayBuffer
 
         if self._buffer is None:
             if self.num_steps == 0:
                 raise ValueError(f"{self.path}: the dataset has no steps to draw from")
+            if self.episode_table()["multi_agent"].any():
+                raise ValueError(f"{self.path}: batches are drawn from single-agent "
+                                 f"episodes; this dataset holds multi-agent ones")
             buffer = EpisodeReplayBuffer(capacity=self.num_steps)
-            batch: list = []
-            for episode in self:
-                if not isinstance(episode, SingleAgentEpisode):
-                    raise ValueError(f"{self.path}: batches are drawn from single-agent "
-                                     f"episodes; this dataset holds multi-agent ones")
-                batch.append(episode)
-                if len(batch) == 1024:
-                    buffer.add(batch)
-                    batch = []
-            buffer.add(batch)
+            buffer.add_dataset(self)
             self._buffer = buffer
         self._buffer.rng = self.rng
         return self._buffer
+
+    def replay_items(self) -> list:
+        """The dataset in stored order as a replay buffer's add_dataset()
+        takes it: ("block", keyword arguments of Store.add_block()) for each
+        run of single-agent episodes of one step file that are whole chunks
+        with one lookback for all their tracks (their rows as the file holds
+        them, no episode object each), ("episodes", positions) for the
+        others (added as episodes)."""
+        from episode._replay import EpisodeMeta
+
+        if self._memory is not None:
+            return [("episodes", list(range(len(self))))]
+        index = self._index
+        runs: list = []            # [(file or None, [(position, local row)])]
+        for position, entry in enumerate(self._entries):
+            k = entry[0]
+            p = int(index["part"][k])
+            part, i = self._parts[p], int(index["local"][k])
+            lookbacks = part.lookbacks[i]
+            where = None
+            if (len(entry) == 1 and part.table["kind"][i] == SINGLE and part.table["rows"][i]
+                    and (lookbacks == lookbacks[0]).all() and _plain_details(part, i)):
+                where = (p, int(part.table["group"][i]))
+            if runs and runs[-1][0] == where:
+                runs[-1][1].append((position, i))
+            else:
+                runs.append((where, [(position, i)]))
+        items: list = []
+        metas: dict = {}
+        for where, members in runs:
+            block = None if where is None else self._block(where, members, metas)
+            if block is not None:
+                items.append(("block", block))
+            elif items and items[-1][0] == "episodes":
+                items[-1][1].extend(position for position, _ in members)
+            else:
+                items.append(("episodes", [position for position, _ in members]))
+        return items
+
+    def _block(self, where: tuple, members: list, metas: dict) -> Optional[dict]:
+        from episode._replay import EpisodeMeta
+
+        part = self._parts[where[0]]
+        step_file = self._step_file(part, where[1])
+        tracks = step_file.block_tracks()
+        if tracks is None:          # a leaf without rows: one by one
+            return None
+        t = part.table
+        rows = np.array([i for _, i in members], np.int64)
+        first = self._single(part, int(rows[0]))
+        extra_keys = tuple(first.extra_model_outputs)
+        defaultdict_extras = type(first.extra_model_outputs) is not dict
+        block_metas, ids = [], []
+        for i in rows.tolist():
+            fields = part.fields(i)
+            key = (fields["agent_id"], fields["module_id"], fields["multi_agent_episode_id"],
+                   t["observation_space"][i].as_py(), t["action_space"][i].as_py())
+            meta = metas.get(key) if fields["custom_data"] is None else None
+            if meta is None:
+                meta = EpisodeMeta(key[0], key[1], key[2], fields["observation_space"],
+                                   fields["action_space"], extra_keys, fields["custom_data"],
+                                   defaultdict_extras)
+                if fields["custom_data"] is None:
+                    metas[key] = meta
+            block_metas.append(meta)
+            ids.append(fields["id_"])
+        return {"first": first, "tracks": tracks, "infos": step_file.infos_by_row(),
+                "nrows": step_file.nrows, "rows": t["row"][rows],
+                "lookbacks": part.lookbacks[rows, 0], "lengths": t["length"][rows],
+                "t_started": t["t_started"][rows], "terminated": t["terminated"][rows],
+                "truncated": t["truncated"][rows], "start_times": t["start_time"][rows],
+                "last_step_times": t["last_step_time"][rows], "ids": ids,
+                "metas": block_metas}
 
     def __repr__(self) -> str:
         return f"EpisodeDataset({self.path!r}: {len(self)} episodes, {self.num_steps} steps)"
@@ -272,7 +444,10 @@ def _read_table(path: str, pa, columns: Optional[list] = None):
                            f"({error})") from None
 
 
-def _schema(path: str, pa):
+def read_schema(path: str):
+    """A data file's Arrow schema, read from its footer alone (DatasetError
+    for a file that is not a readable Parquet or Arrow file)."""
+    pa = _pyarrow()
     try:
         if path.endswith(".arrow"):
             return pa.ipc.open_file(pa.memory_map(path)).schema
@@ -289,11 +464,13 @@ def _read_foreign(files: list, pa) -> list:
     from episode.offline import rllib_format
 
     episodes: list = []
+    kinds = []
     for path in files:
-        kind = rllib_format.detect_format(_schema(path, pa))
+        kind = rllib_format.detect_format(read_schema(path))
         if kind is None:
             raise DatasetError(f"{path}: neither a file of an episode dataset nor one of "
                                f"RLlib's recordings")
+        kinds.append(kind)
         table = _read_table(path, pa)
         try:
             if kind == "rllib_episodes":
@@ -302,7 +479,9 @@ def _read_foreign(files: list, pa) -> list:
                 episodes.extend(rllib_format.rows_to_episodes(table))
         except (ValueError, TypeError, KeyError) as error:
             raise DatasetError(f"{path}: {error}") from None
-    return episodes
+    if len(set(kinds)) > 1:
+        raise DatasetError(f"{files[0]}: RLlib's episodes and rows in one dataset")
+    return episodes, kinds[0]
 
 
 # -- the episode tables ---------------------------------------------------------------------
@@ -387,6 +566,13 @@ class _Part:
         return space
 
 
+def _plain_details(part: "_Part", i: int) -> bool:
+    # No details but, at most, the last added observation (which a replay
+    # store does not keep).
+    details = part.value("details", i)
+    return details is None or set(details) <= {"last_added"}
+
+
 def _time(value: float) -> Optional[float]:
     return None if value != value else float(value)
 
@@ -449,7 +635,7 @@ def _join_chunks(index: dict) -> list:
 
 def _open_step_file(path: str, columns: Optional[frozenset]) -> StepFile:
     pa = _pyarrow()
-    schema = _schema(path, pa)
+    schema = read_schema(path)
     meta = fmt.read_metadata(schema, path, "steps")
     tracks, extras = meta.get("tracks"), meta.get("extras")
     if not (isinstance(tracks, list) and len(tracks) == 3 and isinstance(extras, list)

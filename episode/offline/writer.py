@@ -60,8 +60,11 @@ class EpisodeWriter:
         self.compression = None if compression == "none" else compression
         self.rows_per_file = int(rows_per_file)
         host = re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname())[:40]
-        self._name = f"{time.strftime('%Y%m%dT%H%M%S')}-{host}-{os.getpid()}-" \
-                     f"{secrets.token_hex(3)}"
+        # Parts sort by when their writer started (to the nanosecond), then
+        # by their number: that is the dataset's stored order.
+        now = time.time_ns()
+        self._name = f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime(now // 10 ** 9))}." \
+                     f"{now % 10 ** 9:09d}-{host}-{os.getpid()}-{secrets.token_hex(3)}"
         self._parts = 0
         self._ends: dict = {}
         self._recording = self._new_recording()

@@ -122,13 +122,44 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
             _, is_new, _, _ = self._store.add(episode)
             if is_new:
                 counts.episodes_added += 1
-            while self._num_timesteps > self.capacity and self.get_num_episodes() > 1:
-                (_, evicted_steps), = self._store.evict_oldest(1)
-                counts.episodes_evicted += 1
-                counts.env_steps_evicted += evicted_steps
-                counts.agent_steps_evicted += evicted_steps
-                self._num_timesteps -= evicted_steps
+            self._evict_over_capacity(counts)
         self._log_add(counts)
+
+    def add_dataset(self, dataset) -> None:
+        """Adds every episode of an `episode.offline.EpisodeDataset` in its
+        stored order, as add() would add them (the same samples follow):
+        without an episode object each where the files allow (a step file's
+        single-agent episodes stored whole: its rows are adopted as they
+        are, and a memory-mapped file's are read in place), as episodes
+        otherwise. Evicts the oldest episodes while over capacity, as add()
+        does."""
+        if self._store.priorities is not None:
+            for start in range(0, len(dataset), 1024):
+                self.add(dataset[start:start + 1024])
+            return
+        for kind, item in dataset.replay_items():
+            if kind == "episodes":
+                for start in range(0, len(item), 1024):
+                    self.add([dataset[i] for i in item[start:start + 1024]])
+                continue
+            counts = _AddCounts()
+            self._store.add_block(**item)
+            steps = int(np.sum(item["lengths"]))
+            self._num_timesteps += steps
+            self._num_timesteps_added += steps
+            counts.env_steps_added += steps
+            counts.agent_steps_added += steps
+            counts.episodes_added += len(item["ids"])
+            self._evict_over_capacity(counts)
+            self._log_add(counts)
+
+    def _evict_over_capacity(self, counts: "_AddCounts") -> None:
+        while self._num_timesteps > self.capacity and self.get_num_episodes() > 1:
+            (_, evicted_steps), = self._store.evict_oldest(1)
+            counts.episodes_evicted += 1
+            counts.env_steps_evicted += evicted_steps
+            counts.agent_steps_evicted += evicted_steps
+            self._num_timesteps -= evicted_steps
 
     def _log_add(self, counts: "_AddCounts") -> None:
         self._update_add_metrics(

@@ -62,28 +62,28 @@ def signature(EpisodeCore episode):
 cdef class Rows:
     """A growable block of fixed-size rows (one leaf of a group, or one
     numeric column of the episode table)."""
-    cdef cnp.ndarray data
+    cdef cnp.ndarray block
     cdef readonly Py_ssize_t size
     cdef Py_ssize_t row_bytes
 
     def __init__(self, dtype, tuple shape=()):
-        self.data = np.empty((16,) + shape, dtype)
+        self.block = np.empty((16,) + shape, dtype)
         self.size = 0
-        self.row_bytes = self.data.itemsize
+        self.row_bytes = self.block.itemsize
         for d in shape:
             self.row_bytes *= d
 
     cdef char* reserve(self, Py_ssize_t n) except NULL:
         cdef cnp.ndarray grown
-        cdef Py_ssize_t cap = self.data.shape[0]
+        cdef Py_ssize_t cap = self.block.shape[0]
         if self.size + n > cap:
             while cap < self.size + n:
                 cap *= 2
-            grown = np.empty((cap,) + (<object>self.data).shape[1:], self.data.dtype)
+            grown = np.empty((cap,) + (<object>self.block).shape[1:], self.block.dtype)
             memcpy(array_bytes(grown, self.size * self.row_bytes),
-                   array_bytes(self.data, self.size * self.row_bytes), self.size * self.row_bytes)
-            self.data = grown
-        return array_bytes(self.data, (self.size + n) * self.row_bytes) + self.size * self.row_bytes
+                   array_bytes(self.block, self.size * self.row_bytes), self.size * self.row_bytes)
+            self.block = grown
+        return array_bytes(self.block, (self.size + n) * self.row_bytes) + self.size * self.row_bytes
 
     cdef int zeros(self, Py_ssize_t n) except -1:
         if n > 0:
@@ -103,7 +103,7 @@ cdef class Rows:
         # Row `pos` (< size).
         if pos < 0 or pos >= self.size:
             raise IndexError(f"row {pos} of {self.size}")
-        return array_bytes(self.data, self.size * self.row_bytes) + pos * self.row_bytes
+        return array_bytes(self.block, self.size * self.row_bytes) + pos * self.row_bytes
 
     cdef int push_int(self, int64_t value) except -1:
         (<int64_t*>self.reserve(1))[0] = value
@@ -127,7 +127,7 @@ cdef class Rows:
 
     def array(self):
         """The rows so far (a view)."""
-        return self.data[:self.size]
+        return self.block[:self.size]
 
 
 cdef list tree_columns(object tree, list out):
@@ -275,7 +275,7 @@ cdef class GroupRows:
 cdef double sum_rows(Rows block, Py_ssize_t first, Py_ssize_t count) except? -1:
     # The sum of plain-number rows first .. first + count - 1, in float64
     # (added in order; the usual reward dtypes here, numpy's for the rest).
-    cdef int type_num = cnp.PyArray_TYPE(block.data)
+    cdef int type_num = cnp.PyArray_TYPE(block.block)
     cdef char* data = block.row(first) if count else NULL
     cdef double total = 0.0
     cdef Py_ssize_t i
@@ -291,7 +291,7 @@ cdef double sum_rows(Rows block, Py_ssize_t first, Py_ssize_t count) except? -1:
         for i in range(count):
             total += (<int64_t*>data)[i]
     else:
-        return float(np.add.reduce(block.data[first:first + count], dtype=np.float64))
+        return float(np.add.reduce(block.block[first:first + count], dtype=np.float64))
     return total
 
 
@@ -538,31 +538,36 @@ cdef class Encoded:
     """An Arrow binary column's values by row, without a Python object per
     row until one is read: its offsets, bytes and validity as arrays."""
     cdef cnp.ndarray offsets     # int32, rows + 1
-    cdef bytes data
+    cdef bytes payload
     cdef cnp.ndarray valid       # bool per row, or None: all valid
+    cdef Py_ssize_t n
     cdef object decode
 
     def __init__(self, column, decode):
         cdef Py_ssize_t n = len(column)
         buffers = column.buffers()
-        offsets = np.frombuffer(buffers[1], np.int32)[column.offset:column.offset + n + 1]
+        offsets = np.frombuffer(buffers[1], np.int32)[column.offset:column.offset + n + 1] \
+            if buffers[1] is not None else np.zeros(0, np.int32)
         if len(offsets) != n + 1 or (n and (offsets[0] < 0 or np.any(np.diff(offsets) < 0))):
             raise ValueError("malformed binary column offsets")
         self.offsets = np.ascontiguousarray(offsets)
-        self.data = buffers[2].to_pybytes() if buffers[2] is not None else b""
-        if n and self.offsets[n] > len(self.data):
+        self.payload = buffers[2].to_pybytes() if buffers[2] is not None else b""
+        if n and self.offsets[n] > len(self.payload):
             raise ValueError("a binary column's offsets run past its data")
         self.valid = None
         if column.null_count:
-            self.valid = np.asarray(column.is_valid()).astype(np.bool_)
+            self.valid = np.ascontiguousarray(np.asarray(column.is_valid()), np.bool_)
+        self.n = n
         self.decode = decode
 
     cdef object value(self, Py_ssize_t row, object missing):
-        # The decoded value at `row` (checked by the caller), `missing` for a null.
-        cdef int* offs = <int*>cnp.PyArray_DATA(self.offsets)
-        if self.valid is not None and not (<cnp.npy_bool*>cnp.PyArray_DATA(self.valid))[row]:
+        # The decoded value at `row`, `missing` for a null.
+        cdef int* offs = <int*>array_bytes(self.offsets, (self.n + 1) * sizeof(int))
+        if row < 0 or row >= self.n:
+            raise IndexError(f"row {row} of {self.n}")
+        if self.valid is not None and not (<cnp.npy_bool*>array_bytes(self.valid, self.n))[row]:
             return missing
-        return self.decode(self.data[offs[row]:offs[row + 1]])
+        return self.decode(self.payload[offs[row]:offs[row + 1]])
 
 
 cdef class StepFile:
@@ -637,6 +642,39 @@ cdef class StepFile:
             return {key: self.track(sub, start, count) for key, sub in (<dict>tree).items()}
         return tuple([self.track(sub, start, count) for sub in tree])
 
+    def block_tracks(self):
+        """Each track's leaves in dm-tree (sorted-key) order, as a replay
+        store's add_block() takes them: the file's rows of a stored leaf (an
+        array, read in place), a list of the decoded items of an encoded
+        one (None for padding). None where a leaf holds no rows at all."""
+        names = [("obs", None), ("actions", None), ("rewards", None)] + [
+            ("extras", key) for key in self.extra_keys]
+        out = {}
+        for name, tree in zip(names, self.trees):
+            leaves = []
+            for k in sorted_leaves(tree, []):
+                leaf = self.leaves[k]
+                if type(leaf) is Column:
+                    leaves.append((<Column>leaf).view())
+                elif type(leaf) is Encoded:
+                    leaves.append([(<Encoded>leaf).value(i, None) for i in range(self.nrows)])
+                else:
+                    return None
+            out[name] = leaves
+        return out
+
+    def infos_by_row(self):
+        """The file's infos that are not empty, by row."""
+        cdef Py_ssize_t i
+        if self.infos is None:
+            return {}
+        out = {}
+        for i in range(self.nrows):
+            item = self.infos.value(i, EMPTY)
+            if item is not EMPTY:
+                out[i] = item
+        return out
+
     def episode(self, cls, Py_ssize_t row, Py_ssize_t rows, Py_ssize_t length,
                 tuple lookbacks, dict fields):
         """The episode at rows [row, row + rows) (0 rows: not reset), of
@@ -679,6 +717,19 @@ cdef class StepFile:
                             fields["multi_agent_episode_id"], fields["start_time"],
                             fields["last_step_time"], fields["custom_data"],
                             self.extras_default, fields["last_added"])
+
+
+cdef list sorted_leaves(object tree, list out):
+    # A StepFile tree's leaf numbers in dm-tree order (dict keys sorted).
+    if type(tree) is int:
+        out.append(tree)
+    elif type(tree) is dict:
+        for key in sorted(tree):
+            sorted_leaves(tree[key], out)
+    else:
+        for sub in tree:
+            sorted_leaves(sub, out)
+    return out
 
 
 # A null in an infos column: an empty dict (each episode gets its own).

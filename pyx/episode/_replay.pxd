@@ -167,6 +167,10 @@ cdef class Store:
     cdef int _kth(self, int64_t k, int64_t* run, int32_t* off) except -1
     cdef int _kth_from(self, int64_t k, int64_t before_head, int64_t* run,
                        int32_t* off) except -1
+    cdef int32_t _new_slot(self, object id_, object key, int64_t t_started, Py_ssize_t lookback,
+                           int64_t length, bint finalized, double start_time,
+                           double last_step_time) except -1
+    cdef int _append_run(self, int32_t slot, int64_t run) noexcept
     cdef object _checked_layout(self, EpisodeCore episode, object extras, bint is_new)
     cdef EpisodeMeta _meta_of(self, EpisodeCore episode, object extras, int32_t slot)
     cdef int _check_joins(self, int32_t slot, BufferCore obs) except -1

@@ -967,32 +967,9 @@ cdef class Store:
             lookback = 0
         # Changes.
         if is_new:
-            self._reserve_slots()
-            self.n_free -= 1
-            slot = self.free_slots[self.n_free]
-            ep = &self.eps[slot]
-            ep.first_run = -1
-            ep.last_run = -1
-            ep.length = 0
-            ep.t_started = episode.t_started
-            ep.lookback = <int32_t>lookback
-            ep.terminated = 0
-            ep.truncated = 0
-            ep.finalized = obs.is_finalized()
-            ep.live = 1
-            ep.start_time = episode.start_time
-            ep.last_step_time = episode.last_step_time
-            ep.prev = self.last_slot
-            ep.next = -1
-            if self.last_slot >= 0:
-                self.eps[self.last_slot].next = slot
-            else:
-                self.first_slot = slot
-            self.last_slot = slot
-            self.num_episodes += 1
-            self.ids[slot] = episode.id_
-            self.keys[slot] = key
-            self._insert(key, slot)
+            slot = self._new_slot(episode.id_, key, episode.t_started, lookback, 0,
+                                  obs.is_finalized(), episode.start_time,
+                                  episode.last_step_time)
             self.meta[slot] = self._meta_of(episode, extras, slot)
             first_ts = -lookback
         else:
@@ -1013,6 +990,51 @@ cdef class Store:
         elif episode.is_truncated:
             ep.truncated = 1
         return slot, is_new, max(first_ts, 0), n
+
+    cdef int32_t _new_slot(self, object id_, object key, int64_t t_started, Py_ssize_t lookback,
+                           int64_t length, bint finalized, double start_time,
+                           double last_step_time) except -1:
+        # A new stored episode, after the newest: its slot, keyed (its
+        # meta and runs are the caller's to set).
+        cdef int32_t slot
+        cdef Ep* ep
+        self._reserve_slots()
+        self.n_free -= 1
+        slot = self.free_slots[self.n_free]
+        ep = &self.eps[slot]
+        ep.first_run = -1
+        ep.last_run = -1
+        ep.length = length
+        ep.t_started = t_started
+        ep.lookback = <int32_t>lookback
+        ep.terminated = 0
+        ep.truncated = 0
+        ep.finalized = finalized
+        ep.live = 1
+        ep.start_time = start_time
+        ep.last_step_time = last_step_time
+        ep.prev = self.last_slot
+        ep.next = -1
+        if self.last_slot >= 0:
+            self.eps[self.last_slot].next = slot
+        else:
+            self.first_slot = slot
+        self.last_slot = slot
+        self.num_episodes += 1
+        self.ids[slot] = id_
+        self.keys[slot] = key
+        self._insert(key, slot)
+        return slot
+
+    cdef int _append_run(self, int32_t slot, int64_t run) noexcept:
+        # The episode's runs are a list in the order they came.
+        cdef Ep* ep = &self.eps[slot]
+        if ep.last_run >= 0:
+            self.runs[ep.last_run & (self.run_cap - 1)].next = run
+        else:
+            ep.first_run = run
+        ep.last_run = run
+        return 0
 
     cdef object _checked_layout(self, EpisodeCore episode, object extras, bint is_new):
         # The tracks' leaf structures for the episode (set on first sight).
@@ -1112,12 +1134,7 @@ cdef class Store:
                 for k in range(count):
                     block.leaf_of_row[block.size + k] = -1
             block.size += count
-            ep = &self.eps[slot]
-            if ep.last_run >= 0:
-                self.runs[ep.last_run & (self.run_cap - 1)].next = run
-            else:
-                ep.first_run = run
-            ep.last_run = run
+            self._append_run(slot, run)
             done += count
         self._write_final(slot, episode, layout, n)
         return 0
@@ -1194,6 +1211,145 @@ cdef class Store:
         else:
             self.final_infos.pop(slot, None)
         return 0
+
+    # -- a block of many episodes' rows --------------------------------------------------
+
+    def add_block(self, EpisodeCore first, dict tracks, dict infos, Py_ssize_t nrows,
+                  object rows, object lookbacks, object lengths, object t_started,
+                  object terminated, object truncated, object start_times,
+                  object last_step_times, list ids, list metas):
+        """Stores many new episodes whose rows are already laid out in one
+        block, without an episode object each: a dataset's step file. The
+        block's rows are adopted as they are (read-only arrays stay where
+        they are: a memory-mapped file's pages are read in place).
+
+        `tracks` maps ("obs", None), ("actions", None), ("rewards", None)
+        and ("extras", key) to the track's leaves in dm-tree order: an
+        ndarray of `nrows` rows (numbers) or a list of `nrows` items. Episode
+        i has `lookbacks[i]` rows before its step 0 from block row `rows[i]`
+        on, then `lengths[i]` steps, then its last observation's row; it is
+        stored under `ids[i]` with `metas[i]` (an EpisodeMeta). `infos` maps
+        block rows to their infos (the empty ones are left out). `first` is
+        an episode of the block's layout (the first one, made the usual
+        way): the store's layout is checked (ValueError) or set from it
+        before anything is stored. Uniform stores only (TypeError)."""
+        cdef Py_ssize_t n = len(ids), i, k, leaf, row, lb, length, final_row
+        cdef int64_t[::1] rows_v, lengths_v, started_v
+        cdef int32_t[::1] lookbacks_v
+        cdef unsigned char[::1] terminated_v, truncated_v
+        cdef double[::1] start_v, last_v
+        cdef Block block
+        cdef int64_t block_seq, run
+        cdef int32_t slot
+        cdef Ep* ep
+        cdef Column col
+        cdef list obs_leaves
+        if self.priorities is not None:
+            raise TypeError("add_block() stores into a uniform store; a prioritized one "
+                            "takes its episodes one by one")
+        rows_v = np.ascontiguousarray(rows, np.int64)
+        lookbacks_v = np.ascontiguousarray(lookbacks, np.int32)
+        lengths_v = np.ascontiguousarray(lengths, np.int64)
+        started_v = np.ascontiguousarray(t_started, np.int64)
+        terminated_v = np.ascontiguousarray(terminated, np.uint8)
+        truncated_v = np.ascontiguousarray(truncated, np.uint8)
+        start_v = np.ascontiguousarray(start_times, np.float64)
+        last_v = np.ascontiguousarray(last_step_times, np.float64)
+        if not (len(rows_v) == len(lookbacks_v) == len(lengths_v) == len(started_v)
+                == len(terminated_v) == len(truncated_v) == len(start_v) == len(last_v)
+                == len(metas) == n):
+            raise ValueError("add_block() takes one value per episode in each argument")
+        if nrows < 0 or nrows > INT32_MAX:
+            raise ValueError(f"a block of {nrows} rows")
+        # Checks (nothing changes before they pass): each episode's rows in
+        # the block and its key new, the layout, the block's leaves.
+        if len(set(ids)) != n:
+            raise ValueError("an episode id is in the block twice")
+        for i in range(n):
+            lb, length, row = lookbacks_v[i], lengths_v[i], rows_v[i]
+            if lb < 0 or length < 0 or row < 0 or row + lb + length >= nrows:
+                raise ValueError(f"episode {i}'s rows are not in the block of {nrows}")
+            if self._find(ids[i]) >= 0:
+                raise ValueError(f"episode {ids[i]!r} is stored already")
+            if type(metas[i]) is not EpisodeMeta:
+                raise TypeError("metas are EpisodeMeta objects")
+        # The layout (set from `first` in an empty store), then the rows.
+        self.check(first, {})
+        extras = own_extras(first)
+        layout = self._checked_layout(first, extras, True)
+        store_leaves = {}
+        for name in ("obs", "actions", "rewards"):
+            if layout[name] is not None:
+                store_leaves[(name, None)] = _leaf_list(layout[name])
+        for key, structure in layout["extras"].items():
+            store_leaves[("extras", key)] = _leaf_list(structure)
+        if set(tracks) != set(store_leaves):
+            raise ValueError(f"the block's tracks {sorted(map(str, tracks))} are not the "
+                             f"store's {sorted(map(str, store_leaves))}")
+        cols = [None] * self.nleaves
+        for track, given in tracks.items():
+            leaves = store_leaves[track]
+            if len(given) != len(leaves):
+                raise ValueError(f"{len(given)} leaves for the store's {len(leaves)} of {track}")
+            for leaf, data in zip(leaves, given):
+                if self.row_bytes[leaf]:
+                    arr = np.asarray(data)
+                    if (arr.dtype != self.dtypes[leaf] or arr.shape[1:] != self.shapes[leaf]
+                            or len(arr) != nrows):
+                        raise ValueError(f"the block's rows of {track} ({arr.dtype}, "
+                                         f"{arr.shape}) do not match the store's "
+                                         f"({self.dtypes[leaf]}, rows of {self.shapes[leaf]})")
+                    cols[leaf] = Column.from_array(arr)
+                else:
+                    if type(data) is not list or len(data) != nrows:
+                        raise ValueError(f"the block's items of {track} are not a list of "
+                                         f"{nrows}")
+                    cols[leaf] = data
+        # Changes.
+        block = Block.__new__(Block)
+        block.cols = cols
+        block.infos = {}
+        block.size = block.capacity = nrows
+        self._refresh_pointers(block)
+        if not self.blocks:
+            self.first_block = 0
+        self.blocks.append(block)
+        self._sync_blocks()
+        block_seq = self.first_block + len(self.blocks) - 1
+        obs_leaves = store_leaves[("obs", None)]
+        finalized = first.observations.is_finalized()
+        for i in range(n):
+            lb, length, row = lookbacks_v[i], lengths_v[i], rows_v[i]
+            slot = self._new_slot(ids[i], ids[i], started_v[i], lb, length, finalized,
+                                  start_v[i], last_v[i])
+            ep = &self.eps[slot]
+            ep.terminated = terminated_v[i] != 0
+            ep.truncated = truncated_v[i] != 0
+            self.meta[slot] = metas[i]
+            # Its runs: the lookback rows (ts < 0), then its steps.
+            for ts, count in ((-lb, lb), (0, length)):
+                if count:
+                    self._append_run(slot, self._new_run(
+                        block, block_seq, <int32_t>(row + lb + ts), <int32_t>count, slot,
+                        <int32_t>ts))
+            for r in range(row, row + lb + length):
+                item = infos.get(r)
+                if item is not None:
+                    block.infos[r] = item
+            # Its last observation and infos.
+            final_row = row + lb + length
+            for leaf in obs_leaves:
+                if self.row_bytes[leaf]:
+                    memcpy((<Column>self.final[leaf]).row_ptr(slot, 1),
+                           (<Column>cols[leaf]).row_ptr(final_row, 1), self.row_bytes[leaf])
+                else:
+                    self.final_objects[leaf][slot] = cols[leaf][final_row]
+            item = infos.get(final_row)
+            if item is not None:
+                self.final_infos[slot] = item
+            else:
+                self.final_infos.pop(slot, None)
+        return None
 
     # -- restoring ------------------------------------------------------------------
 

@@ -1,0 +1,1037 @@
+"""RLlib 2.60's recorded formats, read and written by the engine.
+
+RLlib records experience in one of two layouts (``config.offline_data(
+output=..., output_write_episodes=...)``):
+
+* episodes (the default): one row per episode, a binary column ``item``
+  holding ``msgpack.packb(episode.get_state(), default=msgpack_numpy.encode)``.
+  :func:`pack_episode` and :func:`unpack_episode` write and read it byte for
+  byte, in C and without msgpack_numpy (:mod:`episode._msgpack`);
+* rows: one row per timestep with RLlib's column names (``eps_id``,
+  ``agent_id``, ``module_id``, ``obs``, ``actions``, ``rewards``, ``new_obs``,
+  ``terminateds``, ``truncateds``, then each extra model output), the columns
+  in ``output_compress_columns`` "packed" (``ray.rllib.utils.compression.
+  pack``: base64 of an lz4 frame of a pickle). :func:`episode_rows` writes
+  it, :func:`rows_to_episodes` and :func:`sample_batches_to_episodes` read
+  it (and the old stack's SampleBatch rows).
+
+Packed values are unpickled by a restricted unpickler that knows only what a
+pickled numpy array or scalar needs: a dataset never runs code. pyarrow,
+msgpack-free C code and lz4 are imported on first use.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import copy
+import gc
+import io
+import json
+import math
+import pickle
+import pickletools
+import sys
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from episode.single_agent_episode import SingleAgentEpisode
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pyarrow as pa
+
+__all__ = [
+    "EPISODES_FORMAT", "ROWS_FORMAT", "SCHEMA", "detect_format", "episode_rows", "pack_episode",
+    "pack_episodes", "pack_value", "rows_to_episodes", "safe_loads", "sample_batches_to_episodes",
+    "to_numpy_batch", "unpack_episode", "unpack_episodes", "unpack_value",
+]
+
+#: What :func:`detect_format` calls RLlib's episode format and its row format.
+EPISODES_FORMAT = "rllib_episodes"
+ROWS_FORMAT = "rllib_rows"
+
+#: RLlib's default input schema (``ray.rllib.offline.offline_prelearner.SCHEMA``):
+#: its column names, each mapped to the dataset's column. A ``schema`` argument
+#: (RLlib's ``input_read_schema``) overrides some of them.
+SCHEMA = {
+    "eps_id": "eps_id", "agent_id": "agent_id", "module_id": "module_id", "obs": "obs",
+    "actions": "actions", "rewards": "rewards", "infos": "infos", "new_obs": "new_obs",
+    "terminateds": "terminateds", "truncateds": "truncateds", "t": "t",
+    "agent_index": "agent_index", "dones": "dones", "unroll_id": "unroll_id",
+}
+
+# Columns RLlib's readers never take as extra model outputs, besides the schema's.
+_NOT_EXTRAS = ("dones", "agent_index", "type")
+
+# Ray Data's tensor column types (``ArrowTensorTypeV2`` and its predecessor):
+# storage is a list of each row's flattened elements, the row shape is JSON.
+_TENSOR_TYPES = ("ray.data.arrow_tensor_v2", "ray.data.arrow_tensor")
+_RAGGED_TENSOR_TYPE = "ray.data.arrow_variable_shaped_tensor"
+
+
+def _msgpack():
+    from episode import _msgpack
+
+    return _msgpack
+
+
+@contextlib.contextmanager
+def _no_collections():
+    """Building thousands of episodes allocates containers that all stay
+    alive: the cyclic collector would walk them (and everything older) over
+    and over while none of them can be garbage. It is off for the call."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _lz4_frame():
+    try:
+        import lz4.frame
+    except ImportError as error:  # pragma: no cover - ray[rllib] depends on lz4
+        raise ImportError("reading or writing RLlib's packed columns needs the lz4 package "
+                          "(pip install lz4; ray[rllib] depends on it)") from error
+    return lz4.frame
+
+
+def _lz4_block_decompress():
+    _lz4_frame()
+    import lz4.block
+
+    return lz4.block.decompress
+
+
+# -- the episode format ----------------------------------------------------------------
+
+
+def pack_episode(episode: SingleAgentEpisode) -> bytes:
+    """The episode as RLlib's recording packs it: the very bytes of
+    ``msgpack.packb(episode.get_state(), default=msgpack_numpy.encode)`` for
+    RLlib's episode with the same data.
+
+    Unlike RLlib's ``get_state()``, an extra model output that holds only
+    lookback rows (a ``cut()`` successor's) is packed as its state; RLlib
+    hands msgpack the buffer object itself, which cannot be packed.
+    """
+    return _msgpack().pack_episode(episode)
+
+
+def pack_episodes(episodes: Iterable[SingleAgentEpisode]) -> list[bytes]:
+    """:func:`pack_episode` of each episode (a column's worth of ``item`` values)."""
+    return _msgpack().pack_episodes(episodes)
+
+
+def unpack_episode(blob: Any) -> SingleAgentEpisode:
+    """The episode a packed state (bytes-like) describes: what
+    ``SingleAgentEpisode.from_state(msgpack.unpackb(blob,
+    object_hook=msgpack_numpy.decode))`` gives, item by item and type by type.
+
+    Numeric tracks are copied straight from the bytes into the episode's
+    storage. Raises ValueError for truncated or corrupt bytes (naming what
+    and where) and AssertionError, as RLlib does, for tracks of inconsistent
+    lengths.
+    """
+    return _msgpack().unpack_episode(blob, SingleAgentEpisode)
+
+
+def unpack_episodes(blobs: Any) -> list[SingleAgentEpisode]:
+    """:func:`unpack_episode` of each value of `blobs`: a list (or numpy
+    object array, as Ray Data hands a batch) of bytes, or a pyarrow binary
+    array or chunked array, read in place. The episodes share their space
+    objects (as the episodes of one env runner share its env's)."""
+    with _no_collections():
+        return _unpack_episodes(blobs)
+
+
+def _unpack_episodes(blobs: Any) -> list[SingleAgentEpisode]:
+    m = _msgpack()
+    pa = sys.modules.get("pyarrow")
+    if pa is not None and isinstance(blobs, pa.ChunkedArray):
+        out: list = []
+        for chunk in blobs.chunks:
+            out.extend(_unpack_episodes(chunk))
+        return out
+    if pa is not None and isinstance(blobs, pa.Array):
+        t = blobs.type
+        if not (pa.types.is_binary(t) or pa.types.is_large_binary(t)):
+            raise TypeError(f"packed episodes are an Arrow binary array, not {t}")
+        if blobs.null_count:
+            row = blobs.is_null().to_numpy(zero_copy_only=False).argmax()
+            raise ValueError(f"packed episode {row} is null")
+        _, offsets, data = blobs.buffers()
+        width = np.int64 if pa.types.is_large_binary(t) else np.int32
+        n = len(blobs)
+        if offsets is None or offsets.size < (blobs.offset + n + 1) * np.dtype(width).itemsize:
+            raise ValueError("corrupt Arrow binary array: its offsets are missing or short")
+        offs = np.frombuffer(offsets, width)[blobs.offset:blobs.offset + n + 1]
+        return m.unpack_episodes_arrow(b"" if data is None else data, offs, SingleAgentEpisode)
+    return m.unpack_episodes(blobs, SingleAgentEpisode)
+
+
+# -- packed values (RLlib's compression.pack) --------------------------------------------
+
+# A pickled ndarray, numpy scalar or dtype names numpy functions and hands
+# numpy's own __setstate__ methods whatever state the bytes hold; numpy
+# trusts those states (a corrupt dtype state can crash the interpreter). The
+# restricted unpickler therefore gives the pickle stand-ins instead: they
+# take the same arguments and states, check them, and only then build the
+# arrays with numpy's public constructors (np.dtype of a type string,
+# np.frombuffer of bytes of the right length).
+
+_PLAIN_KINDS = "biufcUSO"     # the dtype kinds read: numbers, bool, str, bytes, objects
+
+
+class _Dtype:
+    """Stands in for numpy.dtype(type, align, copy) and its __setstate__."""
+
+    __slots__ = ("dtype",)
+    dtype: Any
+
+    def __new__(cls, *args: Any) -> "_Dtype":
+        self = object.__new__(cls)
+        self.dtype = None
+        if args:
+            text = args[0]
+            if type(text) is not str or len(text) > 16:
+                raise ValueError(f"a pickled dtype of type {text!r:.40}")
+            try:
+                dtype = np.dtype(text)
+            except (TypeError, ValueError, SyntaxError) as error:   # ("(2,)f4": ast)
+                raise ValueError(f"a pickled dtype {text!r}: {error}") from error
+            if dtype.kind not in _PLAIN_KINDS or dtype.fields is not None or dtype.subdtype:
+                raise ValueError(f"a pickled dtype of kind {dtype.kind!r} ({text!r}) is not read")
+            self.dtype = dtype
+        return self
+
+    def __setstate__(self, state: Any) -> None:
+        if self.dtype is None:
+            raise ValueError("a pickled dtype state without its type")
+        if type(state) is not tuple or len(state) not in (8, 9) or state[0] not in (3, 4):
+            raise ValueError(f"a pickled dtype state {state!r:.80}")
+        endian, subarray, names, fields, elsize, alignment, flags = state[1:8]
+        if endian not in ("<", ">", "|", "=") or subarray is not None or names is not None \
+                or fields is not None or (len(state) == 9 and state[8] is not None) \
+                or type(elsize) is not int or type(alignment) is not int or type(flags) is not int:
+            raise ValueError(f"a pickled dtype state {state!r:.80}")
+        if elsize not in (-1, self.dtype.itemsize):
+            raise ValueError(f"a pickled {self.dtype} of {elsize} bytes")
+        if endian != "|" and self.dtype.byteorder != "|":
+            self.dtype = self.dtype.newbyteorder(endian)
+
+
+def _dtype_of(value: Any) -> np.dtype:
+    if type(value) is not _Dtype or value.dtype is None:
+        raise ValueError(f"a pickled array's dtype is {type(value).__name__}")
+    return value.dtype
+
+
+def _checked_shape(shape: Any) -> tuple:
+    if type(shape) is not tuple or len(shape) > 64 or not all(
+            type(d) is int and 0 <= d < 1 << 48 for d in shape):
+        raise ValueError(f"a pickled array of shape {shape!r:.80}")
+    return shape
+
+
+def _array_of(data: Any, dtype: np.dtype, shape: tuple, order: Any) -> np.ndarray:
+    # The array numpy would rebuild, from data checked to hold exactly it.
+    if dtype.kind == "O":
+        if type(data) is not list or len(data) != math.prod(shape):
+            raise ValueError("a pickled object array without a list of its items")
+        out = np.empty(len(data), dtype=object)
+        for i, item in enumerate(data):
+            out[i] = _materialized(item)
+        return out.reshape(shape, order=order)
+    if not isinstance(data, (bytes, bytearray)):
+        raise ValueError(f"a pickled array's data is {type(data).__name__}")
+    if len(data) != math.prod(shape) * dtype.itemsize:
+        raise ValueError(f"a pickled {dtype} array of shape {shape} holds {len(data)} bytes")
+    return np.frombuffer(data, dtype=dtype).reshape(shape, order=order).copy(order="K")
+
+
+def _frombuffer(data: Any, dtype: Any, shape: Any, order: Any) -> np.ndarray:
+    """Stands in for numpy._core.numeric._frombuffer (protocol 5's arrays)."""
+    if order not in ("C", "F"):
+        raise ValueError(f"a pickled array of order {order!r:.20}")
+    return _array_of(data, _dtype_of(dtype), _checked_shape(shape), order)
+
+
+class _Ndarray:
+    """Stands in for numpy.ndarray as _reconstruct's first argument."""
+
+
+class _Reconstructed:
+    """Stands in for _reconstruct(ndarray, (0,), b"b") and the array's
+    __setstate__ (protocols 2 to 4, and arrays that are not contiguous)."""
+
+    __slots__ = ("array",)
+    array: Any
+
+    def __new__(cls) -> "_Reconstructed":
+        self = object.__new__(cls)
+        self.array = None
+        return self
+
+    def __setstate__(self, state: Any) -> None:
+        if type(state) is not tuple or len(state) != 5 or state[0] != 1 \
+                or type(state[3]) is not bool:
+            raise ValueError(f"a pickled array state {state!r:.80}")
+        _, shape, dtype, fortran, data = state
+        self.array = _array_of(data, _dtype_of(dtype), _checked_shape(shape),
+                               "F" if fortran else "C")
+
+
+def _reconstruct(cls: Any, shape: Any, typecode: Any) -> _Reconstructed:
+    if cls is not _Ndarray:
+        raise ValueError("_reconstruct of anything but an ndarray")
+    return _Reconstructed()
+
+
+def _scalar(dtype: Any, data: Any = None) -> Any:
+    """Stands in for numpy._core.multiarray.scalar (numpy scalars)."""
+    dtype = _dtype_of(dtype)
+    if dtype.kind == "O":
+        return _materialized(data)
+    if not isinstance(data, (bytes, bytearray)) or len(data) != dtype.itemsize:
+        raise ValueError(f"a pickled {dtype} scalar of {type(data).__name__}")
+    return np.frombuffer(data, dtype=dtype)[0]
+
+
+def _codecs_encode(text: Any, encoding: Any = "utf-8") -> bytes:
+    # Protocol 2 writes bytes as _codecs.encode(str, "latin1").
+    if type(text) is not str or encoding not in ("latin1", "latin-1"):
+        raise ValueError("_codecs.encode of anything but latin-1 text")
+    return text.encode("latin1")
+
+
+def _empty_bytes(*args: Any) -> bytes:
+    # Protocol 2 writes b"" as bytes().
+    if args:
+        raise ValueError("bytes() with arguments in a pickle")
+    return b""
+
+
+def _materialized(value: Any) -> Any:
+    # What a stand-in stands for (inside plain containers, too).
+    t = type(value)
+    if t is _Reconstructed:
+        if value.array is None:
+            raise ValueError("a pickled array without its state")
+        return value.array
+    if t is _Dtype:
+        return _dtype_of(value)
+    if t is list:
+        return [_materialized(v) for v in value]
+    if t is tuple:
+        return tuple(_materialized(v) for v in value)
+    if t is dict:
+        return {_materialized(k): _materialized(v) for k, v in value.items()}
+    if t is _Ndarray or t is type:
+        raise ValueError("a pickle of a class")
+    return value
+
+
+# What a pickled ndarray, numpy scalar or dtype names (numpy 2's modules and
+# numpy 1.x's), and the stand-in each gets.
+_STAND_INS = {
+    ("numpy._core.numeric", "_frombuffer"): _frombuffer,
+    ("numpy.core.numeric", "_frombuffer"): _frombuffer,
+    ("numpy._core.multiarray", "_reconstruct"): _reconstruct,
+    ("numpy.core.multiarray", "_reconstruct"): _reconstruct,
+    ("numpy._core.multiarray", "scalar"): _scalar,
+    ("numpy.core.multiarray", "scalar"): _scalar,
+    ("numpy", "ndarray"): _Ndarray,
+    ("numpy", "dtype"): _Dtype,
+    ("_codecs", "encode"): _codecs_encode,
+    ("builtins", "bytes"): _empty_bytes,
+    ("__builtin__", "bytes"): _empty_bytes,
+}
+
+
+class _NumpyUnpickler(pickle.Unpickler):
+    """Unpickles numpy arrays, scalars and dtypes (and plain containers of
+    them) through checked stand-ins; any other global is refused."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        found = _STAND_INS.get((module, name))
+        if found is None:
+            raise ValueError(f"the pickle names {module}.{name}: only numpy arrays and scalars "
+                             "are read from a dataset (no pickle may run code)")
+        return found
+
+    def persistent_load(self, pid: Any) -> Any:
+        raise ValueError("the pickle refers to a persistent object")
+
+
+_MEMO_PUTS = ("PUT", "BINPUT", "LONG_BINPUT")
+
+
+def safe_loads(data: Any) -> Any:
+    """``pickle.loads(data)`` for pickles of numpy arrays, scalars and
+    dtypes (and lists, tuples, dicts and plain values holding them): numpy
+    only ever sees checked type strings and buffers of the right size. A
+    pickle that names any other global, or a corrupt one, raises ValueError
+    before any code of its choosing could run."""
+    try:
+        # A walk over the opcodes first: a length field longer than the data,
+        # or a memo index beyond any object count (corrupt ones), would
+        # otherwise have the unpickler allocate that much.
+        for op, arg, _ in pickletools.genops(data):
+            if op.name in _MEMO_PUTS and isinstance(arg, int) and arg > len(data):
+                raise ValueError(f"a memo index of {arg} in {len(data)} bytes")
+    except Exception as error:
+        raise ValueError(f"corrupt pickle in a packed value: {error}") from error
+    try:
+        return _materialized(_NumpyUnpickler(io.BytesIO(data)).load())
+    except ValueError:
+        raise
+    except Exception as error:
+        # A corrupt pickle fails wherever its bytes lead (the unpickler's own
+        # errors, a stand-in called with the wrong arguments).
+        raise ValueError(f"corrupt pickle in a packed value: {type(error).__name__}: "
+                         f"{error}") from error
+
+
+def pack_value(value: Any) -> str:
+    """``ray.rllib.utils.compression.pack(value)``: base64 (ASCII str) of an
+    lz4 frame of the pickle. For ndarrays the bytes are RLlib's own (the
+    standard pickler writes what cloudpickle writes for them)."""
+    data = pickle.dumps(value, protocol=5)
+    return base64.b64encode(_lz4_frame().compress(data)).decode("ascii")
+
+
+def unpack_value(packed: Any) -> Any:
+    """``ray.rllib.utils.compression.unpack(packed)`` (a str or bytes) with the
+    restricted unpickler: ValueError for anything but base64 of an lz4 frame
+    of a numpy pickle."""
+    if not isinstance(packed, (str, bytes)):
+        raise TypeError(f"a packed value is a str, not {type(packed).__name__}")
+    try:
+        raw = base64.b64decode(packed)
+    except (binascii.Error, ValueError) as error:
+        raise ValueError(f"a packed value is not base64: {error}") from error
+    try:
+        raw = _lz4_frame().decompress(raw)
+    except RuntimeError as error:
+        raise ValueError(f"a packed value is not an lz4 frame: {error}") from error
+    return safe_loads(raw)
+
+
+def _unpack_if_needed(value: Any) -> Any:
+    # compression.unpack_if_needed: strings and bytes are packed values.
+    return unpack_value(value) if isinstance(value, (str, bytes)) else value
+
+
+def _unpack_column(values: Any, name: str) -> Any:
+    """A packed column's values: one (n, *shape) array when they are arrays
+    of one dtype and shape, else a list of the unpacked values."""
+    if len(values):
+        rows = _msgpack().unpack_cells(values, _lz4_block_decompress())
+        if rows is not None:
+            return rows
+    out = []
+    for i, value in enumerate(values):
+        try:
+            out.append(_unpack_if_needed(value))
+        except ValueError as error:
+            raise ValueError(f"column {name!r}, row {i}: {error}") from error
+    return _stacked(out)
+
+
+def _stacked(items: list) -> Any:
+    # Arrays of one dtype and shape as one array; anything else stays a list.
+    if items and all(type(x) is np.ndarray for x in items):
+        first = items[0]
+        if all(x.dtype == first.dtype and x.shape == first.shape for x in items):
+            if first.dtype.kind in "biufc":
+                return np.stack(items)
+    return items
+
+
+# -- Arrow tables as Ray Data hands them to RLlib ---------------------------------------
+
+
+def _tensor_info(field: Any) -> tuple[str, Any] | None:
+    """(extension name, serialized params) of a Ray tensor column, whether
+    pyarrow knows Ray's extension types (Ray imported) or not."""
+    import pyarrow as pa
+
+    t = field.type
+    if isinstance(t, pa.ExtensionType):
+        return t.extension_name, t.__arrow_ext_serialize__()
+    meta = field.metadata or {}
+    name = meta.get(b"ARROW:extension:name")
+    if name is None:
+        return None
+    return name.decode(errors="replace"), meta.get(b"ARROW:extension:metadata", b"")
+
+
+def _tensor_column(column: Any, info: tuple, name: str) -> np.ndarray:
+    """The (n, *shape) array (or object array of arrays, for ragged tensors)
+    of a Ray tensor column, checked against its declared shape."""
+    import pyarrow as pa
+
+    kind, params = info
+    storage = column.storage if isinstance(column, pa.ExtensionArray) else column
+    if storage.null_count:
+        raise ValueError(f"column {name!r}: a tensor column with nulls")
+    if kind == _RAGGED_TENSOR_TYPE:
+        data, shapes = storage.field("data"), storage.field("shape")
+        out = np.empty(len(storage), dtype=object)
+        for i, (row, shape) in enumerate(zip(data.to_pylist(), shapes.to_pylist())):
+            out[i] = np.asarray(row, dtype=data.type.value_type.to_pandas_dtype()).reshape(shape)
+        return out
+    try:
+        shape = tuple(json.loads(params))
+        if not all(type(d) is int and d >= 0 for d in shape):
+            raise ValueError(shape)
+    except (ValueError, TypeError) as error:
+        raise ValueError(f"column {name!r}: a tensor type of shape {params!r:.80}") from error
+    if not (pa.types.is_list(storage.type) or pa.types.is_large_list(storage.type)):
+        raise ValueError(f"column {name!r}: tensor storage of type {storage.type}")
+    size = int(np.prod(shape, dtype=np.int64))
+    lengths = storage.value_lengths().to_numpy(zero_copy_only=False)
+    if len(lengths) and not (lengths == size).all():
+        raise ValueError(f"column {name!r}: tensor rows of {sorted(set(lengths.tolist()))[:5]} "
+                         f"elements in a column of shape {shape}")
+    values = storage.flatten()
+    if values.null_count:
+        raise ValueError(f"column {name!r}: tensor elements that are null")
+    flat = values.to_numpy(zero_copy_only=False)
+    return flat.reshape((len(storage),) + shape)
+
+
+def to_numpy_batch(table: Any) -> dict[str, np.ndarray]:
+    """A pyarrow Table (or RecordBatch) as Ray Data's ``batch_format="numpy"``
+    hands it to RLlib's ``map_batches``: each column a numpy array (tensor
+    columns as (n, *shape) arrays, all-null columns as float32 NaN, strings,
+    binaries and structs as object arrays)."""
+    import pyarrow as pa
+
+    if isinstance(table, pa.RecordBatch):
+        table = pa.Table.from_batches([table])
+    if not isinstance(table, pa.Table):
+        raise TypeError(f"expected a pyarrow Table, not {type(table).__name__}")
+    out = {}
+    for field, column in zip(table.schema, table.columns):
+        column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+        info = _tensor_info(field)
+        if pa.types.is_null(field.type):
+            out[field.name] = np.full(len(column), np.nan, dtype=np.float32)
+        elif info is not None and (info[0] in _TENSOR_TYPES or info[0] == _RAGGED_TENSOR_TYPE):
+            out[field.name] = _tensor_column(column, info, field.name)
+        else:
+            if isinstance(column, pa.ExtensionArray):
+                column = column.storage
+            out[field.name] = column.to_numpy(zero_copy_only=False)
+    return out
+
+
+def _as_batch(batch: Any) -> dict[str, Any]:
+    if isinstance(batch, Mapping):
+        return dict(batch)
+    pa = sys.modules.get("pyarrow")
+    if pa is not None and isinstance(batch, (pa.Table, pa.RecordBatch)):
+        return to_numpy_batch(batch)
+    raise TypeError(f"a batch is a pyarrow Table or a dict of columns, not {type(batch).__name__}")
+
+
+def detect_format(schema: Any) -> str | None:
+    """Which of RLlib's recorded formats a pyarrow schema holds:
+    ``"rllib_episodes"`` (a binary column ``item``), ``"rllib_rows"`` (the
+    columns ``obs``, ``actions`` and ``rewards``, and ``new_obs`` or
+    ``eps_id``), or None."""
+    import pyarrow as pa
+
+    if not isinstance(schema, pa.Schema):
+        raise TypeError(f"expected a pyarrow Schema, not {type(schema).__name__}")
+    names = set(schema.names)
+    if "item" in names:
+        t = schema.field("item").type
+        if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+            return EPISODES_FORMAT
+    if {"obs", "actions", "rewards"} <= names and names & {"new_obs", "eps_id"}:
+        return ROWS_FORMAT
+    return None
+
+
+# -- rows into episodes ------------------------------------------------------------------
+
+
+def _column(columns: dict, schema: dict, key: str) -> Any:
+    name = schema[key]
+    if name not in columns:
+        raise ValueError(f"the batch has no column {name!r} ({key})")
+    return columns[name]
+
+
+def _extra_names(columns: dict, schema: dict) -> list:
+    values = set(schema.values())
+    return [k for k in columns if k not in schema and k not in values and k not in _NOT_EXTRAS]
+
+
+def _done_column(columns: dict, schema: dict) -> Any:
+    if schema["terminateds"] in columns:
+        return columns[schema["terminateds"]]
+    if "dones" in columns:
+        return columns["dones"]
+    raise ValueError(f"the batch has no column {schema['terminateds']!r} (terminateds) "
+                     "nor 'dones'")
+
+
+def _info(value: Any) -> Any:
+    # Our `infos` column holds each info packed as msgpack (RLlib's row
+    # format has none; others may hold dicts).
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return _msgpack().unpackb(value)
+    return value
+
+
+def _zeros_like(x: Any) -> Any:
+    # tree.map_structure(np.zeros_like, copy.deepcopy(x)), as RLlib's
+    # ignore_final_observation does (dm-tree maps lists too).
+    if isinstance(x, dict):
+        return {k: _zeros_like(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_zeros_like(v) for v in x)
+    return np.zeros_like(copy.deepcopy(x))
+
+
+def rows_to_episodes(batch: Any, *, schema: Mapping[str, str] | None = None,
+                     compress_columns: Sequence[str] = (), ignore_final_observation: bool = False,
+                     whole_episodes: bool = True) -> list[SingleAgentEpisode]:
+    """Episodes from RLlib's row format: a pyarrow Table, or a dict of
+    columns as Ray Data's ``map_batches`` hands them (numpy arrays).
+
+    `schema` is RLlib's ``input_read_schema`` (its column names to the
+    dataset's), `compress_columns` its ``input_compress_columns`` (``"obs"``
+    there unpacks ``obs`` and ``new_obs``), `ignore_final_observation` its
+    option of that name (the next observation replaced by zeros).
+
+    With ``whole_episodes=False`` the result is RLlib's
+    ``OfflinePreLearner._map_to_episodes``: one one-step episode per row,
+    items of the same types. With True (the default) consecutive rows of one
+    ``eps_id`` that continue each other (a row's ``obs`` is the previous row's
+    ``new_obs``, and the previous row is not done) form one episode: its
+    observations are the rows' ``obs`` and the last row's ``new_obs``, its
+    infos an empty reset info and the ``infos`` column's values where there
+    is one (ours writes it), its flags the last row's.
+    """
+    columns = _as_batch(batch)
+    schema = SCHEMA | dict(schema or {})
+    compress = set(compress_columns or ())
+    with _no_collections():
+        if whole_episodes:
+            return _whole_episodes(columns, schema, compress, ignore_final_observation)
+        return _one_step_episodes(columns, schema, compress, ignore_final_observation)
+
+
+def _one_step_episodes(columns: dict, schema: dict, compress: set,
+                       ignore_final: bool) -> list[SingleAgentEpisode]:
+    # Packed columns are unpacked whole first (RLlib unpacks cell by cell:
+    # the same values, strings and bytes unpacked, anything else kept).
+    def column(key: str, packed: bool) -> Any:
+        values = _column(columns, schema, key)
+        return _unpack_column(values, schema[key]) if packed else values
+
+    obs_column = column("obs", "obs" in compress)
+    next_column = None if ignore_final else column("new_obs", "obs" in compress)
+    actions = column("actions", "actions" in compress)
+    rewards = _column(columns, schema, "rewards")
+    dones = _done_column(columns, schema)
+    truncs = columns.get(schema["truncateds"])
+    ids = columns.get(schema["eps_id"])
+    infos = columns.get(schema["infos"])
+    extras = {k: _unpack_column(columns[k], k) if k in compress else columns[k]
+              for k in _extra_names(columns, schema)}
+    episodes = []
+    for i, obs in enumerate(obs_column):
+        episodes.append(SingleAgentEpisode(
+            id_=str(ids[i]) if ids is not None else uuid.uuid4().hex,
+            agent_id=None,
+            observations=[obs, _zeros_like(obs) if next_column is None else next_column[i]],
+            infos=[{}, _info(infos[i]) if infos is not None else {}],
+            actions=[actions[i]],
+            rewards=[rewards[i]],
+            terminated=dones[i],
+            truncated=truncs[i] if truncs is not None else False,
+            extra_model_outputs={k: [v[i]] for k, v in extras.items()},
+            len_lookback_buffer=0,
+        ))
+    return episodes
+
+
+def _track(values: Any, name: str, packed: bool) -> Any:
+    """A column as an array of rows (numeric) or a list of items."""
+    if packed:
+        return _unpack_column(values, name)
+    if isinstance(values, np.ndarray) and values.dtype.kind in "biufc" and values.ndim >= 1:
+        return values
+    return list(values)
+
+
+def _same(a: Any, b: Any) -> bool:
+    # One observation stored twice (a row's new_obs, the next row's obs).
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, np.ndarray):
+        return a.dtype == b.dtype and a.shape == b.shape and a.tobytes() == b.tobytes()
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    try:
+        return bool(a == b) or (a != a and b != b)
+    except (TypeError, ValueError):
+        return False
+
+
+def _continues(obs: Any, nxt: Any, obs_raw: Any, next_raw: Any, packed: bool) -> np.ndarray:
+    """continues[i]: row i + 1's obs is row i's new_obs."""
+    n = len(obs)
+    if n < 2:
+        return np.zeros(0, dtype=bool)
+    if packed:
+        # One observation packs to one string: equal strings are the usual case.
+        same = np.asarray(np.asarray(next_raw, dtype=object)[:-1]
+                          == np.asarray(obs_raw, dtype=object)[1:], dtype=bool)
+        breaks = np.flatnonzero(~same).tolist()
+        nxt.fetch(breaks)
+        for i in breaks:
+            same[i] = _same(nxt[i], obs[i + 1])
+        return same
+    if isinstance(obs, np.ndarray) and isinstance(nxt, np.ndarray) and obs.dtype == nxt.dtype \
+            and obs.shape == nxt.shape:
+        a = np.ascontiguousarray(nxt[:-1]).reshape(n - 1, -1).view(np.uint8)
+        b = np.ascontiguousarray(obs[1:]).reshape(n - 1, -1).view(np.uint8)
+        return (a == b).all(axis=1)
+    return np.fromiter((_same(nxt[i], obs[i + 1]) for i in range(n - 1)), bool, n - 1)
+
+
+def _split(track: Any, bounds: np.ndarray, finals: list | None = None) -> list:
+    """One Column per episode of a track (rows bounds[g]:bounds[g + 1], then
+    finals[g] if given), with the item types RLlib's readers get from a
+    numpy batch: ndarray rows, numpy scalars, or the objects themselves."""
+    from episode._column import Column
+
+    m = _msgpack()
+    if isinstance(track, np.ndarray):
+        if finals is None:
+            return m.split_rows(track, bounds)
+        if all(type(x) is np.ndarray and x.dtype == track.dtype and x.shape == track.shape[1:]
+               for x in finals) or (track.ndim == 1 and all(
+                   isinstance(x, np.generic) and x.dtype == track.dtype for x in finals)):
+            return m.split_rows(track, bounds, np.array(finals, dtype=track.dtype))
+    edges = bounds.tolist()
+    return [Column.from_list(list(track[a:b]) + ([] if finals is None else [finals[g]]))
+            for g, (a, b) in enumerate(zip(edges[:-1], edges[1:]))]
+
+
+def _whole_episodes(columns: dict, schema: dict, compress: set,
+                    ignore_final: bool) -> list[SingleAgentEpisode]:
+    from episode._column import KINDS, Column
+
+    obs_raw = _column(columns, schema, "obs")
+    n = len(obs_raw)
+    packed_obs = "obs" in compress
+    obs = _track(obs_raw, "obs", packed_obs)
+    next_raw = None if ignore_final else _column(columns, schema, "new_obs")
+    actions = _track(_column(columns, schema, "actions"), "actions", "actions" in compress)
+    rewards = _track(_column(columns, schema, "rewards"), "rewards", False)
+    dones = np.asarray(_done_column(columns, schema))
+    truncs = columns.get(schema["truncateds"])
+    ids = columns.get(schema["eps_id"])
+    if isinstance(ids, np.ndarray) and ids.dtype.kind == "f" and np.isnan(ids).all():
+        ids = None      # an all-null column, as Ray Data hands it: no ids
+    infos = columns.get(schema["infos"])
+    extras = {k: _track(columns[k], k, k in compress) for k in _extra_names(columns, schema)}
+    for name, track in [("actions", actions), ("rewards", rewards), (schema["terminateds"], dones),
+                        *extras.items(), *([("new_obs", next_raw)] if next_raw is not None else []),
+                        *([("truncateds", truncs)] if truncs is not None else []),
+                        *([("eps_id", ids)] if ids is not None else []),
+                        *([("infos", infos)] if infos is not None else [])]:
+        if len(track) != n:
+            raise ValueError(f"column {name!r} has {len(track)} rows, 'obs' has {n}")
+    if n == 0:
+        return []
+
+    # Where episodes start: a new id, a done row before, or an observation
+    # that does not continue the previous row's new_obs.
+    done = np.asarray(dones, dtype=bool)
+    if truncs is not None:
+        done = done | np.asarray(truncs, dtype=bool)
+    starts = np.zeros(n, dtype=bool)
+    starts[0] = True
+    starts[1:] |= done[:-1]
+    if ids is not None:
+        id_values = np.asarray(ids, dtype=object)
+        starts[1:] |= id_values[1:] != id_values[:-1]
+    nxt: Any = None
+    if next_raw is not None:
+        # Packed: only the new_obs that end an episode (or break the chain)
+        # are unpacked.
+        nxt = _LazyPacked(next_raw) if packed_obs else _track(next_raw, "new_obs", False)
+        starts[1:] |= ~_continues(obs, nxt, obs_raw, next_raw, packed_obs)
+    first = np.flatnonzero(starts)
+    bounds = np.append(first, n)
+    last = bounds[1:] - 1
+    if isinstance(nxt, _LazyPacked):
+        nxt.fetch(last.tolist())
+    finals = [_zeros_like(obs[i]) if nxt is None else nxt[i] for i in last.tolist()]
+    groups = len(first)
+    if infos is None:
+        info_columns = [Column.from_rows(int(k), KINDS["empty_dict"]) for k in
+                        (bounds[1:] - first + 1).tolist()]
+    else:
+        edges = bounds.tolist()
+        info_columns = [Column.from_list([{}] + [_info(infos[i]) for i in range(a, b)])
+                        for a, b in zip(edges[:-1], edges[1:])]
+    return _msgpack().assemble_episodes(
+        SingleAgentEpisode,
+        [str(ids[a]) for a in first.tolist()] if ids is not None
+        else [uuid.uuid4().hex for _ in range(groups)],
+        _split(obs, bounds, finals), info_columns, _split(actions, bounds),
+        _split(rewards, bounds), {k: _split(v, bounds) for k, v in extras.items()},
+        dones[last], None if truncs is None else np.asarray(truncs)[last])
+
+
+class _LazyPacked:
+    """A packed column whose values are unpacked when first read; fetch()
+    unpacks many at once."""
+
+    def __init__(self, values: Any):
+        self.values = values
+        self.cache: dict = {}
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def fetch(self, rows: list) -> None:
+        rows = [i for i in rows if i not in self.cache]
+        if rows:
+            values = _unpack_column([self.values[i] for i in rows], "new_obs")
+            self.cache.update(zip(rows, values))
+
+    def __getitem__(self, i: int) -> Any:
+        if i not in self.cache:
+            self.fetch([i])
+        return self.cache[i]
+
+
+# -- SampleBatch rows into episodes --------------------------------------------------------
+
+
+def sample_batches_to_episodes(batch: Any, *, schema: Mapping[str, str] | None = None,
+                               compress_columns: Sequence[str] = (),
+                               to_numpy: bool = False) -> list[SingleAgentEpisode]:
+    """Episodes from old-stack SampleBatch rows (each row one SampleBatch:
+    each column a sequence of that batch's steps, or the whole column
+    packed), as RLlib's ``OfflinePreLearner._map_sample_batch_to_episode``
+    makes them (its ``input_read_sample_batches`` path), one episode per row.
+
+    Unlike RLlib, observations packed one by one in a row are unpacked
+    (RLlib hands the packed strings on as observations).
+    """
+    columns = _as_batch(batch)
+    schema = SCHEMA | dict(schema or {})
+    compress = set(compress_columns or ())
+    obs_column = _column(columns, schema, "obs")
+    names = _extra_names(columns, schema)
+    episodes = []
+    for i, obs in enumerate(obs_column):
+        try:
+            episodes.append(_sample_batch_episode(columns, schema, compress, names, i, obs,
+                                                  to_numpy))
+        except ValueError as error:
+            raise ValueError(f"sample batch {i}: {error}") from error
+    return episodes
+
+
+def _sample_batch_episode(columns: dict, schema: dict, compress: set, names: list, i: int,
+                          obs: Any, to_numpy: bool) -> SingleAgentEpisode:
+    if isinstance(obs, str):
+        # The whole column packed at once.
+        obs = unpack_value(obs)
+        obs = [obs[k, ...] for k in range(obs.shape[0])]
+    elif isinstance(obs, np.ndarray):
+        obs = obs.tolist()
+        if schema["obs"] in compress:
+            obs = [_unpack_if_needed(x) for x in obs]
+    else:
+        raise TypeError(f"Unknown observation type: {type(obs)}. When mapping from old recorded "
+                        "`SampleBatches` batched observations should be either of type "
+                        "`np.array` or - if the column is compressed - of `str` type.")
+    if schema["new_obs"] in columns:
+        last = columns[schema["new_obs"]][i][-1]
+        obs.append(_unpack_if_needed(last) if schema["obs"] in compress else last)
+    else:
+        obs.append(obs[-1])
+    terms, truncs = schema["terminateds"], schema["truncateds"]
+    if truncs in columns and terms in columns:
+        truncated, terminated = columns[truncs][i][-1], columns[terms][i][-1]
+    elif truncs in columns:
+        truncated, terminated = columns[truncs][i][-1], False
+    elif terms in columns:
+        terminated, truncated = columns[terms][i][-1], False
+    elif "done" in columns:
+        terminated, truncated = columns["done"][i][-1], False
+    else:
+        terminated, truncated = True, False
+    actions = columns[schema["actions"]][i]
+    episode = SingleAgentEpisode(
+        id_=str(columns[schema["eps_id"]][i][0]) if schema["eps_id"] in columns
+        else uuid.uuid4().hex,
+        agent_id=None,
+        observations=obs,
+        infos=columns[schema["infos"]][i] if schema["infos"] in columns else [{}] * len(obs),
+        actions=_unpack_if_needed(actions) if "actions" in compress else actions,
+        rewards=columns[schema["rewards"]][i],
+        terminated=terminated,
+        truncated=truncated,
+        extra_model_outputs={k: _unpack_if_needed(columns[k][i]) if k in compress
+                             else columns[k][i] for k in names},
+        len_lookback_buffer=0,
+    )
+    if to_numpy:
+        episode.to_numpy()
+    return episode
+
+
+# -- episodes into rows ---------------------------------------------------------------------
+
+
+def _tensor_type_class() -> Any:
+    """Ray Data's ArrowTensorTypeV2 where Ray is installed (tables then go
+    to Ray Data as its own); else a stand-in of the same name, storage and
+    serialization, which files record, so that Ray reads them as tensors."""
+    global _TENSOR_CLASS
+    if _TENSOR_CLASS is None:
+        try:
+            from ray.data.extensions import ArrowTensorTypeV2
+        except ImportError:
+            _TENSOR_CLASS = _stand_in_tensor_type()
+        else:
+            _TENSOR_CLASS = ArrowTensorTypeV2
+    return _TENSOR_CLASS
+
+
+def _stand_in_tensor_type() -> Any:
+    import pyarrow as pa
+
+    class TensorTypeV2(pa.ExtensionType):
+        """Ray Data's tensor column type, for writing without Ray."""
+
+        def __init__(self, shape: tuple, dtype: Any):
+            self._shape = tuple(shape)
+            super().__init__(pa.large_list(dtype), _TENSOR_TYPES[0])
+
+        def __arrow_ext_serialize__(self) -> bytes:
+            return json.dumps(self._shape).encode()
+
+        @classmethod
+        def __arrow_ext_deserialize__(cls, storage_type: Any, serialized: bytes) -> Any:
+            return cls(tuple(json.loads(serialized)), storage_type.value_type)
+
+    return TensorTypeV2
+
+
+_TENSOR_CLASS: Any = None
+
+
+def _tensor_array(rows: np.ndarray) -> Any:
+    # Ray's ArrowTensorArray.from_numpy of uniform rows.
+    import pyarrow as pa
+
+    rows = np.ascontiguousarray(rows)
+    n, shape = rows.shape[0], rows.shape[1:]
+    size = int(np.prod(shape, dtype=np.int64))
+    values = pa.array(rows.reshape(-1))
+    offsets = pa.array(np.arange(n + 1, dtype=np.int64) * size, type=pa.int64())
+    storage = pa.LargeListArray.from_arrays(offsets, values)
+    cls = _tensor_type_class()
+    return pa.ExtensionArray.from_storage(cls(shape, values.type), storage)
+
+
+def _arrow_column(items: list, name: str) -> Any:
+    """Ray Data's conversion of a column of row values: ndarrays as a
+    tensor column, anything else as pyarrow infers it."""
+    import pyarrow as pa
+
+    if items and isinstance(items[0], np.ndarray):
+        if not all(isinstance(x, np.ndarray) and x.shape == items[0].shape
+                   and x.dtype == items[0].dtype for x in items):
+            raise TypeError(f"column {name!r}: arrays of several shapes or dtypes; pack the "
+                            "column (compress_columns) to write them")
+        return _tensor_array(np.stack(items))
+    try:
+        return pa.array(items, type=pa.infer_type(items) if items else pa.null())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as error:
+        raise TypeError(f"column {name!r}: {error}") from error
+
+
+def episode_rows(episodes: Iterable[SingleAgentEpisode], *,
+                 compress_columns: Sequence[str] = ("obs", "new_obs"),
+                 infos: bool = True) -> "pa.Table":
+    """Episodes in RLlib's row format: the table Ray Data makes of the rows
+    ``OfflineSingleAgentEnvRunner._map_episodes_to_data`` gives for them
+    (one row per step; `compress_columns` is RLlib's
+    ``output_compress_columns``, where ``"obs"`` packs ``obs`` and
+    ``new_obs``, and only ndarray values are packed).
+
+    With ``infos=True`` (the default) a last column ``infos`` keeps, for
+    each row, the info that came with its ``new_obs``, packed as msgpack
+    (RLlib's row format drops infos; its reader hands these on as bytes,
+    :func:`rows_to_episodes` unpacks them).
+    """
+    import pyarrow as pa
+
+    compress = set(compress_columns or ())
+    rows: dict[str, list] = {"eps_id": [], "agent_id": [], "module_id": [], "obs": [],
+                             "actions": [], "rewards": [], "new_obs": [], "terminateds": [],
+                             "truncateds": []}
+    extra_rows: dict[str, list] = {}
+    info_rows: list = []
+    total = 0
+    m = _msgpack()
+    for episode in episodes:
+        n = len(episode)
+        if n == 0:
+            continue
+        observations = [episode.get_observations(i) for i in range(n + 1)]
+        if "obs" in compress:
+            observations = [pack_value(o) if isinstance(o, np.ndarray) else o
+                            for o in observations]
+        actions = [episode.get_actions(i) for i in range(n)]
+        if "actions" in compress:
+            actions = [pack_value(a) if isinstance(a, np.ndarray) else a for a in actions]
+        rows["eps_id"] += [episode.id_] * n
+        rows["agent_id"] += [episode.agent_id] * n
+        rows["module_id"] += [episode.module_id] * n
+        rows["obs"] += observations[:-1]
+        rows["actions"] += actions
+        rows["rewards"] += [episode.get_rewards(i) for i in range(n)]
+        rows["new_obs"] += observations[1:]
+        rows["terminateds"] += [False] * (n - 1) + [episode.is_terminated]
+        rows["truncateds"] += [False] * (n - 1) + [episode.is_truncated]
+        for key in episode.extra_model_outputs:
+            values = [episode.get_extra_model_outputs(key, i) for i in range(n)]
+            if key in compress:
+                values = [pack_value(v) if isinstance(v, np.ndarray) else v for v in values]
+            extra_rows.setdefault(key, [None] * total).extend(values)
+        if infos:
+            info_rows += [m.packb(episode.get_infos(i)) for i in range(1, n + 1)]
+        total += n
+        for values in extra_rows.values():
+            values.extend([None] * (total - len(values)))
+    arrays = {name: _arrow_column(values, name) for name, values in rows.items()}
+    for name, values in extra_rows.items():
+        arrays[name] = _arrow_column(values, name)
+    if infos:
+        arrays["infos"] = pa.array(info_rows, type=pa.binary())
+    return pa.table(arrays)
