@@ -369,15 +369,33 @@ class _Recorder:
         self.rows = rest.num_rows
 
     def _ray_write(self, table: Any, folder: str) -> None:
+        """Writes `table` with Ray Data's write method into a hidden folder
+        beside `folder`, then moves its files into `folder` (so they too
+        appear whole). Our `infos` column (msgpack bytes) is Parquet's only:
+        RLlib's rows have none, and text formats take no bytes."""
         if not self.ray_data_limited:
             # As RLlib's runner: Ray Data gets the CPUs given to the runner.
             context = ray.data.DataContext.get_current()
             limits = context.execution_options.resource_limits
             context.execution_options.resource_limits = limits.copy(cpu=self.num_cpus)
             self.ray_data_limited = True
+        if self.method != "write_parquet" and "infos" in table.column_names \
+                and not self.write_episodes:
+            table = table.drop_columns(["infos"])
+        fs, local_folder = _resolve(folder, self.filesystem)
+        parent, name = local_folder.rsplit("/", 1)
+        temp = f"{parent}/.{name}.{secrets.token_hex(4)}.tmp"
         kwargs = dict(self.kwargs)
-        kwargs["filesystem"] = self.filesystem
-        getattr(ray.data.from_arrow(table), self.method)(folder, **kwargs)
+        kwargs["filesystem"] = fs
+        try:
+            getattr(ray.data.from_arrow(table), self.method)(temp, **kwargs)
+            fs.create_dir(local_folder, recursive=True)
+            for info in fs.get_file_info(pafs.FileSelector(temp, recursive=True)):
+                if info.type == pafs.FileType.File:
+                    fs.move(info.path, f"{local_folder}/{info.path.rsplit('/', 1)[1]}")
+        finally:
+            if fs.get_file_info(temp).type != pafs.FileType.NotFound:
+                fs.delete_dir(temp)
 
 
 class _Recording:
