@@ -16,10 +16,12 @@ in one process.
   an expert CartPole policy in RLlib's episode format (written by
   `episode.offline.rllib_format`, byte for byte what RLlib's recording
   writes), ``train_batch_size_per_learner=512``,
-  ``input_read_batch_size=8``; the median of 20 iterations after a first
-  one (timed apart: `extra_info["first"]`), seed 0; then seeds 0-2 train
-  30 iterations each and the greedy policy's mean return over 10 episodes
-  is `extra_info["returns"]`.
+  ``input_read_batch_size=8``, one prelearner actor of half a CPU (RLlib's
+  default of two actors of a CPU each leaves no CPU for Ray Data's read
+  task on two CPUs, and its first iteration never ends); the median of 20
+  iterations after a first one (timed apart: `extra_info["first"]`), seed
+  0; then seeds 0-2 train 30 iterations each and the greedy policy's mean
+  return over 10 episodes is `extra_info["returns"]`.
 - ``read_1m_episodes`` / ``read_1m_rows``: 1M CartPole steps (random
   actions) in RLlib's episode format / row format (obs and new_obs packed,
   RLlib's default): the prelearner (RLlib's OfflinePreLearner, or ours) of
@@ -205,7 +207,10 @@ def _bc(path: str, seed: int):
             .learners(num_learners=0)
             .training(train_batch_size_per_learner=512, lr=1e-3)
             .offline_data(input_=path, input_read_episodes=True, input_read_batch_size=8,
-                          dataset_num_iters_per_learner=1)
+                          dataset_num_iters_per_learner=1,
+                          # RLlib's default (two actors of a CPU each) and a
+                          # read task need three CPUs: on two, Ray Data waits.
+                          map_batches_kwargs={"concurrency": 1, "num_cpus": 0.5})
             .debugging(seed=seed)
             .build_algo())
 
