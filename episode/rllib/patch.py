@@ -28,6 +28,10 @@ CLASSES = (
      "MultiAgentEpisodeReplayBuffer", "episode.replay"),
     ("ray.rllib.utils.replay_buffers.multi_agent_prioritized_episode_buffer",
      "MultiAgentPrioritizedEpisodeReplayBuffer", "episode.replay"),
+    ("ray.rllib.offline.offline_env_runner", "OfflineSingleAgentEnvRunner",
+     "episode.rllib.offline"),
+    ("ray.rllib.offline.offline_data", "OfflineData", "episode.rllib.offline"),
+    ("ray.rllib.offline.offline_prelearner", "OfflinePreLearner", "episode.rllib.offline"),
 )
 
 # What install() changed, to be undone: (module, attribute, RLlib's class).
@@ -59,7 +63,7 @@ def install() -> None:
 
             raise rllib_missing(error, "episode.rllib.install()") from error
         swap[theirs] = getattr(importlib.import_module(our_module), name)
-    alive = _alive_instances(tuple(swap))
+    alive = _alive_instances(tuple(swap), tuple(swap.values()))
     if alive:
         raise RuntimeError(
             f"episode.rllib.install(): {alive} object(s) of RLlib's episode and buffer classes "
@@ -68,6 +72,7 @@ def install() -> None:
     _swap.update(swap)
     _patch_loaded_modules()
     _patch_learner_connectors()
+    _patch_recording_runner_choice()
     _hook_ray_init()
 
 
@@ -129,11 +134,40 @@ def _patch_learner_connectors() -> None:
     LearnerConnectorPipeline.__call__ = learner_call
 
 
-def _alive_instances(classes: tuple) -> int:
+def _patch_recording_runner_choice() -> None:
+    # A multi-agent config with `output=` records through our recording
+    # runner, where RLlib's EnvRunnerGroup raises "not supported" (it picks
+    # the recording runner itself when no env_runner_cls is given).
+    from ray.rllib.env.env_runner_group import EnvRunnerGroup
+
+    rllib_init = EnvRunnerGroup.__dict__["__init__"]
+
+    @functools.wraps(rllib_init)
+    def __init__(self, *args: Any, config: Any = None, **kwargs: Any) -> None:
+        if getattr(config, "output", None) and config.is_multi_agent \
+                and config.env_runner_cls is None \
+                and config.enable_env_runner_and_connector_v2:
+            from episode.rllib.offline import OfflineMultiAgentEnvRunner
+
+            frozen = config._is_frozen
+            config = config.copy(copy_frozen=False)
+            config.env_runners(env_runner_cls=OfflineMultiAgentEnvRunner)
+            if frozen:
+                config.freeze()
+        rllib_init(self, *args, config=config, **kwargs)
+
+    _replaced.append((EnvRunnerGroup, "__init__", rllib_init))
+    EnvRunnerGroup.__init__ = __init__
+
+
+def _alive_instances(classes: tuple, ours: tuple) -> int:
+    # Objects of RLlib's classes, not counting ours (some of which subclass
+    # RLlib's: the offline classes).
     gc.collect()
     # (type(), not isinstance(): some lazy module attributes warn when asked
     # for their __class__.)
-    return sum(1 for obj in gc.get_objects() if issubclass(type(obj), classes))
+    return sum(1 for obj in gc.get_objects()
+               if issubclass(type(obj), classes) and not issubclass(type(obj), ours))
 
 
 def worker_setup() -> None:
