@@ -41,10 +41,12 @@ CARTPOLE = gym.make("CartPole-v1")
 
 @pytest.fixture(scope="module", autouse=True)
 def installed():
-    episode.rllib.install()
-    if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
+    # RLlib's classes come back after the module: later test files compare
+    # ours with RLlib's own.
+    with episode.rllib.installed():
+        if not ray.is_initialized():
+            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        yield
 
 
 # -- configs -------------------------------------------------------------------------------
