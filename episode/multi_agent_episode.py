@@ -73,6 +73,14 @@ def _truncated_without_observation(agent_id: Any) -> Exception:
                      f"bootstrapping!")
 
 
+def _repeats_last_observation(episode: Any) -> bool:
+    """Whether an agent terminated without an observation gets its last step:
+    it repeats the observation its episode last added. An episode built from
+    lists or restored by from_state() has none (RLlib's neither): the agent
+    ends without that step, and the step's extra outputs are not checked."""
+    return episode is not None and episode._last_added_observation is not None
+
+
 def batch_like_rllib(items: list) -> Any:
     """Items (of one structure) stacked leaf by leaf as RLlib's `batch` does
     it: a leaf whose first item is an ndarray takes that item's dtype and
@@ -427,13 +435,14 @@ class MultiAgentEpisode(MultiAgentCore):
                 if not terminated and agent_id in self._hanging_actions_end:
                     raise AssertionError(
                         f"agent {agent_id!r} acted again without an observation in between")
-                if terminated:
+                if terminated and _repeats_last_observation(episode):
                     steps.append((agent_id, episode, outputs))
             elif (terminated or truncated) and hanging is not None:
                 if truncated:
                     raise _truncated_without_observation(agent_id)
-                steps.append((agent_id, episode,
-                              self._hanging_extra_model_outputs_end.get(agent_id)))
+                if _repeats_last_observation(episode):
+                    steps.append((agent_id, episode,
+                                  self._hanging_extra_model_outputs_end.get(agent_id)))
         for agent_id, episode, outputs in steps:
             if episode is not None:
                 check_step_extras(episode, outputs, agent_id)
@@ -709,24 +718,34 @@ class MultiAgentEpisode(MultiAgentCore):
         return result
 
     def _positions(self, agent_id: Any, what: str, key: Any, steps: Any,
-                   hanging: Any) -> Any:
+                   hanging: Any, per_row: bool = False) -> Any:
         """Agent steps (or skip tags) as positions in `buffer` (lookback
         included). For actions, rewards and extra outputs, the row one past
         the stored ones is the hanging value when there is one; a step past
         that has nothing yet (the agent's latest observation awaits its
         action) and becomes a skip. (RLlib compares that boundary with the
         agent step itself, which is wrong once a chunk's agent_t_started
-        differs from its lookback, e.g. after cut(1).)"""
+        differs from its lookback, e.g. after cut(1).) `per_row`: positions
+        for the getters' return_list path."""
         buffer = self._reference(agent_id, what, key)
+        episode = self.agent_episodes[agent_id]
         offset = buffer.lookback - self.agent_t_started[agent_id]
         limit = buffer.len_incl_lookback() + (hanging is not None) \
             if what not in ("observations", "infos") else None
+        limit_offset = offset      # (the boundary is told by the position)
+        if what == "extra_model_outputs" and key is not None \
+                and key not in episode.extra_model_outputs and key not in (hanging or ()):
+            # A key the agent lacks (after from_state(): an empty buffer, see
+            # _extras_buffer), read as RLlib reads it: steps placed by the
+            # observations' lookback, the boundary told by the position in
+            # the return_list path and by the agent step in the others.
+            offset = episode.observations.lookback - self.agent_t_started[agent_id]
+            limit_offset = offset if per_row else 0
 
         def position(t):
             if t == SKIP_ENV_TS_TAG:
                 return t
-            p = t + offset
-            return SKIP_ENV_TS_TAG if p == limit else p
+            return SKIP_ENV_TS_TAG if t + limit_offset == limit else t + offset
 
         return [position(t) for t in steps] if isinstance(steps, list) else position(steps)
 
@@ -849,7 +868,8 @@ class MultiAgentEpisode(MultiAgentCore):
                 buffers = self._leaf_buffers(agent_id, what, key)
                 if isinstance(buffers, dict) and not buffers and not hanging:
                     continue
-                position = self._positions(agent_id, what, key, steps[i], hanging)
+                position = self._positions(agent_id, what, key, steps[i], hanging,
+                                           per_row=True)
                 value = self._read_at(agent_id, what, key, position, fill, one_hot, hanging)
                 if value is not None:
                     row[agent_id] = value

@@ -16,6 +16,7 @@ EPISODE_MA_SELFTEST=1 they run RLlib against itself (the harness's own test).
 from __future__ import annotations
 
 import os
+import pickle
 
 import numpy as np
 import pytest
@@ -471,6 +472,28 @@ def test_bug_missing_key_after_from_state(side):
         assert len(r) == 2 and "nope" not in r.agent_episodes["a0"].extra_model_outputs
 
 
+@pytest.mark.parametrize("side", SIDES)
+def test_bug_to_numpy_after_a_read_of_a_missing_key(side):
+    """After from_state() a read of a key a0 lacks (with fill) leaves an empty
+    buffer behind in RLlib's episode: its to_numpy() then fails its own
+    validation (AssertionError); ours added nothing and converts."""
+    cls = _cls(side)
+    ep = cls(id_="x")
+    ep.add_env_reset(observations={"a0": 0, "a1": 0})
+    ep.add_env_step({"a0": 1, "a1": 1}, {"a0": 0, "a1": 0}, {"a0": 1.0, "a1": 1.0},
+                    extra_model_outputs={"a1": {"k": 0.5}})
+    ep = cls.from_state(pickle.loads(pickle.dumps(ep.get_state())))
+    assert ep.get_extra_model_outputs("k", -1, fill=0.0) == {"a0": 0.0, "a1": 0.5}
+    if side == "rllib":
+        with pytest.raises(AssertionError):
+            ep.to_numpy()
+    else:
+        ep.to_numpy()
+        assert ep.is_numpy and list(ep.agent_episodes["a0"].extra_model_outputs) == []
+        np.testing.assert_array_equal(ep.get_extra_model_outputs("k", env_steps=False)["a1"],
+                                      np.array([0.5]))
+
+
 def test_known_wrong_names_only_the_listed_cases():
     """The skip predicate stays quiet on a plain simultaneous episode."""
     ep = rllib_ma_class()(id_="plain")
@@ -584,8 +607,6 @@ def test_extra_model_outputs_without_get_raise_before_anything_changes():
 
 @pytest.mark.parametrize("side", SIDES)
 def test_a_missing_key_after_from_state_reads_as_empty(side):
-    import pickle
-
     cls = _cls(side)
     ep = cls()
     ep.add_env_reset(observations={"a0": 1, "a1": 2})
@@ -726,3 +747,57 @@ def test_a_stepless_slice_of_a_numpy_episode(side):
         assert not agent.is_numpy and isinstance(agent.rewards.data, list)
     else:
         assert agent.is_numpy and piece.is_numpy
+
+
+# -- issue 28's families: what RLlib answers, pinned, and ours -------------------------
+
+
+@pytest.mark.parametrize("side", SIDES)
+def test_an_agent_ending_without_its_last_observation_checks_no_outputs(side):
+    """An episode built from lists has no last observation per agent: an
+    agent that acts (with outputs of a new key) and then ends without an
+    observation gets no last step there, on both sides, so the outputs are
+    not checked against its earlier steps."""
+    ep = _cls(side)(id_="x", observations=[{"a0": 0}, {"a0": 1}], actions=[{"a0": 0}],
+                    rewards=[{"a0": 1.0}], len_lookback_buffer=0)
+    ep.add_env_step({}, {"a0": 1}, {}, extra_model_outputs={"a0": {"k": 1.0}})
+    ep.add_env_step({}, {}, {}, terminateds={"a0": True})
+    agent = ep.agent_episodes["a0"]
+    assert (len(agent), agent.is_terminated, ep._hanging_actions_end, ep.is_terminated) == \
+        (1, False, {}, True)
+
+
+def _restored_from_lists(cls):
+    ep = cls(id_="x", observations=[{"a0": 0, "a1": 5}, {"a0": 1, "a1": 6}, {"a0": 2, "a1": 7}],
+             actions=[{"a0": 0, "a1": 0}, {"a0": 1, "a1": 1}],
+             rewards=[{"a0": 1.0, "a1": 1.0}, {"a0": 1.0, "a1": 1.0}],
+             extra_model_outputs=[{"a1": {"k": 0.1}}, {"a1": {"k": 0.2}}], len_lookback_buffer=1)
+    return cls.from_state(pickle.loads(pickle.dumps(ep.get_state())))
+
+
+@pytest.mark.parametrize("side", SIDES)
+@pytest.mark.parametrize("kwargs, expected", [
+    # (return_list: the step after a0's last is told by its position)
+    ({"indices": [-2], "neg_index_as_lookback": True, "return_list": True}, [{}]),
+    ({"indices": [-2, -1], "neg_index_as_lookback": True, "return_list": True},
+     [{}, {"a1": 0.1}]),
+    ({"indices": [-1], "return_list": True}, IndexError),
+    # (a dict per agent: told by the agent step)
+    ({}, {"a1": [0.2]}),
+    ({"indices": -1}, {"a1": 0.2}),
+    ({"indices": -1, "neg_index_as_lookback": True}, IndexError),
+    ({"indices": -1, "fill": 0.0}, {"a0": 0.0, "a1": 0.2}),
+])
+def test_a_key_an_agent_lacks_is_placed_by_its_observations_lookback(side, kwargs, expected):
+    """After from_state() a0 lacks "k" (an empty buffer): RLlib places env
+    steps in it with the observations' lookback and tells the step after a0's
+    last by its position in the return_list path, by a0's agent step in the
+    others; ours reads it the same way (a0 is left out, or the index is out
+    of range), and adds no buffer."""
+    ep = _restored_from_lists(_cls(side))
+    if isinstance(expected, type):
+        with pytest.raises(expected):
+            ep.get_extra_model_outputs("k", agent_ids=["a0", "a1"], **kwargs)
+    else:
+        assert ep.get_extra_model_outputs("k", agent_ids=["a0", "a1"], **kwargs) == expected
+    assert "k" not in ep.agent_episodes["a0"].extra_model_outputs or side == "rllib"
