@@ -442,3 +442,33 @@ def other_call(draw):
 
 def calls(agents=AGENTS, keys=EXTRA_KEYS):
     return st.one_of(getter_call(agents, keys), other_call())
+
+
+# -- an episode stepped whole and in chunks ---------------------------------------------
+
+
+@st.composite
+def cut_points(draw, ep: Episode) -> dict:
+    """Where to cut `ep`'s calls: {call index: len_lookback_buffer} (the cut
+    follows that call)."""
+    last = max(len(ep.calls) - 2, 0)
+    return draw(st.dictionaries(st.integers(0, last), st.sampled_from([0, 1, 2, 3]),
+                                max_size=3), label="cuts")
+
+
+def play_in_chunks(cls, ep: Episode, cuts: dict):
+    """`ep`'s calls on one episode of class `cls` (the whole) and on a chain
+    of chunks, cut() after the calls `cuts` names and each chunk stepped
+    on; then the chunks concat_episode()'d onto the first. Returns (whole,
+    joined); raises what a call raises."""
+    whole = cls(**ep.constructor)
+    chunks = [cls(**ep.constructor)]
+    for i, (name, args, kwargs) in enumerate(ep.calls):
+        getattr(whole, name)(*copy.deepcopy(args), **copy.deepcopy(kwargs))
+        getattr(chunks[-1], name)(*copy.deepcopy(args), **copy.deepcopy(kwargs))
+        if i in cuts and not chunks[-1].is_done:
+            chunks.append(chunks[-1].cut(len_lookback_buffer=cuts[i]))
+    joined = chunks[0]
+    for chunk in chunks[1:]:
+        joined.concat_episode(chunk)
+    return whole, joined
