@@ -385,6 +385,11 @@ def known_wrong(ep: Any, method: str, args: tuple, kwargs: dict) -> Optional[str
     if method in ("cut", "slice", "__getitem__", "to_numpy", "get_state", "set_observations",
                   "set_actions", "set_rewards", "set_extra_model_outputs") and _half_numpy(ep):
         return "half-converted episode"
+    cut_rows = method == "cut" and (
+        (args[0] if args else kwargs.get("len_lookback_buffer", 0)) or ep._hanging_actions_end)
+    if (cut_rows or method in ("slice", "__getitem__")) and _late_extras(
+            ep, list(ep.agent_episodes), None):
+        return "extra outputs of a key new in the chunk read shifted by the lookback"
     if method == "cut" and ep._hanging_actions_end and not ep.is_done:
         try:
             out = copy.deepcopy(ep).cut(**kwargs)
@@ -420,6 +425,9 @@ def known_wrong(ep: Any, method: str, args: tuple, kwargs: dict) -> Optional[str
     if not env_steps and kwargs.get("neg_index_as_lookback") and _wraps_around(
             ep, method, _indices(method, args, kwargs), agents):
         return "negative index before a numpy'ized lookback wraps around (buffer difference)"
+    if method == "get_extra_model_outputs" and env_steps and _late_extras(
+            ep, agents, args[0] if args else kwargs.get("key")):
+        return "extra outputs of a key new in the chunk read shifted by the lookback"
     if method == "get_extra_model_outputs":
         key = args[0] if args else kwargs.get("key")
         if key is not None and any(
@@ -541,6 +549,22 @@ def leaves_buffers(ep: Any, method: str, args: tuple, kwargs: dict) -> bool:
         key not in ep.agent_episodes[a].extra_model_outputs
         and key not in (ep._hanging_extra_model_outputs_end.get(a) or {})
         for a in _requested_agents(ep, kwargs))
+
+
+def _late_extras(ep: Any, agents: list, key: Any) -> bool:
+    """An extra-output buffer (of `key`, or any) of one of `agents` whose
+    lookback is not its observations' (a key that first came in the chunk,
+    made with no lookback): RLlib places env steps in it with the
+    observations' lookback, so its rows come shifted, some not at all
+    (pinned in test_multi_agent_episode_rllib.py)."""
+    for agent_id in agents:
+        agent_episode = ep.agent_episodes[agent_id]
+        outputs = agent_episode.extra_model_outputs
+        buffers = outputs.values() if key is None else (
+            [outputs[key]] if key in outputs else [])
+        if any(b.lookback != agent_episode.observations.lookback for b in buffers):
+            return True
+    return False
 
 
 def _numpy_concat(ep: Any, other: Any) -> bool:
@@ -920,16 +944,24 @@ class MATwin:
 
     def restored_copy(self, how: str, from_ours: bool = True) -> Optional["MATwin"]:
         """A twin of both episodes rebuilt by from_state() (ours from its own
-        state, or with `from_ours=False` from RLlib's, taking RLlib's ids) or by
-        a pickle round trip. None where RLlib's from_state() crashes on its own
-        state (recorded; ours must then rebuild, or fail alike in the self-test)."""
+        state, or with `from_ours=False` from RLlib's, taking RLlib's ids), by
+        from_state() of the state sent through pickle ("state_pickle", as a
+        replay buffer's checkpoint does it) or by a pickle round trip. None
+        where RLlib's from_state() crashes on its own state (recorded; ours
+        must then rebuild, or fail alike in the self-test)."""
         label = f"{how} round trip"
         self.history.append(label)
+
+        def state_of(ep: Any) -> dict:
+            if how == "state_pickle":
+                return pickle.loads(pickle.dumps(ep.get_state(), protocol=5))
+            return copy.deepcopy(ep.get_state())
+
         try:
             if how == "pickle":
                 theirs = pickle.loads(pickle.dumps(self.theirs, protocol=5))
             else:
-                theirs = self.Rllib.from_state(copy.deepcopy(self.theirs.get_state()))
+                theirs = self.Rllib.from_state(state_of(self.theirs))
             exc_theirs = None
         except Exception as e:  # noqa: BLE001
             theirs, exc_theirs = None, e
@@ -938,7 +970,7 @@ class MATwin:
                 ours = pickle.loads(pickle.dumps(self.ours, protocol=5))
             else:
                 source = self.ours if from_ours else self.theirs
-                ours = self.Ours.from_state(copy.deepcopy(source.get_state()))
+                ours = self.Ours.from_state(state_of(source))
             exc_ours = None
         except Exception as e:  # noqa: BLE001
             ours, exc_ours = None, e
