@@ -430,10 +430,11 @@ def known_wrong(ep: Any, method: str, args: tuple, kwargs: dict) -> Optional[str
         return "extra outputs of a key new in the chunk read shifted by the lookback"
     if method == "get_extra_model_outputs":
         key = args[0] if args else kwargs.get("key")
-        if key is not None and any(
-                key not in ep.agent_episodes[a].extra_model_outputs
-                and key in (ep._hanging_extra_model_outputs_end.get(a) or {})
-                for a in agents):
+        if any(k not in ep.agent_episodes[a].extra_model_outputs
+               for a in agents
+               for k in (ep._hanging_extra_model_outputs_end.get(a) or {})
+               if key is None or k == key):
+            # (Asked for, or read with all keys.)
             return "an extra-output key an agent has only as a hanging value"
     if method in ("get_observations", "get_infos"):
         return None

@@ -510,6 +510,31 @@ def test_bug_to_numpy_after_a_read_of_a_missing_key(side):
                                       np.array([0.5]))
 
 
+@pytest.mark.parametrize("side", SIDES)
+def test_bug_a_key_only_hanging_read_without_a_key(side):
+    """After from_state() a0's "k" is only a hanging value (its stored
+    outputs have no key): read without a key, RLlib answers the fill value
+    where the hanging value belongs and the hanging value one env step
+    early, or raises IndexError; ours reads it at a0's hanging step, as it
+    does with the key given."""
+    cls = _cls(side)
+    ep = cls(id_="x")
+    ep.add_env_reset(observations={"a0": 0})
+    ep.add_env_step({"a0": 1}, {"a0": 0}, {"a0": 1.0})
+    ep = cls.from_state(ep.get_state())
+    ep.add_env_step({}, {"a0": 1}, {"a0": 0.5}, extra_model_outputs={"a0": {"k": 0.5}})
+    got = ep.get_extra_model_outputs(return_list=True, fill=0.0)
+    if side == "rllib":
+        assert got == [{"a0": {"k": 0.5}}, {"a0": {"k": 0.0}}]
+        with pytest.raises(IndexError):
+            ep.get_extra_model_outputs(indices=-1)
+        assert known_wrong(ep, "get_extra_model_outputs", (), {"indices": -1})
+    else:
+        assert got == [{"a0": {"k": 0.0}}, {"a0": {"k": 0.5}}]
+        assert ep.get_extra_model_outputs(indices=-1) == {"a0": {"k": 0.5}}
+        assert ep.get_extra_model_outputs("k", indices=-1) == {"a0": 0.5}
+
+
 def test_known_wrong_names_only_the_listed_cases():
     """The skip predicate stays quiet on a plain simultaneous episode."""
     ep = rllib_ma_class()(id_="plain")
