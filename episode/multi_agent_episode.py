@@ -27,7 +27,7 @@ from episode._multi import (SKIP_ENV_TS_TAG, SKIP_STEP, AgentStepsCore, MultiAge
                             _register_facade)
 from episode.lookback_buffer import InfiniteLookbackBuffer
 from episode.single_agent_episode import EpisodeIndexError, SingleAgentEpisode
-from episode.spaces import map_struct
+from episode.spaces import check_same_nesting, flatten_struct, map_struct
 from episode.typing import AgentID, ModuleID
 
 if TYPE_CHECKING:
@@ -71,6 +71,50 @@ def _truncated_without_observation(agent_id: Any) -> Exception:
     return env_error(f"Agent {agent_id} acted and then got truncated, but did NOT receive a "
                      f"last (truncation) observation, required for e.g. value function "
                      f"bootstrapping!")
+
+
+def _check_agent_concat(episode: Any, successor: Any) -> None:
+    """Raises what an agent's SingleAgentEpisode.concat_episode() of its
+    `successor` would raise (AssertionError), before anything changes. An
+    agent with no action yet may take new extra-output keys (it starts them
+    empty)."""
+    if successor.id_ != episode.id_:
+        raise AssertionError(f"concat_episode() expects a chunk of agent episode "
+                             f"{episode.id_!r}, got id_ {successor.id_!r}")
+    if episode.t != successor.t_started:
+        raise AssertionError(f"concat_episode() expects agent {episode.agent_id!r}'s chunk "
+                             f"to start at t={episode.t!r}, it starts at "
+                             f"{successor.t_started!r}")
+    episode.validate()
+    successor.validate()
+    first, last = successor.observations[0], episode.observations[-1]
+    check_same_nesting(first, last)
+    if not all(np.array_equal(a, b) for a, b in zip(flatten_struct(first),
+                                                    flatten_struct(last))):
+        raise AssertionError(f"concat_episode() expects agent {episode.agent_id!r}'s chunk "
+                             f"to start with its last observation")
+    if len(episode.actions) or episode.actions.lookback:
+        missing = [k for k in successor.extra_model_outputs
+                   if k not in episode.extra_model_outputs]
+        if missing:
+            raise AssertionError(f"concat_episode() expects agent {episode.agent_id!r}'s "
+                                 f"extra model outputs {missing} in this chunk too")
+    if len(successor):
+        # (The concatenation would leave these keys a step behind each of
+        # the chunk's steps: its validation fails.)
+        lacking = [k for k in episode.extra_model_outputs
+                   if k not in successor.extra_model_outputs]
+        if lacking:
+            raise AssertionError(f"concat_episode() expects agent {episode.agent_id!r}'s "
+                                 f"extra model outputs {lacking} in the chunk too")
+
+
+def _repeats_last_observation(episode: Any) -> bool:
+    """Whether an agent terminated without an observation gets its last step:
+    it repeats the observation its episode last added. An episode built from
+    lists or restored by from_state() has none (RLlib's neither): the agent
+    ends without that step, and the step's extra outputs are not checked."""
+    return episode is not None and episode._last_added_observation is not None
 
 
 def batch_like_rllib(items: list) -> Any:
@@ -427,13 +471,14 @@ class MultiAgentEpisode(MultiAgentCore):
                 if not terminated and agent_id in self._hanging_actions_end:
                     raise AssertionError(
                         f"agent {agent_id!r} acted again without an observation in between")
-                if terminated:
+                if terminated and _repeats_last_observation(episode):
                     steps.append((agent_id, episode, outputs))
             elif (terminated or truncated) and hanging is not None:
                 if truncated:
                     raise _truncated_without_observation(agent_id)
-                steps.append((agent_id, episode,
-                              self._hanging_extra_model_outputs_end.get(agent_id)))
+                if _repeats_last_observation(episode):
+                    steps.append((agent_id, episode,
+                                  self._hanging_extra_model_outputs_end.get(agent_id)))
         for agent_id, episode, outputs in steps:
             if episode is not None:
                 check_step_extras(episode, outputs, agent_id)
@@ -709,24 +754,34 @@ class MultiAgentEpisode(MultiAgentCore):
         return result
 
     def _positions(self, agent_id: Any, what: str, key: Any, steps: Any,
-                   hanging: Any) -> Any:
+                   hanging: Any, per_row: bool = False) -> Any:
         """Agent steps (or skip tags) as positions in `buffer` (lookback
         included). For actions, rewards and extra outputs, the row one past
         the stored ones is the hanging value when there is one; a step past
         that has nothing yet (the agent's latest observation awaits its
         action) and becomes a skip. (RLlib compares that boundary with the
         agent step itself, which is wrong once a chunk's agent_t_started
-        differs from its lookback, e.g. after cut(1).)"""
+        differs from its lookback, e.g. after cut(1).) `per_row`: positions
+        for the getters' return_list path."""
         buffer = self._reference(agent_id, what, key)
+        episode = self.agent_episodes[agent_id]
         offset = buffer.lookback - self.agent_t_started[agent_id]
         limit = buffer.len_incl_lookback() + (hanging is not None) \
             if what not in ("observations", "infos") else None
+        limit_offset = offset      # (the boundary is told by the position)
+        if what == "extra_model_outputs" and key is not None \
+                and key not in episode.extra_model_outputs and key not in (hanging or ()):
+            # A key the agent lacks (after from_state(): an empty buffer, see
+            # _extras_buffer), read as RLlib reads it: steps placed by the
+            # observations' lookback, the boundary told by the position in
+            # the return_list path and by the agent step in the others.
+            offset = episode.observations.lookback - self.agent_t_started[agent_id]
+            limit_offset = offset if per_row else 0
 
         def position(t):
             if t == SKIP_ENV_TS_TAG:
                 return t
-            p = t + offset
-            return SKIP_ENV_TS_TAG if p == limit else p
+            return SKIP_ENV_TS_TAG if t + limit_offset == limit else t + offset
 
         return [position(t) for t in steps] if isinstance(steps, list) else position(steps)
 
@@ -849,7 +904,8 @@ class MultiAgentEpisode(MultiAgentCore):
                 buffers = self._leaf_buffers(agent_id, what, key)
                 if isinstance(buffers, dict) and not buffers and not hanging:
                     continue
-                position = self._positions(agent_id, what, key, steps[i], hanging)
+                position = self._positions(agent_id, what, key, steps[i], hanging,
+                                           per_row=True)
                 value = self._read_at(agent_id, what, key, position, fill, one_hot, hanging)
                 if value is not None:
                     row[agent_id] = value
@@ -920,11 +976,20 @@ class MultiAgentEpisode(MultiAgentCore):
         if self.is_done:
             raise RuntimeError(
                 "Can't call `MultiAgentEpisode.cut()` when the episode is already done!")
+        successor = None
         if len_lookback_buffer == 0 and not self._hanging_actions_end:
             successor = self._cut_at_last_observations()     # (compiled)
-            if successor is not None:
-                return successor
-        return self._cut_general(len_lookback_buffer)
+        if successor is None:
+            successor = self._cut_general(len_lookback_buffer)
+        # Each agent goes on from its last observation: one that then ends
+        # without a new one repeats it, as in the uncut episode (RLlib's
+        # successor, built from lists, has none and drops that last step).
+        for agent_id, episode in successor.agent_episodes.items():
+            mine = self.agent_episodes.get(agent_id)
+            if mine is not None and mine._last_added_observation is not None:
+                episode._last_added_observation = mine._last_added_observation
+                episode._last_added_infos = mine._last_added_infos
+        return successor
 
     def _cut_general(self, len_lookback_buffer: int) -> "MultiAgentEpisode":
         lookback = len_lookback_buffer
@@ -966,7 +1031,10 @@ class MultiAgentEpisode(MultiAgentCore):
 
     def concat_episode(self, other: "MultiAgentEpisode") -> None:
         """Appends `other`, the chunk that follows this one (same id, starting
-        at this one's env_t), to this episode."""
+        at this one's env_t), to this episode: the chunks of an episode,
+        concatenated, are the episode that was never cut. Raises
+        AssertionError, with this episode unchanged, for a chunk that does
+        not follow it."""
         if other.id_ != self.id_:
             raise AssertionError(f"concat_episode() expects the same id: {other.id_!r} "
                                  f"vs {self.id_!r}")
@@ -976,16 +1044,28 @@ class MultiAgentEpisode(MultiAgentCore):
             raise AssertionError(f"concat_episode() expects the successor to start at "
                                  f"env_t={self.env_t}, not {other.env_t_started}")
         other.validate()
-        for agent_id in set(self.agent_episodes) | set(other.agent_episodes):
+        agents = set(self.agent_episodes) | set(other.agent_episodes)    # (RLlib's order)
+        for agent_id in agents:
+            # Every agent's concatenation is checked before any is made.
+            episode = self.agent_episodes.get(agent_id)
+            if episode is not None and not episode.is_done and agent_id in other.agent_episodes:
+                _check_agent_concat(episode, other.agent_episodes[agent_id])
+        steps = other.env_t - self.env_t
+        extended = set()      # the agents whose env-step mapping other's extends
+        observed = set(self.agent_episodes)
+        rewards_begin = dict(self._hanging_rewards_begin)
+        for agent_id in agents:
             episode = self.agent_episodes.get(agent_id)
             if episode is None:
                 self.agent_episodes[agent_id] = other.agent_episodes[agent_id]
                 self.agent_t_started[agent_id] = other.agent_t_started[agent_id]
                 if agent_id not in self.env_t_to_agent_t:
-                    self.env_t_to_agent_t[agent_id] = other.env_t_to_agent_t[agent_id]
+                    self.env_t_to_agent_t[agent_id] = self._mapping_from(
+                        other.env_t_to_agent_t[agent_id])
                 else:
                     for step in other.env_t_to_agent_t[agent_id][1:]:
                         self.env_t_to_agent_t[agent_id].append(step)
+                extended.add(agent_id)
                 self._copy_hanging(agent_id, other)
             elif episode.is_done:
                 continue
@@ -999,6 +1079,13 @@ class MultiAgentEpisode(MultiAgentCore):
                         if key not in episode.extra_model_outputs:
                             episode.extra_model_outputs[key] = InfiniteLookbackBuffer()
                 episode.concat_episode(successor)
+                # Both flags of the agent's end (RLlib's single-agent concat
+                # keeps one), and the observation it goes on from.
+                episode.is_terminated = successor.is_terminated
+                episode.is_truncated = successor.is_truncated
+                if successor._last_added_observation is not None:
+                    episode._last_added_observation = successor._last_added_observation
+                    episode._last_added_infos = successor._last_added_infos
                 if agent_id in other._hanging_actions_end or \
                         agent_id in self._hanging_actions_end:
                     # The successor's hanging values (none, where it took this
@@ -1014,13 +1101,61 @@ class MultiAgentEpisode(MultiAgentCore):
                             getattr(self, cache).pop(agent_id, None)
                 for step in other.env_t_to_agent_t[agent_id][1:]:
                     self.env_t_to_agent_t[agent_id].append(step)
+                extended.add(agent_id)
+        # Every agent of this chunk has an entry per env step, as in the uncut
+        # episode: one done here, or without data in other, skipped other's
+        # steps (RLlib leaves its mapping short).
+        for agent_id, mapping in self.env_t_to_agent_t.items():
+            if agent_id not in extended:
+                for _ in range(steps):
+                    mapping.append(SKIP_ENV_TS_TAG)
+        # Rewards an agent got before its first observation: this chunk's and
+        # then other's (RLlib keeps only other's). For an agent observed here,
+        # other's are a copy of this chunk's hanging ones (cut() made them).
+        for agent_id, reward in other._hanging_rewards_begin.items():
+            if agent_id not in observed:
+                before = rewards_begin.get(agent_id)
+                self._hanging_rewards_begin[agent_id] = \
+                    reward if before is None else before + reward
+        for agent_id in rewards_begin:
+            # One that other mapped to a module (it had data there) but
+            # holds no values of: it ended there (as one ends before its
+            # first observation), and its rewards went with it.
+            if (agent_id not in observed and agent_id in other._agent_to_module_mapping
+                    and agent_id not in other.agent_episodes
+                    and agent_id not in other._hanging_rewards_begin):
+                self._hanging_rewards_begin.pop(agent_id, None)
+        # An agent that ended in other has no hanging values left (RLlib
+        # keeps this chunk's), and the agents other mapped to modules keep
+        # their modules (RLlib forgets them).
+        for agent_id, episode in self.agent_episodes.items():
+            if episode.is_done:
+                self._del_hanging(agent_id)
+        for agent_id, module_id in other._agent_to_module_mapping.items():
+            self._agent_to_module_mapping.setdefault(agent_id, module_id)
         self.env_t = other.env_t
+        # Both flags, as the uncut episode has them (RLlib's concat takes
+        # is_truncated only where other is not terminated).
         if other.is_terminated:
             self.is_terminated = True
-        elif other.is_truncated:
+        if other.is_truncated:
             self.is_truncated = True
         self.custom_data.update(other.custom_data)
         self.validate()
+
+    def _mapping_from(self, steps: Any) -> "AgentSteps":
+        """The env-step mapping of an agent new in the chunk that follows
+        this one, laid over this chunk's env steps and lookback. Such an
+        agent joined by add_env_step(), which gives it one skip per env step
+        before its first observation from env step 0 on (RLlib's layout,
+        whatever the chunk's start): the steps before this chunk's first
+        (lookback included) are cut off. RLlib keeps the mapping as it is."""
+        reference = next(iter(self.env_t_to_agent_t.values()), None)
+        lookback = reference.lookback if reference is not None else self._len_lookback_buffers
+        items = steps.data
+        first = self.env_t_started - lookback     # the env step this chunk's mappings start at
+        items = [SKIP_ENV_TS_TAG] * -first + items if first <= 0 else items[first:]
+        return AgentSteps(data=items, lookback=lookback)
 
     def slice(self, slice_: slice, *, len_lookback_buffer: Optional[int] = None
               ) -> "MultiAgentEpisode":
@@ -1184,15 +1319,14 @@ class MultiAgentEpisode(MultiAgentCore):
     # -- hanging values ----------------------------------------------------------------
 
     def _copy_hanging(self, agent_id: Any, other: "MultiAgentEpisode") -> None:
-        if agent_id in other._hanging_rewards_begin:
-            self._hanging_rewards_begin[agent_id] = other._hanging_rewards_begin[agent_id]
-        if agent_id in other._hanging_rewards_end:
-            self._hanging_actions_end[agent_id] = copy.deepcopy(
-                other._hanging_actions_end[agent_id])
-            self._hanging_rewards_end[agent_id] = other._hanging_rewards_end[agent_id]
-            self._hanging_extra_model_outputs_end[agent_id] = copy.deepcopy(
-                other._hanging_extra_model_outputs_end[agent_id])
-
+        """Takes the values `other` holds for an agent after its last
+        observation (a reward may hang without an action: RLlib's copy then
+        fails with KeyError)."""
+        for cache in ("_hanging_actions_end", "_hanging_rewards_end",
+                      "_hanging_extra_model_outputs_end"):
+            theirs = getattr(other, cache)
+            if agent_id in theirs:
+                getattr(self, cache)[agent_id] = copy.deepcopy(theirs[agent_id])
 
     def _del_hanging(self, agent_id: Any) -> None:
         self._hanging_rewards_begin.pop(agent_id, None)

@@ -70,6 +70,11 @@ SPACE_KINDS = {
                               "id": gym.spaces.Discrete(3)}),
              st.builds(lambda p, i: {"pos": p, "id": i}, _box((2,)), st.integers(0, 2))),
 }
+# Observations without a space that stay on the object path: strings, and
+# ints mixed with strings in one agent's track (no nested lists or tuples,
+# which RLlib's batching would read as structs).
+OBJECT_OBS = st.one_of(st.text(alphabet="abc", max_size=3), st.integers(0, 3))
+OBS_KINDS = [*sorted(SPACE_KINDS), "object"]
 REWARDS = st.one_of(st.integers(-3, 3).map(float), st.floats(-5, 5))
 INFOS = st.one_of(st.just({}), st.builds(lambda v: {"v": v}, st.integers(-5, 5)))
 
@@ -84,13 +89,17 @@ class Scenario:
     spaces: bool           # pass observation_space/action_space dicts
     gym_dict_spaces: bool  # ... as gym.spaces.Dict rather than a plain dict
     extras: tuple          # extra model output keys sent with each action
+    extras_agents: list    # the agents that send them from the start
+    late_extras: bool      # another agent may start sending them (fine in RLlib
+                           # while it has no step in the chunk yet)
     invalid_rate: int      # 1 in `invalid_rate` steps breaks a rule (0: never)
     key_change_rate: int   # 1 in `key_change_rate` steps, an acting agent's extra
                            # outputs lose or gain a key (0: never)
     end_rate: int          # 1 in `end_rate` agent-steps ends that agent
 
     def obs_value(self, aid):
-        return SPACE_KINDS[self.obs_kinds[aid]][1]
+        kind = self.obs_kinds[aid]
+        return OBJECT_OBS if kind == "object" else SPACE_KINDS[kind][1]
 
     def act_value(self, aid):
         return SPACE_KINDS[self.act_kinds[aid]][1]
@@ -98,7 +107,8 @@ class Scenario:
     def constructor_kwargs(self, id_="ep"):
         kwargs = {"id_": id_} if id_ else {}
         if self.spaces:
-            obs = {a: SPACE_KINDS[self.obs_kinds[a]][0] for a in self.agents}
+            obs = {a: SPACE_KINDS[self.obs_kinds[a]][0] for a in self.agents
+                   if self.obs_kinds[a] != "object"}
             act = {a: SPACE_KINDS[self.act_kinds[a]][0] for a in self.agents}
             if self.gym_dict_spaces:
                 obs, act = gym.spaces.Dict(obs), gym.spaces.Dict(act)
@@ -111,15 +121,22 @@ def scenarios(draw, modes=("simultaneous", "turn_based", "mixed"), invalid=True)
     n = draw(st.integers(1, len(AGENTS)), label="agents")
     agents = AGENTS[:n]
     kinds = st.sampled_from(sorted(SPACE_KINDS))
+    obs_kinds = st.sampled_from(OBS_KINDS)
     extras = draw(st.sampled_from([(), ("action_logp",), EXTRA_KEYS]), label="extras")
+    extras_agents = list(agents)
+    if extras and draw(st.booleans(), label="some agents without extra outputs"):
+        extras_agents = draw(st.lists(st.sampled_from(agents), unique=True,
+                                      max_size=n - 1), label="agents with extra outputs")
     return Scenario(
         agents=agents,
         mode=draw(st.sampled_from(modes), label="mode"),
-        obs_kinds={a: draw(kinds, label=f"obs kind {a}") for a in agents},
+        obs_kinds={a: draw(obs_kinds, label=f"obs kind {a}") for a in agents},
         act_kinds={a: draw(kinds, label=f"act kind {a}") for a in agents},
         spaces=draw(st.booleans(), label="spaces"),
         gym_dict_spaces=draw(st.booleans(), label="gym Dict spaces"),
         extras=extras,
+        extras_agents=extras_agents,
+        late_extras=bool(extras) and draw(st.booleans(), label="late extra outputs"),
         invalid_rate=draw(st.sampled_from([0, 0, 12]), label="invalid rate") if invalid else 0,
         key_change_rate=draw(st.sampled_from([0, 6]), label="key change rate") if invalid else 0,
         end_rate=draw(st.sampled_from([6, 15, 1000]), label="end rate"),
@@ -184,12 +201,25 @@ def reset_call(draw, sc):
                                            for a in sc.agents}
 
 
+def output_agents(ep) -> list:
+    """The agents of RLlib's episode `ep` that send extra model outputs (have
+    some stored or hanging)."""
+    return [a for a, e in ep.agent_episodes.items()
+            if e.extra_model_outputs or (ep._hanging_extra_model_outputs_end.get(a) or {})]
+
+
+def stepped_agents(ep) -> list:
+    """The agents of RLlib's episode `ep` with a step in the chunk."""
+    return [a for a, e in ep.agent_episodes.items() if len(e)]
+
+
 @st.composite
-def env_step(draw, sc, states, stepped=()):
+def env_step(draw, sc, states, stepped=(), started=()):
     """One ("add_env_step", args, kwargs) call valid for agents in `states`,
     and the states after it (None if the step ends the episode or breaks a
     rule on purpose). `stepped`: the agents with a step in this chunk
-    already (whose extra outputs may then change keys)."""
+    already (whose extra outputs may then change keys); `started`: agents
+    beside the scenario's that send extra outputs now (output_agents())."""
     ready = [a for a in sc.agents if states[a] == READY]
     hanging = [a for a in sc.agents if states[a] == HANGING]
     absent = [a for a in sc.agents if states[a] == ABSENT]
@@ -228,7 +258,16 @@ def env_step(draw, sc, states, stepped=()):
             rewards[a] = draw(REWARDS, label=f"reward {a}")
     infos = {a: draw(INFOS, label=f"info {a}") for a in receivers
              if draw(st.booleans(), label=f"info {a} given")}
-    extras = {a: _extras(draw, sc) for a in acting} if sc.extras else {}
+    extras = {a: _extras(draw, sc) for a in acting
+              if a in sc.extras_agents or a in started} if sc.extras else {}
+    # An agent that sent none so far starts to: where it has a step in the
+    # chunk, both sides refuse the step (its earlier steps lack the keys), a
+    # key change that only scenarios with key changes make.
+    late = [a for a in acting if a not in extras and sc.late_extras
+            and (sc.key_change_rate or a not in stepped)
+            and draw(st.integers(0, 2), label=f"{a} starts extra outputs") == 0]
+    for a in late:
+        extras[a] = _extras(draw, sc)
     # Only for an agent that completes a step now, not its first in the chunk:
     # both sides refuse that step. (RLlib accepts new keys in a chunk's first
     # step, and keeps a hanging action's outputs unchecked; the agent's later
@@ -294,7 +333,7 @@ def env_step(draw, sc, states, stepped=()):
                                          infos=infos, **kwargs))
     else:
         call = ("add_env_step", (obs, actions, rewards, infos), kwargs)
-    if broken or everyone or key_change:
+    if broken or everyone or key_change or any(a in stepped for a in late):
         return call, None
     new = dict(states)
     for a in sc.agents:
@@ -325,11 +364,18 @@ def episodes(draw, modes=("simultaneous", "turn_based", "mixed"), max_steps=8, i
     ep = Episode(sc, sc.constructor_kwargs(draw(st.sampled_from(["ep", None]), label="id")))
     call, states = draw(reset_call(sc))
     ep.calls.append(call)
+    stepped, started = set(), set()
     for _ in range(draw(st.integers(0, max_steps), label="steps")):
-        call, states = draw(env_step(sc, states))
+        call, new = draw(env_step(sc, states, stepped, started))
         ep.calls.append(call)
-        if states is None:
+        if new is None:
             break
+        kwargs = call[2]
+        obs = call[1][0] if call[1] else kwargs["observations"]
+        started.update(kwargs.get("extra_model_outputs") or ())
+        # (An agent's step completes with its observation after its action.)
+        stepped.update(a for a in obs if states[a] in (READY, HANGING))
+        states = new
     return ep
 
 
@@ -442,3 +488,33 @@ def other_call(draw):
 
 def calls(agents=AGENTS, keys=EXTRA_KEYS):
     return st.one_of(getter_call(agents, keys), other_call())
+
+
+# -- an episode stepped whole and in chunks ---------------------------------------------
+
+
+@st.composite
+def cut_points(draw, ep: Episode) -> dict:
+    """Where to cut `ep`'s calls: {call index: len_lookback_buffer} (the cut
+    follows that call)."""
+    last = max(len(ep.calls) - 2, 0)
+    return draw(st.dictionaries(st.integers(0, last), st.sampled_from([0, 1, 2, 3]),
+                                max_size=3), label="cuts")
+
+
+def play_in_chunks(cls, ep: Episode, cuts: dict):
+    """`ep`'s calls on one episode of class `cls` (the whole) and on a chain
+    of chunks, cut() after the calls `cuts` names and each chunk stepped
+    on; then the chunks concat_episode()'d onto the first. Returns (whole,
+    joined); raises what a call raises."""
+    whole = cls(**ep.constructor)
+    chunks = [cls(**ep.constructor)]
+    for i, (name, args, kwargs) in enumerate(ep.calls):
+        getattr(whole, name)(*copy.deepcopy(args), **copy.deepcopy(kwargs))
+        getattr(chunks[-1], name)(*copy.deepcopy(args), **copy.deepcopy(kwargs))
+        if i in cuts and not chunks[-1].is_done:
+            chunks.append(chunks[-1].cut(len_lookback_buffer=cuts[i]))
+    joined = chunks[0]
+    for chunk in chunks[1:]:
+        joined.concat_episode(chunk)
+    return whole, joined

@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ma_strategies as mas
+from ma_difftools import compare_joined_with_whole
 from episode import InfiniteLookbackBuffer, MultiAgentEpisode
 from episode.multi_agent_episode import AgentSteps
 from episode.workloads import _state, assert_same
@@ -146,6 +147,18 @@ def test_cut_at_a_chunk_boundary_is_the_general_cut(sequence):
     for e in (successor, expected):
         e.add_env_step(obs, steps, {aid: 1.0 for aid in steps})
     assert_same(_state(successor), _state(expected), "step after cut")
+
+
+@settings(max_examples=300, deadline=None, derandomize=True,
+          suppress_health_check=list(HealthCheck))
+@given(sequence=mas.episodes(max_steps=10, invalid=False), data=st.data())
+def test_cut_then_concat_gives_back_the_uncut_episode(sequence, data):
+    """Cut at random steps (random lookbacks), each chunk stepped on, the
+    chunks concatenated: the uncut episode (up to what
+    compare_joined_with_whole lists), its return with hanging rewards too."""
+    whole, joined = mas.play_in_chunks(MultiAgentEpisode, sequence,
+                                       data.draw(mas.cut_points(sequence)))
+    compare_joined_with_whole(joined, whole)
 
 
 # -- the mapping ------------------------------------------------------------------

@@ -84,8 +84,8 @@ class MultiAgentMachine(RuleBasedStateMachine):
             if not self.alive() or self.theirs.is_done:
                 return
             states = mas.agent_states(self.theirs, self.sc.agents)
-            stepped = [a for a, e in self.theirs.agent_episodes.items() if len(e)]
-            call, _ = data.draw(mas.env_step(self.sc, states, stepped), label="step")
+            call, _ = data.draw(mas.env_step(self.sc, states, mas.stepped_agents(self.theirs),
+                                             mas.output_agents(self.theirs)), label="step")
             self.twin.call(call[0], *call[1], **call[2])
 
     @precondition(lambda self: self.alive() and self.theirs.is_reset)
@@ -200,7 +200,8 @@ class MultiAgentMachine(RuleBasedStateMachine):
     # -- round trips -------------------------------------------------------------------
 
     @precondition(lambda self: self.alive())
-    @rule(how=st.sampled_from(["from_state", "pickle"]), ours_state=st.booleans())
+    @rule(how=st.sampled_from(["from_state", "state_pickle", "pickle"]),
+          ours_state=st.booleans())
     def round_trip(self, how, ours_state):
         """Goes on with episodes rebuilt by from_state() (ours from its own
         state or, in the self-test, from RLlib's) or unpickled."""
