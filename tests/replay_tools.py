@@ -147,7 +147,17 @@ def multi_agent_stream(seed: int, classes, *, calls: int = 10, n_envs: int = 2,
             if s["left"] == 0:
                 envs[i] = None
             else:
-                s["episodes"] = [e.cut(len_lookback_buffer=1) for e in s["episodes"]]
+                chunks = [e.cut(len_lookback_buffer=1) for e in s["episodes"]]
+                # RLlib's successor (built from lists) forgets each agent's last
+                # observation, so an agent that ends without a new one loses its
+                # last step there; ours keeps it (docs/differences.md): RLlib's
+                # chunk is given the same before the two are compared.
+                for e, chunk in zip(s["episodes"], chunks):
+                    for agent_id, agent_episode in chunk.agent_episodes.items():
+                        mine = e.agent_episodes[agent_id]
+                        agent_episode._last_added_observation = mine._last_added_observation
+                        agent_episode._last_added_infos = mine._last_added_infos
+                s["episodes"] = chunks
         out.append(call)
     return out
 

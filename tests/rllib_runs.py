@@ -26,7 +26,10 @@ def config(algo: str):
                           use_gae=True))
     if algo == "ppo_remote":
         # Sampling in a Ray actor: the episodes cross the object store.
-        return config("ppo").env_runners(num_env_runners=1, num_envs_per_env_runner=2)
+        # No sample timeout: on a loaded machine the actor may take over RLlib's
+        # 60 s to start, and train() would then return without learning.
+        return config("ppo").env_runners(num_env_runners=1, num_envs_per_env_runner=2,
+                                         sample_timeout_s=None)
     if algo == "dqn":
         from ray.rllib.algorithms.dqn import DQNConfig
 

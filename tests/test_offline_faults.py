@@ -51,7 +51,7 @@ def test_a_writer_killed_mid_write_leaves_whole_parts(tmp_path, format):
     for kill_after in (0.4, 1.3):
         path = tmp_path / f"{format}-{kill_after}"
         child = subprocess.Popen([sys.executable, "-c", WRITER, str(path), format],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=HERE)
         assert child.stdout.readline().strip() == b"writing"
         time.sleep(kill_after)
         child.send_signal(signal.SIGKILL)
@@ -131,7 +131,7 @@ def _damaged_reads(tmp_path, format, cases):
         files = _dataset(path, format)
         damage(files)
         proc = subprocess.run([sys.executable, "-c", READER, str(path)], capture_output=True,
-                              timeout=120, env=dict(os.environ, PYTHONFAULTHANDLER="1"))
+                              timeout=120, env=dict(os.environ, PYTHONFAULTHANDLER="1"), cwd=HERE)
         assert proc.returncode == 0, (f"case {k}: the reader crashed ({proc.returncode})\n"
                                       + proc.stderr.decode()[-3000:])
         out = proc.stdout.decode().split()
@@ -227,7 +227,7 @@ def test_several_writers_write_one_dataset(tmp_path):
         print(steps)
     """)
     children = [subprocess.Popen([sys.executable, "-c", script, str(tmp_path), str(seed), fmt],
-                                 stdout=subprocess.PIPE)
+                                 stdout=subprocess.PIPE, cwd=HERE)
                 for seed, fmt in ((0, "parquet"), (1, "arrow"), (2, "parquet"))]
     steps = [int(child.communicate()[0]) for child in children]
     assert all(child.returncode == 0 for child in children)

@@ -42,6 +42,7 @@ from episode import SingleAgentEpisode  # noqa: E402
 from episode.offline.minari import from_minari, to_minari  # noqa: E402
 
 FORMATS = ["hdf5", "arrow", "parquet"]
+HERE = os.path.dirname(os.path.abspath(__file__))  # children run here, not in the checkout
 F32 = np.float32
 
 
@@ -1053,7 +1054,7 @@ def test_importing_the_module_imports_no_storage_library():
     code = ("import sys, episode.offline.minari; "
             "print([m for m in ('h5py', 'pyarrow', 'PIL', 'minari') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True).stdout
+                         check=True, cwd=HERE).stdout
     assert out.strip() == "[]"
 
 
@@ -1097,7 +1098,7 @@ print("DONE", flush=True)
 def _run_child(cases, timeout=600):
     proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps(cases)], env=child_env(),
                           capture_output=True, text=True, timeout=timeout,
-                          preexec_fn=limit_child)
+                          preexec_fn=limit_child, cwd=HERE)
     assert proc.returncode == 0 and proc.stdout.rstrip().endswith("DONE"), (
         f"the child crashed (exit {proc.returncode}) after:\n{proc.stdout[-2000:]}\n"
         f"{proc.stderr[-3000:]}")

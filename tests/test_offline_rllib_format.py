@@ -875,7 +875,7 @@ def packed_raw(raw):
 def test_corrupt_bytes_never_crash():
     proc = subprocess.run([sys.executable, "-c", CHILD.format(here=HERE, flips=150)],
                           capture_output=True, text=True, timeout=900, env=child_env(),
-                          check=False, preexec_fn=limit_child)
+                          check=False, preexec_fn=limit_child, cwd=HERE)
     assert proc.returncode == 0, f"the child crashed ({proc.returncode}):\n{proc.stderr[-3000:]}"
     lines = [line for line in proc.stdout.splitlines() if line.startswith("OUTCOMES ")]
     assert lines, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -935,7 +935,7 @@ def recorded(tmp_path_factory):
     _msgpack_numpy()
     out = tmp_path_factory.mktemp("recorded")
     proc = subprocess.run([sys.executable, "-c", RECORD, str(out)], capture_output=True,
-                          text=True, timeout=600, check=False)
+                          text=True, timeout=600, check=False, cwd=HERE)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out
 
@@ -1035,7 +1035,7 @@ def test_rllib_reads_our_files_through_ray_data(tmp_path):
         ray.shutdown()
     """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=600,
-                          check=False)
+                          check=False, cwd=HERE)
     assert proc.returncode == 0, proc.stderr.decode()[-3000:]
     episode_states, row_states = pickle.loads(proc.stdout)
     for state, ours in zip(episode_states, episodes):
@@ -1129,7 +1129,7 @@ def test_a_corrupt_dtype_state_kills_rllibs_reader_not_ours():
     cell = packed_raw(CORRUPT_DTYPE_STATE)
     code = f"from ray.rllib.utils.compression import unpack\nunpack({cell!r})\nprint('returned')"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=300, check=False, preexec_fn=limit_child)
+                          timeout=300, check=False, preexec_fn=limit_child, cwd=HERE)
     assert proc.returncode != 0 and "returned" not in proc.stdout
     with pytest.raises(ValueError, match="dtype state"):
         F.unpack_value(cell)
