@@ -470,15 +470,16 @@ _MULTI_DISCRETE_FIELDS = frozenset(["space", "nvec", "dtype"])
 
 def _from_dict_key(d: Any) -> tuple | None:
     """The key of space_from_dict(d) for a Box or MultiDiscrete description
-    made of exact strs (and a tuple of ints as shape), else None."""
+    made of exact strs (and a tuple or list of ints as shape: msgpack, as in
+    RLlib's recordings, gives lists), else None."""
     if type(d) is not dict:
         return None
     kind = d.get("space")
     if kind == "box" and d.keys() == _BOX_FIELDS:
         low, high, shape, dtype = d["low"], d["high"], d["shape"], d["dtype"]
         if (type(low) is str and type(high) is str and type(dtype) is str
-                and type(shape) is tuple and all(type(n) is int for n in shape)):
-            return ("box", low, high, shape, dtype)
+                and type(shape) in (tuple, list) and all(type(n) is int for n in shape)):
+            return ("box", low, high, tuple(shape), dtype)
     elif kind == "multi-discrete" and d.keys() == _MULTI_DISCRETE_FIELDS:
         nvec, dtype = d["nvec"], d["dtype"]
         if type(nvec) is str and type(dtype) is str:

@@ -456,3 +456,17 @@ def test_get_return_is_the_sum_of_get_rewards(rewards, numpy, lookback):
     assert type(got) is type(expected)
     assert got == expected or (np.isnan(got) and np.isnan(expected))
     assert repr(got) == repr(expected)      # -0.0 and 0.0 apart
+
+
+def test_space_from_dict_caches_a_box_whose_shape_came_back_as_a_list(monkeypatch):
+    # msgpack (RLlib's recordings) turns the shape tuple into a list: the
+    # description is the same one, unpacked once.
+    monkeypatch.setattr(spaces, "_FROM_DICT", {})
+    unpacks = count_calls(monkeypatch, "_unpack_array")
+    space = gym.spaces.Box(-1.0, 1.0, (2, 3), np.float32)
+    d = spaces.space_to_dict(space)
+    d["shape"] = list(d["shape"])
+    for _ in range(3):
+        again = spaces.space_from_dict(dict(d))
+        assert again == space and again.shape == (2, 3)
+    assert len(unpacks) == 2

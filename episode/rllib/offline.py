@@ -678,12 +678,16 @@ class OfflinePreLearner(RLlibOfflinePreLearner, metaclass=_AcceptsRLlibSubclasse
         return self._unique(episodes)
 
     def _unique(self, episodes: list) -> list:
+        stored: dict = {}   # module id -> ids in its buffer (looked up once per call)
         seen: set = set()
         kept = []
         for episode in episodes:
             key = (episode.module_id, episode.id_)
-            if key not in seen and episode.id_ not in self._buffer(
-                    episode.module_id).episode_id_to_index:
+            ids = stored.get(episode.module_id)
+            if ids is None:
+                ids = stored[episode.module_id] = self._buffer(
+                    episode.module_id).episode_id_to_index
+            if key not in seen and episode.id_ not in ids:
                 seen.add(key)
                 kept.append(episode)
         return kept
