@@ -672,22 +672,40 @@ def test_priorities_of_evicted_steps_are_dropped():
     assert {_step(e) for e in buffer.sample(50)} <= {(1, 0), (1, 1), (1, 2)}
 
 
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("numpy, turn_based", [(True, False), (False, False), (True, True),
+                                               (False, True)],
+                         ids=["numpy", "lists", "numpy-turn_based", "lists-turn_based"])
 @pytest.mark.parametrize("cls", [MultiAgentEpisodeReplayBuffer,
                                  MultiAgentPrioritizedEpisodeReplayBuffer])
-def test_a_restored_multi_agent_state_samples_the_same(cls):
-    """The multi-agent buffers' get_state() -> set_state() round trip."""
-    buffer = cls(capacity=40)
-    for call in multi_agent_stream(1, (MultiAgentEpisode,)):
-        buffer.add([c[0] for c in call])
-    state = buffer.get_state()
-    restored = cls(capacity=40)
-    restored.set_state(pickle.loads(pickle.dumps(state)))
-    compare(plain_state(restored.get_state()), plain_state(state), "restored state")
-    views = []
-    for b in (buffer, restored):
-        b.rng = np.random.default_rng(2)
-        views.append([episode_view(e, with_id=False) for e in b.sample(6, n_step=2)])
-    compare(views[1], views[0], "draws after set_state")
+def test_a_restored_multi_agent_state_samples_the_same(cls, numpy, turn_based, seed):
+    """The multi-agent buffers' get_state() -> pickle -> set_state() round
+    trip, after each add() of a stream whose episodes (three agents on two
+    modules, chunks of list-mode or numpy'ized episodes, agents that skip
+    steps) get evicted: the same state and the same draws as the buffer it
+    came from, and both take the next chunks alike (a checkpoint whose
+    module holds an agent's actions as float64, as RLlib's concat makes
+    them, still takes int64 ones)."""
+    stream = multi_agent_stream(seed, (MultiAgentEpisode,), calls=16, numpy=numpy,
+                                turn_based=turn_based)
+    buffer = cls(capacity=30)
+    restored = None
+    for i, call in enumerate(stream):
+        for b in (buffer, restored) if restored is not None else (buffer,):
+            b.add([c[0] for c in call])
+        if restored is not None:
+            compare(plain_state(restored.get_state()), plain_state(buffer.get_state()),
+                    f"state after add {i}")
+        restored = cls(capacity=30)
+        restored.set_state(pickle.loads(pickle.dumps(buffer.get_state())))
+        compare(plain_state(restored.get_state()), plain_state(buffer.get_state()),
+                f"restored state {i}")
+        views = []
+        for b in (buffer, restored):
+            b.rng = np.random.default_rng(i)
+            views.append([episode_view(e, with_id=False) for e in b.sample(6, n_step=1)])
+        compare(views[1], views[0], f"draws after set_state {i}")
+    assert buffer.get_num_episodes_evicted() >= 2
 
 
 # -- observations that are not numbers -----------------------------------------------------------

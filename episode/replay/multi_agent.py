@@ -116,7 +116,8 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
                 store = self._modules.get(module_id)
                 if store is None:
                     store = self._modules_pending(per_module, module_id)
-                store.check(agent_episode, per_module[module_id], key=(episode.id_, agent_id))
+                store.check(_fitted(agent_episode, store), per_module[module_id],
+                            key=(episode.id_, agent_id))
 
     def _modules_pending(self, per_module, module_id) -> Store:
         # A module seen first in this call: checked against a scratch store.
@@ -216,7 +217,7 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
                 store = self._modules[module_id] = self._new_module_store()
             if existing is None or agent_id not in existing.agent_episodes:
                 self._num_module_episodes[module_id] += 1
-            store.add(agent_episode, self._module_weight(module_id),
+            store.add(_fitted(agent_episode, store), self._module_weight(module_id),
                       key=(episode.id_, agent_id))
 
     def _module_weight(self, module_id):
@@ -297,7 +298,7 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
                 counts.episode_idxs.add(ma_id)
                 counts.agent_episode_ids[agent_id].add(episode.id_)
                 counts.module_episode_ids[module_id].add(episode.id_)
-                env_t = multi.env_t_to_agent_t[agent_id].data.index(t)
+                env_t = _env_step(multi, agent_id, t)
                 counts.env_steps.add((ma_id, env_t))
                 counts.agent_steps[agent_id].add((episode.id_, t))
                 counts.module_steps[module_id].add((episode.id_, t))
@@ -544,8 +545,10 @@ def _alike(episodes: list) -> list:
     tracks = ("observations", "actions", "rewards")
     wanted = {}
     for track in tracks:
+        # (Only numpy'ized tracks: `.data` of a list-mode buffer would move
+        # its typed items to a plain list, which the store takes as objects.)
         dtypes = [getattr(e, track).data.dtype for e in episodes
-                  if isinstance(getattr(e, track).data, np.ndarray) and len(getattr(e, track).data)]
+                  if _numpy_rows(getattr(e, track))]
         ints = [d for d in dtypes if d.kind in "iu"]
         if ints and len(set(dtypes)) > 1:
             wanted[track] = ints[0]
@@ -553,10 +556,52 @@ def _alike(episodes: list) -> list:
     for episode in episodes:
         state = None
         for track, want in wanted.items():
+            if not _numpy_rows(getattr(episode, track)):
+                continue
             data = getattr(episode, track).data
-            if isinstance(data, np.ndarray) and len(data) and data.dtype != want \
-                    and np.array_equal(data.astype(want), data):
+            if data.dtype != want and np.array_equal(data.astype(want), data):
                 state = state or episode.get_state()
                 state[track] = dict(state[track], data=data.astype(want))
         out.append(SingleAgentEpisode.from_state(state) if state is not None else episode)
     return out
+
+
+def _fitted(agent_episode, store: Store):
+    """The agent's chunk with each numpy'ized flat track in the dtype its
+    module's store keeps, where that changes no value: RLlib's concat of a
+    chunk in which the agent took no step turns its int actions into
+    float64, so a checkpoint can hold a module's actions as float64 (and
+    its store then keeps them so) while the next chunks bring int64 ones,
+    which RLlib's concat turns into float64 too. Else the chunk as it is."""
+    state = None
+    for track, name in (("obs", "observations"), ("actions", "actions"),
+                        ("rewards", "rewards")):
+        leaf = store.layout[track]
+        if type(leaf) is not int or not _numpy_rows(getattr(agent_episode, name)):
+            continue
+        want, data = store.leaf_dtype(leaf), getattr(agent_episode, name).data
+        if want is None or data.dtype == want or data.dtype.kind not in "biuf" \
+                or want.kind not in "biuf":
+            continue
+        cast = data.astype(want)
+        if np.array_equal(cast.astype(data.dtype), data):
+            state = state or agent_episode.get_state()
+            state[name] = dict(state[name], data=cast)
+    return SingleAgentEpisode.from_state(state) if state is not None else agent_episode
+
+
+def _env_step(episode, agent_id, t: int) -> int:
+    """The env step of agent step `t` of a stored multi-agent episode, as
+    RLlib's metrics find it (`env_t_to_agent_t[agent_id].data.index(t)`);
+    where RLlib's lookup fails (an episode stored from a later chunk on, its
+    agent steps not counted from 0) the step's own env step."""
+    mapping = episode.env_t_to_agent_t[agent_id].data
+    try:
+        return mapping.index(t)
+    except ValueError:
+        return mapping.index(t + episode.agent_episodes[agent_id].t_started)
+
+
+def _numpy_rows(buffer) -> bool:
+    # A numpy'ized buffer of one array with rows in it.
+    return buffer.finalized and isinstance(buffer.data, np.ndarray) and len(buffer.data) > 0

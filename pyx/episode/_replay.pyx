@@ -721,6 +721,12 @@ cdef class Store:
             total += self.row_bytes[leaf]
         return total
 
+    def leaf_dtype(self, Py_ssize_t leaf):
+        """The numpy dtype leaf `leaf` keeps (None for a leaf of objects)."""
+        if not 0 <= leaf < self.nleaves:
+            raise IndexError(f"no leaf {leaf}")
+        return self.dtypes[leaf]
+
     def release_pages(self):
         """With file-backed blocks: drops the pages of every full block from
         this process's memory (they stay in their files and come back when
