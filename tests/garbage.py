@@ -4596,6 +4596,72 @@ for _name in REPLAY_STATES:
         add("replay_state", f"{_name}:{_buffer}", replay_state_case(_name, _buffer))
 
 
+# update_priorities() of what a learner might hand over: the priorities and
+# the sample_batch() indices checked before a tree leaf changes (the store's
+# set_priorities() reads raw int64 keys and float values).
+REPLAY_PRIORITIES = {
+    "nan": lambda n: [float("nan")] * n,
+    "object_array": lambda n: np.array([object()] * n),
+    "strings": lambda n: ["1.0"] * n,
+    "none": lambda n: None,
+    "2-d": lambda n: np.ones((n, 2)),
+    "3-d": lambda n: np.ones((n, 1, 1)),
+    "0-d": lambda n: np.float64(1.0),
+    "complex": lambda n: np.ones(n, np.complex128),
+    "big_endian": lambda n: np.ones(n, ">f4"),
+    "strided": lambda n: np.ones(2 * n)[::2],
+    "huge_int": lambda n: [2**2000] * n,
+    "too_many": lambda n: np.ones(n + 1000),
+    "empty": lambda n: np.ones(0),
+}
+REPLAY_INDICES = {
+    "own": lambda b: b,
+    "made_up": lambda b: np.array([10**15, -5] * (len(b) // 2) + [0] * (len(b) % 2)),
+    "int64_max": lambda b: np.full(len(b), 2**63 - 1),
+    "int64_min": lambda b: np.full(len(b), -2**63),
+    "uint64_max": lambda b: np.full(len(b), 2**64 - 1, np.uint64),
+    "floats": lambda b: b.astype(np.float64),
+    "strings": lambda b: ["0"] * len(b),
+    "2-d": lambda b: np.stack([b, b], axis=1),
+    "empty": lambda b: [],
+    "one_step_off": lambda b: b + 1,
+    "runs_off": lambda b: b + (1 << 40),
+}
+
+
+def replay_update_case(priorities, indices):
+    """A prioritized buffer's update_priorities(priorities, indices=...)
+    after a sample_batch(): taken, or refused with the buffer unchanged;
+    then it draws, checkpoints and adds."""
+
+    def run(impl, p):
+        _allow_replay(p)
+        p.allow(5.0, 2.0, 1.0)
+        buffer = _replay_buffer(impl, "PrioritizedEpisodeReplayBuffer")
+        batch = p.run("sample_batch", lambda: buffer.sample_batch(4), data=False)
+        if batch is None:
+            return
+        keys = REPLAY_INDICES[indices](batch["indices"])
+        given = REPLAY_PRIORITIES[priorities](len(batch["indices"]))
+        p.run("update(indices)", lambda: buffer.update_priorities(given, indices=keys),
+              state=buffer, data=False)
+        buffer.sample_batch(4)
+        p.run("update(last)", lambda: buffer.update_priorities(given), state=buffer,
+              data=False)
+        probe_replay_buffer(p, "buffer", buffer, impl)
+
+    return run
+
+
+for _priorities in REPLAY_PRIORITIES:
+    add("replay_update", f"priorities={_priorities}:indices=own",
+        replay_update_case(_priorities, "own"))
+for _indices in REPLAY_INDICES:
+    add("replay_update", f"priorities=fives:indices={_indices}",
+        replay_update_case("fives", _indices))
+REPLAY_PRIORITIES["fives"] = lambda n: np.full(n, 5.0)
+
+
 def replay_pickle_case(fixture, how, buffer_name):
     """Episodes through pickles (intact, with flipped bytes, with garbage in
     their reduce fields) added to a buffer: stored as they load, or refused

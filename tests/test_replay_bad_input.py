@@ -459,6 +459,86 @@ def test_a_priority_of_another_type_last(cls, odd):
         assert _drawn(buffer) == 0
 
 
+@pytest.mark.parametrize("cls", PRIORITIZED)
+@pytest.mark.parametrize("shape", ["torch", "column", "list_of_rows", "int_array"])
+def test_priorities_as_any_array_of_b_numbers(cls, shape):
+    """update_priorities() takes B numbers in any array-like: the trees end
+    as the (B,) float32 (float64 for ints) array of the same numbers leaves
+    them."""
+    values = np.array([3.0, 1.0, 2.0, 5.0, 4.0, 6.0, 7.0, 8.0][:_drawn(filled(cls))], np.float32)
+    if shape == "torch":
+        torch = pytest.importorskip("torch")
+        given = torch.from_numpy(values.copy())
+    elif shape == "column":
+        given = values[:, None]
+    elif shape == "list_of_rows":
+        given = [[float(v)] for v in values]
+    else:
+        given = values.astype(np.int64)
+    plain = values.astype(np.float64) if shape in ("list_of_rows", "int_array") else values
+    expected, got = filled(cls), filled(cls)
+    _update(expected, plain)
+    _update(got, given)
+    for key in ("_sum_segment", "_min_segment", "_max_priority", "_module_to_sum_segment",
+                "_module_to_min_segment", "_module_to_max_priority"):
+        if key in expected.get_state():
+            compare(plain_state(got.get_state()[key]), plain_state(expected.get_state()[key]),
+                    key)
+    assert _drawn(got) == 0
+
+
+@pytest.mark.parametrize("shape", [(2, 2), (4, 1, 1), ()])
+def test_priorities_that_are_no_b_numbers(shape):
+    buffer = filled(PrioritizedEpisodeReplayBuffer)
+    refused(buffer, ValueError, lambda: _update(buffer, np.ones(shape)))
+
+
+def _sampled_batch(seed=0):
+    buffer = PrioritizedEpisodeReplayBuffer(capacity=100)
+    buffer.add([numbered_episode(0, 5), numbered_episode(1, 6, terminated=True)])
+    buffer.rng = np.random.default_rng(seed)
+    return buffer, buffer.sample_batch(4)
+
+
+def test_indices_the_buffer_never_handed_out():
+    """update_priorities(indices=...) refuses (ValueError, nothing changed)
+    indices that are not its own sample_batch()'s: another buffer's, a
+    buffer's from before its set_state(), or numbers made up."""
+    buffer, batch = _sampled_batch()
+    other, other_batch = _sampled_batch()
+    for indices in (other_batch["indices"], [10**15, -5, 0, 1], [-1] * 4,
+                    batch["indices"] + (1 << 20) * 1000, batch["indices"] + 1000):
+        refused(buffer, ValueError,
+                lambda: buffer.update_priorities(np.ones(4), indices=indices))
+    restored = PrioritizedEpisodeReplayBuffer(capacity=100)
+    restored.set_state(buffer.get_state())
+    refused(restored, ValueError,
+            lambda: restored.update_priorities(np.ones(4), indices=batch["indices"]))
+    # Its own, in any integer array-like, are taken.
+    buffer.update_priorities(np.full(4, 5.0), indices=batch["indices"][:, None].tolist())
+    assert buffer._max_priority == 5.0
+
+
+@pytest.mark.parametrize("indices", [np.array([0.5, 1.0, 2.0, 3.0]), "abcd",
+                                     np.zeros((2, 2), np.int64), [2**70] * 4],
+                         ids=["floats", "str", "2-d", "huge"])
+def test_indices_that_are_no_integers(indices):
+    buffer, _ = _sampled_batch()
+    refused(buffer, (TypeError, ValueError),
+            lambda: buffer.update_priorities(np.ones(4), indices=indices))
+
+
+def test_a_sample_batch_s_indices_kept_by_the_buffer_are_its_own_copy():
+    """update_priorities() after sample_batch() updates the drawn steps even
+    where the caller wrote into the batch's `indices`."""
+    buffer, batch = _sampled_batch()
+    expected, expected_batch = _sampled_batch()
+    batch["indices"][:] = 0
+    buffer.update_priorities(np.arange(1.0, 5.0))
+    expected.update_priorities(np.arange(1.0, 5.0))
+    compare(plain_state(buffer.get_state()), plain_state(expected.get_state()), "state")
+
+
 # -- set_state -------------------------------------------------------------------------------
 
 

@@ -174,8 +174,9 @@ class MultiAgentPrioritizedEpisodeReplayBuffer(MultiAgentEpisodeReplayBuffer,
                                  f"which has no steps")
             last[module_id] = _sampled_leaves(leaves, modules[module_id].priorities)
         self._max_priority = max_priority
-        self._last_sampled_indices = _sampled_leaves(state["_last_sampled_indices"],
-                                                     store.priorities)
+        self._last_leaves = _sampled_leaves(state["_last_sampled_indices"], store.priorities)
+        self._last_keys = store.priorities.keys_of(self._last_leaves)
+        self._last_keys_public = False
         self._module_to_max_priority = collections.defaultdict(lambda: 1.0, maxima)
         self._module_to_last_sampled_indices = collections.defaultdict(list, last)
         self._module_to_last_sampled_keys = collections.defaultdict(list, {

@@ -32,10 +32,14 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
             raise AssertionError(f"alpha must be >= 0, not {alpha}")
         self._alpha = alpha
         self._max_priority = 1.0
-        self._last_sampled_indices: list = []
-        # Their steps' keys: a priority set after an add() evicted its step
-        # is dropped (RLlib's lands on the freed or reused leaf).
-        self._last_sampled_keys: list = []
+        # The last draw (since the last update): its tree leaves (None:
+        # found from the keys when asked for) and its steps' keys, by which
+        # update_priorities() finds the steps (one evicted since is skipped:
+        # RLlib's priority lands on the freed or reused leaf). Keys are
+        # public (the `indices` sample_batch() hands out) or the trees' own.
+        self._last_leaves: Optional[list] = []
+        self._last_keys: Any = []
+        self._last_keys_public = False
         super().__init__(capacity=capacity, batch_size_B=batch_size_B,
                          batch_length_T=batch_length_T,
                          metrics_num_episodes_for_smoothing=metrics_num_episodes_for_smoothing,
@@ -74,6 +78,14 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
     def _indices(self) -> list:
         index = _episode_indices(self._store)
         return [(index[slot], ts, leaf) for slot, ts, leaf in step_order(self._store)]
+
+    @property
+    def _last_sampled_indices(self) -> list:
+        """RLlib's list of the tree leaves drawn since the last update
+        (-1 for a step of a sample_batch() evicted since)."""
+        if self._last_leaves is None:
+            self._last_leaves = self._store.leaves_of(self._last_keys)
+        return self._last_leaves
 
     def add(self, episodes, weight: Optional[float] = None) -> None:
         """Adds episodes as RLlib's prioritized buffer does: first the oldest
@@ -142,8 +154,9 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
         n_step = _checked_n_step(n_step or 1)
         store = self._store
         picks = store.draw_prioritized(self._draws(), batch_size_B, n_step, beta)
-        self._last_sampled_indices = picks.leaves
-        self._last_sampled_keys = store.priorities.keys_of(picks.leaves)
+        self._last_leaves = picks.leaves
+        self._last_keys = store.priorities.keys_of(picks.leaves)
+        self._last_keys_public = False
         slots, ts, ns, ends = store.pick_fields(picks)
         store.locate_ends(picks)
         episodes = _transitions(store, picks, slots, ts, ns, ends, gamma,
@@ -163,18 +176,26 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
         """Sets the priorities of the last sample()'s (or sample_batch()'s)
         timesteps, in its order: max(p, 1e-12) ** alpha; or, with `indices`
         (the `indices` of a sample_batch()), of those timesteps. A timestep
-        evicted since it was drawn is skipped. Checked first (AssertionError
+        evicted since it was drawn is skipped.
+
+        `priorities`: B numbers, as a list, a numpy array of shape (B,) or
+        (B, 1), a torch tensor or anything numpy takes as an array (float32
+        ones compute in float32, as RLlib's trees do with a learner's
+        float32 TD errors). Checked before anything changes: AssertionError
         for a wrong count, ValueError for a negative, NaN or infinite
-        priority)."""
+        priority, or for indices this buffer never handed out."""
         if indices is None:
-            keys = self._last_sampled_keys
+            keys, public = self._last_keys, self._last_keys_public
         else:
-            keys = [int(i) for i in indices]
+            keys, public = _indices_array(indices), True
         self._max_priority = _set_priorities(self._store, keys, priorities, self._alpha,
-                                             self._max_priority)
+                                             self._max_priority, public)
         if indices is None:
-            self._last_sampled_indices.clear()
-            keys.clear()
+            if self._last_leaves is None:
+                self._last_leaves = []
+            self._last_leaves.clear()
+            self._last_keys = []
+            self._last_keys_public = False
 
     def get_state(self) -> Dict[str, Any]:
         return super().get_state() | self._priority_state()
@@ -207,8 +228,9 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
         self._num_timesteps_added = state["_num_timesteps_added"]
         self.sampled_timesteps = state["sampled_timesteps"]
         self._max_priority = max_priority
-        self._last_sampled_indices = last
-        self._last_sampled_keys = store.priorities.keys_of(last)
+        self._last_leaves = last
+        self._last_keys = store.priorities.keys_of(last)
+        self._last_keys_public = False
 
 
 class _SavedTree:
@@ -275,20 +297,66 @@ class _TreeView:
         return self.get_state()
 
 
-def _set_priorities(store: Store, keys: list, priorities, alpha, max_priority):
+def _set_priorities(store: Store, keys, priorities, alpha, max_priority, public: bool = False):
     """update_priorities(): max(p, 1e-12) ** alpha on the tree leaves of
     the steps `keys` (those still stored), everything checked before any is
     set; returns the new highest priority (RLlib's running max over all)."""
-    if len(priorities) != len(keys):
-        raise AssertionError(f"{len(priorities)} priorities for {len(keys)} sampled timesteps")
-    clamped = []
-    for p in priorities:
-        if not 0 <= p < float("inf"):
-            raise ValueError(f"priorities must be finite and >= 0, not {p}")
-        clamped.append(max(p, 1e-12))
-    values = [p ** alpha for p in clamped]
-    store.priorities.update_many(store.leaves_of(keys), values)
-    return max([max_priority] + clamped)
+    values = _priority_values(priorities)
+    if len(values) != len(keys):
+        raise AssertionError(f"{len(values)} priorities for {len(keys)} sampled timesteps")
+    return store.set_priorities(keys, values, alpha, max_priority, public)
+
+
+# The types of numbers the trees compute with (as RLlib's objects do).
+_TREE_NUMBERS = {float, int, bool, np.float64, np.float32}
+
+
+def _priority_values(priorities):
+    """update_priorities()' priorities as the store takes them: a list of
+    Python or numpy float32/float64 numbers as it is (each keeps its type,
+    as in RLlib's loop over them), anything else as a 1-d float32 or
+    float64 array: a numpy array of shape (B,) or (B, 1), a torch tensor, a
+    list of other numbers or of one-number rows. Integers and bools count
+    as float64, float16 as float32 (exactly); TypeError for what is no array
+    of real numbers."""
+    if isinstance(priorities, (list, tuple)) and all(type(p) in _TREE_NUMBERS
+                                                      for p in priorities):
+        return priorities
+    if hasattr(priorities, "detach") and hasattr(priorities, "cpu"):
+        priorities = priorities.detach().cpu().numpy()     # a torch tensor
+    try:
+        values = np.asarray(priorities)
+    except Exception as error:       # noqa: BLE001 - what numpy does not take
+        raise TypeError(f"priorities must be numbers, not {type(priorities).__name__}") \
+            from error
+    if values.ndim == 2 and values.shape[1] == 1:
+        values = values[:, 0]
+    if values.ndim != 1:
+        raise ValueError(f"priorities must be B numbers, of shape (B,) or (B, 1), not of "
+                         f"shape {values.shape}")
+    if values.dtype.kind == "f" and values.dtype.itemsize <= 4:
+        return values.astype(np.float32, copy=False)
+    if values.dtype.kind in "biuf":
+        return values.astype(np.float64, copy=False)
+    if values.dtype == object:
+        return list(values)
+    raise TypeError(f"priorities must be real numbers, not {values.dtype}")
+
+
+def _indices_array(indices) -> np.ndarray:
+    """update_priorities(indices=...): the `indices` a sample_batch() handed
+    out, as int64 (any sequence or array of ints, (B,) or (B, 1))."""
+    if hasattr(indices, "detach") and hasattr(indices, "cpu"):
+        indices = indices.detach().cpu().numpy()
+    array = np.asarray(indices)
+    if array.ndim == 2 and array.shape[1] == 1:
+        array = array[:, 0]
+    if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
+        raise TypeError(f"indices must be the integer `indices` of a sample_batch(), not "
+                        f"{array.dtype} of shape {array.shape}")
+    if array.dtype.kind == "u" and array.size and array.max() > np.iinfo(np.int64).max:
+        raise ValueError("indices must be the `indices` of a sample_batch() of this buffer")
+    return array.astype(np.int64, copy=False)
 
 
 def _sampled_leaves(leaves, trees) -> list:

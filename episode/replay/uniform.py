@@ -374,8 +374,10 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
         else:
             batch = store.native_transitions(picks, float(gamma), include_extra_model_outputs)
         if prioritized:
-            self._last_sampled_keys = batch["indices"].tolist()
-            self._last_sampled_indices = store.leaves_of(self._last_sampled_keys)
+            # (The leaves of these steps are found if RLlib's list is read.)
+            self._last_leaves = None
+            self._last_keys = batch["indices"].copy()    # (the caller's may change)
+            self._last_keys_public = True
         self._after_reads(batch_size)
         return batch
 
