@@ -892,3 +892,45 @@ def test_prioritized_buffer_runs_as_rllib():
     run_state_machine_as_test(
         PrioritizedAgainstRLlib,
         settings=settings(SETTINGS, max_examples=25, stateful_step_count=25))
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), lengths=st.lists(st.integers(2, 40), min_size=1,
+                                                         max_size=12),
+       batch_size=st.integers(1, 70), alpha=st.sampled_from([0.5, 1.0]))
+def test_prioritized_sample_batch_lands_where_its_prefix_sums_fall(seed, lengths, batch_size,
+                                                                   alpha):
+    """The native prioritized draw (sample_batch, 1-step: no redraws) puts
+    draw i on the stored step whose span of the cumulative priorities holds
+    u_i * total, u_i the rng's i-th random(), and weighs it (p N) ** -beta
+    over the largest weight: checked against numpy's cumulative sum, over
+    batches that are no multiple of the 16 draws walked down together."""
+    rng = np.random.default_rng(seed)
+    buffer = PrioritizedEpisodeReplayBuffer(capacity=1000, alpha=alpha)
+    buffer.add([numbered_episode(i, n) for i, n in enumerate(lengths)])
+    buffer.rng = np.random.default_rng(seed)
+    first = buffer.sample_batch(8)
+    buffer.update_priorities(rng.uniform(0.01, 5.0, 8))
+    leaves = [leaf for _, _, leaf in buffer._indices]
+    values = np.array([buffer._sum_segment[leaf] for leaf in leaves], np.float64)
+    order = np.argsort(leaves)
+    cumulative = np.cumsum(values[order])
+    total = float(buffer._sum_segment.sum())
+    expected_rng = np.random.default_rng(seed)
+    expected_rng.bit_generator.state = buffer.rng.bit_generator.state
+    u = expected_rng.random(batch_size)
+    batch = buffer.sample_batch(batch_size, beta=0.5)
+    target = u * total
+    at = np.minimum(np.searchsorted(cumulative, target, side="right"), len(leaves) - 1)
+    # (A sum within rounding of its span's ends may fall on either side.)
+    edges = np.concatenate([[0.0], cumulative])
+    clear = (np.abs(edges[at] - target) > 1e-9 * total) & \
+        (np.abs(edges[at + 1] - target) > 1e-9 * total)
+    drawn = np.array(buffer._last_sampled_indices)
+    expected = np.array(leaves)[order][at]
+    assert (drawn[clear] == expected[clear]).all()
+    p = values[order][np.searchsorted(np.array(leaves)[order], drawn)] / total
+    N = len(leaves)
+    weights = (p * N) ** -0.5 / (values.min() / total * N) ** -0.5
+    np.testing.assert_allclose(batch["weights"], weights, rtol=1e-5)
+    assert len(first["obs"]) == 8

@@ -21,7 +21,6 @@ from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from libc.math cimport INFINITY, pow, powf
 from libc.stdint cimport int64_t
-from libc.stdlib cimport qsort
 from libc.string cimport memcpy
 
 import numpy as np
@@ -83,11 +82,17 @@ cdef object from_num(Num x):
 
 
 cdef inline int promote(Num a, Num b) noexcept:
-    if a.tag == TAG_F64 or b.tag == TAG_F64:
+    return promote_tags(a.tag, b.tag)
+
+
+cdef inline int promote_tags(int a, int b) noexcept:
+    # The type of an operation's result (NEP 50: a Python number adapts to
+    # a numpy one).
+    if a == TAG_F64 or b == TAG_F64:
         return TAG_F64
-    if a.tag == TAG_F32 or b.tag == TAG_F32:
+    if a == TAG_F32 or b == TAG_F32:
         return TAG_F32
-    if a.tag == TAG_INT and b.tag == TAG_INT:
+    if a == TAG_INT and b == TAG_INT:
         return TAG_INT
     return TAG_FLOAT
 
@@ -167,22 +172,35 @@ cdef Num smaller_of(Num a, Num b) noexcept:
 # -- the trees ------------------------------------------------------------------------
 
 
-cdef int compare_int64(const void* a, const void* b) noexcept nogil:
-    cdef int64_t x = (<const int64_t*>a)[0], y = (<const int64_t*>b)[0]
-    return (x > y) - (x < y)
+
+# A node waiting in propagate()'s list of the next level (a bit of its sum
+# tree type byte, which is clear everywhere else).
+cdef unsigned char QUEUED = 0x80
 
 
 cdef inline void combine(double* sum_v, unsigned char* sum_t, double* min_v,
                          unsigned char* min_t, Py_ssize_t node) noexcept:
-    # RLlib's parent update: sum = left + right, min = min(left, right).
-    cdef Num s = add(num(sum_v[2 * node], sum_t[2 * node]),
-                     num(sum_v[2 * node + 1], sum_t[2 * node + 1]))
-    cdef Num m = smaller_of(num(min_v[2 * node], min_t[2 * node]),
-                            num(min_v[2 * node + 1], min_t[2 * node + 1]))
-    sum_v[node] = s.v
-    sum_t[node] = s.tag
-    min_v[node] = m.v
-    min_t[node] = m.tag
+    # RLlib's parent update, add() and smaller_of() on the two children:
+    # sum = left + right, min = min(left, right) (the right one only where
+    # it is smaller), each in the children's promoted type.
+    cdef Py_ssize_t left = 2 * node, right = 2 * node + 1
+    cdef int tag = promote_tags(sum_t[left], sum_t[right])
+    cdef bint right_smaller
+    if tag == TAG_F32:
+        sum_v[node] = <float>sum_v[left] + <float>sum_v[right]
+    else:
+        sum_v[node] = sum_v[left] + sum_v[right]
+    sum_t[node] = <unsigned char>tag
+    if promote_tags(min_t[left], min_t[right]) == TAG_F32:
+        right_smaller = <float>min_v[right] < <float>min_v[left]
+    else:
+        right_smaller = min_v[right] < min_v[left]
+    if right_smaller:
+        min_v[node] = min_v[right]
+        min_t[node] = min_t[right]
+    else:
+        min_v[node] = min_v[left]
+        min_t[node] = min_t[left]
 
 
 cdef class PriorityTrees:
@@ -348,13 +366,12 @@ cdef class PriorityTrees:
         return 0
 
     cdef int propagate(self, int64_t* leaves, Py_ssize_t n) except -1:
-        """Recomputes the ancestors of `leaves` (after take_leaf() and
-        release_leaf()), level by level, each node once: a node's values
-        depend on its children only, so the trees end as RLlib's
-        step-by-step updates leave them."""
-        cdef Py_ssize_t i, m, node
+        """Recomputes the ancestors of `leaves` (after take_leaf(),
+        release_leaf() or _set_raw()), level by level, each node once: a
+        node's values depend on its children only, so the trees end as
+        RLlib's step-by-step updates leave them."""
+        cdef Py_ssize_t i, m = 0, k, node
         cdef int64_t* nodes
-        cdef bint sorted_
         if self.alloc == 1:
             return 0         # the one allocated leaf is the subtree's root
         if n <= 2:
@@ -367,29 +384,26 @@ cdef class PriorityTrees:
         nodes = <int64_t*>PyMem_Malloc(n * sizeof(int64_t))
         if nodes == NULL:
             raise MemoryError()
-        try:
-            sorted_ = True
-            for i in range(n):
-                nodes[i] = (self.alloc + leaves[i]) // 2
-                if i and nodes[i] < nodes[i - 1]:
-                    sorted_ = False
-            if not sorted_:
-                qsort(nodes, n, sizeof(int64_t), compare_int64)
-            while True:
-                m = 0
-                for i in range(n):
-                    if m == 0 or nodes[i] != nodes[m - 1]:
-                        nodes[m] = nodes[i]
-                        m += 1
-                n = m
-                for i in range(n):
-                    combine(self.sum_v, self.sum_t, self.min_v, self.min_t, nodes[i])
-                if nodes[0] == 1:
-                    break
-                for i in range(n):
-                    nodes[i] //= 2
-        finally:
-            PyMem_Free(nodes)
+        # The leaves' parents, each once (QUEUED marks the listed ones); then
+        # per level: each listed node from its children, and their parents.
+        for i in range(n):
+            node = (self.alloc + leaves[i]) // 2
+            if not self.sum_t[node] & QUEUED:
+                self.sum_t[node] |= QUEUED
+                nodes[m] = node
+                m += 1
+        while m:
+            for i in range(m):
+                combine(self.sum_v, self.sum_t, self.min_v, self.min_t, nodes[i])
+            k = 0
+            for i in range(m):
+                node = nodes[i] // 2
+                if node >= 1 and not self.sum_t[node] & QUEUED:
+                    self.sum_t[node] |= QUEUED
+                    nodes[k] = node
+                    k += 1
+            m = k
+        PyMem_Free(nodes)
         return 0
 
     cdef int _reserve_queue(self) except -1:

@@ -1804,7 +1804,9 @@ cdef class Store:
                 raise ValueError("the priorities sum to zero")
             p_min = trees.minimum().v / total
         cdef int64_t tries = 0, limit = draw_limit(batch_size)
-        cdef Py_ssize_t start, j
+        cdef Py_ssize_t start, j, g, k
+        cdef double sums[16]
+        cdef int64_t found[16]
         cdef Pick* p
         picks._reserve(batch_size)
         # In rounds: the draws still missing, then where each lands, then
@@ -1824,11 +1826,18 @@ cdef class Store:
                     else:
                         p.ts = draws.integers(0, self.live_steps)
                     p.n = draws.integers(lo, hi) if random_n else n
+            if prioritized:
+                for i in range(start, batch_size, 16):
+                    g = min(16, batch_size - i)
+                    for k in range(g):
+                        sums[k] = picks.items[i + k].weight * total
+                    trees.find_group(sums, found, g)
+                    for k in range(g):
+                        picks.items[i + k].leaf = found[k]
             for i in range(start, batch_size):
                 p = &picks.items[i]
                 p.slot = 0
                 if prioritized:
-                    p.leaf = trees.find_plain(p.weight * total)
                     key = trees.key_of(p.leaf)
                     if key < 0:
                         p.slot = -1
