@@ -934,3 +934,120 @@ def test_prioritized_sample_batch_lands_where_its_prefix_sums_fall(seed, lengths
     weights = (p * N) ** -0.5 / (values.min() / total * N) ** -0.5
     np.testing.assert_allclose(batch["weights"], weights, rtol=1e-5)
     assert len(first["obs"]) == 8
+
+
+# -- the multi-agent buffers' sample_batch() ------------------------------------------------
+
+
+def test_multi_agent_sample_batch_returns_the_stored_steps():
+    """The repro of issue 28 (item 6.1): sample_batch() of a multi-agent
+    buffer returned zeros of dtype int8; now a batch per module of the
+    agent's real transitions."""
+    for cls in (MultiAgentEpisodeReplayBuffer, MultiAgentPrioritizedEpisodeReplayBuffer):
+        m = MultiAgentEpisode()
+        m.add_env_reset(observations={"a": np.ones(2, np.float32)})
+        for t in range(4):
+            m.add_env_step({"a": np.full(2, t + 2, np.float32)}, {"a": t}, {"a": 5.0 + t})
+        buffer = cls(capacity=100)
+        buffer.add(m)
+        buffer.rng = np.random.default_rng(0)
+        batches = buffer.sample_batch(50)
+        assert list(batches) == ["default_policy"]
+        batch = batches["default_policy"]
+        assert batch["obs"].dtype == batch["new_obs"].dtype == np.float32
+        assert batch["obs"].shape == batch["new_obs"].shape == (50, 2)
+        assert batch["actions"].dtype == np.int64 and batch["rewards"].dtype == np.float64
+        # Observation ones, then 2, 3, 4, 5: transition t is (obs t, action t,
+        # reward 5 + t, obs t + 1).
+        t = batch["actions"]
+        assert set(t.tolist()) <= {0, 1, 2, 3} and len(set(t.tolist())) > 1
+        np.testing.assert_array_equal(batch["obs"][:, 0], np.where(t == 0, 1.0, t + 1.0))
+        np.testing.assert_array_equal(batch["new_obs"][:, 0], t + 2.0)
+        np.testing.assert_array_equal(batch["rewards"], 5.0 + t)
+        np.testing.assert_array_equal(batch["terminateds"], np.zeros(50, bool))
+
+
+def _two_module_episodes(seed: int, n: int):
+    """`n` finished multi-agent episodes: agent "a" (module "ma") steps at
+    every env step, "b" (module "mb") at every other one."""
+    rng = np.random.default_rng(seed)
+    episodes = []
+    for i in range(n):
+        m = MultiAgentEpisode(id_=f"two{i}", agent_to_module_mapping_fn=lambda a, e: "m" + a)
+        m.add_env_reset(observations={"a": rng.normal(size=3).astype(np.float32),
+                                      "b": rng.normal(size=3).astype(np.float32)})
+        length = int(rng.integers(3, 12))
+        for t in range(length):
+            agents = ["a", "b"] if t % 2 else ["a"]
+            last = t == length - 1
+            m.add_env_step({a: rng.normal(size=3).astype(np.float32) for a in agents},
+                           {a: int(rng.integers(4)) for a in agents},
+                           {a: float(rng.normal()) for a in agents},
+                           terminateds={"__all__": last}, truncateds={"__all__": False},
+                           extra_model_outputs={a: {"q": float(rng.normal())} for a in agents})
+        episodes.append(m)
+    return episodes
+
+
+@pytest.mark.parametrize("prioritized", [False, True], ids=["uniform", "prioritized"])
+@pytest.mark.parametrize("kwargs", [dict(n_step=1), dict(n_step=(1, 4), gamma=0.9),
+                                    dict(batch_length_T=3, lookback=1,
+                                         include_extra_model_outputs=True)],
+                         ids=["1-step", "n-step-range", "sequences"])
+def test_multi_agent_sample_batch_draws_each_module_as_a_single_agent_buffer(prioritized,
+                                                                             kwargs):
+    """A module's batch is the batch the single-agent buffer holding the
+    module's agent episodes draws (same rng, modules in turn): every key
+    but `indices` (each store's own) equal."""
+    cls = MultiAgentPrioritizedEpisodeReplayBuffer if prioritized \
+        else MultiAgentEpisodeReplayBuffer
+    single_cls = PrioritizedEpisodeReplayBuffer if prioritized else EpisodeReplayBuffer
+    episodes = _two_module_episodes(7, 6)
+    buffer = cls(capacity=1000)
+    singles = {"ma": single_cls(capacity=1000), "mb": single_cls(capacity=1000)}
+    for m in episodes:
+        buffer.add(m)
+        for agent_id, agent_episode in m.agent_episodes.items():
+            singles["m" + agent_id].add(SingleAgentEpisode.from_state(agent_episode.get_state()))
+    if prioritized:
+        kwargs = dict(kwargs, beta=0.4)
+    buffer.rng = np.random.default_rng(3)
+    shared = np.random.default_rng(3)
+    for single in singles.values():
+        single.rng = shared
+    for round_ in range(3):
+        got = buffer.sample_batch(9, modules_to_sample=["ma", "mb"], **kwargs)
+        assert list(got) == ["ma", "mb"]
+        for module_id, single in singles.items():
+            expected = single.sample_batch(9, **kwargs)
+            assert set(got[module_id]) == set(expected)
+            for name, value in expected.items():
+                if name != "indices":
+                    np.testing.assert_array_equal(got[module_id][name], value, err_msg=name)
+            if prioritized:
+                priorities = np.arange(1.0, 10.0) * (round_ + 1)
+                buffer.update_priorities(priorities, module_id)
+                single.update_priorities(priorities)
+                compare(buffer._modules[module_id].priorities.sum_values(),
+                        single._sum_segment.get_state(), f"{module_id} sum tree")
+
+
+def test_multi_agent_sample_batch_refuses_modules_without_steps():
+    buffer = MultiAgentPrioritizedEpisodeReplayBuffer(capacity=100)
+    with pytest.raises(ValueError, match="no timesteps"):
+        buffer.sample_batch(4)
+    buffer.add(_two_module_episodes(0, 1))
+    buffer.rng = np.random.default_rng(0)
+    state = buffer.rng.bit_generator.state
+    with pytest.raises(ValueError, match="'mc' has no stored timesteps"):
+        buffer.sample_batch(4, modules_to_sample=["ma", "mc"])
+    with pytest.raises(ValueError, match="beta must be >= 0"):
+        buffer.sample_batch(4, beta=-1.0)
+    with pytest.raises(ValueError, match="beta weights a prioritized draw"):
+        MultiAgentEpisodeReplayBuffer(capacity=100).sample_batch(4, beta=0.4)
+    assert buffer.rng.bit_generator.state == state
+    batch = buffer.sample_batch(4, modules_to_sample=["mb"])["mb"]
+    with pytest.raises(ValueError, match="names no step"):
+        buffer.update_priorities(np.ones(4), "ma", indices=batch["indices"])
+    buffer.update_priorities(np.full(4, 3.0), "mb", indices=batch["indices"])
+    assert buffer._module_to_max_priority["mb"] == 3.0

@@ -59,6 +59,37 @@ def _int(value, name: str) -> int:
     return int(value)
 
 
+class _NativeArgs(collections.namedtuple(
+        "_NativeArgs", "batch_size n_step gamma beta T lookback min_T extras")):
+    """sample_batch()'s arguments, checked once (before any draw)."""
+
+
+def _native_args(prioritized: bool, batch_size, n_step, gamma, beta, batch_length_T, lookback,
+                 min_batch_length_T, extras) -> _NativeArgs:
+    """sample_batch()'s arguments checked and normalized; ValueError or
+    TypeError for one it cannot use."""
+    if beta is not None and not prioritized:
+        raise ValueError("beta weights a prioritized draw; this buffer draws uniformly")
+    beta = 0.0 if beta is None else beta
+    if not beta >= 0.0:
+        raise ValueError(f"beta must be >= 0, not {beta}")
+    _check_gamma(gamma)
+    if not 0.0 <= gamma <= 1.0:
+        raise ValueError(f"gamma must lie in [0, 1], not {gamma}")
+    batch_size = _int(batch_size, "batch_size")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, not {batch_size}")
+    T = _int(batch_length_T or 0, "batch_length_T")
+    lookback = _int(lookback, "lookback")
+    min_T = _int(min_batch_length_T, "min_batch_length_T")
+    if T < 0 or lookback < 0 or min_T < 0:
+        raise ValueError("batch_length_T, lookback and min_batch_length_T must be >= 0")
+    if T and n_step != 1:
+        raise ValueError("sequences are of single steps: n_step must be 1")
+    return _NativeArgs(batch_size, _checked_n_step(n_step), float(gamma), float(beta), T,
+                       lookback, min_T, bool(extras))
+
+
 def _check_capacity(capacity, prioritized: bool = False) -> None:
     if isinstance(capacity, (bool, np.bool_)) or not isinstance(capacity, (int, np.integer)):
         raise TypeError(f"capacity must be an int, not {type(capacity).__name__}")

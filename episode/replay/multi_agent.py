@@ -12,7 +12,7 @@ import numpy as np
 from episode._replay import Store, episode_fields, step_order
 from episode.single_agent_episode import SingleAgentEpisode
 from episode.replay.draws import (_batch_size, _check_gamma, _checked_n_step, _discounted,
-                                  _int, _transitions)
+                                  _int, _native_args, _transitions)
 from episode.replay.metrics import _MultiCounts, _SampleCounts
 from episode.replay.stored import (_as_ours_multi, _env_steps_chunk, _episode_indices,
                                    _force_list)
@@ -258,6 +258,61 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
             gamma=gamma, include_infos=include_infos,
             include_extra_model_outputs=include_extra_model_outputs,
             modules_to_sample=modules_to_sample)
+
+    def sample_batch(self, batch_size: int, *, n_step: Union[int, Tuple[int, int]] = 1,
+                     gamma: float = 0.99, beta: Optional[float] = None,
+                     batch_length_T: Optional[int] = None, lookback: int = 0,
+                     min_batch_length_T: int = 0, include_extra_model_outputs: bool = False,
+                     modules_to_sample: Optional[List[Any]] = None
+                     ) -> Dict[Any, Dict[str, Any]]:
+        """Per module, a training batch of `batch_size` items from its
+        agents' steps, as a dict of arrays without episode objects: each
+        module's batch is drawn from that module's steps alone, as the
+        single-agent buffers' sample_batch() draws (the same arguments, keys
+        and shapes; by priority on the prioritized buffer, whose
+        update_priorities(priorities, module_id) then sets the drawn steps'
+        priorities). `modules_to_sample`: the modules to draw for (default:
+        every module with stored steps), in that order.
+
+        Example::
+
+            batches = buffer.sample_batch(32, n_step=3, gamma=0.99)
+            for module_id, batch in batches.items():
+                obs, actions = batch["obs"], batch["actions"]      # (32, ...) arrays
+                targets = batch["rewards"] + (0.99 ** batch["n_step"]) * (
+                    1 - batch["terminateds"]) * next_values(module_id, batch["new_obs"])
+
+        ValueError where there is nothing to draw from (no stored steps, or
+        a module in `modules_to_sample` without any), before any draw."""
+        args = _native_args(self._prioritized(), batch_size, n_step, gamma, beta,
+                            batch_length_T, lookback, min_batch_length_T,
+                            include_extra_model_outputs)
+        if modules_to_sample is None:
+            modules = [m for m, store in self._modules.items() if store.live_steps]
+            if not modules:
+                raise ValueError("the buffer holds no timesteps to sample")
+        else:
+            modules = list(modules_to_sample)
+            for module_id in modules:
+                store = self._modules.get(module_id)
+                if store is None or not store.live_steps:
+                    raise ValueError(f"module {module_id!r} has no stored timesteps to sample "
+                                     f"(modules with some: "
+                                     f"{[m for m, s in self._modules.items() if s.live_steps]})")
+        batches = {}
+        for module_id in modules:
+            store = self._modules[module_id]
+            batches[module_id] = self._native_batch(store, args)
+            self._drawn_natively(module_id, store, batches[module_id]["indices"])
+            if store.storage is not None:
+                store.release_pages()
+        return batches
+
+    def _prioritized(self) -> bool:
+        return False
+
+    def _drawn_natively(self, module_id, store: Store, indices) -> None:
+        """What a prioritized buffer keeps of a module's sample_batch()."""
 
     def _draw_module(self, module_id, store, draws, batch_size_B, n_step, beta):
         return store.draw_transitions(draws, batch_size_B, n_step), None

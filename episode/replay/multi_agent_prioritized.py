@@ -10,10 +10,13 @@ import numpy as np
 from episode._replay import Store, step_order
 from episode.replay.draws import _batch_size, _check_gamma
 from episode.replay.multi_agent import MultiAgentEpisodeReplayBuffer
-from episode.replay.prioritized import (PrioritizedEpisodeReplayBuffer, _max_priority,
-                                        _sampled_leaves, _set_priorities, _tree_size,
-                                        _tree_state, _tree_values)
+from episode.replay.prioritized import (PrioritizedEpisodeReplayBuffer, _indices_array,
+                                        _max_priority, _sampled_leaves, _set_priorities,
+                                        _tree_size, _tree_state, _tree_values)
 from episode.replay.stored import _as_ours_multi, _force_list
+
+# The step part of a sample_batch() index (below the store's tag, bits 56-62).
+_STEP_KEY_MASK = (1 << 56) - 1
 
 
 class MultiAgentPrioritizedEpisodeReplayBuffer(MultiAgentEpisodeReplayBuffer,
@@ -106,12 +109,35 @@ class MultiAgentPrioritizedEpisodeReplayBuffer(MultiAgentEpisodeReplayBuffer,
             store.priorities.keys_of(picks.leaves))
         return picks, picks.weights
 
-    def update_priorities(self, priorities, module_id) -> None:
+    def _prioritized(self) -> bool:
+        return True
+
+    def _drawn_natively(self, module_id, store: Store, indices) -> None:
+        # As a sample() of the module does: its draws' leaves and keys wait
+        # for update_priorities() (the keys without the store's tag).
+        self._module_to_last_sampled_indices[module_id].extend(store.leaves_of(indices))
+        self._module_to_last_sampled_keys[module_id].extend(
+            (np.asarray(indices) & _STEP_KEY_MASK).tolist())
+
+    def update_priorities(self, priorities, module_id, *, indices=None) -> None:
         """Sets the priorities of `module_id`'s timesteps drawn since the
-        last update (in their order): max(p, 1e-12) ** alpha; a timestep
-        evicted since it was drawn is skipped. Checked first (AssertionError
-        for a wrong count, ValueError for a negative, NaN or infinite
-        priority)."""
+        last update (in their order, by sample() or sample_batch()):
+        max(p, 1e-12) ** alpha; or, with `indices` (the `indices` of the
+        module's batch of a sample_batch()), of those timesteps. A timestep
+        evicted since it was drawn is skipped. `priorities`: B numbers in
+        any array-like (a list, a (B,) or (B, 1) array, a torch tensor).
+        Checked first: AssertionError for a wrong count, ValueError for a
+        negative, NaN or infinite priority or indices this module's store
+        never handed out."""
+        if indices is not None:
+            store = self._modules.get(module_id)
+            if store is None:
+                raise ValueError(f"no module {module_id!r} in this buffer (modules: "
+                                 f"{list(self._modules)})")
+            self._module_to_max_priority[module_id] = _set_priorities(
+                store, _indices_array(indices), priorities, self._alpha,
+                self._module_to_max_priority[module_id], True)
+            return
         keys = self._module_to_last_sampled_keys[module_id]
         self._module_to_max_priority[module_id] = _set_priorities(
             self._module_store(module_id), keys, priorities, self._alpha,

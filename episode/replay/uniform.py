@@ -11,7 +11,8 @@ from episode._replay import Draws, Store, episode_fields, live_slots, step_order
 from episode.lookback_buffer import InfiniteLookbackBuffer
 from episode.single_agent_episode import SingleAgentEpisode
 from episode.replay.draws import (_batch_size, _check_capacity, _check_gamma,
-                                  _checked_n_step, _int, _track, _transitions)
+                                  _checked_n_step, _int, _native_args, _NativeArgs, _track,
+                                  _transitions)
 from episode.replay.metrics import _AddCounts, _log_pair, _metrics_logger, _Unlogged
 from episode.replay.stored import (DEFAULT_AGENT_ID, DEFAULT_MODULE_ID, _as_ours,
                                    _episode_indices, _force_list, _stored_episode)
@@ -341,39 +342,12 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
 
         `include_extra_model_outputs` adds each extra model output (at the
         drawn step, or per row)."""
-        prioritized = self._store.priorities is not None
-        if beta is not None and not prioritized:
-            raise ValueError("beta weights a prioritized draw; this buffer draws uniformly")
-        beta = 0.0 if beta is None else beta
-        if not beta >= 0.0:
-            raise ValueError(f"beta must be >= 0, not {beta}")
-        _check_gamma(gamma)
-        if not 0.0 <= gamma <= 1.0:
-            raise ValueError(f"gamma must lie in [0, 1], not {gamma}")
-        batch_size = _int(batch_size, "batch_size")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, not {batch_size}")
-        T = _int(batch_length_T or 0, "batch_length_T")
-        lookback = _int(lookback, "lookback")
-        min_T = _int(min_batch_length_T, "min_batch_length_T")
-        if T < 0 or lookback < 0 or min_T < 0:
-            raise ValueError("batch_length_T, lookback and min_batch_length_T must be >= 0")
-        if T and n_step != 1:
-            raise ValueError("sequences are of single steps: n_step must be 1")
-        n_step = _checked_n_step(n_step)
         store = self._store
-        picks = store.draw_native(self._draws(), batch_size, n_step, prioritized, float(beta),
-                                  T, min_T)
-        if T:
-            steps, weights, indices, _, _ = store.native_fields(picks)
-            batch = self._sequence_batch(picks, store.layout, lookback, T,
-                                         include_extra_model_outputs)
-            batch["lengths"] = steps
-            batch["weights"] = weights
-            batch["indices"] = indices
-        else:
-            batch = store.native_transitions(picks, float(gamma), include_extra_model_outputs)
-        if prioritized:
+        args = _native_args(store.priorities is not None, batch_size, n_step, gamma, beta,
+                            batch_length_T, lookback, min_batch_length_T,
+                            include_extra_model_outputs)
+        batch = self._native_batch(store, args)
+        if store.priorities is not None:
             # (The leaves of these steps are found if RLlib's list is read.)
             self._last_leaves = None
             self._last_keys = batch["indices"].copy()    # (the caller's may change)
@@ -381,8 +355,21 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
         self._after_reads(batch_size)
         return batch
 
-    def _sequence_batch(self, picks, layout, lookback, T, extras) -> Dict[str, Any]:
-        store = self._store
+    def _native_batch(self, store: Store, args: _NativeArgs) -> Dict[str, Any]:
+        # sample_batch() from one store, its arguments checked.
+        picks = store.draw_native(self._draws(), args.batch_size, args.n_step,
+                                  store.priorities is not None, args.beta, args.T, args.min_T)
+        if not args.T:
+            return store.native_transitions(picks, args.gamma, args.extras)
+        steps, weights, indices, _, _ = store.native_fields(picks)
+        batch = self._sequence_batch(store, picks, args.lookback, args.T, args.extras)
+        batch["lengths"] = steps
+        batch["weights"] = weights
+        batch["indices"] = indices
+        return batch
+
+    def _sequence_batch(self, store: Store, picks, lookback, T, extras) -> Dict[str, Any]:
+        layout = store.layout
         masks = []
 
         def rows(leaf, next_rows=False):
