@@ -584,3 +584,26 @@ def test_random_scenario_as_rllib(kind, seed):
     multi, prioritized = kind.startswith("multi"), kind.endswith("prioritized")
     steps = (_scenario_multi if multi else _scenario_single)(seed, prioritized)
     assert steps > 0
+
+
+def test_a_prioritized_checkpoint_into_a_uniform_buffer_as_rllib():
+    """RLlib's EpisodeReplayBuffer loads a PrioritizedEpisodeReplayBuffer's
+    checkpoint (after evictions) and samples from it; ours the same, with
+    the same draws. (Its `_indices` keep the tree leaves it was given; ours
+    are the uniform buffer's (episode, timestep) pairs: pinned.)"""
+    from replay_tools import numbered_episode
+
+    sources = TheirPERB(capacity=12), replay.PrioritizedEpisodeReplayBuffer(capacity=12)
+    for i in range(6):
+        sources[0].add(numbered_episode(i, 4, cls=TheirEpisode))
+        sources[1].add(numbered_episode(i, 4))
+    theirs, ours = TheirERB(capacity=12), replay.EpisodeReplayBuffer(capacity=12)
+    theirs.set_state(sources[0].get_state())
+    ours.set_state(sources[1].get_state())
+    assert ours._indices == [tuple(i[:2]) for i in theirs._indices]
+    theirs.rng, ours.rng = np.random.default_rng(0), np.random.default_rng(0)
+    got = _both(lambda b: b.sample(6, sample_episodes=True, n_step=1), theirs, ours)
+    for a, b in _pairs(got):
+        compare(episode_view(b), episode_view(a), "transition")
+    got = _both(lambda b: b.sample(3, batch_length_T=2), theirs, ours)
+    compare(got[1], got[0], "B x T batch")

@@ -35,6 +35,12 @@ __all__ = [
     "PrioritizedEpisodeReplayBuffer",
 ]
 
+from episode.replay import uniform as _uniform
+
+_uniform._BUFFER_KINDS[:] = [EpisodeReplayBuffer, PrioritizedEpisodeReplayBuffer,
+                             MultiAgentEpisodeReplayBuffer,
+                             MultiAgentPrioritizedEpisodeReplayBuffer]
+
 # The buffers pickle by reference to their class: under the package's name,
 # so that a pickle does not depend on which module of the package defines it.
 for _cls in (EpisodeReplayBuffer, PrioritizedEpisodeReplayBuffer, MultiAgentEpisodeReplayBuffer,

@@ -5,6 +5,9 @@ back from those arrays (`replayed_columns`)."""
 from __future__ import annotations
 
 import collections
+import difflib
+import inspect
+import warnings
 from typing import Any, Dict, List, Optional
 
 import numpy as np
@@ -57,6 +60,30 @@ def _int(value, name: str) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int, not {type(value).__name__}")
     return int(value)
+
+
+def _warn_misspelt(buffer, init, kwargs: Dict[str, Any]) -> None:
+    """The keyword arguments a buffer's constructor takes and ignores (as
+    RLlib's do, for the other keys of a replay_buffer_config): a warning
+    for each that is a close match of one of its own, likely misspelt
+    (`alhpa=0.6`, `capcity=10`), which would otherwise pass unnoticed."""
+    if not kwargs:
+        return
+    own = [name for name, p in inspect.signature(init).parameters.items()
+           if p.kind is not p.VAR_KEYWORD]
+    for key in kwargs:
+        close = difflib.get_close_matches(str(key), own, n=1, cutoff=0.8)
+        if close:
+            warnings.warn(f"{type(buffer).__name__}() ignores the unknown keyword argument "
+                          f"{key!r}; did you mean {close[0]!r}?", UserWarning, stacklevel=3)
+
+
+def _check_not_empty(store: Store, error=ValueError) -> None:
+    """A draw from a buffer with no timesteps: `error` (the class RLlib's
+    buffer raises there) saying so, before anything is drawn."""
+    if store.live_steps <= 0:
+        raise error("sample(): the buffer holds no timesteps yet; add() episodes before "
+                    "sampling")
 
 
 class _NativeArgs(collections.namedtuple(

@@ -12,11 +12,12 @@ import numpy as np
 from episode._replay import Store, episode_fields, step_order
 from episode.single_agent_episode import SingleAgentEpisode
 from episode.replay.draws import (_batch_size, _check_gamma, _checked_n_step, _discounted,
-                                  _int, _native_args, _transitions)
+                                  _check_not_empty, _int, _native_args, _transitions,
+                                  _warn_misspelt)
 from episode.replay.metrics import _MultiCounts, _SampleCounts
 from episode.replay.stored import (_as_ours_multi, _env_steps_chunk, _episode_indices,
                                    _force_list)
-from episode.replay.uniform import EpisodeReplayBuffer
+from episode.replay.uniform import EpisodeReplayBuffer, _entries
 
 
 class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
@@ -27,13 +28,19 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
     their own: `sample()` draws each module's n-step transitions there
     ("independent" replay), or whole env steps ("synchronized")."""
 
+    _STATE_KEYS = EpisodeReplayBuffer._STATE_KEYS + (
+        "_module_to_indices", "_num_agent_timesteps", "_num_agent_timesteps_added",
+        "_num_module_timesteps", "_num_module_timesteps_added", "_num_module_episodes",
+        "_num_module_episodes_evicted", "sampled_timesteps_per_module")
+
     def __init__(self, capacity: int = 10000, *, batch_size_B: int = 16,
                  batch_length_T: int = 1, metrics_num_episodes_for_smoothing: int = 100,
-                 storage=None, **kwargs):
+                 storage=None, seed=None, **kwargs):
+        _warn_misspelt(self, MultiAgentEpisodeReplayBuffer.__init__, kwargs)
         super().__init__(capacity=capacity, batch_size_B=batch_size_B,
                          batch_length_T=batch_length_T,
                          metrics_num_episodes_for_smoothing=metrics_num_episodes_for_smoothing,
-                         storage=storage)
+                         storage=storage, seed=seed)
         self._storage = storage
         self._multi_episodes: collections.deque = collections.deque()
         self._modules: Dict[Any, Store] = {}
@@ -327,7 +334,8 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
         if not modules:
             # RLlib's: its metrics divide by the zero steps sampled (after
             # counting the draw); ours before anything changes.
-            raise ZeroDivisionError("the buffer holds no timesteps to sample")
+            raise ZeroDivisionError("sample(): the buffer holds no timesteps yet; add() "
+                                    "episodes before sampling")
         agent_id = None
         for module_id in modules:
             store = self._module_store(module_id)
@@ -404,6 +412,7 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
         n = None if random_n else (n_step or 1)
         if random_n:
             n_step = _checked_n_step(n_step)
+        _check_not_empty(self._store)
         draws = self._draws()
         stored = {e.id_: e for e in self._multi_episodes}
         columns = ("obs", "new_obs", "actions", "rewards", "terminateds", "truncateds",
@@ -508,6 +517,7 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
         first: a bad one raises and leaves the buffer unchanged."""
         from episode.multi_agent_episode import MultiAgentEpisode
 
+        self._check_state(state)
         episodes = [MultiAgentEpisode.from_state(s) for s in state["episodes"]]
         evicted = _int(state["_num_episodes_evicted"], "_num_episodes_evicted")
         for key in ("_num_timesteps", "_num_timesteps_added", "sampled_timesteps",
@@ -520,12 +530,13 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
                              "indexed from _num_episodes_evicted on")
         store = self._new_store(self.capacity, self._storage)
         store.restore([_env_steps_chunk(e) for e in episodes],
-                      [tuple(i) for i in state["_indices"]], evicted,
+                      _entries(state["_indices"], 2, not self._prioritized()), evicted,
                       self._global_weights(state))
         modules = {}
         for module_id, entries in dict(state["_module_to_indices"]).items():
-            modules[module_id] = self._restored_module(module_id, episodes, evicted,
-                                                       list(entries), state)
+            modules[module_id] = self._restored_module(
+                module_id, episodes, evicted,
+                _entries(entries, 3, not self._prioritized()), state)
         counters = {key: collections.defaultdict(int, dict(state[key])) for key in (
             "_num_module_timesteps", "_num_module_timesteps_added", "_num_module_episodes",
             "_num_module_episodes_evicted", "sampled_timesteps_per_module")}

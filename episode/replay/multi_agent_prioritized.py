@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import numpy as np
 
 from episode._replay import Store, step_order
-from episode.replay.draws import _batch_size, _check_gamma
+from episode.replay.draws import _batch_size, _check_gamma, _warn_misspelt
 from episode.replay.multi_agent import MultiAgentEpisodeReplayBuffer
 from episode.replay.prioritized import (PrioritizedEpisodeReplayBuffer, _indices_array,
                                         _max_priority, _sampled_leaves, _set_priorities,
@@ -27,16 +27,24 @@ class MultiAgentPrioritizedEpisodeReplayBuffer(MultiAgentEpisodeReplayBuffer,
     priority, `update_priorities(priorities, module_id)` sets the last
     draw's priorities of that module."""
 
+    _STATE_KEYS = PrioritizedEpisodeReplayBuffer._STATE_KEYS + \
+        MultiAgentEpisodeReplayBuffer._STATE_KEYS[7:] + (
+            "_module_to_max_priority", "_module_to_sum_segment", "_module_to_min_segment",
+            "_module_to_free_nodes", "_module_to_max_idx", "_module_to_tree_idx_to_sample_idx",
+            "_module_to_last_sampled_indices")
+
     def __init__(self, capacity: int = 10000, *, batch_size_B: int = 16,
                  batch_length_T: int = 1, alpha: float = 1.0,
-                 metrics_num_episodes_for_smoothing: int = 100, storage=None, **kwargs):
+                 metrics_num_episodes_for_smoothing: int = 100, storage=None, seed=None,
+                 **kwargs):
+        _warn_misspelt(self, MultiAgentPrioritizedEpisodeReplayBuffer.__init__, kwargs)
         if not alpha >= 0:
             raise AssertionError(f"alpha must be >= 0, not {alpha}")
         # (Through the prioritized buffer's __init__, which sets the rest.)
         MultiAgentEpisodeReplayBuffer.__init__(
             self, capacity=capacity, batch_size_B=batch_size_B, batch_length_T=batch_length_T,
             metrics_num_episodes_for_smoothing=metrics_num_episodes_for_smoothing,
-            storage=storage)
+            storage=storage, seed=seed)
         self._alpha = alpha
         self._module_to_max_priority = collections.defaultdict(lambda: 1.0)
         self._module_to_last_sampled_indices = collections.defaultdict(list)

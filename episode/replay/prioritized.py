@@ -12,7 +12,8 @@ import numpy as np
 from episode._replay import Store, episode_fields, step_order
 from episode.single_agent_episode import SingleAgentEpisode
 from episode.replay.draws import (_batch_size, _check_capacity, _check_gamma,
-                                  _checked_n_step, _transitions)
+                                  _check_not_empty, _checked_n_step, _transitions,
+                                  _warn_misspelt)
 from episode.replay.metrics import _AddCounts
 from episode.replay.stored import _as_ours, _episode_indices, _force_list
 from episode.replay.uniform import EpisodeReplayBuffer
@@ -25,9 +26,15 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
     transitions by priority with importance weights (`beta`), and
     `update_priorities()` sets the last draw's priorities."""
 
+    _STATE_KEYS = EpisodeReplayBuffer._STATE_KEYS + (
+        "_sum_segment", "_min_segment", "_free_nodes", "_max_priority", "_max_idx",
+        "_tree_idx_to_sample_idx", "_last_sampled_indices")
+
     def __init__(self, capacity: int = 10000, *, batch_size_B: int = 16,
                  batch_length_T: int = 1, alpha: float = 1.0,
-                 metrics_num_episodes_for_smoothing: int = 100, storage=None, **kwargs):
+                 metrics_num_episodes_for_smoothing: int = 100, storage=None, seed=None,
+                 **kwargs):
+        _warn_misspelt(self, PrioritizedEpisodeReplayBuffer.__init__, kwargs)
         if not alpha >= 0:
             raise AssertionError(f"alpha must be >= 0, not {alpha}")
         self._alpha = alpha
@@ -43,7 +50,7 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
         super().__init__(capacity=capacity, batch_size_B=batch_size_B,
                          batch_length_T=batch_length_T,
                          metrics_num_episodes_for_smoothing=metrics_num_episodes_for_smoothing,
-                         storage=storage)
+                         storage=storage, seed=seed)
 
     def _new_store(self, capacity, storage) -> Store:
         _check_capacity(capacity, prioritized=True)
@@ -153,6 +160,7 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
         batch_size_B = _batch_size(num_items, batch_size_B) or self.batch_size_B
         n_step = _checked_n_step(n_step or 1)
         store = self._store
+        _check_not_empty(store, ZeroDivisionError)     # (RLlib's: its p_min / 0.0)
         picks = store.draw_prioritized(self._draws(), batch_size_B, n_step, beta)
         self._last_leaves = picks.leaves
         self._last_keys = store.priorities.keys_of(picks.leaves)
@@ -214,6 +222,7 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
         }
 
     def set_state(self, state) -> None:
+        self._check_state(state)
         store = self._restored_store(state, weights=(
             state["_sum_segment"], state["_min_segment"], state["_free_nodes"],
             state["_max_idx"]))
