@@ -607,3 +607,41 @@ def test_a_prioritized_checkpoint_into_a_uniform_buffer_as_rllib():
         compare(episode_view(b), episode_view(a), "transition")
     got = _both(lambda b: b.sample(3, batch_length_T=2), theirs, ours)
     compare(got[1], got[0], "B x T batch")
+
+
+def _left_early(cls, cut_at: int):
+    """Agents a and b; b is done at env step 2, a goes on to step 7; cut
+    after env step `cut_at` (> 2): (first chunk, continuation)."""
+    episode = cls(id_="early")
+    episode.add_env_reset(observations={"a": 0.0, "b": 0.0})
+    first = None
+    for t in range(1, 8):
+        agents = ["a", "b"] if t <= 2 else ["a"]
+        episode.add_env_step({a: float(t) for a in agents}, {a: t for a in agents},
+                             {a: 10.0 + t for a in agents},
+                             terminateds={"b": t == 2, "__all__": False})
+        if t == cut_at:
+            first, episode = episode, episode.cut(len_lookback_buffer=1)
+    return first, episode
+
+
+@pytest.mark.parametrize("cut_at", [3, 5])
+def test_synchronized_draws_after_an_agent_left_in_an_earlier_chunk(cut_at):
+    """A stored episode joined from chunks where an agent was done in the
+    first: RLlib's concat leaves that agent's env_t_to_agent_t as long as the
+    first chunk, and its synchronized sample() then fails with an IndexError
+    (a pinned difference); ours leaves the agent out of the later steps:
+    each row a real transition (obs t -> t + n, action and reward of t + 1)."""
+    theirs, ours = TheirMAERB(capacity=100), replay.MultiAgentEpisodeReplayBuffer(capacity=100)
+    for buffer, cls in ((theirs, TheirMultiEpisode), (ours, MultiAgentEpisode)):
+        for chunk in _left_early(cls, cut_at):
+            buffer.add(chunk)
+        buffer.rng = np.random.default_rng(0)
+    with pytest.raises(IndexError):
+        theirs.sample(40, n_step=1, replay_mode="synchronized")
+    batch = ours.sample(40, n_step=1, replay_mode="synchronized")["default_policy"]
+    obs, new_obs = batch["obs"], batch["new_obs"]
+    assert len(obs) >= 40 and set(new_obs.tolist()) > {3.0}
+    np.testing.assert_array_equal(new_obs, obs + 1)
+    np.testing.assert_array_equal(batch["actions"], new_obs.astype(np.int64))
+    np.testing.assert_array_equal(batch["rewards"], 10.0 + new_obs)

@@ -432,12 +432,20 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
             if ts - n < 0:
                 continue
             episode = stored[episode_fields(self._store, slot)[0]]
-            observations = episode.get_observations(slice(ts - n, ts + 1), return_list=True)
-            actions = episode.get_actions(ts - n)
+            # (An agent done in an earlier chunk keeps the mapping of that
+            # chunk (RLlib's concat does not extend it), too short for the
+            # later steps, where RLlib's getters fail with an IndexError: it
+            # has no step there, so it is left out.)
+            mappings = episode.env_t_to_agent_t
+            ids = None if all(len(m) > ts for m in mappings.values()) else \
+                [a for a, m in mappings.items() if len(m) > ts]
+            observations = episode.get_observations(slice(ts - n, ts + 1), agent_ids=ids,
+                                                    return_list=True)
+            actions = episode.get_actions(ts - n, agent_ids=ids)
             agents = [a for a in observations[0] if a in actions and a in observations[-1]]
             if not agents:
                 continue
-            rewards = episode.get_rewards(slice(ts - n, ts), return_list=True)
+            rewards = episode.get_rewards(slice(ts - n, ts), agent_ids=ids, return_list=True)
             done_here = ts == episode.env_t
             for agent_id in agents:
                 module_id = episode._agent_to_module_mapping[agent_id]
