@@ -1051,3 +1051,76 @@ def test_multi_agent_sample_batch_refuses_modules_without_steps():
         buffer.update_priorities(np.ones(4), "ma", indices=batch["indices"])
     buffer.update_priorities(np.full(4, 3.0), "mb", indices=batch["indices"])
     assert buffer._module_to_max_priority["mb"] == 3.0
+
+
+# -- checkpoints of the priority trees, packed -------------------------------------------------
+
+
+@pytest.mark.parametrize("cls", [PrioritizedEpisodeReplayBuffer,
+                                 MultiAgentPrioritizedEpisodeReplayBuffer])
+def test_an_empty_prioritized_buffer_pickles_small(cls):
+    """Issue 28 (item 6.10): an empty buffer of capacity 1M pickled to 86 MB
+    (every node of both trees and every free leaf); its pickle packs them:
+    the trees keep only what is not neutral, the free leaves are runs.
+    get_state() still returns RLlib's plain lists."""
+    from episode.replay.prioritized import _packed_state
+
+    buffer = cls(capacity=1_000_000)
+    data = pickle.dumps(buffer, protocol=5)
+    assert len(data) < 10_000
+    state = buffer.get_state()
+    assert type(state["_sum_segment"]) is list and type(state["_free_nodes"]) is list
+    back = pickle.loads(pickle.dumps(_packed_state(buffer.get_state())))
+    for key in ("_sum_segment", "_min_segment", "_free_nodes"):
+        assert isinstance(back[key], list) and back[key] == state[key]
+    compare(plain_state(pickle.loads(data).get_state()), plain_state(state), "unpickled")
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), steps=st.integers(0, 60),
+       kind=st.sampled_from(["float32", "float64", "python", "ints"]))
+def test_packed_trees_unpickle_to_the_same_values_and_types(seed, steps, kind):
+    """A prioritized buffer's checkpoint after adds, evictions and updates
+    of each kind of priorities: pickled (packed) and loaded, every node value
+    keeps its value and type (RLlib's numbers), the free leaves their order,
+    and a buffer restored from it draws as the first."""
+    rng = np.random.default_rng(seed)
+    buffer = PrioritizedEpisodeReplayBuffer(capacity=40, alpha=0.6)
+    buffer.rng = np.random.default_rng(seed)
+    for i in range(steps // 5):
+        buffer.add(numbered_episode(i, int(rng.integers(1, 9))))
+        drawn = len(buffer.sample(4))
+        values = rng.uniform(0.0, 3.0, drawn)
+        buffer.update_priorities({"float32": values.astype(np.float32), "float64": values,
+                                  "python": values.tolist(),
+                                  "ints": [int(v) for v in values]}[kind])
+    from episode.replay.prioritized import _packed_state
+
+    state = buffer.get_state()
+    back = pickle.loads(pickle.dumps(_packed_state(buffer.get_state())))
+    for key in ("_sum_segment", "_min_segment", "_free_nodes"):
+        assert [(type(x), x) for x in back[key]] == [(type(x), x) for x in state[key]], key
+    restored = PrioritizedEpisodeReplayBuffer(capacity=40, alpha=0.6)
+    restored.set_state(back)
+    if buffer.get_num_timesteps():
+        buffer.rng, restored.rng = np.random.default_rng(1), np.random.default_rng(1)
+        compare([episode_view(e, with_id=False) for e in restored.sample(5)],
+                [episode_view(e, with_id=False) for e in buffer.sample(5)], "draws")
+
+
+def test_node_values_of_other_types_pickle_as_a_list():
+    """Values the packing does not know (a bool, a huge int, a string put
+    in by hand) pickle as the plain list would, unchanged."""
+    from episode.replay.prioritized import _FreeLeaves, _MinValues, _SumValues
+
+    for values in ([0.0, True, 0.0, 1.5], [0.0, 2**60, 0.0, 0.0], [0.0, "x", 0.0, 0.0],
+                   [0.0, -0.0, 0.0, 0.0], [0.0] * 3):
+        packed = _SumValues(values)
+        back = pickle.loads(pickle.dumps(packed))
+        assert type(back) is _SumValues and [(type(x), repr(x)) for x in back] == \
+            [(type(x), repr(x)) for x in values]
+    back = pickle.loads(pickle.dumps(_MinValues([float("inf")] * 8)))
+    assert back == [float("inf")] * 8
+    for leaves in ([5, 6, 7, 1, 2], [], [3, 3, 3], [True, 2], [2**70, 1]):
+        back = pickle.loads(pickle.dumps(_FreeLeaves(leaves)))
+        assert list(back) == leaves and [type(x) for x in back] == [type(x) for x in leaves]

@@ -645,3 +645,39 @@ def test_synchronized_draws_after_an_agent_left_in_an_earlier_chunk(cut_at):
     np.testing.assert_array_equal(new_obs, obs + 1)
     np.testing.assert_array_equal(batch["actions"], new_obs.astype(np.int64))
     np.testing.assert_array_equal(batch["rewards"], 10.0 + new_obs)
+
+
+@pytest.mark.parametrize("multi", [False, True], ids=["single", "multi"])
+def test_rllib_loads_our_packed_checkpoint(multi):
+    """Our prioritized checkpoint, pickled packed and loaded, is RLlib's
+    lists (and deques) again: RLlib's buffer takes it and draws what ours
+    does from it."""
+    from replay_tools import numbered_episode
+
+    if multi:
+        ours, theirs = replay.MultiAgentPrioritizedEpisodeReplayBuffer(capacity=30), \
+            TheirMAPERB(capacity=30)
+        for call in multi_agent_stream(3, (MultiAgentEpisode,), calls=10):
+            ours.add([c[0] for c in call])
+    else:
+        ours, theirs = replay.PrioritizedEpisodeReplayBuffer(capacity=30), TheirPERB(capacity=30)
+        for i in range(10):
+            ours.add(numbered_episode(i, 5))
+    ours.rng = np.random.default_rng(0)
+    drawn = ours.sample(6, n_step=1)
+    if multi:
+        for module_id, leaves in list(ours._module_to_last_sampled_indices.items()):
+            ours.update_priorities(np.linspace(0.5, 3.0, len(leaves)).astype(np.float32),
+                                   module_id)
+    else:
+        ours.update_priorities(np.linspace(0.5, 3.0, len(drawn)).astype(np.float32))
+    from episode.replay.prioritized import _packed_state
+
+    state = _pickled(_packed_state(ours.get_state()))
+    theirs.set_state(state)
+    again = type(ours)(capacity=30)
+    again.set_state(_pickled(ours.get_state()))
+    theirs.rng, again.rng = np.random.default_rng(5), np.random.default_rng(5)
+    got = _both(lambda b: b.sample(8, n_step=1, beta=0.4), theirs, again)
+    for a, b in _pairs(got):
+        compare(episode_view(b, with_id=False), episode_view(a, with_id=False), "draw")

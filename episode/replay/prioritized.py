@@ -9,6 +9,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
+from episode._priority import pack_runs, pack_values, unpack_runs, unpack_values
 from episode._replay import Store, episode_fields, step_order
 from episode.single_agent_episode import SingleAgentEpisode
 from episode.replay.draws import (_batch_size, _check_capacity, _check_gamma,
@@ -208,6 +209,9 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
     def get_state(self) -> Dict[str, Any]:
         return super().get_state() | self._priority_state()
 
+    def _pickled_state(self) -> Dict[str, Any]:
+        return _packed_state(self.get_state())
+
     def _priority_state(self) -> Dict[str, Any]:
         # The prioritized buffers' keys of the env-step trees.
         trees = self._store.priorities
@@ -240,6 +244,93 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
         self._last_leaves = last
         self._last_keys = store.priorities.keys_of(last)
         self._last_keys_public = False
+
+
+def _packed_state(state: Dict[str, Any]) -> Dict[str, Any]:
+    """A prioritized checkpoint as a buffer's pickle holds it: its trees'
+    lists (and the modules' trees) pickle packed, so that an empty buffer of
+    capacity 1M pickles to bytes, not 86 MB. (get_state() itself returns
+    RLlib's plain lists.)"""
+    state = dict(state, _sum_segment=_SumValues(state["_sum_segment"]),
+                 _min_segment=_MinValues(state["_min_segment"]),
+                 _free_nodes=_FreeLeaves(state["_free_nodes"]))
+    for key, cls in (("_module_to_sum_segment", _SumValues),
+                     ("_module_to_min_segment", _MinValues)):
+        if key in state:
+            for _, tree in state[key]:
+                tree.value = cls(tree.value)     # (objects made for this state)
+    if "_module_to_free_nodes" in state:
+        state["_module_to_free_nodes"] = [(m, _FreeQueue(q, q.maxlen))
+                                          for m, q in state["_module_to_free_nodes"]]
+    return state
+
+
+class _NodeValues(list):
+    """A segment tree's node values in a buffer's pickle: RLlib's list,
+    pickled packed (the values that are not the tree's neutral one, with
+    their types); unpickled, a list of the same values again."""
+
+    __slots__ = ()
+    NEUTRAL = 0.0
+
+    def __reduce_ex__(self, protocol):
+        packed = pack_values(self, self.NEUTRAL) if _is_power_of_2(len(self)) else None
+        if packed is None:       # (values of other types: as a list)
+            return type(self), (list(self),)
+        return _unpacked_values, (type(self), len(self), len(self)) + packed
+
+
+class _SumValues(_NodeValues):
+    """A sum tree's node values (neutral: 0.0)."""
+
+    __slots__ = ()
+
+
+class _MinValues(_NodeValues):
+    """A min tree's node values (neutral: inf)."""
+
+    __slots__ = ()
+    NEUTRAL = float("inf")
+
+
+def _unpacked_values(cls, n, n_again, positions, numbers, tags):
+    return cls(unpack_values(n, n_again, cls.NEUTRAL, positions, numbers, tags))
+
+
+def _is_power_of_2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+class _FreeLeaves(list):
+    """The free tree leaves in a checkpoint: RLlib's `_free_nodes`, which
+    pickles as runs of consecutive leaves (one run in an empty buffer)."""
+
+    __slots__ = ()
+
+    def __reduce_ex__(self, protocol):
+        packed = pack_runs(self)
+        if packed is None:
+            return type(self), (list(self),)
+        return _unpacked_leaves, (type(self), len(self), len(self)) + packed
+
+
+def _unpacked_leaves(cls, n, n_again, starts, lengths):
+    return cls(unpack_runs(n, n_again, starts, lengths))
+
+
+class _FreeQueue(collections.deque):
+    """A module's free tree leaves in a multi-agent checkpoint (RLlib's
+    deque of them), pickled as runs as _FreeLeaves is."""
+
+    def __reduce_ex__(self, protocol):
+        packed = pack_runs(self)
+        if packed is None:
+            return type(self), (list(self), self.maxlen)
+        return _unpacked_queue, (len(self), len(self)) + packed + (self.maxlen,)
+
+
+def _unpacked_queue(n, n_again, starts, lengths, maxlen):
+    return _FreeQueue(unpack_runs(n, n_again, starts, lengths), maxlen)
 
 
 class _SavedTree:

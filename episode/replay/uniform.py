@@ -542,7 +542,11 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
     def __reduce__(self):
         # A pickle is the checkpoint (get_state(); arrays travel out-of-band
         # with protocol 5), restored into a new buffer of the same settings.
-        return (_unpickled, (type(self), self._settings(), self.get_state(), self.rng))
+        return (_unpickled, (type(self), self._settings(), self._pickled_state(), self.rng))
+
+    def _pickled_state(self) -> Dict[str, Any]:
+        # The checkpoint a pickle of the buffer holds.
+        return self.get_state()
 
     def _settings(self) -> Dict[str, Any]:
         return {"capacity": self.capacity, "batch_size_B": self.batch_size_B,

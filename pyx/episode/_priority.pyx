@@ -19,14 +19,16 @@ than the trees have leaves) it fails half done; these trees double instead.
 """
 from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
-from libc.math cimport INFINITY, pow, powf
-from libc.stdint cimport int64_t
+from libc.math cimport INFINITY, pow, powf, signbit
+from libc.stdint cimport INT64_MAX, int64_t
 from libc.string cimport memcpy
 
 import numpy as np
 
 cimport numpy as cnp
 from cpython.object cimport PyObject
+
+from episode._column cimport array_bytes
 
 cdef extern from "numpy/arrayobject.h":
     object PyArray_Scalar(void* data, cnp.PyArray_Descr* descr, PyObject* base)
@@ -692,3 +694,172 @@ cdef class PriorityTrees:
         self.size, other.size = other.size, self.size
         self.max_leaf = other.max_leaf
         return 0
+
+
+# -- checkpoints: the node values and free leaves, packed -------------------------------
+#
+# A checkpoint holds RLlib's lists: every node value of both trees and every
+# free leaf, about 4 million numbers at capacity 1M even with no step stored.
+# Packed, a list keeps only the values that are not the tree's neutral one
+# (with their types) and the free leaves as runs of consecutive ones. The
+# length a list unpacks to is kept twice: one damaged copy (a flipped byte
+# in a pickle) is refused before a list of that length is made.
+
+# The longest list unpacked: two nodes per leaf of the largest trees.
+cdef Py_ssize_t MAX_NODES = 2 * MAX_LEAVES
+
+
+cdef inline bint is_neutral(object x, double neutral) noexcept:
+    # The Python float `neutral` itself (0.0 but not -0.0; inf).
+    cdef double v
+    if type(x) is not float:
+        return False
+    v = PyFloat_AS_DOUBLE(x)
+    return v == neutral and (v != 0.0 or not signbit(v))
+
+
+def pack_values(object node_values, double neutral):
+    """(positions, values, tags) of the entries of `node_values` (a list of
+    a segment tree's node values) that are not the Python float `neutral`:
+    int64 positions, their float64 values and their types (uint8 `Tag`s);
+    None where an entry is no number of RLlib's types (a Python float or
+    int, numpy float64 or float32) or an int a float64 cannot hold."""
+    if not isinstance(node_values, list):
+        raise TypeError(f"node values are a list, not {type(node_values).__name__}")
+    cdef list values = <list>node_values     # (a list subclass's items too)
+    cdef Py_ssize_t i, k = 0, n = len(values)
+    cdef object x, t
+    for i in range(n):
+        if not is_neutral(values[i], neutral):
+            k += 1
+    cdef cnp.ndarray positions = np.empty(k, np.int64)
+    cdef cnp.ndarray numbers = np.empty(k, np.float64)
+    cdef cnp.ndarray tags = np.empty(k, np.uint8)
+    cdef int64_t* pp = <int64_t*>cnp.PyArray_DATA(positions)
+    cdef double* vp = <double*>cnp.PyArray_DATA(numbers)
+    cdef unsigned char* tp = <unsigned char*>cnp.PyArray_DATA(tags)
+    cdef Num value
+    k = 0
+    for i in range(n):
+        x = values[i]
+        if is_neutral(x, neutral):
+            continue
+        t = type(x)
+        if t is bool:
+            return None
+        if t is int and not -(1 << 53) <= x <= (1 << 53):
+            return None
+        try:
+            value = to_num(x)
+        except TypeError:
+            return None
+        if k >= positions.shape[0]:
+            return None          # (the list grew while it was read)
+        pp[k] = i
+        vp[k] = value.v
+        tp[k] = <unsigned char>value.tag
+        k += 1
+    if k != positions.shape[0]:
+        return None
+    return positions, numbers, tags
+
+
+def unpack_values(Py_ssize_t n, Py_ssize_t n_again, double neutral, positions, numbers,
+                  tags):
+    """pack_values()' list of `n` entries back, each number of its type.
+    Checked first (ValueError): n == n_again, in 0 .. 2**32, positions
+    increasing within it, a known type per value and a value that type can
+    hold."""
+    cdef cnp.ndarray p = _packed_array(positions, "iu", np.int64)
+    cdef cnp.ndarray v = _packed_array(numbers, "f", np.float64)
+    cdef cnp.ndarray t = _packed_array(tags, "u", np.uint8)
+    cdef Py_ssize_t i, k
+    cdef int64_t last = -1
+    cdef const int64_t* pp
+    cdef const double* vp
+    cdef const unsigned char* tp
+    if n != n_again or not 0 <= n <= MAX_NODES:
+        raise ValueError(f"a packed tree of {n} (or {n_again}) nodes (at most {MAX_NODES})")
+    if p.ndim != 1 or v.ndim != 1 or t.ndim != 1 or not \
+            p.shape[0] == v.shape[0] == t.shape[0]:
+        raise ValueError("a packed tree's positions, values and types must be 1-d arrays of "
+                         "one length")
+    k = p.shape[0]
+    pp = <const int64_t*>array_bytes(p, k * sizeof(int64_t))
+    vp = <const double*>array_bytes(v, k * sizeof(double))
+    tp = <const unsigned char*>array_bytes(t, k)
+    for i in range(k):
+        if not last < pp[i] < n:
+            raise ValueError(f"a packed tree's position {pp[i]} is out of order or range")
+        last = pp[i]
+        if tp[i] > TAG_F32 or (tp[i] == TAG_F32 and <double><float>vp[i] != vp[i]
+                               and vp[i] == vp[i]) \
+                or (tp[i] == TAG_INT and not (-9007199254740992.0 <= vp[i]
+                                              <= 9007199254740992.0
+                                              and vp[i] == <double><int64_t>vp[i])):
+            raise ValueError(f"a packed tree's value {vp[i]} of type {tp[i]} at {pp[i]}")
+    cdef list out = [neutral] * n
+    for i in range(k):
+        out[pp[i]] = from_num(num(vp[i], tp[i]))
+    return out
+
+
+cdef cnp.ndarray _packed_array(object x, str kinds, object dtype):
+    # A packed checkpoint's array, of the kind packing makes (ValueError
+    # for another: a float array is not cut to ints), contiguous in `dtype`.
+    cdef cnp.ndarray a = np.asarray(x)
+    if a.dtype.kind not in kinds or (a.dtype.kind == "u" and a.size and a.max() > INT64_MAX):
+        raise ValueError(f"a packed checkpoint's array of {a.dtype}, not of kind {kinds!r}")
+    return np.ascontiguousarray(a, dtype=dtype)
+
+
+def pack_runs(items):
+    """Free leaves (ints) as runs of consecutive ones: (starts, lengths),
+    int64 arrays; None where an entry is no int of int64's range."""
+    cdef list starts = [], lengths = []
+    cdef object x
+    cdef int64_t value, start = 0, length = 0
+    for x in items:
+        if type(x) is not int or not -(1 << 63) <= x < (1 << 63):
+            return None
+        value = x
+        if length and value == start + length and start + length > start:
+            length += 1
+            continue
+        if length:
+            starts.append(start)
+            lengths.append(length)
+        start, length = value, 1
+    if length:
+        starts.append(start)
+        lengths.append(length)
+    return np.array(starts, np.int64), np.array(lengths, np.int64)
+
+
+def unpack_runs(Py_ssize_t n, Py_ssize_t n_again, starts, lengths):
+    """pack_runs()' list of `n` leaves back. Checked first (ValueError):
+    n == n_again, 1-d arrays of a length, lengths >= 1 adding up to n (at
+    most 2**32), no run past int64."""
+    cdef cnp.ndarray s = _packed_array(starts, "iu", np.int64)
+    cdef cnp.ndarray l = _packed_array(lengths, "iu", np.int64)
+    cdef Py_ssize_t i, k, total = 0
+    cdef const int64_t* sp
+    cdef const int64_t* lp
+    if n != n_again or not 0 <= n <= MAX_NODES:
+        raise ValueError(f"{n} (or {n_again}) packed free leaves (at most {MAX_NODES})")
+    if s.ndim != 1 or l.ndim != 1 or s.shape[0] != l.shape[0]:
+        raise ValueError("packed free leaves' starts and lengths must be 1-d arrays of one "
+                         "length")
+    k = s.shape[0]
+    sp = <const int64_t*>array_bytes(s, k * sizeof(int64_t))
+    lp = <const int64_t*>array_bytes(l, k * sizeof(int64_t))
+    for i in range(k):
+        if not 1 <= lp[i] <= n - total or sp[i] > INT64_MAX - lp[i]:
+            raise ValueError(f"a packed run of {lp[i]} free leaves from {sp[i]}")
+        total += lp[i]
+    if total != n:
+        raise ValueError(f"packed runs of {total} free leaves, not {n}")
+    cdef list out = []
+    for i in range(k):
+        out.extend(range(sp[i], sp[i] + lp[i]))
+    return out
