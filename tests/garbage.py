@@ -4673,6 +4673,179 @@ for _name in REPLAY_STATES:
         add("replay_state", f"{_name}:{_buffer}", replay_state_case(_name, _buffer))
 
 
+# Packed checkpoints of the priority trees: unpack_values()/unpack_runs()
+# read raw int64/float64/uint8 arrays and make lists of the lengths they
+# are given, so garbage there (and flipped bytes in a packed pickle) must be
+# refused before a list is made, or load as numbers that set_state() checks.
+def _packed_args(kind):
+    i64, f64, u8 = np.int64, np.float64, np.uint8
+    good = dict(n=8, n_again=8, neutral=0.0, positions=np.array([1, 4], i64),
+                numbers=np.array([2.5, 3.0], f64), tags=np.array([0, 3], u8))
+    edits = {
+        "good": {},
+        "n_mismatch": dict(n_again=9),
+        "n_negative": dict(n=-1, n_again=-1),
+        "n_huge": dict(n=2**40, n_again=2**40),
+        "n_2**62": dict(n=2**62, n_again=2**62),
+        "position_past_n": dict(positions=np.array([1, 8], i64)),
+        "position_negative": dict(positions=np.array([-1, 4], i64)),
+        "positions_unordered": dict(positions=np.array([4, 1], i64)),
+        "positions_twice": dict(positions=np.array([4, 4], i64)),
+        "lengths_differ": dict(numbers=np.array([2.5], f64)),
+        "tag_unknown": dict(tags=np.array([0, 200], u8)),
+        "int_not_integral": dict(tags=np.array([1, 1], u8)),
+        "int_huge": dict(tags=np.array([1, 1], u8), numbers=np.array([1e300, 2.0])),
+        "f32_not_float32": dict(numbers=np.array([2.5, 0.1], f64)),
+        "nan_inf": dict(numbers=np.array([np.nan, np.inf], f64)),
+        "2-d": dict(positions=np.array([[1, 4]], i64)),
+        "strings": dict(positions=np.array(["a", "b"])),
+        "objects": dict(numbers=np.array([object(), object()])),
+        "none": dict(tags=None),
+    }
+    return dict(good, **edits[kind])
+
+
+PACKED_VALUES = [
+    "good", "n_mismatch", "n_negative", "n_huge", "n_2**62", "position_past_n",
+    "position_negative", "positions_unordered", "positions_twice", "lengths_differ",
+    "tag_unknown", "int_not_integral", "int_huge", "f32_not_float32", "nan_inf", "2-d",
+    "strings", "objects", "none"]
+PACKED_RUNS = {
+    "good": (5, 5, [0, 7], [3, 2]),
+    "n_mismatch": (5, 6, [0, 7], [3, 2]),
+    "n_huge": (2**40, 2**40, [0], [2**40]),
+    "n_negative": (-5, -5, [0], [1]),
+    "lengths_short": (9, 9, [0, 7], [3, 2]),
+    "length_zero": (3, 3, [0, 7], [3, 0]),
+    "length_negative": (1, 1, [0, 7], [3, -2]),
+    "run_past_int64": (2, 2, [2**63 - 1], [2]),
+    "lengths_differ": (3, 3, [0, 7], [3]),
+    "2-d": (3, 3, [[0]], [[3]]),
+    "floats": (3, 3, [0.5], [3.0]),
+    "strings": (3, 3, ["a"], ["b"]),
+}
+
+
+def replay_packed_values_case(kind):
+    def run(impl, p):
+        _, _priority, _ = _replay_modules()
+        a = _packed_args(kind)
+        p.allow(2.5, 3.0, 2.0, 0.1, 1e300, float("nan"), float("inf"))
+        p.run("unpack_values", lambda: _priority.unpack_values(
+            a["n"], a["n_again"], a["neutral"], a["positions"], a["numbers"], a["tags"]),
+            data=False)
+
+    return run
+
+
+def replay_packed_runs_case(kind):
+    def run(impl, p):
+        _, _priority, _ = _replay_modules()
+        n, n_again, starts, lengths = PACKED_RUNS[kind]
+        p.run("unpack_runs", lambda: _priority.unpack_runs(n, n_again, np.array(starts),
+                                                          np.array(lengths)), data=False)
+
+    return run
+
+
+def replay_packed_pickle_case(buffer_name):
+    """A prioritized buffer's pickle (its checkpoint packed) with flipped
+    bytes: refused, or a buffer whose checkpoint reads; never a crash."""
+
+    def run(impl, p):
+        _allow_replay(p)
+        p.check_data = False      # (flipped bytes of numbers are numbers)
+        source = _replay_buffer(impl, buffer_name)
+        source.sample(3)
+        source.update_priorities(np.array([0.5, 2.0, 4.0], np.float32))
+        # (A buffer's pickle holds its checkpoint packed; loading it runs
+        # unpack_values()/unpack_runs() and set_state().)
+        data = pickle.dumps(source, protocol=5)
+        rng = np.random.default_rng(len(data))
+        for k in range(12):
+            bad = bytearray(data)
+            for pos in rng.integers(0, len(bad), size=2):
+                bad[pos] = int(rng.integers(0, 256))
+            loaded = p.run(f"loads#{k}", lambda: pickle.loads(bytes(bad)), data=False)
+            if hasattr(loaded, "get_state"):
+                p.run(f"loaded#{k}.get_state", loaded.get_state, data=False)
+
+    return run
+
+
+for _kind in PACKED_VALUES:
+    add("replay_packed", f"values:{_kind}", replay_packed_values_case(_kind))
+for _kind in PACKED_RUNS:
+    add("replay_packed", f"runs:{_kind}", replay_packed_runs_case(_kind))
+add("replay_packed", "pickle:PrioritizedEpisodeReplayBuffer",
+    replay_packed_pickle_case("PrioritizedEpisodeReplayBuffer"))
+
+# update_priorities() of what a learner might hand over: the priorities and
+# the sample_batch() indices checked before a tree leaf changes (the store's
+# set_priorities() reads raw int64 keys and float values).
+REPLAY_PRIORITIES = {
+    "nan": lambda n: [float("nan")] * n,
+    "object_array": lambda n: np.array([object()] * n),
+    "strings": lambda n: ["1.0"] * n,
+    "none": lambda n: None,
+    "2-d": lambda n: np.ones((n, 2)),
+    "3-d": lambda n: np.ones((n, 1, 1)),
+    "0-d": lambda n: np.float64(1.0),
+    "complex": lambda n: np.ones(n, np.complex128),
+    "big_endian": lambda n: np.ones(n, ">f4"),
+    "strided": lambda n: np.ones(2 * n)[::2],
+    "huge_int": lambda n: [2**2000] * n,
+    "too_many": lambda n: np.ones(n + 1000),
+    "empty": lambda n: np.ones(0),
+}
+REPLAY_INDICES = {
+    "own": lambda b: b,
+    "made_up": lambda b: np.array([10**15, -5] * (len(b) // 2) + [0] * (len(b) % 2)),
+    "int64_max": lambda b: np.full(len(b), 2**63 - 1),
+    "int64_min": lambda b: np.full(len(b), -2**63),
+    "uint64_max": lambda b: np.full(len(b), 2**64 - 1, np.uint64),
+    "floats": lambda b: b.astype(np.float64),
+    "strings": lambda b: ["0"] * len(b),
+    "2-d": lambda b: np.stack([b, b], axis=1),
+    "empty": lambda b: [],
+    "one_step_off": lambda b: b + 1,
+    "runs_off": lambda b: b + (1 << 40),
+}
+
+
+def replay_update_case(priorities, indices):
+    """A prioritized buffer's update_priorities(priorities, indices=...)
+    after a sample_batch(): taken, or refused with the buffer unchanged;
+    then it draws, checkpoints and adds."""
+
+    def run(impl, p):
+        _allow_replay(p)
+        p.allow(5.0, 2.0, 1.0)
+        buffer = _replay_buffer(impl, "PrioritizedEpisodeReplayBuffer")
+        batch = p.run("sample_batch", lambda: buffer.sample_batch(4), data=False)
+        if batch is None:
+            return
+        keys = REPLAY_INDICES[indices](batch["indices"])
+        given = REPLAY_PRIORITIES[priorities](len(batch["indices"]))
+        p.run("update(indices)", lambda: buffer.update_priorities(given, indices=keys),
+              state=buffer, data=False)
+        buffer.sample_batch(4)
+        p.run("update(last)", lambda: buffer.update_priorities(given), state=buffer,
+              data=False)
+        probe_replay_buffer(p, "buffer", buffer, impl)
+
+    return run
+
+
+for _priorities in REPLAY_PRIORITIES:
+    add("replay_update", f"priorities={_priorities}:indices=own",
+        replay_update_case(_priorities, "own"))
+for _indices in REPLAY_INDICES:
+    add("replay_update", f"priorities=fives:indices={_indices}",
+        replay_update_case("fives", _indices))
+REPLAY_PRIORITIES["fives"] = lambda n: np.full(n, 5.0)
+
+
 def replay_pickle_case(fixture, how, buffer_name):
     """Episodes through pickles (intact, with flipped bytes, with garbage in
     their reduce fields) added to a buffer: stored as they load, or refused

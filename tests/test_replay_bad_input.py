@@ -209,12 +209,17 @@ def test_num_items_and_batch_size_b_together(cls):
     (PrioritizedEpisodeReplayBuffer, {}, ZeroDivisionError),
     (MultiAgentEpisodeReplayBuffer, {}, ZeroDivisionError),
     (MultiAgentPrioritizedEpisodeReplayBuffer, {}, ZeroDivisionError),
+    (MultiAgentEpisodeReplayBuffer, dict(replay_mode="synchronized"), ValueError),
 ])
 def test_sampling_an_empty_buffer(cls, kwargs, error):
-    # RLlib's classes: rng.integers(0) or a division by the zero total.
+    # RLlib's classes: rng.integers(0) or a division by the zero total, with
+    # numpy's or Python's words ("high <= 0", "division by zero"); ours say
+    # what is wrong in the caller's terms.
     buffer = cls(capacity=10)
     buffer.rng = np.random.default_rng(0)
     refused(buffer, error, lambda: buffer.sample(4, **kwargs))
+    with pytest.raises(error, match=r"holds no timesteps yet; add\(\) episodes before"):
+        buffer.sample(4, **kwargs)
 
 
 @pytest.mark.parametrize("cls", SINGLE + MULTI)
@@ -459,6 +464,86 @@ def test_a_priority_of_another_type_last(cls, odd):
         assert _drawn(buffer) == 0
 
 
+@pytest.mark.parametrize("cls", PRIORITIZED)
+@pytest.mark.parametrize("shape", ["torch", "column", "list_of_rows", "int_array"])
+def test_priorities_as_any_array_of_b_numbers(cls, shape):
+    """update_priorities() takes B numbers in any array-like: the trees end
+    as the (B,) float32 (float64 for ints) array of the same numbers leaves
+    them."""
+    values = np.array([3.0, 1.0, 2.0, 5.0, 4.0, 6.0, 7.0, 8.0][:_drawn(filled(cls))], np.float32)
+    if shape == "torch":
+        torch = pytest.importorskip("torch")
+        given = torch.from_numpy(values.copy())
+    elif shape == "column":
+        given = values[:, None]
+    elif shape == "list_of_rows":
+        given = [[float(v)] for v in values]
+    else:
+        given = values.astype(np.int64)
+    plain = values.astype(np.float64) if shape in ("list_of_rows", "int_array") else values
+    expected, got = filled(cls), filled(cls)
+    _update(expected, plain)
+    _update(got, given)
+    for key in ("_sum_segment", "_min_segment", "_max_priority", "_module_to_sum_segment",
+                "_module_to_min_segment", "_module_to_max_priority"):
+        if key in expected.get_state():
+            compare(plain_state(got.get_state()[key]), plain_state(expected.get_state()[key]),
+                    key)
+    assert _drawn(got) == 0
+
+
+@pytest.mark.parametrize("shape", [(2, 2), (4, 1, 1), ()])
+def test_priorities_that_are_no_b_numbers(shape):
+    buffer = filled(PrioritizedEpisodeReplayBuffer)
+    refused(buffer, ValueError, lambda: _update(buffer, np.ones(shape)))
+
+
+def _sampled_batch(seed=0):
+    buffer = PrioritizedEpisodeReplayBuffer(capacity=100)
+    buffer.add([numbered_episode(0, 5), numbered_episode(1, 6, terminated=True)])
+    buffer.rng = np.random.default_rng(seed)
+    return buffer, buffer.sample_batch(4)
+
+
+def test_indices_the_buffer_never_handed_out():
+    """update_priorities(indices=...) refuses (ValueError, nothing changed)
+    indices that are not its own sample_batch()'s: another buffer's, a
+    buffer's from before its set_state(), or numbers made up."""
+    buffer, batch = _sampled_batch()
+    other, other_batch = _sampled_batch()
+    for indices in (other_batch["indices"], [10**15, -5, 0, 1], [-1] * 4,
+                    batch["indices"] + (1 << 20) * 1000, batch["indices"] + 1000):
+        refused(buffer, ValueError,
+                lambda: buffer.update_priorities(np.ones(4), indices=indices))
+    restored = PrioritizedEpisodeReplayBuffer(capacity=100)
+    restored.set_state(buffer.get_state())
+    refused(restored, ValueError,
+            lambda: restored.update_priorities(np.ones(4), indices=batch["indices"]))
+    # Its own, in any integer array-like, are taken.
+    buffer.update_priorities(np.full(4, 5.0), indices=batch["indices"][:, None].tolist())
+    assert buffer._max_priority == 5.0
+
+
+@pytest.mark.parametrize("indices", [np.array([0.5, 1.0, 2.0, 3.0]), "abcd",
+                                     np.zeros((2, 2), np.int64), [2**70] * 4],
+                         ids=["floats", "str", "2-d", "huge"])
+def test_indices_that_are_no_integers(indices):
+    buffer, _ = _sampled_batch()
+    refused(buffer, (TypeError, ValueError),
+            lambda: buffer.update_priorities(np.ones(4), indices=indices))
+
+
+def test_a_sample_batch_s_indices_kept_by_the_buffer_are_its_own_copy():
+    """update_priorities() after sample_batch() updates the drawn steps even
+    where the caller wrote into the batch's `indices`."""
+    buffer, batch = _sampled_batch()
+    expected, expected_batch = _sampled_batch()
+    batch["indices"][:] = 0
+    buffer.update_priorities(np.arange(1.0, 5.0))
+    expected.update_priorities(np.arange(1.0, 5.0))
+    compare(plain_state(buffer.get_state()), plain_state(expected.get_state()), "state")
+
+
 # -- set_state -------------------------------------------------------------------------------
 
 
@@ -603,6 +688,107 @@ def test_a_checkpoint_missing_a_key(cls):
     for key in state:
         bad = _corrupted(state, {key: DELETE})
         refused(buffer, KeyError, lambda: buffer.set_state(bad))
+
+
+@pytest.mark.parametrize("cls", SINGLE + MULTI)
+def test_a_checkpoint_that_is_not_one(cls):
+    """set_state() of what is no checkpoint: RLlib's classes (KeyError for
+    a dict without its keys, TypeError for what is no dict), the message
+    naming what is missing."""
+    buffer = filled(cls)
+    refused(buffer, KeyError, lambda: buffer.set_state({"foo": 1}))
+    with pytest.raises(KeyError, match=rf"{cls.__name__}.set_state\(\) takes what get_state"
+                       r".*lacks 'episodes', 'episode_id_to_index'"):
+        buffer.set_state({"foo": 1})
+    for junk in ([1, 2], "episodes", 3, None):
+        refused(buffer, TypeError, lambda: buffer.set_state(junk))
+
+
+@pytest.mark.parametrize("source, target", [
+    (EpisodeReplayBuffer, PrioritizedEpisodeReplayBuffer),
+    (MultiAgentEpisodeReplayBuffer, MultiAgentPrioritizedEpisodeReplayBuffer),
+    (EpisodeReplayBuffer, MultiAgentEpisodeReplayBuffer),
+    (MultiAgentEpisodeReplayBuffer, EpisodeReplayBuffer)])
+def test_another_kind_of_buffer_s_checkpoint(source, target):
+    """A checkpoint of a uniform buffer into a prioritized one (or of a
+    single-agent buffer into a multi-agent one): KeyError as RLlib's,
+    saying whose checkpoint it is."""
+    buffer = filled(target)
+    state = filled(source, seed=1).get_state()
+    with pytest.raises(KeyError, match=f"it is the checkpoint of a {source.__name__}"):
+        buffer.set_state(state)
+    refused(buffer, KeyError, lambda: buffer.set_state(state))
+
+
+@pytest.mark.parametrize("source, target", [
+    (PrioritizedEpisodeReplayBuffer, EpisodeReplayBuffer),
+    (MultiAgentPrioritizedEpisodeReplayBuffer, MultiAgentEpisodeReplayBuffer)])
+def test_a_prioritized_checkpoint_into_a_uniform_buffer(source, target):
+    """RLlib's uniform buffers load a prioritized buffer's checkpoint (they
+    ignore its trees); ours too, after evictions as well: the same episodes
+    and steps, drawn from uniformly."""
+    filled_source = source(capacity=12)
+    if source is PrioritizedEpisodeReplayBuffer:
+        for i in range(6):
+            filled_source.add(numbered_episode(i, 4))
+    else:
+        for call in multi_agent_stream(0, (MultiAgentEpisode,), calls=8):
+            filled_source.add([c[0] for c in call])
+    assert filled_source.get_num_episodes_evicted() > 0
+    state = filled_source.get_state()
+    buffer = target(capacity=12)
+    buffer.set_state(state)
+    expected = target(capacity=12)
+    expected.set_state(dict(state, _indices=[tuple(i)[:2] for i in state["_indices"]],
+                            **({"_module_to_indices": [
+                                (m, [tuple(i)[:3] for i in v])
+                                for m, v in state["_module_to_indices"]]}
+                               if "_module_to_indices" in state else {})))
+    compare(plain_state(buffer.get_state()), plain_state(expected.get_state()), "state")
+    buffer.rng, expected.rng = np.random.default_rng(0), np.random.default_rng(0)
+    kwargs = sample_kwargs(target) if target is EpisodeReplayBuffer else dict(n_step=1)
+    assert _observations(buffer.sample(5, **kwargs)) == _observations(expected.sample(5, **kwargs))
+
+
+def _observations(episodes) -> list:
+    return [np.asarray(e.get_observations()).tolist() for e in episodes]
+
+
+@pytest.mark.parametrize("cls", SINGLE + MULTI)
+def test_a_misspelt_constructor_argument_warns(cls):
+    """Unknown keyword arguments are ignored, as RLlib's buffers do (RLlib
+    passes a replay_buffer_config's other keys); one that is a close match
+    of an argument is likely a typo and warned about."""
+    import warnings
+
+    with pytest.warns(UserWarning, match="ignores the unknown keyword argument 'capcity'; "
+                                         "did you mean 'capacity'"):
+        buffer = cls(capcity=10)
+    assert buffer.capacity == 10000
+    if cls in PRIORITIZED:
+        with pytest.warns(UserWarning, match="'alhpa'; did you mean 'alpha'"):
+            cls(capacity=10, alhpa=0.6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cls(capacity=10, type="x", beta=0.4, storage_unit="timesteps", replay_sequence_length=1)
+
+
+@pytest.mark.parametrize("cls", SINGLE + MULTI)
+def test_seed_seeds_the_buffer_s_rng(cls):
+    """`seed=` gives the buffer's rng that seed: two buffers of one seed
+    draw alike (RLlib's buffers take and ignore it)."""
+    a, b = cls(capacity=100, seed=7), cls(capacity=100, seed=7)
+    assert a.rng.bit_generator.state == np.random.default_rng(7).bit_generator.state
+    for buffer in (a, b):
+        if cls in MULTI:
+            for call in multi_agent_stream(0, (MultiAgentEpisode,), calls=3):
+                buffer.add([c[0] for c in call])
+        else:
+            buffer.add([numbered_episode(0, 5), numbered_episode(1, 6)])
+    kwargs = sample_kwargs(cls) if cls is EpisodeReplayBuffer else dict(n_step=1)
+    assert _observations(a.sample(6, **kwargs)) == _observations(b.sample(6, **kwargs))
+    if cls in SINGLE:
+        np.testing.assert_array_equal(a.sample_batch(8)["obs"], b.sample_batch(8)["obs"])
 
 
 def test_corrupted_checkpoints_cover_the_prioritized_keys():

@@ -672,22 +672,40 @@ def test_priorities_of_evicted_steps_are_dropped():
     assert {_step(e) for e in buffer.sample(50)} <= {(1, 0), (1, 1), (1, 2)}
 
 
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("numpy, turn_based", [(True, False), (False, False), (True, True),
+                                               (False, True)],
+                         ids=["numpy", "lists", "numpy-turn_based", "lists-turn_based"])
 @pytest.mark.parametrize("cls", [MultiAgentEpisodeReplayBuffer,
                                  MultiAgentPrioritizedEpisodeReplayBuffer])
-def test_a_restored_multi_agent_state_samples_the_same(cls):
-    """The multi-agent buffers' get_state() -> set_state() round trip."""
-    buffer = cls(capacity=40)
-    for call in multi_agent_stream(1, (MultiAgentEpisode,)):
-        buffer.add([c[0] for c in call])
-    state = buffer.get_state()
-    restored = cls(capacity=40)
-    restored.set_state(pickle.loads(pickle.dumps(state)))
-    compare(plain_state(restored.get_state()), plain_state(state), "restored state")
-    views = []
-    for b in (buffer, restored):
-        b.rng = np.random.default_rng(2)
-        views.append([episode_view(e, with_id=False) for e in b.sample(6, n_step=2)])
-    compare(views[1], views[0], "draws after set_state")
+def test_a_restored_multi_agent_state_samples_the_same(cls, numpy, turn_based, seed):
+    """The multi-agent buffers' get_state() -> pickle -> set_state() round
+    trip, after each add() of a stream whose episodes (three agents on two
+    modules, chunks of list-mode or numpy'ized episodes, agents that skip
+    steps) get evicted: the same state and the same draws as the buffer it
+    came from, and both take the next chunks alike (a checkpoint whose
+    module holds an agent's actions as float64, as RLlib's concat makes
+    them, still takes int64 ones)."""
+    stream = multi_agent_stream(seed, (MultiAgentEpisode,), calls=16, numpy=numpy,
+                                turn_based=turn_based)
+    buffer = cls(capacity=30)
+    restored = None
+    for i, call in enumerate(stream):
+        for b in (buffer, restored) if restored is not None else (buffer,):
+            b.add([c[0] for c in call])
+        if restored is not None:
+            compare(plain_state(restored.get_state()), plain_state(buffer.get_state()),
+                    f"state after add {i}")
+        restored = cls(capacity=30)
+        restored.set_state(pickle.loads(pickle.dumps(buffer.get_state())))
+        compare(plain_state(restored.get_state()), plain_state(buffer.get_state()),
+                f"restored state {i}")
+        views = []
+        for b in (buffer, restored):
+            b.rng = np.random.default_rng(i)
+            views.append([episode_view(e, with_id=False) for e in b.sample(6, n_step=1)])
+        compare(views[1], views[0], f"draws after set_state {i}")
+    assert buffer.get_num_episodes_evicted() >= 2
 
 
 # -- observations that are not numbers -----------------------------------------------------------
@@ -874,3 +892,235 @@ def test_prioritized_buffer_runs_as_rllib():
     run_state_machine_as_test(
         PrioritizedAgainstRLlib,
         settings=settings(SETTINGS, max_examples=25, stateful_step_count=25))
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), lengths=st.lists(st.integers(2, 40), min_size=1,
+                                                         max_size=12),
+       batch_size=st.integers(1, 70), alpha=st.sampled_from([0.5, 1.0]))
+def test_prioritized_sample_batch_lands_where_its_prefix_sums_fall(seed, lengths, batch_size,
+                                                                   alpha):
+    """The native prioritized draw (sample_batch, 1-step: no redraws) puts
+    draw i on the stored step whose span of the cumulative priorities holds
+    u_i * total, u_i the rng's i-th random(), and weighs it (p N) ** -beta
+    over the largest weight: checked against numpy's cumulative sum, over
+    batches that are no multiple of the 16 draws walked down together."""
+    rng = np.random.default_rng(seed)
+    buffer = PrioritizedEpisodeReplayBuffer(capacity=1000, alpha=alpha)
+    buffer.add([numbered_episode(i, n) for i, n in enumerate(lengths)])
+    buffer.rng = np.random.default_rng(seed)
+    first = buffer.sample_batch(8)
+    buffer.update_priorities(rng.uniform(0.01, 5.0, 8))
+    leaves = [leaf for _, _, leaf in buffer._indices]
+    values = np.array([buffer._sum_segment[leaf] for leaf in leaves], np.float64)
+    order = np.argsort(leaves)
+    cumulative = np.cumsum(values[order])
+    total = float(buffer._sum_segment.sum())
+    expected_rng = np.random.default_rng(seed)
+    expected_rng.bit_generator.state = buffer.rng.bit_generator.state
+    u = expected_rng.random(batch_size)
+    batch = buffer.sample_batch(batch_size, beta=0.5)
+    target = u * total
+    at = np.minimum(np.searchsorted(cumulative, target, side="right"), len(leaves) - 1)
+    # (A sum within rounding of its span's ends may fall on either side.)
+    edges = np.concatenate([[0.0], cumulative])
+    clear = (np.abs(edges[at] - target) > 1e-9 * total) & \
+        (np.abs(edges[at + 1] - target) > 1e-9 * total)
+    drawn = np.array(buffer._last_sampled_indices)
+    expected = np.array(leaves)[order][at]
+    assert (drawn[clear] == expected[clear]).all()
+    p = values[order][np.searchsorted(np.array(leaves)[order], drawn)] / total
+    N = len(leaves)
+    weights = (p * N) ** -0.5 / (values.min() / total * N) ** -0.5
+    np.testing.assert_allclose(batch["weights"], weights, rtol=1e-5)
+    assert len(first["obs"]) == 8
+
+
+# -- the multi-agent buffers' sample_batch() ------------------------------------------------
+
+
+def test_multi_agent_sample_batch_returns_the_stored_steps():
+    """The repro of issue 28 (item 6.1): sample_batch() of a multi-agent
+    buffer returned zeros of dtype int8; now a batch per module of the
+    agent's real transitions."""
+    for cls in (MultiAgentEpisodeReplayBuffer, MultiAgentPrioritizedEpisodeReplayBuffer):
+        m = MultiAgentEpisode()
+        m.add_env_reset(observations={"a": np.ones(2, np.float32)})
+        for t in range(4):
+            m.add_env_step({"a": np.full(2, t + 2, np.float32)}, {"a": t}, {"a": 5.0 + t})
+        buffer = cls(capacity=100)
+        buffer.add(m)
+        buffer.rng = np.random.default_rng(0)
+        batches = buffer.sample_batch(50)
+        assert list(batches) == ["default_policy"]
+        batch = batches["default_policy"]
+        assert batch["obs"].dtype == batch["new_obs"].dtype == np.float32
+        assert batch["obs"].shape == batch["new_obs"].shape == (50, 2)
+        assert batch["actions"].dtype == np.int64 and batch["rewards"].dtype == np.float64
+        # Observation ones, then 2, 3, 4, 5: transition t is (obs t, action t,
+        # reward 5 + t, obs t + 1).
+        t = batch["actions"]
+        assert set(t.tolist()) <= {0, 1, 2, 3} and len(set(t.tolist())) > 1
+        np.testing.assert_array_equal(batch["obs"][:, 0], np.where(t == 0, 1.0, t + 1.0))
+        np.testing.assert_array_equal(batch["new_obs"][:, 0], t + 2.0)
+        np.testing.assert_array_equal(batch["rewards"], 5.0 + t)
+        np.testing.assert_array_equal(batch["terminateds"], np.zeros(50, bool))
+
+
+def _two_module_episodes(seed: int, n: int):
+    """`n` finished multi-agent episodes: agent "a" (module "ma") steps at
+    every env step, "b" (module "mb") at every other one."""
+    rng = np.random.default_rng(seed)
+    episodes = []
+    for i in range(n):
+        m = MultiAgentEpisode(id_=f"two{i}", agent_to_module_mapping_fn=lambda a, e: "m" + a)
+        m.add_env_reset(observations={"a": rng.normal(size=3).astype(np.float32),
+                                      "b": rng.normal(size=3).astype(np.float32)})
+        length = int(rng.integers(3, 12))
+        for t in range(length):
+            agents = ["a", "b"] if t % 2 else ["a"]
+            last = t == length - 1
+            m.add_env_step({a: rng.normal(size=3).astype(np.float32) for a in agents},
+                           {a: int(rng.integers(4)) for a in agents},
+                           {a: float(rng.normal()) for a in agents},
+                           terminateds={"__all__": last}, truncateds={"__all__": False},
+                           extra_model_outputs={a: {"q": float(rng.normal())} for a in agents})
+        episodes.append(m)
+    return episodes
+
+
+@pytest.mark.parametrize("prioritized", [False, True], ids=["uniform", "prioritized"])
+@pytest.mark.parametrize("kwargs", [dict(n_step=1), dict(n_step=(1, 4), gamma=0.9),
+                                    dict(batch_length_T=3, lookback=1,
+                                         include_extra_model_outputs=True)],
+                         ids=["1-step", "n-step-range", "sequences"])
+def test_multi_agent_sample_batch_draws_each_module_as_a_single_agent_buffer(prioritized,
+                                                                             kwargs):
+    """A module's batch is the batch the single-agent buffer holding the
+    module's agent episodes draws (same rng, modules in turn): every key
+    but `indices` (each store's own) equal."""
+    cls = MultiAgentPrioritizedEpisodeReplayBuffer if prioritized \
+        else MultiAgentEpisodeReplayBuffer
+    single_cls = PrioritizedEpisodeReplayBuffer if prioritized else EpisodeReplayBuffer
+    episodes = _two_module_episodes(7, 6)
+    buffer = cls(capacity=1000)
+    singles = {"ma": single_cls(capacity=1000), "mb": single_cls(capacity=1000)}
+    for m in episodes:
+        buffer.add(m)
+        for agent_id, agent_episode in m.agent_episodes.items():
+            singles["m" + agent_id].add(SingleAgentEpisode.from_state(agent_episode.get_state()))
+    if prioritized:
+        kwargs = dict(kwargs, beta=0.4)
+    buffer.rng = np.random.default_rng(3)
+    shared = np.random.default_rng(3)
+    for single in singles.values():
+        single.rng = shared
+    for round_ in range(3):
+        got = buffer.sample_batch(9, modules_to_sample=["ma", "mb"], **kwargs)
+        assert list(got) == ["ma", "mb"]
+        for module_id, single in singles.items():
+            expected = single.sample_batch(9, **kwargs)
+            assert set(got[module_id]) == set(expected)
+            for name, value in expected.items():
+                if name != "indices":
+                    np.testing.assert_array_equal(got[module_id][name], value, err_msg=name)
+            if prioritized:
+                priorities = np.arange(1.0, 10.0) * (round_ + 1)
+                buffer.update_priorities(priorities, module_id)
+                single.update_priorities(priorities)
+                compare(buffer._modules[module_id].priorities.sum_values(),
+                        single._sum_segment.get_state(), f"{module_id} sum tree")
+
+
+def test_multi_agent_sample_batch_refuses_modules_without_steps():
+    buffer = MultiAgentPrioritizedEpisodeReplayBuffer(capacity=100)
+    with pytest.raises(ValueError, match="no timesteps"):
+        buffer.sample_batch(4)
+    buffer.add(_two_module_episodes(0, 1))
+    buffer.rng = np.random.default_rng(0)
+    state = buffer.rng.bit_generator.state
+    with pytest.raises(ValueError, match="'mc' has no stored timesteps"):
+        buffer.sample_batch(4, modules_to_sample=["ma", "mc"])
+    with pytest.raises(ValueError, match="beta must be >= 0"):
+        buffer.sample_batch(4, beta=-1.0)
+    with pytest.raises(ValueError, match="beta weights a prioritized draw"):
+        MultiAgentEpisodeReplayBuffer(capacity=100).sample_batch(4, beta=0.4)
+    assert buffer.rng.bit_generator.state == state
+    batch = buffer.sample_batch(4, modules_to_sample=["mb"])["mb"]
+    with pytest.raises(ValueError, match="names no step"):
+        buffer.update_priorities(np.ones(4), "ma", indices=batch["indices"])
+    buffer.update_priorities(np.full(4, 3.0), "mb", indices=batch["indices"])
+    assert buffer._module_to_max_priority["mb"] == 3.0
+
+
+# -- checkpoints of the priority trees, packed -------------------------------------------------
+
+
+@pytest.mark.parametrize("cls", [PrioritizedEpisodeReplayBuffer,
+                                 MultiAgentPrioritizedEpisodeReplayBuffer])
+def test_an_empty_prioritized_buffer_pickles_small(cls):
+    """Issue 28 (item 6.10): an empty buffer of capacity 1M pickled to 86 MB
+    (every node of both trees and every free leaf); its pickle packs them:
+    the trees keep only what is not neutral, the free leaves are runs.
+    get_state() still returns RLlib's plain lists."""
+    from episode.replay.prioritized import _packed_state
+
+    buffer = cls(capacity=1_000_000)
+    data = pickle.dumps(buffer, protocol=5)
+    assert len(data) < 10_000
+    state = buffer.get_state()
+    assert type(state["_sum_segment"]) is list and type(state["_free_nodes"]) is list
+    back = pickle.loads(pickle.dumps(_packed_state(buffer.get_state())))
+    for key in ("_sum_segment", "_min_segment", "_free_nodes"):
+        assert isinstance(back[key], list) and back[key] == state[key]
+    compare(plain_state(pickle.loads(data).get_state()), plain_state(state), "unpickled")
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), steps=st.integers(0, 60),
+       kind=st.sampled_from(["float32", "float64", "python", "ints"]))
+def test_packed_trees_unpickle_to_the_same_values_and_types(seed, steps, kind):
+    """A prioritized buffer's checkpoint after adds, evictions and updates
+    of each kind of priorities: pickled (packed) and loaded, every node value
+    keeps its value and type (RLlib's numbers), the free leaves their order,
+    and a buffer restored from it draws as the first."""
+    rng = np.random.default_rng(seed)
+    buffer = PrioritizedEpisodeReplayBuffer(capacity=40, alpha=0.6)
+    buffer.rng = np.random.default_rng(seed)
+    for i in range(steps // 5):
+        buffer.add(numbered_episode(i, int(rng.integers(1, 9))))
+        drawn = len(buffer.sample(4))
+        values = rng.uniform(0.0, 3.0, drawn)
+        buffer.update_priorities({"float32": values.astype(np.float32), "float64": values,
+                                  "python": values.tolist(),
+                                  "ints": [int(v) for v in values]}[kind])
+    from episode.replay.prioritized import _packed_state
+
+    state = buffer.get_state()
+    back = pickle.loads(pickle.dumps(_packed_state(buffer.get_state())))
+    for key in ("_sum_segment", "_min_segment", "_free_nodes"):
+        assert [(type(x), x) for x in back[key]] == [(type(x), x) for x in state[key]], key
+    restored = PrioritizedEpisodeReplayBuffer(capacity=40, alpha=0.6)
+    restored.set_state(back)
+    if buffer.get_num_timesteps():
+        buffer.rng, restored.rng = np.random.default_rng(1), np.random.default_rng(1)
+        compare([episode_view(e, with_id=False) for e in restored.sample(5)],
+                [episode_view(e, with_id=False) for e in buffer.sample(5)], "draws")
+
+
+def test_node_values_of_other_types_pickle_as_a_list():
+    """Values the packing does not know (a bool, a huge int, a string put
+    in by hand) pickle as the plain list would, unchanged."""
+    from episode.replay.prioritized import _FreeLeaves, _MinValues, _SumValues
+
+    for values in ([0.0, True, 0.0, 1.5], [0.0, 2**60, 0.0, 0.0], [0.0, "x", 0.0, 0.0],
+                   [0.0, -0.0, 0.0, 0.0], [0.0] * 3):
+        packed = _SumValues(values)
+        back = pickle.loads(pickle.dumps(packed))
+        assert type(back) is _SumValues and [(type(x), repr(x)) for x in back] == \
+            [(type(x), repr(x)) for x in values]
+    back = pickle.loads(pickle.dumps(_MinValues([float("inf")] * 8)))
+    assert back == [float("inf")] * 8
+    for leaves in ([5, 6, 7, 1, 2], [], [3, 3, 3], [True, 2], [2**70, 1]):
+        back = pickle.loads(pickle.dumps(_FreeLeaves(leaves)))
+        assert list(back) == leaves and [type(x) for x in back] == [type(x) for x in leaves]

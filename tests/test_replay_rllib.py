@@ -4,6 +4,9 @@ the same seeded draws, so the same counters, index lists, priority trees,
 samples (every value and type), metrics and checkpoints."""
 from __future__ import annotations
 
+import os
+import pickle
+
 import numpy as np
 import pytest
 
@@ -25,6 +28,7 @@ from ray.rllib.utils.replay_buffers import (  # noqa: E402
 
 from episode import MultiAgentEpisode, SingleAgentEpisode  # noqa: E402
 from episode import replay  # noqa: E402
+from episode._replay import episode_fields, step_order  # noqa: E402
 
 
 class RLlibCrashed(Exception):
@@ -140,9 +144,11 @@ def _round_trip(theirs, ours, capacity, prioritized, from_rllib: bool):
 
 def _compare_sequences(theirs, ours, rng) -> None:
     T, lookback, min_T = int(rng.integers(2, 6)), int(rng.integers(0, 3)), int(rng.integers(0, 2))
+    if not _reachable([ours._store], min_T + 1):
+        min_T = 0     # (no step that far from its episode's end: RLlib would draw forever)
     got = _both(lambda b: b.sample(12, batch_length_T=T, n_step=1, sample_episodes=True,
                                    lookback=lookback, min_batch_length_T=min_T), theirs, ours)
-    for a, b in zip(*got):
+    for a, b in _pairs(got):
         compare(episode_view(b), episode_view(a), "sequence")
     got = _both(lambda b: b.sample(3, batch_length_T=T), theirs, ours)
     compare(got[1], got[0], "B x T batch")
@@ -271,7 +277,8 @@ MULTI_STATE_KEYS = ("episode_id_to_index", "_num_episodes_evicted", "_indices", 
                     "_num_module_episodes", "_num_module_episodes_evicted")
 
 
-def _round_trip_multi(theirs, ours, capacity, prioritized, from_rllib: bool):
+def _round_trip_multi(theirs, ours, capacity, prioritized, from_rllib: bool, *, kwargs=None,
+                      pickled: bool = False):
     their_state, our_state = theirs.get_state(), ours.get_state()
     assert list(our_state) == list(their_state)
     for key in MULTI_STATE_KEYS:
@@ -279,10 +286,16 @@ def _round_trip_multi(theirs, ours, capacity, prioritized, from_rllib: bool):
         if key == "episode_id_to_index":     # (the ids are each side's own)
             ours_, theirs_ = [v for _, v in ours_], [v for _, v in theirs_]
         compare(ours_, theirs_, key)
-    kwargs = dict(capacity=capacity, alpha=0.6) if prioritized else dict(capacity=capacity)
+    if kwargs is None:
+        kwargs = dict(capacity=capacity, alpha=0.6) if prioritized else dict(capacity=capacity)
+    if pickled:
+        our_state = _pickled(their_state if from_rllib else our_state)
+        their_state = _pickled(their_state)
+    elif from_rllib:
+        our_state = their_state
     theirs2, ours2 = type(theirs)(**kwargs), type(ours)(**kwargs)
     theirs2.set_state(their_state)
-    ours2.set_state(their_state if from_rllib else our_state)
+    ours2.set_state(our_state)
     for new, old in ((theirs2, theirs), (ours2, ours)):
         new.rng, new.metrics = old.rng, old.metrics
     return theirs2, ours2
@@ -345,3 +358,326 @@ def test_metrics_of_many_calls_between_reads(kind):
                     f"metrics after call {i}")
     assert reads == 2
     compare(metrics_view(ours.metrics.peek()), metrics_view(theirs.metrics.peek()), "peek")
+
+
+# -- seeded random scenarios -----------------------------------------------------------------
+#
+# RLlib's four buffers and ours on random scenarios: the same stream (random sizes,
+# list-mode or numpy'ized chunks, evictions), both rngs seeded alike, then a random
+# mix of sample(), update_priorities() right after a draw, get_state() -> pickle ->
+# set_state() into new buffers (ours from RLlib's state too) and metrics reads, all
+# compared after each step. EPISODE_REPLAY_SCENARIOS sets the seeds per buffer (run
+# more by hand: EPISODE_REPLAY_SCENARIOS=30 pytest -k scenario).
+
+SCENARIOS = int(os.environ.get("EPISODE_REPLAY_SCENARIOS", "5"))
+
+
+def _pickled(state):
+    return pickle.loads(pickle.dumps(state))
+
+
+def _priorities(rng, n: int):
+    """TD errors as learners hand them over: float32 or float64 arrays,
+    sometimes with zeros (clamped to 1e-12 by both)."""
+    values = np.abs(rng.normal(size=n)) * float(rng.choice([1e-3, 1.0, 50.0]))
+    if rng.random() < 0.2:
+        values[rng.random(n) < 0.3] = 0.0
+    return values.astype(np.float32 if rng.random() < 0.7 else np.float64)
+
+
+def _reachable(stores, n_step) -> bool:
+    """Whether in every store the steps with `n_step` steps after them in
+    their episode hold a millionth of the priority mass (a step at all when
+    uniform): RLlib's draws loop until they find one, ours give up after a
+    million."""
+    n = 1 if isinstance(n_step, tuple) else n_step
+    for store in stores:
+        if not store.live_steps:
+            continue
+        mass = total = 0.0
+        for slot, ts, leaf in step_order(store):
+            p = float(store.priorities.leaf_value(leaf)[0]) if store.priorities else 1.0
+            total += p
+            mass += p if ts + n <= episode_fields(store, slot)[3] else 0.0
+        if not mass > 1e-6 * total:
+            return False
+    return True
+
+
+def _pairs(got):
+    # What _both returned, as pairs (none where both raised).
+    return [] if got[0] is None else list(zip(*got))
+
+
+def _scenario_single(seed: int, prioritized: bool) -> int:
+    rng = np.random.default_rng([seed, 1 + prioritized])
+    numpy_, extras, lookback = (bool(rng.integers(2)) for _ in range(3))
+    capacity = int(rng.choice([8, 15, 30, 60, 200]))
+    alpha = float(rng.choice([0.5, 0.6, 1.0]))
+    n_envs, calls, longest = int(rng.integers(1, 5)), int(rng.integers(8, 20)), \
+        int(rng.integers(3, 9))
+    if prioritized:
+        # (One add() of more steps than RLlib's trees have free leaves fails
+        # in RLlib's, a pinned difference: keep every call within them.)
+        capacity = max(capacity, n_envs * longest)
+    stream = single_agent_stream(seed, n_envs=n_envs, calls=calls, fragment=(1, longest),
+                                 max_len=int(rng.integers(4, 30)))
+    kwargs = dict(capacity=capacity, alpha=alpha) if prioritized else dict(capacity=capacity)
+    theirs = (TheirPERB if prioritized else TheirERB)(**kwargs)
+    ours = (replay.PrioritizedEpisodeReplayBuffer if prioritized
+            else replay.EpisodeReplayBuffer)(**kwargs)
+    theirs.rng, ours.rng = np.random.default_rng(seed), np.random.default_rng(seed)
+    steps = 0
+    try:
+        for i, call in enumerate(stream):
+            make = dict(numpy=numpy_, extras=extras, lookback=lookback)
+            their_eps = [chunk_episode(TheirEpisode, c, **make) for c in call]
+            our_eps = [chunk_episode(SingleAgentEpisode, c, **make) for c in call]
+            _both(lambda b: b.add(their_eps if b is theirs else our_eps), theirs, ours)
+            _compare_single(theirs, ours, prioritized)
+            steps += 1
+            for _ in range(int(rng.integers(0, 4))):
+                if theirs.get_num_timesteps() == 0:
+                    break
+                op = rng.choice(["sample", "sample", "state", "metrics"])
+                if op == "state":
+                    theirs, ours = _scenario_round_trip(theirs, ours, kwargs,
+                                                        bool(rng.integers(2)))
+                    _compare_single(theirs, ours, prioritized)
+                elif op == "metrics":
+                    compare(metrics_view(ours.get_metrics()),
+                            metrics_view(theirs.get_metrics()), "metrics")
+                elif prioritized:
+                    n_step = int(rng.integers(1, 4)) if rng.random() < 0.7 else (1, 4)
+                    sample = dict(n_step=n_step, gamma=float(rng.choice([0.9, 0.99])),
+                                  beta=float(rng.choice([0.0, 0.4, 1.0])),
+                                  include_infos=bool(rng.integers(2)),
+                                  include_extra_model_outputs=bool(rng.integers(2)))
+                    if not _reachable([ours._store], n_step):
+                        continue
+                    B = int(rng.integers(1, 12))
+                    got = _both(lambda b: b.sample(B, **sample), theirs, ours)
+                    for a, b in _pairs(got):
+                        compare(episode_view(b, with_id=False), episode_view(a, with_id=False),
+                                f"call {i}")
+                    assert ours._last_sampled_indices == theirs._last_sampled_indices
+                    if got[0] is not None and rng.random() < 0.8:
+                        priorities = _priorities(rng, len(got[0]))
+                        _both(lambda b: b.update_priorities(priorities), theirs, ours)
+                    _compare_single(theirs, ours, prioritized)
+                elif rng.random() < 0.7:
+                    n_step = int(rng.integers(1, 4)) if rng.random() < 0.7 else (1, 4)
+                    sample = dict(n_step=n_step, gamma=0.9, lookback=int(rng.integers(2)),
+                                  include_extra_model_outputs=bool(rng.integers(2)))
+                    B = int(rng.integers(1, 12))
+                    got = _both(lambda b: b.sample(B, sample_episodes=True, **sample),
+                                theirs, ours)
+                    for a, b in _pairs(got):
+                        view_a, view_b = episode_view(a), episode_view(b)
+                        # RLlib gives every transition its episode's first extra
+                        # outputs (a pinned difference): ours are the step's.
+                        for view in (view_a, view_b):
+                            view["extras"].pop("logp", None)
+                            view["extra_buffers"].pop("logp", None)
+                        compare(view_b, view_a, f"call {i}")
+                else:
+                    _compare_sequences(theirs, ours, rng)
+                steps += 1
+    except RLlibCrashed:
+        pass
+    return steps
+
+
+def _scenario_round_trip(theirs, ours, kwargs, from_rllib: bool):
+    """States compared, pickled and loaded into new buffers (ours from
+    RLlib's state with `from_rllib`), which go on with the same rngs."""
+    their_state, our_state = theirs.get_state(), ours.get_state()
+    compare(state_view(our_state), state_view(their_state), "state")
+    theirs2, ours2 = type(theirs)(**kwargs), type(ours)(**kwargs)
+    theirs2.set_state(_pickled(their_state))
+    ours2.set_state(_pickled(their_state if from_rllib else our_state))
+    for new, old in ((theirs2, theirs), (ours2, ours)):
+        new.rng, new.metrics = old.rng, old.metrics
+    compare(state_view(ours2.get_state()), state_view(theirs2.get_state()), "state after")
+    return theirs2, ours2
+
+
+def _scenario_multi(seed: int, prioritized: bool) -> int:
+    rng = np.random.default_rng([seed, 3 + prioritized])
+    capacity = int(rng.choice([12, 20, 30, 60, 200]))
+    alpha = float(rng.choice([0.5, 0.6, 1.0]))
+    turn_based, numpy_ = bool(rng.integers(2)), bool(rng.integers(2))
+    stream = multi_agent_stream(seed, (TheirMultiEpisode, MultiAgentEpisode),
+                                calls=int(rng.integers(8, 18)), n_envs=int(rng.integers(1, 4)),
+                                turn_based=turn_based, numpy=numpy_)
+    kwargs = dict(capacity=capacity, alpha=alpha) if prioritized else dict(capacity=capacity)
+    theirs = (TheirMAPERB if prioritized else TheirMAERB)(**kwargs)
+    ours = (replay.MultiAgentPrioritizedEpisodeReplayBuffer if prioritized
+            else replay.MultiAgentEpisodeReplayBuffer)(**kwargs)
+    theirs.rng, ours.rng = np.random.default_rng(seed), np.random.default_rng(seed)
+    steps = 0
+    try:
+        for i, call in enumerate(stream):
+            if prioritized:
+                # RLlib's modules keep their draws' leaves until an update
+                # takes them; one of a step an add() evicts gets the step's
+                # priority on the freed or reused leaf (pinned elsewhere), so
+                # the draws not updated yet are updated first.
+                for module_id, drawn in list(theirs._module_to_last_sampled_indices.items()):
+                    if drawn:
+                        priorities = _priorities(rng, len(drawn))
+                        _both(lambda b: b.update_priorities(priorities, module_id),
+                              theirs, ours)
+            _both(lambda b: b.add([c[0] if b is theirs else c[1] for c in call]), theirs, ours)
+            _compare_multi(theirs, ours, prioritized)
+            steps += 1
+            for _ in range(int(rng.integers(0, 4))):
+                if theirs.get_num_timesteps() == 0:
+                    break
+                op = rng.choice(["sample", "sample", "state", "metrics"])
+                if op == "state":
+                    # (RLlib's float64 actions of a turn-based agent, pinned
+                    # above, keep its states from loading into ours.)
+                    from_rllib = not turn_based and bool(rng.integers(2))
+                    theirs, ours = _round_trip_multi(theirs, ours, capacity, prioritized,
+                                                     from_rllib, kwargs=kwargs, pickled=True)
+                    _compare_multi(theirs, ours, prioritized)
+                elif op == "metrics":
+                    compare(metrics_view(ours.get_metrics()),
+                            metrics_view(theirs.get_metrics()), "metrics")
+                else:
+                    n_step = int(rng.integers(1, 4)) if rng.random() < 0.7 else (1, 4)
+                    sample = dict(n_step=n_step, gamma=float(rng.choice([0.9, 0.99])),
+                                  include_infos=bool(rng.integers(2)))
+                    if prioritized:
+                        sample["beta"] = float(rng.choice([0.0, 0.4, 1.0]))
+                    if not _reachable(ours._modules.values(), n_step):
+                        continue
+                    B = int(rng.integers(1, 8))
+                    got = _both(lambda b: b.sample(B, **sample), theirs, ours)
+                    for a, b in _pairs(got):
+                        view_a, view_b = episode_view(a, with_id=False), \
+                            episode_view(b, with_id=False)
+                        # RLlib's concat of a chunk in which an agent has no step
+                        # turns that agent's int actions into float64 (pinned).
+                        view_a["actions"] = [float(x) for x in view_a["actions"]]
+                        view_b["actions"] = [float(x) for x in view_b["actions"]]
+                        compare(view_b, view_a, f"call {i}")
+                    if prioritized and got[0] is not None:
+                        for module_id in ("m0", "m1"):
+                            drawn = theirs._module_to_last_sampled_indices[module_id]
+                            assert ours._module_to_last_sampled_indices[module_id] == drawn
+                            if rng.random() < 0.8:
+                                priorities = _priorities(rng, len(drawn))
+                                _both(lambda b: b.update_priorities(priorities, module_id),
+                                      theirs, ours)
+                    _compare_multi(theirs, ours, prioritized)
+                steps += 1
+    except RLlibCrashed:
+        pass
+    return steps
+
+
+@pytest.mark.parametrize("seed", range(SCENARIOS))
+@pytest.mark.parametrize("kind", ["uniform", "prioritized", "multi", "multi_prioritized"])
+def test_random_scenario_as_rllib(kind, seed):
+    multi, prioritized = kind.startswith("multi"), kind.endswith("prioritized")
+    steps = (_scenario_multi if multi else _scenario_single)(seed, prioritized)
+    assert steps > 0
+
+
+def test_a_prioritized_checkpoint_into_a_uniform_buffer_as_rllib():
+    """RLlib's EpisodeReplayBuffer loads a PrioritizedEpisodeReplayBuffer's
+    checkpoint (after evictions) and samples from it; ours the same, with
+    the same draws. (Its `_indices` keep the tree leaves it was given; ours
+    are the uniform buffer's (episode, timestep) pairs: pinned.)"""
+    from replay_tools import numbered_episode
+
+    sources = TheirPERB(capacity=12), replay.PrioritizedEpisodeReplayBuffer(capacity=12)
+    for i in range(6):
+        sources[0].add(numbered_episode(i, 4, cls=TheirEpisode))
+        sources[1].add(numbered_episode(i, 4))
+    theirs, ours = TheirERB(capacity=12), replay.EpisodeReplayBuffer(capacity=12)
+    theirs.set_state(sources[0].get_state())
+    ours.set_state(sources[1].get_state())
+    assert ours._indices == [tuple(i[:2]) for i in theirs._indices]
+    theirs.rng, ours.rng = np.random.default_rng(0), np.random.default_rng(0)
+    got = _both(lambda b: b.sample(6, sample_episodes=True, n_step=1), theirs, ours)
+    for a, b in _pairs(got):
+        compare(episode_view(b), episode_view(a), "transition")
+    got = _both(lambda b: b.sample(3, batch_length_T=2), theirs, ours)
+    compare(got[1], got[0], "B x T batch")
+
+
+def _left_early(cls, cut_at: int):
+    """Agents a and b; b is done at env step 2, a goes on to step 7; cut
+    after env step `cut_at` (> 2): (first chunk, continuation)."""
+    episode = cls(id_="early")
+    episode.add_env_reset(observations={"a": 0.0, "b": 0.0})
+    first = None
+    for t in range(1, 8):
+        agents = ["a", "b"] if t <= 2 else ["a"]
+        episode.add_env_step({a: float(t) for a in agents}, {a: t for a in agents},
+                             {a: 10.0 + t for a in agents},
+                             terminateds={"b": t == 2, "__all__": False})
+        if t == cut_at:
+            first, episode = episode, episode.cut(len_lookback_buffer=1)
+    return first, episode
+
+
+@pytest.mark.parametrize("cut_at", [3, 5])
+def test_synchronized_draws_after_an_agent_left_in_an_earlier_chunk(cut_at):
+    """A stored episode joined from chunks where an agent was done in the
+    first: RLlib's concat leaves that agent's env_t_to_agent_t as long as the
+    first chunk, and its synchronized sample() then fails with an IndexError
+    (a pinned difference); ours leaves the agent out of the later steps:
+    each row a real transition (obs t -> t + n, action and reward of t + 1)."""
+    theirs, ours = TheirMAERB(capacity=100), replay.MultiAgentEpisodeReplayBuffer(capacity=100)
+    for buffer, cls in ((theirs, TheirMultiEpisode), (ours, MultiAgentEpisode)):
+        for chunk in _left_early(cls, cut_at):
+            buffer.add(chunk)
+        buffer.rng = np.random.default_rng(0)
+    with pytest.raises(IndexError):
+        theirs.sample(40, n_step=1, replay_mode="synchronized")
+    batch = ours.sample(40, n_step=1, replay_mode="synchronized")["default_policy"]
+    obs, new_obs = batch["obs"], batch["new_obs"]
+    assert len(obs) >= 40 and set(new_obs.tolist()) > {3.0}
+    np.testing.assert_array_equal(new_obs, obs + 1)
+    np.testing.assert_array_equal(batch["actions"], new_obs.astype(np.int64))
+    np.testing.assert_array_equal(batch["rewards"], 10.0 + new_obs)
+
+
+@pytest.mark.parametrize("multi", [False, True], ids=["single", "multi"])
+def test_rllib_loads_our_packed_checkpoint(multi):
+    """Our prioritized checkpoint, pickled packed and loaded, is RLlib's
+    lists (and deques) again: RLlib's buffer takes it and draws what ours
+    does from it."""
+    from replay_tools import numbered_episode
+
+    if multi:
+        ours, theirs = replay.MultiAgentPrioritizedEpisodeReplayBuffer(capacity=30), \
+            TheirMAPERB(capacity=30)
+        for call in multi_agent_stream(3, (MultiAgentEpisode,), calls=10):
+            ours.add([c[0] for c in call])
+    else:
+        ours, theirs = replay.PrioritizedEpisodeReplayBuffer(capacity=30), TheirPERB(capacity=30)
+        for i in range(10):
+            ours.add(numbered_episode(i, 5))
+    ours.rng = np.random.default_rng(0)
+    drawn = ours.sample(6, n_step=1)
+    if multi:
+        for module_id, leaves in list(ours._module_to_last_sampled_indices.items()):
+            ours.update_priorities(np.linspace(0.5, 3.0, len(leaves)).astype(np.float32),
+                                   module_id)
+    else:
+        ours.update_priorities(np.linspace(0.5, 3.0, len(drawn)).astype(np.float32))
+    from episode.replay.prioritized import _packed_state
+
+    state = _pickled(_packed_state(ours.get_state()))
+    theirs.set_state(state)
+    again = type(ours)(capacity=30)
+    again.set_state(_pickled(ours.get_state()))
+    theirs.rng, again.rng = np.random.default_rng(5), np.random.default_rng(5)
+    got = _both(lambda b: b.sample(8, n_step=1, beta=0.4), theirs, again)
+    for a, b in _pairs(got):
+        compare(episode_view(b, with_id=False), episode_view(a, with_id=False), "draw")

@@ -10,9 +10,9 @@ of deep-copied episode objects, and draw with the same calls on the same
 `rng` (a numpy Generator) as RLlib's buffers: the same seed gives the same
 samples, so an algorithm trains with RLlib's curve.
 
-`sample_batch()` (on the single-agent buffers) is the path that builds no
-episode objects: a dict of arrays per call (uniform or prioritized,
-n-step returns, sequences with a mask).
+`sample_batch()` is the path that builds no episode objects: a dict of
+arrays per call (uniform or prioritized, n-step returns, sequences with a
+mask); on the multi-agent buffers one such dict per module.
 
 One module per buffer family (`uniform`, `prioritized`, `multi_agent`,
 `multi_agent_prioritized`); beside them what they share: `stored`
@@ -34,6 +34,12 @@ __all__ = [
     "MultiAgentPrioritizedEpisodeReplayBuffer",
     "PrioritizedEpisodeReplayBuffer",
 ]
+
+from episode.replay import uniform as _uniform
+
+_uniform._BUFFER_KINDS[:] = [EpisodeReplayBuffer, PrioritizedEpisodeReplayBuffer,
+                             MultiAgentEpisodeReplayBuffer,
+                             MultiAgentPrioritizedEpisodeReplayBuffer]
 
 # The buffers pickle by reference to their class: under the package's name,
 # so that a pickle does not depend on which module of the package defines it.

@@ -5,6 +5,9 @@ back from those arrays (`replayed_columns`)."""
 from __future__ import annotations
 
 import collections
+import difflib
+import inspect
+import warnings
 from typing import Any, Dict, List, Optional
 
 import numpy as np
@@ -57,6 +60,61 @@ def _int(value, name: str) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int, not {type(value).__name__}")
     return int(value)
+
+
+def _warn_misspelt(buffer, init, kwargs: Dict[str, Any]) -> None:
+    """The keyword arguments a buffer's constructor takes and ignores (as
+    RLlib's do, for the other keys of a replay_buffer_config): a warning
+    for each that is a close match of one of its own, likely misspelt
+    (`alhpa=0.6`, `capcity=10`), which would otherwise pass unnoticed."""
+    if not kwargs:
+        return
+    own = [name for name, p in inspect.signature(init).parameters.items()
+           if p.kind is not p.VAR_KEYWORD]
+    for key in kwargs:
+        close = difflib.get_close_matches(str(key), own, n=1, cutoff=0.8)
+        if close:
+            warnings.warn(f"{type(buffer).__name__}() ignores the unknown keyword argument "
+                          f"{key!r}; did you mean {close[0]!r}?", UserWarning, stacklevel=3)
+
+
+def _check_not_empty(store: Store, error=ValueError) -> None:
+    """A draw from a buffer with no timesteps: `error` (the class RLlib's
+    buffer raises there) saying so, before anything is drawn."""
+    if store.live_steps <= 0:
+        raise error("sample(): the buffer holds no timesteps yet; add() episodes before "
+                    "sampling")
+
+
+class _NativeArgs(collections.namedtuple(
+        "_NativeArgs", "batch_size n_step gamma beta T lookback min_T extras")):
+    """sample_batch()'s arguments, checked once (before any draw)."""
+
+
+def _native_args(prioritized: bool, batch_size, n_step, gamma, beta, batch_length_T, lookback,
+                 min_batch_length_T, extras) -> _NativeArgs:
+    """sample_batch()'s arguments checked and normalized; ValueError or
+    TypeError for one it cannot use."""
+    if beta is not None and not prioritized:
+        raise ValueError("beta weights a prioritized draw; this buffer draws uniformly")
+    beta = 0.0 if beta is None else beta
+    if not beta >= 0.0:
+        raise ValueError(f"beta must be >= 0, not {beta}")
+    _check_gamma(gamma)
+    if not 0.0 <= gamma <= 1.0:
+        raise ValueError(f"gamma must lie in [0, 1], not {gamma}")
+    batch_size = _int(batch_size, "batch_size")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, not {batch_size}")
+    T = _int(batch_length_T or 0, "batch_length_T")
+    lookback = _int(lookback, "lookback")
+    min_T = _int(min_batch_length_T, "min_batch_length_T")
+    if T < 0 or lookback < 0 or min_T < 0:
+        raise ValueError("batch_length_T, lookback and min_batch_length_T must be >= 0")
+    if T and n_step != 1:
+        raise ValueError("sequences are of single steps: n_step must be 1")
+    return _NativeArgs(batch_size, _checked_n_step(n_step), float(gamma), float(beta), T,
+                       lookback, min_T, bool(extras))
 
 
 def _check_capacity(capacity, prioritized: bool = False) -> None:

@@ -12,11 +12,12 @@ import numpy as np
 from episode._replay import Store, episode_fields, step_order
 from episode.single_agent_episode import SingleAgentEpisode
 from episode.replay.draws import (_batch_size, _check_gamma, _checked_n_step, _discounted,
-                                  _int, _transitions)
+                                  _check_not_empty, _int, _native_args, _transitions,
+                                  _warn_misspelt)
 from episode.replay.metrics import _MultiCounts, _SampleCounts
 from episode.replay.stored import (_as_ours_multi, _env_steps_chunk, _episode_indices,
                                    _force_list)
-from episode.replay.uniform import EpisodeReplayBuffer
+from episode.replay.uniform import EpisodeReplayBuffer, _entries
 
 
 class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
@@ -27,13 +28,19 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
     their own: `sample()` draws each module's n-step transitions there
     ("independent" replay), or whole env steps ("synchronized")."""
 
+    _STATE_KEYS = EpisodeReplayBuffer._STATE_KEYS + (
+        "_module_to_indices", "_num_agent_timesteps", "_num_agent_timesteps_added",
+        "_num_module_timesteps", "_num_module_timesteps_added", "_num_module_episodes",
+        "_num_module_episodes_evicted", "sampled_timesteps_per_module")
+
     def __init__(self, capacity: int = 10000, *, batch_size_B: int = 16,
                  batch_length_T: int = 1, metrics_num_episodes_for_smoothing: int = 100,
-                 storage=None, **kwargs):
+                 storage=None, seed=None, **kwargs):
+        _warn_misspelt(self, MultiAgentEpisodeReplayBuffer.__init__, kwargs)
         super().__init__(capacity=capacity, batch_size_B=batch_size_B,
                          batch_length_T=batch_length_T,
                          metrics_num_episodes_for_smoothing=metrics_num_episodes_for_smoothing,
-                         storage=storage)
+                         storage=storage, seed=seed)
         self._storage = storage
         self._multi_episodes: collections.deque = collections.deque()
         self._modules: Dict[Any, Store] = {}
@@ -116,7 +123,8 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
                 store = self._modules.get(module_id)
                 if store is None:
                     store = self._modules_pending(per_module, module_id)
-                store.check(agent_episode, per_module[module_id], key=(episode.id_, agent_id))
+                store.check(_fitted(agent_episode, store), per_module[module_id],
+                            key=(episode.id_, agent_id))
 
     def _modules_pending(self, per_module, module_id) -> Store:
         # A module seen first in this call: checked against a scratch store.
@@ -216,7 +224,7 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
                 store = self._modules[module_id] = self._new_module_store()
             if existing is None or agent_id not in existing.agent_episodes:
                 self._num_module_episodes[module_id] += 1
-            store.add(agent_episode, self._module_weight(module_id),
+            store.add(_fitted(agent_episode, store), self._module_weight(module_id),
                       key=(episode.id_, agent_id))
 
     def _module_weight(self, module_id):
@@ -258,6 +266,61 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
             include_extra_model_outputs=include_extra_model_outputs,
             modules_to_sample=modules_to_sample)
 
+    def sample_batch(self, batch_size: int, *, n_step: Union[int, Tuple[int, int]] = 1,
+                     gamma: float = 0.99, beta: Optional[float] = None,
+                     batch_length_T: Optional[int] = None, lookback: int = 0,
+                     min_batch_length_T: int = 0, include_extra_model_outputs: bool = False,
+                     modules_to_sample: Optional[List[Any]] = None
+                     ) -> Dict[Any, Dict[str, Any]]:
+        """Per module, a training batch of `batch_size` items from its
+        agents' steps, as a dict of arrays without episode objects: each
+        module's batch is drawn from that module's steps alone, as the
+        single-agent buffers' sample_batch() draws (the same arguments, keys
+        and shapes; by priority on the prioritized buffer, whose
+        update_priorities(priorities, module_id) then sets the drawn steps'
+        priorities). `modules_to_sample`: the modules to draw for (default:
+        every module with stored steps), in that order.
+
+        Example::
+
+            batches = buffer.sample_batch(32, n_step=3, gamma=0.99)
+            for module_id, batch in batches.items():
+                obs, actions = batch["obs"], batch["actions"]      # (32, ...) arrays
+                targets = batch["rewards"] + (0.99 ** batch["n_step"]) * (
+                    1 - batch["terminateds"]) * next_values(module_id, batch["new_obs"])
+
+        ValueError where there is nothing to draw from (no stored steps, or
+        a module in `modules_to_sample` without any), before any draw."""
+        args = _native_args(self._prioritized(), batch_size, n_step, gamma, beta,
+                            batch_length_T, lookback, min_batch_length_T,
+                            include_extra_model_outputs)
+        if modules_to_sample is None:
+            modules = [m for m, store in self._modules.items() if store.live_steps]
+            if not modules:
+                raise ValueError("the buffer holds no timesteps to sample")
+        else:
+            modules = list(modules_to_sample)
+            for module_id in modules:
+                store = self._modules.get(module_id)
+                if store is None or not store.live_steps:
+                    raise ValueError(f"module {module_id!r} has no stored timesteps to sample "
+                                     f"(modules with some: "
+                                     f"{[m for m, s in self._modules.items() if s.live_steps]})")
+        batches = {}
+        for module_id in modules:
+            store = self._modules[module_id]
+            batches[module_id] = self._native_batch(store, args)
+            self._drawn_natively(module_id, store, batches[module_id]["indices"])
+            if store.storage is not None:
+                store.release_pages()
+        return batches
+
+    def _prioritized(self) -> bool:
+        return False
+
+    def _drawn_natively(self, module_id, store: Store, indices) -> None:
+        """What a prioritized buffer keeps of a module's sample_batch()."""
+
     def _draw_module(self, module_id, store, draws, batch_size_B, n_step, beta):
         return store.draw_transitions(draws, batch_size_B, n_step), None
 
@@ -271,7 +334,8 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
         if not modules:
             # RLlib's: its metrics divide by the zero steps sampled (after
             # counting the draw); ours before anything changes.
-            raise ZeroDivisionError("the buffer holds no timesteps to sample")
+            raise ZeroDivisionError("sample(): the buffer holds no timesteps yet; add() "
+                                    "episodes before sampling")
         agent_id = None
         for module_id in modules:
             store = self._module_store(module_id)
@@ -297,7 +361,7 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
                 counts.episode_idxs.add(ma_id)
                 counts.agent_episode_ids[agent_id].add(episode.id_)
                 counts.module_episode_ids[module_id].add(episode.id_)
-                env_t = multi.env_t_to_agent_t[agent_id].data.index(t)
+                env_t = _env_step(multi, agent_id, t)
                 counts.env_steps.add((ma_id, env_t))
                 counts.agent_steps[agent_id].add((episode.id_, t))
                 counts.module_steps[module_id].add((episode.id_, t))
@@ -348,6 +412,7 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
         n = None if random_n else (n_step or 1)
         if random_n:
             n_step = _checked_n_step(n_step)
+        _check_not_empty(self._store)
         draws = self._draws()
         stored = {e.id_: e for e in self._multi_episodes}
         columns = ("obs", "new_obs", "actions", "rewards", "terminateds", "truncateds",
@@ -367,12 +432,20 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
             if ts - n < 0:
                 continue
             episode = stored[episode_fields(self._store, slot)[0]]
-            observations = episode.get_observations(slice(ts - n, ts + 1), return_list=True)
-            actions = episode.get_actions(ts - n)
+            # (An agent done in an earlier chunk keeps the mapping of that
+            # chunk (RLlib's concat does not extend it), too short for the
+            # later steps, where RLlib's getters fail with an IndexError: it
+            # has no step there, so it is left out.)
+            mappings = episode.env_t_to_agent_t
+            ids = None if all(len(m) > ts for m in mappings.values()) else \
+                [a for a, m in mappings.items() if len(m) > ts]
+            observations = episode.get_observations(slice(ts - n, ts + 1), agent_ids=ids,
+                                                    return_list=True)
+            actions = episode.get_actions(ts - n, agent_ids=ids)
             agents = [a for a in observations[0] if a in actions and a in observations[-1]]
             if not agents:
                 continue
-            rewards = episode.get_rewards(slice(ts - n, ts), return_list=True)
+            rewards = episode.get_rewards(slice(ts - n, ts), agent_ids=ids, return_list=True)
             done_here = ts == episode.env_t
             for agent_id in agents:
                 module_id = episode._agent_to_module_mapping[agent_id]
@@ -452,6 +525,7 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
         first: a bad one raises and leaves the buffer unchanged."""
         from episode.multi_agent_episode import MultiAgentEpisode
 
+        self._check_state(state)
         episodes = [MultiAgentEpisode.from_state(s) for s in state["episodes"]]
         evicted = _int(state["_num_episodes_evicted"], "_num_episodes_evicted")
         for key in ("_num_timesteps", "_num_timesteps_added", "sampled_timesteps",
@@ -464,12 +538,13 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
                              "indexed from _num_episodes_evicted on")
         store = self._new_store(self.capacity, self._storage)
         store.restore([_env_steps_chunk(e) for e in episodes],
-                      [tuple(i) for i in state["_indices"]], evicted,
+                      _entries(state["_indices"], 2, not self._prioritized()), evicted,
                       self._global_weights(state))
         modules = {}
         for module_id, entries in dict(state["_module_to_indices"]).items():
-            modules[module_id] = self._restored_module(module_id, episodes, evicted,
-                                                       list(entries), state)
+            modules[module_id] = self._restored_module(
+                module_id, episodes, evicted,
+                _entries(entries, 3, not self._prioritized()), state)
         counters = {key: collections.defaultdict(int, dict(state[key])) for key in (
             "_num_module_timesteps", "_num_module_timesteps_added", "_num_module_episodes",
             "_num_module_episodes_evicted", "sampled_timesteps_per_module")}
@@ -544,8 +619,10 @@ def _alike(episodes: list) -> list:
     tracks = ("observations", "actions", "rewards")
     wanted = {}
     for track in tracks:
+        # (Only numpy'ized tracks: `.data` of a list-mode buffer would move
+        # its typed items to a plain list, which the store takes as objects.)
         dtypes = [getattr(e, track).data.dtype for e in episodes
-                  if isinstance(getattr(e, track).data, np.ndarray) and len(getattr(e, track).data)]
+                  if _numpy_rows(getattr(e, track))]
         ints = [d for d in dtypes if d.kind in "iu"]
         if ints and len(set(dtypes)) > 1:
             wanted[track] = ints[0]
@@ -553,10 +630,52 @@ def _alike(episodes: list) -> list:
     for episode in episodes:
         state = None
         for track, want in wanted.items():
+            if not _numpy_rows(getattr(episode, track)):
+                continue
             data = getattr(episode, track).data
-            if isinstance(data, np.ndarray) and len(data) and data.dtype != want \
-                    and np.array_equal(data.astype(want), data):
+            if data.dtype != want and np.array_equal(data.astype(want), data):
                 state = state or episode.get_state()
                 state[track] = dict(state[track], data=data.astype(want))
         out.append(SingleAgentEpisode.from_state(state) if state is not None else episode)
     return out
+
+
+def _fitted(agent_episode, store: Store):
+    """The agent's chunk with each numpy'ized flat track in the dtype its
+    module's store keeps, where that changes no value: RLlib's concat of a
+    chunk in which the agent took no step turns its int actions into
+    float64, so a checkpoint can hold a module's actions as float64 (and
+    its store then keeps them so) while the next chunks bring int64 ones,
+    which RLlib's concat turns into float64 too. Else the chunk as it is."""
+    state = None
+    for track, name in (("obs", "observations"), ("actions", "actions"),
+                        ("rewards", "rewards")):
+        leaf = store.layout[track]
+        if type(leaf) is not int or not _numpy_rows(getattr(agent_episode, name)):
+            continue
+        want, data = store.leaf_dtype(leaf), getattr(agent_episode, name).data
+        if want is None or data.dtype == want or data.dtype.kind not in "biuf" \
+                or want.kind not in "biuf":
+            continue
+        cast = data.astype(want)
+        if np.array_equal(cast.astype(data.dtype), data):
+            state = state or agent_episode.get_state()
+            state[name] = dict(state[name], data=cast)
+    return SingleAgentEpisode.from_state(state) if state is not None else agent_episode
+
+
+def _env_step(episode, agent_id, t: int) -> int:
+    """The env step of agent step `t` of a stored multi-agent episode, as
+    RLlib's metrics find it (`env_t_to_agent_t[agent_id].data.index(t)`);
+    where RLlib's lookup fails (an episode stored from a later chunk on, its
+    agent steps not counted from 0) the step's own env step."""
+    mapping = episode.env_t_to_agent_t[agent_id].data
+    try:
+        return mapping.index(t)
+    except ValueError:
+        return mapping.index(t + episode.agent_episodes[agent_id].t_started)
+
+
+def _numpy_rows(buffer) -> bool:
+    # A numpy'ized buffer of one array with rows in it.
+    return buffer.finalized and isinstance(buffer.data, np.ndarray) and len(buffer.data) > 0

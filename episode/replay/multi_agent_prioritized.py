@@ -8,12 +8,15 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 import numpy as np
 
 from episode._replay import Store, step_order
-from episode.replay.draws import _batch_size, _check_gamma
+from episode.replay.draws import _batch_size, _check_gamma, _warn_misspelt
 from episode.replay.multi_agent import MultiAgentEpisodeReplayBuffer
-from episode.replay.prioritized import (PrioritizedEpisodeReplayBuffer, _max_priority,
-                                        _sampled_leaves, _set_priorities, _tree_size,
-                                        _tree_state, _tree_values)
+from episode.replay.prioritized import (PrioritizedEpisodeReplayBuffer, _indices_array,
+                                        _max_priority, _sampled_leaves, _set_priorities,
+                                        _tree_size, _tree_state, _tree_values)
 from episode.replay.stored import _as_ours_multi, _force_list
+
+# The step part of a sample_batch() index (below the store's tag, bits 56-62).
+_STEP_KEY_MASK = (1 << 56) - 1
 
 
 class MultiAgentPrioritizedEpisodeReplayBuffer(MultiAgentEpisodeReplayBuffer,
@@ -24,16 +27,24 @@ class MultiAgentPrioritizedEpisodeReplayBuffer(MultiAgentEpisodeReplayBuffer,
     priority, `update_priorities(priorities, module_id)` sets the last
     draw's priorities of that module."""
 
+    _STATE_KEYS = PrioritizedEpisodeReplayBuffer._STATE_KEYS + \
+        MultiAgentEpisodeReplayBuffer._STATE_KEYS[7:] + (
+            "_module_to_max_priority", "_module_to_sum_segment", "_module_to_min_segment",
+            "_module_to_free_nodes", "_module_to_max_idx", "_module_to_tree_idx_to_sample_idx",
+            "_module_to_last_sampled_indices")
+
     def __init__(self, capacity: int = 10000, *, batch_size_B: int = 16,
                  batch_length_T: int = 1, alpha: float = 1.0,
-                 metrics_num_episodes_for_smoothing: int = 100, storage=None, **kwargs):
+                 metrics_num_episodes_for_smoothing: int = 100, storage=None, seed=None,
+                 **kwargs):
+        _warn_misspelt(self, MultiAgentPrioritizedEpisodeReplayBuffer.__init__, kwargs)
         if not alpha >= 0:
             raise AssertionError(f"alpha must be >= 0, not {alpha}")
         # (Through the prioritized buffer's __init__, which sets the rest.)
         MultiAgentEpisodeReplayBuffer.__init__(
             self, capacity=capacity, batch_size_B=batch_size_B, batch_length_T=batch_length_T,
             metrics_num_episodes_for_smoothing=metrics_num_episodes_for_smoothing,
-            storage=storage)
+            storage=storage, seed=seed)
         self._alpha = alpha
         self._module_to_max_priority = collections.defaultdict(lambda: 1.0)
         self._module_to_last_sampled_indices = collections.defaultdict(list)
@@ -106,12 +117,35 @@ class MultiAgentPrioritizedEpisodeReplayBuffer(MultiAgentEpisodeReplayBuffer,
             store.priorities.keys_of(picks.leaves))
         return picks, picks.weights
 
-    def update_priorities(self, priorities, module_id) -> None:
+    def _prioritized(self) -> bool:
+        return True
+
+    def _drawn_natively(self, module_id, store: Store, indices) -> None:
+        # As a sample() of the module does: its draws' leaves and keys wait
+        # for update_priorities() (the keys without the store's tag).
+        self._module_to_last_sampled_indices[module_id].extend(store.leaves_of(indices))
+        self._module_to_last_sampled_keys[module_id].extend(
+            (np.asarray(indices) & _STEP_KEY_MASK).tolist())
+
+    def update_priorities(self, priorities, module_id, *, indices=None) -> None:
         """Sets the priorities of `module_id`'s timesteps drawn since the
-        last update (in their order): max(p, 1e-12) ** alpha; a timestep
-        evicted since it was drawn is skipped. Checked first (AssertionError
-        for a wrong count, ValueError for a negative, NaN or infinite
-        priority)."""
+        last update (in their order, by sample() or sample_batch()):
+        max(p, 1e-12) ** alpha; or, with `indices` (the `indices` of the
+        module's batch of a sample_batch()), of those timesteps. A timestep
+        evicted since it was drawn is skipped. `priorities`: B numbers in
+        any array-like (a list, a (B,) or (B, 1) array, a torch tensor).
+        Checked first: AssertionError for a wrong count, ValueError for a
+        negative, NaN or infinite priority or indices this module's store
+        never handed out."""
+        if indices is not None:
+            store = self._modules.get(module_id)
+            if store is None:
+                raise ValueError(f"no module {module_id!r} in this buffer (modules: "
+                                 f"{list(self._modules)})")
+            self._module_to_max_priority[module_id] = _set_priorities(
+                store, _indices_array(indices), priorities, self._alpha,
+                self._module_to_max_priority[module_id], True)
+            return
         keys = self._module_to_last_sampled_keys[module_id]
         self._module_to_max_priority[module_id] = _set_priorities(
             self._module_store(module_id), keys, priorities, self._alpha,
@@ -174,8 +208,9 @@ class MultiAgentPrioritizedEpisodeReplayBuffer(MultiAgentEpisodeReplayBuffer,
                                  f"which has no steps")
             last[module_id] = _sampled_leaves(leaves, modules[module_id].priorities)
         self._max_priority = max_priority
-        self._last_sampled_indices = _sampled_leaves(state["_last_sampled_indices"],
-                                                     store.priorities)
+        self._last_leaves = _sampled_leaves(state["_last_sampled_indices"], store.priorities)
+        self._last_keys = store.priorities.keys_of(self._last_leaves)
+        self._last_keys_public = False
         self._module_to_max_priority = collections.defaultdict(lambda: 1.0, maxima)
         self._module_to_last_sampled_indices = collections.defaultdict(list, last)
         self._module_to_last_sampled_keys = collections.defaultdict(list, {

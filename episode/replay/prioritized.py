@@ -9,10 +9,12 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
+from episode._priority import pack_runs, pack_values, unpack_runs, unpack_values
 from episode._replay import Store, episode_fields, step_order
 from episode.single_agent_episode import SingleAgentEpisode
 from episode.replay.draws import (_batch_size, _check_capacity, _check_gamma,
-                                  _checked_n_step, _transitions)
+                                  _check_not_empty, _checked_n_step, _transitions,
+                                  _warn_misspelt)
 from episode.replay.metrics import _AddCounts
 from episode.replay.stored import _as_ours, _episode_indices, _force_list
 from episode.replay.uniform import EpisodeReplayBuffer
@@ -25,21 +27,31 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
     transitions by priority with importance weights (`beta`), and
     `update_priorities()` sets the last draw's priorities."""
 
+    _STATE_KEYS = EpisodeReplayBuffer._STATE_KEYS + (
+        "_sum_segment", "_min_segment", "_free_nodes", "_max_priority", "_max_idx",
+        "_tree_idx_to_sample_idx", "_last_sampled_indices")
+
     def __init__(self, capacity: int = 10000, *, batch_size_B: int = 16,
                  batch_length_T: int = 1, alpha: float = 1.0,
-                 metrics_num_episodes_for_smoothing: int = 100, storage=None, **kwargs):
+                 metrics_num_episodes_for_smoothing: int = 100, storage=None, seed=None,
+                 **kwargs):
+        _warn_misspelt(self, PrioritizedEpisodeReplayBuffer.__init__, kwargs)
         if not alpha >= 0:
             raise AssertionError(f"alpha must be >= 0, not {alpha}")
         self._alpha = alpha
         self._max_priority = 1.0
-        self._last_sampled_indices: list = []
-        # Their steps' keys: a priority set after an add() evicted its step
-        # is dropped (RLlib's lands on the freed or reused leaf).
-        self._last_sampled_keys: list = []
+        # The last draw (since the last update): its tree leaves (None:
+        # found from the keys when asked for) and its steps' keys, by which
+        # update_priorities() finds the steps (one evicted since is skipped:
+        # RLlib's priority lands on the freed or reused leaf). Keys are
+        # public (the `indices` sample_batch() hands out) or the trees' own.
+        self._last_leaves: Optional[list] = []
+        self._last_keys: Any = []
+        self._last_keys_public = False
         super().__init__(capacity=capacity, batch_size_B=batch_size_B,
                          batch_length_T=batch_length_T,
                          metrics_num_episodes_for_smoothing=metrics_num_episodes_for_smoothing,
-                         storage=storage)
+                         storage=storage, seed=seed)
 
     def _new_store(self, capacity, storage) -> Store:
         _check_capacity(capacity, prioritized=True)
@@ -74,6 +86,14 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
     def _indices(self) -> list:
         index = _episode_indices(self._store)
         return [(index[slot], ts, leaf) for slot, ts, leaf in step_order(self._store)]
+
+    @property
+    def _last_sampled_indices(self) -> list:
+        """RLlib's list of the tree leaves drawn since the last update
+        (-1 for a step of a sample_batch() evicted since)."""
+        if self._last_leaves is None:
+            self._last_leaves = self._store.leaves_of(self._last_keys)
+        return self._last_leaves
 
     def add(self, episodes, weight: Optional[float] = None) -> None:
         """Adds episodes as RLlib's prioritized buffer does: first the oldest
@@ -141,9 +161,11 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
         batch_size_B = _batch_size(num_items, batch_size_B) or self.batch_size_B
         n_step = _checked_n_step(n_step or 1)
         store = self._store
+        _check_not_empty(store, ZeroDivisionError)     # (RLlib's: its p_min / 0.0)
         picks = store.draw_prioritized(self._draws(), batch_size_B, n_step, beta)
-        self._last_sampled_indices = picks.leaves
-        self._last_sampled_keys = store.priorities.keys_of(picks.leaves)
+        self._last_leaves = picks.leaves
+        self._last_keys = store.priorities.keys_of(picks.leaves)
+        self._last_keys_public = False
         slots, ts, ns, ends = store.pick_fields(picks)
         store.locate_ends(picks)
         episodes = _transitions(store, picks, slots, ts, ns, ends, gamma,
@@ -163,21 +185,32 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
         """Sets the priorities of the last sample()'s (or sample_batch()'s)
         timesteps, in its order: max(p, 1e-12) ** alpha; or, with `indices`
         (the `indices` of a sample_batch()), of those timesteps. A timestep
-        evicted since it was drawn is skipped. Checked first (AssertionError
+        evicted since it was drawn is skipped.
+
+        `priorities`: B numbers, as a list, a numpy array of shape (B,) or
+        (B, 1), a torch tensor or anything numpy takes as an array (float32
+        ones compute in float32, as RLlib's trees do with a learner's
+        float32 TD errors). Checked before anything changes: AssertionError
         for a wrong count, ValueError for a negative, NaN or infinite
-        priority)."""
+        priority, or for indices this buffer never handed out."""
         if indices is None:
-            keys = self._last_sampled_keys
+            keys, public = self._last_keys, self._last_keys_public
         else:
-            keys = [int(i) for i in indices]
+            keys, public = _indices_array(indices), True
         self._max_priority = _set_priorities(self._store, keys, priorities, self._alpha,
-                                             self._max_priority)
+                                             self._max_priority, public)
         if indices is None:
-            self._last_sampled_indices.clear()
-            keys.clear()
+            if self._last_leaves is None:
+                self._last_leaves = []
+            self._last_leaves.clear()
+            self._last_keys = []
+            self._last_keys_public = False
 
     def get_state(self) -> Dict[str, Any]:
         return super().get_state() | self._priority_state()
+
+    def _pickled_state(self) -> Dict[str, Any]:
+        return _packed_state(self.get_state())
 
     def _priority_state(self) -> Dict[str, Any]:
         # The prioritized buffers' keys of the env-step trees.
@@ -193,6 +226,7 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
         }
 
     def set_state(self, state) -> None:
+        self._check_state(state)
         store = self._restored_store(state, weights=(
             state["_sum_segment"], state["_min_segment"], state["_free_nodes"],
             state["_max_idx"]))
@@ -207,8 +241,96 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
         self._num_timesteps_added = state["_num_timesteps_added"]
         self.sampled_timesteps = state["sampled_timesteps"]
         self._max_priority = max_priority
-        self._last_sampled_indices = last
-        self._last_sampled_keys = store.priorities.keys_of(last)
+        self._last_leaves = last
+        self._last_keys = store.priorities.keys_of(last)
+        self._last_keys_public = False
+
+
+def _packed_state(state: Dict[str, Any]) -> Dict[str, Any]:
+    """A prioritized checkpoint as a buffer's pickle holds it: its trees'
+    lists (and the modules' trees) pickle packed, so that an empty buffer of
+    capacity 1M pickles to bytes, not 86 MB. (get_state() itself returns
+    RLlib's plain lists.)"""
+    state = dict(state, _sum_segment=_SumValues(state["_sum_segment"]),
+                 _min_segment=_MinValues(state["_min_segment"]),
+                 _free_nodes=_FreeLeaves(state["_free_nodes"]))
+    for key, cls in (("_module_to_sum_segment", _SumValues),
+                     ("_module_to_min_segment", _MinValues)):
+        if key in state:
+            for _, tree in state[key]:
+                tree.value = cls(tree.value)     # (objects made for this state)
+    if "_module_to_free_nodes" in state:
+        state["_module_to_free_nodes"] = [(m, _FreeQueue(q, q.maxlen))
+                                          for m, q in state["_module_to_free_nodes"]]
+    return state
+
+
+class _NodeValues(list):
+    """A segment tree's node values in a buffer's pickle: RLlib's list,
+    pickled packed (the values that are not the tree's neutral one, with
+    their types); unpickled, a list of the same values again."""
+
+    __slots__ = ()
+    NEUTRAL = 0.0
+
+    def __reduce_ex__(self, protocol):
+        packed = pack_values(self, self.NEUTRAL) if _is_power_of_2(len(self)) else None
+        if packed is None:       # (values of other types: as a list)
+            return type(self), (list(self),)
+        return _unpacked_values, (type(self), len(self), len(self)) + packed
+
+
+class _SumValues(_NodeValues):
+    """A sum tree's node values (neutral: 0.0)."""
+
+    __slots__ = ()
+
+
+class _MinValues(_NodeValues):
+    """A min tree's node values (neutral: inf)."""
+
+    __slots__ = ()
+    NEUTRAL = float("inf")
+
+
+def _unpacked_values(cls, n, n_again, positions, numbers, tags):
+    return cls(unpack_values(n, n_again, cls.NEUTRAL, positions, numbers, tags))
+
+
+def _is_power_of_2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+class _FreeLeaves(list):
+    """The free tree leaves in a checkpoint: RLlib's `_free_nodes`, which
+    pickles as runs of consecutive leaves (one run in an empty buffer)."""
+
+    __slots__ = ()
+
+    def __reduce_ex__(self, protocol):
+        packed = pack_runs(self)
+        if packed is None:
+            return type(self), (list(self),)
+        return _unpacked_leaves, (type(self), len(self), len(self)) + packed
+
+
+def _unpacked_leaves(cls, n, n_again, starts, lengths):
+    return cls(unpack_runs(n, n_again, starts, lengths))
+
+
+class _FreeQueue(collections.deque):
+    """A module's free tree leaves in a multi-agent checkpoint (RLlib's
+    deque of them), pickled as runs as _FreeLeaves is."""
+
+    def __reduce_ex__(self, protocol):
+        packed = pack_runs(self)
+        if packed is None:
+            return type(self), (list(self), self.maxlen)
+        return _unpacked_queue, (len(self), len(self)) + packed + (self.maxlen,)
+
+
+def _unpacked_queue(n, n_again, starts, lengths, maxlen):
+    return _FreeQueue(unpack_runs(n, n_again, starts, lengths), maxlen)
 
 
 class _SavedTree:
@@ -275,20 +397,66 @@ class _TreeView:
         return self.get_state()
 
 
-def _set_priorities(store: Store, keys: list, priorities, alpha, max_priority):
+def _set_priorities(store: Store, keys, priorities, alpha, max_priority, public: bool = False):
     """update_priorities(): max(p, 1e-12) ** alpha on the tree leaves of
     the steps `keys` (those still stored), everything checked before any is
     set; returns the new highest priority (RLlib's running max over all)."""
-    if len(priorities) != len(keys):
-        raise AssertionError(f"{len(priorities)} priorities for {len(keys)} sampled timesteps")
-    clamped = []
-    for p in priorities:
-        if not 0 <= p < float("inf"):
-            raise ValueError(f"priorities must be finite and >= 0, not {p}")
-        clamped.append(max(p, 1e-12))
-    values = [p ** alpha for p in clamped]
-    store.priorities.update_many(store.leaves_of(keys), values)
-    return max([max_priority] + clamped)
+    values = _priority_values(priorities)
+    if len(values) != len(keys):
+        raise AssertionError(f"{len(values)} priorities for {len(keys)} sampled timesteps")
+    return store.set_priorities(keys, values, alpha, max_priority, public)
+
+
+# The types of numbers the trees compute with (as RLlib's objects do).
+_TREE_NUMBERS = {float, int, bool, np.float64, np.float32}
+
+
+def _priority_values(priorities):
+    """update_priorities()' priorities as the store takes them: a list of
+    Python or numpy float32/float64 numbers as it is (each keeps its type,
+    as in RLlib's loop over them), anything else as a 1-d float32 or
+    float64 array: a numpy array of shape (B,) or (B, 1), a torch tensor, a
+    list of other numbers or of one-number rows. Integers and bools count
+    as float64, float16 as float32 (exactly); TypeError for what is no array
+    of real numbers."""
+    if isinstance(priorities, (list, tuple)) and all(type(p) in _TREE_NUMBERS
+                                                      for p in priorities):
+        return priorities
+    if hasattr(priorities, "detach") and hasattr(priorities, "cpu"):
+        priorities = priorities.detach().cpu().numpy()     # a torch tensor
+    try:
+        values = np.asarray(priorities)
+    except Exception as error:       # noqa: BLE001 - what numpy does not take
+        raise TypeError(f"priorities must be numbers, not {type(priorities).__name__}") \
+            from error
+    if values.ndim == 2 and values.shape[1] == 1:
+        values = values[:, 0]
+    if values.ndim != 1:
+        raise ValueError(f"priorities must be B numbers, of shape (B,) or (B, 1), not of "
+                         f"shape {values.shape}")
+    if values.dtype.kind == "f" and values.dtype.itemsize <= 4:
+        return values.astype(np.float32, copy=False)
+    if values.dtype.kind in "biuf":
+        return values.astype(np.float64, copy=False)
+    if values.dtype == object:
+        return list(values)
+    raise TypeError(f"priorities must be real numbers, not {values.dtype}")
+
+
+def _indices_array(indices) -> np.ndarray:
+    """update_priorities(indices=...): the `indices` a sample_batch() handed
+    out, as int64 (any sequence or array of ints, (B,) or (B, 1))."""
+    if hasattr(indices, "detach") and hasattr(indices, "cpu"):
+        indices = indices.detach().cpu().numpy()
+    array = np.asarray(indices)
+    if array.ndim == 2 and array.shape[1] == 1:
+        array = array[:, 0]
+    if array.ndim != 1 or (array.size and array.dtype.kind not in "iu"):
+        raise TypeError(f"indices must be the integer `indices` of a sample_batch(), not "
+                        f"{array.dtype} of shape {array.shape}")
+    if array.dtype.kind == "u" and array.size and array.max() > np.iinfo(np.int64).max:
+        raise ValueError("indices must be the `indices` of a sample_batch() of this buffer")
+    return array.astype(np.int64, copy=False)
 
 
 def _sampled_leaves(leaves, trees) -> list:

@@ -11,7 +11,8 @@ from episode._replay import Draws, Store, episode_fields, live_slots, step_order
 from episode.lookback_buffer import InfiniteLookbackBuffer
 from episode.single_agent_episode import SingleAgentEpisode
 from episode.replay.draws import (_batch_size, _check_capacity, _check_gamma,
-                                  _checked_n_step, _int, _track, _transitions)
+                                  _check_not_empty, _checked_n_step, _int, _warn_misspelt, _native_args, _NativeArgs, _track,
+                                  _transitions)
 from episode.replay.metrics import _AddCounts, _log_pair, _metrics_logger, _Unlogged
 from episode.replay.stored import (DEFAULT_AGENT_ID, DEFAULT_MODULE_ID, _as_ours,
                                    _episode_indices, _force_list, _stored_episode)
@@ -35,12 +36,22 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
     `cut()`) is joined to it. Evicts the oldest episodes first. `sample()`
     returns RLlib's batch of `batch_size_B` rows of `batch_length_T` steps,
     or with `sample_episodes=True` a list of episodes: n-step transitions or
-    sequences. `storage`, a folder, keeps the rows in files there.
+    sequences. `storage`, a folder, keeps the rows in files there. `seed`
+    seeds the buffer's `rng` (RLlib's buffers draw from an unseeded one;
+    assigning `rng` a seeded Generator does the same there). Other keyword
+    arguments are ignored, as RLlib's are (a warning names one that looks
+    like a misspelt argument).
     """
+
+    # The keys of this buffer's checkpoints (get_state()), RLlib's.
+    _STATE_KEYS: Tuple[str, ...] = (
+        "episodes", "episode_id_to_index", "_num_episodes_evicted", "_indices",
+        "_num_timesteps", "_num_timesteps_added", "sampled_timesteps")
 
     def __init__(self, capacity: int = 10000, *, batch_size_B: int = 16,
                  batch_length_T: int = 64, metrics_num_episodes_for_smoothing: int = 100,
-                 storage=None, **kwargs):
+                 storage=None, seed=None, **kwargs):
+        _warn_misspelt(self, EpisodeReplayBuffer.__init__, kwargs)
         self.capacity = capacity
         self.batch_size_B = batch_size_B
         self.batch_length_T = batch_length_T
@@ -48,7 +59,7 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
         self._num_timesteps = 0
         self._num_timesteps_added = 0
         self.sampled_timesteps = 0
-        self.rng = np.random.default_rng(seed=None)
+        self.rng = np.random.default_rng(seed)
         self._logger = _metrics_logger()
         self._unlogged = _Unlogged()
         self._metrics_num_episodes_for_smoothing = metrics_num_episodes_for_smoothing
@@ -233,6 +244,7 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
         batch_size_B = _batch_size(num_items, batch_size_B) or self.batch_size_B
         T_max = batch_length_T or self.batch_length_T
         store = self._store
+        _check_not_empty(store)
         observations = [[] for _ in range(batch_size_B)]
         actions = [[] for _ in range(batch_size_B)]
         rewards = [[] for _ in range(batch_size_B)]
@@ -286,6 +298,7 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
             raise AssertionError("When sampling sequences n-step must be 1.")
         n_step = _checked_n_step(n_step)
         store = self._store
+        _check_not_empty(store)
         picks = store.draw_uniform(self._draws(), batch_size_B, batch_length_T or 0, n_step,
                                    min_batch_length_T)
         slots, ts, ns, ends = store.pick_fields(picks)
@@ -341,46 +354,34 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
 
         `include_extra_model_outputs` adds each extra model output (at the
         drawn step, or per row)."""
-        prioritized = self._store.priorities is not None
-        if beta is not None and not prioritized:
-            raise ValueError("beta weights a prioritized draw; this buffer draws uniformly")
-        beta = 0.0 if beta is None else beta
-        if not beta >= 0.0:
-            raise ValueError(f"beta must be >= 0, not {beta}")
-        _check_gamma(gamma)
-        if not 0.0 <= gamma <= 1.0:
-            raise ValueError(f"gamma must lie in [0, 1], not {gamma}")
-        batch_size = _int(batch_size, "batch_size")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, not {batch_size}")
-        T = _int(batch_length_T or 0, "batch_length_T")
-        lookback = _int(lookback, "lookback")
-        min_T = _int(min_batch_length_T, "min_batch_length_T")
-        if T < 0 or lookback < 0 or min_T < 0:
-            raise ValueError("batch_length_T, lookback and min_batch_length_T must be >= 0")
-        if T and n_step != 1:
-            raise ValueError("sequences are of single steps: n_step must be 1")
-        n_step = _checked_n_step(n_step)
         store = self._store
-        picks = store.draw_native(self._draws(), batch_size, n_step, prioritized, float(beta),
-                                  T, min_T)
-        if T:
-            steps, weights, indices, _, _ = store.native_fields(picks)
-            batch = self._sequence_batch(picks, store.layout, lookback, T,
-                                         include_extra_model_outputs)
-            batch["lengths"] = steps
-            batch["weights"] = weights
-            batch["indices"] = indices
-        else:
-            batch = store.native_transitions(picks, float(gamma), include_extra_model_outputs)
-        if prioritized:
-            self._last_sampled_keys = batch["indices"].tolist()
-            self._last_sampled_indices = store.leaves_of(self._last_sampled_keys)
+        args = _native_args(store.priorities is not None, batch_size, n_step, gamma, beta,
+                            batch_length_T, lookback, min_batch_length_T,
+                            include_extra_model_outputs)
+        batch = self._native_batch(store, args)
+        if store.priorities is not None:
+            # (The leaves of these steps are found if RLlib's list is read.)
+            self._last_leaves = None
+            self._last_keys = batch["indices"].copy()    # (the caller's may change)
+            self._last_keys_public = True
         self._after_reads(batch_size)
         return batch
 
-    def _sequence_batch(self, picks, layout, lookback, T, extras) -> Dict[str, Any]:
-        store = self._store
+    def _native_batch(self, store: Store, args: _NativeArgs) -> Dict[str, Any]:
+        # sample_batch() from one store, its arguments checked.
+        picks = store.draw_native(self._draws(), args.batch_size, args.n_step,
+                                  store.priorities is not None, args.beta, args.T, args.min_T)
+        if not args.T:
+            return store.native_transitions(picks, args.gamma, args.extras)
+        steps, weights, indices, _, _ = store.native_fields(picks)
+        batch = self._sequence_batch(store, picks, args.lookback, args.T, args.extras)
+        batch["lengths"] = steps
+        batch["weights"] = weights
+        batch["indices"] = indices
+        return batch
+
+    def _sequence_batch(self, store: Store, picks, lookback, T, extras) -> Dict[str, Any]:
+        layout = store.layout
         masks = []
 
         def rows(leaf, next_rows=False):
@@ -531,6 +532,7 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
     def set_state(self, state) -> None:
         """Restores get_state()'s checkpoint (ours or RLlib's). The state is
         checked first: a bad one raises and leaves the buffer unchanged."""
+        self._check_state(state)
         store = self._restored_store(state)
         self._store = store
         self._num_timesteps = state["_num_timesteps"]
@@ -540,13 +542,40 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
     def __reduce__(self):
         # A pickle is the checkpoint (get_state(); arrays travel out-of-band
         # with protocol 5), restored into a new buffer of the same settings.
-        return (_unpickled, (type(self), self._settings(), self.get_state(), self.rng))
+        return (_unpickled, (type(self), self._settings(), self._pickled_state(), self.rng))
+
+    def _pickled_state(self) -> Dict[str, Any]:
+        # The checkpoint a pickle of the buffer holds.
+        return self.get_state()
 
     def _settings(self) -> Dict[str, Any]:
         return {"capacity": self.capacity, "batch_size_B": self.batch_size_B,
                 "batch_length_T": self.batch_length_T,
                 "metrics_num_episodes_for_smoothing": self._metrics_num_episodes_for_smoothing,
                 "storage": self._store.storage}
+
+    def _check_state(self, state) -> None:
+        """set_state()'s first check: a dict with the keys of this kind of
+        buffer's checkpoints. TypeError for what is no dict; KeyError (as
+        RLlib's, at the first key it reads) naming the missing keys and,
+        where the keys are another buffer's, that buffer."""
+        if not isinstance(state, dict):
+            raise TypeError(f"set_state() takes a checkpoint of get_state() (a dict), not "
+                            f"{type(state).__name__}")
+        missing = [key for key in self._STATE_KEYS if key not in state]
+        kinds = [cls for cls in _BUFFER_KINDS if set(cls._STATE_KEYS) == set(state)]
+        # (A prioritized buffer's checkpoint has a uniform one's keys and
+        # more: RLlib's uniform buffers load it. A multi-agent one's is
+        # refused by a single-agent buffer as RLlib's does, by a KeyError.)
+        multi = "_module_to_indices" in self._STATE_KEYS
+        if not missing and not (kinds and ("_module_to_indices" in kinds[0]._STATE_KEYS)
+                                != multi):
+            return
+        whose = f" (it is the checkpoint of a {kinds[0].__name__})" if kinds else ""
+        lacks = f"lacks {', '.join(map(repr, missing))}" if missing else \
+            "is not a single-agent buffer's"
+        raise KeyError(f"{_kind_of(self)}.set_state() takes what get_state() of that kind of "
+                       f"buffer returns; this checkpoint {lacks}{whose}")
 
     def _restored_store(self, state, weights=None) -> Store:
         episodes = [SingleAgentEpisode.from_state(s) for s in state["episodes"]]
@@ -559,8 +588,32 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
             raise ValueError("episode_id_to_index must list the stored episodes in order, "
                              "indexed from _num_episodes_evicted on")
         store = self._new_store(self.capacity, self._store.storage)
-        store.restore(episodes, [tuple(i) for i in state["_indices"]], evicted, weights)
+        store.restore(episodes, _entries(state["_indices"], 2, weights is None), evicted,
+                      weights)
         return store
+
+
+def _entries(entries, fields: int, uniform: bool) -> list:
+    """A checkpoint's `_indices` entries as tuples. Into a uniform buffer,
+    a prioritized buffer's (their tree leaf last, one field more) lose the
+    leaf: RLlib's uniform buffers load such a checkpoint too."""
+    out = [tuple(entry) for entry in entries]
+    if uniform and out and all(len(entry) == fields + 1 for entry in out):
+        out = [entry[:fields] for entry in out]
+    return out
+
+
+def _kind_of(buffer) -> str:
+    # The name of the buffer's kind (one of ours, whatever subclass it is).
+    for cls in type(buffer).__mro__:
+        if cls in _BUFFER_KINDS:
+            return cls.__name__
+    return type(buffer).__name__
+
+
+# Our four kinds of buffers (listed by episode.replay's __init__, once all
+# are defined).
+_BUFFER_KINDS: List[type] = []
 
 
 def _unpickled(cls, settings: Dict[str, Any], state: Dict[str, Any], rng):

@@ -19,15 +19,16 @@ than the trees have leaves) it fails half done; these trees double instead.
 """
 from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
-from libc.math cimport INFINITY, pow, powf
-from libc.stdint cimport int64_t
-from libc.stdlib cimport qsort
+from libc.math cimport INFINITY, pow, powf, signbit
+from libc.stdint cimport INT64_MAX, int64_t
 from libc.string cimport memcpy
 
 import numpy as np
 
 cimport numpy as cnp
 from cpython.object cimport PyObject
+
+from episode._column cimport array_bytes
 
 cdef extern from "numpy/arrayobject.h":
     object PyArray_Scalar(void* data, cnp.PyArray_Descr* descr, PyObject* base)
@@ -83,11 +84,17 @@ cdef object from_num(Num x):
 
 
 cdef inline int promote(Num a, Num b) noexcept:
-    if a.tag == TAG_F64 or b.tag == TAG_F64:
+    return promote_tags(a.tag, b.tag)
+
+
+cdef inline int promote_tags(int a, int b) noexcept:
+    # The type of an operation's result (NEP 50: a Python number adapts to
+    # a numpy one).
+    if a == TAG_F64 or b == TAG_F64:
         return TAG_F64
-    if a.tag == TAG_F32 or b.tag == TAG_F32:
+    if a == TAG_F32 or b == TAG_F32:
         return TAG_F32
-    if a.tag == TAG_INT and b.tag == TAG_INT:
+    if a == TAG_INT and b == TAG_INT:
         return TAG_INT
     return TAG_FLOAT
 
@@ -167,22 +174,35 @@ cdef Num smaller_of(Num a, Num b) noexcept:
 # -- the trees ------------------------------------------------------------------------
 
 
-cdef int compare_int64(const void* a, const void* b) noexcept nogil:
-    cdef int64_t x = (<const int64_t*>a)[0], y = (<const int64_t*>b)[0]
-    return (x > y) - (x < y)
+
+# A node waiting in propagate()'s list of the next level (a bit of its sum
+# tree type byte, which is clear everywhere else).
+cdef unsigned char QUEUED = 0x80
 
 
 cdef inline void combine(double* sum_v, unsigned char* sum_t, double* min_v,
                          unsigned char* min_t, Py_ssize_t node) noexcept:
-    # RLlib's parent update: sum = left + right, min = min(left, right).
-    cdef Num s = add(num(sum_v[2 * node], sum_t[2 * node]),
-                     num(sum_v[2 * node + 1], sum_t[2 * node + 1]))
-    cdef Num m = smaller_of(num(min_v[2 * node], min_t[2 * node]),
-                            num(min_v[2 * node + 1], min_t[2 * node + 1]))
-    sum_v[node] = s.v
-    sum_t[node] = s.tag
-    min_v[node] = m.v
-    min_t[node] = m.tag
+    # RLlib's parent update, add() and smaller_of() on the two children:
+    # sum = left + right, min = min(left, right) (the right one only where
+    # it is smaller), each in the children's promoted type.
+    cdef Py_ssize_t left = 2 * node, right = 2 * node + 1
+    cdef int tag = promote_tags(sum_t[left], sum_t[right])
+    cdef bint right_smaller
+    if tag == TAG_F32:
+        sum_v[node] = <float>sum_v[left] + <float>sum_v[right]
+    else:
+        sum_v[node] = sum_v[left] + sum_v[right]
+    sum_t[node] = <unsigned char>tag
+    if promote_tags(min_t[left], min_t[right]) == TAG_F32:
+        right_smaller = <float>min_v[right] < <float>min_v[left]
+    else:
+        right_smaller = min_v[right] < min_v[left]
+    if right_smaller:
+        min_v[node] = min_v[right]
+        min_t[node] = min_t[right]
+    else:
+        min_v[node] = min_v[left]
+        min_t[node] = min_t[left]
 
 
 cdef class PriorityTrees:
@@ -348,13 +368,12 @@ cdef class PriorityTrees:
         return 0
 
     cdef int propagate(self, int64_t* leaves, Py_ssize_t n) except -1:
-        """Recomputes the ancestors of `leaves` (after take_leaf() and
-        release_leaf()), level by level, each node once: a node's values
-        depend on its children only, so the trees end as RLlib's
-        step-by-step updates leave them."""
-        cdef Py_ssize_t i, m, node
+        """Recomputes the ancestors of `leaves` (after take_leaf(),
+        release_leaf() or _set_raw()), level by level, each node once: a
+        node's values depend on its children only, so the trees end as
+        RLlib's step-by-step updates leave them."""
+        cdef Py_ssize_t i, m = 0, k, node
         cdef int64_t* nodes
-        cdef bint sorted_
         if self.alloc == 1:
             return 0         # the one allocated leaf is the subtree's root
         if n <= 2:
@@ -367,29 +386,26 @@ cdef class PriorityTrees:
         nodes = <int64_t*>PyMem_Malloc(n * sizeof(int64_t))
         if nodes == NULL:
             raise MemoryError()
-        try:
-            sorted_ = True
-            for i in range(n):
-                nodes[i] = (self.alloc + leaves[i]) // 2
-                if i and nodes[i] < nodes[i - 1]:
-                    sorted_ = False
-            if not sorted_:
-                qsort(nodes, n, sizeof(int64_t), compare_int64)
-            while True:
-                m = 0
-                for i in range(n):
-                    if m == 0 or nodes[i] != nodes[m - 1]:
-                        nodes[m] = nodes[i]
-                        m += 1
-                n = m
-                for i in range(n):
-                    combine(self.sum_v, self.sum_t, self.min_v, self.min_t, nodes[i])
-                if nodes[0] == 1:
-                    break
-                for i in range(n):
-                    nodes[i] //= 2
-        finally:
-            PyMem_Free(nodes)
+        # The leaves' parents, each once (QUEUED marks the listed ones); then
+        # per level: each listed node from its children, and their parents.
+        for i in range(n):
+            node = (self.alloc + leaves[i]) // 2
+            if not self.sum_t[node] & QUEUED:
+                self.sum_t[node] |= QUEUED
+                nodes[m] = node
+                m += 1
+        while m:
+            for i in range(m):
+                combine(self.sum_v, self.sum_t, self.min_v, self.min_t, nodes[i])
+            k = 0
+            for i in range(m):
+                node = nodes[i] // 2
+                if node >= 1 and not self.sum_t[node] & QUEUED:
+                    self.sum_t[node] |= QUEUED
+                    nodes[k] = node
+                    k += 1
+            m = k
+        PyMem_Free(nodes)
         return 0
 
     cdef int _reserve_queue(self) except -1:
@@ -678,3 +694,172 @@ cdef class PriorityTrees:
         self.size, other.size = other.size, self.size
         self.max_leaf = other.max_leaf
         return 0
+
+
+# -- checkpoints: the node values and free leaves, packed -------------------------------
+#
+# A checkpoint holds RLlib's lists: every node value of both trees and every
+# free leaf, about 4 million numbers at capacity 1M even with no step stored.
+# Packed, a list keeps only the values that are not the tree's neutral one
+# (with their types) and the free leaves as runs of consecutive ones. The
+# length a list unpacks to is kept twice: one damaged copy (a flipped byte
+# in a pickle) is refused before a list of that length is made.
+
+# The longest list unpacked: two nodes per leaf of the largest trees.
+cdef Py_ssize_t MAX_NODES = 2 * MAX_LEAVES
+
+
+cdef inline bint is_neutral(object x, double neutral) noexcept:
+    # The Python float `neutral` itself (0.0 but not -0.0; inf).
+    cdef double v
+    if type(x) is not float:
+        return False
+    v = PyFloat_AS_DOUBLE(x)
+    return v == neutral and (v != 0.0 or not signbit(v))
+
+
+def pack_values(object node_values, double neutral):
+    """(positions, values, tags) of the entries of `node_values` (a list of
+    a segment tree's node values) that are not the Python float `neutral`:
+    int64 positions, their float64 values and their types (uint8 `Tag`s);
+    None where an entry is no number of RLlib's types (a Python float or
+    int, numpy float64 or float32) or an int a float64 cannot hold."""
+    if not isinstance(node_values, list):
+        raise TypeError(f"node values are a list, not {type(node_values).__name__}")
+    cdef list values = <list>node_values     # (a list subclass's items too)
+    cdef Py_ssize_t i, k = 0, n = len(values)
+    cdef object x, t
+    for i in range(n):
+        if not is_neutral(values[i], neutral):
+            k += 1
+    cdef cnp.ndarray positions = np.empty(k, np.int64)
+    cdef cnp.ndarray numbers = np.empty(k, np.float64)
+    cdef cnp.ndarray tags = np.empty(k, np.uint8)
+    cdef int64_t* pp = <int64_t*>cnp.PyArray_DATA(positions)
+    cdef double* vp = <double*>cnp.PyArray_DATA(numbers)
+    cdef unsigned char* tp = <unsigned char*>cnp.PyArray_DATA(tags)
+    cdef Num value
+    k = 0
+    for i in range(n):
+        x = values[i]
+        if is_neutral(x, neutral):
+            continue
+        t = type(x)
+        if t is bool:
+            return None
+        if t is int and not -(1 << 53) <= x <= (1 << 53):
+            return None
+        try:
+            value = to_num(x)
+        except TypeError:
+            return None
+        if k >= positions.shape[0]:
+            return None          # (the list grew while it was read)
+        pp[k] = i
+        vp[k] = value.v
+        tp[k] = <unsigned char>value.tag
+        k += 1
+    if k != positions.shape[0]:
+        return None
+    return positions, numbers, tags
+
+
+def unpack_values(Py_ssize_t n, Py_ssize_t n_again, double neutral, positions, numbers,
+                  tags):
+    """pack_values()' list of `n` entries back, each number of its type.
+    Checked first (ValueError): n == n_again, in 0 .. 2**32, positions
+    increasing within it, a known type per value and a value that type can
+    hold."""
+    cdef cnp.ndarray p = _packed_array(positions, "iu", np.int64)
+    cdef cnp.ndarray v = _packed_array(numbers, "f", np.float64)
+    cdef cnp.ndarray t = _packed_array(tags, "u", np.uint8)
+    cdef Py_ssize_t i, k
+    cdef int64_t last = -1
+    cdef const int64_t* pp
+    cdef const double* vp
+    cdef const unsigned char* tp
+    if n != n_again or not 0 <= n <= MAX_NODES:
+        raise ValueError(f"a packed tree of {n} (or {n_again}) nodes (at most {MAX_NODES})")
+    if p.ndim != 1 or v.ndim != 1 or t.ndim != 1 or not \
+            p.shape[0] == v.shape[0] == t.shape[0]:
+        raise ValueError("a packed tree's positions, values and types must be 1-d arrays of "
+                         "one length")
+    k = p.shape[0]
+    pp = <const int64_t*>array_bytes(p, k * sizeof(int64_t))
+    vp = <const double*>array_bytes(v, k * sizeof(double))
+    tp = <const unsigned char*>array_bytes(t, k)
+    for i in range(k):
+        if not last < pp[i] < n:
+            raise ValueError(f"a packed tree's position {pp[i]} is out of order or range")
+        last = pp[i]
+        if tp[i] > TAG_F32 or (tp[i] == TAG_F32 and <double><float>vp[i] != vp[i]
+                               and vp[i] == vp[i]) \
+                or (tp[i] == TAG_INT and not (-9007199254740992.0 <= vp[i]
+                                              <= 9007199254740992.0
+                                              and vp[i] == <double><int64_t>vp[i])):
+            raise ValueError(f"a packed tree's value {vp[i]} of type {tp[i]} at {pp[i]}")
+    cdef list out = [neutral] * n
+    for i in range(k):
+        out[pp[i]] = from_num(num(vp[i], tp[i]))
+    return out
+
+
+cdef cnp.ndarray _packed_array(object x, str kinds, object dtype):
+    # A packed checkpoint's array, of the kind packing makes (ValueError
+    # for another: a float array is not cut to ints), contiguous in `dtype`.
+    cdef cnp.ndarray a = np.asarray(x)
+    if a.dtype.kind not in kinds or (a.dtype.kind == "u" and a.size and a.max() > INT64_MAX):
+        raise ValueError(f"a packed checkpoint's array of {a.dtype}, not of kind {kinds!r}")
+    return np.ascontiguousarray(a, dtype=dtype)
+
+
+def pack_runs(items):
+    """Free leaves (ints) as runs of consecutive ones: (starts, lengths),
+    int64 arrays; None where an entry is no int of int64's range."""
+    cdef list starts = [], lengths = []
+    cdef object x
+    cdef int64_t value, start = 0, length = 0
+    for x in items:
+        if type(x) is not int or not -(1 << 63) <= x < (1 << 63):
+            return None
+        value = x
+        if length and value == start + length and start + length > start:
+            length += 1
+            continue
+        if length:
+            starts.append(start)
+            lengths.append(length)
+        start, length = value, 1
+    if length:
+        starts.append(start)
+        lengths.append(length)
+    return np.array(starts, np.int64), np.array(lengths, np.int64)
+
+
+def unpack_runs(Py_ssize_t n, Py_ssize_t n_again, starts, lengths):
+    """pack_runs()' list of `n` leaves back. Checked first (ValueError):
+    n == n_again, 1-d arrays of a length, lengths >= 1 adding up to n (at
+    most 2**32), no run past int64."""
+    cdef cnp.ndarray s = _packed_array(starts, "iu", np.int64)
+    cdef cnp.ndarray l = _packed_array(lengths, "iu", np.int64)
+    cdef Py_ssize_t i, k, total = 0
+    cdef const int64_t* sp
+    cdef const int64_t* lp
+    if n != n_again or not 0 <= n <= MAX_NODES:
+        raise ValueError(f"{n} (or {n_again}) packed free leaves (at most {MAX_NODES})")
+    if s.ndim != 1 or l.ndim != 1 or s.shape[0] != l.shape[0]:
+        raise ValueError("packed free leaves' starts and lengths must be 1-d arrays of one "
+                         "length")
+    k = s.shape[0]
+    sp = <const int64_t*>array_bytes(s, k * sizeof(int64_t))
+    lp = <const int64_t*>array_bytes(l, k * sizeof(int64_t))
+    for i in range(k):
+        if not 1 <= lp[i] <= n - total or sp[i] > INT64_MAX - lp[i]:
+            raise ValueError(f"a packed run of {lp[i]} free leaves from {sp[i]}")
+        total += lp[i]
+    if total != n:
+        raise ValueError(f"packed runs of {total} free leaves, not {n}")
+    cdef list out = []
+    for i in range(k):
+        out.extend(range(sp[i], sp[i] + lp[i]))
+    return out

@@ -143,6 +143,7 @@ cdef class Store:
     cdef dict final_infos        # slot -> the last infos, where not empty
 
     cdef readonly PriorityTrees priorities   # a tree leaf per stored step, or None
+    cdef readonly int64_t key_tag  # 1..127: marks the step keys sample_batch() hands out
     cdef bint restoring          # restore() is adding: it sets the tree leaves itself
 
     cdef int32_t _find(self, object key) except -2
@@ -190,6 +191,7 @@ cdef class Store:
     cdef int _restore_fields(self, int32_t slot, EpisodeCore episode) except -1
     cdef int _evict_slots(self, list slots) except -1
     cdef int _propagate(self, list leaves) except -1
+    cdef int64_t _leaf_of(self, int64_t key, bint public) except -3
     cdef int _locate(self, int32_t slot, int64_t ts, int64_t* run, int32_t* off) except -1
     cdef int _advance(self, int64_t* run, int32_t* off, int64_t steps) except -1
     cdef char* _row_ptr(self, int64_t run, int32_t off, Py_ssize_t leaf) except NULL

@@ -29,7 +29,7 @@ cimport cython
 cimport numpy as cnp
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
 from cpython.pycapsule cimport PyCapsule_GetPointer
-from libc.math cimport NAN, isnan
+from libc.math cimport INFINITY, NAN, isnan
 from libc.stdint cimport INT32_MAX, int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy, memset
 
@@ -40,8 +40,9 @@ from episode._column cimport (Column, KIND_ARRAY, KIND_BOOL, KIND_EMPTY, KIND_EM
                               KIND_FLOAT, KIND_INT, KIND_OBJECT, KIND_SCALAR, array_bytes,
                               empty_array)
 from episode._episode cimport EpisodeCore, own_extras
-from episode._priority cimport Num, PriorityTrees, add, div, from_num, mul, num, power, to_num
-from episode._priority cimport TAG_FLOAT, TAG_INT
+from episode._priority cimport (Num, PriorityTrees, add, div, from_num, greater, mul, num,
+                                power, to_num)
+from episode._priority cimport TAG_F32, TAG_F64, TAG_FLOAT, TAG_INT
 
 cnp.import_array()
 
@@ -95,6 +96,14 @@ cdef object Generator = np.random.Generator
 cdef uint64_t U32_MAX = 0xFFFFFFFFu
 cdef uint64_t U64_MAX = 0xFFFFFFFFFFFFFFFFu
 cdef int64_t KEY_OFFSET_MASK = (1 << 20) - 1   # a tree leaf's key: run << 20 | offset
+# The keys sample_batch() hands out as `indices` carry their store's tag in
+# bits 56-62, so that update_priorities() can tell them from another
+# store's (or another buffer's before a set_state()).
+cdef int KEY_TAG_SHIFT = 56
+cdef int64_t KEY_STEP_MASK = ((<int64_t>1) << 56) - 1
+cdef int64_t last_key_tag = 0
+cdef object F32_DTYPE = np.dtype(np.float32)
+cdef object F64_DTYPE = np.dtype(np.float64)
 
 
 cdef inline void copy_row(char* dst, const char* src, Py_ssize_t row_bytes) noexcept:
@@ -372,6 +381,9 @@ cdef class Store:
         self.final_objects = []
         self.final_infos = {}
         self.priorities = PriorityTrees(tree_size) if prioritized else None
+        global last_key_tag
+        last_key_tag = last_key_tag % 127 + 1
+        self.key_tag = last_key_tag
         self._reserve_runs(16)
         self.first_slot = -1
         self.last_slot = -1
@@ -720,6 +732,12 @@ cdef class Store:
         for leaf in range(self.nleaves):
             total += self.row_bytes[leaf]
         return total
+
+    def leaf_dtype(self, Py_ssize_t leaf):
+        """The numpy dtype leaf `leaf` keeps (None for a leaf of objects)."""
+        if not 0 <= leaf < self.nleaves:
+            raise IndexError(f"no leaf {leaf}")
+        return self.dtypes[leaf]
 
     def release_pages(self):
         """With file-backed blocks: drops the pages of every full block from
@@ -1776,7 +1794,9 @@ cdef class Store:
                 raise ValueError("the priorities sum to zero")
             p_min = trees.minimum().v / total
         cdef int64_t tries = 0, limit = draw_limit(batch_size)
-        cdef Py_ssize_t start, j
+        cdef Py_ssize_t start, j, g, k
+        cdef double sums[16]
+        cdef int64_t found[16]
         cdef Pick* p
         picks._reserve(batch_size)
         # In rounds: the draws still missing, then where each lands, then
@@ -1796,11 +1816,18 @@ cdef class Store:
                     else:
                         p.ts = draws.integers(0, self.live_steps)
                     p.n = draws.integers(lo, hi) if random_n else n
+            if prioritized:
+                for i in range(start, batch_size, 16):
+                    g = min(16, batch_size - i)
+                    for k in range(g):
+                        sums[k] = picks.items[i + k].weight * total
+                    trees.find_group(sums, found, g)
+                    for k in range(g):
+                        picks.items[i + k].leaf = found[k]
             for i in range(start, batch_size):
                 p = &picks.items[i]
                 p.slot = 0
                 if prioritized:
-                    p.leaf = trees.find_plain(p.weight * total)
                     key = trees.key_of(p.leaf)
                     if key < 0:
                         p.slot = -1
@@ -1836,32 +1863,134 @@ cdef class Store:
         return picks
 
     def leaves_of(self, keys):
-        """The tree leaf of each stored step's key (run << 20 | offset, as
-        native_fields() hands them out); -1 for a step no longer stored."""
+        """The tree leaf of each step's key as native_fields() hands them
+        out (`indices`); -1 for a step no longer stored, or a key this store
+        did not hand out."""
         cdef Py_ssize_t i, n = len(keys)
-        cdef int64_t key, run, leaf
-        cdef int32_t off
-        cdef Run* r
+        cdef int64_t leaf
         out = [-1] * n
         if self.priorities is None:
             raise ValueError("a uniform store has no priority tree leaves")
         for i in range(n):
-            key = keys[i]
-            run = key >> 20
-            off = <int32_t>(key & KEY_OFFSET_MASK)
-            if key < 0 or not self.run_head <= run < self.run_tail:
-                continue
-            r = &self.runs[run & (self.run_cap - 1)]
-            if r.ep < 0 or r.ts < 0 or off >= r.n:
-                continue
-            leaf = self._block(r.block).leaf_of_row[r.row + off]
-            if self.priorities.key_of(leaf) == key:
+            leaf = self._leaf_of(keys[i], True)
+            if leaf >= 0:
                 out[i] = leaf
         return out
 
+    cdef int64_t _leaf_of(self, int64_t key, bint public) except -3:
+        # The tree leaf of a step's key (`public`: tagged, as native_fields()
+        # hands keys out; else run << 20 | offset): -1 for a step evicted
+        # since, -2 for a key this store never handed out.
+        cdef int64_t run, leaf
+        cdef int32_t off
+        cdef Run* r
+        if public:
+            if key < 0 or (key >> KEY_TAG_SHIFT) != self.key_tag:
+                return -2
+            key &= KEY_STEP_MASK
+        if key < 0:
+            return -2
+        run = key >> 20
+        off = <int32_t>(key & KEY_OFFSET_MASK)
+        if run >= self.run_tail:
+            return -2
+        if run < self.run_head:
+            return -1
+        r = &self.runs[run & (self.run_cap - 1)]
+        if r.ep < 0:
+            return -1
+        if r.ts < 0 or off >= r.n:
+            return -2
+        leaf = self._block(r.block).leaf_of_row[r.row + off]
+        return leaf if self.priorities.key_of(leaf) == key else -1
+
+    def set_priorities(self, keys, values, alpha, max_priority, bint public=True):
+        """update_priorities() in one pass: the tree leaf of each step
+        `keys` names = max(p, 1e-12) ** alpha, in RLlib's numbers (float32
+        priorities in float32, float64 ones and Python numbers in float64),
+        skipping steps evicted since they were handed out. `keys`: int64
+        keys (`public`: as native_fields() hands them out); `values`: a 1-d
+        float32 or float64 array, or a list of Python or numpy float32/
+        float64 numbers. All of it is checked before a leaf changes
+        (ValueError for a key this store never handed out or a priority that
+        is negative, NaN or infinite, TypeError for a number of another
+        type). Returns RLlib's running max(max_priority, max(p, 1e-12)): a
+        number of the priorities' type, or `max_priority` itself where none
+        is larger."""
+        cdef PriorityTrees trees = self.priorities
+        cdef cnp.ndarray key_array = np.ascontiguousarray(keys, dtype=np.int64)
+        cdef Py_ssize_t i, n = key_array.shape[0] if key_array.ndim == 1 else -1, m = 0
+        cdef const int64_t* kp
+        cdef const float* fp = NULL
+        cdef const double* dp = NULL
+        cdef cnp.ndarray value_array = None
+        cdef Num a = to_num(alpha), top = to_num(max_priority), floor = num(1e-12, TAG_FLOAT)
+        cdef Num p
+        cdef bint raised = False
+        cdef int64_t leaf
+        cdef int64_t* leaves
+        cdef Num* nums
+        if trees is None:
+            raise ValueError("a uniform store keeps no priorities")
+        if n < 0:
+            raise ValueError("keys must be a 1-d sequence of ints")
+        if isinstance(values, cnp.ndarray):
+            value_array = <cnp.ndarray>values
+            if value_array.ndim != 1 or value_array.shape[0] != n or not (
+                    value_array.dtype == F32_DTYPE or value_array.dtype == F64_DTYPE):
+                raise ValueError("values must be a 1-d float32 or float64 array of one "
+                                 "priority per key")
+            value_array = np.ascontiguousarray(value_array)
+            if value_array.dtype == F32_DTYPE:
+                fp = <const float*>array_bytes(value_array, n * sizeof(float))
+            else:
+                dp = <const double*>array_bytes(value_array, n * sizeof(double))
+        elif len(values) != n:
+            raise ValueError(f"{len(values)} priorities for {n} keys")
+        kp = <const int64_t*>array_bytes(key_array, n * sizeof(int64_t))
+        leaves = <int64_t*>PyMem_Malloc(max(1, n) * sizeof(int64_t))
+        nums = <Num*>PyMem_Malloc(max(1, n) * sizeof(Num))
+        try:
+            if leaves == NULL or nums == NULL:
+                raise MemoryError()
+            for i in range(n):
+                leaf = self._leaf_of(kp[i], public)
+                if leaf == -2:
+                    raise ValueError(
+                        f"index {kp[i]} (at {i}) names no step this buffer handed out "
+                        f"(indices come from its own sample_batch(), since its last "
+                        f"set_state())")
+                if fp != NULL:
+                    p = num(fp[i], TAG_F32)
+                elif dp != NULL:
+                    p = num(dp[i], TAG_F64)
+                else:
+                    p = to_num(values[i])
+                if not 0.0 <= p.v < INFINITY:
+                    raise ValueError(f"priorities must be finite and >= 0, not {p.v} (at {i})")
+                # RLlib: priority = max(priority, 1e-12); its running max
+                # takes a priority that is larger (the first of equal ones).
+                if greater(floor, p):
+                    p = floor
+                if greater(p, top):
+                    top = p
+                    raised = True
+                if leaf >= 0:
+                    leaves[m] = leaf
+                    nums[m] = power(p, a)
+                    m += 1
+            for i in range(m):
+                trees._set_raw(leaves[i], nums[i], nums[i])
+            trees.propagate(leaves, m)
+        finally:
+            PyMem_Free(leaves)
+            PyMem_Free(nums)
+        return from_num(top) if raised else max_priority
+
     def native_fields(self, Picks picks):
-        """(n-steps taken, weights, indices (each step's key: run << 20 |
-        offset, which stays its own while it is stored), terminated,
+        """(n-steps taken, weights, indices (each step's key: the store's tag
+        << 56 | run << 20 | offset, which stays its own while it is stored),
+        terminated,
         truncated) per pick, as arrays: a pick is terminated (truncated)
         when it reaches the end of a terminated (truncated) episode."""
         cdef Py_ssize_t i
@@ -1882,7 +2011,7 @@ cdef class Store:
             ep = &self.eps[p.slot]
             nd[i] = p.end - p.ts
             wd[i] = <float>p.weight
-            ld[i] = (p.run << 20) | p.off
+            ld[i] = (<int64_t>self.key_tag << KEY_TAG_SHIFT) | (p.run << 20) | p.off
             td[i] = p.end == ep.length and ep.terminated
             rd[i] = p.end == ep.length and ep.truncated and not ep.terminated
         return n, w, leaves, term, trunc
