@@ -39,6 +39,12 @@ extra_info["ns_per_item"] per step added or per transition drawn):
   and cpprb numpy arrays;
 - replay_sample_batch_prioritized_1m: the same by priority (alpha 0.6, beta
   0.4) from 1M steps whose priorities differ per episode;
+- replay_sample_update_prioritized_50k / _1m: the cycle DQN runs, a
+  prioritized batch of 256 3-step transitions (beta 0.4) then
+  `update_priorities` of new priorities for it: ours `sample_batch()` +
+  `update_priorities(p)`, RLlib's `sample(sample_episodes=True)` +
+  `update_priorities(p)` (50k only), cpprb's `sample()` +
+  `update_priorities(indexes, p)`;
 - replay_sample_sequences: 16 sequences of 64 steps inside one episode,
   ours `sample_batch(16, batch_length_T=64, min_batch_length_T=64)` against
   TorchRL's SliceSampler(slice_len=64), which finds the episodes at each
@@ -122,6 +128,7 @@ class Episodes(Impl):
 
     def __init__(self, prioritized: bool, ours: bool):
         super().__init__(prioritized)
+        self.ours = ours
         if ours:
             from episode import SingleAgentEpisode
             from episode.replay import EpisodeReplayBuffer, PrioritizedEpisodeReplayBuffer
@@ -162,6 +169,13 @@ class Episodes(Impl):
     def sample_episodes(self, buffer) -> list:
         return buffer.sample(BATCH, n_step=N_STEP, gamma=GAMMA, sample_episodes=True,
                              **self.beta)
+
+    def sample_update(self, buffer, priorities) -> None:
+        if self.ours:
+            self.sample(buffer)
+        else:       # RLlib's buffers have no sample_batch()
+            self.sample_episodes(buffer)
+        buffer.update_priorities(priorities)
 
     def transitions(self, batch) -> dict:
         return {"obs": batch["obs"], "new_obs": batch["new_obs"],
@@ -266,6 +280,9 @@ class Cpprb(Impl):
     def transitions(self, batch) -> dict:
         return {"obs": batch["obs"], "new_obs": batch["next_obs"], "actions": batch["act"][:, 0],
                 "rewards": batch["rew"][:, 0]}
+
+    def sample_update(self, buffer, priorities) -> None:
+        buffer.update_priorities(self.sample(buffer)["indexes"], priorities)
 
 
 class TorchRL(Impl):
@@ -534,6 +551,17 @@ def test_replay_sample_batch_prioritized_1m(benchmark, impl):
     assert run.steps(buffer) >= BIG - max(LENGTHS)
     check_transitions(run.transitions(run.sample(buffer)), run.n_step, run.tail_next_obs)
     time_calls(benchmark, lambda: run.sample(buffer), BATCH)
+
+
+@pytest.mark.parametrize("size", ["50k", "1m"])
+@pytest.mark.parametrize("impl", ["ours", "rllib", "cpprb_nstep3"])
+def test_replay_sample_update_prioritized(benchmark, impl, size):
+    if impl == "rllib" and size == "1m":
+        pytest.skip("RLlib's buffer at 1M steps takes minutes to fill")
+    run, buffer = full(impl, True, CAPACITY if size == "50k" else BIG)
+    benchmark.group = f"replay_sample_update_prioritized_{size}"
+    priorities = np.random.default_rng(2).uniform(0.1, 2.0, BATCH).astype(np.float32)
+    time_calls(benchmark, lambda: run.sample_update(buffer, priorities), BATCH)
 
 
 @pytest.mark.parametrize("impl", ["ours", "torchrl_slices", "torchrl_slices_cached"])

@@ -735,9 +735,9 @@ def pack_values(object node_values, double neutral):
     cdef cnp.ndarray positions = np.empty(k, np.int64)
     cdef cnp.ndarray numbers = np.empty(k, np.float64)
     cdef cnp.ndarray tags = np.empty(k, np.uint8)
-    cdef int64_t* pp = <int64_t*>cnp.PyArray_DATA(positions)
-    cdef double* vp = <double*>cnp.PyArray_DATA(numbers)
-    cdef unsigned char* tp = <unsigned char*>cnp.PyArray_DATA(tags)
+    cdef int64_t* pp = <int64_t*>array_bytes(positions, k * sizeof(int64_t))
+    cdef double* vp = <double*>array_bytes(numbers, k * sizeof(double))
+    cdef unsigned char* tp = <unsigned char*>array_bytes(tags, k)
     cdef Num value
     k = 0
     for i in range(n):
