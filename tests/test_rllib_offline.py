@@ -644,6 +644,37 @@ def test_rows_give_bc_rllibs_train_batch(our_recordings):
         np.testing.assert_array_equal(a[key].numpy(), b[key].numpy(), err_msg=key)
 
 
+def test_a_prelearner_call_leaves_the_collector_as_it_found_it(our_recordings, monkeypatch):
+    """The collector is off during a call (its transient episodes are never
+    walked) and back as it was after it, a raise included."""
+    import gc
+
+    folder, _ = our_recordings["rows"]
+    batch = _rows_batch(folder)
+    ours, _ = _prelearners(_bc_config(str(folder)))
+    seen = []
+    to_episodes = ours._map_to_episodes
+
+    def spy(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return to_episodes(*args, **kwargs)
+
+    monkeypatch.setattr(ours, "_map_to_episodes", spy)
+    was = gc.isenabled()
+    try:
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            ours(batch)
+            assert gc.isenabled() is enabled
+        gc.enable()
+        with pytest.raises(ValueError, match="no column"):
+            ours({"nothing": np.zeros(3)})
+        assert gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()
+    assert seen == [False, False, False]
+
+
 def test_episode_format_without_input_read_episodes(our_recordings):
     """RLlib reads an `item` column as rows without input_read_episodes
     (KeyError 'obs'); ours reads the episodes."""

@@ -79,7 +79,7 @@ def _msgpack():
 
 
 @contextlib.contextmanager
-def _no_collections():
+def no_collections():
     """Building thousands of episodes allocates containers that all stay
     alive: the cyclic collector would walk them (and everything older) over
     and over while none of them can be garbage. It is off for the call."""
@@ -146,7 +146,7 @@ def unpack_episodes(blobs: Any) -> list[SingleAgentEpisode]:
     object array, as Ray Data hands a batch) of bytes, or a pyarrow binary
     array or chunked array, read in place. The episodes share their space
     objects (as the episodes of one env runner share its env's)."""
-    with _no_collections():
+    with no_collections():
         return _unpack_episodes(blobs)
 
 
@@ -626,7 +626,7 @@ def rows_to_episodes(batch: Any, *, schema: Mapping[str, str] | None = None,
     columns = _as_batch(batch)
     schema = SCHEMA | dict(schema or {})
     compress = set(compress_columns or ())
-    with _no_collections():
+    with no_collections():
         if whole_episodes:
             return _whole_episodes(columns, schema, compress, ignore_final_observation)
         return _one_step_episodes(columns, schema, compress, ignore_final_observation)

@@ -531,6 +531,16 @@ class OfflinePreLearner(RLlibOfflinePreLearner, metaclass=_AcceptsRLlibSubclasse
     def __call__(self, batch: Dict[str, Any]) -> Dict[str, Any]:
         """The train batch (flattened: ``"<module>/<column>"`` keys) of a
         batch of rows."""
+        from episode.offline.rllib_format import no_collections
+
+        # The episodes read and the transitions drawn (a thousand objects
+        # each) die with this call: the cyclic collector, off until then,
+        # never walks them (with it on, they set off full collections of
+        # the learner's heap: two thirds of the call).
+        with no_collections():
+            return self._train_batch(batch)
+
+    def _train_batch(self, batch: Dict[str, Any]) -> Dict[str, Any]:
         if NATIVE_COLUMN in batch:
             # A native dataset's episodes need not be done (a recording's
             # chunks join when read).
