@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import math
-from collections import OrderedDict
 from typing import Any, Callable, Optional
 
 import numpy as np

@@ -297,7 +297,7 @@ def test_compiled_inference_pass_equals_the_general_one(episodes, data_col, shif
 
 
 def test_compiled_inference_pass_declines_what_it_cannot_read():
-    a, b = _episode(3), _episode(2)
+    a = _episode(3)
     assert gather_next_rows([], "obs", [0], False) is None
     assert gather_next_rows([a, "not an episode"], "obs", [0], False) is None
     assert gather_next_rows([a], "infos", [0], False) is None

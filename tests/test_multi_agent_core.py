@@ -10,8 +10,6 @@ exception classes must agree. No ray needed, so the sanitizer build runs these.
 """
 from __future__ import annotations
 
-import copy
-
 import pickle
 from collections import defaultdict
 

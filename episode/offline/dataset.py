@@ -253,8 +253,6 @@ class EpisodeDataset:
         with one lookback for all their tracks (their rows as the file holds
         them, no episode object each), ("episodes", positions) for the
         others (added as episodes)."""
-        from episode._replay import EpisodeMeta
-
         if self._memory is not None:
             return [("episodes", list(range(len(self))))]
         index = self._index
