@@ -1027,7 +1027,11 @@ cdef dict PLAIN_DTYPES = {}   # type string bytes -> dtype (plain native numbers
 
 cdef object plain_dtype(Reader* r, Py_ssize_t at, Py_ssize_t n):
     """The native, plain numeric dtype a type string names, or None."""
-    cdef bytes text = PyBytes_FromStringAndSize(<const char*>r.p + at, n)
+    return plain_dtype_of(PyBytes_FromStringAndSize(<const char*>r.p + at, n))
+
+
+cdef object plain_dtype_of(bytes text):
+    # msgpack_numpy's type strings and pickled dtypes' texts alike, parsed once.
     found = PLAIN_DTYPES.get(text, False)
     if found is not False:
         return found
@@ -2119,26 +2123,11 @@ def unpack_cells(values, block_decompress):
     return rows
 
 
-cdef dict CELL_DTYPES = {}   # a pickled dtype's text -> the dtype (plain native), or None
-
-
 cdef object cell_dtype(Pickled* p):
     cdef Py_ssize_t k = 0
     while k < <Py_ssize_t>sizeof(p.dtype_text) and p.dtype_text[k]:
         k += 1
-    text = PyBytes_FromStringAndSize(p.dtype_text, k)
-    found = CELL_DTYPES.get(text, False)
-    if found is not False:
-        return found
-    try:
-        dtype = np.dtype(text.decode("ascii"))
-    except (TypeError, ValueError, SyntaxError):
-        dtype = None
-    if dtype is not None and not (dtype.kind in "biufc" and dtype.isnative):
-        dtype = None
-    if len(CELL_DTYPES) < 256:
-        CELL_DTYPES[text] = dtype
-    return dtype
+    return plain_dtype_of(PyBytes_FromStringAndSize(p.dtype_text, k))
 
 
 # ======================================================================================
