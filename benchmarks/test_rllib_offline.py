@@ -216,7 +216,8 @@ def _bc(path: str, seed: int):
 
 
 def _greedy_return(algo, episodes: int = 10) -> float:
-    module = algo.get_module()
+    # BC on a local learner has no env runner: the learner's module acts.
+    module = algo.learner_group._learner.module["default_policy"]
     env = gym.make("CartPole-v1")
     total = 0.0
     for k in range(episodes):
