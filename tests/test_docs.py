@@ -1,7 +1,8 @@
 """Every Python example of the README and of the documentation site (docs/)
 runs as written. An example whose first line is `# needs ray[rllib]` runs in
 a fresh process (RLlib and Ray are set up per process), and only where ray
-is installed."""
+is installed; one whose first line is `# needs episode[<extra>]` runs only
+where that extra's modules are installed."""
 from __future__ import annotations
 
 import os
@@ -15,6 +16,8 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 HERE = pathlib.Path(__file__).parent
 NEEDS_RAY = "# needs ray[rllib]"
+# The modules an extra's examples import (checked before they run).
+EXTRA_MODULES = {"episode[minari]": ("h5py", "pyarrow", "PIL")}
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
@@ -35,6 +38,9 @@ EXAMPLES = _examples()
 
 @pytest.mark.parametrize("page, code", EXAMPLES)
 def test_example_runs(page, code):
+    first = code.split("\n", 1)[0]
+    for module in EXTRA_MODULES.get(first.removeprefix("# needs ").strip(), ()):
+        pytest.importorskip(module)
     if not code.startswith(NEEDS_RAY):
         exec(compile(code, str(page), "exec"), {"__name__": "__example__"})
         return
