@@ -17,7 +17,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 HERE = pathlib.Path(__file__).parent
 NEEDS_RAY = "# needs ray[rllib]"
 # The modules an extra's examples import (checked before they run).
-EXTRA_MODULES = {"episode[minari]": ("h5py", "pyarrow", "PIL")}
+EXTRA_MODULES = {"episode[minari]": ("h5py", "pyarrow", "PIL"),
+                 "episode[pettingzoo]": ("pettingzoo",)}
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 
