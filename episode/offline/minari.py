@@ -760,7 +760,9 @@ class _ArrowReader:
         self.is_boolean = types.is_boolean
 
     def close(self) -> None:
-        pass
+        # Each episode's file is read whole and closed at once: nothing is
+        # held open (the HDF5 reader's close() shuts its file).
+        return None
 
     def _batch(self, i: int):
         pa = self.pa
