@@ -135,8 +135,7 @@ class InfiniteLookbackBuffer(BufferCore):
 
     @space.setter
     def space(self, value: Optional[gym.Space]) -> None:
-        self._space = value
-        self._space_struct = base_struct(value)
+        self._set_space(value, base_struct(value))
 
     @property
     def space_struct(self) -> Any:

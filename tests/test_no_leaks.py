@@ -2,6 +2,7 @@
 import gc
 import tracemalloc
 
+import gymnasium as gym
 import numpy as np
 
 from episode import InfiniteLookbackBuffer, SingleAgentEpisode
@@ -81,3 +82,67 @@ def test_columns_of_numbers_are_out_of_the_collectors_sight():
                                      infos=[{}, {}])
         episode.infos.append({"episode": episode})   # infos -> Column -> dict -> episode
     assert _growth(cycle, rounds=2000) < 50_000
+
+
+def _drawn(infos=False):
+    from episode.replay import PrioritizedEpisodeReplayBuffer
+
+    buffer = PrioritizedEpisodeReplayBuffer(capacity=100, seed=0)
+    for k in range(3):
+        episode = SingleAgentEpisode(observation_space=gym.spaces.Box(-1, 1, (3,), np.float32))
+        episode.add_env_reset(np.zeros(3, np.float32), infos={"k": k} if infos else {})
+        for t in range(6):
+            episode.add_env_step(np.full(3, t, np.float32), 1, 1.0, infos={"t": t} if infos else {},
+                                 extra_model_outputs={"vf": np.float32(t)})
+        buffer.add(episode)
+    return buffer.sample(num_items=8, n_step=2, sample_episodes=True,
+                         include_infos=infos)
+
+
+def _buffers(episode):
+    return [episode.observations, episode.actions, episode.rewards, episode.infos,
+            *episode.extra_model_outputs.values()]
+
+
+def test_drawn_transitions_are_out_of_the_collectors_sight_until_changed():
+    """A replay draw makes hundreds of one-step episodes of numbers: their
+    buffers can be in no reference cycle, so the collector does not track
+    them (each tracked object that outlives a young collection brings the
+    next full one closer). Any change tracks a buffer again: a value that
+    moves a leaf to the object path, new storage, a space, a fill state;
+    a cycle made through one afterwards is collected."""
+    episodes = _drawn()
+    for episode in episodes:
+        assert not any(gc.is_tracked(buf) for buf in _buffers(episode))
+    first = episodes[0]
+    first.observations.append("x")                      # the leaf moves to the object path
+    assert gc.is_tracked(first.observations)
+    episodes[1].rewards.space = gym.spaces.Box(-1, 1, (), np.float32)
+    assert gc.is_tracked(episodes[1].rewards)
+    episodes[2].actions.finalize()
+    assert not gc.is_tracked(episodes[2].actions)       # numbers still
+    episodes[2].actions.get(slice(-3, 1), neg_index_as_lookback=True, fill=0)
+    assert gc.is_tracked(episodes[2].actions)           # a fill state holds the fill
+    episodes[3].extra_model_outputs["weights"].append({"x": 1})
+    assert gc.is_tracked(episodes[3].extra_model_outputs["weights"])
+    # Infos that are not all empty hold objects: tracked from the start.
+    assert all(gc.is_tracked(e.infos) for e in _drawn(infos=True))
+
+    def cycle():
+        episode = _drawn()[0]
+        episode.observations.append({"episode": episode})   # obs -> Column -> dict -> episode
+        episode.extra_model_outputs["n_step"].append([episode])
+    assert _growth(cycle, rounds=600) < 500_000     # a leaked cycle: ~2 KB a round
+
+
+def test_a_leaf_outliving_its_untracked_buffer_is_released():
+    """The leaf of an untracked buffer points back at it (to track it
+    again): the buffer lets go of that pointer when it dies, so a leaf
+    kept alone and changed later touches nothing freed."""
+    for _ in range(200):
+        episode = _drawn()[0]
+        leaf = episode.observations._tree
+        del episode
+        gc.collect()
+        leaf.append("x")        # tracks the leaf (its holder is gone)
+        assert gc.is_tracked(leaf)

@@ -38,8 +38,8 @@ cdef class BufferCore:
     cdef tuple _tree_leaves        # a dict/tuple tree's Columns in dm-tree (sorted-key)
                                    # order, one length; None for one Column
     cdef Py_ssize_t _lookback      # 0..LOOKBACK_LIMIT, through the checked `lookback` property
-    cdef public object _space          # the gymnasium space, or None
-    cdef public object _space_struct   # its dict/tuple struct of leaf spaces
+    cdef readonly object _space        # the gymnasium space, or None (set: _set_space)
+    cdef readonly object _space_struct # its dict/tuple struct of leaf spaces
 
     cdef FillState _fill           # made on the first filled or one-hot get
 
@@ -57,6 +57,9 @@ cdef class BufferCore:
 
     cpdef Py_ssize_t len_incl_lookback(self)
     cdef int set_storage(self, object tree) except -1
+    cdef int untrack(self) except -1
+    cdef void track(self) noexcept
+    cdef void release_leaves(self) noexcept
 
     cdef inline bint is_finalized(self) noexcept:
         return self.first().finalized

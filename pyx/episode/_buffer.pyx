@@ -7,6 +7,7 @@ fill) and sub-buffers. Everything else lives in the Python facade
 (episode/lookback_buffer.py), which subclasses this type so that the hot
 methods are reached without an extra Python frame.
 """
+cimport cython
 cimport numpy as cnp
 from cpython.object cimport PyObject, PyTypeObject
 from libc.stdint cimport int64_t
@@ -15,7 +16,8 @@ from libc.string cimport memcpy
 import gymnasium as gym
 import numpy as np
 
-from episode._column cimport Column, array_bytes, column_from_state, column_state
+from episode._column cimport (Column, PyObject_GC_IsTracked, PyObject_GC_Track,
+                              PyObject_GC_UnTrack, array_bytes, column_from_state, column_state)
 from episode._index cimport (SliceSpec, checked_lookback, clamped_index, interpret_slice,
                              int_position, slice_positions)
 from episode._tree cimport (GATHER_COPY, GATHER_ITEM, GATHER_ROWS, GATHER_VIEW, Node,
@@ -220,6 +222,10 @@ def _key_orders(x):
     return None
 
 
+# no_gc_clear: __dealloc__ reads the storage to release its leaves (see
+# untrack); a cycle through a buffer always also runs through a clearable
+# object (a Column's items list, a dict tree, a fill state, a space).
+@cython.no_gc_clear
 cdef class BufferCore:
 
     def __cinit__(self):
@@ -227,6 +233,55 @@ cdef class BufferCore:
         # Column), so no C path meets a missing one.
         self.set_storage(Column.__new__(Column))
         self._lookback = 0
+
+    def __dealloc__(self):
+        self.release_leaves()
+
+    cdef int untrack(self) except -1:
+        """Takes the buffer out of the cyclic collector's sight while nothing
+        it holds can lead back to it: leaves of numbers (Columns the
+        collector does not track), no fill state (fill values are the
+        caller's objects). Its spaces are taken to lead nowhere (a space is
+        the env's, never holding an episode's buffer). A replay batch's
+        transitions are made of such buffers, hundreds per draw: untracked,
+        they cost collections nothing. It is tracked again as soon as a
+        leaf is (Column.holder), its storage or space changes, or a fill
+        state is made (track)."""
+        cdef Py_ssize_t k
+        cdef Column leaf
+        if self._fill is not None or not PyObject_GC_IsTracked(self):
+            return 0
+        for k in range(self.nleaves()):
+            leaf = self.leaf(k)
+            if PyObject_GC_IsTracked(leaf) or leaf.holder != NULL:
+                return 0
+        for k in range(self.nleaves()):
+            self.leaf(k).holder = <PyObject*>self
+        PyObject_GC_UnTrack(self)
+        return 0
+
+    cdef void track(self) noexcept:
+        """Back in the collector's sight, before anything it holds changes."""
+        if not PyObject_GC_IsTracked(self):
+            self.release_leaves()
+            PyObject_GC_Track(self)
+
+    cdef void release_leaves(self) noexcept:
+        # The leaves stop pointing back at this buffer (untrack).
+        cdef Py_ssize_t k
+        cdef Column leaf
+        if self._tree is None:
+            return
+        for k in range(self.nleaves()):
+            leaf = self.leaf(k)
+            if leaf.holder == <PyObject*>self:
+                leaf.holder = NULL
+
+    def _set_space(self, space, space_struct):
+        """Sets the space and its struct (spaces.base_struct)."""
+        self.track()
+        self._space = space
+        self._space_struct = space_struct
 
     @property
     def lookback(self):
@@ -244,6 +299,7 @@ cdef class BufferCore:
         cdef Py_ssize_t n, i
         cdef Node node
         cdef Column first
+        self.track()
         if type(tree) is Column:
             self._tree, self._col, self._node, self._tree_leaves = tree, <Column>tree, None, None
             return 0
@@ -664,6 +720,7 @@ cdef class BufferCore:
         cdef FillState state = self._fill
         if state is not None and state.tree is self._tree and state.space is self._space:
             return state
+        self.track()
         state = self._fill = FillState()
         state.plans = [FillPlan() for _ in range(self.nleaves())]
         state.tree, state.space = self._tree, self._space

@@ -4,7 +4,7 @@ cimport numpy as cnp
 from cpython.float cimport PyFloat_AS_DOUBLE
 from cpython.list cimport PyList_GET_SIZE
 from cpython.long cimport PyLong_AsLongLongAndOverflow
-from cpython.object cimport PyTypeObject
+from cpython.object cimport PyObject, PyTypeObject
 from cpython.ref cimport Py_INCREF
 from libc.stdint cimport int64_t
 from libc.string cimport memcpy
@@ -17,6 +17,14 @@ cdef extern from *:
     """
     # 1 in the checked build (-DEPISODE_CHECKED=1): raw accesses are bounds-checked.
     const bint CHECKED "EPISODE_CHECKED"
+
+cdef extern from "Python.h":
+    # Per-object tracking by the cyclic garbage collector (see Column and
+    # BufferCore: an object that cannot be part of a cycle stays out of its
+    # sight, and costs collections nothing).
+    void PyObject_GC_Track(object op)
+    void PyObject_GC_UnTrack(object op)
+    int PyObject_GC_IsTracked(object op)
 
 cdef extern from "<stdbool.h>":
     # A one-byte C bool that Python sees as bool (bint is a C int).
@@ -146,6 +154,10 @@ cdef class Column:
     cdef Py_ssize_t row_bytes      # bytes per row
     cdef list items                # object path storage
     cdef cnp.npy_intp* row_shape   # row_ndim dims in a PyMem block (NULL for scalar rows)
+    cdef PyObject* holder          # a buffer out of the collector's sight with this Column
+                                   # as a leaf (BufferCore.untrack), tracked again when the
+                                   # Column is; borrowed: the buffer clears it before it
+                                   # lets go of the Column
 
     cdef inline bint plain(self) noexcept:
         # Native bool/int/uint/float/complex storage: its bytes are the values.

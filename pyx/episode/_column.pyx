@@ -48,10 +48,6 @@ cdef extern from "numpy/arrayobject.h":
 
 cnp.import_array()
 
-cdef extern from "Python.h":
-    void PyObject_GC_Track(object op)
-    void PyObject_GC_UnTrack(object op)
-    int PyObject_GC_IsTracked(object op)
 
 cdef Py_ssize_t MIN_CAPACITY = 16
 
@@ -129,6 +125,7 @@ cdef class Column:
         self.capacity = 0
         self.value_offset = -1
         self.row_shape = NULL
+        self.holder = NULL
         # Out of the cyclic collector's sight until it holds something that
         # can lead back to it (see _refs_changed).
         PyObject_GC_UnTrack(self)
@@ -144,6 +141,10 @@ cdef class Column:
                 self.items is not None
                 or (self.owner is not None and PyObject_GC_IsTracked(self.owner))):
             PyObject_GC_Track(self)
+            # A buffer holding it may now be part of a cycle too.
+            if self.holder != NULL and not PyObject_GC_IsTracked(<object>self.holder):
+                PyObject_GC_Track(<object>self.holder)
+            self.holder = NULL
         return 0
 
     def __dealloc__(self):

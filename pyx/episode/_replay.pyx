@@ -2559,6 +2559,7 @@ cdef BufferCore track_buffer(object storage, object space):
                                        or type(space) is Box or type(space) is Discrete
                                        else base_struct(space))
     buf.set_storage(storage)
+    buf.untrack()      # a drawn batch's rows: out of the collector's sight if numbers
     return buf
 
 
@@ -2581,6 +2582,7 @@ cdef BufferCore empty_dicts_buffer(Py_ssize_t count):
     col.kind = KIND_EMPTY_DICT
     col.size = count
     buf.set_storage(col)
+    buf.untrack()
     return buf
 
 
