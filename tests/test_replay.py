@@ -298,3 +298,57 @@ def test_priorities_of_a_native_batch_skip_steps_evicted_since():
         assert trees.leaf_value(leaf)[0] == 5.0
     for leaf in reused - set(after):
         assert trees.leaf_value(leaf)[0] == 1.0
+
+
+def _filled(cls, seed=0):
+    buffer = cls(capacity=500, seed=seed)
+    rng = np.random.default_rng(seed)
+    for k in range(6):
+        episode = SingleAgentEpisode(observation_space=gym.spaces.Box(-9, 9, (3,), np.float32))
+        episode.add_env_reset(rng.random(3).astype(np.float32))
+        for t in range(20):
+            episode.add_env_step(rng.random(3).astype(np.float32), int(rng.integers(2)),
+                                 float(rng.random()), terminated=t == 19)
+        buffer.add(episode.to_numpy())
+    return buffer
+
+
+def _view(episode, with_id=True):
+    from replay_tools import episode_view
+
+    return repr(episode_view(episode, with_id=with_id))
+
+
+@pytest.mark.parametrize("cls", [EpisodeReplayBuffer, PrioritizedEpisodeReplayBuffer])
+def test_spent_transitions_are_made_over_only_when_no_one_holds_them(cls):
+    """A draw makes over the episodes of an earlier draw that no one holds
+    any more (so it adds nothing for the garbage collector to track): the
+    same samples as new episodes; an episode, its list, or its extra
+    outputs' dict still held by the caller is never touched."""
+    kw = dict(num_items=16, n_step=2, gamma=0.9, sample_episodes=True)
+    kept_list = None
+    held, held_views, held_outputs, outputs_view = [], [], None, None
+    made_over = fresh = 0
+    seen = set()
+    recycled, reference = _filled(cls), _filled(cls)
+    every = []                          # the reference keeps every list: nothing made over
+    for draw in range(12):
+        episodes = recycled.sample(**kw)
+        every.append(reference.sample(**kw))
+        assert [_view(e, False) for e in episodes] == [_view(e, False) for e in every[-1]]
+        made_over += sum(id(e) in seen for e in episodes)
+        fresh += sum(id(e) not in seen for e in episodes)
+        seen.update(id(e) for e in episodes)
+        if draw == 0:
+            kept_list = episodes
+            kept_views = [_view(e) for e in episodes]
+        elif draw == 1:
+            held = episodes[:4]
+            held_views = [_view(e) for e in held]
+            held_outputs = episodes[5].extra_model_outputs
+            outputs_view = {k: v.get() for k, v in held_outputs.items()}
+        del episodes
+    assert made_over > 0 and fresh > 0
+    assert [_view(e) for e in kept_list] == kept_views
+    assert [_view(e) for e in held] == held_views
+    assert {k: v.get() for k, v in held_outputs.items()} == outputs_view

@@ -681,3 +681,34 @@ def test_rllib_loads_our_packed_checkpoint(multi):
     got = _both(lambda b: b.sample(8, n_step=1, beta=0.4), theirs, again)
     for a, b in _pairs(got):
         compare(episode_view(b, with_id=False), episode_view(a, with_id=False), "draw")
+
+
+def _stats_view(reduced):
+    # Keys in their order, and each Stats as its class and state.
+    if isinstance(reduced, dict):
+        return [(k, _stats_view(v)) for k, v in reduced.items()]
+    return type(reduced).__name__, reduced.get_state()
+
+
+def test_metrics_are_reduced_as_rllibs_logger_reduces_them():
+    """get_metrics() reduces RLlib's MetricsLogger without its dm-tree walk
+    (half its cost): the same Stats (class and state) in the same nesting
+    and key order as MetricsLogger.reduce() gives, read after read."""
+    from ray.rllib.utils.metrics.metrics_logger import MetricsLogger
+
+    from episode.replay.metrics import _reduced
+
+    ours, theirs = MetricsLogger(root=False), MetricsLogger(root=False)
+    rng = np.random.default_rng(0)
+    for read in range(4):
+        for _ in range(5):
+            for logger in (ours, theirs):
+                logger.log_value("n", 3, reduce="sum")
+                logger.log_value("n_lifetime", 3, reduce="lifetime_sum")
+                logger.log_value(("per_agent", "a0"), 2, reduce="sum")
+                logger.log_value(("per_agent", "a1"), 1.5, reduce="lifetime_sum")
+            value = float(rng.random())
+            for logger in (ours, theirs):
+                logger.log_value("mean", value, reduce="mean", window=3)
+                logger.log_value(("deep", "x", "y"), value, reduce="mean", window=2)
+        assert _stats_view(_reduced(ours)) == _stats_view(theirs.reduce()), read

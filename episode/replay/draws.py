@@ -150,9 +150,11 @@ def _transitions(store: Store, picks, slots, ts, ns, ends, gamma, *, include_inf
         first, last = store.gather_infos(picks), store.gather_infos(picks, True)
         infos = [x for pair in zip(first, last) for x in pair]
     returns = store.returns(picks, float(gamma))
+    # The oldest recent draw hands over the episodes no one holds any more.
+    spent = _RECENT.popleft().episodes if len(_RECENT) == _RECENT.maxlen else None
     episodes = make_transitions(SingleAgentEpisode, store, picks, obs_pairs, actions, returns,
                                 extra_arrays, infos, weights, stored_ids, exact_end,
-                                outputs_lookback)
+                                outputs_lookback, spent)
     _RECENT.append(_Replayed(episodes, layout, obs_pairs, actions, returns, extra_arrays))
     return episodes
 
@@ -163,7 +165,9 @@ class _Replayed:
     train batch from, as long as the episodes are unchanged."""
 
     def __init__(self, episodes, layout, obs_pairs, actions, returns, extras):
-        self.episodes = episodes
+        # A list of its own: an episode only it holds is no one else's (see
+        # make_transitions), whoever keeps the list sample() returned.
+        self.episodes = list(episodes)
         self.layout = layout
         self.obs_pairs = obs_pairs
         self.actions = actions

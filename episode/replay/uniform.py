@@ -13,7 +13,7 @@ from episode.single_agent_episode import SingleAgentEpisode
 from episode.replay.draws import (_batch_size, _check_capacity, _check_gamma,
                                   _check_not_empty, _checked_n_step, _int, _warn_misspelt, _native_args, _NativeArgs, _track,
                                   _transitions)
-from episode.replay.metrics import _AddCounts, _log_pair, _metrics_logger, _Unlogged
+from episode.replay.metrics import _AddCounts, _log_pair, _metrics_logger, _reduced, _Unlogged
 from episode.replay.stored import (DEFAULT_AGENT_ID, DEFAULT_MODULE_ID, _as_ours,
                                    _episode_indices, _force_list, _stored_episode)
 
@@ -509,7 +509,7 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
 
     def get_metrics(self):
         """The logged metrics, reduced (RLlib's MetricsLogger.reduce())."""
-        return self.metrics.reduce()
+        return _reduced(self.metrics)
 
     # -- state ---------------------------------------------------------------------------
 

@@ -2618,9 +2618,31 @@ cdef object scalar_column_array(list values):
     return None
 
 
+cdef extern from "Python.h":
+    Py_ssize_t Py_REFCNT(object obj)
+
+
+cdef object reclaimed(list spent, Py_ssize_t* cursor, type cls):
+    """The next episode of class `cls` in `spent` that only `spent` holds (no
+    one else can see it: it may be made over), taken out of the list; None
+    when there is none left. `spent` is a private list of an earlier draw's
+    episodes (see draws._Replayed)."""
+    cdef Py_ssize_t i
+    cdef object episode
+    for i in range(cursor[0], len(spent)):
+        episode = spent[i]
+        # Two references: the list's and this variable's.
+        if type(episode) is cls and Py_REFCNT(episode) == 2:
+            spent[i] = None
+            cursor[0] = i + 1
+            return episode
+    cursor[0] = len(spent)
+    return None
+
+
 def make_transitions(type cls, Store store, Picks picks, dict obs_pairs, dict actions,
                      cnp.ndarray returns, dict extras, list infos, list weights, bint stored_ids,
-                     bint exact_end, Py_ssize_t outputs_lookback=-1):
+                     bint exact_end, Py_ssize_t outputs_lookback=-1, list spent=None):
     """One-step episodes of class `cls` for the picked n-step transitions,
     as RLlib's buffers build them (see replay._transitions): their data read
     in place from the batch arrays (`obs_pairs`: per observation leaf, rows
@@ -2629,8 +2651,14 @@ def make_transitions(type cls, Store store, Picks picks, dict obs_pairs, dict ac
     and "n_step" lead their extra model outputs (the prioritized and
     multi-agent buffers'); else with `outputs_lookback` >= 0 they follow
     them, as numpy'ized buffers of that lookback plus the step (the plain
-    buffer's: n-step, and weights of 1.0)."""
-    cdef Py_ssize_t i, B = picks.size, rows = outputs_lookback + 1
+    buffer's: n-step, and weights of 1.0).
+
+    Episodes of an earlier draw in `spent` that no one else holds are made
+    over instead of new ones (with their extra outputs' dict): a draw then
+    adds no objects for the cyclic garbage collector to track (a draw's
+    new episodes, kept through a learner update, are what brought its full
+    collections on). Every field is set either way."""
+    cdef Py_ssize_t i, B = picks.size, rows = outputs_lookback + 1, cursor = 0
     cdef Pick* p
     cdef Ep* ep
     cdef EpisodeCore episode
@@ -2661,7 +2689,18 @@ def make_transitions(type cls, Store store, Picks picks, dict obs_pairs, dict ac
         ep = &store.eps[p.slot]
         meta = store.meta[p.slot]
         kinds = numpy_kinds if ep.finalized else list_kinds
-        episode = EpisodeCore.__new__(cls)
+        made_over = reclaimed(spent, &cursor, cls) if spent is not None else None
+        if made_over is None:
+            episode = EpisodeCore.__new__(cls)
+            outputs = {}
+        else:
+            episode = made_over
+            outputs = episode._extras
+            if type(outputs) is dict and Py_REFCNT(outputs) == 2:   # (the episode's, this)
+                outputs.clear()
+            else:
+                outputs = {}
+            episode.custom_data_ = None
         if stored_ids:
             episode.id_ = store.ids[p.slot]
             episode.agent_id = meta.agent_id
@@ -2682,7 +2721,6 @@ def make_transitions(type cls, Store store, Picks picks, dict obs_pairs, dict ac
                                        meta.action_space)
         episode._action_space = meta.action_space
         episode.rewards = track_buffer(shared_rows(returns, i, 1, KIND_SCALAR), REWARDS_SPACE)
-        outputs = {}
         if weights is not None:
             if weight_rows is not None:
                 outputs["weights"] = track_buffer(
