@@ -100,3 +100,20 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def side(request):
+    """RLlib's classes for "rllib"; ours, installed (episode.rllib), for
+    "ours" (parametrize indirectly)."""
+    import gc
+
+    if request.param == "rllib":
+        yield request.param
+        return
+    import episode.rllib
+
+    gc.collect()
+    with episode.rllib.installed():
+        yield request.param
+    gc.collect()

@@ -7,11 +7,13 @@ CartPole, 8 envs, rollout_fragment_length 4, prioritized episode replay,
 generator seeded). Each part of train() is timed by a wrapper around its
 call (no profiler: it would distort the Python-heavy parts): the replay
 buffer's sample / get_metrics / update_priorities / add, the learner
-group's update, the env runner's sample and the weights' sync. Prints one
-JSON line: the seconds of each part over the timed iterations, the total
-of train(), the garbage collections during them, and the curve (each
-iteration's mean return and loss), which both stacks must share. Run in a
-fresh process per stack: one process cannot mix the two kinds of episodes.
+group's update, the env runner's sample and the weights' sync; and the
+garbage collector's full collections, with the part each landed in.
+Prints one JSON line: the seconds of each part over the timed iterations,
+the total of train(), the collections, and the curve (each iteration's
+mean return and loss), which both stacks must share. Run in a fresh
+process per stack: one process cannot mix the two kinds of episodes.
+benchmarks/test_dqn_train.py runs the same as a pytest-benchmark.
 """
 from __future__ import annotations
 
@@ -22,12 +24,10 @@ import sys
 import time
 
 
-def build(classes: str):
+def build():
+    """The DQN algorithm, on whichever classes are installed."""
     logging.disable(logging.WARNING)
-    if classes == "ours":
-        import episode.rllib
-
-        episode.rllib.install()
+    import numpy as np
     import torch
     from ray.rllib.algorithms.dqn import DQNConfig
 
@@ -43,78 +43,96 @@ def build(classes: str):
               .reporting(min_sample_timesteps_per_iteration=1000)
               .debugging(seed=0))
     algo = config.build_algo()
-    import numpy as np
-
     # RLlib's episode replay buffers draw from an unseeded generator.
     algo.local_replay_buffer.rng = np.random.default_rng(0)
     return algo
 
 
-# The part of train() running now (where a garbage collection lands).
-CURRENT = [None]
+class Breakdown:
+    """Wrappers around the parts of `algo`'s train() and a garbage-collector
+    callback: seconds and calls per part, full collections and where they
+    landed, since the last reset()."""
+
+    REPLAY = ("sample", "get_metrics", "update_priorities", "add")
+
+    def __init__(self, algo):
+        self.current = None             # the part running now
+        self.reset()
+        buffer = algo.local_replay_buffer
+        for name in self.REPLAY:
+            self._wrap(buffer, name, "replay." + name)
+        self._wrap(algo.learner_group, "update", "learner_group.update")
+        self._wrap(algo.env_runner, "sample", "env_runner.sample")
+        self._wrap(algo.env_runner_group, "sync_weights", "sync_weights")
+        self._started = 0.0
+        gc.callbacks.append(self._collection)
+
+    def reset(self) -> None:
+        self.seconds: dict = {}
+        self.calls: dict = {}
+        self.full_collections: dict = {}       # part -> full collections during it
+        self.full_collection_seconds = 0.0
+
+    def close(self) -> None:
+        gc.callbacks.remove(self._collection)
+
+    def _wrap(self, obj, name: str, part: str) -> None:
+        call = getattr(obj, name)
+
+        def timed(*args, **kwargs):
+            start = time.perf_counter()
+            outer, self.current = self.current, part
+            try:
+                return call(*args, **kwargs)
+            finally:
+                self.current = outer
+                self.seconds[part] = self.seconds.get(part, 0.0) + time.perf_counter() - start
+                self.calls[part] = self.calls.get(part, 0) + 1
+
+        setattr(obj, name, timed)
+
+    def _collection(self, phase: str, info: dict) -> None:
+        if info["generation"] != 2:
+            return
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        self.full_collection_seconds += time.perf_counter() - self._started
+        where = self.current or "other"
+        self.full_collections[where] = self.full_collections.get(where, 0) + 1
+
+    def report(self, total: float) -> dict:
+        replay = sum(v for k, v in self.seconds.items() if k.startswith("replay."))
+        return {"total": total, "parts": dict(self.seconds), "calls": dict(self.calls),
+                "replay": replay, "replay_share": replay / total,
+                "full_collections": self.full_collections,
+                "full_collection_seconds": self.full_collection_seconds}
 
 
-def _timed(obj, name: str, parts: dict, calls: dict, part: str) -> None:
-    call = getattr(obj, name)
-
-    def timed(*args, **kwargs):
-        start = time.perf_counter()
-        outer, CURRENT[0] = CURRENT[0], part
-        try:
-            return call(*args, **kwargs)
-        finally:
-            CURRENT[0] = outer
-            parts[part] = parts.get(part, 0.0) + time.perf_counter() - start
-            calls[part] = calls.get(part, 0) + 1
-
-    setattr(obj, name, timed)
+def curve_point(result: dict) -> list:
+    """An iteration's mean return and loss."""
+    return [result["env_runners"].get("episode_return_mean"),
+            result["learners"]["default_policy"].get("total_loss")]
 
 
 def main(classes: str, iterations: int, warmup: int) -> dict:
-    algo = build(classes)
-    parts: dict = {}
-    calls: dict = {}
-    buffer = algo.local_replay_buffer
-    for name in ("sample", "get_metrics", "update_priorities", "add"):
-        _timed(buffer, name, parts, calls, "replay." + name)
-    _timed(algo.learner_group, "update", parts, calls, "learner_group.update")
-    _timed(algo.env_runner, "sample", parts, calls, "env_runner.sample")
-    _timed(algo.env_runner_group, "sync_weights", parts, calls, "sync_weights")
-    collections = [0, 0.0, 0.0]   # full collections, their seconds, all collections' seconds
-    started = [0.0]
-    where: dict = {}                # part -> full collections during it
+    if classes == "ours":
+        import episode.rllib
 
-    def count(phase, info):
-        if phase == "start":
-            started[0] = time.perf_counter()
-            return
-        spent = time.perf_counter() - started[0]
-        collections[2] += spent
-        if info["generation"] == 2:
-            collections[0] += 1
-            collections[1] += spent
-            where[CURRENT[0]] = where.get(CURRENT[0], 0) + 1
-
-    curve = []
+        episode.rllib.install()
+    algo = build()
+    breakdown = Breakdown(algo)
     for _ in range(warmup):
         algo.train()
-    parts.clear()
-    calls.clear()
-    gc.callbacks.append(count)
+    breakdown.reset()
+    curve = []
     start = time.perf_counter()
     for _ in range(iterations):
-        result = algo.train()
-        learner = result["learners"]["default_policy"]
-        curve.append([result["env_runners"].get("episode_return_mean"),
-                      learner.get("total_loss")])
-    total = time.perf_counter() - start
-    gc.callbacks.remove(count)
+        curve.append(curve_point(algo.train()))
+    out = breakdown.report(time.perf_counter() - start)
+    breakdown.close()
     algo.stop()
-    parts["replay"] = sum(v for k, v in parts.items() if k.startswith("replay."))
-    return {"classes": classes, "total": total, "parts": parts, "calls": calls,
-            "full_collections": collections[0], "full_collection_seconds": collections[1],
-            "full_collections_in": where,
-            "collection_seconds": collections[2], "curve": curve}
+    return {"classes": classes, **out, "curve": curve}
 
 
 if __name__ == "__main__":

@@ -35,7 +35,6 @@ Data workers run RLlib's classes. Torch runs one thread in this process.
 """
 from __future__ import annotations
 
-import gc
 import glob
 import logging
 import os
@@ -56,7 +55,6 @@ import ray  # noqa: E402
 import torch  # noqa: E402
 from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule  # noqa: E402
 
-import episode.rllib  # noqa: E402
 
 RECORD_STEPS = 2_000
 BC_STEPS, BC_ITERS, BC_SEEDS, BC_EVAL_ITERS = 40_000, 20, (0, 1, 2), 30
@@ -72,18 +70,6 @@ def ray_started():
     if not ray.is_initialized():
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
-
-
-@pytest.fixture
-def side(request, monkeypatch):
-    """RLlib's classes for "rllib"; ours, installed, otherwise."""
-    if request.param == "rllib":
-        yield request.param
-        return
-    gc.collect()
-    with episode.rllib.installed():
-        yield request.param
-    gc.collect()
 
 
 class Expert(TorchRLModule):
