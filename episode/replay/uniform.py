@@ -14,6 +14,7 @@ from episode.replay.draws import (_batch_size, _check_capacity, _check_gamma,
                                   _check_not_empty, _checked_n_step, _int, _warn_misspelt, _native_args, _NativeArgs, _track,
                                   _transitions)
 from episode.replay.metrics import _AddCounts, _log_pair, _metrics_logger, _Unlogged
+from episode.replay.tensors import _check_numeric, _to_torch, _torch_device
 from episode.replay.stored import (DEFAULT_AGENT_ID, DEFAULT_MODULE_ID, _as_ours,
                                    _episode_indices, _force_list, _stored_episode)
 
@@ -329,8 +330,8 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
     def sample_batch(self, batch_size: int, *, n_step: Union[int, Tuple[int, int]] = 1,
                      gamma: float = 0.99, beta: Optional[float] = None,
                      batch_length_T: Optional[int] = None, lookback: int = 0,
-                     min_batch_length_T: int = 0, include_extra_model_outputs: bool = False
-                     ) -> Dict[str, Any]:
+                     min_batch_length_T: int = 0, include_extra_model_outputs: bool = False,
+                     device: Any = None) -> Dict[str, Any]:
         """A training batch of `batch_size` items as a dict of arrays,
         without episode objects (uniform draws here; by priority on the
         prioritized buffer, which then takes update_priorities() for them).
@@ -353,11 +354,22 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
         are not drawn.
 
         `include_extra_model_outputs` adds each extra model output (at the
-        drawn step, or per row)."""
+        drawn step, or per row).
+
+        `device` (a torch.device, "cpu", "cuda:0", ...) makes every array a
+        torch tensor of the same dtype and shape, nested Dict/Tuple
+        observations included: on the CPU it shares the array's memory
+        (torch.from_numpy, no copy), elsewhere it is copied there. None (the
+        default) gives numpy arrays. torch is imported only then:
+        ImportError without it, TypeError where a stored track holds Python
+        objects; either before anything is drawn."""
         store = self._store
         args = _native_args(store.priorities is not None, batch_size, n_step, gamma, beta,
                             batch_length_T, lookback, min_batch_length_T,
                             include_extra_model_outputs)
+        if device is not None:
+            torch, device = _torch_device(device)
+            _check_numeric(store, args.extras)
         batch = self._native_batch(store, args)
         if store.priorities is not None:
             # (The leaves of these steps are found if RLlib's list is read.)
@@ -365,6 +377,8 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
             self._last_keys = batch["indices"].copy()    # (the caller's may change)
             self._last_keys_public = True
         self._after_reads(batch_size)
+        if device is not None:
+            return _to_torch(batch, torch, device)
         return batch
 
     def _native_batch(self, store: Store, args: _NativeArgs) -> Dict[str, Any]:
