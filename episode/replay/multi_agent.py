@@ -102,6 +102,14 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
         self._check_multi(episodes)
         self._add_multi(episodes, None)
 
+    def add_transition(self, obs, next_obs, action, reward, terminated, truncated,
+                       infos=None) -> None:
+        """The single-agent buffers' transition add has no agents to put the
+        steps under: TypeError. add() MultiAgentEpisodes (or their chunks)
+        here."""
+        raise TypeError(f"{type(self).__name__} stores MultiAgentEpisodes: add() them (or "
+                        f"their chunks); add_transition() is the single-agent buffers'")
+
     def _check_multi(self, episodes) -> None:
         pending: dict = {}
         per_module: Dict[Any, dict] = collections.defaultdict(dict)
