@@ -2369,6 +2369,9 @@ cdef class Store:
                 if ep.t_started + ep.length != t0[e]:
                     raise AssertionError(f"the step is t={t0[e]}, the stored episode "
                                          f"{ids[e]!r} ends at t={ep.t_started + ep.length}")
+                if (<EpisodeMeta>self.meta[slot]).extra_keys:
+                    raise AssertionError(f"the step lacks the extra model outputs of the "
+                                         f"stored episode {ids[e]!r}")
         if self.priorities is not None and not self.restoring:
             w = to_num(weight)
         # Changes.
