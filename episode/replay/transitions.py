@@ -31,7 +31,8 @@ class _OpenEpisodes:
     def __init__(self, n: int):
         self.n = n
         self.ids: List[Optional[str]] = [None] * n     # None: its next step starts one
-        self.t = np.zeros(n, np.int64)                 # its steps so far
+        self.going = np.zeros(n, np.bool_)             # ids[i] is not None
+        self.t = np.zeros(n, np.int64)                 # its steps so far (0 where none)
         self.last_obs: Optional[list] = None           # per obs leaf: each env's next_obs
         self.last_infos: list = [{}] * n
 
@@ -142,9 +143,11 @@ def add_transitions(buffer, obs, next_obs, action, reward, terminated, truncated
             raise TypeError(f"infos must be None or {'a dict' if single else f'{n} dicts'}")
     if open_ is None:
         open_ = _OpenEpisodes(n)
-    going = np.array([i is not None for i in open_.ids])
-    if going.any():
+    going = open_.going
+    if open_.last_obs is not None:
         for a, last in zip(obs_rows, open_.last_obs):
+            if (a == last).all():       # (the common case, in one pass)
+                continue
             same = (a == last).reshape(n, -1).all(axis=1) | ~going
             if not same.all():
                 env = int(np.argmin(same))
@@ -152,8 +155,8 @@ def add_transitions(buffer, obs, next_obs, action, reward, terminated, truncated
                                  f"transition; a step of an ongoing episode starts where the "
                                  f"last one ended (a new episode starts after a terminated "
                                  f"or truncated step)")
-    ids = [i if i is not None else _new_id() for i in open_.ids]
-    t = np.where(going, open_.t, 0)
+    ids = open_.ids if going.all() else [i if i is not None else _new_id() for i in open_.ids]
+    t = open_.t
     counts = _AddCounts()
     if layout["obs"] is not None and layout["actions"] is not None and \
             layout["rewards"] is not None and \
@@ -172,7 +175,8 @@ def add_transitions(buffer, obs, next_obs, action, reward, terminated, truncated
                     for i in range(n)])
     # Stored: the envs' episodes move on.
     done = terminated | truncated
-    open_.ids = [None if d else i for i, d in zip(ids, done.tolist())]
+    open_.ids = [None if d else i for i, d in zip(ids, done.tolist())] if done.any() else ids
+    open_.going = ~done
     open_.t = np.where(done, 0, t + 1)
     open_.last_obs = [rows.copy() for rows in next_rows]
     open_.last_infos = infos if infos is not None else [{}] * n
@@ -182,6 +186,8 @@ def add_transitions(buffer, obs, next_obs, action, reward, terminated, truncated
 def _numbered(leaves: list, structure) -> list:
     """A track's leaves (in its nesting's order) in the order of the
     store's leaf numbers (dm-tree's: a dict's keys sorted)."""
+    if isinstance(structure, int):
+        return leaves
     numbers: list = []
 
     def collect(s):

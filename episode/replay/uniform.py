@@ -158,8 +158,9 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
         Example (SB3's loop: a vector env that resets an env in the step
         that ends its episode, whose final observation is then in infos)::
 
-            envs = gym.make_vec("CartPole-v1", num_envs=8, vector_kwargs={
-                "autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+            envs = gym.make_vec("CartPole-v1", num_envs=8, vectorization_mode="sync",
+                                vector_kwargs={"autoreset_mode":
+                                               gym.vector.AutoresetMode.SAME_STEP})
             obs, _ = envs.reset(seed=0)
             for _ in range(1000):
                 actions = policy(obs)
@@ -179,12 +180,12 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
                    infos, counts: "_AddCounts") -> bool:
         # add_transition()'s checked steps (one per env), each as add() of
         # its chunk: stored, counted, then the oldest episodes evicted while
-        # over capacity (all in one call where none can be). False, with
+        # over capacity (in one call as far as none can be). False, with
         # nothing changed, where the arrays are unlike the stored leaves.
         n = len(ids)
         store = self._store
-        groups = [np.arange(n)] if self._num_timesteps + n <= self.capacity else \
-            [np.array([i]) for i in range(n)]
+        room = min(max(self.capacity - self._num_timesteps, 0), n)
+        groups = ([np.arange(room)] if room else []) + [np.array([i]) for i in range(room, n)]
         for k, envs in enumerate(groups):
             try:
                 new = store.add_steps(ids, ids, t, obs, next_obs, actions, rewards, terminated,
