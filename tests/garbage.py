@@ -4245,6 +4245,170 @@ for _name in STORE_ARGS:
     add("replay_store", f"new:{_name}", replay_store_new_case(_name))
 
 
+def _steps_args(n=3):
+    """Store.add_steps() arguments for n envs' steps of a box store (its
+    obs float32 (2,), actions int64, rewards float64), new episodes s0..."""
+    keys = [f"s{i}" for i in range(n)]
+    rows = np.array([obs(t) for t in range(n)], np.float32)
+    return dict(keys=keys, ids=list(keys), t_started=np.zeros(n, np.int64), obs=[rows],
+                next_obs=[rows + 1], actions=[np.arange(1, n + 1, dtype=np.int64)],
+                rewards=[np.arange(n, dtype=np.float64) + 1.25],
+                terminated=np.zeros(n, np.bool_), truncated=np.zeros(n, np.bool_), infos=None,
+                envs=np.arange(n, dtype=np.int64))
+
+
+STEPS_GARBAGE = {
+    "obs_f64": {"obs": [np.ones((3, 2))]},
+    "obs_shape": {"obs": [np.ones((3, 3), np.float32)]},
+    "obs_rows": {"obs": [np.ones((2, 2), np.float32)]},
+    "obs_strided": {"obs": [np.ones((3, 4), np.float32)[:, ::2]]},
+    "obs_fortran": {"obs": [np.asfortranarray(np.ones((3, 2), np.float32))]},
+    "obs_list": {"obs": [[[1.0, 2.0]] * 3]},
+    "obs_none": {"obs": [None]},
+    "obs_two_leaves": {"obs": [np.ones((3, 2), np.float32)] * 2},
+    "obs_no_leaves": {"obs": []},
+    "next_obs_shape": {"next_obs": [np.ones((3, 1), np.float32)]},
+    "next_obs_0d": {"next_obs": [np.float32(1.0)]},
+    "actions_f32": {"actions": [np.ones(3, np.float32)]},
+    "actions_2d": {"actions": [np.ones((3, 1), np.int64)]},
+    "rewards_obj": {"rewards": [np.array([1.0, "x", None], dtype=object)]},
+    "rewards_short": {"rewards": [np.ones(1)]},
+    "rewards_empty": {"rewards": [np.ones(0)]},
+    "keys_short": {"keys": ["a"]},
+    "ids_short": {"ids": ["a"]},
+    "keys_unhashable": {"keys": [[1], [2], [3]]},
+    "keys_not_list": {"keys": ("a", "b", "c")},
+    "t_f64": {"t_started": np.zeros(3)},
+    "t_short": {"t_started": np.zeros(1, np.int64)},
+    "t_list": {"t_started": [0, 0, 0]},
+    "terminated_int": {"terminated": np.zeros(3, np.int64)},
+    "terminated_short": {"terminated": np.zeros(2, np.bool_)},
+    "truncated_2d": {"truncated": np.zeros((3, 1), np.bool_)},
+    "infos_short": {"infos": [{}]},
+    "infos_tuple": {"infos": ({}, {}, {})},
+    "infos_not_dicts": {"infos": [1, "x", None]},
+    "envs_neg": {"envs": np.array([-1], np.int64)},
+    "envs_past": {"envs": np.array([3], np.int64)},
+    "envs_huge": {"envs": np.array([2**62], np.int64)},
+    "envs_twice": {"envs": np.array([1, 1], np.int64)},
+    "envs_f64": {"envs": np.array([0.0])},
+    "envs_2d": {"envs": np.zeros((1, 1), np.int64)},
+    "envs_none": {"envs": None},
+    "join_box_wrong_t": {"keys": ["r-box", "s1", "s2"], "ids": ["r-box", "s1", "s2"]},
+    "join_box_with_extras": {"keys": ["r-box", "s1", "s2"], "ids": ["r-box", "s1", "s2"],
+                             "t_started": np.array([4, 0, 0], np.int64)},
+    "zero_envs": {"keys": [], "ids": [], "t_started": np.zeros(0, np.int64),
+                  "obs": [np.zeros((0, 2), np.float32)], "next_obs": [np.zeros((0, 2), np.float32)],
+                  "actions": [np.zeros(0, np.int64)], "rewards": [np.zeros(0)],
+                  "terminated": np.zeros(0, np.bool_), "truncated": np.zeros(0, np.bool_),
+                  "envs": np.zeros(0, np.int64)},
+    "valid": {},
+}
+
+
+def replay_store_add_steps_case(name, prioritized):
+    """Store.add_steps() (add_transition()'s compiled path) with one bad
+    argument: refused with the store unchanged, or stored (the valid
+    calls), then drawn from and read; on an empty store, refused."""
+
+    def run(impl, p):
+        _replay, _, _ = _replay_modules()
+        _allow_replay(p)
+        p.allow([f"s{i}" for i in range(3)], [obs(t) + 1 for t in range(3)], 1.25, 2.25, 3.25)
+        store = _replay.Store(64, prioritized=prioritized, tree_size=128 if prioritized else 0)
+        args = dict(_steps_args(), **STEPS_GARBAGE[name])
+        weight = 1.0 if prioritized else None
+        view = StoreView(store)
+        p.run("add_steps (empty store)", lambda: store.add_steps(**args, weight=weight),
+              state=view, data=False, ok=[TypeError, ValueError])
+        p.run("add box", lambda: store.add(_replay_episode(impl, "box"), weight), data=False)
+        # (Infos of any kind are kept, as add() keeps them.)
+        ok = None if name in ("valid", "zero_envs", "infos_not_dicts") else \
+            [TypeError, ValueError, AssertionError]
+        p.run("add_steps", lambda: store.add_steps(**args, weight=weight), state=view,
+              data=False, ok=ok)
+        p.run("add_steps again (each joins its episode: its t is off)",
+              lambda: store.add_steps(**args, weight=weight), state=view, data=False)
+        if prioritized:
+            for bad in ("x", None, float("nan"), -1.0, [1.0]):
+                p.run(f"add_steps weight={bad!r}",
+                      lambda: store.add_steps(**dict(args, keys=["w0", "w1", "w2"],
+                                                     ids=["w0", "w1", "w2"]), weight=bad),
+                      state=view, data=False)
+        probe_store(p, "store", store)
+
+    return run
+
+
+for _name in STEPS_GARBAGE:
+    for _prioritized in (False, True):
+        add("replay_store", f"add_steps:{_name}:prioritized={_prioritized}",
+            replay_store_add_steps_case(_name, _prioritized))
+
+
+TRANSITION_GARBAGE = {
+    "obs_str": lambda o, a, r, f: ("x", "y", a, r, f, f),
+    "obs_ragged": lambda o, a, r, f: ([[1.0], [1.0, 2.0], [3.0]], o, a, r, f, f),
+    "obs_huge_axis": lambda o, a, r, f: (np.zeros((3, 2**20), np.float32), o, a, r, f, f),
+    "obs_0d": lambda o, a, r, f: (np.float32(1.0), o, a, r, f, f),
+    "obs_f16": lambda o, a, r, f: (o.astype(np.float16), o.astype(np.float16), a, r, f, f),
+    "obs_dict": lambda o, a, r, f: ({"a": o}, {"a": o}, a, r, f, f),
+    "obs_tuple": lambda o, a, r, f: ((o,), (o,), a, r, f, f),
+    "obs_not_last_next_obs": lambda o, a, r, f: (o + 1, o, a, r, f, f),
+    "action_none": lambda o, a, r, f: (o, o, None, r, f, f),
+    "action_objects": lambda o, a, r, f: (o, o, [object()] * 3, r, f, f),
+    "reward_none": lambda o, a, r, f: (o, o, a, None, f, f),
+    "reward_str": lambda o, a, r, f: (o, o, a, "r", f, f),
+    "reward_2d": lambda o, a, r, f: (o, o, a, r[:, None], f, f),
+    "reward_empty": lambda o, a, r, f: (o, o, a, r[:0], f, f),
+    "reward_nan": lambda o, a, r, f: (o, o, a, r * np.nan, f, f),
+    "reward_f32": lambda o, a, r, f: (o, o, a, r.astype(np.float32), f, f),
+    "reward_complex": lambda o, a, r, f: (o, o, a, r + 1j, f, f),
+    "flags_none": lambda o, a, r, f: (o, o, a, r, None, f),
+    "flags_big": lambda o, a, r, f: (o, o, a, r, np.array([7, 0, 0]), f),
+    "flags_float": lambda o, a, r, f: (o, o, a, r, f + 0.5, f),
+    "flags_2d": lambda o, a, r, f: (o, o, a, r, f[:, None], f),
+    "infos_bad": lambda o, a, r, f: (o, o, a, r, f, f, "infos"),
+    "infos_short": lambda o, a, r, f: (o, o, a, r, f, f, [{}]),
+    "infos_big": lambda o, a, r, f: (o, o, a, r, f, f, [{"x": np.zeros(4)}] * 3),
+    "valid_done": lambda o, a, r, f: (o, o, a, r, ~f, f),
+    "valid": lambda o, a, r, f: (o, o, a, r, f, f),
+}
+
+
+def replay_add_transition_case(name, prioritized):
+    """add_transition() on a buffer holding three envs' open episodes with
+    one bad argument: refused with the stored data unchanged (the open
+    episodes go on), or stored and then sampled."""
+
+    def run(impl, p):
+        _, _, replay = _replay_modules()
+        _allow_replay(p)
+        p.allow([1.0, 2.0], [0, 1, 2], 0.5, 1.5, 2.5, "x", "y")
+        cls = replay.PrioritizedEpisodeReplayBuffer if prioritized else \
+            replay.EpisodeReplayBuffer
+        buffer = cls(capacity=64, seed=0)
+        o = np.array([[1.0, 2.0]] * 3, np.float32)
+        a, r, f = np.array([0, 1, 2]), np.array([0.5, 1.5, 2.5]), np.zeros(3, np.bool_)
+        p.run("first", lambda: buffer.add_transition(o, o, a, r, f, f), data=False)
+        view = StoreView(buffer._store)
+        ok = None if name.startswith("valid") or name in ("reward_nan", "infos_big") else \
+            [TypeError, ValueError]
+        p.run("add_transition", lambda: buffer.add_transition(*TRANSITION_GARBAGE[name](o, a, r, f)),
+              state=view, data=False, ok=ok)
+        p.run("next", lambda: buffer.add_transition(o, o, a, r, f, f), state=view, data=False)
+        p.run("sample_batch", lambda: buffer.sample_batch(4, n_step=2), data=False)
+        probe_store(p, "store", buffer._store)
+
+    return run
+
+
+for _name in TRANSITION_GARBAGE:
+    for _prioritized in (False, True):
+        add("replay_buffer", f"add_transition:{_name}:prioritized={_prioritized}",
+            replay_add_transition_case(_name, _prioritized))
+
+
 TREE_VALUES = {
     "nan": float("nan"), "inf": float("inf"), "-inf": float("-inf"), "neg": -1.0, "zero": 0.0,
     "huge": 1e308, "tiny": 1e-320, "f32_nan": np.float32("nan"), "f32": np.float32(2.5),

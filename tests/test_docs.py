@@ -2,7 +2,8 @@
 runs as written. An example whose first line is `# needs ray[rllib]` runs in
 a fresh process (RLlib and Ray are set up per process), and only where ray
 is installed; one whose first line is `# needs episode[<extra>]` runs only
-where that extra's modules are installed."""
+where that extra's modules are installed, and one whose first line is
+`# needs torch` only where torch is."""
 from __future__ import annotations
 
 import os
@@ -18,7 +19,8 @@ HERE = pathlib.Path(__file__).parent
 NEEDS_RAY = "# needs ray[rllib]"
 # The modules an extra's examples import (checked before they run).
 EXTRA_MODULES = {"episode[minari]": ("h5py", "pyarrow", "PIL"),
-                 "episode[pettingzoo]": ("pettingzoo",)}
+                 "episode[pettingzoo]": ("pettingzoo",),
+                 "torch": ("torch",)}
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 

@@ -17,6 +17,7 @@ from episode.replay.draws import (_batch_size, _check_gamma, _checked_n_step, _d
 from episode.replay.metrics import _MultiCounts, _SampleCounts
 from episode.replay.stored import (_as_ours_multi, _env_steps_chunk, _episode_indices,
                                    _force_list)
+from episode.replay.tensors import _check_numeric, _to_torch, _torch_device
 from episode.replay.uniform import EpisodeReplayBuffer, _entries
 
 
@@ -100,6 +101,14 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
         episodes = [_as_ours_multi(e) for e in _force_list(episodes)]
         self._check_multi(episodes)
         self._add_multi(episodes, None)
+
+    def add_transition(self, obs, next_obs, action, reward, terminated, truncated,
+                       infos=None) -> None:
+        """The single-agent buffers' transition add has no agents to put the
+        steps under: TypeError. add() MultiAgentEpisodes (or their chunks)
+        here."""
+        raise TypeError(f"{type(self).__name__} stores MultiAgentEpisodes: add() them (or "
+                        f"their chunks); add_transition() is the single-agent buffers'")
 
     def _check_multi(self, episodes) -> None:
         pending: dict = {}
@@ -270,7 +279,7 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
                      gamma: float = 0.99, beta: Optional[float] = None,
                      batch_length_T: Optional[int] = None, lookback: int = 0,
                      min_batch_length_T: int = 0, include_extra_model_outputs: bool = False,
-                     modules_to_sample: Optional[List[Any]] = None
+                     modules_to_sample: Optional[List[Any]] = None, device: Any = None
                      ) -> Dict[Any, Dict[str, Any]]:
         """Per module, a training batch of `batch_size` items from its
         agents' steps, as a dict of arrays without episode objects: each
@@ -279,7 +288,9 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
         and shapes; by priority on the prioritized buffer, whose
         update_priorities(priorities, module_id) then sets the drawn steps'
         priorities). `modules_to_sample`: the modules to draw for (default:
-        every module with stored steps), in that order.
+        every module with stored steps), in that order. `device` makes each
+        module's arrays torch tensors there, as the single-agent
+        sample_batch(device=...) does (zero-copy on the CPU).
 
         Example::
 
@@ -306,6 +317,10 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
                     raise ValueError(f"module {module_id!r} has no stored timesteps to sample "
                                      f"(modules with some: "
                                      f"{[m for m, s in self._modules.items() if s.live_steps]})")
+        if device is not None:
+            torch, device = _torch_device(device)
+            for module_id in modules:
+                _check_numeric(self._modules[module_id], args.extras)
         batches = {}
         for module_id in modules:
             store = self._modules[module_id]
@@ -313,6 +328,9 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
             self._drawn_natively(module_id, store, batches[module_id]["indices"])
             if store.storage is not None:
                 store.release_pages()
+        if device is not None:
+            return {module_id: _to_torch(batch, torch, device)
+                    for module_id, batch in batches.items()}
         return batches
 
     def _prioritized(self) -> bool:

@@ -110,10 +110,47 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
         leaf_value = weight ** self._alpha
         store = self._store
         counts = _AddCounts()
-        new_ids = [e.id_ for e in episodes]
+        evicted_ids = self._evict_for([e.id_ for e in episodes], [len(e) for e in episodes],
+                                      counts)
         for episode in episodes:
-            self._num_timesteps += len(episode)
-            self._num_timesteps_added += len(episode)
+            if episode.id_ in evicted_ids:
+                continue
+            _, is_new, _, steps = store.add(episode, leaf_value)
+            if is_new:
+                counts.episodes_added += 1
+            counts.env_steps_added += steps
+            counts.agent_steps_added += steps
+        self._log_add(counts)
+
+    def _add_steps(self, ids, t, obs, next_obs, actions, rewards, terminated, truncated,
+                   infos, counts: "_AddCounts") -> bool:
+        # add_transition()'s checked steps (one per env), as add() of their
+        # chunks: the oldest episodes evicted first (a step of an evicted
+        # episode dropped with it), each stored step at the highest
+        # priority so far. False, with nothing changed, where the arrays
+        # are unlike the stored leaves.
+        store = self._store
+        try:      # (no envs: only the arrays are checked)
+            store.add_steps(ids, ids, t, obs, next_obs, actions, rewards, terminated,
+                            truncated, infos, _NO_ENVS, 1.0)
+        except (TypeError, ValueError):
+            return False
+        leaf_value = self._max_priority ** self._alpha
+        evicted = self._evict_for(ids, [1] * len(ids), counts)
+        envs = np.array([i for i, id_ in enumerate(ids) if id_ not in evicted], np.int64)
+        counts.episodes_added += store.add_steps(ids, ids, t, obs, next_obs, actions, rewards,
+                                                 terminated, truncated, infos, envs, leaf_value)
+        counts.env_steps_added += len(envs)
+        counts.agent_steps_added += len(envs)
+        return True
+
+    def _evict_for(self, new_ids: list, lengths: list, counts: "_AddCounts") -> list:
+        """Counts the new timesteps (of the episodes or chunks `new_ids`,
+        `lengths` steps each), then evicts as RLlib's prioritized buffer does
+        before storing them; returns the evicted ids."""
+        store = self._store
+        self._num_timesteps += sum(lengths)
+        self._num_timesteps_added += sum(lengths)
         evicted_ids: list = []
         evict = 0
         # RLlib's count of the episodes left: stored or new, not evicted.
@@ -130,21 +167,13 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
             counts.env_steps_evicted += length
             counts.agent_steps_evicted += length
             if id_ in new_ids:
-                dropped = len(episodes[new_ids.index(id_)])
+                dropped = lengths[new_ids.index(id_)]
                 self._num_timesteps -= dropped
                 self._num_timesteps_added -= dropped
             self._num_timesteps -= length
         if evict:
             store.evict_oldest(evict)
-        for episode in episodes:
-            if episode.id_ in evicted_ids:
-                continue
-            _, is_new, _, steps = store.add(episode, leaf_value)
-            if is_new:
-                counts.episodes_added += 1
-            counts.env_steps_added += steps
-            counts.agent_steps_added += steps
-        self._log_add(counts)
+        return evicted_ids
 
     def sample(self, num_items: Optional[int] = None, *, batch_size_B: Optional[int] = None,
                batch_length_T: Optional[int] = None, n_step: Optional[Union[int, Tuple]] = None,
@@ -244,6 +273,10 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
         self._last_leaves = last
         self._last_keys = store.priorities.keys_of(last)
         self._last_keys_public = False
+        self.__dict__.pop("_open_episodes", None)     # (add_transition()'s)
+
+
+_NO_ENVS = np.zeros(0, np.int64)
 
 
 def _packed_state(state: Dict[str, Any]) -> Dict[str, Any]:

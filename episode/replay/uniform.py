@@ -14,6 +14,8 @@ from episode.replay.draws import (_batch_size, _check_capacity, _check_gamma,
                                   _check_not_empty, _checked_n_step, _int, _warn_misspelt, _native_args, _NativeArgs, _track,
                                   _transitions)
 from episode.replay.metrics import _AddCounts, _log_pair, _metrics_logger, _reduced, _Unlogged
+from episode.replay.transitions import add_transitions
+from episode.replay.tensors import _check_numeric, _to_torch, _torch_device
 from episode.replay.stored import (DEFAULT_AGENT_ID, DEFAULT_MODULE_ID, _as_ours,
                                    _episode_indices, _force_list, _stored_episode)
 
@@ -135,6 +137,70 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
                 counts.episodes_added += 1
             self._evict_over_capacity(counts)
         self._log_add(counts)
+
+    def add_transition(self, obs, next_obs, action, reward, terminated, truncated,
+                       infos=None) -> None:
+        """Adds transitions as SB3's and cpprb's buffers take them: one env's
+        step (a number `reward`) or one step of each env of a vector env
+        (`reward` of shape (n,); every other argument then has the n envs'
+        rows first, Dict/Tuple observations per leaf). `infos`: None, or
+        the step's infos dict (one per env).
+
+        Each env has an open episode: its step joins it as add() of the
+        one-step chunk [obs, next_obs] (numpy'ized) would, so sample() and
+        sample_batch() see what such add() calls would give, and a
+        terminated or truncated step closes it (the env's next step starts
+        a new episode). next_obs is stored once, as the next step's
+        observation: a step of an open episode must start at the last
+        next_obs of its env (ValueError otherwise). The number of envs is
+        fixed by the first call; set_state() closes the open episodes.
+
+        Example (SB3's loop: a vector env that resets an env in the step
+        that ends its episode, whose final observation is then in infos)::
+
+            envs = gym.make_vec("CartPole-v1", num_envs=8, vectorization_mode="sync",
+                                vector_kwargs={"autoreset_mode":
+                                               gym.vector.AutoresetMode.SAME_STEP})
+            obs, _ = envs.reset(seed=0)
+            for _ in range(1000):
+                actions = policy(obs)
+                next_obs, rewards, terminated, truncated, infos = envs.step(actions)
+                final = next_obs.copy()
+                for i in np.flatnonzero(infos.get("_final_obs", ())):
+                    final[i] = infos["final_obs"][i]
+                buffer.add_transition(obs, final, actions, rewards, terminated, truncated)
+                obs = next_obs
+
+        Checked before anything is stored (TypeError, ValueError: shapes,
+        dtypes unlike the stored ones, counts that disagree); a refused call
+        changes nothing."""
+        add_transitions(self, obs, next_obs, action, reward, terminated, truncated, infos)
+
+    def _add_steps(self, ids, t, obs, next_obs, actions, rewards, terminated, truncated,
+                   infos, counts: "_AddCounts") -> bool:
+        # add_transition()'s checked steps (one per env), each as add() of
+        # its chunk: stored, counted, then the oldest episodes evicted while
+        # over capacity (in one call as far as none can be). False, with
+        # nothing changed, where the arrays are unlike the stored leaves.
+        n = len(ids)
+        store = self._store
+        room = min(max(self.capacity - self._num_timesteps, 0), n)
+        groups = ([np.arange(room)] if room else []) + [np.array([i]) for i in range(room, n)]
+        for k, envs in enumerate(groups):
+            try:
+                new = store.add_steps(ids, ids, t, obs, next_obs, actions, rewards, terminated,
+                                      truncated, infos, envs)
+            except (TypeError, ValueError):
+                if k:
+                    raise         # (checked by the first call: cannot happen)
+                return False
+            counts.episodes_added += new
+            self._num_timesteps += len(envs)
+            self._num_timesteps_added += len(envs)
+            counts.env_steps_added += len(envs)
+            counts.agent_steps_added += len(envs)
+            self._evict_over_capacity(counts)
+        return True
 
     def add_dataset(self, dataset) -> None:
         """Adds every episode of an `episode.offline.EpisodeDataset` in its
@@ -329,8 +395,8 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
     def sample_batch(self, batch_size: int, *, n_step: Union[int, Tuple[int, int]] = 1,
                      gamma: float = 0.99, beta: Optional[float] = None,
                      batch_length_T: Optional[int] = None, lookback: int = 0,
-                     min_batch_length_T: int = 0, include_extra_model_outputs: bool = False
-                     ) -> Dict[str, Any]:
+                     min_batch_length_T: int = 0, include_extra_model_outputs: bool = False,
+                     device: Any = None) -> Dict[str, Any]:
         """A training batch of `batch_size` items as a dict of arrays,
         without episode objects (uniform draws here; by priority on the
         prioritized buffer, which then takes update_priorities() for them).
@@ -353,11 +419,22 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
         are not drawn.
 
         `include_extra_model_outputs` adds each extra model output (at the
-        drawn step, or per row)."""
+        drawn step, or per row).
+
+        `device` (a torch.device, "cpu", "cuda:0", ...) makes every array a
+        torch tensor of the same dtype and shape, nested Dict/Tuple
+        observations included: on the CPU it shares the array's memory
+        (torch.from_numpy, no copy), elsewhere it is copied there. None (the
+        default) gives numpy arrays. torch is imported only then:
+        ImportError without it, TypeError where a stored track holds Python
+        objects; either before anything is drawn."""
         store = self._store
         args = _native_args(store.priorities is not None, batch_size, n_step, gamma, beta,
                             batch_length_T, lookback, min_batch_length_T,
                             include_extra_model_outputs)
+        if device is not None:
+            torch, device = _torch_device(device)
+            _check_numeric(store, args.extras)
         batch = self._native_batch(store, args)
         if store.priorities is not None:
             # (The leaves of these steps are found if RLlib's list is read.)
@@ -365,6 +442,8 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
             self._last_keys = batch["indices"].copy()    # (the caller's may change)
             self._last_keys_public = True
         self._after_reads(batch_size)
+        if device is not None:
+            return _to_torch(batch, torch, device)
         return batch
 
     def _native_batch(self, store: Store, args: _NativeArgs) -> Dict[str, Any]:
@@ -535,6 +614,7 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
         self._check_state(state)
         store = self._restored_store(state)
         self._store = store
+        self.__dict__.pop("_open_episodes", None)     # (add_transition()'s)
         self._num_timesteps = state["_num_timesteps"]
         self._num_timesteps_added = state["_num_timesteps_added"]
         self.sampled_timesteps = state["sampled_timesteps"]

@@ -2287,6 +2287,156 @@ cdef class Store:
             d[i] = picks.items[i].end
         return slots, ts, n, end
 
+    # -- one step per env, without episode objects ----------------------------------------
+
+    def add_steps(self, list keys, list ids, object t_started, list obs, list next_obs,
+                  list actions, list rewards, object terminated, object truncated,
+                  object infos, object envs, weight=None):
+        """Stores step e of each env e in `envs` as add() of the one-step
+        chunk [obs[e], next_obs[e]] (numpy'ized, no lookback, no extra model
+        outputs) would: joined to the episode stored under keys[e], which
+        must end at step t_started[e], or as a new episode ids[e] from
+        t_started[e] where none is stored. obs, next_obs, actions and
+        rewards are one C-contiguous array per leaf of the stored tracks,
+        with the leaf's dtype and shape (n, *row shape); terminated and
+        truncated n bools; infos None or n infos dicts (each step's last
+        infos); with priorities each step's tree leaf takes `weight`.
+        Everything is checked before anything changes (TypeError,
+        ValueError). Returns the number of new episodes."""
+        cdef Py_ssize_t n = len(keys), i, k, leaf, row, count
+        cdef int32_t slot
+        cdef int64_t e, run, tree_leaf
+        cdef Ep* ep
+        cdef Block block
+        cdef cnp.ndarray arr, starts, ends_term, ends_trunc, order
+        cdef list parts = [], sources = []
+        cdef int64_t* t0
+        cdef int64_t* env_of
+        cdef unsigned char* term
+        cdef unsigned char* trunc
+        cdef Num w = num(0.0, TAG_FLOAT)
+        cdef int new = 0
+        cdef EpisodeMeta meta = EpisodeMeta(None, None, None, None, None, (), None, False)
+        layout = self.layout
+        if layout["obs"] is None or layout["actions"] is None or layout["rewards"] is None:
+            raise ValueError("add_steps() stores steps of laid-out tracks: add() an episode first")
+        obs_leaves = _leaf_list(layout["obs"])
+        for name, leaves, arrays in (("obs", obs_leaves, obs), ("next_obs", obs_leaves, next_obs),
+                                     ("actions", _leaf_list(layout["actions"]), actions),
+                                     ("rewards", _leaf_list(layout["rewards"]), rewards)):
+            if len(arrays) != len(leaves):
+                raise ValueError(f"{name}: {len(arrays)} arrays for {len(leaves)} stored leaves")
+            for leaf, item in zip(leaves, arrays):
+                if type(item) is not np.ndarray:
+                    raise TypeError(f"{name}: arrays, not {type(item).__name__}")
+                arr = item
+                if not self.row_bytes[leaf]:
+                    raise TypeError(f"{name}: the stored leaf {leaf} keeps Python objects")
+                if arr.dtype != self.dtypes[leaf] or \
+                        (<object>arr).shape != (n,) + tuple(self.shapes[leaf]) or \
+                        not cnp.PyArray_IS_C_CONTIGUOUS(arr):
+                    raise ValueError(f"{name}: leaf {leaf} must be a C-contiguous "
+                                     f"{self.dtypes[leaf]} array of shape "
+                                     f"{(n,) + tuple(self.shapes[leaf])}, not {arr.dtype} "
+                                     f"{(<object>arr).shape}")
+                parts.append((name, leaf, arr))
+        if len(ids) != n:
+            raise ValueError(f"{len(ids)} ids for {n} keys")
+        starts = _flat_of(t_started, np.int64, n, "t_started")
+        ends_term = _flat_of(terminated, np.bool_, n, "terminated")
+        ends_trunc = _flat_of(truncated, np.bool_, n, "truncated")
+        order = _flat_of(envs, np.int64, -1, "envs")
+        count = cnp.PyArray_DIM(order, 0)
+        t0 = <int64_t*>array_bytes(starts, n * 8)
+        term = <unsigned char*>array_bytes(ends_term, n)
+        trunc = <unsigned char*>array_bytes(ends_trunc, n)
+        env_of = <int64_t*>array_bytes(order, count * 8)
+        if infos is not None and (type(infos) is not list or len(infos) != n):
+            raise TypeError(f"infos must be None or a list of {n} dicts")
+        seen = set()
+        for i in range(count):
+            e = env_of[i]
+            if not 0 <= e < n:
+                raise ValueError(f"env {e} of {n}")
+            if e in seen:
+                raise ValueError(f"env {e} twice in one add_steps()")
+            seen.add(e)
+            slot = self._find(keys[e])
+            if slot >= 0:
+                ep = &self.eps[slot]
+                if ep.terminated or ep.truncated:
+                    raise AssertionError(f"episode {ids[e]!r} is done; no step can follow it")
+                if ep.t_started + ep.length != t0[e]:
+                    raise AssertionError(f"the step is t={t0[e]}, the stored episode "
+                                         f"{ids[e]!r} ends at t={ep.t_started + ep.length}")
+                if (<EpisodeMeta>self.meta[slot]).extra_keys:
+                    raise AssertionError(f"the step lacks the extra model outputs of the "
+                                         f"stored episode {ids[e]!r}")
+        if self.priorities is not None and not self.restoring:
+            w = to_num(weight)
+        # Changes.
+        for i in range(count):
+            e = env_of[i]
+            slot = self._find(keys[e])
+            if slot < 0:
+                slot = self._new_slot(ids[e], keys[e], t0[e], 0, 0, True, NAN, NAN)
+                prev = self.eps[slot].prev
+                self.meta[slot] = self.meta[prev] if prev >= 0 and \
+                    meta.same_as(<EpisodeMeta>self.meta[prev]) else meta
+                new += 1
+            block = self._tail_block(1)
+            row = block.size
+            for name, leaf, arr in parts:
+                if name == "next_obs":
+                    memcpy((<Column>self.final[leaf]).row_ptr(slot, 1),
+                           array_bytes(arr, n * self.row_bytes[leaf]) + e * self.row_bytes[leaf],
+                           self.row_bytes[leaf])
+                else:
+                    self._ensure_leaf(block, leaf)
+                    memcpy((<Column>block.cols[leaf]).row_ptr(row, 1),
+                           array_bytes(arr, n * self.row_bytes[leaf]) + e * self.row_bytes[leaf],
+                           self.row_bytes[leaf])
+            # The step's own infos are the stored last ones; its next ones
+            # become the last.
+            last = self.final_infos.pop(slot, None)
+            if last is not None:
+                block.infos[row] = last
+            item = infos[e] if infos is not None else None
+            if item is not None and (item or type(item) is not dict):
+                self.final_infos[slot] = copy.deepcopy(item)
+            run = self._new_run(block, self.first_block + len(self.blocks) - 1,
+                                <int32_t>row, 1, slot, <int32_t>self.eps[slot].length)
+            if self.priorities is not None:
+                if self.restoring:
+                    block.leaf_of_row[row] = -1
+                else:
+                    tree_leaf = self.priorities.take_leaf(w, run << 20)
+                    block.leaf_of_row[row] = <int32_t>tree_leaf
+                    self.priorities.propagate(&tree_leaf, 1)
+            block.size += 1
+            self._append_run(slot, run)
+            ep = &self.eps[slot]
+            ep.length += 1
+            if term[e]:
+                ep.terminated = 1
+            elif trunc[e]:
+                ep.truncated = 1
+        return new
+
+
+cdef cnp.ndarray _flat_of(object values, object dtype, Py_ssize_t n, str what):
+    # add_steps()' per-env numbers: a 1-d C-contiguous array of `dtype`
+    # (of n of them unless n < 0).
+    cdef cnp.ndarray arr
+    if type(values) is not np.ndarray:
+        raise TypeError(f"{what} must be an array, not {type(values).__name__}")
+    arr = values
+    if arr.dtype != dtype or arr.ndim != 1 or (n >= 0 and cnp.PyArray_DIM(arr, 0) != n) \
+            or not cnp.PyArray_IS_C_CONTIGUOUS(arr):
+        raise ValueError(f"{what} must be a C-contiguous {np.dtype(dtype)} array of "
+                         f"{n if n >= 0 else 'any'} items, not {arr.dtype} {(<object>arr).shape}")
+    return arr
+
 
 cdef int64_t draw_limit(Py_ssize_t batch_size) noexcept:
     # Draws a sample() may take before it gives up: RLlib's loops draw again
