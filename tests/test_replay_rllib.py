@@ -712,3 +712,47 @@ def test_metrics_are_reduced_as_rllibs_logger_reduces_them():
                 logger.log_value("mean", value, reduce="mean", window=3)
                 logger.log_value(("deep", "x", "y"), value, reduce="mean", window=2)
         assert _stats_view(_reduced(ours)) == _stats_view(theirs.reduce()), read
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+@pytest.mark.parametrize("cut_at", [2, 3, 5])
+def test_an_agent_done_at_the_cut_step_continues_as_rllibs_concat_skips_it(prioritized,
+                                                                          cut_at):
+    """Agent b terminates at env step 2 and the episode is cut at `cut_at`
+    (2: the very step b ended): the next chunk's part for b is skipped, as
+    RLlib's concat_episode skips a done agent. RLlib's buffer takes the
+    chunk too but then fails inside sample() (IndexError); ours draws from
+    it, and the stored episode is the uncut one (docs/differences.md)."""
+    cls = replay.MultiAgentPrioritizedEpisodeReplayBuffer if prioritized \
+        else replay.MultiAgentEpisodeReplayBuffer
+
+    def play(cut):
+        episode = MultiAgentEpisode(id_="x")
+        episode.add_env_reset(observations={"a": 0.0, "b": 0.0})
+        chunks = []
+        for t in range(1, 8):
+            both = t <= 2
+            episode.add_env_step({"a": float(t), **({"b": float(t)} if both else {})},
+                                 {"a": 1, **({"b": 2} if both else {})},
+                                 {"a": 1.0, **({"b": 2.0} if both else {})},
+                                 terminateds={"b": t == 2, "__all__": False} if both else {})
+            if t == cut:
+                chunks.append(episode)
+                episode = episode.cut(len_lookback_buffer=1)
+        return chunks + [episode]
+
+    buffer = cls(capacity=100)
+    for chunk in play(cut_at):
+        buffer.add(chunk)
+    uncut = play(None)[0]
+    stored = buffer.episodes[0]
+    assert stored.env_t_to_agent_t["b"].data == uncut.env_t_to_agent_t["b"].data
+    assert stored.agent_episodes["b"].get_observations() == [0.0, 1.0, 2.0]
+    assert buffer.get_num_timesteps() == 7
+    buffer.rng = np.random.default_rng(0)
+    drawn = buffer.sample(20, n_step=1)
+    assert drawn and all(e.agent_id in ("a", "b") for e in drawn)
+    # A done agent's later chunk adds nothing: state round trip as before.
+    again = cls(capacity=100)
+    again.set_state(pickle.loads(pickle.dumps(buffer.get_state())))
+    assert again.get_num_timesteps() == 7

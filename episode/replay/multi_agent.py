@@ -128,6 +128,8 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
                             f"continue its stored episode (id {other.id_!r})")
             earlier[episode.id_] = episode
             for agent_id, agent_episode in episode.agent_episodes.items():
+                if _agent_done(before, agent_id):
+                    continue
                 module_id = episode.module_for(agent_id)
                 store = self._modules.get(module_id)
                 if store is None:
@@ -226,6 +228,8 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
         # Each agent's steps go to its module's store (RLlib's
         # _add_new_module_indices, in the same order).
         for agent_id in self._agent_order(episode):
+            if _agent_done(existing, agent_id):
+                continue
             agent_episode = episode.agent_episodes[agent_id]
             module_id = episode.module_for(agent_id)
             store = self._modules.get(module_id)
@@ -697,3 +701,13 @@ def _env_step(episode, agent_id, t: int) -> int:
 def _numpy_rows(buffer) -> bool:
     # A numpy'ized buffer of one array with rows in it.
     return buffer.finalized and isinstance(buffer.data, np.ndarray) and len(buffer.data) > 0
+
+
+def _agent_done(stored, agent_id) -> bool:
+    """Whether `agent_id`'s steps in a stored multi-agent episode are done:
+    RLlib's concat_episode then skips the agent's part of the next chunk
+    (an agent that terminated at the very step the episode was cut at)."""
+    if stored is None:
+        return False
+    agent_episode = stored.agent_episodes.get(agent_id)
+    return agent_episode is not None and agent_episode.is_done
