@@ -33,7 +33,6 @@ cdef class BufferCore:
     # Columns (one per leaf) for Dict/Tuple items. Set only through
     # set_storage, which checks what the C paths trust.
     cdef readonly object _tree
-    cdef readonly Column _col      # _tree when it is one Column (the flat fast paths), else None
     cdef Node _node                # _tree's walker when it is an exact dict/tuple, else None
     cdef tuple _tree_leaves        # a dict/tuple tree's Columns in dm-tree (sorted-key)
                                    # order, one length; None for one Column
@@ -43,16 +42,20 @@ cdef class BufferCore:
 
     cdef FillState _fill           # made on the first filled or one-hot get
 
+    cdef inline Column flat(self):
+        # _tree when it is one Column (the flat fast paths), else None.
+        return <Column>self._tree if self._tree_leaves is None else None
+
     cdef inline Py_ssize_t nleaves(self) noexcept:
         return 1 if self._tree_leaves is None else PyTuple_GET_SIZE(self._tree_leaves)
 
     cdef inline Column leaf(self, Py_ssize_t k):
         # 0 <= k < nleaves()
-        return self._col if self._tree_leaves is None \
+        return <Column>self._tree if self._tree_leaves is None \
             else <Column>PyTuple_GET_ITEM(self._tree_leaves, k)
 
     cdef inline Column first(self):
-        # A leaf: the length and mode of them all (_col if flat).
+        # A leaf: the length and mode of them all (flat() if flat).
         return self.leaf(0)
 
     cpdef Py_ssize_t len_incl_lookback(self)
@@ -66,15 +69,16 @@ cdef class BufferCore:
 
     # Inline: add_env_step's pushes reach the Column's inline push with no call.
     cdef inline int push(self, object item) except -1:
-        cdef Column col = self._col
+        cdef Column col = self.flat()
         if col is not None and (col.kind != KIND_EMPTY or col.finalized):
             return col.push(item)
         return self.push_struct(item)
 
     cdef inline int push_empty_dict(self) except -1:
         # A new empty dict, only counted while all items are empty dicts.
-        if self._col is not None and self._col.counts_empty_dicts():
-            self._col.size += 1
+        cdef Column col = self.flat()
+        if col is not None and col.counts_empty_dicts():
+            col.size += 1
             return 0
         return self.push({})
 

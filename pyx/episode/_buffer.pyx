@@ -301,7 +301,7 @@ cdef class BufferCore:
         cdef Column first
         self.track()
         if type(tree) is Column:
-            self._tree, self._col, self._node, self._tree_leaves = tree, <Column>tree, None, None
+            self._tree, self._node, self._tree_leaves = tree, None, None
             return 0
         if not isinstance(tree, (dict, tuple)):
             raise TypeError(f"a buffer's storage is a Column or a dict/tuple of Columns, "
@@ -321,7 +321,7 @@ cdef class BufferCore:
             raise ValueError("the Columns of a tree must be distinct objects")
         if node is None and not first.finalized:
             raise TypeError("a list-mode tree is made of exact dicts and tuples")
-        self._tree, self._col, self._node, self._tree_leaves = tree, None, node, tuple(leaves)
+        self._tree, self._node, self._tree_leaves = tree, node, tuple(leaves)
         return 0
 
     def _set_storage(self, tree):
@@ -329,9 +329,14 @@ cdef class BufferCore:
         self.set_storage(tree)
 
     @property
+    def _col(self):
+        """The storage's one Column (flat items), else None."""
+        return self.flat()
+
+    @property
     def _leaves(self):
         """The storage's Columns, in dm-tree (sorted-key) order."""
-        return [self._col] if self._col is not None else list(self._tree_leaves)
+        return [self.flat()] if self.flat() is not None else list(self._tree_leaves)
 
     @property
     def finalized(self):
@@ -386,7 +391,7 @@ cdef class BufferCore:
     cdef int push_struct(self, object item) except -1:
         """push() for all but the flat fast path: the first list-mode item
         (a dict/tuple starts a tree) and trees."""
-        cdef Column col = self._col
+        cdef Column col = self.flat()
         cdef Node node = self._node
         cdef Py_ssize_t n
         if col is not None:
@@ -401,7 +406,7 @@ cdef class BufferCore:
                 return 0
             # Another shape: every item as it was given, on the object path.
             self.to_object_path()
-            return self._col.push(item)
+            return self.flat().push(item)
         if self.first().finalized:
             node.check_rows(item)
         n = self.first().nrows()
@@ -415,7 +420,7 @@ cdef class BufferCore:
             if self.first().finalized or not isinstance(error, Exception):
                 raise
             self.to_object_path()
-            return self._col.push(item)
+            return self.flat().push(item)
         return 0
 
     cdef int to_object_path(self) except -1:
@@ -444,10 +449,10 @@ cdef class BufferCore:
         leaf by leaf when it has the tree's shape."""
         if pos < 0 or pos >= self.first().nrows():
             raise IndexError(f"row {pos} is out of range for {self.first().nrows()} rows")
-        if self._col is None and not self.first().finalized and not self._node.matches(item):
+        if self.flat() is None and not self.first().finalized and not self._node.matches(item):
             self.to_object_path()
-        if self._col is not None:
-            self._col.set(pos, item)
+        if self.flat() is not None:
+            self.flat().set(pos, item)
         else:
             self._node.set(pos, item)
 
@@ -455,8 +460,8 @@ cdef class BufferCore:
         """Raises (ValueError) if `item` cannot be appended to finalized data."""
         if not self.first().finalized:
             return
-        if self._col is not None:
-            self._col.check_row(item)
+        if self.flat() is not None:
+            self.flat().check_row(item)
         elif self._node is not None and self._node.matches(item):
             self._node.check_rows(item)
         else:
@@ -473,15 +478,15 @@ cdef class BufferCore:
 
     cdef object item_at(self, Py_ssize_t pos):
         # 0 <= pos < len_incl_lookback(), checked by the caller.
-        if self._col is not None:
-            return self._col.item(pos)
+        if self.flat() is not None:
+            return self.flat().item(pos)
         if self._node is not None:
             return self._node.gather(GATHER_ITEM, pos, 0, 0)
         return map_struct(lambda col: col.get(pos), self._tree)
 
     cdef object assembled(self, list results):
         # One result per leaf (dm-tree order) in the items' shape.
-        return results[0] if self._col is not None else self._node.assemble(results)
+        return results[0] if self.flat() is not None else self._node.assemble(results)
 
     def _item(self, Py_ssize_t pos):
         """The item at raw position `pos` (lookback included)."""
@@ -492,8 +497,8 @@ cdef class BufferCore:
     def _items(self):
         """All items as a list (list mode; the object path's own list)."""
         cdef Py_ssize_t i
-        if self._col is not None:
-            return self._col.to_list()
+        if self.flat() is not None:
+            return self.flat().to_list()
         return [self.item_at(i) for i in range(self.first().nrows())]
 
     def get(self, indices=None, *, neg_index_as_lookback=False, fill=None,
@@ -512,7 +517,7 @@ cdef class BufferCore:
     cdef object cget(self, object indices, bint neg_index_as_lookback, object fill,
                      bint one_hot_discrete, bint ignore_last_ts, object add_last_ts_value):
         if (not one_hot_discrete and not ignore_last_ts and add_last_ts_value is None
-                and (self._col is not None or self._node is not None)):
+                and (self.flat() is not None or self._node is not None)):
             if indices is None:
                 # Everything after the lookback (a fill has nothing to pad).
                 return self._get_slice(ALL, False)
@@ -524,7 +529,7 @@ cdef class BufferCore:
             elif type(indices) is slice and type(fill) in SCALAR_FILLS:
                 return self._get_slice_filled(indices, neg_index_as_lookback, fill)
         elif (one_hot_discrete and not ignore_last_ts and add_last_ts_value is None
-                and (self._col is not None or self._node is not None)
+                and (self.flat() is not None or self._node is not None)
                 and (type(indices) is int or type(indices) is slice)
                 and (fill is None or type(fill) in SCALAR_FILLS)):
             out = self._get_one_hot(indices, neg_index_as_lookback, fill)
@@ -534,7 +539,7 @@ cdef class BufferCore:
                                  one_hot_discrete, ignore_last_ts, add_last_ts_value)
 
     def __getitem__(self, item):
-        if self._col is not None or self._node is not None:
+        if self.flat() is not None or self._node is not None:
             if type(item) is int:
                 return self._get_int(item, False)
             if type(item) is slice:
@@ -546,7 +551,7 @@ cdef class BufferCore:
         """A new buffer of this class holding `self.get(slice_, neg_index_as_lookback)`
         with `lookback` (capped at its length) and `space`. Finalized data is
         shared (a view), list-mode rows are copied as one block per leaf."""
-        cdef Column col = self._col
+        cdef Column col = self.flat()
         cdef Py_ssize_t n, first, step, count
         cdef SliceSpec spec
         cdef BufferCore out
@@ -600,8 +605,8 @@ cdef class BufferCore:
         cdef Py_ssize_t first, step, count, i
         count = slice_positions(spec, self.first().nrows(), &first, &step)
         if self.first().finalized:
-            if self._col is not None:
-                return self._col.rows_view(first, count, step, True)
+            if self.flat() is not None:
+                return self.flat().rows_view(first, count, step, True)
             return self._node.gather(GATHER_ROWS, first, count, step)
         return [self.item_at(first + i * step) for i in range(count)]
 
@@ -725,7 +730,7 @@ cdef class BufferCore:
         state.plans = [FillPlan() for _ in range(self.nleaves())]
         state.tree, state.space = self._tree, self._space
         state.same_order = True
-        if self._col is not None:
+        if self.flat() is not None:
             state.spaces = [self._space]
         elif self._node is None:
             pass                           # an OrderedDict tree: the general path
@@ -848,8 +853,8 @@ cdef class StateReader:
 
 cdef tuple buffer_state(BufferCore buffer, StateWriter writer):
     space = writer.space_state(buffer._space)
-    if buffer._col is not None:
-        return (buffer._lookback, space) + column_state(buffer._col, writer.raw,
+    if buffer.flat() is not None:
+        return (buffer._lookback, space) + column_state(buffer.flat(), writer.raw,
                                                         writer.dtype_texts)
     return (buffer._lookback, space, KIND_TREE, False, False, buffer._tree)
 

@@ -256,7 +256,7 @@ cdef class GroupRows:
         if before < 0 or before + count > rows:
             raise ValueError("the infos do not fit the episode's rows (an inconsistent episode)")
         self.infos.extend([None] * before)
-        if buf._col is not None and buf._col.kind == KIND_EMPTY_DICT:
+        if buf.flat() is not None and buf.flat().kind == KIND_EMPTY_DICT:
             self.infos.extend([None] * count)
         else:
             for i in range(off, off + count):

@@ -479,13 +479,13 @@ cdef class EpisodeCore:
         cdef PyObject* value_ptr
         cdef PyObject* found
         cdef Column col
-        col = self.observations._col
+        col = self.observations.flat()
         if col is None or col.finalized and not col.row_fits(observation):
             self.observations.check_append(observation)
-        col = self.actions._col
+        col = self.actions.flat()
         if col is None or col.finalized and not col.row_fits(action):
             self.actions.check_append(action)
-        col = self.rewards._col
+        col = self.rewards.flat()
         if col is None or col.finalized and not col.row_fits(reward):
             self.rewards.check_append(reward)
         if extra_model_outputs is not None:
@@ -497,7 +497,7 @@ cdef class EpisodeCore:
                     if found is NULL:
                         continue
                     if isinstance(<object>found, BufferCore):
-                        col = (<BufferCore>found)._col
+                        col = (<BufferCore>found).flat()
                         if col is not None and (not col.finalized
                                                 or col.row_fits(<object>value_ptr)):
                             continue
@@ -589,8 +589,8 @@ cdef class EpisodeCore:
         cdef Py_ssize_t i, first, n
         cdef double total = 0.0
         cdef const double* row
-        if rewards is not None and rewards._col is not None:
-            col = rewards._col
+        if rewards is not None and rewards.flat() is not None:
+            col = rewards.flat()
             # float64 rows that sum() would add as numpy floats, one after
             # the other (list-mode Python floats are left to sum(): newer
             # Pythons compensate their rounding).
@@ -918,7 +918,7 @@ cdef int init_empty(EpisodeCore episode, object id_, object observation_space,
 cdef inline bint flips_only(BufferCore buf) noexcept:
     # buf.finalize() only switches its one typed Column to numpy semantics
     # (or nothing: finalized already), as prepare_finalize() finds it.
-    cdef Column col = buf._col if buf is not None and buf._tree_leaves is None else None
+    cdef Column col = buf.flat() if buf is not None and buf._tree_leaves is None else None
     return col is not None and (col.finalized or (
         col.nrows() > 0 and col.kind != KIND_OBJECT and col.kind != KIND_EMPTY_DICT
         and col.kind != KIND_EMPTY))
@@ -935,8 +935,8 @@ cdef bint outputs_flip_only(object extras) except -1:
 
 
 cdef inline int flip(BufferCore buf) except -1:
-    if not buf._col.finalized:
-        buf._col.finalize_typed()
+    if not buf.flat().finalized:
+        buf.flat().finalize_typed()
     return 0
 
 
@@ -1005,7 +1005,7 @@ def infos_state(infos):
     cdef Column col
     if not isinstance(infos, BufferCore):
         return infos.get_state()
-    col = (<BufferCore>infos)._col
+    col = (<BufferCore>infos).flat()
     if col is None or col.kind != KIND_EMPTY_DICT or col.finalized:
         return infos.get_state()
     space = (<BufferCore>infos)._space
@@ -1196,7 +1196,7 @@ cdef bint is_last_row(BufferCore observations, object observation):
     """`observation` is an array holding the very bytes, dtype and shape of
     the last row of `observations`: it pickles as "the last row" (what an
     episode fed from batches keeps) instead of as an array of its own."""
-    cdef Column col = observations._col
+    cdef Column col = observations.flat()
     cdef Py_ssize_t n
     if col is None or type(observation) is not np.ndarray or not col.plain() or col.row_type_open:
         return False

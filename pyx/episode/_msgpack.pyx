@@ -1670,7 +1670,7 @@ cdef class _Encoder:
         if not isinstance(buffer, BufferCore):
             return pack_value(self.w, buffer.get_state(), limit)
         buf = <BufferCore>buffer
-        col = buf._col
+        col = buf.flat()
         if col is None or col.finalized or (col.kind != KIND_OBJECT and col.kind != KIND_EMPTY
                                             and col.kind != KIND_EMPTY_DICT
                                             and not col.plain()):

@@ -52,7 +52,7 @@ cdef class AgentStepsCore(BufferCore):
     cdef object item_at(self, Py_ssize_t pos):
         cdef int64_t value
         if self.typed():
-            value = (<int64_t*>self._col.data)[pos]
+            value = (<int64_t*>self.flat().data)[pos]
             return SKIP_TAG if value == INT64_MIN else PyLong_FromLongLong(value)
         item = BufferCore.item_at(self, pos)
         if type(item) is int and item == SKIP_OBJ:
@@ -61,13 +61,13 @@ cdef class AgentStepsCore(BufferCore):
 
     cdef inline bint typed(self) noexcept:
         # The C paths read and append raw int64 steps only in this state.
-        cdef Column col = self._col
+        cdef Column col = self.flat()
         return col is not None and not col.finalized and (
             col.kind == KIND_INT or col.kind == KIND_EMPTY)
 
     cdef inline int push_step(self, int64_t step) except -1:
         # A raw append; typed() is true.
-        cdef Column col = self._col
+        cdef Column col = self.flat()
         if col.kind != KIND_INT:
             return col.push(PyLong_FromLongLong(step))      # the first one types the Column
         if col.size == col.capacity:
@@ -452,8 +452,8 @@ cdef class MultiAgentCore:
                 return None
             steps = <AgentStepsCore>found
             episode = <EpisodeCore>value
-            if (not steps.typed() or steps._col.size == 0
-                    or (<int64_t*>steps._col.data)[steps._col.size - 1] == INT64_MIN
+            if (not steps.typed() or steps.flat().size == 0
+                    or (<int64_t*>steps.flat().data)[steps.flat().size - 1] == INT64_MIN
                     or episode.is_terminated or episode.is_truncated
                     or episode.observations is None or episode.observations.is_finalized()):
                 return None
@@ -685,7 +685,7 @@ cdef class MultiAgentCore:
             return DECLINE
         rows = buffer.first().nrows()      # (not the cpdef: no override lookup)
         # The mapping's rows at `indices` (SKIP where filled), as its get() reads them.
-        n = steps._col.size
+        n = steps.flat().size
         lb = steps._lookback
         total = n - ignore_last
         if single:
@@ -709,7 +709,7 @@ cdef class MultiAgentCore:
         for i in range(left + count + right):
             p = -1
             if left <= i < left + count and first >= 0:
-                t = (<int64_t*>steps._col.data)[first + (i - left) * step]
+                t = (<int64_t*>steps.flat().data)[first + (i - left) * step]
                 if t != INT64_MIN:
                     if t > T_STARTED_LIMIT or t < -T_STARTED_LIMIT:
                         return DECLINE

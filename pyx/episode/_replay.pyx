@@ -259,7 +259,7 @@ cdef object signature(object tree):
 
 
 cdef list buffer_leaves(BufferCore buf):
-    return [buf._col] if buf._col is not None else list(buf._tree_leaves)
+    return [buf.flat()] if buf.flat() is not None else list(buf._tree_leaves)
 
 
 cdef list _leaf_list(object structure):
@@ -1198,7 +1198,7 @@ cdef class Store:
     cdef int _copy_infos(self, Block block, Py_ssize_t row, BufferCore infos, Py_ssize_t ts,
                          Py_ssize_t count) except -1:
         cdef Py_ssize_t i
-        cdef Column col = infos._col
+        cdef Column col = infos.flat()
         if col is not None and col.kind == KIND_EMPTY_DICT:
             return 0
         for i in range(count):

@@ -390,8 +390,8 @@ cdef class PendingRows:
         if (ep.observations is None or ep.actions is None or ep.rewards is None
                 or ep.infos is None or ep.is_terminated or ep.is_truncated
                 or ep.rewards.is_finalized() or ep.t > PY_SSIZE_T_MAX - count
-                or ep.observations._col is None or ep.actions._col is None
-                or ep.rewards._col is None or not self.extras_writable(ep)):
+                or ep.observations.flat() is None or ep.actions.flat() is None
+                or ep.rewards.flat() is None or not self.extras_writable(ep)):
             # add_env_step's own checks and paths, row by row (numpy'ized
             # data, Dict rows, outputs stored otherwise, a done episode's error).
             if fresh:
@@ -407,7 +407,7 @@ cdef class PendingRows:
         # add_env_step's appends, track by track (only the last row can end
         # the episode: an end is written as soon as it is added).
         self.write_rows(ep.observations, self.obs, first_obs, upto - first_obs, k)
-        infos = ep.infos._col
+        infos = ep.infos.flat()
         if infos is not None and infos.counts_empty_dicts():
             infos.size += count + fresh     # empty infos are only counted
         else:
@@ -434,7 +434,7 @@ cdef class PendingRows:
         # push(block[(start + j) * n + k]) for j < count: the rows' bytes in
         # one strided copy where the track holds them unchanged, else row by
         # row (the first row of a track decides its type: then the rest).
-        cdef Column col = buffer._col
+        cdef Column col = buffer.flat()
         cdef Py_ssize_t j, i
         for j in range(count):
             if col.push_strided_rows(block, (start + j) * self.n + k, count - j, self.n):
@@ -442,7 +442,7 @@ cdef class PendingRows:
             i = (start + j) * self.n + k
             if not col.push_batch_row(block, i):
                 buffer.push(block_item(block, i))
-            col = buffer._col       # a push may have changed the storage
+            col = buffer.flat()       # a push may have changed the storage
         return 0
 
     cdef bint extras_writable(self, EpisodeCore ep) except -1:
@@ -457,7 +457,7 @@ cdef class PendingRows:
         for key in self.extra_keys:
             found = PyDict_GetItemWithError(extras, key)
             if found is not NULL and not (isinstance(<object>found, BufferCore)
-                                          and (<BufferCore>found)._col is not None):
+                                          and (<BufferCore>found).flat() is not None):
                 return False
         return True
 
@@ -497,7 +497,7 @@ cdef class PendingRows:
                 raise TypeError(f"extra_model_outputs[{key!r}] is a {type(target).__name__}, "
                                 f"not an episode.InfiniteLookbackBuffer")
             buffer = <BufferCore>target
-            if type(block) is list or buffer._col is None:
+            if type(block) is list or buffer.flat() is None:
                 for r in range(first, start + count):
                     buffer.push(block_item(block, r * self.n + k))
             else:

@@ -93,9 +93,9 @@ def gather_next_rows(list episodes, str data_col, object shifts, bint zeros_befo
         if not isinstance(e, EpisodeCore):
             return None
         buffer = track_of(<EpisodeCore>e, data_col)
-        if buffer is None or buffer._col is None:
+        if buffer is None or buffer.flat() is None:
             return None
-        col = buffer._col
+        col = buffer.flat()
         if col.kind == KIND_EMPTY and not col.finalized:
             # No rows yet (a fresh episode's actions): zeros, checked below.
             if steps(<EpisodeCore>e) != 0:
@@ -119,14 +119,14 @@ def gather_next_rows(list episodes, str data_col, object shifts, bint zeros_befo
         return None
     for i in range(n_eps):
         buffer = <BufferCore>cols[i]
-        if buffer._col.size == 0 and not zeros_fit(buffer._space, first):
+        if buffer.flat().size == 0 and not zeros_fit(buffer._space, first):
             return None
     shape = (n_eps, n_shifts) + tuple([first.row_shape[k] for k in range(first.row_ndim)])
     out = np.empty(shape, dtype=first.descr)
     dst = array_bytes(out, n_eps * n_shifts * row_bytes)
     for i in range(n_eps):
         buffer = <BufferCore>cols[i]
-        col = buffer._col
+        col = buffer.flat()
         rows = col.size
         for j in range(n_shifts):
             pos = base[i] + shift[j]
