@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from difftools import compare
-from replay_tools import chunk_episode, episode_view, state_view
+from replay_tools import chunk_episode, episode_view, plain_state, state_view
 
 from episode import SingleAgentEpisode
 from episode.replay import EpisodeReplayBuffer, PrioritizedEpisodeReplayBuffer
@@ -472,3 +472,89 @@ def test_against_rllib_with_frames(prioritized):
             compare(_views(b), _views(a), f"call {i}")
         compare(state_view(ours.get_state()), state_view(theirs.get_state()), f"state {i}")
     assert ours.get_num_episodes_evicted() > 0
+
+
+# -- multi-agent buffers -----------------------------------------------------------------
+
+
+def _multi_stream(seed, *, calls=10, n_envs=2):
+    """Per add() call, chunks of multi-agent episodes whose agents (a0, a1
+    on module m0, a2 on m1) observe frame stacks (4 frames of 3x3 along
+    axis 0; a step adds a frame, now and then a fresh stack)."""
+    from episode import MultiAgentEpisode
+
+    rng = np.random.default_rng(seed)
+    agents = ("a0", "a1", "a2")
+
+    def frame():
+        return rng.integers(0, 256, (3, 3), dtype=np.uint8)
+
+    envs = [None] * n_envs
+    made = 0
+    out = []
+    for _ in range(calls):
+        call = []
+        for i in range(n_envs):
+            if envs[i] is None:
+                made += 1
+                stacks = {a: [frame()] * 4 for a in agents}
+                episode = MultiAgentEpisode(id_=f"m{seed}_{made}",
+                                            agent_to_module_mapping_fn=_module_of)
+                episode.add_env_reset(observations={a: np.stack(f) for a, f in stacks.items()})
+                envs[i] = dict(episode=episode, stacks=stacks, left=int(rng.integers(2, 12)))
+            s = envs[i]
+            for _ in range(int(min(rng.integers(1, 5), s["left"]))):
+                s["left"] -= 1
+                for a in agents:
+                    s["stacks"][a] = [frame() for _ in range(4)] if rng.random() < 0.1 \
+                        else s["stacks"][a][1:] + [frame()]
+                s["episode"].add_env_step(
+                    observations={a: np.stack(f) for a, f in s["stacks"].items()},
+                    actions={a: int(rng.integers(3)) for a in agents},
+                    rewards={a: float(np.round(rng.normal(), 2)) for a in agents},
+                    terminateds={"__all__": s["left"] == 0})
+            s["episode"].to_numpy()
+            call.append(s["episode"])
+            if s["left"] == 0:
+                envs[i] = None
+            else:
+                s["episode"] = s["episode"].cut(len_lookback_buffer=1)
+        out.append(call)
+    return out
+
+
+def _module_of(agent_id, episode):
+    return "m1" if agent_id == "a2" else "m0"
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_multi_agent_same_answers_with_and_without_frames(prioritized):
+    from episode.replay import (MultiAgentEpisodeReplayBuffer,
+                                MultiAgentPrioritizedEpisodeReplayBuffer)
+
+    cls = MultiAgentPrioritizedEpisodeReplayBuffer if prioritized \
+        else MultiAgentEpisodeReplayBuffer
+    plain = cls(capacity=30, seed=3)
+    frames = cls(capacity=30, seed=3, frame_stack=4)
+    for i, call in enumerate(_multi_stream(2, calls=14)):
+        for buffer in (plain, frames):
+            buffer.add([pickle.loads(pickle.dumps(e)) for e in call])
+        where = f"call {i}"
+        assert frames.get_num_timesteps() == plain.get_num_timesteps(), where
+        assert frames.get_num_episodes_evicted() == plain.get_num_episodes_evicted(), where
+        kwargs = dict(n_step=2, gamma=0.9)
+        if prioritized:
+            kwargs["beta"] = 0.4
+        compare(_views(frames.sample(8, **kwargs), with_id=False),
+                _views(plain.sample(8, **kwargs), with_id=False), f"{where}: sample")
+        if prioritized:
+            for buffer in (plain, frames):
+                for module, leaves in sorted(buffer._module_to_last_sampled_indices.items()):
+                    buffer.update_priorities(np.linspace(0.5, 2.0, len(leaves)), module)
+        compare(plain_state(state_view(frames.get_state())),
+                plain_state(state_view(plain.get_state())), f"{where}: state")
+    assert frames.get_num_episodes_evicted() > 0
+    stats = [store.frame_stats() for store in frames._modules.values()]
+    assert all(list(s) == [0] for s in stats)
+    again = pickle.loads(pickle.dumps(frames))
+    assert all(store.frame_stack == 4 for store in again._modules.values())

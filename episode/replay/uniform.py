@@ -563,8 +563,12 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
                 "batch_length_T": self.batch_length_T,
                 "metrics_num_episodes_for_smoothing": self._metrics_num_episodes_for_smoothing,
                 "storage": self._store.storage,
-                "frame_stack": None if self._frames is None else self._frames[0],
-                "frame_stack_axis": None if self._frames is None else self._frames[1]}
+                "frame_stack": None if self._stacked() is None else self._stacked()[0],
+                "frame_stack_axis": None if self._stacked() is None else self._stacked()[1]}
+
+    def _stacked(self):
+        # The frame stacking of the stores that keep observations (None: off).
+        return self._frames
 
     def _check_state(self, state) -> None:
         """set_state()'s first check: a dict with the keys of this kind of

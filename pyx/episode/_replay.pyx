@@ -41,7 +41,7 @@ from episode._column cimport (Column, KIND_ARRAY, KIND_BOOL, KIND_EMPTY, KIND_EM
                               empty_array)
 from episode._episode cimport EpisodeCore, own_extras
 from episode._frames cimport FramePool
-from episode._frames import MAX_STACK, stack_layout
+from episode import _frames
 from episode._priority cimport (Num, PriorityTrees, add, div, from_num, greater, mul, num,
                                 power, to_num)
 from episode._priority cimport TAG_F32, TAG_F64, TAG_FLOAT, TAG_INT
@@ -366,9 +366,9 @@ cdef class Store:
                   storage=None, Py_ssize_t frame_stack=0, frame_axis=None):
         if capacity <= 0:
             raise ValueError(f"capacity must be a positive number of timesteps, not {capacity}")
-        if frame_stack != 0 and not 2 <= frame_stack <= MAX_STACK:
-            raise ValueError(f"frame_stack must be 0 (off) or 2 to {MAX_STACK} frames, not "
-                             f"{frame_stack}")
+        if frame_stack != 0 and not 2 <= frame_stack <= _frames.MAX_STACK:
+            raise ValueError(f"frame_stack must be 0 (off) or 2 to {_frames.MAX_STACK} "
+                             f"frames, not {frame_stack}")
         if frame_axis is not None and type(frame_axis) is not int:
             raise TypeError(f"frame_axis must be an int or None, not "
                             f"{type(frame_axis).__name__}")
@@ -668,11 +668,11 @@ cdef class Store:
                             f"frame_stack={k}: observation rows of shape {shape} have "
                             f"{len(found)} axes of length {k}; say which one stacks the "
                             f"frames (frame_stack_axis)")
-                    if len(shape) >= 2 and found and stack_layout(shape, k, found[0]):
+                    if len(shape) >= 2 and found and _frames.stack_layout(shape, k, found[0]):
                         axis = found[0]
                 else:
                     a = self.frame_axis + len(shape) if self.frame_axis < 0 else self.frame_axis
-                    if stack_layout(shape, k, a):
+                    if _frames.stack_layout(shape, k, a):
                         axis = a
             axes.append(axis)
         if all(a < 0 for a in axes):
