@@ -29,6 +29,7 @@ KEY_STEP_MASK = (1 << 56) - 1
 LAYOUTS = {
     "first_axis": ((6, 5), np.uint8, 4, 0),
     "last_axis": ((6, 5, 1), np.uint8, 4, -1),
+    "last_axis_wide": ((8, 9, 1), np.uint8, 4, -1),
     "last_axis_channels": ((6, 5, 2), np.uint8, 4, -1),
     "middle_axis_float": ((3, 2, 5), np.float32, 3, 1),
 }
@@ -132,7 +133,7 @@ def _views(episodes, with_id=True):
 def test_uniform_same_answers_with_and_without_frames(layout, numpy):
     plain, frames = _pair(EpisodeReplayBuffer, layout, capacity=120)
     rng = np.random.default_rng(1)
-    for i, call in enumerate(stacked_stream(3, layout)):
+    for i, call in enumerate(stacked_stream(3, layout, calls=20)):
         for buffer in (plain, frames):
             buffer.add([chunk_episode(SingleAgentEpisode, c, numpy=numpy, extras=True,
                                       lookback=True) for c in call])

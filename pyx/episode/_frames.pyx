@@ -33,6 +33,91 @@ cdef extern from *:
     """
     #include <stdint.h>
     #include <string.h>
+    #if defined(__SSE2__)
+    #include <emmintrin.h>
+    #elif defined(__ARM_NEON)
+    #include <arm_neon.h>
+    #endif
+
+    #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    #define EPISODE_AVX2_DISPATCH 1
+    #include <immintrin.h>
+    /* 32 pieces at a time with AVX2 (checked at run time: not every x86-64
+       has it). Each 128-bit lane interleaves as the SSE2 loop does; the
+       lanes are put back in order as they are stored. Returns the pieces done. */
+    __attribute__((target("avx2")))
+    static Py_ssize_t episode_interleave4_u8_avx2(uint8_t* d, const uint8_t* a,
+                                                  const uint8_t* b, const uint8_t* c,
+                                                  const uint8_t* e, Py_ssize_t outer) {
+        Py_ssize_t o = 0;
+        for (; o + 32 <= outer; o += 32) {
+            __m256i va = _mm256_loadu_si256((const __m256i*)(a + o));
+            __m256i vb = _mm256_loadu_si256((const __m256i*)(b + o));
+            __m256i vc = _mm256_loadu_si256((const __m256i*)(c + o));
+            __m256i ve = _mm256_loadu_si256((const __m256i*)(e + o));
+            __m256i ab_lo = _mm256_unpacklo_epi8(va, vb), ab_hi = _mm256_unpackhi_epi8(va, vb);
+            __m256i ce_lo = _mm256_unpacklo_epi8(vc, ve), ce_hi = _mm256_unpackhi_epi8(vc, ve);
+            __m256i q0 = _mm256_unpacklo_epi16(ab_lo, ce_lo);   /* pieces 0-3 | 16-19 */
+            __m256i q1 = _mm256_unpackhi_epi16(ab_lo, ce_lo);   /* 4-7 | 20-23 */
+            __m256i q2 = _mm256_unpacklo_epi16(ab_hi, ce_hi);   /* 8-11 | 24-27 */
+            __m256i q3 = _mm256_unpackhi_epi16(ab_hi, ce_hi);   /* 12-15 | 28-31 */
+            _mm256_storeu_si256((__m256i*)(d + 4 * o), _mm256_permute2x128_si256(q0, q1, 0x20));
+            _mm256_storeu_si256((__m256i*)(d + 4 * o + 32),
+                                _mm256_permute2x128_si256(q2, q3, 0x20));
+            _mm256_storeu_si256((__m256i*)(d + 4 * o + 64),
+                                _mm256_permute2x128_si256(q0, q1, 0x31));
+            _mm256_storeu_si256((__m256i*)(d + 4 * o + 96),
+                                _mm256_permute2x128_si256(q2, q3, 0x31));
+        }
+        return o;
+    }
+    static int episode_has_avx2 = -1;
+    #endif
+
+    /* Four byte frames interleaved, 16 pieces at a time where the CPU has
+       vectors (x86-64 always has SSE2, often AVX2; aarch64 NEON): about as
+       fast as a copy. */
+    static void episode_interleave4_u8(uint8_t* d, const uint8_t* a, const uint8_t* b,
+                                       const uint8_t* c, const uint8_t* e,
+                                       Py_ssize_t outer) {
+        Py_ssize_t o = 0;
+    #if defined(EPISODE_AVX2_DISPATCH)
+        if (episode_has_avx2 < 0) {
+            __builtin_cpu_init();
+            episode_has_avx2 = __builtin_cpu_supports("avx2") != 0;
+        }
+        if (episode_has_avx2) o = episode_interleave4_u8_avx2(d, a, b, c, e, outer);
+    #endif
+    #if defined(__SSE2__)
+        for (; o + 16 <= outer; o += 16) {
+            __m128i va = _mm_loadu_si128((const __m128i*)(a + o));
+            __m128i vb = _mm_loadu_si128((const __m128i*)(b + o));
+            __m128i vc = _mm_loadu_si128((const __m128i*)(c + o));
+            __m128i ve = _mm_loadu_si128((const __m128i*)(e + o));
+            __m128i ab_lo = _mm_unpacklo_epi8(va, vb), ab_hi = _mm_unpackhi_epi8(va, vb);
+            __m128i ce_lo = _mm_unpacklo_epi8(vc, ve), ce_hi = _mm_unpackhi_epi8(vc, ve);
+            _mm_storeu_si128((__m128i*)(d + 4 * o), _mm_unpacklo_epi16(ab_lo, ce_lo));
+            _mm_storeu_si128((__m128i*)(d + 4 * o + 16), _mm_unpackhi_epi16(ab_lo, ce_lo));
+            _mm_storeu_si128((__m128i*)(d + 4 * o + 32), _mm_unpacklo_epi16(ab_hi, ce_hi));
+            _mm_storeu_si128((__m128i*)(d + 4 * o + 48), _mm_unpackhi_epi16(ab_hi, ce_hi));
+        }
+    #elif defined(__ARM_NEON)
+        for (; o + 16 <= outer; o += 16) {
+            uint8x16x4_t v;
+            v.val[0] = vld1q_u8(a + o);
+            v.val[1] = vld1q_u8(b + o);
+            v.val[2] = vld1q_u8(c + o);
+            v.val[3] = vld1q_u8(e + o);
+            vst4q_u8(d + 4 * o, v);
+        }
+    #endif
+        for (; o < outer; o++) {
+            d[4 * o] = a[o];
+            d[4 * o + 1] = b[o];
+            d[4 * o + 2] = c[o];
+            d[4 * o + 3] = e[o];
+        }
+    }
     /* A row of k frames: piece o (of `inner` bytes) of frame j goes to
        (o * k + j) * inner. The common stacks as loops a compiler unrolls
        or vectorizes: the stack axis first (outer == 1: one copy a frame),
@@ -46,15 +131,9 @@ cdef extern from *:
             return;
         }
         if (inner == 1 && k == 4) {
-            const uint8_t *a = (const uint8_t*)frames[0], *b = (const uint8_t*)frames[1];
-            const uint8_t *c = (const uint8_t*)frames[2], *e = (const uint8_t*)frames[3];
-            uint8_t* d = (uint8_t*)dst;
-            for (o = 0; o < outer; o++) {
-                d[4 * o] = a[o];
-                d[4 * o + 1] = b[o];
-                d[4 * o + 2] = c[o];
-                d[4 * o + 3] = e[o];
-            }
+            episode_interleave4_u8((uint8_t*)dst, (const uint8_t*)frames[0],
+                                   (const uint8_t*)frames[1], (const uint8_t*)frames[2],
+                                   (const uint8_t*)frames[3], outer);
             return;
         }
         if (inner == 1) {
@@ -69,6 +148,12 @@ cdef extern from *:
             for (o = 0; o < outer; o++)
                 memcpy(dst + (o * k + j) * inner, frames[j] + o * inner, (size_t)inner);
     }
+
+    #if defined(__GNUC__) || defined(__clang__)
+    #define episode_prefetch(p) __builtin_prefetch(p)
+    #else
+    #define episode_prefetch(p) ((void)(p))
+    #endif
 
     /* Frame j of a row (as above) into `frame`. */
     static void episode_extract(char* frame, const char* row, Py_ssize_t j, Py_ssize_t k,
@@ -103,6 +188,7 @@ cdef extern from *:
                                          Py_ssize_t outer, Py_ssize_t inner) noexcept
     void extract "episode_extract"(char* frame, const char* row, Py_ssize_t j, Py_ssize_t k,
                                    Py_ssize_t outer, Py_ssize_t inner) noexcept
+    void prefetch "episode_prefetch"(const void* p) noexcept
     bint frame_equal "episode_frame_equal"(const char* row, Py_ssize_t j, const char* frame,
                                            Py_ssize_t k, Py_ssize_t outer,
                                            Py_ssize_t inner) noexcept
@@ -191,6 +277,22 @@ cdef class FramePool:
         finally:
             if frames != ptrs:
                 PyMem_Free(frames)
+        return 0
+
+    cdef int assemble_rows(self, char* dst, int64_t** refs, Py_ssize_t n) except -1:
+        """Rows i < n of frames refs[i] into dst + i * row_bytes: each row's
+        frame numbers and first bytes asked for from memory a row or two
+        ahead, so that their reads overlap the copies before them."""
+        cdef Py_ssize_t i, j
+        for i in range(min(n, 2)):
+            prefetch(refs[i])
+        for i in range(n):
+            if i + 2 < n:
+                prefetch(refs[i + 2])
+            if i + 1 < n:
+                for j in range(self.stack):
+                    prefetch(self.frame(refs[i + 1][j]))
+            self.assemble(dst + i * self.row_bytes, refs[i])
         return 0
 
     cdef int write_row(self, int64_t* refs, const char* row) except -1:

@@ -207,6 +207,8 @@ cdef class Store:
     cdef int _advance(self, int64_t* run, int32_t* off, int64_t steps) except -1
     cdef char* _row_ptr(self, int64_t run, int32_t off, Py_ssize_t leaf) except NULL
     cdef int _read_row(self, char* dst, int64_t run, int32_t off, Py_ssize_t leaf) except -1
+    cdef int _gather_frames(self, char* dst, Picks picks, Py_ssize_t leaf, bint at_end,
+                            bint pairs) except -1
     cdef object _stack_axes(self, list cols)
     cdef tuple _stored_layout(self, Py_ssize_t leaf)
     cdef int _begin_frames(self, int32_t slot, bint is_new) except -1

@@ -1799,6 +1799,31 @@ cdef class Store:
             raise SystemError("episode core: a leaf without storage in its block")
         return base + (r.row + off) * self.stored_bytes[leaf]
 
+    cdef int _gather_frames(self, char* dst, Picks picks, Py_ssize_t leaf, bint at_end,
+                            bint pairs) except -1:
+        # A frame-stacked leaf's rows of the picks (at their step, or their
+        # end step; `pairs`: both, interleaved) into `dst`, read a batch at
+        # a time (see FramePool.assemble_rows).
+        cdef Py_ssize_t i, n = picks.size * (2 if pairs else 1)
+        cdef Pick* p
+        cdef int64_t** refs = <int64_t**>PyMem_Malloc(max(1, n) * sizeof(int64_t*))
+        if refs == NULL:
+            raise MemoryError()
+        try:
+            for i in range(picks.size):
+                p = &picks.items[i]
+                if pairs:
+                    refs[2 * i] = <int64_t*>self._row_ptr(p.run, p.off, leaf)
+                    refs[2 * i + 1] = <int64_t*>self._row_ptr(p.end_run, p.end_off, leaf)
+                elif at_end:
+                    refs[i] = <int64_t*>self._row_ptr(p.end_run, p.end_off, leaf)
+                else:
+                    refs[i] = <int64_t*>self._row_ptr(p.run, p.off, leaf)
+            (<FramePool>self.pools[leaf]).assemble_rows(dst, refs, n)
+        finally:
+            PyMem_Free(refs)
+        return 0
+
     cdef int _read_row(self, char* dst, int64_t run, int32_t off, Py_ssize_t leaf) except -1:
         # A numeric leaf's row into `dst` (row_bytes), rebuilt from its
         # frames where the leaf is frame-stacked.
@@ -2266,10 +2291,7 @@ cdef class Store:
         out = rows_array(picks.size, self.shapes[leaf], self.dtypes[leaf])
         dst = array_bytes(out, picks.size * rb)
         if self.pools[leaf] is not None:
-            for i in range(picks.size):
-                p = &picks.items[i]
-                self._read_row(dst + i * rb, p.end_run if at_end else p.run,
-                               p.end_off if at_end else p.off, leaf)
+            self._gather_frames(dst, picks, leaf, at_end, False)
             return out
         for i in range(picks.size):
             p = &picks.items[i]
@@ -2330,10 +2352,7 @@ cdef class Store:
         out = rows_array(2 * picks.size, self.shapes[leaf], self.dtypes[leaf])
         dst = array_bytes(out, 2 * picks.size * rb)
         if self.pools[leaf] is not None:
-            for i in range(picks.size):
-                p = &picks.items[i]
-                self._read_row(dst + 2 * i * rb, p.run, p.off, leaf)
-                self._read_row(dst + (2 * i + 1) * rb, p.end_run, p.end_off, leaf)
+            self._gather_frames(dst, picks, leaf, False, True)
             return out
         for i in range(picks.size):
             p = &picks.items[i]
