@@ -590,7 +590,9 @@ def test_replay_sample_sequences(benchmark, impl):
 # steps in turn, int actions, float rewards), filled once per implementation:
 # ours storing whole rows, ours with frame_stack=4 (each frame once), cpprb
 # with next_of="obs" (each observation once) and with stack_compress="obs"
-# (each frame once), RLlib's episode buffers. Groups (medians per call,
+# (each frame once), RLlib's episode buffers; and "ours_frames_first_axis",
+# ours with frame_stack=4 on the same frames stacked as gymnasium's
+# FrameStackObservation stacks them (4x84x84). Groups (medians per call,
 # extra_info["ns_per_item"] per transition, extra_info["held_bytes"] what the
 # filled buffer allocated by tracemalloc):
 #
@@ -601,7 +603,8 @@ def test_replay_sample_sequences(benchmark, impl):
 
 ATARI_STEPS = 20_000
 ATARI_LENGTHS = (1_000, 2_500)
-ATARI_IMPLS = ("ours", "ours_frames", "cpprb", "cpprb_stack_compress", "rllib")
+ATARI_IMPLS = ("ours", "ours_frames", "ours_frames_first_axis", "cpprb",
+               "cpprb_stack_compress", "rllib")
 
 
 def atari_stream():
@@ -619,9 +622,12 @@ def atari_stream():
     return _STREAMS["atari"]
 
 
-def atari_obs(frames):
-    # (L + 1, 84, 84, 4): what RLlib's FrameStack hands out, step by step.
+def atari_obs(frames, first_axis=False):
+    # (L + 1, 84, 84, 4): what RLlib's FrameStack hands out, step by step
+    # (`first_axis`: (L + 1, 4, 84, 84), gymnasium's FrameStackObservation).
     n = len(frames) - 3
+    if first_axis:
+        return np.stack([frames[j:j + n, :, :, 0] for j in range(4)], axis=1)
     return np.concatenate([frames[j:j + n] for j in range(4)], axis=-1)
 
 
@@ -661,14 +667,14 @@ def atari_new(name: str, prioritized: bool):
         kwargs = {}
     else:
         from episode.replay import EpisodeReplayBuffer, PrioritizedEpisodeReplayBuffer
-        kwargs = {"frame_stack": 4, "frame_stack_axis": -1} if name == "ours_frames" else {}
+        kwargs = {"frame_stack": 4} if name.startswith("ours_frames") else {}
     if prioritized:
         return PrioritizedEpisodeReplayBuffer(capacity=ATARI_STEPS, alpha=ALPHA, **kwargs)
     return EpisodeReplayBuffer(capacity=ATARI_STEPS, **kwargs)
 
 
 def atari_add(name: str, buffer, frames, actions, rewards) -> None:
-    obs = atari_obs(frames)
+    obs = atari_obs(frames, name == "ours_frames_first_axis")
     if name.startswith("cpprb"):
         done = np.zeros(len(actions))
         done[-1] = 1.0
@@ -699,12 +705,17 @@ def atari_sample(name: str, buffer, prioritized: bool):
     return batch["obs"], batch["new_obs"], batch["indices"]
 
 
-def check_atari(obs, new_obs) -> None:
+def check_atari(name, obs, new_obs) -> None:
     # Stacked frames that follow one another: a transition's new_obs is its
     # obs shifted by a frame (the episodes here end by termination, and the
     # last step's new_obs is the episode's last observation, shifted too).
-    assert obs.shape == new_obs.shape == (BATCH, 84, 84, 4) and obs.dtype == np.uint8
-    np.testing.assert_array_equal(new_obs[..., :3], obs[..., 1:])
+    assert obs.dtype == new_obs.dtype == np.uint8
+    if name == "ours_frames_first_axis":
+        assert obs.shape == new_obs.shape == (BATCH, 4, 84, 84)
+        np.testing.assert_array_equal(new_obs[:, :3], obs[:, 1:])
+    else:
+        assert obs.shape == new_obs.shape == (BATCH, 84, 84, 4)
+        np.testing.assert_array_equal(new_obs[..., :3], obs[..., 1:])
 
 
 @pytest.mark.parametrize("impl", ATARI_IMPLS)
@@ -713,7 +724,7 @@ def test_replay_atari_sample(benchmark, impl):
     benchmark.group = "replay_atari_sample"
     benchmark.extra_info["held_bytes"] = held
     obs, new_obs, _ = atari_sample(name, buffer, False)
-    check_atari(obs, new_obs)
+    check_atari(name, obs, new_obs)
     time_calls(benchmark, lambda: atari_sample(name, buffer, False), BATCH)
 
 
@@ -724,7 +735,7 @@ def test_replay_atari_sample_update(benchmark, impl):
     benchmark.extra_info["held_bytes"] = held
     priorities = np.random.default_rng(2).uniform(0.1, 2.0, BATCH).astype(np.float32)
     obs, new_obs, _ = atari_sample(name, buffer, True)
-    check_atari(obs, new_obs)
+    check_atari(name, obs, new_obs)
 
     def cycle():
         _, _, indices = atari_sample(name, buffer, True)

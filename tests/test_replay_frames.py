@@ -162,6 +162,19 @@ def test_uniform_same_answers_with_and_without_frames(layout, numpy):
     assert frames.get_num_episodes_evicted() > 0
 
 
+@pytest.fixture
+def without_avx2():
+    from episode import _frames
+
+    was = _frames._use_avx2(False)
+    yield
+    _frames._use_avx2(was)
+
+
+def test_the_loops_without_avx2_give_the_same_rows(without_avx2):
+    test_uniform_same_answers_with_and_without_frames("last_axis_wide", True)
+
+
 @pytest.mark.parametrize("layout", ["first_axis", "last_axis"])
 def test_prioritized_same_answers_with_and_without_frames(layout):
     plain, frames = _pair(PrioritizedEpisodeReplayBuffer, layout, capacity=100, alpha=0.6)
