@@ -6,6 +6,7 @@ a stack does are stored whole; the memory is a frame per step."""
 from __future__ import annotations
 
 import gc
+import os
 import pickle
 import tracemalloc
 
@@ -572,3 +573,58 @@ def test_multi_agent_same_answers_with_and_without_frames(prioritized):
     assert all(list(s) == [0] for s in stats)
     again = pickle.loads(pickle.dumps(frames))
     assert all(store.frame_stack == 4 for store in again._modules.values())
+
+
+# -- file-backed storage, datasets ----------------------------------------------------------
+
+
+def _atari_like_episodes(seed, count=6, shape=(7, 9, 1), k=4):
+    rng = np.random.default_rng(seed)
+    out = []
+    for e in range(count):
+        length = int(rng.integers(5, 30))
+        frames = rng.integers(0, 256, (length + k, *shape), dtype=np.uint8)
+        obs = np.concatenate([frames[j:j + length + 1] for j in range(k)], axis=-1)
+        out.append(SingleAgentEpisode(
+            id_=f"a{seed}_{e}", observations=list(obs), actions=list(rng.integers(0, 4, length)),
+            rewards=list(rng.normal(size=length)), terminated=bool(e % 2),
+            truncated=not e % 2, len_lookback_buffer=0).to_numpy())
+    return out
+
+
+def test_file_backed_frames(tmp_path):
+    episodes = _atari_like_episodes(0, count=12)
+    plain = PrioritizedEpisodeReplayBuffer(capacity=150, seed=4)
+    frames = PrioritizedEpisodeReplayBuffer(capacity=150, seed=4, storage=tmp_path,
+                                            frame_stack=4, frame_stack_axis=-1)
+    for episode in episodes:
+        for buffer in (plain, frames):
+            buffer.add(episode)
+    frames._store.release_pages()      # the frames go back to their files, and come back
+    assert frames.get_num_episodes_evicted() > 0
+    assert os.listdir(tmp_path) == []  # (the files are unlinked, their mappings kept)
+    _same_batch(plain.sample_batch(64, n_step=3, beta=0.4),
+                frames.sample_batch(64, n_step=3, beta=0.4), "file-backed")
+    _same_state(plain, frames, "file-backed")
+
+
+def test_a_dataset_into_a_frame_stacked_buffer(tmp_path):
+    pytest.importorskip("pyarrow")
+    pytest.importorskip("msgpack")
+    from episode.offline import read_episodes, write_episodes
+
+    episodes = _atari_like_episodes(1, count=8)
+    write_episodes(episodes, tmp_path, format="arrow")
+    dataset = read_episodes(tmp_path)
+    for capacity in (dataset.num_steps, dataset.num_steps // 2):
+        plain = EpisodeReplayBuffer(capacity=capacity, seed=2)
+        frames = EpisodeReplayBuffer(capacity=capacity, seed=2, frame_stack=4,
+                                     frame_stack_axis=-1)
+        plain.add(list(dataset))
+        frames.add_dataset(dataset)
+        assert frames.get_num_episodes_evicted() == plain.get_num_episodes_evicted()
+        (stats,) = frames._store.frame_stats().values()
+        assert stats["frames"] == dataset.num_steps + 4 * len(episodes)
+        _same_batch(plain.sample_batch(32, n_step=2), frames.sample_batch(32, n_step=2),
+                    f"dataset {capacity}")
+        _same_state(plain, frames, f"dataset {capacity}")

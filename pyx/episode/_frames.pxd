@@ -35,3 +35,4 @@ cdef class FramePool:
     cdef int release_before(self, int64_t f) except -1
     cdef int64_t _append(self, const char* row, Py_ssize_t j) except -1
     cdef cnp.ndarray _new_chunk(self)
+    cdef int _drop_pages(self, Py_ssize_t c) except -1

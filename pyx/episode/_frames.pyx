@@ -15,6 +15,7 @@ Frames are freed in the order they were written (the Store evicts its
 oldest episodes first): release_before(f) drops the chunks whose frames
 all come before frame f.
 """
+import mmap as mmap_module
 import os
 
 import numpy as np
@@ -386,6 +387,8 @@ cdef class FramePool:
                     raise MemoryError()
                 self.chunk_data = table
                 self.chunk_cap = 2 * self.chunk_cap + 8
+            if self.storage is not None and self.chunks:
+                self._drop_pages(len(self.chunks) - 1)   # full: back to its file
             chunk = self._new_chunk()
             self.chunk_data[c] = array_bytes(chunk, cnp.PyArray_NBYTES(chunk))
             self.chunks.append(chunk)
@@ -403,6 +406,22 @@ cdef class FramePool:
         arr = np.memmap(path, dtype=np.uint8, mode="w+", shape=shape)
         os.unlink(path)          # the mapping keeps the data; the file goes with it
         return arr
+
+    cdef int _drop_pages(self, Py_ssize_t c) except -1:
+        # A file-backed chunk's pages out of the resident set (its data stay
+        # in its file, read back when touched).
+        self.chunks[c]._mmap.madvise(mmap_module.MADV_DONTNEED)
+        return 0
+
+    def release_pages(self):
+        """With file-backed chunks: drops the pages of every full chunk from
+        this process's memory (see Store.release_pages). Does nothing for
+        chunks in memory."""
+        cdef Py_ssize_t c
+        if self.storage is None:
+            return
+        for c in range(len(self.chunks) - 1):
+            self._drop_pages(c)
 
     cdef int release_before(self, int64_t f) except -1:
         """Frees the chunks whose frames all come before frame `f` (no

@@ -883,6 +883,9 @@ cdef class Store:
             return
         for i in range(len(self.blocks) - 1):
             _drop_pages(<Block>self.blocks[i])
+        for pool in self.pools:
+            if pool is not None:
+                (<FramePool>pool).release_pages()
 
     cdef int _resize_block(self, Block block, Py_ssize_t cap) except -1:
         cdef Py_ssize_t leaf
