@@ -342,6 +342,7 @@ def test_string_observations_are_refused_unchanged():
     (1, None, ValueError), (-4, None, ValueError), (2000, None, ValueError),
     (True, None, TypeError), ("4", None, TypeError), (4.0, None, TypeError),
     (4, 1.5, TypeError), (4, True, TypeError), (None, 0, ValueError), (0, -1, ValueError),
+    (np.bool_(True), None, TypeError), (np.int8(1), None, ValueError),
 ])
 def test_bad_frame_arguments(frame_stack, axis, error):
     with pytest.raises(error):
@@ -628,3 +629,9 @@ def test_a_dataset_into_a_frame_stacked_buffer(tmp_path):
         _same_batch(plain.sample_batch(32, n_step=2), frames.sample_batch(32, n_step=2),
                     f"dataset {capacity}")
         _same_state(plain, frames, f"dataset {capacity}")
+
+
+def test_numpy_integers_are_numbers_of_frames():
+    buffer = EpisodeReplayBuffer(capacity=10, frame_stack=np.int64(4), frame_stack_axis=np.int8(0))
+    assert buffer._store.frame_stack == 4 and buffer._store.frame_axis == 0
+    assert type(pickle.loads(pickle.dumps(buffer))._store.frame_axis) is int

@@ -13,7 +13,10 @@ with their own frames.
 """
 from __future__ import annotations
 
+import numbers
 from typing import Any, Dict, Optional, Tuple
+
+import numpy as np
 
 from episode._frames import MAX_STACK
 
@@ -43,15 +46,14 @@ def frame_settings(frame_stack: Any, frame_stack_axis: Any) -> Optional[Tuple[in
     """A buffer's (frames, axis) from its arguments (None: off): an int of
     2 to MAX_STACK frames, or an environment whose wrappers stack frames
     (frame_stack_of(); its axis unless `frame_stack_axis` is given)."""
-    if frame_stack_axis is not None and (type(frame_stack_axis) is bool
-                                         or not isinstance(frame_stack_axis, int)):
+    if frame_stack_axis is not None and not _is_int(frame_stack_axis):
         raise TypeError(f"frame_stack_axis must be an int or None, not "
                         f"{type(frame_stack_axis).__name__}")
-    if frame_stack is None or (frame_stack == 0 and type(frame_stack) is int):
+    if frame_stack is None or (_is_int(frame_stack) and frame_stack == 0):
         if frame_stack_axis is not None:
             raise ValueError("frame_stack_axis is given without frame_stack")
         return None
-    if type(frame_stack) is not bool and isinstance(frame_stack, int):
+    if _is_int(frame_stack):
         if not 2 <= frame_stack <= MAX_STACK:
             raise ValueError(f"frame_stack must be 2 to {MAX_STACK} frames (or None), not "
                              f"{frame_stack}")
@@ -62,6 +64,11 @@ def frame_settings(frame_stack: Any, frame_stack_axis: Any) -> Optional[Tuple[in
         return frames, axis if frame_stack_axis is None else int(frame_stack_axis)
     raise TypeError(f"frame_stack must be a number of frames or an environment whose wrappers "
                     f"stack frames, not {type(frame_stack).__name__}")
+
+
+def _is_int(value: Any) -> bool:
+    # An int or a numpy integer, not a bool.
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
 
 
 def store_args(settings: Optional[Tuple[int, Optional[int]]]) -> Dict[str, Any]:
