@@ -600,7 +600,9 @@ def test_replay_sample_sequences(benchmark, impl):
 # - replay_atari_sample: 256 1-step transitions (obs and new_obs stacked),
 #   ours `sample_batch()`, cpprb's sample(), RLlib's sample(sample_episodes=True);
 # - replay_atari_sample_update: the same by priority (alpha 0.6, beta 0.4),
-#   then update_priorities of new priorities for them.
+#   then update_priorities of new priorities for them;
+# - replay_atari_fill_100k: a 100k-step buffer filled once, ours frame-stacked
+#   and cpprb's stack_compress, with the bytes a step holds.
 
 ATARI_STEPS = 20_000
 ATARI_LENGTHS = (1_000, 2_500)
