@@ -4173,15 +4173,16 @@ for _track in ("obs", "actions", "rewards", "vf"):
     add("replay_store", f"gather_at_end:{_track}", replay_gather_at_end_case(_track))
 
 
-def replay_store_add_case(kind, into, prioritized):
+def replay_store_add_case(kind, into, prioritized, **frames):
     """An episode of `kind` checked and added to a Store (empty, or holding
-    a box episode): refused with the store unchanged, or stored and then
-    drawn from and read."""
+    a box episode; `frames`: frame-stacked): refused with the store
+    unchanged, or stored and then drawn from and read."""
 
     def run(impl, p):
         _replay, _, _ = _replay_modules()
         _allow_replay(p, kind)
-        store = _replay.Store(64, prioritized=prioritized, tree_size=128 if prioritized else 0)
+        store = _replay.Store(64, prioritized=prioritized, tree_size=128 if prioritized else 0,
+                              **frames)
         weight = 1.0 if prioritized else None
         if into == "box":
             p.run("add box", lambda: store.add(_replay_episode(impl, "box"), weight), data=False)
@@ -4407,6 +4408,28 @@ for _name in TRANSITION_GARBAGE:
     for _prioritized in (False, True):
         add("replay_buffer", f"add_transition:{_name}:prioritized={_prioritized}",
             replay_add_transition_case(_name, _prioritized))
+
+# Frame-stacked stores: every kind of episode into a store whose box rows
+# (two floats) stack two one-float frames, and odd frame arguments.
+for _kind in REPLAY_KINDS:
+    for _into in ("empty", "box"):
+        for _prioritized in (False, True):
+            add("replay_frames", f"add:{_kind}:into={_into}:prioritized={_prioritized}",
+                replay_store_add_case(_kind, _into, _prioritized, frame_stack=2, frame_axis=0))
+
+FRAME_ARGS = {
+    "stack=1": (1, 0), "stack=-2": (-2, 0), "stack=2**62": (2**62, 0), "stack=2**63": (2**63, 0),
+    "stack=str": ("2", 0), "stack=None": (None, 0), "stack=1.5": (1.5, 0),
+    "stack=3": (3, 0), "stack=1024": (1024, 0), "axis=str": (2, "0"), "axis=1.5": (2, 1.5),
+    "axis=5": (2, 5), "axis=-9": (2, -9), "axis=2**63": (2, 2**63), "axis=None": (2, None),
+    "axis=-1": (2, -1),
+}
+for _name, (_stack, _axis) in FRAME_ARGS.items():
+    STORE_ARGS[f"frames:{_name}"] = (10, False, 0, None, _stack, _axis)
+    STORE_ARGS[f"frames:{_name}:prioritized"] = (10, True, 16, None, _stack, _axis)
+    add("replay_frames", f"new:{_name}", replay_store_new_case(f"frames:{_name}"))
+    add("replay_frames", f"new:{_name}:prioritized",
+        replay_store_new_case(f"frames:{_name}:prioritized"))
 
 
 TREE_VALUES = {
@@ -4687,9 +4710,9 @@ for _span in ROWS_SPANS:
             replay_rows_case("first", _track, _span, True))
 
 
-def _replay_buffer(impl, name, capacity=40):
+def _replay_buffer(impl, name, capacity=40, **frames):
     _, _, replay = _replay_modules()
-    buffer = getattr(replay, name)(capacity=capacity)
+    buffer = getattr(replay, name)(capacity=capacity, **frames)
     second = _replay_episode(impl, "box", steps=3)
     second.id_ = "r-box-2"
     buffer.add([_replay_episode(impl, "box"), second])
@@ -4750,18 +4773,19 @@ def take_then_probe(p, impl, tag, buffer, take):
 REPLAY_BUFFERS = ["EpisodeReplayBuffer", "PrioritizedEpisodeReplayBuffer"]
 
 
-def replay_buffer_add_case(kind, name):
+def replay_buffer_add_case(kind, name, **frames):
     """A buffer holding box episodes takes an episode of `kind` (or refuses
-    it unchanged); then it is drawn from, checkpointed, added to."""
+    it unchanged); then it is drawn from, checkpointed, added to.
+    `frames`: the buffers' frame-stacking arguments."""
 
     def run(impl, p):
         _allow_replay(p, kind)
-        buffer = _replay_buffer(impl, name)
+        buffer = _replay_buffer(impl, name, **frames)
         ep = p.run("episode", lambda: _make_replay_episode(impl, kind), data=False)
         if ep is None:
             return
         take_then_probe(p, impl, "buffer", buffer, lambda: buffer.add(ep))
-        alone = getattr(_replay_modules()[2], name)(capacity=40)
+        alone = getattr(_replay_modules()[2], name)(capacity=40, **frames)
         take_then_probe(p, impl, "alone", alone, lambda: alone.add(ep))
 
     return run
@@ -4770,6 +4794,8 @@ def replay_buffer_add_case(kind, name):
 for _kind in REPLAY_KINDS:
     for _name in REPLAY_BUFFERS:
         add("replay_buffer", f"add:{_kind}:{_name}", replay_buffer_add_case(_kind, _name))
+        add("replay_frames", f"buffer_add:{_kind}:{_name}",
+            replay_buffer_add_case(_kind, _name, frame_stack=2, frame_stack_axis=0))
 
 
 def _state_edit(key, fn):

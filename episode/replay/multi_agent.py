@@ -14,6 +14,7 @@ from episode.single_agent_episode import SingleAgentEpisode
 from episode.replay.draws import (_batch_size, _check_gamma, _checked_n_step, _discounted,
                                   _check_not_empty, _int, _native_args, _transitions,
                                   _warn_misspelt)
+from episode.replay.frames import frame_settings, store_args
 from episode.replay.metrics import _MultiCounts, _SampleCounts
 from episode.replay.stored import (_as_ours_multi, _env_steps_chunk, _episode_indices,
                                    _force_list)
@@ -27,7 +28,9 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
     Keeps the multi-agent episodes (ours or RLlib's; a chunk with a stored
     id is joined to it) and, per module, its agents' steps in a Store of
     their own: `sample()` draws each module's n-step transitions there
-    ("independent" replay), or whole env steps ("synchronized")."""
+    ("independent" replay), or whole env steps ("synchronized").
+    `frame_stack` and `frame_stack_axis` store each module's frame-stacked
+    observations once per frame (see EpisodeReplayBuffer)."""
 
     _STATE_KEYS = EpisodeReplayBuffer._STATE_KEYS + (
         "_module_to_indices", "_num_agent_timesteps", "_num_agent_timesteps_added",
@@ -36,8 +39,10 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
 
     def __init__(self, capacity: int = 10000, *, batch_size_B: int = 16,
                  batch_length_T: int = 1, metrics_num_episodes_for_smoothing: int = 100,
-                 storage=None, seed=None, **kwargs):
+                 storage=None, seed=None, frame_stack=None, frame_stack_axis=None, **kwargs):
         _warn_misspelt(self, MultiAgentEpisodeReplayBuffer.__init__, kwargs)
+        # (The env steps' store keeps no observations: the modules' do.)
+        self._module_frames = frame_settings(frame_stack, frame_stack_axis)
         super().__init__(capacity=capacity, batch_size_B=batch_size_B,
                          batch_length_T=batch_length_T,
                          metrics_num_episodes_for_smoothing=metrics_num_episodes_for_smoothing,
@@ -54,7 +59,10 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
         self.sampled_timesteps_per_module = collections.defaultdict(int)
 
     def _new_module_store(self) -> Store:
-        return Store(self.capacity, storage=self._storage)
+        return Store(self.capacity, storage=self._storage, **store_args(self._module_frames))
+
+    def _stacked(self):
+        return self._module_frames
 
     # -- RLlib's attributes ------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ import numpy as np
 
 from episode._replay import Store, step_order
 from episode.replay.draws import _batch_size, _check_gamma, _warn_misspelt
+from episode.replay.frames import store_args
 from episode.replay.multi_agent import MultiAgentEpisodeReplayBuffer
 from episode.replay.prioritized import (PrioritizedEpisodeReplayBuffer, _indices_array,
                                         _max_priority, _sampled_leaves, _set_priorities,
@@ -36,7 +37,7 @@ class MultiAgentPrioritizedEpisodeReplayBuffer(MultiAgentEpisodeReplayBuffer,
     def __init__(self, capacity: int = 10000, *, batch_size_B: int = 16,
                  batch_length_T: int = 1, alpha: float = 1.0,
                  metrics_num_episodes_for_smoothing: int = 100, storage=None, seed=None,
-                 **kwargs):
+                 frame_stack=None, frame_stack_axis=None, **kwargs):
         _warn_misspelt(self, MultiAgentPrioritizedEpisodeReplayBuffer.__init__, kwargs)
         if not alpha >= 0:
             raise AssertionError(f"alpha must be >= 0, not {alpha}")
@@ -44,7 +45,8 @@ class MultiAgentPrioritizedEpisodeReplayBuffer(MultiAgentEpisodeReplayBuffer,
         MultiAgentEpisodeReplayBuffer.__init__(
             self, capacity=capacity, batch_size_B=batch_size_B, batch_length_T=batch_length_T,
             metrics_num_episodes_for_smoothing=metrics_num_episodes_for_smoothing,
-            storage=storage, seed=seed)
+            storage=storage, seed=seed, frame_stack=frame_stack,
+            frame_stack_axis=frame_stack_axis)
         self._alpha = alpha
         self._module_to_max_priority = collections.defaultdict(lambda: 1.0)
         self._module_to_last_sampled_indices = collections.defaultdict(list)
@@ -56,7 +58,7 @@ class MultiAgentPrioritizedEpisodeReplayBuffer(MultiAgentEpisodeReplayBuffer,
 
     def _new_module_store(self) -> Store:
         return Store(self.capacity, prioritized=True, tree_size=_tree_size(self.capacity),
-                     storage=self._storage)
+                     storage=self._storage, **store_args(self._module_frames))
 
     def add(self, episodes, weight=None) -> None:
         """As MultiAgentEpisodeReplayBuffer.add(); each env step gets the

@@ -15,6 +15,7 @@ from episode.single_agent_episode import SingleAgentEpisode
 from episode.replay.draws import (_batch_size, _check_capacity, _check_gamma,
                                   _check_not_empty, _checked_n_step, _transitions,
                                   _warn_misspelt)
+from episode.replay.frames import store_args
 from episode.replay.metrics import _AddCounts
 from episode.replay.stored import _as_ours, _episode_indices, _force_list
 from episode.replay.uniform import EpisodeReplayBuffer
@@ -34,7 +35,7 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
     def __init__(self, capacity: int = 10000, *, batch_size_B: int = 16,
                  batch_length_T: int = 1, alpha: float = 1.0,
                  metrics_num_episodes_for_smoothing: int = 100, storage=None, seed=None,
-                 **kwargs):
+                 frame_stack=None, frame_stack_axis=None, **kwargs):
         _warn_misspelt(self, PrioritizedEpisodeReplayBuffer.__init__, kwargs)
         if not alpha >= 0:
             raise AssertionError(f"alpha must be >= 0, not {alpha}")
@@ -51,12 +52,13 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
         super().__init__(capacity=capacity, batch_size_B=batch_size_B,
                          batch_length_T=batch_length_T,
                          metrics_num_episodes_for_smoothing=metrics_num_episodes_for_smoothing,
-                         storage=storage, seed=seed)
+                         storage=storage, seed=seed, frame_stack=frame_stack,
+                         frame_stack_axis=frame_stack_axis)
 
     def _new_store(self, capacity, storage) -> Store:
         _check_capacity(capacity, prioritized=True)
         return Store(capacity, prioritized=True, tree_size=_tree_size(capacity),
-                     storage=storage)
+                     storage=storage, **store_args(self._frames))
 
     def _settings(self) -> Dict[str, Any]:
         return super()._settings() | {"alpha": self._alpha}

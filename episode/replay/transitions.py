@@ -158,8 +158,10 @@ def add_transitions(buffer, obs, next_obs, action, reward, terminated, truncated
     ids = open_.ids if going.all() else [i if i is not None else _new_id() for i in open_.ids]
     t = open_.t
     counts = _AddCounts()
+    # (The compiled path writes whole observation rows: a frame-stacked
+    # store takes its frames through add().)
     if layout["obs"] is not None and layout["actions"] is not None and \
-            layout["rewards"] is not None and \
+            layout["rewards"] is not None and buffer._stacked() is None and \
             buffer._add_steps(ids, t, _numbered(obs_rows, layout["obs"]),
                               _numbered(next_rows, layout["obs"]),
                               _numbered(act_rows, layout["actions"]), rewards, terminated,

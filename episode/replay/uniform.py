@@ -13,6 +13,7 @@ from episode.single_agent_episode import SingleAgentEpisode
 from episode.replay.draws import (_batch_size, _check_capacity, _check_gamma,
                                   _check_not_empty, _checked_n_step, _int, _warn_misspelt, _native_args, _NativeArgs, _track,
                                   _transitions)
+from episode.replay.frames import frame_settings, store_args
 from episode.replay.metrics import _AddCounts, _log_pair, _metrics_logger, _reduced, _Unlogged
 from episode.replay.transitions import add_transitions
 from episode.replay.tensors import _check_numeric, _to_torch, _torch_device
@@ -43,6 +44,13 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
     assigning `rng` a seeded Generator does the same there). Other keyword
     arguments are ignored, as RLlib's are (a warning names one that looks
     like a misspelt argument).
+
+    `frame_stack` (a number of frames, or an environment whose wrappers
+    stack frames: see `episode.replay.frames`) stores frame-stacked
+    observations once per frame, rebuilding each stacked observation when
+    it is sampled; `frame_stack_axis` is the axis the frames lie along (by
+    default the one axis of that length). Every answer of the buffer is the
+    same as without them; only the memory differs.
     """
 
     # The keys of this buffer's checkpoints (get_state()), RLlib's.
@@ -52,8 +60,10 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
 
     def __init__(self, capacity: int = 10000, *, batch_size_B: int = 16,
                  batch_length_T: int = 64, metrics_num_episodes_for_smoothing: int = 100,
-                 storage=None, seed=None, **kwargs):
+                 storage=None, seed=None, frame_stack=None, frame_stack_axis=None,
+                 **kwargs):
         _warn_misspelt(self, EpisodeReplayBuffer.__init__, kwargs)
+        self._frames = frame_settings(frame_stack, frame_stack_axis)
         self.capacity = capacity
         self.batch_size_B = batch_size_B
         self.batch_length_T = batch_length_T
@@ -79,7 +89,7 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
 
     def _new_store(self, capacity, storage) -> Store:
         _check_capacity(capacity)
-        return Store(capacity, storage=storage)
+        return Store(capacity, storage=storage, **store_args(self._frames))
 
     def _draws(self) -> Draws:
         # Draws from self.rng (kept while rng stays the same object).
@@ -632,7 +642,13 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
         return {"capacity": self.capacity, "batch_size_B": self.batch_size_B,
                 "batch_length_T": self.batch_length_T,
                 "metrics_num_episodes_for_smoothing": self._metrics_num_episodes_for_smoothing,
-                "storage": self._store.storage}
+                "storage": self._store.storage,
+                "frame_stack": None if self._stacked() is None else self._stacked()[0],
+                "frame_stack_axis": None if self._stacked() is None else self._stacked()[1]}
+
+    def _stacked(self):
+        # The frame stacking of the stores that keep observations (None: off).
+        return self._frames
 
     def _check_state(self, state) -> None:
         """set_state()'s first check: a dict with the keys of this kind of

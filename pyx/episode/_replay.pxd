@@ -5,7 +5,9 @@ from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 from numpy.random cimport bitgen_t
 
 from episode._buffer cimport BufferCore
+from episode._column cimport Column
 from episode._episode cimport EpisodeCore
+from episode._frames cimport FramePool
 from episode._priority cimport Num, PriorityTrees
 
 
@@ -146,6 +148,15 @@ cdef class Store:
     cdef readonly int64_t key_tag  # 1..127: marks the step keys sample_batch() hands out
     cdef bint restoring          # restore() is adding: it sets the tree leaves itself
 
+    # Frame-stacked observations (frame_stack > 0: frames per row, along
+    # frame_axis, None: the one axis of that length): a FramePool per
+    # stacked observation leaf (None for the others), whose rows, in the
+    # blocks and in `final`, are the numbers of their frames.
+    cdef readonly Py_ssize_t frame_stack
+    cdef readonly object frame_axis
+    cdef list pools
+    cdef Py_ssize_t* stored_bytes   # per leaf: a stored row's bytes (row_bytes, or the numbers')
+
     cdef int32_t _find(self, object key) except -2
     cdef int _insert(self, object key, int32_t slot) except -1
     cdef int _remove(self, object key) except -1
@@ -195,6 +206,17 @@ cdef class Store:
     cdef int _locate(self, int32_t slot, int64_t ts, int64_t* run, int32_t* off) except -1
     cdef int _advance(self, int64_t* run, int32_t* off, int64_t steps) except -1
     cdef char* _row_ptr(self, int64_t run, int32_t off, Py_ssize_t leaf) except NULL
+    cdef int _read_row(self, char* dst, int64_t run, int32_t off, Py_ssize_t leaf) except -1
+    cdef int _gather_frames(self, char* dst, Picks picks, Py_ssize_t leaf, bint at_end,
+                            bint pairs) except -1
+    cdef object _stack_axes(self, list cols)
+    cdef tuple _stored_layout(self, Py_ssize_t leaf)
+    cdef int _begin_frames(self, int32_t slot, bint is_new) except -1
+    cdef int _release_frames(self) except -1
+    cdef object _final_row(self, int32_t slot, Py_ssize_t leaf)
+    cdef Column _block_frames(self, FramePool pool, Column rows, Py_ssize_t nrows,
+                              int64_t[::1] starts, int32_t[::1] lookbacks,
+                              int64_t[::1] lengths)
     cdef object _row_object(self, int64_t run, int32_t off, Py_ssize_t leaf)
     cdef object _infos_at(self, int64_t run, int32_t off)
     cdef object _gather_leaf(self, Picks picks, Py_ssize_t leaf, bint at_end)

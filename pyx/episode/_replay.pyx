@@ -40,6 +40,8 @@ from episode._column cimport (Column, KIND_ARRAY, KIND_BOOL, KIND_EMPTY, KIND_EM
                               KIND_FLOAT, KIND_INT, KIND_OBJECT, KIND_SCALAR, array_bytes,
                               empty_array)
 from episode._episode cimport EpisodeCore, own_extras
+from episode._frames cimport FramePool
+from episode import _frames
 from episode._priority cimport (Num, PriorityTrees, add, div, from_num, greater, mul, num,
                                 power, to_num)
 from episode._priority cimport TAG_F32, TAG_F64, TAG_FLOAT, TAG_INT
@@ -354,12 +356,25 @@ cdef class Store:
 
     `capacity` (steps) sizes the blocks; `prioritized` gives each stored
     step a leaf of RLlib's priority trees (`tree_size` leaves); `storage`, a
-    folder, keeps the blocks in files there instead of in memory."""
+    folder, keeps the blocks in files there instead of in memory.
+    `frame_stack` > 0 stores frame-stacked observations once per frame: each
+    observation leaf whose rows stack that many frames along `frame_axis`
+    (None: along their one axis of that length) keeps its frames in a
+    FramePool (see episode._frames); every row read is the row added."""
 
     def __cinit__(self, Py_ssize_t capacity, bint prioritized=False, Py_ssize_t tree_size=0,
-                  storage=None):
+                  storage=None, Py_ssize_t frame_stack=0, frame_axis=None):
         if capacity <= 0:
             raise ValueError(f"capacity must be a positive number of timesteps, not {capacity}")
+        if frame_stack != 0 and not 2 <= frame_stack <= _frames.MAX_STACK:
+            raise ValueError(f"frame_stack must be 0 (off) or 2 to {_frames.MAX_STACK} "
+                             f"frames, not {frame_stack}")
+        if frame_axis is not None and type(frame_axis) is not int:
+            raise TypeError(f"frame_axis must be an int or None, not "
+                            f"{type(frame_axis).__name__}")
+        self.frame_stack = frame_stack
+        self.frame_axis = frame_axis
+        self.pools = []
         self.nleaves = 0
         self.dtypes = []
         self.shapes = []
@@ -390,6 +405,7 @@ cdef class Store:
 
     def __dealloc__(self):
         PyMem_Free(self.row_bytes)
+        PyMem_Free(self.stored_bytes)
         PyMem_Free(self.kinds)
         PyMem_Free(self.runs)
         PyMem_Free(self.tree)
@@ -558,10 +574,11 @@ cdef class Store:
             col = self.final[leaf]
             if col is None:
                 continue
-            grown = Column.from_array(np.zeros((cap,) + self.shapes[leaf], self.dtypes[leaf]))
+            shape, dtype = self._stored_layout(leaf)
+            grown = Column.from_array(np.zeros((cap,) + shape, dtype))
             if self.ep_cap:
                 memcpy(grown.row_ptr(0, self.ep_cap), col.row_ptr(0, self.ep_cap),
-                       self.ep_cap * self.row_bytes[leaf])
+                       self.ep_cap * self.stored_bytes[leaf])
             self.final[leaf] = grown
         for leaf in range(len(self.final_objects)):
             if self.final_objects[leaf] is not None:
@@ -577,11 +594,20 @@ cdef class Store:
         cdef Column col
         cdef Py_ssize_t* row_bytes
         cdef unsigned char* kinds
+        cdef FramePool pool
+        # (Checked before anything changes: ValueError for observations
+        # that do not stack as declared.)
+        axes = self._stack_axes(cols) if with_final and self.frame_stack else [-1] * len(cols)
         row_bytes = <Py_ssize_t*>PyMem_Realloc(self.row_bytes,
                                                 (self.nleaves + len(cols)) * sizeof(Py_ssize_t))
         if row_bytes == NULL:
             raise MemoryError()
         self.row_bytes = row_bytes
+        row_bytes = <Py_ssize_t*>PyMem_Realloc(self.stored_bytes,
+                                                (self.nleaves + len(cols)) * sizeof(Py_ssize_t))
+        if row_bytes == NULL:
+            raise MemoryError()
+        self.stored_bytes = row_bytes
         kinds = <unsigned char*>PyMem_Realloc(self.kinds, self.nleaves + len(cols))
         if kinds == NULL:
             raise MemoryError()
@@ -599,10 +625,18 @@ cdef class Store:
                 self.shapes.append(None)
                 self.row_bytes[leaf] = 0
                 self.kinds[leaf] = KIND_OBJECT
+            self.stored_bytes[leaf] = self.row_bytes[leaf]
+            if axes[k] >= 0:
+                pool = FramePool(self.shapes[leaf], self.dtypes[leaf], self.frame_stack,
+                                 axes[k], self.block_rows * 16, self.storage)
+                self.pools.append(pool)
+                self.stored_bytes[leaf] = self.frame_stack * sizeof(int64_t)
+            else:
+                self.pools.append(None)
             self.nleaves += 1
             if with_final and self.row_bytes[leaf]:
-                self.final.append(Column.from_array(
-                    np.zeros((self.ep_cap,) + self.shapes[leaf], self.dtypes[leaf])))
+                shape, dtype = self._stored_layout(leaf)
+                self.final.append(Column.from_array(np.zeros((self.ep_cap,) + shape, dtype)))
                 self.final_objects.append(None)
             elif with_final:
                 self.final.append(None)
@@ -614,6 +648,105 @@ cdef class Store:
                 (<Block>block).cols.append(None)
                 self._refresh_pointers(<Block>block)
         return first
+
+    cdef object _stack_axes(self, list cols):
+        # Per observation leaf of the first episode, the axis its rows
+        # stack frame_stack frames along (-1: not stacked). ValueError where
+        # none does, or where the axis is not declared and a row has more
+        # than one of that length.
+        cdef Column col
+        cdef Py_ssize_t k = self.frame_stack
+        axes = []
+        for col in cols:
+            axis = -1
+            if is_pod_leaf(col):
+                shape = row_shape_of(col)
+                if self.frame_axis is None:
+                    found = [a for a in range(len(shape)) if shape[a] == k]
+                    if len(shape) >= 2 and len(found) > 1:
+                        raise ValueError(
+                            f"frame_stack={k}: observation rows of shape {shape} have "
+                            f"{len(found)} axes of length {k}; say which one stacks the "
+                            f"frames (frame_stack_axis)")
+                    if len(shape) >= 2 and found and _frames.stack_layout(shape, k, found[0]):
+                        axis = found[0]
+                else:
+                    a = self.frame_axis + len(shape) if self.frame_axis < 0 else self.frame_axis
+                    if _frames.stack_layout(shape, k, a):
+                        axis = a
+            axes.append(axis)
+        if all(a < 0 for a in axes):
+            where = "an axis of length" if self.frame_axis is None else \
+                f"axis {self.frame_axis} of a length divisible by"
+            raise ValueError(
+                f"frame_stack={k}: no observation has {where} {k} "
+                f"(observations: {', '.join(_describe(col) for col in cols)})")
+        return axes
+
+    cdef tuple _stored_layout(self, Py_ssize_t leaf):
+        # A stored row's shape and dtype: the row's, or its frames' numbers.
+        if self.pools[leaf] is not None:
+            return (self.frame_stack,), np.dtype(np.int64)
+        return self.shapes[leaf], self.dtypes[leaf]
+
+    cdef object _final_row(self, int32_t slot, Py_ssize_t leaf):
+        # The final observation's row of a numeric leaf, as an array.
+        cdef cnp.ndarray row
+        cdef FramePool pool = self.pools[leaf]
+        if pool is None:
+            return (<Column>self.final[leaf]).rows(slot, slot + 1)[0]
+        row = np.empty(self.shapes[leaf], self.dtypes[leaf])
+        pool.assemble(array_bytes(row, pool.row_bytes),
+                      <int64_t*>(<Column>self.final[leaf]).row_ptr(slot, 1))
+        return row
+
+    cdef int _begin_frames(self, int32_t slot, bint is_new) except -1:
+        # Before an episode's rows are written: a new episode's first row
+        # follows no row, a chunk's first row follows the stored last one.
+        cdef Py_ssize_t leaf
+        cdef FramePool pool
+        for leaf in range(self.nleaves):
+            pool = self.pools[leaf]
+            if pool is None:
+                continue
+            if is_new:
+                pool.has_last = False
+            else:
+                pool.follow(<int64_t*>(<Column>self.final[leaf]).row_ptr(slot, 1))
+        return 0
+
+    cdef int _release_frames(self) except -1:
+        # Frees the frames no stored row refers to: those written before the
+        # oldest stored episode's first row (episodes are evicted oldest
+        # first, and every frame an episode refers to is written at or
+        # after its first row's first one).
+        cdef Py_ssize_t leaf, j
+        cdef FramePool pool
+        cdef int64_t* refs
+        cdef int64_t lo
+        cdef int32_t slot = self.first_slot
+        for leaf in range(self.nleaves):
+            pool = self.pools[leaf]
+            if pool is None:
+                continue
+            if slot < 0:
+                pool.release_before(pool.tail)
+                continue
+            if self.eps[slot].first_run >= 0:
+                refs = <int64_t*>self._row_ptr(self.eps[slot].first_run, 0, leaf)
+            else:
+                refs = <int64_t*>(<Column>self.final[leaf]).row_ptr(slot, 1)
+            lo = refs[0]
+            for j in range(1, self.frame_stack):
+                lo = min(lo, refs[j])
+            pool.release_before(lo)
+        return 0
+
+    def frame_stats(self):
+        """Per frame-stacked observation leaf: {"frames": frames written,
+        "chunks", "bytes": the frames' chunks held, "frame_bytes"}."""
+        return {leaf: (<FramePool>self.pools[leaf]).stats()
+                for leaf in range(self.nleaves) if self.pools[leaf] is not None}
 
     cdef object _track_layout(self, BufferCore buf, object known, bint with_final, str what):
         # The leaf structure of the store's track `what` for `buf`: the known
@@ -677,12 +810,13 @@ cdef class Store:
     cdef object _new_storage(self, Py_ssize_t leaf, Py_ssize_t rows):
         # An ndarray of `rows` rows for a numeric leaf: in memory, or in a
         # file of the storage folder (pages stay on disk until touched).
-        shape = (rows,) + self.shapes[leaf]
+        row_shape, dtype = self._stored_layout(leaf)
+        shape = (rows,) + row_shape
         if self.storage is None:
-            return np.zeros(shape, self.dtypes[leaf])
+            return np.zeros(shape, dtype)
         self.file_seq += 1
         path = os.path.join(self.storage, f"block-{self.file_seq}-leaf-{leaf}.bin")
-        arr = np.memmap(path, dtype=self.dtypes[leaf], mode="w+", shape=shape)
+        arr = np.memmap(path, dtype=dtype, mode="w+", shape=shape)
         os.unlink(path)          # the mapping keeps the data; the file goes with it
         return arr
 
@@ -749,6 +883,9 @@ cdef class Store:
             return
         for i in range(len(self.blocks) - 1):
             _drop_pages(<Block>self.blocks[i])
+        for pool in self.pools:
+            if pool is not None:
+                (<FramePool>pool).release_pages()
 
     cdef int _resize_block(self, Block block, Py_ssize_t cap) except -1:
         cdef Py_ssize_t leaf
@@ -760,7 +897,7 @@ cdef class Store:
                 grown = Column.from_array(self._new_storage(leaf, cap))
                 if block.size:
                     memcpy(grown.row_ptr(0, block.size), col.row_ptr(0, block.size),
-                           block.size * self.row_bytes[leaf])
+                           block.size * self.stored_bytes[leaf])
                 block.cols[leaf] = grown
         if self.priorities is not None:
             rows_leaves = <int32_t*>PyMem_Realloc(block.leaf_of_row, cap * sizeof(int32_t))
@@ -904,6 +1041,8 @@ cdef class Store:
             want = self._description(known) if known is not None else layouts.get(track)
             got = _description_of(buf)
             if want is None:
+                if track[0] == "obs" and self.frame_stack:
+                    self._stack_axes(buffer_leaves(buf))
                 layouts[track] = got
             elif want != got:
                 raise ValueError(f"the episode's {what} do not match the stored ones: "
@@ -1000,6 +1139,8 @@ cdef class Store:
                     meta.observation_space, meta.action_space, meta.extra_keys,
                     dict(meta.custom_data or {}, **copy.deepcopy(custom)),
                     meta.defaultdict_extras)
+        if self.frame_stack:
+            self._begin_frames(slot, is_new)
         self._write_steps(slot, episode, extras, layout, lookback, first_ts, n, w)
         ep = &self.eps[slot]
         ep.length += n
@@ -1100,10 +1241,9 @@ cdef class Store:
             col = cols[k]
             leaf = leaves[k]
             if self.row_bytes[leaf]:
-                same = np.array_equal((<Column>self.final[leaf]).rows(slot, slot + 1)[0],
+                same = np.array_equal(self._final_row(slot, leaf),
                                       col.rows(pos, pos + 1)[0]) if col.finalized else \
-                    np.array_equal((<Column>self.final[leaf]).rows(slot, slot + 1)[0],
-                                   np.asarray(col.item(pos)))
+                    np.array_equal(self._final_row(slot, leaf), np.asarray(col.item(pos)))
             else:
                 same = np.all(np.asarray(self.final_objects[leaf][slot] == col.item(pos)))
             if not same:
@@ -1178,11 +1318,17 @@ cdef class Store:
         cdef list leaves = source[0], cols = source[1]
         cdef Py_ssize_t lookback = source[2], k, i, leaf
         cdef Column col
+        cdef FramePool pool
         for k in range(len(cols)):
             col = cols[k]
             leaf = leaves[k]
             self._ensure_leaf(block, leaf)
-            if self.row_bytes[leaf]:
+            pool = self.pools[leaf]
+            if pool is not None:
+                for i in range(count):
+                    pool.write_row(<int64_t*>(<Column>block.cols[leaf]).row_ptr(row + i, 1),
+                                   col.row_ptr(lookback + ts + i, 1))
+            elif self.row_bytes[leaf]:
                 memcpy((<Column>block.cols[leaf]).row_ptr(row, count),
                        col.row_ptr(lookback + ts, count), count * self.row_bytes[leaf])
             else:
@@ -1218,7 +1364,10 @@ cdef class Store:
         for k in range(len(cols)):
             col = cols[k]
             leaf = leaves[k]
-            if self.row_bytes[leaf]:
+            if self.pools[leaf] is not None:
+                (<FramePool>self.pools[leaf]).write_row(
+                    <int64_t*>(<Column>self.final[leaf]).row_ptr(slot, 1), col.row_ptr(pos, 1))
+            elif self.row_bytes[leaf]:
                 memcpy((<Column>self.final[leaf]).row_ptr(slot, 1), col.row_ptr(pos, 1),
                        self.row_bytes[leaf])
             else:
@@ -1323,7 +1472,12 @@ cdef class Store:
                         raise ValueError(f"the block's items of {track} are not a list of "
                                          f"{nrows}")
                     cols[leaf] = data
-        # Changes.
+        # Changes. A frame-stacked leaf's rows go to its frames, each
+        # episode's rows in turn (as add() would write them).
+        for leaf in range(self.nleaves):
+            if self.pools[leaf] is not None:
+                cols[leaf] = self._block_frames(<FramePool>self.pools[leaf], cols[leaf], nrows,
+                                                rows_v, lookbacks_v, lengths_v)
         block = Block.__new__(Block)
         block.cols = cols
         block.infos = {}
@@ -1359,7 +1513,7 @@ cdef class Store:
             for leaf in obs_leaves:
                 if self.row_bytes[leaf]:
                     memcpy((<Column>self.final[leaf]).row_ptr(slot, 1),
-                           (<Column>cols[leaf]).row_ptr(final_row, 1), self.row_bytes[leaf])
+                           (<Column>cols[leaf]).row_ptr(final_row, 1), self.stored_bytes[leaf])
                 else:
                     self.final_objects[leaf][slot] = cols[leaf][final_row]
             item = infos.get(final_row)
@@ -1368,6 +1522,21 @@ cdef class Store:
             else:
                 self.final_infos.pop(slot, None)
         return None
+
+    cdef Column _block_frames(self, FramePool pool, Column rows, Py_ssize_t nrows,
+                              int64_t[::1] starts, int32_t[::1] lookbacks,
+                              int64_t[::1] lengths):
+        # add_block()'s rows of a frame-stacked leaf as the numbers of their
+        # frames: each episode's rows (lookback, steps, last observation)
+        # written in turn, the first following no row.
+        cdef cnp.ndarray refs = np.zeros((nrows, self.frame_stack), np.int64)
+        cdef int64_t* rp = <int64_t*>array_bytes(refs, nrows * self.frame_stack * 8)
+        cdef Py_ssize_t i, r
+        for i in range(len(starts)):
+            pool.has_last = False
+            for r in range(starts[i], starts[i] + lookbacks[i] + lengths[i] + 1):
+                pool.write_row(rp + r * self.frame_stack, rows.row_ptr(r, 1))
+        return Column.from_array(refs)
 
     # -- restoring ------------------------------------------------------------------
 
@@ -1554,6 +1723,8 @@ cdef class Store:
             del self.blocks[0]
             self.first_block += 1
         self._sync_blocks()
+        if self.frame_stack:
+            self._release_frames()
         return 0
 
     # -- reading -----------------------------------------------------------------------
@@ -1629,7 +1800,42 @@ cdef class Store:
         base = self.block_data[r.block - self.first_block][leaf]
         if base == NULL:
             raise SystemError("episode core: a leaf without storage in its block")
-        return base + (r.row + off) * self.row_bytes[leaf]
+        return base + (r.row + off) * self.stored_bytes[leaf]
+
+    cdef int _gather_frames(self, char* dst, Picks picks, Py_ssize_t leaf, bint at_end,
+                            bint pairs) except -1:
+        # A frame-stacked leaf's rows of the picks (at their step, or their
+        # end step; `pairs`: both, interleaved) into `dst`, read a batch at
+        # a time (see FramePool.assemble_rows).
+        cdef Py_ssize_t i, n = picks.size * (2 if pairs else 1)
+        cdef Pick* p
+        cdef int64_t** refs = <int64_t**>PyMem_Malloc(max(1, n) * sizeof(int64_t*))
+        if refs == NULL:
+            raise MemoryError()
+        try:
+            for i in range(picks.size):
+                p = &picks.items[i]
+                if pairs:
+                    refs[2 * i] = <int64_t*>self._row_ptr(p.run, p.off, leaf)
+                    refs[2 * i + 1] = <int64_t*>self._row_ptr(p.end_run, p.end_off, leaf)
+                elif at_end:
+                    refs[i] = <int64_t*>self._row_ptr(p.end_run, p.end_off, leaf)
+                else:
+                    refs[i] = <int64_t*>self._row_ptr(p.run, p.off, leaf)
+            (<FramePool>self.pools[leaf]).assemble_rows(dst, refs, n)
+        finally:
+            PyMem_Free(refs)
+        return 0
+
+    cdef int _read_row(self, char* dst, int64_t run, int32_t off, Py_ssize_t leaf) except -1:
+        # A numeric leaf's row into `dst` (row_bytes), rebuilt from its
+        # frames where the leaf is frame-stacked.
+        cdef object pool = self.pools[leaf]
+        if pool is None:
+            copy_row(dst, self._row_ptr(run, off, leaf), self.row_bytes[leaf])
+        else:
+            (<FramePool>pool).assemble(dst, <int64_t*>self._row_ptr(run, off, leaf))
+        return 0
 
     cdef object _row_object(self, int64_t run, int32_t off, Py_ssize_t leaf):
         cdef Run* r
@@ -2046,7 +2252,7 @@ cdef class Store:
             self._locate(p.slot, first + next_rows, &run, &off)
             for s in range(first, p.end):
                 j = s - (p.ts - lookback)
-                memcpy(dst + (i * width + j) * rb, self._row_ptr(run, off, leaf), rb)
+                self._read_row(dst + (i * width + j) * rb, run, off, leaf)
                 md[i * width + j] = True
                 if s + 1 < p.end:
                     self._advance(&run, &off, 1)
@@ -2087,6 +2293,9 @@ cdef class Store:
                     for i in range(picks.size)]
         out = rows_array(picks.size, self.shapes[leaf], self.dtypes[leaf])
         dst = array_bytes(out, picks.size * rb)
+        if self.pools[leaf] is not None:
+            self._gather_frames(dst, picks, leaf, at_end, False)
+            return out
         for i in range(picks.size):
             p = &picks.items[i]
             if at_end:
@@ -2145,6 +2354,9 @@ cdef class Store:
             return out_list
         out = rows_array(2 * picks.size, self.shapes[leaf], self.dtypes[leaf])
         dst = array_bytes(out, 2 * picks.size * rb)
+        if self.pools[leaf] is not None:
+            self._gather_frames(dst, picks, leaf, False, True)
+            return out
         for i in range(picks.size):
             p = &picks.items[i]
             copy_row(dst + 2 * i * rb, self._row_ptr(p.run, p.off, leaf), rb)
@@ -2607,7 +2819,7 @@ def rows_of(Store store, Py_ssize_t slot, track, int64_t start, int64_t stop, bi
         dst = array_bytes(arr, count * rb)
         for i in range(count):
             r, o = positions[i]
-            memcpy(dst + i * rb, store._row_ptr(r, o, leaf), rb)
+            store._read_row(dst + i * rb, r, o, leaf)
         columns[leaf] = Column.from_array(arr) if numpy else list_column(arr, store.kinds[leaf])
     return _replace_numbers(structure, columns)
 
