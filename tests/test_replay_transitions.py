@@ -259,3 +259,40 @@ def test_set_state_closes_the_open_episodes(counted_ids):
 def test_multi_agent_buffers_refuse_transitions(cls):
     with pytest.raises(TypeError, match="stores MultiAgentEpisodes"):
         cls(capacity=10).add_transition(np.zeros(1), np.zeros(1), 0, 1.0, False, False)
+
+
+@pytest.mark.parametrize("cls", [EpisodeReplayBuffer, PrioritizedEpisodeReplayBuffer])
+def test_transitions_into_a_frame_stacked_buffer(monkeypatch, cls):
+    """A vector env of stacked frames (each next obs: the last three frames
+    and a new one): a frame-stacked buffer fed by add_transition() answers
+    as a plain one fed the same steps."""
+    rng = np.random.default_rng(5)
+    n = 3
+    obs = rng.random((n, 4, 2), np.float32)
+    steps = []
+    for _ in range(60):
+        frames = rng.random((n, 1, 2), np.float32)
+        next_obs = np.concatenate([obs[:, 1:], frames], axis=1)
+        done = rng.random(n) < 0.1
+        steps.append((obs, next_obs, rng.integers(0, 2, n), rng.random(n), done,
+                      np.zeros(n, bool)))
+        # A done env starts over from a fresh stack.
+        obs = np.where(done[:, None, None], rng.random((n, 4, 2), np.float32), next_obs)
+    buffers = []
+    for frame_stack in (4, None):
+        counter = itertools.count()
+        monkeypatch.setattr(transitions, "_new_id", lambda: f"e{next(counter)}")
+        buffer = cls(capacity=200, frame_stack=frame_stack, seed=1)
+        for args in steps:
+            buffer.add_transition(*args)
+        buffers.append(buffer)
+    assert buffers[0]._stacked() is not None
+    _same_buffers(*buffers, cls is PrioritizedEpisodeReplayBuffer)
+    # The compiled step path writes whole rows: a stacked store refuses it.
+    store = buffers[0]._store
+    layout = store.layout
+    assert isinstance(layout["obs"], int)
+    with pytest.raises(ValueError, match="frame-stacked"):
+        store.add_steps(["x"] * n, ["x"] * n, np.zeros(n, np.int64), [steps[0][0]],
+                        [steps[0][1]], [steps[0][2]], [steps[0][3]], steps[0][4], steps[0][5],
+                        None, np.arange(n))

@@ -2532,6 +2532,10 @@ cdef class Store:
         layout = self.layout
         if layout["obs"] is None or layout["actions"] is None or layout["rewards"] is None:
             raise ValueError("add_steps() stores steps of laid-out tracks: add() an episode first")
+        if self.frame_stack:
+            # (It writes whole observation rows; stacked rows are frames.)
+            raise ValueError("add_steps() writes whole observation rows: a frame-stacked "
+                             "store takes its steps through add()")
         obs_leaves = _leaf_list(layout["obs"])
         for name, leaves, arrays in (("obs", obs_leaves, obs), ("next_obs", obs_leaves, next_obs),
                                      ("actions", _leaf_list(layout["actions"]), actions),
