@@ -4,6 +4,7 @@ draws), and RLlib's tree API over them."""
 from __future__ import annotations
 
 import collections
+import os
 import sys
 from typing import Any, Dict, List, Optional, Tuple, Union
 
@@ -54,6 +55,8 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
                          storage=storage, seed=seed)
 
     def _new_store(self, capacity, storage) -> Store:
+        if storage is not None and not isinstance(storage, int):
+            os.makedirs(storage, exist_ok=True)     # (FileExistsError for a file)
         _check_capacity(capacity, prioritized=True)
         return Store(capacity, prioritized=True, tree_size=_tree_size(capacity),
                      storage=storage)

@@ -3,6 +3,7 @@ Store, and the native `sample_batch()` every single-agent buffer has."""
 from __future__ import annotations
 
 import collections
+import os
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
@@ -79,6 +80,8 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
         self._logger = logger
 
     def _new_store(self, capacity, storage) -> Store:
+        if storage is not None and not isinstance(storage, int):
+            os.makedirs(storage, exist_ok=True)     # (FileExistsError for a file)
         _check_capacity(capacity)
         return Store(capacity, storage=storage)
 

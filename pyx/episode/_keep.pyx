@@ -77,6 +77,8 @@ def store_state(Store store):
     eps = np.zeros(store.ep_cap, EP_DTYPE)
     for i in range(store.ep_cap):
         e = &store.eps[i]
+        if not e.live:
+            continue             # (a free slot's fields mean nothing: zeros)
         eps[i] = (e.first_run, e.last_run, e.length, e.t_started, e.lookback, e.terminated,
                   e.truncated, e.finalized, e.live, e.prev, e.next, e.start_time,
                   e.last_step_time)
@@ -146,7 +148,7 @@ cdef int _check(bint ok, str what) except -1:
     return 0
 
 
-cdef Py_ssize_t _count(object value, str what, Py_ssize_t low, Py_ssize_t high) except -1:
+cdef Py_ssize_t _count(object value, str what, Py_ssize_t low, Py_ssize_t high) except? -1:
     # An int of the state in [low, high].
     _check(type(value) is int and low <= value <= high, f"{what} is {value!r}")
     return value
@@ -273,6 +275,7 @@ def build_store(Store store, dict state, list blocks):
     cdef int32_t[:] e_next = np.ascontiguousarray(eps["next"])
     cdef unsigned char[:] e_live = np.ascontiguousarray(eps["live"])
     flags = np.stack([eps["terminated"], eps["truncated"], eps["finalized"], eps["live"]])
+    flags = flags[:, eps["live"] != 0] if bool(np.all(eps["live"] <= 1)) else flags
     _check(bool(np.all(flags <= 1)), "an episode's flags are not 0 or 1")
     free = _array(state.get("free_slots"), np.dtype(np.int32), -1, "the free slots")
     n_free = free.shape[0]
