@@ -694,9 +694,12 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
 
     def _kept_state(self) -> Dict[str, Any]:
         # What save() keeps of the buffer besides its store.
+        # (RLlib's MetricsLogger holds a lock: its Stats are kept, in their
+        # order, and go into a new logger.)
         logger = self.metrics
-        if hasattr(logger, "get_state") and hasattr(logger, "set_state"):
-            metrics = ("state", type(logger).__module__, logger.get_state())
+        if type(logger).__name__ == "MetricsLogger" and type(getattr(logger, "stats", None)) \
+                is dict:
+            metrics = ("stats", type(logger).__module__, logger.stats)
         else:
             metrics = ("logger", None, logger)
         return {"_num_timesteps": self._num_timesteps,
@@ -711,15 +714,20 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
         if not isinstance(state["rng"], np.random.Generator):
             raise ValueError("the saved rng is not a numpy Generator")
         kind, module, metrics = state["metrics"]
-        if kind == "state":
-            logger = _metrics_logger()
-            if not hasattr(logger, "set_state"):
-                import importlib
+        if kind == "stats":
+            import importlib
 
-                logger = importlib.import_module(module).MetricsLogger(root=False)
-            logger.set_state(metrics)
-        else:
+            if module != "ray.rllib.utils.metrics.metrics_logger":
+                raise ValueError(f"the saved metrics are of {module!r}, not RLlib's logger")
+
+            logger = importlib.import_module(module).MetricsLogger(root=False)
+            if type(metrics) is not dict:
+                raise ValueError("the saved metrics are not a logger's")
+            logger.stats = metrics
+        elif kind == "logger" and hasattr(metrics, "reduce") and hasattr(metrics, "log_value"):
             logger = metrics
+        else:
+            raise ValueError("the saved metrics are not a logger's")
         self._num_timesteps = state["_num_timesteps"]
         self._num_timesteps_added = state["_num_timesteps_added"]
         self.sampled_timesteps = state["sampled_timesteps"]
