@@ -5089,6 +5089,78 @@ for _fixture in EPISODES:
                 replay_pickle_case(_fixture, _how, _buffer))
 
 
+# -- replay buffers kept in a folder (save() / open()) ------------------------------------
+
+KEPT_DAMAGE = ["intact", "block:truncated", "block:overlong", "block:flipped", "block:missing",
+               "meta:flipped", "meta:truncated", "meta:resigned-flips"]
+
+
+def replay_kept_case(damage, buffer_name):
+    """A buffer saved to a folder whose files are then damaged: open()
+    refuses (an OSError or ValueError) or gives a buffer that draws, takes
+    a checkpoint and adds; never a crash. Flipped bits in a metadata file
+    whose checksum is made to match test the checks behind the checksum."""
+
+    def run(impl, p):
+        if not impl.ours:
+            return
+        import hashlib
+        import tempfile
+
+        from episode.replay import kept
+
+        _allow_replay(p)
+        buffer = _replay_buffer(impl, buffer_name)
+        folder = tempfile.mkdtemp()
+        try:
+            buffer.save(folder)
+            meta = os.path.join(folder, kept.META_NAME)
+            blocks = sorted(n for n in os.listdir(folder) if n.startswith("rows-"))
+            target = os.path.join(folder, blocks[0]) if damage.startswith("block") else meta
+            with open(target, "rb") as f:
+                data = f.read()
+            rng = np.random.default_rng(len(data))
+            attempts = [data]
+            if damage.endswith("truncated"):
+                attempts = [data[:-1], data[:len(data) // 2]]
+            elif damage.endswith("overlong"):
+                attempts = [data + b"\0"]
+            elif damage in ("block:flipped", "meta:flipped"):
+                p.check_data = False      # flipped rows are data, not heap garbage
+                attempts = [flipped(data, np.arange(len(data)), rng, 2) for _ in range(6)]
+            elif damage == "meta:resigned-flips":
+                p.check_data = False
+                payload = data[kept.HEADER_BYTES:]
+                attempts = []
+                for _ in range(12):
+                    bad = flipped(payload, np.arange(len(payload)), rng, 1)
+                    attempts.append(kept.MAGIC + kept._HEADER.pack(
+                        kept.FORMAT_VERSION, len(bad), hashlib.sha256(bad).digest()) + bad)
+            cls = type(buffer)
+            for k, attempt in enumerate(attempts):
+                if damage == "block:missing":
+                    os.unlink(target)
+                else:
+                    with open(target, "wb") as f:
+                        f.write(attempt)
+                ok = None if damage in ("intact", "block:flipped", "meta:resigned-flips") \
+                    else [OSError, ValueError]
+                opened = p.run(f"open#{k}", lambda: cls.open(folder), ok=ok, data=False)
+                if opened is not None:
+                    probe_replay_buffer(p, f"opened#{k}", opened, impl)
+        finally:
+            import shutil
+
+            shutil.rmtree(folder, ignore_errors=True)
+
+    return run
+
+
+for _damage in KEPT_DAMAGE:
+    for _buffer in REPLAY_BUFFERS:
+        add("replay_kept", f"{_damage}:{_buffer}", replay_kept_case(_damage, _buffer))
+
+
 # -- the child's main loop -------------------------------------------------------
 
 # A case's time (SIGALRM ends it) in a fork shared with other cases: the

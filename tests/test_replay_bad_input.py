@@ -404,14 +404,16 @@ def test_rewards_that_are_not_real_numbers(cls, rewards):
 
 
 def test_a_storage_folder_that_does_not_exist(tmp_path):
-    """Refused when the buffer is made, or by add() with the buffer left as
-    it was."""
+    """Made (with its parents) when the buffer is made; a path that is a
+    file is refused then."""
     folder = tmp_path / "missing" / "blocks"
-    try:
-        buffer = EpisodeReplayBuffer(capacity=20, storage=folder)
-    except (OSError, ValueError):
-        return
-    refused(buffer, OSError, lambda: buffer.add(numbered_episode(0, 3)))
+    buffer = EpisodeReplayBuffer(capacity=20, storage=folder)
+    assert folder.is_dir()
+    buffer.add(numbered_episode(0, 3))
+    assert buffer.get_num_timesteps() == 3
+    (tmp_path / "file").write_bytes(b"")
+    with pytest.raises(OSError):
+        EpisodeReplayBuffer(capacity=20, storage=tmp_path / "file")
 
 
 # -- update_priorities ---------------------------------------------------------------------

@@ -4,6 +4,7 @@ draws), and RLlib's tree API over them."""
 from __future__ import annotations
 
 import collections
+import os
 import sys
 from typing import Any, Dict, List, Optional, Tuple, Union
 
@@ -56,6 +57,8 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
                          frame_stack_axis=frame_stack_axis)
 
     def _new_store(self, capacity, storage) -> Store:
+        if storage is not None and not isinstance(storage, int):
+            os.makedirs(storage, exist_ok=True)     # (FileExistsError for a file)
         _check_capacity(capacity, prioritized=True)
         return Store(capacity, prioritized=True, tree_size=_tree_size(capacity),
                      storage=storage, **store_args(self._frames))
@@ -256,6 +259,39 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
             "_last_sampled_indices": self._last_sampled_indices,
         }
 
+    def _kept_state(self) -> Dict[str, Any]:
+        # The last draw's steps by the store's own keys (public ones carry
+        # this store's tag, which the opened store has not: it tags them
+        # with its own).
+        keys = self._last_keys
+        if self._last_keys_public:
+            keys = [k & _KEY_STEP_MASK for k in np.asarray(keys, np.int64).tolist()]
+        return super()._kept_state() | {
+            "_max_priority": self._max_priority,
+            "_last_leaves": None if self._last_leaves is None else list(self._last_leaves),
+            "_last_keys": list(keys), "_last_keys_public": bool(self._last_keys_public)}
+
+    def _restore_kept(self, state: Dict[str, Any]) -> None:
+        leaves, keys, public = state["_last_leaves"], state["_last_keys"], \
+            state["_last_keys_public"]
+        if leaves is not None:
+            leaves = [-1 if leaf == -1 else _sampled_leaves([leaf], self._store.priorities)[0]
+                      for leaf in leaves]
+        if type(keys) is not list or not all(type(k) is int and -1 <= k < 1 << 56
+                                             for k in keys) or type(public) is not bool \
+                or (leaves is not None and len(leaves) != len(keys)) \
+                or (leaves is None and not public):
+            raise ValueError("the last draw's steps are not a draw's")
+        max_priority = _max_priority(state["_max_priority"])
+        super()._restore_kept(state)
+        self._max_priority = max_priority
+        self._last_leaves = leaves
+        if public:
+            tag = self._store.key_tag << 56
+            keys = np.array([k | tag if k >= 0 else k for k in keys], np.int64)
+        self._last_keys = keys
+        self._last_keys_public = public
+
     def set_state(self, state) -> None:
         self._check_state(state)
         store = self._restored_store(state, weights=(
@@ -279,6 +315,8 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
 
 
 _NO_ENVS = np.zeros(0, np.int64)
+# A public step key (sample_batch()'s `indices`) without its store's tag.
+_KEY_STEP_MASK = (1 << 56) - 1
 
 
 def _packed_state(state: Dict[str, Any]) -> Dict[str, Any]:

@@ -3,6 +3,7 @@ Store, and the native `sample_batch()` every single-agent buffer has."""
 from __future__ import annotations
 
 import collections
+import os
 from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
@@ -15,6 +16,7 @@ from episode.replay.draws import (_batch_size, _check_capacity, _check_gamma,
                                   _transitions)
 from episode.replay.frames import frame_settings, store_args
 from episode.replay.metrics import _AddCounts, _log_pair, _metrics_logger, _reduced, _Unlogged
+from episode.replay import kept
 from episode.replay.transitions import add_transitions
 from episode.replay.tensors import _check_numeric, _to_torch, _torch_device
 from episode.replay.stored import (DEFAULT_AGENT_ID, DEFAULT_MODULE_ID, _as_ours,
@@ -88,6 +90,8 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
         self._logger = logger
 
     def _new_store(self, capacity, storage) -> Store:
+        if storage is not None and not isinstance(storage, int):
+            os.makedirs(storage, exist_ok=True)     # (FileExistsError for a file)
         _check_capacity(capacity)
         return Store(capacity, storage=storage, **store_args(self._frames))
 
@@ -650,6 +654,109 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
         # The frame stacking of the stores that keep observations (None: off).
         return self._frames
 
+    # -- kept in a folder ------------------------------------------------------------------
+
+    def save(self, folder) -> None:
+        """Keeps the buffer in `folder` (made if missing) for `open()`, in
+        this process or a later one: each block of rows as a file, and a
+        metadata file with everything else (the stored episodes' layout,
+        priorities, counters, `rng`, metrics). The buffer itself is not
+        changed and goes on as before.
+
+        Whole or not at all: every file is written to a temporary name,
+        synced and renamed, the metadata last, so the folder holds either
+        the previous save or this one. Saving again into the folder a
+        buffer was opened from writes only the blocks that are new since.
+        One save at a time per folder (a lock: a second one waits).
+        A folder that already holds a saved buffer gets this one instead;
+        one whose metadata is damaged or not ours is refused (ValueError)
+        and left as it is.
+
+        Example::
+
+            buffer.save("/data/replay")
+            ...                                    # later, in any process
+            buffer = EpisodeReplayBuffer.open("/data/replay")
+        """
+        if _kind_of(self).startswith("MultiAgent"):
+            raise TypeError(f"save() keeps single-agent buffers, not a {_kind_of(self)}: "
+                            f"pickle it (its rows go into the pickle)")
+        if self._stacked() is not None:
+            raise TypeError("save() keeps buffers of whole observation rows, not a "
+                            "frame-stacked one (frame_stack=): pickle it (its frames go "
+                            "into the pickle)")
+        kept.save(self, folder)
+
+    @classmethod
+    def open(cls, folder, *, verify: bool = False) -> "EpisodeReplayBuffer":
+        """The buffer `save()` kept in `folder`, as it was then: the same
+        get_state(), counters, metrics, priorities and `rng` state, so the
+        same calls give the same samples; it adds, evicts and samples as
+        the original would have. Its rows are memory-mapped read-only from
+        the folder's files (opening reads the metadata, not the rows: the
+        pages come in as draws touch them), and the rows it adds go to
+        files of its own in the folder, removed from it at once
+        (`storage=folder`). The folder's files are never written by it:
+        open a folder as often as you like, in as many processes; each
+        buffer goes its own way, and saving one into the folder replaces
+        what the folder holds without disturbing the others.
+
+        `open()` of a class gives that class (of a base class, the kind
+        that was saved). Checked before anything is built: FileNotFoundError
+        for a missing folder, metadata or block file, ValueError naming the
+        file for a damaged, truncated, foreign or newer-format file or
+        sizes that do not match, TypeError for a folder holding another
+        kind of buffer. `verify=True` also checks each block file's
+        CRC-32 (reading every row once). Like a pickle, the metadata can
+        hold any Python object (episode ids, spaces, infos): open only
+        folders you trust."""
+        return kept.open_buffer(cls, folder, verify)
+
+    def _kept_state(self) -> Dict[str, Any]:
+        # What save() keeps of the buffer besides its store.
+        # (RLlib's MetricsLogger holds a lock: its Stats are kept, in their
+        # order, and go into a new logger.)
+        logger = self.metrics
+        if type(logger).__name__ == "MetricsLogger" and type(getattr(logger, "stats", None)) \
+                is dict:
+            metrics = ("stats", type(logger).__module__, logger.stats)
+        else:
+            metrics = ("logger", None, logger)
+        return {"_num_timesteps": self._num_timesteps,
+                "_num_timesteps_added": self._num_timesteps_added,
+                "sampled_timesteps": self.sampled_timesteps, "rng": self.rng,
+                "metrics": metrics, "open_episodes": self.__dict__.get("_open_episodes")}
+
+    def _restore_kept(self, state: Dict[str, Any]) -> None:
+        # open(): the buffer's part of what save() kept (its store is set).
+        for key in ("_num_timesteps", "_num_timesteps_added", "sampled_timesteps"):
+            _int(state[key], key)
+        if not isinstance(state["rng"], np.random.Generator):
+            raise ValueError("the saved rng is not a numpy Generator")
+        kind, module, metrics = state["metrics"]
+        if kind == "stats":
+            import importlib
+
+            if module != "ray.rllib.utils.metrics.metrics_logger":
+                raise ValueError(f"the saved metrics are of {module!r}, not RLlib's logger")
+
+            logger = importlib.import_module(module).MetricsLogger(root=False)
+            if type(metrics) is not dict:
+                raise ValueError("the saved metrics are not a logger's")
+            logger.stats = metrics
+        elif kind == "logger" and hasattr(metrics, "reduce") and hasattr(metrics, "log_value"):
+            logger = metrics
+        else:
+            raise ValueError("the saved metrics are not a logger's")
+        self._num_timesteps = state["_num_timesteps"]
+        self._num_timesteps_added = state["_num_timesteps_added"]
+        self.sampled_timesteps = state["sampled_timesteps"]
+        self.rng = state["rng"]
+        self.metrics = logger
+        self.__dict__.pop("_open_episodes", None)
+        if state["open_episodes"] is not None:
+            self.__dict__["_open_episodes"] = state["open_episodes"]
+
     def _check_state(self, state) -> None:
         """set_state()'s first check: a dict with the keys of this kind of
         buffer's checkpoints. TypeError for what is no dict; KeyError (as
@@ -701,10 +808,15 @@ def _entries(entries, fields: int, uniform: bool) -> list:
 
 def _kind_of(buffer) -> str:
     # The name of the buffer's kind (one of ours, whatever subclass it is).
-    for cls in type(buffer).__mro__:
-        if cls in _BUFFER_KINDS:
-            return cls.__name__
-    return type(buffer).__name__
+    return _kind_of_class(type(buffer)).__name__
+
+
+def _kind_of_class(cls: type) -> type:
+    # Which of our kinds of buffers `cls` is (itself, or a subclass of it).
+    for base in cls.__mro__:
+        if base in _BUFFER_KINDS:
+            return base
+    return cls
 
 
 # Our four kinds of buffers (listed by episode.replay's __init__, once all

@@ -22,6 +22,7 @@ copies their rows into batch arrays.
 import copy
 import mmap as mmap_module
 import os
+import tempfile
 
 import numpy as np
 
@@ -814,10 +815,16 @@ cdef class Store:
         shape = (rows,) + row_shape
         if self.storage is None:
             return np.zeros(shape, dtype)
+        # A name no other store (in this process or another) has: a saved
+        # buffer's folder is also its reopened buffers' storage.
         self.file_seq += 1
-        path = os.path.join(self.storage, f"block-{self.file_seq}-leaf-{leaf}.bin")
-        arr = np.memmap(path, dtype=dtype, mode="w+", shape=shape)
-        os.unlink(path)          # the mapping keeps the data; the file goes with it
+        fd, path = tempfile.mkstemp(prefix=f".scratch-{self.file_seq}-leaf-{leaf}-",
+                                    suffix=".bin", dir=self.storage)
+        try:
+            with os.fdopen(fd, "w+b") as f:
+                arr = np.memmap(f, dtype=dtype, mode="w+", shape=shape)
+        finally:
+            os.unlink(path)      # the mapping keeps the data; the file goes with it
         return arr
 
     cdef Block _tail_block(self, Py_ssize_t rows):

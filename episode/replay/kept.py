@@ -1,0 +1,340 @@
+"""A replay buffer kept in a folder: `buffer.save(folder)` writes it there,
+`EpisodeReplayBuffer.open(folder)` makes it again in any later process,
+its rows memory-mapped from the folder's files instead of read into memory.
+
+The folder holds one file per block and numeric leaf (`rows-*.bin`: the
+block's rows, raw, as the Store keeps them), `buffer.meta` (everything
+else: the Store's runs, episodes, layout, final rows and priority trees,
+the buffer's counters, rng, metrics; a pickle behind a header of a magic
+string, the format version, the payload's length and its SHA-256) and
+`buffer.lock`.
+
+Writing: each file goes to a temporary name, is fsync'd and renamed; the
+metadata is renamed last, so a reader sees the previous save or this one,
+never a mix. A block file that a buffer opened from this folder maps, and
+that is still the folder's (same inode: files are never changed once
+written), is referenced again instead of written again; files only the
+previous save referenced are removed after the new metadata is in place.
+A save holds the folder's lock (exclusive) throughout; an open holds it
+shared while it reads.
+
+Reading: the metadata's magic, version, length and checksum are checked
+before it is unpickled, each block file's existence and size before it is
+mapped (read-only), and every index of the Store's state against those
+sizes before anything is built (episode._keep). `verify=True` also checks
+each block file's CRC-32 (reading every row once).
+
+A reopened buffer is independent of the folder: its rows stay mapped
+read-only (the files are never written again), new rows go to new files of
+its own (removed from the folder at once, as with `storage=`), and two
+buffers opened from one folder share the files and nothing else. Saving
+one of them into the folder replaces the folder's buffer; the other keeps
+reading its mappings (a removed file stays readable while mapped) and
+writes its blocks anew if it saves there later.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import os
+import pickle
+import secrets
+import struct
+import zlib
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+try:
+    import fcntl
+except ImportError:         # (Windows: no advisory locks; saves are not guarded)
+    fcntl = None  # type: ignore[assignment]
+
+FORMAT_VERSION = 1
+MAGIC = b"episode replay buffer\n"
+_HEADER = struct.Struct("<IQ32s")     # version, payload bytes, SHA-256 of the payload
+HEADER_BYTES = len(MAGIC) + _HEADER.size
+META_NAME = "buffer.meta"
+LOCK_NAME = "buffer.lock"
+_META_KEYS = {"kind", "settings", "buffer", "store", "blocks"}
+
+
+# -- the folder -------------------------------------------------------------------------
+
+
+def _folder(folder) -> str:
+    if isinstance(folder, bytes):
+        folder = os.fsdecode(folder)
+    if not isinstance(folder, (str, os.PathLike)):
+        raise TypeError(f"a folder is a path (str or os.PathLike), not {type(folder).__name__}")
+    return os.fsdecode(os.fspath(folder))
+
+
+@contextlib.contextmanager
+def _locked(folder: str, exclusive: bool):
+    # flock() on the folder's lock file: exclusive for a save, shared for an
+    # open (a folder the user cannot write is opened without it: nothing
+    # can save into it either).
+    path = os.path.join(folder, LOCK_NAME)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        if exclusive:
+            raise
+        fd = -1
+    try:
+        if fd >= 0 and fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield
+    finally:
+        if fd >= 0:
+            os.close(fd)         # (releases the lock)
+
+
+def _write_file(folder: str, name: str, chunks) -> int:
+    """Writes `chunks` (bytes-like) to folder/name whole or not at all (a
+    temporary name, fsync, rename); returns their CRC-32."""
+    tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
+    crc = 0
+    try:
+        with open(tmp, "wb") as f:
+            for chunk in chunks:
+                f.write(chunk)
+                crc = zlib.crc32(chunk, crc)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, os.path.join(folder, name))
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return crc
+
+
+def _sync_folder(folder: str) -> None:
+    # The renames themselves on disk (POSIX: fsync of the directory).
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _file_names(meta: Dict[str, Any]) -> set:
+    return {leaf[1] for block in meta["blocks"] for leaf in block["leaves"]
+            if type(leaf) is tuple}
+
+
+# -- saving ------------------------------------------------------------------------------
+
+
+def save(buffer, folder) -> None:
+    """buffer.save(folder): see the module docstring."""
+    from episode._keep import store_state
+    from episode.replay.uniform import _kind_of
+
+    folder = _folder(folder)
+    os.makedirs(folder, exist_ok=True)
+    with _locked(folder, exclusive=True):
+        # What the folder holds now: replaced, so it must be ours and whole
+        # (a damaged or foreign metadata file is not overwritten).
+        previous = _read_meta(folder) if os.path.lexists(os.path.join(folder, META_NAME)) \
+            else None
+        for name in os.listdir(folder):
+            if name.startswith(".") and name.endswith(".tmp") and (
+                    name.startswith(".rows-") or name.startswith(f".{META_NAME}.")):
+                with contextlib.suppress(OSError):       # (a save that died half-way)
+                    os.unlink(os.path.join(folder, name))
+        store = buffer._store
+        state, blocks = store_state(store)
+        token = secrets.token_hex(6)
+        saved_blocks = []
+        for k, block in enumerate(blocks):
+            leaves: List[Any] = []
+            for leaf, data in enumerate(block["leaves"]):
+                if data is None or type(data) is list:
+                    leaves.append(data)
+                    continue
+                memory, mapped = data
+                reused = _reusable(mapped, folder, len(memory))
+                if reused is not None:
+                    leaves.append(reused)
+                    continue
+                name = f"rows-{token}-{k}-{leaf}.bin"
+                crc = _write_file(folder, name, [memory])
+                leaves.append(("file", name, len(memory), crc))
+            saved_blocks.append({"size": block["size"], "infos": block["infos"],
+                                 "leaf_of_row": block["leaf_of_row"], "leaves": leaves})
+        settings = dict(buffer._settings())
+        settings.pop("storage", None)
+        meta = {"kind": _kind_of(buffer), "settings": settings,
+                "buffer": buffer._kept_state(), "store": state, "blocks": saved_blocks}
+        payload = pickle.dumps(meta, protocol=5)
+        header = MAGIC + _HEADER.pack(FORMAT_VERSION, len(payload),
+                                      hashlib.sha256(payload).digest())
+        _sync_folder(folder)     # (the block files' names before the metadata's)
+        _write_file(folder, META_NAME, [header, payload])
+        _sync_folder(folder)
+        if previous is not None:
+            for name in _file_names(previous) - _file_names(meta):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(folder, name))
+
+
+def _reusable(mapped, folder: str, nbytes: int) -> Optional[tuple]:
+    """The saved leaf ("file", name, bytes, crc) of rows a buffer opened
+    from `folder` maps, where the folder still holds that very file."""
+    kept = getattr(mapped, "_kept", None) if mapped is not None else None
+    if kept is None:
+        return None
+    kept_folder, name, dev, ino, crc = kept
+    try:
+        if not os.path.samefile(kept_folder, folder):
+            return None
+        st = os.stat(os.path.join(folder, name))
+    except OSError:
+        return None
+    if (st.st_dev, st.st_ino) != (dev, ino) or st.st_size != nbytes:
+        return None
+    return ("file", name, nbytes, crc)
+
+
+# -- opening -----------------------------------------------------------------------------
+
+
+def _read_meta(folder: str) -> Dict[str, Any]:
+    """The folder's metadata, checked (FileNotFoundError where there is
+    none, ValueError naming the file for anything not whole and ours)."""
+    path = os.path.join(folder, META_NAME)
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        raise FileNotFoundError(errno.ENOENT, f"no saved replay buffer in {folder!r} "
+                                f"({META_NAME} is missing)", path) from None
+    if not data.startswith(MAGIC):
+        raise ValueError(f"{path} is not a saved replay buffer's metadata")
+    if len(data) < HEADER_BYTES:
+        raise ValueError(f"{path} is truncated: {len(data)} bytes, shorter than its header")
+    version, length, digest = _HEADER.unpack_from(data, len(MAGIC))
+    if version != FORMAT_VERSION:
+        raise ValueError(f"{path} is of format version {version}; this version of episode "
+                         f"reads version {FORMAT_VERSION}")
+    payload = memoryview(data)[HEADER_BYTES:]
+    if len(payload) != length:
+        raise ValueError(f"{path} is truncated or overlong: {len(payload)} bytes of metadata, "
+                         f"its header says {length}")
+    if hashlib.sha256(payload).digest() != digest:
+        raise ValueError(f"{path} is damaged: its checksum does not match its contents")
+    try:
+        meta = pickle.loads(payload)
+    except Exception as error:     # noqa: BLE001 - what a pickle raises is open-ended
+        raise ValueError(f"{path} cannot be read: {error!r}") from error
+    if type(meta) is not dict or set(meta) != _META_KEYS or \
+            type(meta["blocks"]) is not list or type(meta["store"]) is not dict or \
+            type(meta["settings"]) is not dict or type(meta["buffer"]) is not dict:
+        raise ValueError(f"{path} does not describe a replay buffer")
+    for block in meta["blocks"]:
+        if type(block) is not dict or type(block.get("leaves")) is not list:
+            raise ValueError(f"{path} does not describe a replay buffer's blocks")
+        for leaf in block["leaves"]:
+            if type(leaf) is tuple and not (
+                    len(leaf) == 4 and leaf[0] == "file" and type(leaf[1]) is str
+                    and leaf[1] == os.path.basename(leaf[1]) and leaf[1].startswith("rows-")
+                    and type(leaf[2]) is int and type(leaf[3]) is int):
+                raise ValueError(f"{path} names a block file {leaf!r} that is not one")
+    return meta
+
+
+def open_buffer(cls, folder, verify: bool = False):
+    """EpisodeReplayBuffer.open(folder): see there."""
+    from episode._keep import build_store
+    from episode.replay.uniform import _BUFFER_KINDS, _kind_of_class
+
+    folder = _folder(folder)
+    if not os.path.isdir(folder):
+        raise (NotADirectoryError if os.path.exists(folder) else FileNotFoundError)(
+            errno.ENOTDIR if os.path.exists(folder) else errno.ENOENT,
+            "no saved replay buffer there", folder)
+    with _locked(folder, exclusive=False):
+        meta = _read_meta(folder)
+        meta_path = os.path.join(folder, META_NAME)
+        kinds = {kind.__name__: kind for kind in _BUFFER_KINDS}
+        saved = kinds.get(meta["kind"])
+        if saved is None:
+            raise ValueError(f"{meta_path} holds a {meta['kind']!r}, no buffer of ours")
+        if _kind_of_class(cls) is saved:
+            target = cls
+        elif issubclass(saved, cls):
+            target = saved
+        else:
+            raise TypeError(f"{folder!r} holds a {saved.__name__}, not a {cls.__name__} "
+                            f"(open it with {saved.__name__}.open())")
+        if saved.__name__.startswith("MultiAgent"):
+            raise TypeError(f"{folder!r} holds a {saved.__name__}")
+        store_state = meta["store"]
+        dtypes, shapes = store_state.get("dtypes"), store_state.get("shapes")
+        if type(dtypes) is not list or type(shapes) is not list or len(dtypes) != len(shapes):
+            raise ValueError(f"{meta_path} does not describe a replay buffer's leaves")
+        blocks = [_mapped_block(folder, meta_path, block, dtypes, shapes, verify)
+                  for block in meta["blocks"]]
+        try:
+            buffer = target(**meta["settings"], storage=folder)
+        except (TypeError, ValueError, AssertionError) as error:
+            raise ValueError(f"{meta_path} holds settings no buffer takes: {error}") from error
+        store = buffer._new_store(buffer.capacity, folder)
+        try:
+            build_store(store, store_state, blocks)
+            buffer._store = store
+            buffer._restore_kept(meta["buffer"])
+        except (TypeError, ValueError, KeyError, IndexError, OverflowError) as error:
+            raise ValueError(f"{meta_path} does not describe a replay buffer: {error}") \
+                from error
+    return buffer
+
+
+def _mapped_block(folder: str, meta_path: str, block: Dict[str, Any], dtypes: list,
+                  shapes: list, verify: bool) -> Dict[str, Any]:
+    # A saved block for build_store(): its files mapped read-only, each
+    # checked first (there, of the size the metadata says, of its rows).
+    size = block.get("size")
+    leaves = block["leaves"]
+    if type(size) is not int or not 0 <= size < (1 << 31) or len(leaves) != len(dtypes):
+        raise ValueError(f"{meta_path} does not describe a replay buffer's blocks")
+    out = []
+    for leaf, entry in enumerate(leaves):
+        if type(entry) is not tuple:
+            out.append(entry)
+            continue
+        _, name, nbytes, crc = entry
+        path = os.path.join(folder, name)
+        dtype, shape = dtypes[leaf], shapes[leaf]
+        if not isinstance(dtype, np.dtype) or type(shape) is not tuple or \
+                not all(type(d) is int and d >= 0 for d in shape):
+            raise ValueError(f"{meta_path} gives no row type for {name}")
+        rows_shape = (size,) + shape
+        expected = int(np.prod(rows_shape, dtype=np.int64)) * dtype.itemsize
+        if nbytes != expected:
+            raise ValueError(f"{meta_path} gives {name} {nbytes} bytes; {size} rows of "
+                             f"{dtype} {shape} are {expected}")
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            raise FileNotFoundError(errno.ENOENT, "a block file of the saved buffer is "
+                                    "missing", path) from None
+        if st.st_size != nbytes:
+            raise ValueError(f"{path} is {'truncated' if st.st_size < nbytes else 'overlong'}"
+                             f": {st.st_size} bytes, the buffer saved {nbytes}")
+        if nbytes == 0:
+            rows = np.zeros(rows_shape, dtype)
+            rows.flags.writeable = False
+        else:
+            rows = np.memmap(path, dtype=dtype, mode="r", shape=rows_shape)
+            if verify and zlib.crc32(rows) != crc:
+                raise ValueError(f"{path} is damaged: its CRC-32 does not match the saved one")
+            rows._kept = (folder, name, st.st_dev, st.st_ino, crc)
+        out.append(rows)
+    return {"size": size, "infos": block.get("infos"), "leaf_of_row": block.get("leaf_of_row"),
+            "leaves": out}
