@@ -11,9 +11,16 @@ import numpy as np
 from episode import MultiAgentEpisode, SingleAgentEpisode
 
 
+def _plain_obs(rng, state: dict, first: bool) -> np.ndarray:
+    return rng.normal(size=3).astype(np.float32)
+
+
 def single_agent_stream(seed: int, *, n_envs: int = 3, calls: int = 12, fragment=(1, 6),
-                        max_len: int = 15) -> List[List[dict]]:
-    """Per add() call, the chunks of `n_envs` envs as plain data."""
+                        max_len: int = 15, observe: Callable = _plain_obs,
+                        prefix: str = "e") -> List[List[dict]]:
+    """Per add() call, the chunks of `n_envs` envs as plain data.
+    `observe(rng, state, first)` makes each observation (`state`: a dict of
+    the env's own, `first`: the episode's first one)."""
     rng = np.random.default_rng(seed)
     envs: List[Any] = [None] * n_envs
     made = 0
@@ -23,11 +30,13 @@ def single_agent_stream(seed: int, *, n_envs: int = 3, calls: int = 12, fragment
         for env in range(n_envs):
             if envs[env] is None:
                 made += 1
-                envs[env] = dict(id=f"e{seed}_{made}", t=0, left=int(rng.integers(1, max_len)),
-                                 obs=rng.normal(size=3).astype(np.float32), prev=None)
+                left = int(rng.integers(1, max_len))
+                state: dict = {}
+                envs[env] = dict(id=f"{prefix}{seed}_{made}", t=0, left=left,
+                                 obs=observe(rng, state, True), prev=None, state=state)
             s = envs[env]
             k = int(min(rng.integers(*fragment), s["left"]))
-            obs = [s["obs"]] + [rng.normal(size=3).astype(np.float32) for _ in range(k)]
+            obs = [s["obs"]] + [observe(rng, s["state"], False) for _ in range(k)]
             acts = [int(rng.integers(3)) for _ in range(k)]
             rews = [float(np.round(rng.normal(), 3)) for _ in range(k)]
             logp = [float(rng.normal()) for _ in range(k)]

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from difftools import compare
-from replay_tools import chunk_episode, episode_view, plain_state, state_view
+from replay_tools import chunk_episode, episode_view, plain_state, single_agent_stream, state_view
 
 from episode import SingleAgentEpisode
 from episode.replay import EpisodeReplayBuffer, PrioritizedEpisodeReplayBuffer
@@ -51,54 +51,25 @@ def stacked_stream(seed, layout, *, n_envs=3, calls=14, fragment=(1, 7), max_len
     a reset repeats its frame (or pads zeros); with probability `glitch`
     an observation is a fresh random stack that overlaps nothing."""
     shape, dtype, k, axis = LAYOUTS[layout]
-    rng = np.random.default_rng(seed)
 
-    def frame():
+    def frame(rng):
         if np.dtype(dtype).kind == "f":
             return rng.normal(size=shape).astype(dtype)
         return rng.integers(0, 256, shape, dtype=dtype)
 
-    envs = [None] * n_envs
-    made = 0
-    out = []
-    for _ in range(calls):
-        call = []
-        for env in range(n_envs):
-            if envs[env] is None:
-                made += 1
-                first = frame()
-                pad = [first] * (k - 1) if rng.random() < 0.7 else \
-                    [np.zeros(shape, dtype)] * (k - 1)
-                frames = pad + [first]
-                envs[env] = dict(id=f"f{seed}_{made}", t=0, left=int(rng.integers(1, max_len)),
-                                 frames=frames, obs=_stack(frames, axis), prev=None)
-            s = envs[env]
-            n = int(min(rng.integers(*fragment), s["left"]))
-            obs = [s["obs"]]
-            for _ in range(n):
-                if rng.random() < glitch:
-                    s["frames"] = [frame() for _ in range(k)]
-                else:
-                    s["frames"] = s["frames"][1:] + [frame()]
-                obs.append(_stack(s["frames"], axis))
-            acts = [int(rng.integers(4)) for _ in range(n)]
-            rews = [float(np.round(rng.normal(), 3)) for _ in range(n)]
-            logp = [float(rng.normal()) for _ in range(n)]
-            infos = [{"i": int(rng.integers(9))} if rng.random() < 0.2 else {}
-                     for _ in range(n + 1)]
-            ends = s["left"] == n
-            term = ends and bool(rng.random() < 0.7)
-            call.append(dict(id=s["id"], t0=s["t"], obs=obs, acts=acts, rews=rews, logp=logp,
-                             infos=infos, term=term, trunc=ends and not term, prev=s["prev"]))
-            if n:
-                s["prev"] = (obs[-2], acts[-1], rews[-1], logp[-1], infos[-2])
-            s["t"] += n
-            s["left"] -= n
-            s["obs"] = obs[-1]
-            if ends:
-                envs[env] = None
-        out.append(call)
-    return out
+    def observe(rng, state, first):
+        if first:
+            new = frame(rng)
+            pad = [new] * (k - 1) if rng.random() < 0.7 else [np.zeros(shape, dtype)] * (k - 1)
+            state["frames"] = pad + [new]
+        elif rng.random() < glitch:
+            state["frames"] = [frame(rng) for _ in range(k)]
+        else:
+            state["frames"] = state["frames"][1:] + [frame(rng)]
+        return _stack(state["frames"], axis)
+
+    return single_agent_stream(seed, n_envs=n_envs, calls=calls, fragment=fragment,
+                               max_len=max_len, observe=observe, prefix="f")
 
 
 def _pair(cls, layout, capacity, **kwargs):
@@ -133,7 +104,6 @@ def _views(episodes, with_id=True):
 @pytest.mark.parametrize("numpy", [True, False])
 def test_uniform_same_answers_with_and_without_frames(layout, numpy):
     plain, frames = _pair(EpisodeReplayBuffer, layout, capacity=120)
-    rng = np.random.default_rng(1)
     for i, call in enumerate(stacked_stream(3, layout, calls=20)):
         for buffer in (plain, frames):
             buffer.add([chunk_episode(SingleAgentEpisode, c, numpy=numpy, extras=True,
