@@ -1179,3 +1179,120 @@ def test_damaged_files_give_an_error_not_a_crash(root, fmt, tmp_path):
         assert outcome.split(" ")[0] in allowed, (name, outcome)
         if outcome.startswith("ValueError"):
             assert str(work) in outcome, (name, outcome)      # the error names the file
+
+
+# -- the joined read of Arrow/Parquet episodes ----------------------------------------
+
+def _one_by_one(monkeypatch, source, **kw):
+    # No bytes may be joined: every episode is built from its own file.
+    import episode.offline.minari as module
+    with monkeypatch.context() as m:
+        m.setattr(module, "_JOINED_BYTES", 0)
+        return from_minari(source, **kw)
+
+
+def _same_episodes(a, b, obs_space, act_space):
+    assert [e.id_ for e in a] == [e.id_ for e in b]
+    for x, y in zip(a, b):
+        assert (len(x), x.is_terminated, x.is_truncated) == (len(y), y.is_terminated,
+                                                             y.is_truncated)
+        assert_same(canonical_ours(x, obs_space, act_space),
+                    canonical_ours(y, obs_space, act_space))
+        assert x.get_rewards().dtype == y.get_rewards().dtype
+        assert [type(i) for i in x.get_infos()] == [type(i) for i in y.get_infos()]
+
+
+@pytest.mark.parametrize("fmt", ["arrow", "parquet"])
+@pytest.mark.parametrize("case", ["cartpole", "box_actions_infos", "dict_tuple"])
+def test_joined_episodes_equal_those_read_one_by_one(root, monkeypatch, case, fmt):
+    # Episodes of 1..7 steps, infos included (Minari writes no empty
+    # episode of Box actions; test_joined_reset_only_episodes has them).
+    obs_space, act_space, buffers = _minari_buffers(case, [5, 1, 7, 1, 3, 6], seed=4)
+    _quiet_create(f"jn/{case}-{fmt}-v0", buffers, observation_space=obs_space,
+                  action_space=act_space, data_format=fmt, author="a")
+    joined = from_minari(f"jn/{case}-{fmt}-v0")
+    _same_episodes(joined, _one_by_one(monkeypatch, f"jn/{case}-{fmt}-v0"), obs_space, act_space)
+    theirs = list(minari.load_dataset(f"jn/{case}-{fmt}-v0").iterate_episodes())
+    for ep, ed in zip(joined, theirs):
+        assert_same(canonical_ours(ep, obs_space, act_space),
+                    canonical_minari(ed, obs_space, act_space))
+    # Each value as the info's own: Python floats and bools, numpy rows.
+    if case == "box_actions_infos":
+        info = joined[2].get_infos(3)
+        assert type(info["x"]) is float and type(info["flag"]) is bool
+        assert info["arr"].shape == (2, 2)
+
+
+def test_joined_episodes_keep_their_own_rows(root):
+    obs_space, act_space, buffers = _minari_buffers("cartpole", [4, 3], seed=5)
+    _quiet_create("jn/own-v0", buffers, observation_space=obs_space, action_space=act_space,
+                  data_format="arrow")
+    a, b = from_minari("jn/own-v0")
+    a.set_observations(new_data=np.full(4, 9, F32), at_indices=-1)
+    a.set_actions(new_data=1, at_indices=-1)
+    assert np.array_equal(b.get_observations(), buffers[1].observations)
+    assert np.array_equal(b.get_actions(), buffers[1].actions)
+    assert np.array_equal(a.get_observations(slice(0, 4)), buffers[0].observations[:4])
+    assert np.array_equal(from_minari("jn/own-v0")[0].get_observations(),
+                          buffers[0].observations)
+
+
+def test_files_of_another_schema_are_read_one_by_one(root, monkeypatch):
+    obs_space, act_space, buffers = _minari_buffers("cartpole", [3, 4, 2], seed=6)
+    ds = _quiet_create("jn/schemas-v0", buffers, observation_space=obs_space,
+                       action_space=act_space, data_format="arrow")
+    import pyarrow as pa
+    import pyarrow.ipc
+    file = pathlib.Path(ds.storage.data_path) / "1" / "part-0.arrow"
+    table = pa.ipc.open_file(file.read_bytes()).read_all()
+    table = table.set_column(table.schema.get_field_index("rewards"), "rewards",
+                             table["rewards"].cast(pa.float32()))
+    with pa.ipc.new_file(file, table.schema) as writer:
+        writer.write_table(table)
+    ours = from_minari("jn/schemas-v0")
+    assert [e.get_rewards().dtype for e in ours] == [np.float64, np.float32, np.float64]
+    _same_episodes(ours, _one_by_one(monkeypatch, "jn/schemas-v0"), obs_space, act_space)
+
+
+@pytest.mark.parametrize("fmt", ["arrow", "parquet"])
+def test_the_first_damaged_episode_in_order_is_named(root, fmt):
+    obs_space, act_space, buffers = _minari_buffers("cartpole", [4, 4, 4, 4], seed=7)
+    b = buffers[1]
+    buffers[1] = EpisodeBuffer(observations=b.observations, actions=b.actions,
+                               rewards=b.rewards, terminations=[False, True, False, False],
+                               truncations=_flags(4, False))
+    ds = _quiet_create(f"jn/faults-{fmt}-v0", buffers, observation_space=obs_space,
+                       action_space=act_space, data_format=fmt)
+    data = pathlib.Path(ds.storage.data_path)
+    # A later episode's file is garbage: the early end of episode 1 is named.
+    (data / "3" / f"part-0.{fmt}").write_bytes(b"\x00" * 64)
+    with pytest.raises(ValueError, match=r"1[/\\]part-0\.\w+: episode 1: terminations ends "
+                                         r"the episode at step 1 of 4"):
+        from_minari(f"jn/faults-{fmt}-v0")
+    # Before episode 1: the garbage file is named.
+    with pytest.raises(ValueError, match=r"3[/\\]part-0\.\w+: episode 3: not a readable"):
+        from_minari(f"jn/faults-{fmt}-v0", episode_indices=[0, 2, 3, 1])
+    shutil.rmtree(data / "2")
+    with pytest.raises(ValueError, match=r"episode 2: the episode is missing"):
+        from_minari(f"jn/faults-{fmt}-v0", episode_indices=[0, 2, 3])
+
+
+def test_joined_reset_only_episodes(root, monkeypatch):
+    # Neither writer makes an episode of no steps; a file cut to its reset
+    # row is one (read by index: total_steps no longer holds).
+    obs_space, act_space, buffers = _minari_buffers("cartpole", [3, 4, 2, 5], seed=8)
+    ds = _quiet_create("jn/empty-v0", buffers, observation_space=obs_space,
+                       action_space=act_space, data_format="arrow")
+    import pyarrow as pa
+    import pyarrow.ipc
+    for k in (1, 3):
+        file = pathlib.Path(ds.storage.data_path) / str(k) / "part-0.arrow"
+        table = pa.ipc.open_file(file.read_bytes()).read_all().slice(0, 1)
+        with pa.ipc.new_file(file, table.schema) as writer:
+            writer.write_table(table)
+    ours = from_minari("jn/empty-v0", episode_indices=[0, 1, 2, 3])
+    assert [len(e) for e in ours] == [3, 0, 2, 0]
+    assert not ours[1].is_terminated and not ours[1].is_truncated
+    assert np.array_equal(ours[3].get_observations(), buffers[3].observations[:1])
+    _same_episodes(ours, _one_by_one(monkeypatch, "jn/empty-v0", episode_indices=[0, 1, 2, 3]),
+                   obs_space, act_space)

@@ -417,11 +417,12 @@ def _flag(arr: np.ndarray, what: str) -> bool:
         raise _Damaged(f"{what} holds values other than 0 and 1")
     if len(arr) == 0:
         return False
-    if arr[:-1].any():
+    last = bool(arr[-1])
+    if np.count_nonzero(arr) != last:
         first = int(np.flatnonzero(arr[:-1])[0])
         raise _Damaged(f"{what} ends the episode at step {first} of {len(arr)}: an episode "
                        f"ends at its last step only")
-    return bool(arr[-1])
+    return last
 
 
 def _decode_images(items: Sequence, leaf: _Leaf, rows: int, what: str) -> np.ndarray:
@@ -587,11 +588,19 @@ class _HDF5Reader:
         # under that name: datasets of one name share their type, and a type
         # compare is cheaper than making the dtype again.
         self.types: Dict[bytes, tuple] = {}
+        self.index: Optional[int] = None
         self.obs = [(leaf, b"observations" + leaf.h5.encode()) for leaf in meta.obs_leaves]
         self.actions = [(leaf, b"actions" + leaf.h5.encode()) for leaf in meta.action_leaves]
 
     def close(self) -> None:
         self.h5.close()
+
+    def episodes(self, indices: List[int]) -> Iterable[SingleAgentEpisode]:
+        """The episodes at `indices`, in order (self.index names the one
+        being read)."""
+        for i in indices:
+            self.index = i
+            yield self.episode(i)
 
     def _open(self, loc, name: bytes, what: str):
         try:
@@ -745,8 +754,12 @@ class _HDF5Reader:
 
 class _ArrowReader:
     """Episodes from the per-episode folders of an Arrow or Parquet dataset:
-    each file read whole and checked (full validation), its columns'
-    buffers adopted as they are."""
+    each file read whole and checked (full validation). Episodes of one
+    schema whose leaves are all numbers are then joined, a few megabytes at
+    a time, into one batch whose columns are checked and converted once and
+    handed out as per-episode views; anything else (pictures, strings,
+    nulls, schemas that differ, a check that fails on the joined batch) is
+    built one episode at a time, from its own file's buffers."""
 
     def __init__(self, data_path: pathlib.Path, meta: _Metadata):
         self.pa = pa = _pyarrow()
@@ -758,6 +771,10 @@ class _ArrowReader:
         self.is_struct, self.is_fixed_size_list = types.is_struct, types.is_fixed_size_list
         self.numeric_types = (types.is_integer, types.is_floating)
         self.is_boolean = types.is_boolean
+        self.index: Optional[int] = None
+        self.bytes_read = 0
+        self.joinable = all(leaf.kind == "numeric"
+                            for leaf in meta.obs_leaves + meta.action_leaves)
 
     def close(self) -> None:
         # Each episode's file is read whole and closed at once: nothing is
@@ -778,6 +795,7 @@ class _ArrowReader:
             self.file = path
             try:
                 buf = pa.py_buffer(_read_whole(path))
+                self.bytes_read += buf.size
             except IsADirectoryError:
                 raise _Damaged(f"a folder inside its folder ({name})") from None
             try:
@@ -800,6 +818,115 @@ class _ArrowReader:
         except (pa.ArrowException, IndexError) as exc:
             raise _Damaged(f"its files hold no rows, or no common schema ({exc})") \
                 from None
+
+    def episodes(self, indices: List[int]) -> Iterable[SingleAgentEpisode]:
+        """The episodes at `indices`, in order (self.index and self.file
+        name the one being read)."""
+        pending: list = []
+        self.bytes_read = 0
+        for i in indices:
+            self.index = i
+            try:
+                batch = self._batch(i)    # leaves self.file at the file it read
+            except _Damaged:
+                # The episodes before this one are built first: the error
+                # raised is that of the first damaged episode in order.
+                file = self.file
+                yield from self._chunk(pending)
+                self.index, self.file = i, file
+                raise
+            pending.append((i, self.file, batch))
+            if self.bytes_read >= _JOINED_BYTES:
+                yield from self._chunk(pending)
+                pending = []
+                self.bytes_read = 0
+        yield from self._chunk(pending)
+
+    def _chunk(self, pending: list) -> Iterable[SingleAgentEpisode]:
+        joined = self._joined([batch for _, _, batch in pending]) \
+            if len(pending) > 1 and self.joinable else None
+        if joined is None:
+            for i, file, batch in pending:
+                self.index, self.file = i, file
+                yield self._from_batch(i, batch)
+            return
+        rewards, terminations, truncations, obs, actions, infos, extras = joined
+        meta = self.meta
+        start = 0
+        for i, file, batch in pending:
+            self.index, self.file = i, file
+            rows = batch.num_rows
+            n, stop = rows - 1, start + rows
+            terminated = _flag(terminations[start:stop - 1], "terminations")
+            truncated = _flag(truncations[start:stop - 1], "truncations")
+            id_ = self._id(batch.schema)
+            yield _build(i, id_, {p: a[start:stop] for p, a in obs.items()},
+                         {p: a[start:stop - 1] for p, a in actions.items()},
+                         rewards[start:stop - 1], terminated, truncated,
+                         _info_column(_rows_of(infos, start, stop), rows, "infos"),
+                         {k: v[start:stop - 1] for k, v in extras.items()}, meta)
+            start = stop
+
+    def _joined(self, batches: list) -> Optional[tuple]:
+        """The tracks of `batches` (of one schema, each file checked) as
+        arrays over all their rows, or None where they must be read one by
+        one: the checks on the joined batch are those of one episode's, so
+        a failure is left for the episode-by-episode path to name."""
+        pa = self.pa
+        schema = batches[0].schema
+        for batch in batches:
+            if batch.num_rows == 0 or not batch.schema.equals(schema):
+                return None
+        try:
+            table = pa.Table.from_batches(batches, schema.remove_metadata())
+            (batch,) = table.combine_chunks().to_batches()
+            columns = self._columns(batch)
+            rows = batch.num_rows
+            rewards = self._vector(batch, "rewards", None, "biuf", "rewards")
+            terminations = self._vector(batch, "terminations", None, "biu", "terminations")
+            truncations = self._vector(batch, "truncations", None, "biu", "truncations")
+            obs = {leaf.path: self._leaf(columns["observations"], leaf, rows,
+                                         leaf.labels["observations"])
+                   for leaf in self.meta.obs_leaves}
+            actions = {leaf.path: self._leaf(columns["actions"], leaf, rows,
+                                             leaf.labels["actions"])
+                       for leaf in self.meta.action_leaves}
+            infos = (None if columns["infos"] is None
+                     else self._tree(columns["infos"], "infos", exact=True))
+            extras = self._extras(columns[_EXTRAS], None)
+        except (_Damaged, pa.ArrowException, ValueError):
+            return None
+        return rewards, terminations, truncations, obs, actions, infos, extras
+
+    def _columns(self, batch) -> dict:
+        schema = batch.schema
+        columns = {}
+        for name in ("observations", "actions", "infos", _EXTRAS):
+            index = schema.get_field_index(name)
+            columns[name] = batch.column(index) if index >= 0 else None
+        if columns["observations"] is None or columns["actions"] is None:
+            raise _Damaged(f"no {'observations' if columns['observations'] is None else 'actions'} column")
+        return columns
+
+    def _extras(self, column, n: Optional[int]) -> dict:
+        extras: dict = {}
+        if column is not None:
+            what = _EXTRAS
+            for key, value in self._tree(column, what).items():
+                if not isinstance(value, np.ndarray) or value.dtype.kind not in "biuf":
+                    raise _Damaged(f"{what}[{key!r}] is not rows of numbers")
+                extras[key] = value if n is None else value[:n]
+        return extras
+
+    @staticmethod
+    def _id(schema) -> Optional[str]:
+        id_ = (schema.metadata or {}).get(b"id_")
+        if id_ is not None:
+            try:
+                id_ = id_.decode("utf-8")
+            except UnicodeDecodeError:
+                raise _Damaged("its id_ is not UTF-8") from None
+        return id_
 
     def _numbers(self, array, what: str) -> np.ndarray:
         t = array.type
@@ -868,9 +995,12 @@ class _ArrowReader:
             raise _Damaged(f"{what} holds {arr.dtype} data, not {_kinds(kinds)}")
         return arr if rows is None else arr[:rows]
 
-    def _tree(self, array, what: str) -> dict:
+    def _tree(self, array, what: str, exact: bool = False) -> dict:
         """A struct column (infos, extras) as a nested dict of arrays; a
-        fixed-size list's rows take the shape its field's metadata names."""
+        fixed-size list's rows take the shape its field's metadata names.
+        A leaf with nulls is a list of Python values, or, when `exact`
+        (the joined batch, whose slices must be what each episode's own
+        column gives), a _Damaged."""
         if not self.is_struct(array.type):
             raise _Damaged(f"{what} are {array.type}, not a struct")
         if array.null_count:
@@ -880,8 +1010,10 @@ class _ArrowReader:
             child = array.field(index)
             sub = f"{what}[{field.name!r}]"
             t = field.type
+            if exact and child.null_count:
+                raise _Damaged(f"{sub} holds nulls")
             if self.is_struct(t):
-                out[field.name] = self._tree(child, sub)
+                out[field.name] = self._tree(child, sub, exact)
             elif self.is_fixed_size_list(t) and not child.null_count:
                 out[field.name] = self._rows(child, sub, _field_shape(field, t.list_size, sub))
             elif (self.is_boolean(t) or self.numeric_types[0](t) or self.numeric_types[1](t)) \
@@ -891,9 +1023,8 @@ class _ArrowReader:
                 out[field.name] = child.to_pylist()
         return out
 
-    def episode(self, i: int) -> SingleAgentEpisode:
+    def _from_batch(self, i: int, batch) -> SingleAgentEpisode:
         meta = self.meta
-        batch = self._batch(i)
         n = batch.num_rows - 1             # the tracks of N rows have a pad row
         if n < 0:
             raise _Damaged("its file holds no rows")
@@ -902,13 +1033,7 @@ class _ArrowReader:
                                         "terminations"), "terminations")
         truncated = _flag(self._vector(batch, "truncations", n, "biu",
                                        "truncations"), "truncations")
-        schema = batch.schema
-        columns = {}
-        for name in ("observations", "actions", "infos", _EXTRAS):
-            index = schema.get_field_index(name)
-            columns[name] = batch.column(index) if index >= 0 else None
-        if columns["observations"] is None or columns["actions"] is None:
-            raise _Damaged(f"no {'observations' if columns['observations'] is None else 'actions'} column")
+        columns = self._columns(batch)
         obs = {leaf.path: self._leaf(columns["observations"], leaf, n + 1,
                                      leaf.labels["observations"])
                for leaf in meta.obs_leaves}
@@ -917,21 +1042,23 @@ class _ArrowReader:
                    for leaf in meta.action_leaves}
         infos = (None if columns["infos"] is None
                  else self._tree(columns["infos"], "infos"))
-        extras = {}
-        if columns[_EXTRAS] is not None:
-            what = _EXTRAS
-            for key, value in self._tree(columns[_EXTRAS], what).items():
-                if not isinstance(value, np.ndarray) or value.dtype.kind not in "biuf":
-                    raise _Damaged(f"{what}[{key!r}] is not rows of numbers")
-                extras[key] = value[:n]
-        id_ = (schema.metadata or {}).get(b"id_")
-        if id_ is not None:
-            try:
-                id_ = id_.decode("utf-8")
-            except UnicodeDecodeError:
-                raise _Damaged("its id_ is not UTF-8") from None
-        return _build(i, id_, obs, actions, rewards, terminated, truncated,
+        extras = self._extras(columns[_EXTRAS], n)
+        return _build(i, self._id(batch.schema), obs, actions, rewards, terminated, truncated,
                       _info_column(infos, n + 1, "infos"), extras, meta)
+
+
+def _rows_of(tree: Optional[dict], start: int, stop: int) -> Optional[dict]:
+    """The rows start:stop of each leaf of a nested dict of arrays or lists."""
+    if tree is None:
+        return None
+    return {key: _rows_of(value, start, stop) if isinstance(value, dict)
+            else value[start:stop] for key, value in tree.items()}
+
+
+# Episodes joined into one batch hold about this many bytes of their files:
+# enough to spread each column's conversion over many episodes, few enough
+# that an episode kept alone holds little of the others' memory.
+_JOINED_BYTES = 1 << 24
 
 
 def _read_whole(path: str) -> bytes:
@@ -946,6 +1073,8 @@ def _read_whole(path: str) -> bytes:
                 break
             chunks.append(chunk)
             size -= len(chunk)
+            if size == 0:     # all fstat counted: no read to find the end
+                break
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
     finally:
         os.close(fd)
@@ -1010,16 +1139,15 @@ def from_minari(dataset: Any, *, episode_indices: Optional[Iterable[int]] = None
     indices = _indices(selected, episode_indices, meta.total_episodes, meta.file)
     reader = (_HDF5Reader if meta.format == "hdf5" else _ArrowReader)(data_path, meta)
     episodes = []
-    i = None
     try:
-        for i in indices:
-            episodes.append(reader.episode(i))
+        episodes.extend(reader.episodes(indices))
     except _Damaged as exc:
-        raise ValueError(f"{reader.file}: episode {i}: {exc}") from None
+        raise ValueError(f"{reader.file}: episode {reader.index}: {exc}") from None
     except (ValueError, TypeError, AssertionError, KeyError, OSError, RuntimeError) as exc:
         # h5py and the episode's own checks: the file does not hold a
         # well-formed episode.
-        raise ValueError(f"{reader.file}: episode {i}: {type(exc).__name__}: {exc}") from None
+        raise ValueError(f"{reader.file}: episode {reader.index}: {type(exc).__name__}: "
+                         f"{exc}") from None
     finally:
         reader.close()
     if episode_indices is None and selected is None:
