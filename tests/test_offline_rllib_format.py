@@ -851,7 +851,45 @@ def corpus():
     numpy_ep = _cartpole_like()[2]
     numpy_ep.to_numpy()
     episodes.append(numpy_ep)
+    episodes.append(_numpy_dict_episode())
     return [F.pack_episode(e) for e in episodes]
+
+
+def _numpy_dict_episode():
+    """A numpy'ized episode of nested Dict observations and extra outputs:
+    its tracks are packed as (dicts of) arrays."""
+    space = gym.spaces.Dict({"a": _box((2,), np.float32),
+                             "n": gym.spaces.Dict({"b": gym.spaces.Discrete(3)})})
+    ep = SingleAgentEpisode(observation_space=space, action_space=gym.spaces.Discrete(2))
+    ep.add_env_reset({"a": np.zeros(2, F32), "n": {"b": np.int64(0)}})
+    for t in range(4):
+        ep.add_env_step({"a": np.full(2, t, F32), "n": {"b": np.int64(t % 3)}}, t % 2,
+                        float(t), terminated=t == 3, extra_model_outputs={"v": np.float32(t)})
+    ep.to_numpy()
+    return ep
+
+
+@pytest.mark.rllib
+def test_numpy_episodes_are_read_from_their_arrays(monkeypatch):
+    """A numpy'ized episode's tracks (arrays, dicts of arrays) are copied
+    straight from the bytes, without the generic decoder and from_state(),
+    into what RLlib's from_state() gives."""
+    from difftools import compare_episodes
+
+    RLlibEpisode = rllib_episode_class()
+    numpy_ep = _cartpole_like()[0]
+    numpy_ep.to_numpy()
+    blobs = [F.pack_episode(e) for e in (numpy_ep, _numpy_dict_episode())]
+    expected = [RLlibEpisode.from_state(rllib_unpack(b)) for b in blobs]
+    monkeypatch.setattr(SingleAgentEpisode, "from_state",
+                        staticmethod(lambda state: pytest.fail("from_state() called")))
+    for got, want, blob in zip(F.unpack_episodes(blobs), expected, blobs):
+        compare_episodes(got, want)
+        assert got.is_numpy and got.observations.finalized and not got.infos.finalized
+        assert F.pack_episode(got) == blob
+    # Its arrays are its own (RLlib's are read-only views of the bytes).
+    got.set_observations(new_data={"a": np.ones(2, F32), "n": {"b": np.int64(2)}}, at_indices=0)
+    assert got.get_observations(0)["n"]["b"] == 2
 
 
 def cells():
