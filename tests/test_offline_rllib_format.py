@@ -538,6 +538,29 @@ def test_whole_episodes_join_consecutive_rows():
     assert type(got.get_extra_model_outputs("weights_seq_no", 0)) is np.int64
 
 
+def test_whole_episodes_infos_empty_or_not():
+    """Packed infos that are all the empty map are counted, not decoded row
+    by row: the same infos (each a dict of its own) as an episode with some
+    infos, and as rows without an infos column."""
+    episodes = _cartpole_like(numpy_actions=False)
+    plain = [SingleAgentEpisode(observations=list(e.get_observations()),
+                                actions=list(e.get_actions()), rewards=list(e.get_rewards()),
+                                terminated=e.is_terminated, id_=e.id_,
+                                observation_space=e.observation_space,
+                                action_space=e.action_space, len_lookback_buffer=0)
+             for e in episodes[:2]] + episodes[2:]
+    table = F.episode_rows(plain)
+    assert table.column("infos").to_pylist()[:5] == [b"\x80"] * 5
+    for source, kept in ((table, True), (F.to_numpy_batch(table), True),
+                         (F.to_numpy_batch(table.drop(["infos"])), False)):
+        whole = F.rows_to_episodes(source, compress_columns=("obs",))
+        assert [e.get_infos() for e in whole[:2]] == [[{}] * 5, [{}] * 2]
+        assert whole[2].get_infos() == [{}] + [{"t": t} if kept else {} for t in range(6)]
+        infos = whole[0].get_infos()
+        infos[1]["k"] = 1
+        assert whole[0].get_infos(2) == {} and whole[1].get_infos(1) == {}
+
+
 def test_whole_episodes_split_where_rows_do_not_continue():
     episodes = _cartpole_like()
     # Two chunks of one episode id whose rows do not continue each other
