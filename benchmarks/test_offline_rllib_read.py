@@ -28,7 +28,15 @@ Groups (medians per call; extra_info["steps_per_s"] and ["ns_per_step"]):
 - offline_read_rows_unpacked: the same on rows recorded with
   ``output_compress_columns=[]``;
 - offline_pack_episodes: msgpack + msgpack_numpy of RLlib's ``get_state()``
-  per episode against ``pack_episodes``.
+  per episode against ``pack_episodes``;
+- prelearner_episodes / prelearner_rows: the whole OfflinePreLearner of a
+  BC config (``train_batch_size_per_learner=1024``), RLlib's against ours
+  (installed), mapping every batch of the recording as Ray Data's
+  map_batches hands them: 256 packed episodes per batch (RLlib's episode
+  format), 1,024 rows (its row format, obs and new_obs packed); a round
+  is a fresh prelearner over all batches. These come first in the file:
+  ours installs into RLlib, which it refuses while RLlib's episodes are
+  alive (the fixture of the groups above holds some).
 
 STEPS (environment variable EPISODE_BENCH_STEPS, default 20,000) sets the
 recorded steps; the default keeps a run under a minute.
@@ -57,21 +65,14 @@ def _rllib():
     return msgpack, msgpack_numpy, SingleAgentEpisode
 
 
-@pytest.fixture(scope="module")
-def recorded():
-    """RLlib's episodes of STEPS CartPole steps, and their two recordings."""
-    msgpack, mnp, RLlibEpisode = _rllib()
-    from ray.data._internal.arrow_block import ArrowBlockBuilder
-    from ray.rllib.offline.offline_env_runner import OfflineSingleAgentEnvRunner
-
-    from episode.offline import rllib_format as F
-
+def _random_cartpole(cls, steps):
+    """Random-action CartPole episodes of class `cls` (RLlib's or ours),
+    as RLlib's OfflineSingleAgentEnvRunner records them (list mode)."""
     env = gym.make("CartPole-v1")
     rng = np.random.default_rng(0)
-    episodes, steps = [], 0
-    while steps < STEPS:
-        ep = RLlibEpisode(observation_space=env.observation_space,
-                          action_space=env.action_space)
+    episodes, total = [], 0
+    while total < steps:
+        ep = cls(observation_space=env.observation_space, action_space=env.action_space)
         obs, info = env.reset(seed=int(rng.integers(1 << 30)))
         ep.add_env_reset(obs, infos=info)
         done = False
@@ -82,7 +83,95 @@ def recorded():
                             truncated=np.bool_(trunc), extra_model_outputs={"weights_seq_no": 0})
             done = term or trunc
         episodes.append(ep)
-        steps += len(ep)
+        total += len(ep)
+    return episodes, total
+
+
+# -- the prelearner ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def prelearner_batches():
+    """STEPS recorded CartPole steps in RLlib's two formats, as the numpy
+    batches map_batches hands the prelearner. Packed with our encoder (the
+    very bytes of RLlib's, see tests/test_offline_rllib_format.py), so that
+    no RLlib episode outlives the fixture."""
+    _rllib()
+    from episode import SingleAgentEpisode
+    from episode.offline import rllib_format as F
+
+    episodes, steps = _random_cartpole(SingleAgentEpisode, STEPS)
+    items = F.pack_episodes(episodes)
+    rows = F.episode_rows(episodes, compress_columns=["obs", "new_obs"], infos=False)
+    return SimpleNamespace(steps=steps, episodes=[
+        {"item": np.array(items[i:i + 256] + [None], dtype=object)[:-1]}
+        for i in range(0, len(items), 256)], rows=[
+        F.to_numpy_batch(rows.slice(i, 1024)) for i in range(0, rows.num_rows, 1024)])
+
+
+def _prelearner(side: str, kind: str):
+    from ray.rllib.algorithms.bc import BCConfig
+    from ray.rllib.env import INPUT_ENV_SPACES
+
+    env = gym.make("CartPole-v1")
+    config = (BCConfig()
+              .environment(observation_space=env.observation_space,
+                           action_space=env.action_space)
+              .training(train_batch_size_per_learner=1024)
+              .offline_data(input_="unused", input_read_episodes=kind == "episodes",
+                            input_compress_columns=["obs", "new_obs"],
+                            dataset_num_iters_per_learner=1))
+    spaces = {INPUT_ENV_SPACES: (env.observation_space, env.action_space),
+              "default_policy": (env.observation_space, env.action_space)}
+    spec = config.get_multi_rl_module_spec(spaces=spaces, inference_only=False)
+    if side == "rllib":
+        from ray.rllib.offline.offline_prelearner import OfflinePreLearner
+    else:
+        from episode.rllib.offline import OfflinePreLearner
+    return OfflinePreLearner(config=config, spaces=spaces[INPUT_ENV_SPACES], module_spec=spec)
+
+
+@pytest.mark.parametrize("side", ["ours", "rllib"], indirect=True)
+@pytest.mark.parametrize("kind", ["episodes", "rows"])
+def test_prelearner(benchmark, side, kind, prelearner_batches):
+    import logging
+
+    benchmark.group = f"prelearner_{kind}"
+    batches = getattr(prelearner_batches, kind)
+    logging.disable(logging.WARNING)     # RLlib's deprecation warnings, per prelearner
+
+    def setup():
+        return (_prelearner(side, kind),), {}
+
+    def run(prelearner):
+        for batch in batches:
+            prelearner(batch)
+
+    # Both sides give BC's train batch of train_batch_size_per_learner rows.
+    out = _prelearner(side, kind)(batches[0])
+    assert {k: tuple(v.shape) for k, v in out.items()}["default_policy/obs"] == (1024, 4)
+    rounds = 5 if side == "ours" else 3 if prelearner_batches.steps <= 100_000 else 1
+    benchmark.pedantic(run, setup=setup, rounds=rounds)
+    logging.disable(logging.NOTSET)
+    steps = prelearner_batches.steps
+    benchmark.extra_info.update(steps=steps, batches=len(batches))
+    if benchmark.stats is not None:
+        benchmark.extra_info["steps_per_s"] = round(steps / benchmark.stats.stats.median)
+
+
+# -- decoding and encoding -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def recorded():
+    """RLlib's episodes of STEPS CartPole steps, and their two recordings."""
+    msgpack, mnp, RLlibEpisode = _rllib()
+    from ray.data._internal.arrow_block import ArrowBlockBuilder
+    from ray.rllib.offline.offline_env_runner import OfflineSingleAgentEnvRunner
+
+    from episode.offline import rllib_format as F
+
+    episodes, steps = _random_cartpole(RLlibEpisode, STEPS)
     items = [msgpack.packb(ep.get_state(), default=mnp.encode) for ep in episodes]
     tables = {}
     for name, compress in (("packed", ["obs", "new_obs"]), ("unpacked", [])):

@@ -538,6 +538,29 @@ def test_whole_episodes_join_consecutive_rows():
     assert type(got.get_extra_model_outputs("weights_seq_no", 0)) is np.int64
 
 
+def test_whole_episodes_infos_empty_or_not():
+    """Packed infos that are all the empty map are counted, not decoded row
+    by row: the same infos (each a dict of its own) as an episode with some
+    infos, and as rows without an infos column."""
+    episodes = _cartpole_like(numpy_actions=False)
+    plain = [SingleAgentEpisode(observations=list(e.get_observations()),
+                                actions=list(e.get_actions()), rewards=list(e.get_rewards()),
+                                terminated=e.is_terminated, id_=e.id_,
+                                observation_space=e.observation_space,
+                                action_space=e.action_space, len_lookback_buffer=0)
+             for e in episodes[:2]] + episodes[2:]
+    table = F.episode_rows(plain)
+    assert table.column("infos").to_pylist()[:5] == [b"\x80"] * 5
+    for source, kept in ((table, True), (F.to_numpy_batch(table), True),
+                         (F.to_numpy_batch(table.drop(["infos"])), False)):
+        whole = F.rows_to_episodes(source, compress_columns=("obs",))
+        assert [e.get_infos() for e in whole[:2]] == [[{}] * 5, [{}] * 2]
+        assert whole[2].get_infos() == [{}] + [{"t": t} if kept else {} for t in range(6)]
+        infos = whole[0].get_infos()
+        infos[1]["k"] = 1
+        assert whole[0].get_infos(2) == {} and whole[1].get_infos(1) == {}
+
+
 def test_whole_episodes_split_where_rows_do_not_continue():
     episodes = _cartpole_like()
     # Two chunks of one episode id whose rows do not continue each other
@@ -851,7 +874,45 @@ def corpus():
     numpy_ep = _cartpole_like()[2]
     numpy_ep.to_numpy()
     episodes.append(numpy_ep)
+    episodes.append(_numpy_dict_episode())
     return [F.pack_episode(e) for e in episodes]
+
+
+def _numpy_dict_episode():
+    """A numpy'ized episode of nested Dict observations and extra outputs:
+    its tracks are packed as (dicts of) arrays."""
+    space = gym.spaces.Dict({"a": _box((2,), np.float32),
+                             "n": gym.spaces.Dict({"b": gym.spaces.Discrete(3)})})
+    ep = SingleAgentEpisode(observation_space=space, action_space=gym.spaces.Discrete(2))
+    ep.add_env_reset({"a": np.zeros(2, F32), "n": {"b": np.int64(0)}})
+    for t in range(4):
+        ep.add_env_step({"a": np.full(2, t, F32), "n": {"b": np.int64(t % 3)}}, t % 2,
+                        float(t), terminated=t == 3, extra_model_outputs={"v": np.float32(t)})
+    ep.to_numpy()
+    return ep
+
+
+@pytest.mark.rllib
+def test_numpy_episodes_are_read_from_their_arrays(monkeypatch):
+    """A numpy'ized episode's tracks (arrays, dicts of arrays) are copied
+    straight from the bytes, without the generic decoder and from_state(),
+    into what RLlib's from_state() gives."""
+    from difftools import compare_episodes
+
+    RLlibEpisode = rllib_episode_class()
+    numpy_ep = _cartpole_like()[0]
+    numpy_ep.to_numpy()
+    blobs = [F.pack_episode(e) for e in (numpy_ep, _numpy_dict_episode())]
+    expected = [RLlibEpisode.from_state(rllib_unpack(b)) for b in blobs]
+    monkeypatch.setattr(SingleAgentEpisode, "from_state",
+                        staticmethod(lambda state: pytest.fail("from_state() called")))
+    for got, want, blob in zip(F.unpack_episodes(blobs), expected, blobs):
+        compare_episodes(got, want)
+        assert got.is_numpy and got.observations.finalized and not got.infos.finalized
+        assert F.pack_episode(got) == blob
+    # Its arrays are its own (RLlib's are read-only views of the bytes).
+    got.set_observations(new_data={"a": np.ones(2, F32), "n": {"b": np.int64(2)}}, at_indices=0)
+    assert got.get_observations(0)["n"]["b"] == 2
 
 
 def cells():

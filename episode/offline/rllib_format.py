@@ -585,6 +585,9 @@ def _done_column(columns: dict, schema: dict) -> Any:
                      "nor 'dones'")
 
 
+_EMPTY_MAP = b"\x80"     # msgpack's {}
+
+
 def _info(value: Any) -> Any:
     # Our `infos` column holds each info packed as msgpack (RLlib's row
     # format has none; others may hold dicts).
@@ -789,8 +792,14 @@ def _whole_episodes(columns: dict, schema: dict, compress: set,
         info_columns = [Column.from_rows(int(k), KINDS["empty_dict"]) for k in
                         (bounds[1:] - first + 1).tolist()]
     else:
+        # Most steps have no info: an episode whose packed infos are all the
+        # empty map is counted, as one without an infos column is, instead
+        # of decoding a dict per row.
+        values = infos.tolist() if isinstance(infos, np.ndarray) else list(infos)
+        empty = np.fromiter((type(v) is bytes and v == _EMPTY_MAP for v in values), bool, n)
         edges = bounds.tolist()
-        info_columns = [Column.from_list([{}] + [_info(infos[i]) for i in range(a, b)])
+        info_columns = [Column.from_rows(b - a + 1, KINDS["empty_dict"]) if empty[a:b].all()
+                        else Column.from_list([{}] + [_info(infos[i]) for i in range(a, b)])
                         for a, b in zip(edges[:-1], edges[1:])]
     return _msgpack().assemble_episodes(
         SingleAgentEpisode,

@@ -13,7 +13,14 @@ same metrics keys), runs the pipeline's NumpyToTensor on it, and leaves
 every other pipeline, module or episode list to RLlib's connectors.
 
 `episode.rllib.install()` puts `learner_call` in place of
-`LearnerConnectorPipeline.__call__`. Importing this module imports ray.
+`LearnerConnectorPipeline.__call__`.
+
+`drawn_columns` goes one step further for a caller that holds the buffer
+and hands the drawn episodes to that default pipeline right away (the
+offline prelearner): it draws as `sample(sample_episodes=True)` would and
+gathers the same columns without making the episodes at all.
+
+Importing this module imports ray.
 """
 from __future__ import annotations
 
@@ -45,10 +52,13 @@ from ray.rllib.utils.metrics import (
 )
 from ray.rllib.utils.metrics.utils import to_snake_case
 
+import numpy as np
+
+from episode.replay import EpisodeReplayBuffer
 from episode.replay.draws import replayed_columns
 from episode.single_agent_episode import SingleAgentEpisode
 
-__all__ = ["learner_call", "rllib_learner_call"]
+__all__ = ["drawn_columns", "learner_call", "rllib_learner_call"]
 
 # RLlib's default DQN/SAC learner pipeline, connector by connector.
 DEFAULT_PIPELINE = (
@@ -125,3 +135,63 @@ def _default_pipeline(pipeline, rl_module) -> bool:
     if isinstance(rl_module, MultiRLModule) and list(rl_module.keys()) != [DEFAULT_MODULE_ID]:
         return False
     return all(not module.is_stateful() for module in modules)
+
+
+def drawn_columns(buffer: Any, num_items: int, n_step: Any, min_batch_length_T: Any = 0,
+                  gamma: float = 0.99) -> Optional[dict]:
+    """The columns RLlib's default learner pipeline (before its
+    NumpyToTensor) makes of ``buffer.sample(num_items=num_items,
+    n_step=n_step, min_batch_length_T=..., sample_episodes=True)``'s
+    one-step episodes: drawn exactly as that call draws (the same random
+    numbers, and the same counts and metrics left in the buffer), gathered
+    from the stored rows without making an episode each. obs, new_obs,
+    actions, rewards (the discounted n-step sums), terminateds and
+    truncateds (set where a transition ends exactly at its episode's end),
+    n_step (int64) and weights (float64 ones).
+
+    None, before anything is drawn, where this does not apply: a buffer
+    other than our plain EpisodeReplayBuffer (a subclass, a user's class),
+    an n-step other than a positive int, an empty buffer, observations or
+    actions that are not one numeric leaf (Dict/Tuple items, objects). The
+    caller then samples the episodes as usual."""
+    if type(buffer) is not EpisodeReplayBuffer or type(n_step) is not int or n_step < 1 \
+            or type(num_items) is not int or num_items < 1 \
+            or type(min_batch_length_T) is not int or min_batch_length_T < 0:
+        return None
+    store = buffer._store
+    if store.live_steps <= 0 or store.priorities is not None:
+        return None
+    layout = store.layout
+    leaves = (layout["obs"], layout["actions"], layout["rewards"])
+    if not all(type(leaf) is int and store.leaf_dtype(leaf) is not None for leaf in leaves):
+        return None
+    obs, actions, _ = leaves
+    # What EpisodeReplayBuffer._sample_episodes draws, and what it counts.
+    picks = store.draw_uniform(buffer._draws(), num_items, 0, n_step, min_batch_length_T)
+    slots, ts, ns, ends = store.pick_fields(picks)
+    store.locate_ends(picks)
+    pairs = store.gather_pairs(picks, obs)
+    columns = {
+        "obs": np.ascontiguousarray(pairs[0::2]),
+        "new_obs": np.ascontiguousarray(pairs[1::2]),
+        "actions": store.gather(picks, actions),
+        "rewards": store.returns(picks, float(gamma)),
+    }
+    # A transition is done when it ends exactly at its episode's end (the
+    # plain buffer's rule), with that episode's flags.
+    _, _, _, terminated, truncated = store.native_fields(picks)
+    exact = ts + ns == ends
+    terminated &= exact
+    truncated &= exact
+    columns["terminateds"] = terminated
+    columns["truncateds"] = truncated
+    columns["n_step"] = ns
+    columns["weights"] = np.ones(len(ns))
+    # (A draw counts num_items, though its n-step count may make it more
+    # or fewer transitions: RLlib's counting.)
+    buffer._after_reads(len(ns))
+    buffer.sampled_timesteps += num_items
+    buffer._log_sample(num_items, len(set(slots.tolist())),
+                       len(set(zip(slots.tolist(), ts.tolist()))),
+                       sum(ns.tolist()) / num_items, 0)
+    return columns

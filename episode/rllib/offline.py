@@ -51,7 +51,10 @@ try:
     import pyarrow.fs as pafs
     import pyarrow.parquet as pq
     import ray
-    from ray.rllib.core import COMPONENT_RL_MODULE
+    from ray.rllib.connectors.learner.learner_connector_pipeline import (
+        LearnerConnectorPipeline)
+    from ray.rllib.core import COMPONENT_RL_MODULE, DEFAULT_MODULE_ID
+    from ray.rllib.core.rl_module.multi_rl_module import MultiRLModule
     from ray.rllib.core.columns import Columns
     from ray.rllib.env import INPUT_ENV_SPACES
     from ray.rllib.offline.offline_data import OfflineData as RLlibOfflineData
@@ -513,7 +516,10 @@ class OfflinePreLearner(RLlibOfflinePreLearner, metaclass=_AcceptsRLlibSubclasse
     format is decoded without msgpack_numpy, the episodes go into the
     prelearner's replay buffer (ours unless ``prelearner_buffer_class``
     says otherwise) and ``train_batch_size_per_learner`` transitions are
-    drawn from it, as RLlib does; a batch of RLlib's row format becomes
+    drawn from it, as RLlib does (for RLlib's default learner pipeline, a
+    stateless module of one agent and our plain buffer, gathered straight
+    into the train batch, without an episode per transition); a batch of
+    RLlib's row format becomes
     whole episodes where it has episode ids (RLlib: one episode per row),
     which go to the learner connector as they are. Multi-agent data is
     read as its agents' episodes, each with its module id.
@@ -544,10 +550,15 @@ class OfflinePreLearner(RLlibOfflinePreLearner, metaclass=_AcceptsRLlibSubclasse
         if NATIVE_COLUMN in batch:
             # A native dataset's episodes need not be done (a recording's
             # chunks join when read).
-            episodes = self._sample_from_buffer(
-                self._unique(self._native_episodes(batch[NATIVE_COLUMN])))
+            episodes = self._unique(self._native_episodes(batch[NATIVE_COLUMN]))
+            if self._draws_train_batch():
+                return self._drawn_train_batch(episodes)
+            episodes = self._sample_from_buffer(episodes)
         elif "item" in batch:
-            episodes = self._postprocess_and_sample(self._unpack_episodes(batch["item"]))
+            episodes = self._unpack_episodes(batch["item"])
+            if self._draws_train_batch():
+                return self._drawn_train_batch(self._validate_episodes(episodes))
+            episodes = self._postprocess_and_sample(episodes)
         elif self.config.input_read_sample_batches:
             episodes = self._postprocess_and_sample(
                 self._map_sample_batch_to_episode(batch, to_numpy=True)["episodes"])
@@ -562,6 +573,54 @@ class OfflinePreLearner(RLlibOfflinePreLearner, metaclass=_AcceptsRLlibSubclasse
                 return train_batch
         batch = self._learner_connector(rl_module=self._module, batch={}, episodes=episodes,
                                         shared_data={}, metrics=None)
+        for module_id in list(batch):
+            if not self._should_module_be_updated(module_id, batch):
+                del batch[module_id]
+        return flatten_dict(batch)
+
+    def _draws_train_batch(self) -> bool:
+        """Whether the episodes read can go into the buffer and the train
+        batch come straight from its draw (`_drawn_train_batch`): for a
+        single-agent config whose learner pipeline is RLlib's default one
+        for a stateless module (BC's, MARWIL's without its GAE, CQL's),
+        our plain buffer, and this class's own ways of adding and drawing
+        (a subclass that overrides them is called as RLlib calls them)."""
+        from episode.rllib.learner import _default_pipeline
+
+        cls = type(self)
+        if any(getattr(cls, name) is not getattr(OfflinePreLearner, name)
+               for name in ("_postprocess_and_sample", "_sample_from_buffer",
+                            "_drawn_train_batch")):
+            return False
+        pipeline = self._learner_connector
+        return (not self.config.is_multi_agent
+                and type(pipeline) is LearnerConnectorPipeline
+                and _default_pipeline(pipeline, self._module)
+                and type(self._buffer()) is EpisodeReplayBuffer)
+
+    def _drawn_train_batch(self, episodes: list) -> Dict[str, Any]:
+        """The flattened train batch of the episodes read, as adding them to
+        the buffer, drawing ``train_batch_size_per_learner`` transitions and
+        running the learner pipeline on them makes it: the same draws and
+        values, gathered from the buffer's rows without an episode per
+        transition (`episode.rllib.learner.drawn_columns`); through those
+        episodes where the stored layout is not one it gathers."""
+        from episode.rllib.learner import drawn_columns
+
+        buffer = self._buffer()
+        buffer.add(episodes)
+        columns = drawn_columns(buffer, self.config.train_batch_size_per_learner,
+                                self.config.get("n_step", 1),
+                                getattr(self.config, "burnin_len", 0))
+        if columns is None:
+            batch = self._learner_connector(
+                rl_module=self._module, batch={}, episodes=buffer.sample(**self._draw_args()),
+                shared_data={}, metrics=None)
+        else:
+            data = {DEFAULT_MODULE_ID: columns} if isinstance(self._module, MultiRLModule) \
+                else columns
+            batch = self._learner_connector.connectors[-1](
+                rl_module=self._module, batch=data, episodes=[], shared_data={}, metrics=None)
         for module_id in list(batch):
             if not self._should_module_be_updated(module_id, batch):
                 del batch[module_id]
@@ -736,16 +795,7 @@ class OfflinePreLearner(RLlibOfflinePreLearner, metaclass=_AcceptsRLlibSubclasse
             for episode in episodes:
                 episode.extra_model_outputs.pop(Columns.STATE_OUT, None)
                 episode.extra_model_outputs.pop(Columns.STATE_IN, None)
-        draw = {
-            "num_items": self.config.train_batch_size_per_learner,
-            "batch_length_T": (self.config.model_config.get("max_seq_len", 0)
-                               if self._module.is_stateful() else None),
-            "n_step": self.config.get("n_step", 1),
-            "sample_episodes": True,
-            "to_numpy": True,
-            "lookback": self.config.episode_lookback_horizon,
-            "min_batch_length_T": getattr(self.config, "burnin_len", 0),
-        }
+        draw = self._draw_args()
         if not self.config.is_multi_agent:
             buffer = self._buffer()
             buffer.add(episodes)
@@ -762,6 +812,19 @@ class OfflinePreLearner(RLlibOfflinePreLearner, metaclass=_AcceptsRLlibSubclasse
             if buffer.get_num_timesteps():
                 sampled.extend(buffer.sample(**draw))
         return sampled
+
+    def _draw_args(self) -> dict:
+        # RLlib's arguments of the buffer's sample().
+        return {
+            "num_items": self.config.train_batch_size_per_learner,
+            "batch_length_T": (self.config.model_config.get("max_seq_len", 0)
+                               if self._module.is_stateful() else None),
+            "n_step": self.config.get("n_step", 1),
+            "sample_episodes": True,
+            "to_numpy": True,
+            "lookback": self.config.episode_lookback_horizon,
+            "min_batch_length_T": getattr(self.config, "burnin_len", 0),
+        }
 
 
 def _input_paths(config: Any) -> list:

@@ -943,8 +943,9 @@ class _NotFast(Exception):
 @cython.no_gc
 cdef class _Track:
     """One decoded lookback buffer state."""
-    cdef object storage        # a list-mode Column, or a dict of them
+    cdef object storage        # a Column, or a dict of them
     cdef object lookback       # the state's value (an int when valid)
+    cdef bint arrays           # the data were arrays (a finalized buffer's), not a list
     cdef Py_ssize_t space_at   # the packed space's span in the state
     cdef Py_ssize_t space_len
 
@@ -1247,13 +1248,79 @@ cdef object read_rows(Reader* r, Py_ssize_t n, bint tree):
     return node_storage(root)
 
 
+cdef object read_array_leaf(Reader* r):
+    """A finalized track's leaf: one msgpack-numpy ndarray of a plain native
+    dtype with at least one row, as a finalized Column over a copy of its
+    bytes (what from_state() makes of the array msgpack_numpy gives); None
+    (the reader anywhere in it) for anything else."""
+    cdef NdItem it
+    cdef Py_ssize_t count = 1, nbytes
+    cdef cnp.ndarray arr
+    cdef int j
+    if not read_nd_item(r, &it) or not it.nd or it.ndim < 1 or it.dims[0] == 0:
+        return None
+    dtype = plain_dtype(r, it.type_at, it.type_len)
+    if dtype is None:
+        return None
+    for j in range(it.ndim):
+        count *= it.dims[j]
+        if count > (<Py_ssize_t>1 << 48):
+            return None
+    nbytes = count * (<cnp.dtype>dtype).itemsize
+    if it.data_len != nbytes:
+        return None
+    arr = empty_array(it.ndim, it.dims, <cnp.dtype>dtype)
+    memcpy(array_bytes(arr, nbytes), r.p + it.data_at, nbytes)
+    return Column.from_array(arr)
+
+
+cdef object read_arrays(Reader* r, bint tree, int depth):
+    """A finalized track's data: an ndarray (one Column) or, with `tree`, a
+    dict of them keyed by str (a dict of Columns, nested as the items);
+    None (the reader anywhere in it) for any other value, which the
+    general path then reads (empty arrays, whose row type from_state()
+    decides by the space; lists; objects)."""
+    cdef Head h
+    cdef Py_ssize_t k, m
+    cdef unsigned char b
+    cdef dict out
+    if r.pos >= r.end or depth > 32:
+        return None
+    b = r.p[r.pos]
+    if not (0x81 <= b <= 0x8f or b == 0xde):
+        return None
+    if r.end - r.pos > 5 and memcmp(r.p + r.pos + 1, b"\xc4\x02nd", 4) == 0:
+        return read_array_leaf(r)
+    if not tree:
+        return None
+    read_head(r, &h)
+    m = h.n
+    out = {}
+    for k in range(m):
+        if r.pos >= r.end:
+            return None
+        b = r.p[r.pos]
+        if not (0xa0 <= b <= 0xbf or b == 0xd9 or b == 0xda):
+            return None
+        read_head(r, &h)
+        name = PyUnicode_DecodeUTF8(<const char*>r.p + h.at, h.n, NULL)
+        if name in out:
+            return None
+        child = read_arrays(r, True, depth + 1)
+        if child is None:
+            return None
+        out[name] = child
+    return out
+
+
 cdef int read_track(Reader* r, _Track t, bint tree) except -1:
-    """A list-mode lookback buffer's state {data, lookback, finalized, space}
-    into `t` (data as one Column, or with `tree` a dict of them for dict
-    items); _NotFast for any other layout."""
+    """A lookback buffer's state {data, lookback, finalized, space} into `t`:
+    a list of items (list mode) as one Column, or with `tree` a dict of
+    them for dict items; arrays (finalized) as Columns over copies of them.
+    _NotFast for any other layout."""
     cdef Head h, v
     cdef Py_ssize_t k, m, start
-    cdef int key, seen = 0
+    cdef int key, seen = 0, finalized = 0
     read_head(r, &h)
     if h.kind != H_MAP:
         raise _NotFast()
@@ -1266,6 +1333,12 @@ cdef int read_track(Reader* r, _Track t, bint tree) except -1:
         seen |= 1 << key
         if key == 0:
             start = r.pos
+            if r.pos < r.end and (0x80 <= r.p[r.pos] <= 0x8f or r.p[r.pos] == 0xde):
+                t.storage = read_arrays(r, tree, 0)
+                if t.storage is None:
+                    raise _NotFast()
+                t.arrays = True
+                continue
             read_head(r, &v)
             if v.kind != H_ARRAY:
                 raise _NotFast()
@@ -1278,13 +1351,14 @@ cdef int read_track(Reader* r, _Track t, bint tree) except -1:
             t.lookback = read_value(r, 1)
         elif key == 2:
             read_head(r, &v)
-            if v.kind != H_BOOL or v.i:
+            if v.kind != H_BOOL:
                 raise _NotFast()
+            finalized = <int>v.i
         else:
             t.space_at = r.pos
             skip_value(r, 1)
             t.space_len = r.pos - t.space_at
-    if seen != 0b1111:
+    if seen != 0b1111 or finalized != t.arrays:
         raise _NotFast()
     return 0
 
