@@ -756,3 +756,32 @@ def test_an_agent_done_at_the_cut_step_continues_as_rllibs_concat_skips_it(prior
     again = cls(capacity=100)
     again.set_state(pickle.loads(pickle.dumps(buffer.get_state())))
     assert again.get_num_timesteps() == 7
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_an_episode_both_terminated_and_truncated_keeps_both_flags(prioritized):
+    """An env may end an episode both ways at once: RLlib's buffers keep
+    both flags, in the stored episode and in the transitions that reach its
+    end; so do ours (and sample_batch's terminateds/truncateds)."""
+    theirs_cls, ours_cls = (TheirPERB, replay.PrioritizedEpisodeReplayBuffer) if prioritized \
+        else (TheirERB, replay.EpisodeReplayBuffer)
+    found = []
+    for episode_cls, cls in ((TheirEpisode, theirs_cls), (SingleAgentEpisode, ours_cls)):
+        episode = episode_cls()
+        episode.add_env_reset(observation=np.zeros(2, np.float32))
+        for t in range(8):
+            episode.add_env_step(np.full(2, t, np.float32), 0, 1.0, terminated=t == 7,
+                                 truncated=t == 7)
+        buffer = cls(capacity=100)
+        buffer.add(episode.to_numpy())
+        buffer.rng = np.random.default_rng(0)
+        drawn = buffer.sample(20, n_step=2, sample_episodes=True)
+        state = buffer.get_state()["episodes"][0]
+        found.append(([(e.is_terminated, e.is_truncated) for e in drawn],
+                      state["is_terminated"], state["is_truncated"]))
+        if cls is ours_cls:
+            batch = buffer.sample_batch(64, n_step=1)
+            ends = batch["terminateds"]
+            assert ends.any() and (batch["truncateds"] == ends).all()
+    assert found[0] == found[1]
+    assert (True, True) in found[1][0]

@@ -490,8 +490,8 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
                 agent_episode = episode.agent_episodes[agent_id]
                 terminated = (done_here and episode.is_terminated) or (
                     agent_t == agent_episode.t and agent_episode.is_terminated)
-                truncated = not terminated and ((done_here and episode.is_truncated) or (
-                    agent_t == agent_episode.t and agent_episode.is_truncated))
+                truncated = (done_here and episode.is_truncated) or (
+                    agent_t == agent_episode.t and agent_episode.is_truncated)
                 rows["terminateds"].append(bool(terminated))
                 rows["truncateds"].append(bool(truncated))
                 rows["weights"].append(1.0)

@@ -1151,9 +1151,10 @@ cdef class Store:
         self._write_steps(slot, episode, extras, layout, lookback, first_ts, n, w)
         ep = &self.eps[slot]
         ep.length += n
+        # (Both may be set, as RLlib's episodes keep both.)
         if episode.is_terminated:
             ep.terminated = 1
-        elif episode.is_truncated:
+        if episode.is_truncated:
             ep.truncated = 1
         return slot, is_new, max(first_ts, 0), n
 
@@ -2226,7 +2227,7 @@ cdef class Store:
             wd[i] = <float>p.weight
             ld[i] = (<int64_t>self.key_tag << KEY_TAG_SHIFT) | (p.run << 20) | p.off
             td[i] = p.end == ep.length and ep.terminated
-            rd[i] = p.end == ep.length and ep.truncated and not ep.terminated
+            rd[i] = p.end == ep.length and ep.truncated
         return n, w, leaves, term, trunc
 
     def gather_sequences(self, Picks picks, Py_ssize_t leaf, Py_ssize_t lookback,
@@ -2642,7 +2643,7 @@ cdef class Store:
             ep.length += 1
             if term[e]:
                 ep.terminated = 1
-            elif trunc[e]:
+            if trunc[e]:
                 ep.truncated = 1
         return new
 
