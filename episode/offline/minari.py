@@ -856,7 +856,7 @@ class _ArrowReader:
         for i, file, batch in pending:
             self.index, self.file = i, file
             rows = batch.num_rows
-            n, stop = rows - 1, start + rows
+            stop = start + rows
             terminated = _flag(terminations[start:stop - 1], "terminations")
             truncated = _flag(truncations[start:stop - 1], "truncations")
             id_ = self._id(batch.schema)
