@@ -117,3 +117,4 @@ def side(request):
     with episode.rllib.installed():
         yield request.param
     gc.collect()
+

@@ -48,6 +48,7 @@ from types import SimpleNamespace
 import gymnasium as gym
 import numpy as np
 import pytest
+from prelearners import bc_prelearner  # noqa: E402
 
 pytest.importorskip("pytest_benchmark")
 pa = pytest.importorskip("pyarrow")
@@ -109,28 +110,6 @@ def prelearner_batches():
         F.to_numpy_batch(rows.slice(i, 1024)) for i in range(0, rows.num_rows, 1024)])
 
 
-def _prelearner(side: str, kind: str):
-    from ray.rllib.algorithms.bc import BCConfig
-    from ray.rllib.env import INPUT_ENV_SPACES
-
-    env = gym.make("CartPole-v1")
-    config = (BCConfig()
-              .environment(observation_space=env.observation_space,
-                           action_space=env.action_space)
-              .training(train_batch_size_per_learner=1024)
-              .offline_data(input_="unused", input_read_episodes=kind == "episodes",
-                            input_compress_columns=["obs", "new_obs"],
-                            dataset_num_iters_per_learner=1))
-    spaces = {INPUT_ENV_SPACES: (env.observation_space, env.action_space),
-              "default_policy": (env.observation_space, env.action_space)}
-    spec = config.get_multi_rl_module_spec(spaces=spaces, inference_only=False)
-    if side == "rllib":
-        from ray.rllib.offline.offline_prelearner import OfflinePreLearner
-    else:
-        from episode.rllib.offline import OfflinePreLearner
-    return OfflinePreLearner(config=config, spaces=spaces[INPUT_ENV_SPACES], module_spec=spec)
-
-
 @pytest.mark.parametrize("side", ["ours", "rllib"], indirect=True)
 @pytest.mark.parametrize("kind", ["episodes", "rows"])
 def test_prelearner(benchmark, side, kind, prelearner_batches):
@@ -141,14 +120,16 @@ def test_prelearner(benchmark, side, kind, prelearner_batches):
     logging.disable(logging.WARNING)     # RLlib's deprecation warnings, per prelearner
 
     def setup():
-        return (_prelearner(side, kind),), {}
+        return (bc_prelearner(side, kind, input_="unused",
+                              input_compress_columns=["obs", "new_obs"]),), {}
 
     def run(prelearner):
         for batch in batches:
             prelearner(batch)
 
     # Both sides give BC's train batch of train_batch_size_per_learner rows.
-    out = _prelearner(side, kind)(batches[0])
+    out = bc_prelearner(side, kind, input_="unused",
+                              input_compress_columns=["obs", "new_obs"])(batches[0])
     assert {k: tuple(v.shape) for k, v in out.items()}["default_policy/obs"] == (1024, 4)
     rounds = 5 if side == "ours" else 3 if prelearner_batches.steps <= 100_000 else 1
     benchmark.pedantic(run, setup=setup, rounds=rounds)

@@ -54,6 +54,7 @@ pytest.importorskip("msgpack_numpy")      # RLlib's recording needs it
 import ray  # noqa: E402
 import torch  # noqa: E402
 from ray.rllib.core.rl_module.torch.torch_rl_module import TorchRLModule  # noqa: E402
+from prelearners import bc_prelearner  # noqa: E402
 
 
 RECORD_STEPS = 2_000
@@ -276,32 +277,11 @@ def recorded_1m(tmp_path_factory):
     return out
 
 
-def _prelearner(side: str, kind: str, path: str):
-    from ray.rllib.algorithms.bc import BCConfig
-    from ray.rllib.env import INPUT_ENV_SPACES
-
-    env = gym.make("CartPole-v1")
-    config = (BCConfig()
-              .environment(observation_space=env.observation_space,
-                           action_space=env.action_space)
-              .training(train_batch_size_per_learner=1024)
-              .offline_data(input_=path, input_read_episodes=kind == "episodes",
-                            dataset_num_iters_per_learner=1))
-    spaces = {INPUT_ENV_SPACES: (env.observation_space, env.action_space),
-              "default_policy": (env.observation_space, env.action_space)}
-    spec = config.get_multi_rl_module_spec(spaces=spaces, inference_only=False)
-    if side == "rllib":
-        from ray.rllib.offline.offline_prelearner import OfflinePreLearner
-    else:
-        from episode.rllib.offline import OfflinePreLearner
-    return OfflinePreLearner(config=config, spaces=spaces[INPUT_ENV_SPACES], module_spec=spec)
-
-
 def _read_all(benchmark, side: str, kind: str, recorded: dict) -> None:
     path, batches = recorded[kind]
 
     def setup():
-        return (_prelearner(side, kind, path),), {}
+        return (bc_prelearner(side, kind, input_=path),), {}
 
     def run(prelearner):
         for batch in batches:

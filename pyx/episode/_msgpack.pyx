@@ -498,9 +498,6 @@ cdef object scalar_of(cnp.dtype dtype, const char* src):
 cdef object nd_value(Reader* r, NdItem* it):
     """The ndarray or numpy scalar of a plain msgpack-numpy map (read by
     read_nd_item), or None when its fields do not describe one."""
-    cdef Py_ssize_t count = 1, nbytes
-    cdef cnp.ndarray arr
-    cdef int j
     dtype = plain_dtype(r, it.type_at, it.type_len)
     if dtype is None:
         return None
@@ -508,14 +505,23 @@ cdef object nd_value(Reader* r, NdItem* it):
         if it.data_len != (<cnp.dtype>dtype).itemsize:
             return None
         return scalar_of(<cnp.dtype>dtype, <const char*>r.p + it.data_at)
+    return nd_array(r, it, <cnp.dtype>dtype)
+
+
+cdef object nd_array(Reader* r, NdItem* it, cnp.dtype dtype):
+    """The ndarray (a copy of its bytes) of an nd msgpack-numpy map of a
+    plain `dtype`, or None when its size and bytes disagree."""
+    cdef Py_ssize_t count = 1, nbytes
+    cdef cnp.ndarray arr
+    cdef int j
     for j in range(it.ndim):
         count *= it.dims[j]
         if count > (<Py_ssize_t>1 << 48):
             return None
-    nbytes = count * (<cnp.dtype>dtype).itemsize
+    nbytes = count * dtype.itemsize
     if it.data_len != nbytes:
         return None
-    arr = empty_array(it.ndim, it.dims, <cnp.dtype>dtype)
+    arr = empty_array(it.ndim, it.dims, dtype)
     if nbytes:
         memcpy(array_bytes(arr, nbytes), r.p + it.data_at, nbytes)
     return arr
@@ -1254,24 +1260,13 @@ cdef object read_array_leaf(Reader* r):
     bytes (what from_state() makes of the array msgpack_numpy gives); None
     (the reader anywhere in it) for anything else."""
     cdef NdItem it
-    cdef Py_ssize_t count = 1, nbytes
-    cdef cnp.ndarray arr
-    cdef int j
     if not read_nd_item(r, &it) or not it.nd or it.ndim < 1 or it.dims[0] == 0:
         return None
     dtype = plain_dtype(r, it.type_at, it.type_len)
     if dtype is None:
         return None
-    for j in range(it.ndim):
-        count *= it.dims[j]
-        if count > (<Py_ssize_t>1 << 48):
-            return None
-    nbytes = count * (<cnp.dtype>dtype).itemsize
-    if it.data_len != nbytes:
-        return None
-    arr = empty_array(it.ndim, it.dims, <cnp.dtype>dtype)
-    memcpy(array_bytes(arr, nbytes), r.p + it.data_at, nbytes)
-    return Column.from_array(arr)
+    arr = nd_array(r, &it, <cnp.dtype>dtype)
+    return None if arr is None else Column.from_array(arr)
 
 
 cdef object read_arrays(Reader* r, bint tree, int depth):
