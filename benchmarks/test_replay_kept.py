@@ -38,15 +38,20 @@ def _buffer() -> PrioritizedEpisodeReplayBuffer:
     return buffer
 
 
-@pytest.fixture(scope="module")
-def kept():
-    """(folder, pickle file) of the same buffer."""
+def _kept_and_pickled() -> tuple:
+    """(folder, pickle file) of the same buffer, saved both ways."""
     buffer = _buffer()
     folder = tempfile.mkdtemp()
     buffer.save(folder)
     path = os.path.join(folder, "buffer.pkl")
     with open(path, "wb") as f:
         pickle.dump(buffer, f, protocol=5)
+    return folder, path
+
+
+@pytest.fixture(scope="module")
+def kept():
+    folder, path = _kept_and_pickled()
     yield folder, path
     shutil.rmtree(folder)
 
@@ -106,13 +111,7 @@ print(f"{how}: {took * 1e3:.1f} ms, RSS +{grown / 2**20:.1f} MiB at open, "
 
 
 if __name__ == "__main__":
-    buffer = _buffer()
-    folder = tempfile.mkdtemp()
-    buffer.save(folder)
-    path = os.path.join(folder, "buffer.pkl")
-    with open(path, "wb") as f:
-        pickle.dump(buffer, f, protocol=5)
-    del buffer
+    folder, path = _kept_and_pickled()
     rows = sum(os.path.getsize(os.path.join(folder, n)) for n in os.listdir(folder)
                if n.startswith("rows-"))
     print(f"rows: {rows / 2**20:.0f} MiB in {folder}; pickle {os.path.getsize(path) / 2**20:.0f} MiB")
