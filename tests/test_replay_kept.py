@@ -443,8 +443,11 @@ def test_flipped_bits_in_a_resigned_metadata_never_crash(saved):
     """Bits flipped in the metadata's pickle, with its checksum made to
     match (so the checks after the checksum are what stands): each open
     raises or gives a buffer that works; the process never dies."""
+    # (Run in tests/: from the checkout's root the source folder would
+    # shadow the installed package.)
     result = subprocess.run([sys.executable, "-c", FLIPS, str(saved), "150"],
-                            capture_output=True, text=True, timeout=600)
+                            capture_output=True, text=True, timeout=600,
+                            cwd=os.path.dirname(os.path.abspath(__file__)))
     assert result.returncode == 0, result.stderr[-3000:]
     assert "ValueError" in result.stdout, result.stdout
 
