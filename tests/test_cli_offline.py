@@ -382,7 +382,10 @@ def test_a_real_ctrl_c(capsys, tmp_path):
     # episode for its last observation.)
     assert count(stdout, "steps") == ds.num_steps == env_steps(stdout) > 1000
     assert count(stdout, "episodes") == len(ds)
-    assert count(stdout, "files") == len(dataset_files(out)) > 2
+    # (At least the first part's two files; a last part too when steps were
+    # sampled after it: a slow machine, e.g. the sanitizer build, may
+    # deliver the signal before the next step.)
+    assert count(stdout, "files") == len(dataset_files(out)) >= 2
     # The same episodes as a recording of as many steps (the random actions
     # are seeded).
     status, _, _ = record(capsys, "--env", "CartPole-v1", "--steps", str(ds.num_steps),
