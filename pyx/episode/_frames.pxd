@@ -29,7 +29,7 @@ cdef class FramePool:
 
     cdef char* frame(self, int64_t f) except NULL
     cdef int assemble(self, char* dst, const int64_t* refs) except -1
-    cdef int assemble_rows(self, char* dst, int64_t** refs, Py_ssize_t n) except -1
+    cdef int assemble_rows(self, char** dsts, int64_t** refs, Py_ssize_t n) except -1
     cdef int write_row(self, int64_t* refs, const char* row) except -1
     cdef int follow(self, const int64_t* refs) noexcept
     cdef int release_before(self, int64_t f) except -1

@@ -1810,29 +1810,46 @@ cdef class Store:
             raise SystemError("episode core: a leaf without storage in its block")
         return base + (r.row + off) * self.stored_bytes[leaf]
 
-    cdef int _gather_frames(self, char* dst, Picks picks, Py_ssize_t leaf, bint at_end,
-                            bint pairs) except -1:
-        # A frame-stacked leaf's rows of the picks (at their step, or their
-        # end step; `pairs`: both, interleaved) into `dst`, read a batch at
-        # a time (see FramePool.assemble_rows).
-        cdef Py_ssize_t i, n = picks.size * (2 if pairs else 1)
+    cdef int _gather_rows(self, Picks picks, Py_ssize_t leaf, char* at_step, char* at_end,
+                          Py_ssize_t stride) except -1:
+        # A numeric leaf's row of each pick i at its step into at_step +
+        # i * stride and at its end step into at_end + i * stride (either
+        # may be NULL), a pick's two rows one after the other: for 1-step
+        # transitions of stacked frames they share all but one frame, which
+        # the second read then finds in cache.
+        cdef Py_ssize_t i, n = 0, rb = self.row_bytes[leaf]
         cdef Pick* p
-        cdef int64_t** refs = <int64_t**>PyMem_Malloc(max(1, n) * sizeof(int64_t*))
-        if refs == NULL:
-            raise MemoryError()
-        try:
+        cdef int64_t** refs
+        cdef char** dsts
+        if self.pools[leaf] is None:
             for i in range(picks.size):
                 p = &picks.items[i]
-                if pairs:
-                    refs[2 * i] = <int64_t*>self._row_ptr(p.run, p.off, leaf)
-                    refs[2 * i + 1] = <int64_t*>self._row_ptr(p.end_run, p.end_off, leaf)
-                elif at_end:
-                    refs[i] = <int64_t*>self._row_ptr(p.end_run, p.end_off, leaf)
-                else:
-                    refs[i] = <int64_t*>self._row_ptr(p.run, p.off, leaf)
-            (<FramePool>self.pools[leaf]).assemble_rows(dst, refs, n)
+                if at_step != NULL:
+                    copy_row(at_step + i * stride, self._row_ptr(p.run, p.off, leaf), rb)
+                if at_end != NULL:
+                    copy_row(at_end + i * stride, self._row_ptr(p.end_run, p.end_off, leaf), rb)
+            return 0
+        # Frame-stacked: the batch's frame numbers first, so that the pool
+        # reads them a row or two ahead (FramePool.assemble_rows).
+        refs = <int64_t**>PyMem_Malloc(max(1, 2 * picks.size) * sizeof(int64_t*))
+        dsts = <char**>PyMem_Malloc(max(1, 2 * picks.size) * sizeof(char*))
+        try:
+            if refs == NULL or dsts == NULL:
+                raise MemoryError()
+            for i in range(picks.size):
+                p = &picks.items[i]
+                if at_step != NULL:
+                    refs[n] = <int64_t*>self._row_ptr(p.run, p.off, leaf)
+                    dsts[n] = at_step + i * stride
+                    n += 1
+                if at_end != NULL:
+                    refs[n] = <int64_t*>self._row_ptr(p.end_run, p.end_off, leaf)
+                    dsts[n] = at_end + i * stride
+                    n += 1
+            (<FramePool>self.pools[leaf]).assemble_rows(dsts, refs, n)
         finally:
             PyMem_Free(refs)
+            PyMem_Free(dsts)
         return 0
 
     cdef int _read_row(self, char* dst, int64_t run, int32_t off, Py_ssize_t leaf) except -1:
@@ -2301,9 +2318,8 @@ cdef class Store:
                     for i in range(picks.size)]
         out = rows_array(picks.size, self.shapes[leaf], self.dtypes[leaf])
         dst = array_bytes(out, picks.size * rb)
-        if self.pools[leaf] is not None:
-            self._gather_frames(dst, picks, leaf, at_end, False)
-            return out
+        self._gather_rows(picks, leaf, NULL if at_end else dst, dst if at_end else NULL, rb)
+        return out
         for i in range(picks.size):
             p = &picks.items[i]
             if at_end:
@@ -2322,6 +2338,28 @@ cdef class Store:
             return {k: self._gather_track(picks, v, at_end) for k, v in structure.items()}
         return tuple(self._gather_track(picks, v, at_end) for v in structure)
 
+    cdef tuple _gather_both(self, Picks picks, object structure):
+        # A track's rows at each pick's step and at its end step, as two
+        # trees nested as the track is, read pick by pick (_gather_rows).
+        cdef Py_ssize_t leaf, rb
+        cdef cnp.ndarray first, last
+        if type(structure) is int:
+            leaf = structure
+            rb = self.row_bytes[leaf]
+            if rb == 0:
+                return (self._gather_leaf(picks, leaf, False),
+                        self._gather_leaf(picks, leaf, True))
+            first = rows_array(picks.size, self.shapes[leaf], self.dtypes[leaf])
+            last = rows_array(picks.size, self.shapes[leaf], self.dtypes[leaf])
+            self._gather_rows(picks, leaf, array_bytes(first, picks.size * rb),
+                              array_bytes(last, picks.size * rb), rb)
+            return first, last
+        if isinstance(structure, dict):
+            pairs = {k: self._gather_both(picks, v) for k, v in structure.items()}
+            return ({k: v[0] for k, v in pairs.items()}, {k: v[1] for k, v in pairs.items()})
+        pairs = [self._gather_both(picks, v) for v in structure]
+        return tuple([v[0] for v in pairs]), tuple([v[1] for v in pairs])
+
     def native_transitions(self, Picks picks, double gamma, bint extras):
         """sample_batch()'s transition batch for drawn picks: obs, actions,
         rewards (discounted over the steps taken), new_obs, terminateds,
@@ -2330,10 +2368,11 @@ cdef class Store:
         cdef dict batch
         returns = self._returns_and_ends(picks, gamma)
         steps, weights, indices, terminateds, truncateds = self.native_fields(picks)
-        batch = {"obs": self._gather_track(picks, self.layout["obs"], False),
+        obs, new_obs = self._gather_both(picks, self.layout["obs"])
+        batch = {"obs": obs,
                  "actions": self._gather_track(picks, self.layout["actions"], False),
                  "rewards": returns,
-                 "new_obs": self._gather_track(picks, self.layout["obs"], True)}
+                 "new_obs": new_obs}
         if extras:
             for key, structure in self.layout["extras"].items():
                 batch[key] = self._gather_track(picks, structure, False)
@@ -2362,9 +2401,8 @@ cdef class Store:
             return out_list
         out = rows_array(2 * picks.size, self.shapes[leaf], self.dtypes[leaf])
         dst = array_bytes(out, 2 * picks.size * rb)
-        if self.pools[leaf] is not None:
-            self._gather_frames(dst, picks, leaf, False, True)
-            return out
+        self._gather_rows(picks, leaf, dst, dst + rb, 2 * rb)
+        return out
         for i in range(picks.size):
             p = &picks.items[i]
             copy_row(dst + 2 * i * rb, self._row_ptr(p.run, p.off, leaf), rb)
