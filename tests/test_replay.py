@@ -15,6 +15,7 @@ import pytest
 
 from episode import Sampler, SingleAgentEpisode
 from episode.replay import EpisodeReplayBuffer, PrioritizedEpisodeReplayBuffer
+from episode.replay.stored import DEFAULT_AGENT_ID
 
 
 def _episodes(n_episodes, *, seed=0, length=(3, 30), done=True):
@@ -352,3 +353,28 @@ def test_spent_transitions_are_made_over_only_when_no_one_holds_them(cls):
     assert [_view(e) for e in kept_list] == kept_views
     assert [_view(e) for e in held] == held_views
     assert {k: v.get() for k, v in held_outputs.items()} == outputs_view
+
+
+@pytest.mark.parametrize("cls", [EpisodeReplayBuffer, PrioritizedEpisodeReplayBuffer])
+def test_a_subclass_update_add_metrics_is_called_with_the_counts(cls):
+    """add() tallies its metrics without RLlib's per-key calls, unless a
+    subclass has its own _update_add_metrics(): that one is called, with
+    RLlib's arguments, and what it logs is what the buffer reports."""
+    calls = []
+
+    class Mine(cls):
+        def _update_add_metrics(self, **counts):
+            calls.append(counts)
+            super()._update_add_metrics(**counts)
+
+    plain, mine = cls(capacity=40), Mine(capacity=40)
+    for episodes in (_episodes(2, seed=1), _episodes(3, seed=2), _episodes(1, seed=3)):
+        plain.add(episodes)
+        mine.add(episodes)
+    assert len(calls) == 3
+    assert [c["num_env_steps_added"] for c in calls] == [
+        sum(len(e) for e in _episodes(n, seed=s)) for n, s in ((2, 1), (3, 2), (1, 3))]
+    assert calls[0]["agent_to_num_episodes_added"] == {DEFAULT_AGENT_ID: 2}
+    reported = plain.get_metrics()
+    assert sum(c["num_episodes_evicted"] for c in calls) == reported["num_episodes_evicted"] > 0
+    assert mine.get_metrics() == reported

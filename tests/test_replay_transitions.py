@@ -125,7 +125,7 @@ def _same_buffers(one, two, prioritized, rounds=2):
 
 
 @pytest.mark.parametrize("cls", [EpisodeReplayBuffer, PrioritizedEpisodeReplayBuffer])
-@pytest.mark.parametrize("capacity", [40, 10_000])
+@pytest.mark.parametrize("capacity", [17, 40, 10_000])
 @pytest.mark.parametrize("kind, with_infos, n, single", [
     ("box", False, 4, False), ("dict", True, 3, False), ("box", True, 1, True),
     ("dict", False, 1, True), ("box", False, 8, False)])
@@ -145,7 +145,7 @@ def test_transitions_are_the_chunks_added(counted_ids, cls, capacity, kind, with
     assert ours.get_num_episodes_evicted() == chunked.get_num_episodes_evicted()
     # The first call lays the store out through add(); the compiled path takes the rest.
     assert compiled == [True] * 59
-    if capacity == 40:
+    if capacity < 100:
         assert ours.get_num_episodes_evicted() > 0
     compare(ours.get_metrics(), chunked.get_metrics())
 

@@ -128,7 +128,7 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
         self._log_add(counts)
 
     def _add_steps(self, ids, t, obs, next_obs, actions, rewards, terminated, truncated,
-                   infos, counts: "_AddCounts") -> bool:
+                   infos, first_infos, counts: "_AddCounts") -> bool:
         # add_transition()'s checked steps (one per env), as add() of their
         # chunks: the oldest episodes evicted first (a step of an evicted
         # episode dropped with it), each stored step at the highest
@@ -144,7 +144,8 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
         evicted = self._evict_for(ids, [1] * len(ids), counts)
         envs = np.array([i for i, id_ in enumerate(ids) if id_ not in evicted], np.int64)
         counts.episodes_added += store.add_steps(ids, ids, t, obs, next_obs, actions, rewards,
-                                                 terminated, truncated, infos, envs, leaf_value)
+                                                 terminated, truncated, infos, envs, leaf_value,
+                                                 first_infos)
         counts.env_steps_added += len(envs)
         counts.agent_steps_added += len(envs)
         return True

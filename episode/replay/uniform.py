@@ -23,6 +23,10 @@ from episode.replay.stored import (DEFAULT_AGENT_ID, DEFAULT_MODULE_ID, _as_ours
                                    _episode_indices, _force_list, _stored_episode)
 
 
+# add_transition()'s env numbers, made once.
+_ENVS = np.arange(64)
+
+
 class _BufferClass(type):
     """The buffers' metaclass: RLlib's Algorithm asks `"EpisodeReplayBuffer"
     in config["replay_buffer_config"]["type"]`, which a class cannot answer
@@ -191,30 +195,54 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
         add_transitions(self, obs, next_obs, action, reward, terminated, truncated, infos)
 
     def _add_steps(self, ids, t, obs, next_obs, actions, rewards, terminated, truncated,
-                   infos, counts: "_AddCounts") -> bool:
+                   infos, first_infos, counts: "_AddCounts") -> bool:
         # add_transition()'s checked steps (one per env), each as add() of
         # its chunk: stored, counted, then the oldest episodes evicted while
         # over capacity (in one call as far as none can be). False, with
         # nothing changed, where the arrays are unlike the stored leaves.
         n = len(ids)
         store = self._store
-        room = min(max(self.capacity - self._num_timesteps, 0), n)
-        groups = ([np.arange(room)] if room else []) + [np.array([i]) for i in range(room, n)]
-        for k, envs in enumerate(groups):
+        start = 0
+        while start < n:
+            stop = self._steps_in_one_call(ids, start)
             try:
                 new = store.add_steps(ids, ids, t, obs, next_obs, actions, rewards, terminated,
-                                      truncated, infos, envs)
+                                      truncated, infos, _ENVS[start:stop] if stop <= len(_ENVS)
+                                      else np.arange(start, stop), first_infos=first_infos)
             except (TypeError, ValueError):
-                if k:
+                if start:
                     raise         # (checked by the first call: cannot happen)
                 return False
             counts.episodes_added += new
-            self._num_timesteps += len(envs)
-            self._num_timesteps_added += len(envs)
-            counts.env_steps_added += len(envs)
-            counts.agent_steps_added += len(envs)
+            self._num_timesteps += stop - start
+            self._num_timesteps_added += stop - start
+            counts.env_steps_added += stop - start
+            counts.agent_steps_added += stop - start
             self._evict_over_capacity(counts)
+            start = stop
         return True
+
+    def _steps_in_one_call(self, ids: list, start: int) -> int:
+        # How far past env `start` add_transition()'s steps can be stored
+        # before the oldest episodes are evicted, with the same result as
+        # add() of their chunks, which evicts after each: all of them where
+        # the episodes that eviction takes are none of theirs (then when
+        # they go makes no difference), else up to the first that would
+        # overflow the capacity.
+        n = len(ids)
+        over = self._num_timesteps + n - start - self.capacity
+        if over <= 0:
+            return n
+        store = self._store
+        ours = set(ids[start:])
+        for k in range(store.num_episodes):
+            fields = episode_fields(store, store.oldest(k))
+            if fields[0] in ours:
+                break
+            over -= fields[3]
+            if over <= 0:
+                return n
+        return start + max(1, self.capacity - self._num_timesteps)
 
     def add_dataset(self, dataset) -> None:
         """Adds every episode of an `episode.offline.EpisodeDataset` in its
@@ -253,6 +281,11 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
             self._num_timesteps -= evicted_steps
 
     def _log_add(self, counts: "_AddCounts") -> None:
+        if type(self)._update_add_metrics is EpisodeReplayBuffer._update_add_metrics:
+            # (What the call below logs, tallied; a subclass's own is called.)
+            self._unlogged.tally_add(counts, self.get_num_episodes(), self.get_num_timesteps(),
+                                     self._metrics_num_episodes_for_smoothing)
+            return
         self._update_add_metrics(
             num_episodes_added=counts.episodes_added,
             num_env_steps_added=counts.env_steps_added,

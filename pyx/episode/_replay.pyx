@@ -2549,7 +2549,7 @@ cdef class Store:
 
     def add_steps(self, list keys, list ids, object t_started, list obs, list next_obs,
                   list actions, list rewards, object terminated, object truncated,
-                  object infos, object envs, weight=None):
+                  object infos, object envs, weight=None, object first_infos=None):
         """Stores step e of each env e in `envs` as add() of the one-step
         chunk [obs[e], next_obs[e]] (numpy'ized, no lookback, no extra model
         outputs) would: joined to the episode stored under keys[e], which
@@ -2558,7 +2558,9 @@ cdef class Store:
         rewards are one C-contiguous array per leaf of the stored tracks,
         with the leaf's dtype and shape (n, *row shape); terminated and
         truncated n bools; infos None or n infos dicts (each step's last
-        infos); with priorities each step's tree leaf takes `weight`.
+        infos); first_infos None or n dicts, the infos of each step's obs
+        where it starts a new episode (a stored one's are its last infos);
+        with priorities each step's tree leaf takes `weight`.
         Everything is checked before anything changes (TypeError,
         ValueError). Returns the number of new episodes."""
         cdef Py_ssize_t n = len(keys), i, k, leaf, row, count
@@ -2615,6 +2617,9 @@ cdef class Store:
         env_of = <int64_t*>array_bytes(order, count * 8)
         if infos is not None and (type(infos) is not list or len(infos) != n):
             raise TypeError(f"infos must be None or a list of {n} dicts")
+        if first_infos is not None and (type(first_infos) is not list or len(first_infos) != n
+                                        or not all(type(i) is dict for i in first_infos)):
+            raise TypeError(f"first_infos must be None or a list of {n} dicts")
         seen = set()
         for i in range(count):
             e = env_of[i]
@@ -2646,6 +2651,8 @@ cdef class Store:
                 self.meta[slot] = self.meta[prev] if prev >= 0 and \
                     meta.same_as(<EpisodeMeta>self.meta[prev]) else meta
                 new += 1
+                if first_infos is not None and first_infos[e]:
+                    self.final_infos[slot] = copy.deepcopy(first_infos[e])
             block = self._tail_block(1)
             row = block.size
             for name, leaf, arr in parts:
