@@ -19,7 +19,7 @@ from episode.replay.draws import (_batch_size, _check_capacity, _check_gamma,
 from episode.replay.frames import store_args
 from episode.replay.metrics import _AddCounts
 from episode.replay.stored import _as_ours, _episode_indices, _force_list
-from episode.replay.uniform import EpisodeReplayBuffer
+from episode.replay.uniform import EpisodeReplayBuffer, _env_numbers
 
 
 class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
@@ -135,19 +135,32 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
         # priority so far. False, with nothing changed, where the arrays
         # are unlike the stored leaves.
         store = self._store
-        try:      # (no envs: only the arrays are checked)
-            store.add_steps(ids, ids, t, obs, next_obs, actions, rewards, terminated,
-                            truncated, infos, _NO_ENVS, 1.0)
-        except (TypeError, ValueError):
-            return False
+        n = len(ids)
         leaf_value = self._max_priority ** self._alpha
-        evicted = self._evict_for(ids, [1] * len(ids), counts)
-        envs = np.array([i for i, id_ in enumerate(ids) if id_ not in evicted], np.int64)
-        counts.episodes_added += store.add_steps(ids, ids, t, obs, next_obs, actions, rewards,
-                                                 terminated, truncated, infos, envs, leaf_value,
-                                                 first_infos)
-        counts.env_steps_added += len(envs)
-        counts.agent_steps_added += len(envs)
+        if self._num_timesteps + n <= self.capacity:
+            # Nothing to evict: the call checks everything before it stores.
+            try:
+                new = store.add_steps(ids, ids, t, obs, next_obs, actions, rewards, terminated,
+                                      truncated, infos, _env_numbers(0, n), leaf_value,
+                                      first_infos)
+            except (TypeError, ValueError):
+                return False
+            self._evict_for(ids, [1] * n, counts)       # (counts the steps)
+            envs = n
+        else:
+            try:      # (no envs: only the arrays are checked)
+                store.add_steps(ids, ids, t, obs, next_obs, actions, rewards, terminated,
+                                truncated, infos, _NO_ENVS, 1.0)
+            except (TypeError, ValueError):
+                return False
+            evicted = self._evict_for(ids, [1] * n, counts)
+            kept = np.array([i for i, id_ in enumerate(ids) if id_ not in evicted], np.int64)
+            new = store.add_steps(ids, ids, t, obs, next_obs, actions, rewards, terminated,
+                                  truncated, infos, kept, leaf_value, first_infos)
+            envs = len(kept)
+        counts.episodes_added += new
+        counts.env_steps_added += envs
+        counts.agent_steps_added += envs
         return True
 
     def _evict_for(self, new_ids: list, lengths: list, counts: "_AddCounts") -> list:

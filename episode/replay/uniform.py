@@ -23,8 +23,13 @@ from episode.replay.stored import (DEFAULT_AGENT_ID, DEFAULT_MODULE_ID, _as_ours
                                    _episode_indices, _force_list, _stored_episode)
 
 
-# add_transition()'s env numbers, made once.
 _ENVS = np.arange(64)
+
+
+def _env_numbers(start: int, stop: int) -> np.ndarray:
+    """Envs start .. stop - 1, as Store.add_steps() takes them (the usual
+    numbers made once)."""
+    return _ENVS[start:stop] if stop <= len(_ENVS) else np.arange(start, stop)
 
 
 class _BufferClass(type):
@@ -207,8 +212,8 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
             stop = self._steps_in_one_call(ids, start)
             try:
                 new = store.add_steps(ids, ids, t, obs, next_obs, actions, rewards, terminated,
-                                      truncated, infos, _ENVS[start:stop] if stop <= len(_ENVS)
-                                      else np.arange(start, stop), first_infos=first_infos)
+                                      truncated, infos, _env_numbers(start, stop),
+                                      first_infos=first_infos)
             except (TypeError, ValueError):
                 if start:
                     raise         # (checked by the first call: cannot happen)
