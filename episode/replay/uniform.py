@@ -417,9 +417,8 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
         n_step = _checked_n_step(n_step)
         store = self._store
         _check_not_empty(store)
-        picks = store.draw_uniform(self._draws(), batch_size_B, batch_length_T or 0, n_step,
-                                   min_batch_length_T)
-        slots, ts, ns, ends = store.pick_fields(picks)
+        picks, (slots, ts, ns, ends) = self._draw_uniform(batch_size_B, batch_length_T or 0,
+                                                          n_step, min_batch_length_T)
         if batch_length_T:
             episodes = [_stored_episode(store, int(s), int(t), int(e), lookback)
                         for s, t, e in zip(slots.tolist(), ts.tolist(), ends.tolist())]
@@ -435,12 +434,54 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
                                     include_infos=True, stored_ids=True,
                                     extras=include_extra_model_outputs, weights=None,
                                     exact_end=True, outputs_lookback=lookback)
-        self._after_reads(len(episodes))
-        self.sampled_timesteps += batch_size_B
-        steps_seen = {(int(s), int(t)) for s, t in zip(slots, ts)}
-        self._log_sample(batch_size_B, len(set(slots.tolist())), len(steps_seen),
-                         sum(ns.tolist()) / batch_size_B, 0)
+        self._count_draw(batch_size_B, len(episodes), slots, ts, ns)
         return episodes
+
+    def _draw_uniform(self, num_items: int, T: int, n_step, min_batch_length_T: int):
+        # _sample_episodes()' draw: the picks and their (slots, ts, n-steps, ends).
+        picks = self._store.draw_uniform(self._draws(), num_items, T, n_step,
+                                         min_batch_length_T)
+        return picks, self._store.pick_fields(picks)
+
+    def _count_draw(self, num_items: int, returned: int, slots, ts, ns) -> None:
+        # What _sample_episodes() counts and logs of a draw: RLlib counts
+        # num_items, though its n-step count may make more or fewer items.
+        self._after_reads(returned)
+        self.sampled_timesteps += num_items
+        slot_list = slots.tolist()
+        self._log_sample(num_items, len(set(slot_list)), len(set(zip(slot_list, ts.tolist()))),
+                         sum(ns.tolist()) / num_items, 0)
+
+    def _transition_columns(self, num_items: int, n_step: int, min_batch_length_T: int,
+                            gamma: float) -> Optional[Dict[str, Any]]:
+        """The columns RLlib's default learner pipeline makes of the one-step
+        episodes of ``sample(num_items, n_step=n_step, sample_episodes=True,
+        min_batch_length_T=...)``, drawn and counted as that call draws and
+        counts, without the episodes: obs, new_obs, actions, rewards (the
+        discounted n-step sums), terminateds and truncateds (where a
+        transition ends exactly at its episode's end, with its flags),
+        n_step and weights (ones). None, before anything is drawn, where
+        observations, actions or rewards are not one numeric leaf each, or
+        the buffer is empty or prioritized."""
+        store = self._store
+        if store.live_steps <= 0 or store.priorities is not None:
+            return None
+        layout = store.layout
+        leaves = (layout["obs"], layout["actions"], layout["rewards"])
+        if not all(type(leaf) is int and store.leaf_dtype(leaf) is not None for leaf in leaves):
+            return None
+        picks, (slots, ts, ns, ends) = self._draw_uniform(num_items, 0, n_step,
+                                                          min_batch_length_T)
+        store.locate_ends(picks)
+        obs, new_obs = store.gather_both(picks, leaves[0])
+        _, _, _, terminated, truncated = store.native_fields(picks)
+        exact = ts + ns == ends         # (the plain buffer's rule for done)
+        columns = {"obs": obs, "new_obs": new_obs, "actions": store.gather(picks, leaves[1]),
+                   "rewards": store.returns(picks, float(gamma)),
+                   "terminateds": terminated & exact, "truncateds": truncated & exact,
+                   "n_step": ns, "weights": np.ones(len(ns))}
+        self._count_draw(num_items, len(ns), slots, ts, ns)
+        return columns
 
     # -- the native sampler ----------------------------------------------------------------
 

@@ -52,8 +52,6 @@ from ray.rllib.utils.metrics import (
 )
 from ray.rllib.utils.metrics.utils import to_snake_case
 
-import numpy as np
-
 from episode.replay import EpisodeReplayBuffer
 from episode.replay.draws import replayed_columns
 from episode.single_agent_episode import SingleAgentEpisode
@@ -158,40 +156,4 @@ def drawn_columns(buffer: Any, num_items: int, n_step: Any, min_batch_length_T: 
             or type(num_items) is not int or num_items < 1 \
             or type(min_batch_length_T) is not int or min_batch_length_T < 0:
         return None
-    store = buffer._store
-    if store.live_steps <= 0 or store.priorities is not None:
-        return None
-    layout = store.layout
-    leaves = (layout["obs"], layout["actions"], layout["rewards"])
-    if not all(type(leaf) is int and store.leaf_dtype(leaf) is not None for leaf in leaves):
-        return None
-    obs, actions, _ = leaves
-    # What EpisodeReplayBuffer._sample_episodes draws, and what it counts.
-    picks = store.draw_uniform(buffer._draws(), num_items, 0, n_step, min_batch_length_T)
-    slots, ts, ns, ends = store.pick_fields(picks)
-    store.locate_ends(picks)
-    pairs = store.gather_pairs(picks, obs)
-    columns = {
-        "obs": np.ascontiguousarray(pairs[0::2]),
-        "new_obs": np.ascontiguousarray(pairs[1::2]),
-        "actions": store.gather(picks, actions),
-        "rewards": store.returns(picks, float(gamma)),
-    }
-    # A transition is done when it ends exactly at its episode's end (the
-    # plain buffer's rule), with that episode's flags.
-    _, _, _, terminated, truncated = store.native_fields(picks)
-    exact = ts + ns == ends
-    terminated &= exact
-    truncated &= exact
-    columns["terminateds"] = terminated
-    columns["truncateds"] = truncated
-    columns["n_step"] = ns
-    columns["weights"] = np.ones(len(ns))
-    # (A draw counts num_items, though its n-step count may make it more
-    # or fewer transitions: RLlib's counting.)
-    buffer._after_reads(len(ns))
-    buffer.sampled_timesteps += num_items
-    buffer._log_sample(num_items, len(set(slots.tolist())),
-                       len(set(zip(slots.tolist(), ts.tolist()))),
-                       sum(ns.tolist()) / num_items, 0)
-    return columns
+    return buffer._transition_columns(num_items, n_step, min_batch_length_T, gamma)

@@ -2383,6 +2383,14 @@ cdef class Store:
         batch["indices"] = indices
         return batch
 
+    def gather_both(self, Picks picks, Py_ssize_t leaf):
+        """Leaf `leaf` at each pick's step and at its end step: two arrays
+        of rows for a numeric leaf (read pick by pick), two lists for an
+        object leaf."""
+        if not 0 <= leaf < self.nleaves:
+            raise IndexError(f"no leaf {leaf}")
+        return self._gather_both(picks, leaf)
+
     def gather_pairs(self, Picks picks, Py_ssize_t leaf):
         """Leaf `leaf` at each pick's step and at its end step, interleaved:
         rows 2i and 2i + 1 are pick i's (a list for an object leaf)."""
