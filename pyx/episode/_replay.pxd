@@ -177,6 +177,7 @@ cdef class Store:
     cdef int _fenwick_add(self, int64_t seq, int64_t delta) noexcept
     cdef int64_t _prefix(self, Py_ssize_t slots) noexcept
     cdef int _kth(self, int64_t k, int64_t* run, int32_t* off) except -1
+    cdef int _kth_group(self, Pick* picks, Py_ssize_t g, int64_t before_head) except -1
     cdef int _kth_from(self, int64_t k, int64_t before_head, int64_t* run,
                        int32_t* off) except -1
     cdef int32_t _new_slot(self, object id_, object key, int64_t t_started, Py_ssize_t lookback,

@@ -1002,6 +1002,34 @@ cdef class Store:
         off[0] = <int32_t>target
         return 0
 
+    cdef int _kth_group(self, Pick* picks, Py_ssize_t g, int64_t before_head) except -1:
+        # _kth_from() of picks[0 .. g) (g <= 16, their steps in .ts), the
+        # descents in lockstep: their reads of each tree level overlap
+        # instead of each waiting for the one before.
+        cdef Py_ssize_t head = self.run_head & (self.run_cap - 1), step, k
+        cdef Py_ssize_t pos[16]
+        cdef int64_t target[16]
+        cdef int64_t v, go, live = self.live_steps
+        for k in range(g):
+            if picks[k].ts < 0 or picks[k].ts >= live:
+                raise IndexError(f"step {picks[k].ts} of {live}")
+            target[k] = before_head + picks[k].ts if picks[k].ts < live - before_head \
+                else picks[k].ts - (live - before_head)
+            pos[k] = 0
+        step = self.run_cap
+        while step:
+            for k in range(g):
+                v = self.tree[pos[k] + step]
+                go = -<int64_t>(v <= target[k])
+                pos[k] += step & go
+                target[k] -= v & go
+            step >>= 1
+        for k in range(g):
+            picks[k].run = self.run_head + (pos[k] - head) if pos[k] >= head \
+                else self.run_head + (self.run_cap - head) + pos[k]
+            picks[k].off = <int32_t>target[k]
+        return 0
+
     # -- adding ------------------------------------------------------------------------
 
     def check(self, EpisodeCore episode, dict pending, key=None):
@@ -2067,7 +2095,9 @@ cdef class Store:
                     p.off = <int32_t>(key & KEY_OFFSET_MASK)
                 else:
                     p.leaf = p.ts
-                    self._kth_from(p.ts, before_head, &p.run, &p.off)
+            if not prioritized:
+                for i in range(start, batch_size, 16):
+                    self._kth_group(&picks.items[i], min(16, batch_size - i), before_head)
             j = start
             for i in range(start, batch_size):
                 p = &picks.items[i]
