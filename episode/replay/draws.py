@@ -17,7 +17,6 @@ from episode._replay import (Store, make_transitions,
 from episode.single_agent_episode import SingleAgentEpisode
 
 
-
 def _check_gamma(gamma) -> None:
     # Checked before drawing: RLlib's n-step sums fail on a non-number only
     # after its draws (any real number is used as given, as RLlib's).
