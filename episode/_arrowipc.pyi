@@ -1,7 +1,5 @@
 from typing import Any
 
-import numpy as np
-
 def read_file(
     data: Any,
 ) -> tuple[int, dict[str, Any], dict[bytes, bytes] | None,
