@@ -773,6 +773,7 @@ class _ArrowReader:
         self.parquet = _parquet() if meta.format == "parquet" else None
         self.meta = meta
         self.root = str(data_path)
+        self.prefix = os.path.join(self.root, "")
         self.file = data_path
         types = pa.types
         self.is_struct, self.is_fixed_size_list = types.is_struct, types.is_fixed_size_list
@@ -782,12 +783,22 @@ class _ArrowReader:
         self.bytes_read = 0
         self.joinable = all(leaf.kind == "numeric"
                             for leaf in meta.obs_leaves + meta.action_leaves)
+        # Arrow files of numbers: parsed by _arrowipc, each episode's folder
+        # listed and its file read by one call relative to the data folder.
         self.parse_ipc = _arrowipc.read_file if self.joinable and self.parquet is None else None
+        self.root_fd: Optional[int] = None
+        if self.parse_ipc is not None and hasattr(os, "O_DIRECTORY"):
+            try:
+                self.root_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
+            except OSError:
+                pass     # each folder is listed by its path
 
     def close(self) -> None:
-        # Each episode's file is read whole and closed at once: nothing is
-        # held open (the HDF5 reader's close() shuts its file).
-        return None
+        # Each episode's file is read whole and closed at once: only the
+        # data folder's descriptor is held open.
+        if self.root_fd is not None:
+            os.close(self.root_fd)
+            self.root_fd = None
 
     def _listing(self, i: int) -> Tuple[str, List[str]]:
         """Episode i's folder and the names of its data files, in order."""
@@ -837,6 +848,22 @@ class _ArrowReader:
             raise _Damaged(f"its files hold no rows, or no common schema ({exc})") \
                 from None
 
+    def _files(self, i: int) -> Tuple[str, List[str], Optional[bytes]]:
+        """Episode i's folder, its data files' names, and the first one's
+        bytes when it is the only one and _arrowipc may parse it."""
+        if self.root_fd is not None:
+            found = _arrowipc.read_episode_file(self.root_fd, i)
+            if found is not None:
+                name, data = found
+                folder = self.prefix + str(i)      # os.path.join(self.root, str(i))
+                self.file = folder + os.sep + name
+                self.bytes_read += len(data)
+                return folder, [name], data
+        folder, names = self._listing(i)
+        if self.parse_ipc is None or len(names) != 1:
+            return folder, names, None
+        return folder, names, self._read(folder, names[0])
+
     def episodes(self, indices: List[int]) -> Iterable[SingleAgentEpisode]:
         """The episodes at `indices`, in order (self.index and self.file
         name the one being read)."""
@@ -845,26 +872,24 @@ class _ArrowReader:
         for i in indices:
             self.index = i
             try:
-                folder, names = self._listing(i)
-                first = None
-                if self.parse_ipc is not None and len(names) == 1:
-                    first = self._read(folder, names[0])
-                    parsed = self.parse_ipc(first)
-                    if parsed is not None:
-                        if pending:
-                            # The episodes before this one first (see below).
-                            yield from self._chunk(pending)
-                            pending = []
-                            self.bytes_read = len(first)
-                            self.index, self.file = i, os.path.join(folder, names[0])
-                        try:
-                            episode = self._from_columns(i, *parsed)
-                        except _Damaged:
-                            pass     # pyarrow's reading names what is wrong
-                        else:
-                            self.bytes_read -= len(first)
-                            yield episode
-                            continue
+                folder, names, first = self._files(i)
+                parsed = None if first is None else self.parse_ipc(first)
+                if parsed is not None:
+                    if pending:
+                        # The episodes before this one first (see below).
+                        file = self.file
+                        yield from self._chunk(pending)
+                        pending = []
+                        self.bytes_read = len(first)
+                        self.index, self.file = i, file
+                    try:
+                        episode = self._from_columns(i, *parsed)
+                    except _Damaged:
+                        pass     # pyarrow's reading names what is wrong
+                    else:
+                        self.bytes_read -= len(first)
+                        yield episode
+                        continue
                 batch = self._batch(folder, names, first)   # leaves self.file at its file
             except _Damaged:
                 # The episodes before this one are built first: the error

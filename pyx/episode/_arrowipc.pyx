@@ -44,6 +44,7 @@ cdef extern from "numpy/arrayobject.h":
 
 cdef extern from "Python.h":
     int PyBuffer_IsContiguous(const Py_buffer* view, char order)
+    str PyUnicode_DecodeFSDefault(const char* s)
 
 
 cdef object ndarray_type = np.ndarray
@@ -527,6 +528,174 @@ cdef object read_field(Body* b, Schema s, Py_ssize_t* f, int64_t length, tuple p
         name = s.names[f[0]]
         out[name] = read_field(b, s, f, length, path, field_meta, base)
     return out
+
+
+# -- an episode's folder ------------------------------------------------------------------
+
+cdef extern from *:
+    """
+    #include <errno.h>
+    #include <stdint.h>
+    #include <stdlib.h>
+    #include <string.h>
+    #ifndef _WIN32
+    #include <dirent.h>
+    #include <fcntl.h>
+    #include <unistd.h>
+    #endif
+    #if defined(__linux__)
+    #include <sys/syscall.h>
+    #endif
+
+    /* A data file's name as Minari's Arrow reader sees one: not "_..", not
+       ".." (nor "." and ".."), not metadata.json (nor a name it begins). */
+    static int episode_is_data_name(const char* name) {
+        return name[0] != '_' && name[0] != '.'
+               && strncmp(name, "metadata.json", 13) != 0;
+    }
+
+    /* Opens folder `index` under the directory `root` and finds its one
+       data file: 1 with the folder's fd in *folder and the name in `name`
+       (`cap` bytes), 0 when there are none or several (or the name does not
+       fit), -1 on any error. Linux lists with getdents64 (one call less
+       than opendir's fstat); elsewhere readdir on a dup of the fd. */
+    static int episode_one_data_file(int root, long long index, int* folder,
+                                     char* name, size_t cap) {
+    #ifdef _WIN32
+        return -1;
+    #else
+        char dir[32];
+        int fd, found = 0;
+        snprintf(dir, sizeof dir, "%lld", index);
+        fd = openat(root, dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0) return -1;
+    #if defined(__linux__) && defined(SYS_getdents64)
+        {
+            /* struct linux_dirent64: ino (8), off (8), reclen (2), type (1), name */
+            char buf[4096] __attribute__((aligned(8)));
+            for (;;) {
+                long n = syscall(SYS_getdents64, fd, buf, sizeof buf), pos = 0;
+                if (n < 0) { close(fd); return -1; }
+                if (n == 0) break;
+                while (pos + 19 < n) {
+                    unsigned short reclen;
+                    const char* entry = buf + pos;
+                    memcpy(&reclen, entry + 16, 2);
+                    if (reclen <= 19 || reclen > n - pos) { close(fd); return -1; }
+                    if (episode_is_data_name(entry + 19)) {
+                        size_t len = strnlen(entry + 19, reclen - 19);
+                        if (++found > 1 || len >= cap) { close(fd); return 0; }
+                        memcpy(name, entry + 19, len);
+                        name[len] = 0;
+                    }
+                    pos += reclen;
+                }
+            }
+        }
+    #else
+        {
+            int listing = dup(fd);
+            DIR* d;
+            struct dirent* e;
+            if (listing < 0) { close(fd); return -1; }
+            d = fdopendir(listing);
+            if (d == NULL) { close(listing); close(fd); return -1; }
+            errno = 0;
+            while ((e = readdir(d)) != NULL) {
+                if (episode_is_data_name(e->d_name)) {
+                    size_t len = strlen(e->d_name);
+                    if (++found > 1 || len >= cap) { closedir(d); close(fd); return 0; }
+                    memcpy(name, e->d_name, len + 1);
+                }
+            }
+            if (errno) { closedir(d); close(fd); return -1; }
+            closedir(d);
+        }
+    #endif
+        if (found != 1) { close(fd); return 0; }
+        *folder = fd;
+        return 1;
+    #endif
+    }
+
+    /* File `name` in the directory `folder`, read whole into a new buffer
+       (*size bytes; free() it); NULL on any error. */
+    static char* episode_read_file(int folder, const char* name, Py_ssize_t* size) {
+    #ifdef _WIN32
+        return NULL;
+    #else
+        size_t cap = 1 << 16, used = 0;
+        char* buf;
+        int fd = openat(folder, name, O_RDONLY | O_CLOEXEC);
+        if (fd < 0) return NULL;
+        buf = (char*)malloc(cap);
+        while (buf != NULL) {
+            ssize_t n = read(fd, buf + used, cap - used);
+            if (n < 0) {
+                if (errno == EINTR) continue;
+                break;
+            }
+            if (n == 0) {
+                close(fd);
+                *size = (Py_ssize_t)used;
+                return buf;
+            }
+            used += (size_t)n;
+            if (used == cap) {
+                char* grown = (cap > (size_t)PY_SSIZE_T_MAX / 2) ? NULL : (char*)realloc(buf, 2 * cap);
+                if (grown == NULL) break;
+                buf = grown;
+                cap *= 2;
+            }
+        }
+        free(buf);
+        close(fd);
+        return NULL;
+    #endif
+    }
+
+    static void episode_close(int fd) {
+    #ifndef _WIN32
+        close(fd);
+    #endif
+    }
+    """
+    int episode_one_data_file(int root, long long index, int* folder, char* name,
+                              size_t cap) nogil
+    char* episode_read_file(int folder, const char* name, Py_ssize_t* size) nogil
+    void episode_close(int fd) nogil
+    void free(void* p) nogil
+
+
+def read_episode_file(int root, long long index):
+    """The one data file of an episode's folder, read whole.
+
+    Args:
+        root: an open file descriptor of the dataset's data folder.
+        index: the episode's index: its folder's name.
+
+    Returns:
+        (name, data): the file's name (str, decoded as os.fsdecode does)
+        and its bytes, or None when the folder holds no data
+        file or several (names beginning with "_", "." or "metadata.json"
+        are not data), or when anything fails: the caller then lists the
+        folder itself, and raises what it finds.
+    """
+    cdef char name[256]
+    cdef int folder, found
+    cdef char* data
+    cdef Py_ssize_t size
+    with nogil:
+        found = episode_one_data_file(root, index, &folder, name, sizeof(name))
+        if found == 1:
+            data = episode_read_file(folder, name, &size)
+            episode_close(folder)
+    if found != 1 or data == NULL:
+        return None
+    try:
+        return PyUnicode_DecodeFSDefault(name), PyBytes_FromStringAndSize(data, size)
+    finally:
+        free(data)
 
 
 # -- the file -------------------------------------------------------------------------------
