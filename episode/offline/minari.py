@@ -936,12 +936,16 @@ class _ArrowReader:
         one: the checks on the joined batch are those of one episode's, so
         a failure is left for the episode-by-episode path to name."""
         pa = self.pa
-        schema = batches[0].schema
+        # The fields' metadata must agree too (an info's row shape): the
+        # joined batch has one schema. Each file's own metadata (its id_)
+        # is read from its own batch.
+        schema = batches[0].schema.remove_metadata()
         for batch in batches:
-            if batch.num_rows == 0 or not batch.schema.equals(schema):
+            if batch.num_rows == 0 or not batch.schema.remove_metadata().equals(
+                    schema, check_metadata=True):
                 return None
         try:
-            table = pa.Table.from_batches(batches, schema.remove_metadata())
+            table = pa.Table.from_batches(batches, schema)
             (batch,) = table.combine_chunks().to_batches()
             columns = self._columns(batch)
             rows = batch.num_rows

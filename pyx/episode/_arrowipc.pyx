@@ -798,7 +798,8 @@ cdef object parse(const uint8_t* p, Py_ssize_t n, object base):
     # Message: version, header_type, header, bodyLength (custom_metadata: not read).
     table_at(&message, follow(&message, 0), &t_message)
     only_fields(&message, &t_message, 4)
-    if (get_i16(&message, &t_message, 0, 0) != version
+    version = <int>get_i16(&message, &t_message, 0, 0)     # pyarrow's V4 files: a V5 footer
+    if ((version != V4 and version != V5)
             or get_u8(&message, &t_message, 1, 0) != H_RECORD_BATCH
             or get_i64(&message, &t_message, 3, 0) != body_size
             or not get_table(&message, &t_message, 2, &t_batch)):
