@@ -522,10 +522,12 @@ DAMAGES = {
         fields=[pa.field("a", pa.list_(pa.float64(), 1), metadata={"shape": ""})])),
     "infos_with_strings": lambda t: t.append_column("infos", pa.StructArray.from_arrays(
         [pa.array(["s"] * len(t))], names=["s"])),
-    "extras_of_structs": lambda t: t.append_column("extra_model_outputs", pa.StructArray.from_arrays(
-        [pa.StructArray.from_arrays([pa.array(np.zeros(len(t)))], names=["x"])], names=["d"])),
-    "extras_of_bools": lambda t: t.append_column("extra_model_outputs", pa.StructArray.from_arrays(
-        [pa.array(np.zeros(len(t), bool))], names=["b"])),
+    "extras_of_structs": lambda t: t.append_column(
+        "extra_model_outputs", pa.StructArray.from_arrays(
+            [pa.StructArray.from_arrays([pa.array(np.zeros(len(t)))], names=["x"])], names=["d"])),
+    "extras_of_bools": lambda t: t.append_column(
+        "extra_model_outputs", pa.StructArray.from_arrays(
+            [pa.array(np.zeros(len(t), bool))], names=["b"])),
     "id_not_utf8": lambda t: t.replace_schema_metadata({b"id_": b"\xff\xfe"}),
     "an_id": lambda t: t.replace_schema_metadata({b"id_": "épisode".encode()}),
 }

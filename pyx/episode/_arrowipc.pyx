@@ -29,7 +29,8 @@ from cpython.object cimport PyObject, PyTypeObject
 from cpython.mem cimport PyMem_Free, PyMem_Realloc
 from cpython.ref cimport Py_INCREF
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.stdint cimport INT64_MAX, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uintptr_t
+from libc.stdint cimport (INT64_MAX, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t,
+                          uintptr_t)
 from libc.string cimport memcmp, memcpy
 
 from episode._column cimport CHECKED
@@ -295,7 +296,7 @@ cdef struct FieldInfo:
     Py_ssize_t children      # K_STRUCT and K_LIST: direct children
 
 
-cdef class Schema:
+cdef class _Schema:
     """A schema's fields in pre-order (the order of a batch's nodes)."""
     cdef FieldInfo* info
     cdef Py_ssize_t n, capacity
@@ -318,7 +319,8 @@ cdef class Schema:
         if self.n == self.capacity:
             if self.n >= MAX_FIELDS:
                 unsupported()
-            grown = <FieldInfo*>PyMem_Realloc(self.info, (2 * self.capacity + 8) * sizeof(FieldInfo))
+            grown = <FieldInfo*>PyMem_Realloc(self.info,
+                                              (2 * self.capacity + 8) * sizeof(FieldInfo))
             if grown == NULL:
                 raise MemoryError()
             self.info = grown
@@ -330,7 +332,7 @@ cdef class Schema:
         return self.n - 1
 
 
-cdef int add_fields(FB* fb, Table* parent, Py_ssize_t slot, Schema s, int depth,
+cdef int add_fields(FB* fb, Table* parent, Py_ssize_t slot, _Schema s, int depth,
                     Py_ssize_t* count) except -1:
     """The fields of vector `slot` of `parent` (a Schema's or a Field's),
     each and its children, in pre-order; count: how many."""
@@ -492,7 +494,7 @@ cdef object bools(Body* b, int64_t length, int64_t size):
     return arr
 
 
-cdef object read_field(Body* b, Schema s, Py_ssize_t* f, int64_t length, tuple path,
+cdef object read_field(Body* b, _Schema s, Py_ssize_t* f, int64_t length, tuple path,
                        dict field_meta, object base):
     """Field f[0]'s values (`length` rows) and its children's; f[0] moves
     past them. A struct is a dict of its fields, a fixed-size list of
@@ -642,7 +644,8 @@ cdef extern from *:
             }
             used += (size_t)n;
             if (used == cap) {
-                char* grown = (cap > (size_t)PY_SSIZE_T_MAX / 2) ? NULL : (char*)realloc(buf, 2 * cap);
+                char* grown = (cap > (size_t)PY_SSIZE_T_MAX / 2) ? NULL
+                              : (char*)realloc(buf, 2 * cap);
                 if (grown == NULL) break;
                 buf = grown;
                 cap *= 2;
@@ -683,7 +686,7 @@ def read_episode_file(int root, long long index):
     """
     cdef char name[256]
     cdef int folder, found
-    cdef char* data
+    cdef char* data = NULL
     cdef Py_ssize_t size
     with nogil:
         found = episode_one_data_file(root, index, &folder, name, sizeof(name))
@@ -744,7 +747,7 @@ cdef object parse(const uint8_t* p, Py_ssize_t n, object base):
     cdef const uint8_t* block
     cdef int64_t offset, meta_size, body_size, rows
     cdef int version
-    cdef Schema s = Schema()
+    cdef _Schema s = _Schema()
     cdef Body b
     whole.p, whole.n, whole.tables = p, n, 0
     if (n < 8 + TAIL or memcmp(at(&whole, 0, 6), <const char*>MAGIC, 6)
@@ -810,11 +813,13 @@ cdef object parse(const uint8_t* p, Py_ssize_t n, object base):
     first = get_vector(&message, &t_batch, 1, 16, &count)
     if count != s.n or rows < 0:
         unsupported()
-    b.nodes, b.n_nodes, b.node = (at(&message, first, 16 * count) if count else NULL), count, 0
+    b.nodes = at(&message, first, 16 * count) if count else NULL
+    b.n_nodes, b.node = count, 0
     first = get_vector(&message, &t_batch, 2, 16, &count)
     if count != s.n_buffers:
         unsupported()
-    b.buffers, b.n_buffers, b.buffer = (at(&message, first, 16 * count) if count else NULL), count, 0
+    b.buffers = at(&message, first, 16 * count) if count else NULL
+    b.n_buffers, b.buffer = count, 0
     b.p, b.n = at(&whole, offset + meta_size, body_size), body_size
 
     columns = {}
