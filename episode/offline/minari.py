@@ -874,23 +874,8 @@ class _ArrowReader:
             try:
                 folder, names, first = self._files(i)
                 parsed = None if first is None else self.parse_ipc(first)
-                if parsed is not None:
-                    if pending:
-                        # The episodes before this one first (see below).
-                        file = self.file
-                        yield from self._chunk(pending)
-                        pending = []
-                        self.bytes_read = len(first)
-                        self.index, self.file = i, file
-                    try:
-                        episode = self._from_columns(i, *parsed)
-                    except _Damaged:
-                        pass     # pyarrow's reading names what is wrong
-                    else:
-                        self.bytes_read -= len(first)
-                        yield episode
-                        continue
-                batch = self._batch(folder, names, first)   # leaves self.file at its file
+                if parsed is None:
+                    batch = self._batch(folder, names, first)   # leaves self.file at its file
             except _Damaged:
                 # The episodes before this one are built first: the error
                 # raised is that of the first damaged episode in order.
@@ -898,6 +883,23 @@ class _ArrowReader:
                 yield from self._chunk(pending)
                 self.index, self.file = i, file
                 raise
+            if parsed is not None:
+                if pending:
+                    # The episodes before this one first (as above).
+                    file = self.file
+                    yield from self._chunk(pending)
+                    pending = []
+                    self.bytes_read = len(first)
+                    self.index, self.file = i, file
+                try:
+                    episode = self._from_columns(i, *parsed)
+                except _Damaged:
+                    episode = None      # pyarrow's reading names what is wrong
+                if episode is not None:
+                    self.bytes_read -= len(first)
+                    yield episode
+                    continue
+                batch = self._batch(folder, names, first)    # nothing pending to build first
             pending.append((i, self.file, batch))
             if self.bytes_read >= _JOINED_BYTES:
                 yield from self._chunk(pending)
