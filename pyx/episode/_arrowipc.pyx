@@ -339,7 +339,7 @@ cdef int add_fields(FB* fb, Table* parent, Py_ssize_t slot, _Schema s, int depth
     cdef Py_ssize_t first = get_vector(fb, parent, slot, 4, count)
     cdef Py_ssize_t i, pos, n_children, i_field
     cdef Table f, tt
-    cdef int type_id, kind
+    cdef int type_id, kind = -1
     cdef int64_t width, list_size
     if depth > MAX_DEPTH:
         unsupported()
@@ -538,6 +538,7 @@ cdef extern from *:
     """
     #include <errno.h>
     #include <stdint.h>
+    #include <stdio.h>
     #include <stdlib.h>
     #include <string.h>
     #ifndef _WIN32
