@@ -822,8 +822,12 @@ def test_read_episode_file_finds_a_folders_one_data_file(tmp_path):
         assert _arrowipc.read_episode_file(fd, 0) == ("part-0.arrow", b"abc")
         big = np.random.default_rng(0).integers(0, 256, 300_000, dtype=np.uint8).tobytes()
         (tmp_path / "1").mkdir()
-        (tmp_path / "1" / "é.arrow").write_bytes(big)          # grows past its first buffer
-        assert _arrowipc.read_episode_file(fd, 1) == ("é.arrow", big)
+        (tmp_path / "1" / "é.arrow").write_bytes(big)          # left to the caller to read
+        assert _arrowipc.read_episode_file(fd, 1) == ("é.arrow", None)
+        (tmp_path / "1" / "é.arrow").write_bytes(big[:1 << 16])
+        assert _arrowipc.read_episode_file(fd, 1) == ("é.arrow", None)
+        (tmp_path / "1" / "é.arrow").write_bytes(big[:(1 << 16) - 1])
+        assert _arrowipc.read_episode_file(fd, 1) == ("é.arrow", big[:(1 << 16) - 1])
         (tmp_path / "2").mkdir()
         (tmp_path / "2" / "empty").write_bytes(b"")
         assert _arrowipc.read_episode_file(fd, 2) == ("empty", b"")
@@ -895,3 +899,25 @@ def test_an_infos_shape_is_each_files_own(root, monkeypatch, fmt):
     with monkeypatch.context() as m:
         m.setattr(minari_module, "_JOINED_BYTES", 0)
         assert_same_outcome(outcome, _outcome(lambda: from_minari(f"shape/x-{fmt}-v0")))
+
+
+def test_large_episode_files_read_the_same_either_way(root, monkeypatch):
+    # Files past 64 KiB are read by Python at their size, then parsed alike.
+    r = np.random.default_rng(12)
+    episodes = []
+    for n in (5000, 3, 2500):
+        ep = SingleAgentEpisode(observation_space=gym.spaces.Box(-5, 5, (4,), F32),
+                                action_space=gym.spaces.Discrete(2))
+        ep.add_env_reset(np.zeros(4, F32), {})
+        for t in range(n):
+            ep.add_env_step(r.uniform(-5, 5, 4).astype(F32), t % 2, 1.0, {},
+                            terminated=t == n - 1)
+        episodes.append(ep)
+    path = to_minari(episodes, "large/x-v0", data_format="arrow")
+    sizes = [(pathlib.Path(path) / "data" / str(k) / "part-0.arrow").stat().st_size
+             for k in range(3)]
+    assert sizes[0] > 1 << 16 > sizes[1] and sizes[2] > 1 << 16
+    counts = _counting(monkeypatch)
+    outcome = _read_both(monkeypatch, path)
+    assert counts == {"fast": 3, "fallback": 0}
+    assert [len(e) for e in outcome[1]] == [5000, 3, 2500]

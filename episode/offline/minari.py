@@ -856,6 +856,8 @@ class _ArrowReader:
             if found is not None:
                 name, data = found
                 folder = self.prefix + str(i)      # os.path.join(self.root, str(i))
+                if data is None:                    # a large file: read at its size
+                    return folder, [name], self._read(folder, name)
                 self.file = folder + os.sep + name
                 self.bytes_read += len(data)
                 return folder, [name], data

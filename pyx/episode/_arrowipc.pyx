@@ -621,40 +621,35 @@ cdef extern from *:
     #endif
     }
 
-    /* File `name` in the directory `folder`, read whole into a new buffer
-       (*size bytes; free() it); NULL on any error. */
-    static char* episode_read_file(int folder, const char* name, Py_ssize_t* size) {
+    /* File `name` in the directory `folder`, read into `buf` (`cap`
+       bytes): 1 with its size in *size when the whole file fits (the end
+       seen), 0 when it holds more, -1 on any error. */
+    static int episode_read_file(int folder, const char* name, char* buf, size_t cap,
+                                 Py_ssize_t* size) {
     #ifdef _WIN32
-        return NULL;
+        return -1;
     #else
-        size_t cap = 1 << 16, used = 0;
-        char* buf;
+        size_t used = 0;
         int fd = openat(folder, name, O_RDONLY | O_CLOEXEC);
-        if (fd < 0) return NULL;
-        buf = (char*)malloc(cap);
-        while (buf != NULL) {
+        if (fd < 0) return -1;
+        for (;;) {
             ssize_t n = read(fd, buf + used, cap - used);
             if (n < 0) {
                 if (errno == EINTR) continue;
-                break;
+                close(fd);
+                return -1;
             }
             if (n == 0) {
                 close(fd);
                 *size = (Py_ssize_t)used;
-                return buf;
+                return 1;
             }
             used += (size_t)n;
             if (used == cap) {
-                char* grown = (cap > (size_t)PY_SSIZE_T_MAX / 2) ? NULL
-                              : (char*)realloc(buf, 2 * cap);
-                if (grown == NULL) break;
-                buf = grown;
-                cap *= 2;
+                close(fd);
+                return 0;
             }
         }
-        free(buf);
-        close(fd);
-        return NULL;
     #endif
     }
 
@@ -666,13 +661,20 @@ cdef extern from *:
     """
     int episode_one_data_file(int root, long long index, int* folder, char* name,
                               size_t cap) nogil
-    char* episode_read_file(int folder, const char* name, Py_ssize_t* size) nogil
+    int episode_read_file(int folder, const char* name, char* buf, size_t cap,
+                          Py_ssize_t* size) nogil
     void episode_close(int fd) nogil
+    void* malloc(size_t size) nogil
     void free(void* p) nogil
 
 
+# Files up to this size are read here, larger ones by the caller (which
+# reads a file at once, at the size the file system gives).
+DEF SMALL_FILE = 1 << 16
+
+
 def read_episode_file(int root, long long index):
-    """The one data file of an episode's folder, read whole.
+    """The one data file of an episode's folder, read whole if it is small.
 
     Args:
         root: an open file descriptor of the dataset's data folder.
@@ -680,26 +682,30 @@ def read_episode_file(int root, long long index):
 
     Returns:
         (name, data): the file's name (str, decoded as os.fsdecode does)
-        and its bytes, or None when the folder holds no data
+        and its bytes, or None for bytes when the file holds more than
+        64 KiB (the caller reads it). None when the folder holds no data
         file or several (names beginning with "_", "." or "metadata.json"
         are not data), or when anything fails: the caller then lists the
         folder itself, and raises what it finds.
     """
     cdef char name[256]
-    cdef int folder, found
-    cdef char* data = NULL
-    cdef Py_ssize_t size
-    with nogil:
-        found = episode_one_data_file(root, index, &folder, name, sizeof(name))
-        if found == 1:
-            data = episode_read_file(folder, name, &size)
-            episode_close(folder)
-    if found != 1 or data == NULL:
-        return None
+    cdef int folder, found, read = -1
+    cdef char* buf = <char*>malloc(SMALL_FILE)
+    cdef Py_ssize_t size = 0
+    if buf == NULL:
+        raise MemoryError()
     try:
-        return PyUnicode_DecodeFSDefault(name), PyBytes_FromStringAndSize(data, size)
+        with nogil:
+            found = episode_one_data_file(root, index, &folder, name, sizeof(name))
+            if found == 1:
+                read = episode_read_file(folder, name, buf, SMALL_FILE, &size)
+                episode_close(folder)
+        if found != 1 or read < 0:
+            return None
+        return (PyUnicode_DecodeFSDefault(name),
+                PyBytes_FromStringAndSize(buf, size) if read == 1 else None)
     finally:
-        free(data)
+        free(buf)
 
 
 # -- the file -------------------------------------------------------------------------------
