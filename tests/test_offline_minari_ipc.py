@@ -605,7 +605,6 @@ CHILD = r"""
 import faulthandler, json, sys
 faulthandler.enable()
 import numpy as np
-sys.argv = sys.argv[:1] + sys.argv[1:]
 import test_offline_minari_ipc as t
 spec = json.loads(sys.argv[1])
 base = open(spec["file"], "rb").read()
