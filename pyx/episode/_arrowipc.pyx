@@ -49,7 +49,6 @@ cdef extern from "Python.h":
 
 
 cdef object ndarray_type = np.ndarray
-cdef object BOOL = np.dtype(np.bool_)
 # numpy's dtypes of Arrow's Int (by byte width, unsigned then signed) and
 # FloatingPoint (by precision: HALF, SINGLE, DOUBLE).
 cdef tuple UINTS = (None, np.dtype("<u1"), np.dtype("<u2"), None, np.dtype("<u4"),
