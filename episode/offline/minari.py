@@ -48,6 +48,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 import gymnasium as gym
 import numpy as np
 
+from episode import _arrowipc
 from episode._column import KINDS, Column
 from episode._episode import EpisodeCore, make_episode
 from episode.single_agent_episode import SingleAgentEpisode
@@ -754,9 +755,15 @@ class _HDF5Reader:
 
 class _ArrowReader:
     """Episodes from the per-episode folders of an Arrow or Parquet dataset:
-    each file read whole and checked (full validation). Episodes of one
-    schema whose leaves are all numbers are then joined, a few megabytes at
-    a time, into one batch whose columns are checked and converted once and
+    each file read whole and checked (full validation).
+
+    An Arrow file of numbers (the spaces' leaves all numeric, the file one
+    batch of numeric columns without nulls) is parsed by `_arrowipc` and its
+    episode built over views of the file's bytes, with the checks below
+    applied to those arrays. Any other file, or one whose arrays fail a
+    check, goes through pyarrow, which names what is wrong: episodes of one
+    schema whose leaves are all numbers are joined, a few megabytes at a
+    time, into one batch whose columns are checked and converted once and
     handed out as per-episode views; anything else (pictures, strings,
     nulls, schemas that differ, a check that fails on the joined batch) is
     built one episode at a time, from its own file's buffers."""
@@ -766,6 +773,7 @@ class _ArrowReader:
         self.parquet = _parquet() if meta.format == "parquet" else None
         self.meta = meta
         self.root = str(data_path)
+        self.prefix = os.path.join(self.root, "")
         self.file = data_path
         types = pa.types
         self.is_struct, self.is_fixed_size_list = types.is_struct, types.is_fixed_size_list
@@ -775,29 +783,52 @@ class _ArrowReader:
         self.bytes_read = 0
         self.joinable = all(leaf.kind == "numeric"
                             for leaf in meta.obs_leaves + meta.action_leaves)
+        # Arrow files of numbers: parsed by _arrowipc, each episode's folder
+        # listed and its file read by one call relative to the data folder.
+        self.parse_ipc = _arrowipc.read_file if self.joinable and self.parquet is None else None
+        self.root_fd: Optional[int] = None
+        if self.parse_ipc is not None and hasattr(os, "O_DIRECTORY"):
+            try:
+                self.root_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
+            except OSError:
+                pass     # each folder is listed by its path
 
     def close(self) -> None:
-        # Each episode's file is read whole and closed at once: nothing is
-        # held open (the HDF5 reader's close() shuts its file).
-        return None
+        # Each episode's file is read whole and closed at once: only the
+        # data folder's descriptor is held open.
+        if self.root_fd is not None:
+            os.close(self.root_fd)
+            self.root_fd = None
 
-    def _batch(self, i: int):
-        pa = self.pa
+    def _listing(self, i: int) -> Tuple[str, List[str]]:
+        """Episode i's folder and the names of its data files, in order."""
         folder = os.path.join(self.root, str(i))
         self.file = folder
         try:
             names = sorted(n for n in os.listdir(folder) if not n.startswith(_IGNORED))
         except (FileNotFoundError, NotADirectoryError):
             raise _Damaged(f"the episode is missing (no folder {i})") from None
+        if not names:
+            raise _Damaged("its folder holds no data file")
+        return folder, names
+
+    def _read(self, folder: str, name: str) -> bytes:
+        path = os.path.join(folder, name)
+        self.file = path
+        try:
+            data = _read_whole(path)
+        except IsADirectoryError:
+            raise _Damaged(f"a folder inside its folder ({name})") from None
+        self.bytes_read += len(data)
+        return data
+
+    def _batch(self, folder: str, names: List[str], first: Optional[bytes] = None):
+        """The record batch of an episode's files (`first`: the first
+        file's bytes, when they have been read)."""
+        pa = self.pa
         batches = []
-        for name in names:
-            path = os.path.join(folder, name)
-            self.file = path
-            try:
-                buf = pa.py_buffer(_read_whole(path))
-                self.bytes_read += buf.size
-            except IsADirectoryError:
-                raise _Damaged(f"a folder inside its folder ({name})") from None
+        for j, name in enumerate(names):
+            buf = pa.py_buffer(first if j == 0 and first is not None else self._read(folder, name))
             try:
                 if self.parquet is not None:
                     batches += self.parquet.read_table(pa.BufferReader(buf)).to_batches()
@@ -809,8 +840,6 @@ class _ArrowReader:
             except (pa.ArrowException, OSError) as exc:
                 raise _Damaged(f"not a readable {self.meta.format} file ({exc})") \
                     from None
-        if not names:
-            raise _Damaged("its folder holds no data file")
         if len(batches) == 1:
             return batches[0]
         try:
@@ -818,6 +847,24 @@ class _ArrowReader:
         except (pa.ArrowException, IndexError) as exc:
             raise _Damaged(f"its files hold no rows, or no common schema ({exc})") \
                 from None
+
+    def _files(self, i: int) -> Tuple[str, List[str], Optional[bytes]]:
+        """Episode i's folder, its data files' names, and the first one's
+        bytes when it is the only one and _arrowipc may parse it."""
+        if self.root_fd is not None:
+            found = _arrowipc.read_episode_file(self.root_fd, i)
+            if found is not None:
+                name, data = found
+                folder = self.prefix + str(i)      # os.path.join(self.root, str(i))
+                if data is None:                    # a large file: read at its size
+                    return folder, [name], self._read(folder, name)
+                self.file = folder + os.sep + name
+                self.bytes_read += len(data)
+                return folder, [name], data
+        folder, names = self._listing(i)
+        if self.parse_ipc is None or len(names) != 1:
+            return folder, names, None
+        return folder, names, self._read(folder, names[0])
 
     def episodes(self, indices: List[int]) -> Iterable[SingleAgentEpisode]:
         """The episodes at `indices`, in order (self.index and self.file
@@ -827,7 +874,10 @@ class _ArrowReader:
         for i in indices:
             self.index = i
             try:
-                batch = self._batch(i)    # leaves self.file at the file it read
+                folder, names, first = self._files(i)
+                parsed = None if first is None else self.parse_ipc(first)
+                if parsed is None:
+                    batch = self._batch(folder, names, first)   # leaves self.file at its file
             except _Damaged:
                 # The episodes before this one are built first: the error
                 # raised is that of the first damaged episode in order.
@@ -835,6 +885,23 @@ class _ArrowReader:
                 yield from self._chunk(pending)
                 self.index, self.file = i, file
                 raise
+            if parsed is not None:
+                if pending:
+                    # The episodes before this one first (as above).
+                    file = self.file
+                    yield from self._chunk(pending)
+                    pending = []
+                    self.bytes_read = len(first)
+                    self.index, self.file = i, file
+                try:
+                    episode = self._from_columns(i, *parsed)
+                except _Damaged:
+                    episode = None      # pyarrow's reading names what is wrong
+                if episode is not None:
+                    self.bytes_read -= len(first)
+                    yield episode
+                    continue
+                batch = self._batch(folder, names, first)    # nothing pending to build first
             pending.append((i, self.file, batch))
             if self.bytes_read >= _JOINED_BYTES:
                 yield from self._chunk(pending)
@@ -859,7 +926,7 @@ class _ArrowReader:
             stop = start + rows
             terminated = _flag(terminations[start:stop - 1], "terminations")
             truncated = _flag(truncations[start:stop - 1], "truncations")
-            id_ = self._id(batch.schema)
+            id_ = self._id(batch.schema.metadata)
             yield _build(i, id_, {p: a[start:stop] for p, a in obs.items()},
                          {p: a[start:stop - 1] for p, a in actions.items()},
                          rewards[start:stop - 1], terminated, truncated,
@@ -873,12 +940,16 @@ class _ArrowReader:
         one: the checks on the joined batch are those of one episode's, so
         a failure is left for the episode-by-episode path to name."""
         pa = self.pa
-        schema = batches[0].schema
+        # The fields' metadata must agree too (an info's row shape): the
+        # joined batch has one schema. Each file's own metadata (its id_)
+        # is read from its own batch.
+        schema = batches[0].schema.remove_metadata()
         for batch in batches:
-            if batch.num_rows == 0 or not batch.schema.equals(schema):
+            if batch.num_rows == 0 or not batch.schema.remove_metadata().equals(
+                    schema, check_metadata=True):
                 return None
         try:
-            table = pa.Table.from_batches(batches, schema.remove_metadata())
+            table = pa.Table.from_batches(batches, schema)
             (batch,) = table.combine_chunks().to_batches()
             columns = self._columns(batch)
             rows = batch.num_rows
@@ -919,8 +990,8 @@ class _ArrowReader:
         return extras
 
     @staticmethod
-    def _id(schema) -> Optional[str]:
-        id_ = (schema.metadata or {}).get(b"id_")
+    def _id(metadata: Optional[dict]) -> Optional[str]:
+        id_ = (metadata or {}).get(b"id_")
         if id_ is not None:
             try:
                 id_ = id_.decode("utf-8")
@@ -1015,7 +1086,8 @@ class _ArrowReader:
             if self.is_struct(t):
                 out[field.name] = self._tree(child, sub, exact)
             elif self.is_fixed_size_list(t) and not child.null_count:
-                out[field.name] = self._rows(child, sub, _field_shape(field, t.list_size, sub))
+                shape = _field_shape(field.metadata, t.list_size, sub)
+                out[field.name] = self._rows(child, sub, shape)
             elif (self.is_boolean(t) or self.numeric_types[0](t) or self.numeric_types[1](t)) \
                     and not child.null_count:
                 out[field.name] = self._numbers(child, sub)
@@ -1043,8 +1115,90 @@ class _ArrowReader:
         infos = (None if columns["infos"] is None
                  else self._tree(columns["infos"], "infos"))
         extras = self._extras(columns[_EXTRAS], n)
-        return _build(i, self._id(batch.schema), obs, actions, rewards, terminated, truncated,
+        return _build(i, self._id(batch.schema.metadata), obs, actions, rewards, terminated,
+                      truncated, _info_column(infos, n + 1, "infos"), extras, meta)
+
+    # The same episode from the columns `_arrowipc.read_file` gave (arrays,
+    # 2-D for fixed-size lists, dicts for structs; no nulls): the checks of
+    # _from_batch, each a _Damaged, after which pyarrow reads the file again
+    # and raises the error that names the damage.
+
+    def _from_columns(self, i: int, rows: int, columns: dict, metadata: Optional[dict],
+                      field_meta: dict) -> SingleAgentEpisode:
+        meta = self.meta
+        n = rows - 1
+        if n < 0:
+            raise _Damaged("its file holds no rows")
+        rewards = _ipc_vector(columns, "rewards", n, "biuf")
+        terminated = _flag(_ipc_vector(columns, "terminations", n, "biu"), "terminations")
+        truncated = _flag(_ipc_vector(columns, "truncations", n, "biu"), "truncations")
+        obs_column, action_column = columns.get("observations"), columns.get("actions")
+        if obs_column is None or action_column is None:
+            raise _Damaged("no observations or actions column")
+        obs = {leaf.path: _ipc_leaf(obs_column, leaf, n + 1) for leaf in meta.obs_leaves}
+        actions = {leaf.path: _ipc_leaf(action_column, leaf, n) for leaf in meta.action_leaves}
+        infos = columns.get("infos")
+        if infos is not None:
+            infos = _ipc_tree(infos, ("infos",), field_meta)
+        extras: dict = {}
+        column = columns.get(_EXTRAS)
+        if column is not None:
+            for key, value in _ipc_tree(column, (_EXTRAS,), field_meta).items():
+                if not isinstance(value, np.ndarray) or value.dtype.kind not in "biuf":
+                    raise _Damaged(f"{_EXTRAS}[{key!r}] is not rows of numbers")
+                extras[key] = value[:n]
+        return _build(i, self._id(metadata), obs, actions, rewards, terminated, truncated,
                       _info_column(infos, n + 1, "infos"), extras, meta)
+
+
+def _ipc_rows(node: Any, shape: Optional[tuple]) -> np.ndarray:
+    """_ArrowReader._rows over a column of `_arrowipc`: one value per row,
+    or rows of `shape` from a fixed-size list (a 2-D array)."""
+    if not isinstance(node, np.ndarray):
+        raise _Damaged("a struct, not numbers")
+    if node.ndim == 1:
+        if shape:
+            raise _Damaged("numbers, not rows")
+        return node
+    size = node.shape[1]
+    if shape is None:
+        shape = (size,)
+    if math.prod(shape) != size:
+        raise _Damaged("rows of another size")
+    return node.reshape((len(node),) + shape)
+
+
+def _ipc_vector(columns: dict, name: str, rows: int, kinds: str) -> np.ndarray:
+    arr = _ipc_rows(columns.get(name), ())
+    if arr.dtype.kind not in kinds:
+        raise _Damaged(f"{name} of another kind")
+    return arr[:rows]
+
+
+def _ipc_leaf(node: Any, leaf: _Leaf, rows: int) -> np.ndarray:
+    for name in leaf.names:
+        if type(node) is not dict or name not in node:
+            raise _Damaged(f"no field {name!r}")
+        node = node[name]
+    arr = _ipc_rows(node, leaf.shape)
+    return _check_numeric(arr[:rows], rows, leaf.shape, leaf.dtype_kinds, "a leaf")
+
+
+def _ipc_tree(node: Any, path: tuple, field_meta: dict) -> dict:
+    """_ArrowReader._tree over a struct column of `_arrowipc` (its fields'
+    metadata by path in `field_meta`)."""
+    if type(node) is not dict:
+        raise _Damaged("not a struct")
+    out = {}
+    for key, child in node.items():
+        sub = path + (key,)
+        if type(child) is dict:
+            out[key] = _ipc_tree(child, sub, field_meta)
+        elif child.ndim == 2:
+            out[key] = _ipc_rows(child, _field_shape(field_meta.get(sub), child.shape[1], key))
+        else:
+            out[key] = child
+    return out
 
 
 def _rows_of(tree: Optional[dict], start: int, stop: int) -> Optional[dict]:
@@ -1080,11 +1234,11 @@ def _read_whole(path: str) -> bytes:
         os.close(fd)
 
 
-def _field_shape(field, size: int, what: str) -> tuple:
+def _field_shape(metadata: Optional[dict], size: int, what: str) -> tuple:
     """The row shape a fixed-size-list column's field metadata names
     (Minari's "shape": "2,3"; an empty one, which Minari writes for rows of
     one value, is a scalar)."""
-    text = (field.metadata or {}).get(b"shape")
+    text = (metadata or {}).get(b"shape")
     if text is None:
         return (size,)
     if text == b"":
