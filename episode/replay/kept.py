@@ -57,7 +57,12 @@ _HEADER = struct.Struct("<IQ32s")     # version, payload bytes, SHA-256 of the p
 HEADER_BYTES = len(MAGIC) + _HEADER.size
 META_NAME = "buffer.meta"
 LOCK_NAME = "buffer.lock"
+# The metadata's keys: the buffer's own store's at the top (all a buffer
+# of one store without frame stacks has), its frame pools and the buffer's
+# other stores where it has them.
 _META_KEYS = {"kind", "settings", "buffer", "store", "blocks"}
+_MORE_KEYS = {"frames", "stores"}
+_STORE_KEYS = {"name", "store", "blocks", "frames"}
 
 
 # -- the folder -------------------------------------------------------------------------
@@ -122,9 +127,25 @@ def _sync_folder(folder: str) -> None:
             os.close(fd)
 
 
+def _entries(meta: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """The saved stores of a (checked) metadata dict, the buffer's own
+    first: each a dict of its `name`, `store` (state), `blocks` and
+    `frames` (None, or per leaf None or a frame pool's numbering and
+    chunk files)."""
+    first = {"name": "store", "store": meta["store"], "blocks": meta["blocks"],
+             "frames": meta.get("frames")}
+    return [first] + list(meta.get("stores", ()))
+
+
 def _file_names(meta: Dict[str, Any]) -> set:
-    return {leaf[1] for block in meta["blocks"] for leaf in block["leaves"]
-            if type(leaf) is tuple}
+    names = set()
+    for entry in _entries(meta):
+        names.update(leaf[1] for block in entry["blocks"] for leaf in block["leaves"]
+                     if type(leaf) is tuple)
+        for pool in entry["frames"] or ():
+            if pool is not None:
+                names.update(chunk[1] for chunk in pool["chunks"])
+    return names
 
 
 # -- saving ------------------------------------------------------------------------------
@@ -132,7 +153,6 @@ def _file_names(meta: Dict[str, Any]) -> set:
 
 def save(buffer, folder) -> None:
     """buffer.save(folder): see the module docstring."""
-    from episode._keep import store_state
     from episode.replay.uniform import _kind_of
 
     folder = _folder(folder)
@@ -144,33 +164,24 @@ def save(buffer, folder) -> None:
             else None
         for name in os.listdir(folder):
             if name.startswith(".") and name.endswith(".tmp") and (
-                    name.startswith(".rows-") or name.startswith(f".{META_NAME}.")):
+                    name.startswith((".rows-", ".frames-", f".{META_NAME}."))):
                 with contextlib.suppress(OSError):       # (a save that died half-way)
                     os.unlink(os.path.join(folder, name))
-        store = buffer._store
-        state, blocks = store_state(store)
         token = secrets.token_hex(6)
-        saved_blocks = []
-        for k, block in enumerate(blocks):
-            leaves: List[Any] = []
-            for leaf, data in enumerate(block["leaves"]):
-                if data is None or type(data) is list:
-                    leaves.append(data)
-                    continue
-                memory, mapped = data
-                reused = _reusable(mapped, folder, len(memory))
-                if reused is not None:
-                    leaves.append(reused)
-                    continue
-                name = f"rows-{token}-{k}-{leaf}.bin"
-                crc = _write_file(folder, name, [memory])
-                leaves.append(("file", name, len(memory), crc))
-            saved_blocks.append({"size": block["size"], "infos": block["infos"],
-                                 "leaf_of_row": block["leaf_of_row"], "leaves": leaves})
+        entries = [_saved_store(folder, f"{token}-" if s == 0 else f"{token}-s{s}-", name,
+                                store) for s, (name, store) in enumerate(buffer._kept_stores())]
         settings = dict(buffer._settings())
         settings.pop("storage", None)
+        # (The buffer's own store at the top, as a buffer of one store without
+        # frames has always been saved; any others listed after it.)
+        first = entries[0]
         meta = {"kind": _kind_of(buffer), "settings": settings,
-                "buffer": buffer._kept_state(), "store": state, "blocks": saved_blocks}
+                "buffer": buffer._kept_state(), "store": first["store"],
+                "blocks": first["blocks"]}
+        if first["frames"] is not None:
+            meta["frames"] = first["frames"]
+        if len(entries) > 1:
+            meta["stores"] = entries[1:]
         payload = pickle.dumps(meta, protocol=5)
         header = MAGIC + _HEADER.pack(FORMAT_VERSION, len(payload),
                                       hashlib.sha256(payload).digest())
@@ -181,6 +192,62 @@ def save(buffer, folder) -> None:
             for name in _file_names(previous) - _file_names(meta):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(os.path.join(folder, name))
+
+
+def _saved_store(folder: str, prefix: str, name: Any, store) -> Dict[str, Any]:
+    # One store's entry of the metadata, its rows and frames written to
+    # files (or the folder's files it maps referenced again).
+    from episode._keep import frame_pools, store_state
+
+    state, blocks = store_state(store)
+    saved_blocks = []
+    for k, block in enumerate(blocks):
+        leaves: List[Any] = []
+        for leaf, data in enumerate(block["leaves"]):
+            if data is None or type(data) is list:
+                leaves.append(data)
+                continue
+            memory, mapped = data
+            leaves.append(_reusable(mapped, folder, len(memory)) or
+                          _written(folder, f"rows-{prefix}{k}-{leaf}.bin", [memory]))
+        saved_blocks.append({"size": block["size"], "infos": block["infos"],
+                             "leaf_of_row": block["leaf_of_row"], "leaves": leaves})
+    pools = frame_pools(store)
+    frames = None
+    if any(pool is not None for pool in pools):
+        frames = [None if pool is None else _saved_frames(folder, prefix, leaf, *pool)
+                  for leaf, pool in enumerate(pools)]
+    return {"name": name, "store": state, "blocks": saved_blocks, "frames": frames}
+
+
+def _saved_frames(folder: str, prefix: str, leaf: int, numbering: Dict[str, int],
+                  chunks: list) -> Dict[str, Any]:
+    # A frame pool's chunks as files: the frames written into each, zeros
+    # for the rest (a chunk's unwritten bytes are whatever memory held).
+    size = 1 << numbering["chunk_shift"]
+    frame_bytes = numbering["frame_bytes"]
+    files = []
+    for c, chunk in enumerate(chunks):
+        start = (numbering["first_chunk"] + c) * size
+        lo = min(size, max(numbering["head"], start) - start)
+        hi = max(lo, min(numbering["tail"], start + size) - start)
+        reused = _reusable(chunk if isinstance(chunk, np.memmap) else None, folder,
+                           chunk.nbytes)
+        if reused is not None:
+            files.append(reused)
+            continue
+        rows = memoryview(chunk).cast("B")
+        zeros = bytes(frame_bytes * max(lo, size - hi))
+        files.append(_written(folder, f"frames-{prefix}{leaf}-{c}.bin", [
+            zeros[:lo * frame_bytes], rows[lo * frame_bytes:hi * frame_bytes],
+            zeros[:(size - hi) * frame_bytes]]))
+    return {"numbering": dict(numbering), "chunks": files}
+
+
+def _written(folder: str, name: str, chunks: list) -> tuple:
+    # The saved leaf ("file", name, bytes, crc) of `chunks` written to a file.
+    crc = _write_file(folder, name, chunks)
+    return ("file", name, sum(len(c) for c in chunks), crc)
 
 
 def _reusable(mapped, folder: str, nbytes: int) -> Optional[tuple]:
@@ -232,20 +299,50 @@ def _read_meta(folder: str) -> Dict[str, Any]:
         meta = pickle.loads(payload)
     except Exception as error:     # noqa: BLE001 - what a pickle raises is open-ended
         raise ValueError(f"{path} cannot be read: {error!r}") from error
-    if type(meta) is not dict or set(meta) != _META_KEYS or \
-            type(meta["blocks"]) is not list or type(meta["store"]) is not dict or \
-            type(meta["settings"]) is not dict or type(meta["buffer"]) is not dict:
+    if type(meta) is not dict or not _META_KEYS <= set(meta) <= _META_KEYS | _MORE_KEYS or \
+            type(meta["settings"]) is not dict or type(meta["buffer"]) is not dict or \
+            type(meta.get("stores", [])) is not list:
         raise ValueError(f"{path} does not describe a replay buffer")
-    for block in meta["blocks"]:
+    for k, entry in enumerate(meta.get("stores", ())):
+        if type(entry) is not dict or set(entry) != _STORE_KEYS:
+            raise ValueError(f"{path} does not describe the replay buffer's store {k + 1}")
+    for entry in _entries(meta):
+        _check_entry(path, entry)
+    return meta
+
+
+def _check_entry(path: str, entry: Dict[str, Any]) -> None:
+    # A saved store's entry: its state a dict, its blocks and frames lists
+    # naming files of ours (their sizes and contents are checked at open).
+    if type(entry["store"]) is not dict or type(entry["blocks"]) is not list:
+        raise ValueError(f"{path} does not describe a replay buffer's store")
+    for block in entry["blocks"]:
         if type(block) is not dict or type(block.get("leaves")) is not list:
             raise ValueError(f"{path} does not describe a replay buffer's blocks")
         for leaf in block["leaves"]:
-            if type(leaf) is tuple and not (
-                    len(leaf) == 4 and leaf[0] == "file" and type(leaf[1]) is str
-                    and leaf[1] == os.path.basename(leaf[1]) and leaf[1].startswith("rows-")
-                    and type(leaf[2]) is int and type(leaf[3]) is int):
-                raise ValueError(f"{path} names a block file {leaf!r} that is not one")
-    return meta
+            if type(leaf) is tuple:
+                _check_file(path, leaf, "rows-")
+    frames = entry["frames"]
+    if frames is None:
+        return
+    if type(frames) is not list:
+        raise ValueError(f"{path} does not describe a replay buffer's frames")
+    for pool in frames:
+        if pool is None:
+            continue
+        if type(pool) is not dict or set(pool) != {"numbering", "chunks"} or \
+                type(pool["numbering"]) is not dict or type(pool["chunks"]) is not list:
+            raise ValueError(f"{path} does not describe a replay buffer's frames")
+        for chunk in pool["chunks"]:
+            _check_file(path, chunk, "frames-")
+
+
+def _check_file(path: str, leaf: Any, prefix: str) -> None:
+    if not (type(leaf) is tuple and len(leaf) == 4 and leaf[0] == "file"
+            and type(leaf[1]) is str and leaf[1] == os.path.basename(leaf[1])
+            and leaf[1].startswith(prefix) and type(leaf[2]) is int and leaf[2] >= 0
+            and type(leaf[3]) is int):
+        raise ValueError(f"{path} names a {prefix[:-1]} file {leaf!r} that is not one")
 
 
 def open_buffer(cls, folder, verify: bool = False):
@@ -262,7 +359,7 @@ def open_buffer(cls, folder, verify: bool = False):
         meta = _read_meta(folder)
         meta_path = os.path.join(folder, META_NAME)
         kinds = {kind.__name__: kind for kind in _BUFFER_KINDS}
-        saved = kinds.get(meta["kind"])
+        saved = kinds.get(meta["kind"]) if type(meta["kind"]) is str else None
         if saved is None:
             raise ValueError(f"{meta_path} holds a {meta['kind']!r}, no buffer of ours")
         if _kind_of_class(cls) is saved:
@@ -272,22 +369,23 @@ def open_buffer(cls, folder, verify: bool = False):
         else:
             raise TypeError(f"{folder!r} holds a {saved.__name__}, not a {cls.__name__} "
                             f"(open it with {saved.__name__}.open())")
-        if saved.__name__.startswith("MultiAgent"):
-            raise TypeError(f"{folder!r} holds a {saved.__name__}")
-        store_state = meta["store"]
-        dtypes, shapes = store_state.get("dtypes"), store_state.get("shapes")
-        if type(dtypes) is not list or type(shapes) is not list or len(dtypes) != len(shapes):
-            raise ValueError(f"{meta_path} does not describe a replay buffer's leaves")
-        blocks = [_mapped_block(folder, meta_path, block, dtypes, shapes, verify)
-                  for block in meta["blocks"]]
+        # Every file mapped and checked against the metadata before anything
+        # is built.
+        entries = _entries(meta)
+        mapped = [_mapped_store(folder, meta_path, entry, verify) for entry in entries]
         try:
             buffer = target(**meta["settings"], storage=folder)
         except (TypeError, ValueError, AssertionError) as error:
             raise ValueError(f"{meta_path} holds settings no buffer takes: {error}") from error
-        store = buffer._new_store(buffer.capacity, folder)
         try:
-            build_store(store, store_state, blocks)
-            buffer._store = store
+            stores = {}
+            for entry, (blocks, pools) in zip(entries, mapped):
+                store = buffer._new_kept_store(entry["name"], folder)
+                build_store(store, entry["store"], blocks, pools)
+                stores[entry["name"]] = store
+            if len(stores) != len(entries):
+                raise ValueError("two saved stores have one name")
+            buffer._adopt_kept_stores(stores)
             buffer._restore_kept(meta["buffer"])
         except (TypeError, ValueError, KeyError, IndexError, OverflowError) as error:
             raise ValueError(f"{meta_path} does not describe a replay buffer: {error}") \
@@ -295,46 +393,91 @@ def open_buffer(cls, folder, verify: bool = False):
     return buffer
 
 
-def _mapped_block(folder: str, meta_path: str, block: Dict[str, Any], dtypes: list,
-                  shapes: list, verify: bool) -> Dict[str, Any]:
-    # A saved block for build_store(): its files mapped read-only, each
-    # checked first (there, of the size the metadata says, of its rows).
+def _mapped_store(folder: str, meta_path: str, entry: Dict[str, Any], verify: bool) -> tuple:
+    # A saved store's blocks and frame pools for build_store(), their files
+    # mapped read-only, each checked first (there, of the size the
+    # metadata says, of its rows).
+    state = entry["store"]
+    dtypes, shapes = state.get("dtypes"), state.get("shapes")
+    if type(dtypes) is not list or type(shapes) is not list or len(dtypes) != len(shapes):
+        raise ValueError(f"{meta_path} does not describe a replay buffer's leaves")
+    frames = entry["frames"]
+    if frames is not None and len(frames) != len(dtypes):
+        raise ValueError(f"{meta_path} does not describe a replay buffer's frames")
+    # The stored rows' type per leaf: a frame-stacked leaf's are its frames'
+    # numbers (int64, `stack` a row).
+    stored = list(zip(dtypes, shapes))
+    for leaf, pool in enumerate(frames or ()):
+        if pool is not None:
+            stack = pool["numbering"].get("stack")
+            if type(stack) is not int or not 2 <= stack <= 1024:
+                raise ValueError(f"{meta_path} gives leaf {leaf} a frame stack of {stack!r}")
+            stored[leaf] = (np.dtype(np.int64), (stack,))
+    blocks = [_mapped_block(folder, meta_path, block, stored, verify)
+              for block in entry["blocks"]]
+    pools = None if frames is None else [
+        None if pool is None else _mapped_frames(folder, meta_path, pool, verify)
+        for pool in frames]
+    return blocks, pools
+
+
+def _mapped_block(folder: str, meta_path: str, block: Dict[str, Any], stored: list,
+                  verify: bool) -> Dict[str, Any]:
     size = block.get("size")
     leaves = block["leaves"]
-    if type(size) is not int or not 0 <= size < (1 << 31) or len(leaves) != len(dtypes):
+    if type(size) is not int or not 0 <= size < (1 << 31) or len(leaves) != len(stored):
         raise ValueError(f"{meta_path} does not describe a replay buffer's blocks")
     out = []
     for leaf, entry in enumerate(leaves):
         if type(entry) is not tuple:
             out.append(entry)
             continue
-        _, name, nbytes, crc = entry
-        path = os.path.join(folder, name)
-        dtype, shape = dtypes[leaf], shapes[leaf]
+        dtype, shape = stored[leaf]
         if not isinstance(dtype, np.dtype) or type(shape) is not tuple or \
                 not all(type(d) is int and d >= 0 for d in shape):
-            raise ValueError(f"{meta_path} gives no row type for {name}")
-        rows_shape = (size,) + shape
-        expected = int(np.prod(rows_shape, dtype=np.int64)) * dtype.itemsize
-        if nbytes != expected:
-            raise ValueError(f"{meta_path} gives {name} {nbytes} bytes; {size} rows of "
-                             f"{dtype} {shape} are {expected}")
-        try:
-            st = os.stat(path)
-        except FileNotFoundError:
-            raise FileNotFoundError(errno.ENOENT, "a block file of the saved buffer is "
-                                    "missing", path) from None
-        if st.st_size != nbytes:
-            raise ValueError(f"{path} is {'truncated' if st.st_size < nbytes else 'overlong'}"
-                             f": {st.st_size} bytes, the buffer saved {nbytes}")
-        if nbytes == 0:
-            rows = np.zeros(rows_shape, dtype)
-            rows.flags.writeable = False
-        else:
-            rows = np.memmap(path, dtype=dtype, mode="r", shape=rows_shape)
-            if verify and zlib.crc32(rows) != crc:
-                raise ValueError(f"{path} is damaged: its CRC-32 does not match the saved one")
-            rows._kept = (folder, name, st.st_dev, st.st_ino, crc)
-        out.append(rows)
+            raise ValueError(f"{meta_path} gives no row type for {entry[1]}")
+        out.append(_mapped_file(folder, meta_path, entry, dtype, (size,) + shape, verify))
     return {"size": size, "infos": block.get("infos"), "leaf_of_row": block.get("leaf_of_row"),
             "leaves": out}
+
+
+def _mapped_frames(folder: str, meta_path: str, pool: Dict[str, Any], verify: bool) -> tuple:
+    # A frame pool's numbering and its chunk files, mapped (the numbering
+    # itself is checked by the pool that takes them).
+    numbering = pool["numbering"]
+    shift, frame_bytes = numbering.get("chunk_shift"), numbering.get("frame_bytes")
+    if type(shift) is not int or type(frame_bytes) is not int or not 0 <= shift <= 40 or \
+            not 0 < frame_bytes < (1 << 40) or (frame_bytes << shift) >= (1 << 40):
+        raise ValueError(f"{meta_path} gives frame chunks of {shift!r}, {frame_bytes!r}")
+    chunks = [_mapped_file(folder, meta_path, entry, np.dtype(np.uint8),
+                           (1 << shift, frame_bytes), verify) for entry in pool["chunks"]]
+    return (dict(numbering), chunks)
+
+
+def _mapped_file(folder: str, meta_path: str, entry: tuple, dtype: np.dtype, shape: tuple,
+                 verify: bool) -> np.ndarray:
+    # One file of rows (or frames) mapped read-only as `shape` of `dtype`,
+    # after checking that it is there and of the size the metadata says.
+    _, name, nbytes, crc = entry
+    path = os.path.join(folder, name)
+    expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if nbytes != expected:
+        raise ValueError(f"{meta_path} gives {name} {nbytes} bytes; {shape[0]} rows of "
+                         f"{dtype} {shape[1:]} are {expected}")
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise FileNotFoundError(errno.ENOENT, "a file of the saved buffer is missing",
+                                path) from None
+    if st.st_size != nbytes:
+        raise ValueError(f"{path} is {'truncated' if st.st_size < nbytes else 'overlong'}"
+                         f": {st.st_size} bytes, the buffer saved {nbytes}")
+    if nbytes == 0:
+        rows = np.zeros(shape, dtype)
+        rows.flags.writeable = False
+        return rows
+    rows = np.memmap(path, dtype=dtype, mode="r", shape=shape)
+    if verify and zlib.crc32(rows) != crc:
+        raise ValueError(f"{path} is damaged: its CRC-32 does not match the saved one")
+    rows._kept = (folder, name, st.st_dev, st.st_ino, crc)
+    return rows
