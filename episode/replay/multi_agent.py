@@ -650,7 +650,7 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
 
     def _kept_state(self) -> Dict[str, Any]:
         return super()._kept_state() | {
-            "multi_episodes": list(self._multi_episodes),
+            "modules": list(self._modules), "multi_episodes": list(self._multi_episodes),
             "_num_agent_timesteps": self._num_agent_timesteps,
             "_num_agent_timesteps_added": self._num_agent_timesteps_added,
             **{key: list(getattr(self, key).items()) for key in _MODULE_COUNTERS}}
@@ -659,6 +659,9 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
         # (The stores are set; the episodes must be theirs, in their order.)
         from episode.multi_agent_episode import MultiAgentEpisode
 
+        if state["modules"] != list(self._modules):
+            raise ValueError(f"the saved stores are of modules {list(self._modules)}, the "
+                             f"buffer's of {state['modules']!r}")
         episodes = state["multi_episodes"]
         if type(episodes) is not list or not all(type(e) is MultiAgentEpisode
                                                   for e in episodes):
