@@ -2,27 +2,37 @@
 `EpisodeReplayBuffer.open(folder)` makes it again in any later process,
 its rows memory-mapped from the folder's files instead of read into memory.
 
-The folder holds one file per block and numeric leaf (`rows-*.bin`: the
-block's rows, raw, as the Store keeps them), `buffer.meta` (everything
-else: the Store's runs, episodes, layout, final rows and priority trees,
-the buffer's counters, rng, metrics; a pickle behind a header of a magic
-string, the format version, the payload's length and its SHA-256) and
-`buffer.lock`.
+A buffer is one or more Stores, by name: a single-agent buffer's own
+("store"), and a multi-agent buffer's env steps' ("store") and one per
+module (("module", module_id)). The folder holds one file per block and
+numeric leaf of each store (`rows-*.bin`: the block's rows, raw, as the
+Store keeps them; a frame-stacked leaf's rows are its frames' numbers),
+one per chunk of each frame pool (`frames-*.bin`: the chunk's frames,
+raw; bytes no frame was written to are zeros), `buffer.meta` (everything
+else: each Store's runs, episodes, layout, final rows and priority trees
+and each frame pool's numbering, the buffer's counters, rng, metrics and,
+multi-agent, its episodes; a pickle behind a header of a magic string, the
+format version, the payload's length and its SHA-256) and `buffer.lock`.
+The metadata keeps the buffer's own store at its top (`store`, `blocks`:
+all a buffer of one store without frames has, as in the first saves),
+its frame pools under `frames` and the other stores under `stores`.
 
 Writing: each file goes to a temporary name, is fsync'd and renamed; the
 metadata is renamed last, so a reader sees the previous save or this one,
-never a mix. A block file that a buffer opened from this folder maps, and
-that is still the folder's (same inode: files are never changed once
-written), is referenced again instead of written again; files only the
-previous save referenced are removed after the new metadata is in place.
-A save holds the folder's lock (exclusive) throughout; an open holds it
-shared while it reads.
+never a mix. A file that a buffer opened from this folder maps, and that
+is still the folder's (same inode: files are never changed once written),
+is referenced again instead of written again (a frame pool's last chunk,
+which the opened buffer writes on into a copy of its own, is written
+anew); files only the previous save referenced are removed after the new
+metadata is in place. A save holds the folder's lock (exclusive)
+throughout; an open holds it shared while it reads.
 
 Reading: the metadata's magic, version, length and checksum are checked
-before it is unpickled, each block file's existence and size before it is
-mapped (read-only), and every index of the Store's state against those
-sizes before anything is built (episode._keep). `verify=True` also checks
-each block file's CRC-32 (reading every row once).
+before it is unpickled, each file's existence and size before it is
+mapped (read-only), and every index of each Store's state, and every
+frame number its rows hold, against those sizes before anything is built
+(episode._keep). `verify=True` also checks each file's CRC-32 (reading
+every row once).
 
 A reopened buffer is independent of the folder: its rows stay mapped
 read-only (the files are never written again), new rows go to new files of

@@ -410,8 +410,11 @@ cdef class FramePool:
 
     cdef int _drop_pages(self, Py_ssize_t c) except -1:
         # A file-backed chunk's pages out of the resident set (its data stay
-        # in its file, read back when touched).
-        self.chunks[c]._mmap.madvise(mmap_module.MADV_DONTNEED)
+        # in its file, read back when touched). (A chunk adopted from memory
+        # has none.)
+        mapping = getattr(self.chunks[c], "_mmap", None)
+        if mapping is not None:
+            mapping.madvise(mmap_module.MADV_DONTNEED)
         return 0
 
     def release_pages(self):
