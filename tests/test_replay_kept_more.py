@@ -76,6 +76,8 @@ def _ma_frames_stream(seed, layout, calls=12, n_envs=2):
                 stacks = {}
                 obs = observe(stacks, agents)
                 episode.add_env_reset(observations=obs)
+                for a, agent_episode in episode.agent_episodes.items():
+                    agent_episode.id_ = f"{episode.id_}_{a}"     # (the same in each stream)
                 envs[i] = dict(episode=episode, stacks=stacks, left=int(rng.integers(3, 14)),
                                acting=set(obs))
             s = envs[i]
@@ -100,6 +102,8 @@ def _ma_frames_stream(seed, layout, calls=12, n_envs=2):
 
 
 def _ma_calls(seed, frames=None, calls=12):
+    # (The first calls of a seed are the same whatever the number of calls:
+    # the later ones go on with the chunks of the episodes it cut.)
     if frames is not None:
         return _ma_frames_stream(seed, frames, calls=calls + 8)
     return [[c[0] for c in call] for call in multi_agent_stream(
@@ -188,11 +192,24 @@ def _answers(buffer, metrics=True):
     return out
 
 
+@pytest.fixture(params=["in the metadata", "apart"])
+def objects(request, monkeypatch):
+    """Where save() puts the buffer's own state (a multi-agent buffer's
+    episodes): in the metadata, or (its arrays over OBJECTS_APART bytes, as
+    a buffer of any size has them) in a file of its own."""
+    if request.param == "apart":
+        monkeypatch.setattr(kept, "OBJECTS_APART", 0)
+    return request.param
+
+
 @pytest.mark.parametrize("cls", MA_KINDS)
 @pytest.mark.parametrize("storage", [False, True])
-def test_an_opened_multi_agent_buffer_answers_as_the_saved_one(cls, storage, tmp_path):
+def test_an_opened_multi_agent_buffer_answers_as_the_saved_one(cls, storage, objects,
+                                                               tmp_path):
     buffer = _ma_filled(cls, storage=tmp_path / "scratch" if storage else None)
     buffer.save(tmp_path / "kept")
+    assert (objects == "apart") == any(n.startswith("objects-")
+                                       for n in os.listdir(tmp_path / "kept"))
     pickled = pickle.loads(pickle.dumps(buffer, protocol=5))
     opened = cls.open(tmp_path / "kept")
     assert type(opened) is cls
@@ -206,7 +223,8 @@ def test_an_opened_multi_agent_buffer_answers_as_the_saved_one(cls, storage, tmp
     _same(_ma_draws(opened, 1), draws, "draws")
     _same(_ma_draws(pickled, 1), draws, "pickled draws")
     # All three go on alike: adding (evicting), drawing.
-    for i, call in enumerate(_ma_calls(8, calls=6)):
+    # (First the chunks that go on with episodes it stores: joined to them.)
+    for i, call in enumerate(_ma_calls(2, calls=16)[12:] + _ma_calls(8, calls=4)):
         for b in (buffer, opened, pickled):
             b.add(call)
         draws = _ma_draws(buffer, 10 + i)
@@ -359,7 +377,7 @@ def test_an_opened_frame_stacked_buffer_answers_as_the_saved_one(cls, layout, tm
 
 @pytest.mark.parametrize("cls", MA_KINDS)
 @pytest.mark.parametrize("layout", list(FRAME_LAYOUTS))
-def test_a_frame_stacked_multi_agent_buffer_round_trips(cls, layout, tmp_path):
+def test_a_frame_stacked_multi_agent_buffer_round_trips(cls, layout, objects, tmp_path):
     buffer = _ma_filled(cls, frames=layout)
     assert all(store.frame_stats() for store in buffer._modules.values())
     buffer.save(tmp_path)
@@ -371,7 +389,8 @@ def test_a_frame_stacked_multi_agent_buffer_round_trips(cls, layout, tmp_path):
     draws = _ma_draws(buffer, 2)
     _same(_ma_draws(opened, 2), draws, "draws")
     _same(_ma_draws(pickled, 2), draws, "pickled draws")
-    for i, call in enumerate(_ma_frames_stream(4, layout, calls=8)):
+    for i, call in enumerate(_ma_calls(2, layout, calls=16)[20:] +
+                             _ma_frames_stream(4, layout, calls=6)):
         for b in (buffer, opened, pickled):
             b.add(call)
         draws = _ma_draws(buffer, 20 + i)
@@ -396,7 +415,7 @@ def _files(folder, prefix):
 
 
 @pytest.mark.parametrize("frames", [None, "last_axis"])
-def test_saving_into_the_opened_folder_reuses_its_files(frames, tmp_path):
+def test_saving_into_the_opened_folder_reuses_its_files(frames, objects, tmp_path):
     buffer = _ma_filled(MultiAgentPrioritizedEpisodeReplayBuffer, frames=frames)
     buffer.save(tmp_path)
     before = {p: _files(tmp_path, p) for p in ("rows-", "frames-")}
@@ -419,8 +438,9 @@ def test_saving_into_the_opened_folder_reuses_its_files(frames, tmp_path):
         assert kept_files and all(before[prefix][n] == after[n] for n in kept_files), prefix
         assert after.keys() - before[prefix].keys(), prefix
     meta = kept._read_meta(str(tmp_path))
-    assert set(_files(tmp_path, "rows-")) | set(_files(tmp_path, "frames-")) == \
-        kept._file_names(meta)
+    assert set(_files(tmp_path, "rows-")) | set(_files(tmp_path, "frames-")) | \
+        set(_files(tmp_path, "objects-")) == kept._file_names(meta)
+    assert len(_files(tmp_path, "objects-")) == (objects == "apart")
     assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
     _same(MultiAgentPrioritizedEpisodeReplayBuffer.open(tmp_path).get_state(),
           opened.get_state())
@@ -460,8 +480,13 @@ def test_a_child_process_opens_the_folder(frames, tmp_path):
 
 @pytest.fixture(scope="module")
 def saved_ma(tmp_path_factory):
+    # (The buffer's own state in a file of its own, as a large one's is.)
     folder = tmp_path_factory.mktemp("ma")
-    _ma_filled(MultiAgentPrioritizedEpisodeReplayBuffer, frames="last_axis").save(folder)
+    apart, kept.OBJECTS_APART = kept.OBJECTS_APART, 0
+    try:
+        _ma_filled(MultiAgentPrioritizedEpisodeReplayBuffer, frames="last_axis").save(folder)
+    finally:
+        kept.OBJECTS_APART = apart
     return folder
 
 
@@ -485,6 +510,8 @@ def _a_file(folder, kind):
     store's, a chunk of frames, a block file of frame numbers."""
     meta = kept._read_meta(str(folder))
     stores = kept._entries(meta)
+    if kind == "objects":
+        return meta["objects"]["file"][1]
     if kind == "frames":
         return next(p for p in stores[1]["frames"] if p)["chunks"][0][1]
     if kind == "env rows":
@@ -497,7 +524,7 @@ def _a_file(folder, kind):
                 if type(b["leaves"][leaves]) is tuple)[1]
 
 
-FILE_KINDS = ["module rows", "env rows", "frames", "frame numbers"]
+FILE_KINDS = ["module rows", "env rows", "frames", "frame numbers", "objects"]
 
 
 @pytest.mark.parametrize("kind", FILE_KINDS)
@@ -569,6 +596,15 @@ def test_a_frame_number_outside_the_frames_is_refused_at_open(saved, value):
     assert str(saved / kept.META_NAME) in str(error.value)
 
 
+def _in_band(folder):
+    """The folder's metadata with the buffer's own state in it (unpickled
+    from its objects file: the form of a state with small arrays)."""
+    meta = kept._read_meta(str(folder))
+    meta["buffer"] = kept._objects_from_file(str(folder), "", meta, False)
+    meta.pop("objects", None)
+    return meta
+
+
 def _pool(meta, store=1):
     return next(p for p in kept._entries(meta)[store]["frames"] if p)
 
@@ -598,7 +634,8 @@ def _mutations():
 
     def buffer(key, value):
         def change(meta):
-            meta["buffer"][key] = value(meta["buffer"][key]) if callable(value) else value
+            state = meta["buffer"]
+            state[key] = value(state[key]) if callable(value) else value
         return change
 
     def stores(value):
@@ -673,6 +710,10 @@ def _mutations():
             "_module_to_last_sampled_keys", lambda c: [(m, [1 << 60]) for m, _ in c]),
         "priorities: the env steps' max": buffer("_max_priority", float("nan")),
         "rng": buffer("rng", 3),
+        "settings: a misspelt one": lambda meta: meta["settings"].update(
+            alhpa=meta["settings"].pop("alpha")),
+        "settings: one missing": lambda meta: meta["settings"].pop("capacity"),
+        "settings: another frame stack": lambda meta: meta["settings"].update(frame_stack=3),
     }
 
 
@@ -681,7 +722,7 @@ def test_a_state_no_buffer_could_have_is_refused(saved, name):
     """A metadata file that is whole and ours (re-signed with a correct
     checksum) but describes no buffer: ValueError naming the file, before
     anything is built."""
-    meta = kept._read_meta(str(saved))
+    meta = _in_band(saved)
     _mutations()[name](meta)
     _resign(saved, meta)
     with pytest.raises(ValueError, match=str(saved / kept.META_NAME)):
@@ -698,7 +739,8 @@ rng = random.Random(0)
 outcomes = {}
 meta_path = os.path.join(folder, kept.META_NAME)
 good_meta = open(meta_path, "rb").read()
-files = sorted(n for n in os.listdir(folder) if n.startswith(("rows-", "frames-")))
+files = sorted(n for n in os.listdir(folder)
+               if n.startswith(("rows-", "frames-", "objects-")))
 for case in range(cases):
     if what == "meta":
         data = bytearray(good_meta[kept.HEADER_BYTES:])
@@ -737,6 +779,20 @@ for case in range(cases):
             f.write(restore[1])
 print(sorted(outcomes.items()))
 """
+
+
+@pytest.mark.parametrize("change", ["past the file", "negative", "one less"])
+def test_lying_places_of_the_objects_are_refused(saved, change):
+    meta = kept._read_meta(str(saved))
+    places = meta["objects"]["buffers"]
+    offset, nbytes = places[-1]
+    meta["objects"]["buffers"] = {
+        "past the file": places[:-1] + [(offset, nbytes + 64)],
+        "negative": [(-8, 8)] + places[1:],
+        "one less": places[:-1]}[change]
+    _resign(saved, meta)
+    with pytest.raises(ValueError, match=str(saved / kept.META_NAME)):
+        MultiAgentPrioritizedEpisodeReplayBuffer.open(saved)
 
 
 @pytest.mark.parametrize("what", ["meta", "files"])

@@ -51,6 +51,7 @@ import os
 import pickle
 import secrets
 import struct
+import warnings
 import zlib
 from typing import Any, Dict, List, Optional
 
@@ -65,13 +66,16 @@ FORMAT_VERSION = 1
 MAGIC = b"episode replay buffer\n"
 _HEADER = struct.Struct("<IQ32s")     # version, payload bytes, SHA-256 of the payload
 HEADER_BYTES = len(MAGIC) + _HEADER.size
+# A buffer's own state goes to a file of its own (`objects-*.bin`) where
+# its arrays come to this many bytes.
+OBJECTS_APART = 1 << 20
 META_NAME = "buffer.meta"
 LOCK_NAME = "buffer.lock"
 # The metadata's keys: the buffer's own store's at the top (all a buffer
 # of one store without frame stacks has), its frame pools and the buffer's
 # other stores where it has them.
 _META_KEYS = {"kind", "settings", "buffer", "store", "blocks"}
-_MORE_KEYS = {"frames", "stores"}
+_MORE_KEYS = {"frames", "stores", "objects"}
 _STORE_KEYS = {"name", "store", "blocks", "frames"}
 
 
@@ -148,7 +152,7 @@ def _entries(meta: Dict[str, Any]) -> List[Dict[str, Any]]:
 
 
 def _file_names(meta: Dict[str, Any]) -> set:
-    names = set()
+    names = {meta["objects"]["file"][1]} if "objects" in meta else set()
     for entry in _entries(meta):
         names.update(leaf[1] for block in entry["blocks"] for leaf in block["leaves"]
                      if type(leaf) is tuple)
@@ -174,29 +178,40 @@ def save(buffer, folder) -> None:
             else None
         for name in os.listdir(folder):
             if name.startswith(".") and name.endswith(".tmp") and (
-                    name.startswith((".rows-", ".frames-", f".{META_NAME}."))):
+                    name.startswith((".rows-", ".frames-", ".objects-", f".{META_NAME}."))):
                 with contextlib.suppress(OSError):       # (a save that died half-way)
                     os.unlink(os.path.join(folder, name))
         token = secrets.token_hex(6)
-        entries = [_saved_store(folder, f"{token}-" if s == 0 else f"{token}-s{s}-", name,
-                                store) for s, (name, store) in enumerate(buffer._kept_stores())]
-        settings = dict(buffer._settings())
-        settings.pop("storage", None)
-        # (The buffer's own store at the top, as a buffer of one store without
-        # frames has always been saved; any others listed after it.)
-        first = entries[0]
-        meta = {"kind": _kind_of(buffer), "settings": settings,
-                "buffer": buffer._kept_state(), "store": first["store"],
-                "blocks": first["blocks"]}
-        if first["frames"] is not None:
-            meta["frames"] = first["frames"]
-        if len(entries) > 1:
-            meta["stores"] = entries[1:]
-        payload = pickle.dumps(meta, protocol=5)
-        header = MAGIC + _HEADER.pack(FORMAT_VERSION, len(payload),
-                                      hashlib.sha256(payload).digest())
-        _sync_folder(folder)     # (the block files' names before the metadata's)
-        _write_file(folder, META_NAME, [header, payload])
+        written: List[str] = []
+        try:
+            entries = [_saved_store(folder, f"{token}-" if s == 0 else f"{token}-s{s}-",
+                                    name, store, written)
+                       for s, (name, store) in enumerate(buffer._kept_stores())]
+            settings = dict(buffer._settings())
+            settings.pop("storage", None)
+            # (The buffer's own store at the top, as a buffer of one store
+            # without frames has always been saved; any others after it.)
+            first = entries[0]
+            meta = {"kind": _kind_of(buffer), "settings": settings,
+                    "buffer": buffer._kept_state(), "store": first["store"],
+                    "blocks": first["blocks"]}
+            _objects_to_file(meta, folder, token, written)
+            if first["frames"] is not None:
+                meta["frames"] = first["frames"]
+            if len(entries) > 1:
+                meta["stores"] = entries[1:]
+            payload = pickle.dumps(meta, protocol=5)
+            header = MAGIC + _HEADER.pack(FORMAT_VERSION, len(payload),
+                                          hashlib.sha256(payload).digest())
+            _sync_folder(folder)     # (the files' names before the metadata's)
+            _write_file(folder, META_NAME, [header, payload])
+        except BaseException:
+            # (Nothing of this save stays: e.g. an episode's object that does
+            # not pickle. The folder holds the previous save as it was.)
+            for name in written:
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(folder, name))
+            raise
         _sync_folder(folder)
         if previous is not None:
             for name in _file_names(previous) - _file_names(meta):
@@ -204,7 +219,7 @@ def save(buffer, folder) -> None:
                     os.unlink(os.path.join(folder, name))
 
 
-def _saved_store(folder: str, prefix: str, name: Any, store) -> Dict[str, Any]:
+def _saved_store(folder: str, prefix: str, name: Any, store, written: list) -> Dict[str, Any]:
     # One store's entry of the metadata, its rows and frames written to
     # files (or the folder's files it maps referenced again).
     from episode._keep import frame_pools, store_state
@@ -219,19 +234,19 @@ def _saved_store(folder: str, prefix: str, name: Any, store) -> Dict[str, Any]:
                 continue
             memory, mapped = data
             leaves.append(_reusable(mapped, folder, len(memory)) or
-                          _written(folder, f"rows-{prefix}{k}-{leaf}.bin", [memory]))
+                          _written(folder, f"rows-{prefix}{k}-{leaf}.bin", [memory], written))
         saved_blocks.append({"size": block["size"], "infos": block["infos"],
                              "leaf_of_row": block["leaf_of_row"], "leaves": leaves})
     pools = frame_pools(store)
     frames = None
     if any(pool is not None for pool in pools):
-        frames = [None if pool is None else _saved_frames(folder, prefix, leaf, *pool)
+        frames = [None if pool is None else _saved_frames(folder, prefix, leaf, *pool, written)
                   for leaf, pool in enumerate(pools)]
     return {"name": name, "store": state, "blocks": saved_blocks, "frames": frames}
 
 
 def _saved_frames(folder: str, prefix: str, leaf: int, numbering: Dict[str, int],
-                  chunks: list) -> Dict[str, Any]:
+                  chunks: list, written: list) -> Dict[str, Any]:
     # A frame pool's chunks as files: the frames written into each, zeros
     # for the rest (a chunk's unwritten bytes are whatever memory held).
     size = 1 << numbering["chunk_shift"]
@@ -250,13 +265,62 @@ def _saved_frames(folder: str, prefix: str, leaf: int, numbering: Dict[str, int]
         zeros = bytes(frame_bytes * max(lo, size - hi))
         files.append(_written(folder, f"frames-{prefix}{leaf}-{c}.bin", [
             zeros[:lo * frame_bytes], rows[lo * frame_bytes:hi * frame_bytes],
-            zeros[:(size - hi) * frame_bytes]]))
+            zeros[:(size - hi) * frame_bytes]], written))
     return {"numbering": dict(numbering), "chunks": files}
 
 
-def _written(folder: str, name: str, chunks: list) -> tuple:
-    # The saved leaf ("file", name, bytes, crc) of `chunks` written to a file.
+def _objects_to_file(meta: Dict[str, Any], folder: str, token: str, written: list) -> None:
+    # The buffer's own state with its arrays out of band (pickle protocol
+    # 5): their bytes in a file (`objects-*.bin`, each at a multiple of 64
+    # bytes) mapped at open and read in place, so a multi-agent buffer's
+    # episodes are not read and hashed with the metadata. (A state whose
+    # arrays are small stays in the metadata as it is.)
+    buffers: list = []
+    inner = pickle.dumps(meta["buffer"], protocol=5, buffer_callback=buffers.append)
+    if sum(buffer.raw().nbytes for buffer in buffers) < OBJECTS_APART:
+        return
+    pieces: list = []
+    layout = []
+    offset = 0
+    for buffer in buffers:
+        raw = buffer.raw()
+        pad = -offset % 64
+        pieces += [bytes(pad), raw]
+        layout.append((offset + pad, raw.nbytes))
+        offset += pad + raw.nbytes
+    meta["buffer"] = inner
+    meta["objects"] = {"file": _written(folder, f"objects-{token}.bin", pieces, written),
+                       "buffers": layout}
+
+
+def _objects_from_file(folder: str, meta_path: str, meta: Dict[str, Any],
+                       verify: bool) -> Dict[str, Any]:
+    # The buffer's own state: as it is, or unpickled over its mapped arrays.
+    if "objects" not in meta:
+        return meta["buffer"]
+    entry = meta["objects"]["file"]
+    data = _mapped_file(folder, meta_path, entry, np.dtype(np.uint8), (entry[2],), verify)
+    view = memoryview(data)
+    buffers = []
+    for offset, nbytes in meta["objects"]["buffers"]:
+        if not (0 <= offset and 0 <= nbytes and offset + nbytes <= len(view)):
+            raise ValueError(f"{meta_path} places an array at bytes {offset} to "
+                             f"{offset + nbytes} of {entry[1]}, of {len(view)} bytes")
+        buffers.append(view[offset:offset + nbytes])
+    try:
+        state = pickle.loads(meta["buffer"], buffers=buffers)
+    except Exception as error:     # noqa: BLE001 - what a pickle raises is open-ended
+        raise ValueError(f"{meta_path} cannot be read: {error!r}") from error
+    if type(state) is not dict:
+        raise ValueError(f"{meta_path} does not describe a replay buffer's state")
+    return state
+
+
+def _written(folder: str, name: str, chunks: list, written: list) -> tuple:
+    # The saved leaf ("file", name, bytes, crc) of `chunks` written to a file
+    # (its name added to `written`).
     crc = _write_file(folder, name, chunks)
+    written.append(name)
     return ("file", name, sum(len(c) for c in chunks), crc)
 
 
@@ -310,9 +374,17 @@ def _read_meta(folder: str) -> Dict[str, Any]:
     except Exception as error:     # noqa: BLE001 - what a pickle raises is open-ended
         raise ValueError(f"{path} cannot be read: {error!r}") from error
     if type(meta) is not dict or not _META_KEYS <= set(meta) <= _META_KEYS | _MORE_KEYS or \
-            type(meta["settings"]) is not dict or type(meta["buffer"]) is not dict or \
-            type(meta.get("stores", [])) is not list:
+            type(meta["settings"]) is not dict or type(meta.get("stores", [])) is not list or \
+            type(meta["buffer"]) is not (bytes if "objects" in meta else dict):
         raise ValueError(f"{path} does not describe a replay buffer")
+    if "objects" in meta:
+        objects = meta["objects"]
+        if type(objects) is not dict or set(objects) != {"file", "buffers"} or \
+                type(objects["buffers"]) is not list or not all(
+                    type(b) is tuple and len(b) == 2 and all(type(n) is int for n in b)
+                    for b in objects["buffers"]):
+            raise ValueError(f"{path} does not describe a replay buffer's objects")
+        _check_file(path, objects["file"], "objects-")
     for k, entry in enumerate(meta.get("stores", ())):
         if type(entry) is not dict or set(entry) != _STORE_KEYS:
             raise ValueError(f"{path} does not describe the replay buffer's store {k + 1}")
@@ -383,10 +455,16 @@ def open_buffer(cls, folder, verify: bool = False):
         # is built.
         entries = _entries(meta)
         mapped = [_mapped_store(folder, meta_path, entry, verify) for entry in entries]
+        buffer_state = _objects_from_file(folder, meta_path, meta, verify)
         try:
-            buffer = target(**meta["settings"], storage=folder)
+            with warnings.catch_warnings():      # (an unknown one is refused below)
+                warnings.simplefilter("ignore")
+                buffer = target(**meta["settings"], storage=folder)
         except (TypeError, ValueError, AssertionError) as error:
             raise ValueError(f"{meta_path} holds settings no buffer takes: {error}") from error
+        if set(meta["settings"]) != set(buffer._settings()) - {"storage"}:
+            raise ValueError(f"{meta_path} holds settings {sorted(meta['settings'])}, not a "
+                             f"{saved.__name__}'s")
         try:
             stores = {}
             for entry, (blocks, pools) in zip(entries, mapped):
@@ -396,7 +474,7 @@ def open_buffer(cls, folder, verify: bool = False):
             if len(stores) != len(entries):
                 raise ValueError("two saved stores have one name")
             buffer._adopt_kept_stores(stores)
-            buffer._restore_kept(meta["buffer"])
+            buffer._restore_kept(buffer_state)
         except (TypeError, ValueError, KeyError, IndexError, OverflowError) as error:
             raise ValueError(f"{meta_path} does not describe a replay buffer: {error}") \
                 from error
