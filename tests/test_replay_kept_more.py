@@ -409,6 +409,106 @@ def test_a_file_backed_frame_stacked_buffer_round_trips(tmp_path):
     _same(opened.get_state(), buffer.get_state())
 
 
+def test_add_transition_goes_on_after_open_with_frames(tmp_path):
+    """add_transition()'s steps of 3 envs, frame-stacked: its open episodes
+    and their frames are kept, and the steps after open join them."""
+    rng = np.random.default_rng(0)
+    steps = []
+    stacks = rng.integers(0, 255, (3, 6, 5, 4), dtype=np.uint8)
+    for t in range(80):
+        nxt = np.concatenate([stacks[..., 1:], rng.integers(0, 255, (3, 6, 5, 1), np.uint8)],
+                             axis=-1)
+        term = rng.random(3) < 0.1
+        steps.append((stacks, nxt, rng.integers(0, 2, 3), rng.random(3), term,
+                      np.zeros(3, bool)))
+        stacks = np.where(term[:, None, None, None],
+                          rng.integers(0, 255, (3, 6, 5, 4), dtype=np.uint8), nxt)
+    for cls in SA_KINDS:
+        buffer = cls(capacity=60, seed=0, frame_stack=4, frame_stack_axis=-1)
+        for step in steps[:50]:
+            buffer.add_transition(*step)
+        assert buffer.get_num_episodes_evicted() > 0
+        buffer.save(tmp_path / cls.__name__)
+        opened = cls.open(tmp_path / cls.__name__)
+        for step in steps[50:]:
+            for b in (buffer, opened):
+                b.add_transition(*step)
+        # (The episodes begun after open have ids of their own: uuids.)
+        _same(_without_ids(opened.get_state()), _without_ids(buffer.get_state()))
+        draws = _sa_draws(buffer, 1)
+        _same(_sa_draws(opened, 1)[:4], draws[:4])
+
+
+def _without_ids(state):
+    state = dict(state)
+    state["episodes"] = [dict(e, id_=None) for e in state["episodes"]]
+    state["episode_id_to_index"] = [i for _, i in state["episode_id_to_index"]]
+    return state
+
+
+def test_a_dataset_in_a_frame_stacked_buffer_round_trips(tmp_path):
+    pytest.importorskip("pyarrow")
+    pytest.importorskip("msgpack")
+    from episode.offline import read_episodes, write_episodes
+
+    rng = np.random.default_rng(1)
+    episodes = []
+    for i in range(6):
+        frames = rng.integers(0, 255, (40 + 3, 8, 9, 1), dtype=np.uint8)
+        obs = [np.concatenate(frames[t:t + 4], axis=-1) for t in range(40)]
+        episodes.append(SingleAgentEpisode(id_=f"d{i}", observations=obs,
+                                           actions=[int(a) for a in rng.integers(0, 3, 39)],
+                                           rewards=[float(r) for r in rng.random(39)],
+                                           terminated=True, len_lookback_buffer=0))
+    write_episodes(episodes[:3], tmp_path / "a", format="arrow")
+    write_episodes(episodes[3:], tmp_path / "b", format="arrow")
+    buffer = PrioritizedEpisodeReplayBuffer(capacity=150, seed=2, frame_stack=4,
+                                            frame_stack_axis=-1)
+    buffer.add_dataset(read_episodes(tmp_path / "a"))
+    buffer.add_dataset(read_episodes(tmp_path / "b"))
+    assert buffer.get_num_episodes_evicted() > 0
+    buffer.save(tmp_path / "kept")
+    opened = PrioritizedEpisodeReplayBuffer.open(tmp_path / "kept")
+    _same(opened.get_state(), buffer.get_state())
+    _same(_sa_draws(opened, 2), _sa_draws(buffer, 2))
+
+
+class _NoPickle:
+    def __reduce__(self):
+        raise TypeError("not this one")
+
+
+def test_a_save_that_fails_leaves_the_folder_as_it_was(tmp_path):
+    """An object of the buffer's that does not pickle (here an episode's
+    info): the save raises, and the folder holds the previous save, none of
+    this one's files."""
+    buffer = _ma_filled(MultiAgentEpisodeReplayBuffer)
+    buffer.save(tmp_path)
+    before = {n: (tmp_path / n).read_bytes() for n in os.listdir(tmp_path)}
+    episode = buffer.episodes[-1]
+    agent = next(iter(episode.agent_episodes.values()))
+    agent.infos[-1] = {"bad": _NoPickle()}
+    for call in _ma_calls(9, calls=2):
+        buffer.add(call)                        # (new blocks: new files to write)
+    with pytest.raises(TypeError, match="not this one"):
+        buffer.save(tmp_path)
+    assert {n: (tmp_path / n).read_bytes() for n in os.listdir(tmp_path)} == before
+
+
+def test_the_modules_rows_are_mapped(tmp_path):
+    buffer = _ma_filled(MultiAgentPrioritizedEpisodeReplayBuffer, frames="first_axis")
+    buffer.save(tmp_path)
+    opened = MultiAgentPrioritizedEpisodeReplayBuffer.open(tmp_path)
+    from episode._keep import store_state
+    for name, store in opened._kept_stores():
+        rows = [data for block in store_state(store)[1] for data in block["leaves"]
+                if type(data) is tuple]
+        assert rows, name
+        for memory, mapped in rows:
+            assert isinstance(mapped, np.memmap) and mapped.mode == "r", name
+            assert os.path.dirname(mapped.filename) == str(tmp_path), name
+
+
 def _files(folder, prefix):
     return {n: os.stat(os.path.join(folder, n)).st_ino for n in os.listdir(folder)
             if n.startswith(prefix)}
