@@ -456,7 +456,7 @@ cdef class FramePool:
         """Takes export()'s numbering and chunks into this new, empty pool
         (made with the same row layout and capacity): the chunks are read in
         place (read-only ones stay so); the last one, if frames are still to
-        be written into it, is copied into a chunk of the pool's own.
+        be written into it, is copied into memory of the pool's own.
         ValueError, with the pool left empty, for anything that does not
         fit. Returns (lo, hi): the frames a stored row may refer to."""
         cdef Py_ssize_t c, n = len(chunks)
@@ -486,10 +486,10 @@ cdef class FramePool:
                                  f"{self.frame_bytes} bytes")
         chunks = list(chunks)
         if n and tail & (size - 1):
-            # (Frames go on into the last chunk: one of the pool's own.)
-            own = self._new_chunk()
-            own[...] = chunks[n - 1]
-            chunks[n - 1] = own
+            # (Frames go on into the last chunk: a copy of the pool's own, in
+            # memory, so that a pool adopted from a folder it cannot write
+            # needs nothing there until its next chunk.)
+            chunks[n - 1] = np.array(chunks[n - 1], np.uint8, order="C")
         table = <char**>PyMem_Malloc(max(1, n) * sizeof(char*))
         if table == NULL:
             raise MemoryError()
