@@ -691,23 +691,22 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
         the original would have. Its rows (and frames) are memory-mapped
         read-only from the folder's files (opening reads the metadata, not
         the rows: the pages come in as draws touch them; a multi-agent
-        buffer's episodes are in the metadata and read), and the rows it adds go to
-        files of its own in the folder, removed from it at once
-        (`storage=folder`). The folder's files are never written by it:
+        buffer's episodes are unpickled over their mapped arrays), and the
+        rows it adds go to files of its own in the folder, removed from it
+        at once (`storage=folder`). The folder's files are never written by it:
         open a folder as often as you like, in as many processes; each
         buffer goes its own way, and saving one into the folder replaces
         what the folder holds without disturbing the others.
 
         `open()` of a class gives that class (of a base class, the kind
         that was saved). Checked before anything is built: FileNotFoundError
-        for a missing folder, metadata or block file, ValueError naming the
-        file for a damaged, truncated, foreign or newer-format file or
-        sizes that do not match or a frame number outside the saved frames,
+        for a missing folder, metadata or other file, ValueError naming the
+        file for a damaged, truncated, foreign or newer-format file, sizes
+        that do not match or a frame number outside the saved frames,
         TypeError for a folder holding another kind of buffer.
         `verify=True` also checks each file's CRC-32 (reading every row
-        once). Like a pickle, the metadata can
-        hold any Python object (episode ids, spaces, infos): open only
-        folders you trust."""
+        once). Like a pickle, the metadata can hold any Python object
+        (episode ids, spaces, infos): open only folders you trust."""
         return kept.open_buffer(cls, folder, verify)
 
     def _kept_stores(self) -> List[Tuple[Any, Store]]:
