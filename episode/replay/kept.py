@@ -460,8 +460,10 @@ def open_buffer(cls, folder, verify: bool = False):
             with warnings.catch_warnings():      # (an unknown one is refused below)
                 warnings.simplefilter("ignore")
                 buffer = target(**meta["settings"], storage=folder)
-        except (TypeError, ValueError, AssertionError) as error:
-            raise ValueError(f"{meta_path} holds settings no buffer takes: {error}") from error
+        except (TypeError, ValueError, AssertionError, OverflowError, MemoryError) as error:
+            # (MemoryError: a capacity past the priority trees' limit.)
+            raise ValueError(f"{meta_path} holds settings no buffer takes: {error!r}") \
+                from error
         if set(meta["settings"]) != set(buffer._settings()) - {"storage"}:
             raise ValueError(f"{meta_path} holds settings {sorted(meta['settings'])}, not a "
                              f"{saved.__name__}'s")
@@ -475,7 +477,9 @@ def open_buffer(cls, folder, verify: bool = False):
                 raise ValueError("two saved stores have one name")
             buffer._adopt_kept_stores(stores)
             buffer._restore_kept(buffer_state)
-        except (TypeError, ValueError, KeyError, IndexError, OverflowError) as error:
+        except (TypeError, ValueError, KeyError, IndexError, OverflowError,
+                MemoryError) as error:
+            # (MemoryError: sizes in the state no store could have had.)
             raise ValueError(f"{meta_path} does not describe a replay buffer: {error}") \
                 from error
     return buffer
@@ -485,10 +489,14 @@ def _mapped_store(folder: str, meta_path: str, entry: Dict[str, Any], verify: bo
     # A saved store's blocks and frame pools for build_store(), their files
     # mapped read-only, each checked first (there, of the size the
     # metadata says, of its rows).
+    from episode._keep import plain_dtype
+
     state = entry["store"]
     dtypes, shapes = state.get("dtypes"), state.get("shapes")
     if type(dtypes) is not list or type(shapes) is not list or len(dtypes) != len(shapes):
         raise ValueError(f"{meta_path} does not describe a replay buffer's leaves")
+    # (The rows are mapped as numpy's own dtypes, never as unpickled ones.)
+    dtypes = [None if d is None else plain_dtype(d) for d in dtypes]
     frames = entry["frames"]
     if frames is not None and len(frames) != len(dtypes):
         raise ValueError(f"{meta_path} does not describe a replay buffer's frames")
@@ -521,7 +529,7 @@ def _mapped_block(folder: str, meta_path: str, block: Dict[str, Any], stored: li
             out.append(entry)
             continue
         dtype, shape = stored[leaf]
-        if not isinstance(dtype, np.dtype) or type(shape) is not tuple or \
+        if dtype is None or type(shape) is not tuple or \
                 not all(type(d) is int and d >= 0 for d in shape):
             raise ValueError(f"{meta_path} gives no row type for {entry[1]}")
         out.append(_mapped_file(folder, meta_path, entry, dtype, (size,) + shape, verify))

@@ -172,10 +172,44 @@ cdef Py_ssize_t _count(object value, str what, Py_ssize_t low, Py_ssize_t high) 
     return value
 
 
+def plain_dtype(object dtype):
+    """`dtype` (unpickled from a file) as numpy's own dtype of the same
+    numbers, or None where it is no dtype of plain numbers. (numpy unpickles
+    a dtype whose fields are not dtypes without a word, then crashes
+    comparing or copying through it: an unpickled dtype is only read, through
+    attributes that cannot crash, and replaced by numpy's own.)"""
+    if not isinstance(dtype, np.dtype):
+        return None
+    try:
+        text = dtype.str
+        if type(text) is not str or dtype.fields is not None or dtype.subdtype is not None:
+            return None
+        plain = np.dtype(text)
+    except Exception:     # (anything a damaged dtype raises)
+        return None
+    if plain.kind not in "biufc" or plain.hasobject:
+        return None
+    return plain
+
+
+cdef object _as_dtype(object value, object dtype):
+    # An unpickled ndarray viewed as `dtype` (plain or one of ours) where
+    # its dtype describes the same fields, else None (see plain_dtype()).
+    try:
+        got = value.dtype
+        if not (isinstance(got, np.dtype) and got.descr == dtype.descr
+                and got.flags == dtype.flags and got.itemsize == dtype.itemsize):
+            return None
+    except Exception:     # (anything a damaged dtype raises)
+        return None
+    return value.view(dtype)
+
+
 cdef cnp.ndarray _array(object value, object dtype, Py_ssize_t n, str what):
-    _check(type(value) is np.ndarray and value.dtype == dtype and value.ndim == 1
-           and (n < 0 or value.shape[0] == n), f"{what} is not an array of {dtype} "
-           f"of {n} entries")
+    _check(type(value) is np.ndarray and value.ndim == 1 and (n < 0 or value.shape[0] == n),
+           f"{what} is not an array of {n} entries")
+    value = _as_dtype(value, dtype)
+    _check(value is not None, f"{what} is not an array of {dtype}")
     return np.ascontiguousarray(value)
 
 
@@ -259,6 +293,9 @@ def build_store(Store store, dict state, list blocks, list pools=None):
     _check(all(type(x) is list and len(x) == nleaves
                for x in (dtypes, shapes, saved_bytes, saved_kinds)),
            "the leaves' dtypes, shapes, sizes and kinds are not one per leaf")
+    dtypes = [None if d is None else plain_dtype(d) for d in dtypes]
+    _check(all(d is not None or saved is None for d, saved in zip(dtypes, state["dtypes"])),
+           "a leaf's dtype is not one of numbers")
     _check(state.get("block_rows") == store.block_rows,
            f"the blocks hold {state.get('block_rows')!r} rows, this capacity's "
            f"{store.block_rows}")
@@ -365,9 +402,9 @@ def build_store(Store store, dict state, list blocks, list pools=None):
             if row_list[leaf]:
                 _check(isinstance(data, np.ndarray), f"block {k} leaf {leaf} is not rows")
                 want = (size,) + stored_shapes[leaf]
-                _check(data.dtype == stored_dtypes[leaf] and data.shape == want
+                _check(_as_dtype(data, stored_dtypes[leaf]) is not None and data.shape == want
                        and data.flags.c_contiguous, f"block {k} leaf {leaf}'s rows are "
-                       f"{data.dtype} {data.shape}, not {stored_dtypes[leaf]} {want}")
+                       f"{data.shape}, not {stored_dtypes[leaf]} {want}")
             else:
                 _check(type(data) is list and len(data) <= size,
                        f"block {k} leaf {leaf} is not a list of its items")
@@ -432,12 +469,15 @@ def build_store(Store store, dict state, list blocks, list pools=None):
     _check(type(final) is list and type(final_objects) is list and len(final) == nleaves
            and len(final_objects) == nleaves and type(final_infos) is dict,
            "the final rows are not one column per leaf")
+    final = list(final)
     for leaf in range(nleaves):
         if leaf in obs_leaves and row_list[leaf]:
-            _check(type(final[leaf]) is np.ndarray and final[leaf].dtype == stored_dtypes[leaf]
+            _check(type(final[leaf]) is np.ndarray
                    and final[leaf].shape == (ep_cap,) + stored_shapes[leaf]
                    and final_objects[leaf] is None,
                    f"leaf {leaf}'s final rows are not one per slot")
+            final[leaf] = _as_dtype(final[leaf], stored_dtypes[leaf])
+            _check(final[leaf] is not None, f"leaf {leaf}'s final rows are not its rows")
         elif leaf in obs_leaves:
             _check(final[leaf] is None and type(final_objects[leaf]) is list
                    and len(final_objects[leaf]) == ep_cap,
