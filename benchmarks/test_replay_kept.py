@@ -17,8 +17,9 @@ import tempfile
 import numpy as np
 import pytest
 
-from episode import SingleAgentEpisode
-from episode.replay import PrioritizedEpisodeReplayBuffer
+from episode import MultiAgentEpisode, SingleAgentEpisode
+from episode.replay import (MultiAgentPrioritizedEpisodeReplayBuffer,
+                            PrioritizedEpisodeReplayBuffer)
 
 pytest.importorskip("pytest_benchmark")
 
@@ -79,6 +80,61 @@ def test_save(benchmark, kept, tmp_path):
         rewards=[1.0] * 10, terminated=True, len_lookback_buffer=0).to_numpy())
     # Into its own folder: only the new block is written (the rest is kept).
     benchmark.pedantic(lambda: buffer.save(kept[0]), rounds=3)
+
+
+# -- a multi-agent buffer -----------------------------------------------------------------
+# Two agents on two modules, 84x84 uint8 observations, 6,000 env steps: its
+# rows (12,000 agent steps, ~85 MB) in the modules' block files, mapped at
+# open; its multi-agent episodes (as RLlib's buffer keeps them, ~85 MB) in the
+# metadata, unpickled at open as pickle.load unpickles them.
+
+MA_STEPS = 6_000
+
+
+def _module_of(agent_id, episode):
+    return f"m{agent_id[-1]}"
+
+
+def _ma_buffer() -> MultiAgentPrioritizedEpisodeReplayBuffer:
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 255, (EPISODE + 1, 84, 84), dtype=np.uint8)
+    buffer = MultiAgentPrioritizedEpisodeReplayBuffer(capacity=MA_STEPS, alpha=0.6, seed=0)
+    for i in range(MA_STEPS // EPISODE):
+        episode = MultiAgentEpisode(agent_to_module_mapping_fn=_module_of)
+        episode.add_env_reset(observations={"a0": frames[0], "a1": frames[0]})
+        for t in range(1, EPISODE + 1):
+            episode.add_env_step(observations={"a0": frames[t], "a1": frames[-t]},
+                                 actions={"a0": 0, "a1": 1}, rewards={"a0": 1.0, "a1": 0.5},
+                                 terminateds={"__all__": t == EPISODE})
+        buffer.add(episode.to_numpy())
+    return buffer
+
+
+@pytest.fixture(scope="module")
+def kept_ma():
+    buffer = _ma_buffer()
+    folder = tempfile.mkdtemp()
+    buffer.save(folder)
+    path = os.path.join(folder, "buffer.pkl")
+    with open(path, "wb") as f:
+        pickle.dump(buffer, f, protocol=5)
+    yield folder, path
+    shutil.rmtree(folder)
+
+
+@pytest.mark.benchmark(group="kept-ma-170MB-reopen")
+@pytest.mark.parametrize("how", ["open", "pickle.load"])
+def test_reopen_multi_agent(benchmark, kept_ma, how):
+    folder, path = kept_ma
+
+    def load():
+        if how == "open":
+            return MultiAgentPrioritizedEpisodeReplayBuffer.open(folder)
+        with open(path, "rb") as f:
+            return pickle.load(f)
+
+    buffer = benchmark.pedantic(load, rounds=5, warmup_rounds=1)
+    assert buffer.get_num_timesteps() == MA_STEPS
 
 
 _CHILD = r"""

@@ -2,27 +2,37 @@
 `EpisodeReplayBuffer.open(folder)` makes it again in any later process,
 its rows memory-mapped from the folder's files instead of read into memory.
 
-The folder holds one file per block and numeric leaf (`rows-*.bin`: the
-block's rows, raw, as the Store keeps them), `buffer.meta` (everything
-else: the Store's runs, episodes, layout, final rows and priority trees,
-the buffer's counters, rng, metrics; a pickle behind a header of a magic
-string, the format version, the payload's length and its SHA-256) and
-`buffer.lock`.
+A buffer is one or more Stores, by name: a single-agent buffer's own
+("store"), and a multi-agent buffer's env steps' ("store") and one per
+module (("module", module_id)). The folder holds one file per block and
+numeric leaf of each store (`rows-*.bin`: the block's rows, raw, as the
+Store keeps them; a frame-stacked leaf's rows are its frames' numbers),
+one per chunk of each frame pool (`frames-*.bin`: the chunk's frames,
+raw; bytes no frame was written to are zeros), `buffer.meta` (everything
+else: each Store's runs, episodes, layout, final rows and priority trees
+and each frame pool's numbering, the buffer's counters, rng, metrics and,
+multi-agent, its episodes; a pickle behind a header of a magic string, the
+format version, the payload's length and its SHA-256) and `buffer.lock`.
+The metadata keeps the buffer's own store at its top (`store`, `blocks`:
+all a buffer of one store without frames has, as in the first saves),
+its frame pools under `frames` and the other stores under `stores`.
 
 Writing: each file goes to a temporary name, is fsync'd and renamed; the
 metadata is renamed last, so a reader sees the previous save or this one,
-never a mix. A block file that a buffer opened from this folder maps, and
-that is still the folder's (same inode: files are never changed once
-written), is referenced again instead of written again; files only the
-previous save referenced are removed after the new metadata is in place.
-A save holds the folder's lock (exclusive) throughout; an open holds it
-shared while it reads.
+never a mix. A file that a buffer opened from this folder maps, and that
+is still the folder's (same inode: files are never changed once written),
+is referenced again instead of written again (a frame pool's last chunk,
+which the opened buffer writes on into a copy of its own, is written
+anew); files only the previous save referenced are removed after the new
+metadata is in place. A save holds the folder's lock (exclusive)
+throughout; an open holds it shared while it reads.
 
 Reading: the metadata's magic, version, length and checksum are checked
-before it is unpickled, each block file's existence and size before it is
-mapped (read-only), and every index of the Store's state against those
-sizes before anything is built (episode._keep). `verify=True` also checks
-each block file's CRC-32 (reading every row once).
+before it is unpickled, each file's existence and size before it is
+mapped (read-only), and every index of each Store's state, and every
+frame number its rows hold, against those sizes before anything is built
+(episode._keep). `verify=True` also checks each file's CRC-32 (reading
+every row once).
 
 A reopened buffer is independent of the folder: its rows stay mapped
 read-only (the files are never written again), new rows go to new files of
@@ -41,6 +51,7 @@ import os
 import pickle
 import secrets
 import struct
+import warnings
 import zlib
 from typing import Any, Dict, List, Optional
 
@@ -55,9 +66,17 @@ FORMAT_VERSION = 1
 MAGIC = b"episode replay buffer\n"
 _HEADER = struct.Struct("<IQ32s")     # version, payload bytes, SHA-256 of the payload
 HEADER_BYTES = len(MAGIC) + _HEADER.size
+# A buffer's own state goes to a file of its own (`objects-*.bin`) where
+# its arrays come to this many bytes.
+OBJECTS_APART = 1 << 20
 META_NAME = "buffer.meta"
 LOCK_NAME = "buffer.lock"
+# The metadata's keys: the buffer's own store's at the top (all a buffer
+# of one store without frame stacks has), its frame pools and the buffer's
+# other stores where it has them.
 _META_KEYS = {"kind", "settings", "buffer", "store", "blocks"}
+_MORE_KEYS = {"frames", "stores", "objects"}
+_STORE_KEYS = {"name", "store", "blocks", "frames"}
 
 
 # -- the folder -------------------------------------------------------------------------
@@ -122,9 +141,25 @@ def _sync_folder(folder: str) -> None:
             os.close(fd)
 
 
+def _entries(meta: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """The saved stores of a (checked) metadata dict, the buffer's own
+    first: each a dict of its `name`, `store` (state), `blocks` and
+    `frames` (None, or per leaf None or a frame pool's numbering and
+    chunk files)."""
+    first = {"name": "store", "store": meta["store"], "blocks": meta["blocks"],
+             "frames": meta.get("frames")}
+    return [first] + list(meta.get("stores", ()))
+
+
 def _file_names(meta: Dict[str, Any]) -> set:
-    return {leaf[1] for block in meta["blocks"] for leaf in block["leaves"]
-            if type(leaf) is tuple}
+    names = {meta["objects"]["file"][1]} if "objects" in meta else set()
+    for entry in _entries(meta):
+        names.update(leaf[1] for block in entry["blocks"] for leaf in block["leaves"]
+                     if type(leaf) is tuple)
+        for pool in entry["frames"] or ():
+            if pool is not None:
+                names.update(chunk[1] for chunk in pool["chunks"])
+    return names
 
 
 # -- saving ------------------------------------------------------------------------------
@@ -132,7 +167,6 @@ def _file_names(meta: Dict[str, Any]) -> set:
 
 def save(buffer, folder) -> None:
     """buffer.save(folder): see the module docstring."""
-    from episode._keep import store_state
     from episode.replay.uniform import _kind_of
 
     folder = _folder(folder)
@@ -144,43 +178,150 @@ def save(buffer, folder) -> None:
             else None
         for name in os.listdir(folder):
             if name.startswith(".") and name.endswith(".tmp") and (
-                    name.startswith(".rows-") or name.startswith(f".{META_NAME}.")):
+                    name.startswith((".rows-", ".frames-", ".objects-", f".{META_NAME}."))):
                 with contextlib.suppress(OSError):       # (a save that died half-way)
                     os.unlink(os.path.join(folder, name))
-        store = buffer._store
-        state, blocks = store_state(store)
         token = secrets.token_hex(6)
-        saved_blocks = []
-        for k, block in enumerate(blocks):
-            leaves: List[Any] = []
-            for leaf, data in enumerate(block["leaves"]):
-                if data is None or type(data) is list:
-                    leaves.append(data)
-                    continue
-                memory, mapped = data
-                reused = _reusable(mapped, folder, len(memory))
-                if reused is not None:
-                    leaves.append(reused)
-                    continue
-                name = f"rows-{token}-{k}-{leaf}.bin"
-                crc = _write_file(folder, name, [memory])
-                leaves.append(("file", name, len(memory), crc))
-            saved_blocks.append({"size": block["size"], "infos": block["infos"],
-                                 "leaf_of_row": block["leaf_of_row"], "leaves": leaves})
-        settings = dict(buffer._settings())
-        settings.pop("storage", None)
-        meta = {"kind": _kind_of(buffer), "settings": settings,
-                "buffer": buffer._kept_state(), "store": state, "blocks": saved_blocks}
-        payload = pickle.dumps(meta, protocol=5)
-        header = MAGIC + _HEADER.pack(FORMAT_VERSION, len(payload),
-                                      hashlib.sha256(payload).digest())
-        _sync_folder(folder)     # (the block files' names before the metadata's)
-        _write_file(folder, META_NAME, [header, payload])
+        written: List[str] = []
+        try:
+            entries = [_saved_store(folder, f"{token}-" if s == 0 else f"{token}-s{s}-",
+                                    name, store, written)
+                       for s, (name, store) in enumerate(buffer._kept_stores())]
+            settings = dict(buffer._settings())
+            settings.pop("storage", None)
+            # (The buffer's own store at the top, as a buffer of one store
+            # without frames has always been saved; any others after it.)
+            first = entries[0]
+            meta = {"kind": _kind_of(buffer), "settings": settings,
+                    "buffer": buffer._kept_state(), "store": first["store"],
+                    "blocks": first["blocks"]}
+            _objects_to_file(meta, folder, token, written)
+            if first["frames"] is not None:
+                meta["frames"] = first["frames"]
+            if len(entries) > 1:
+                meta["stores"] = entries[1:]
+            payload = pickle.dumps(meta, protocol=5)
+            header = MAGIC + _HEADER.pack(FORMAT_VERSION, len(payload),
+                                          hashlib.sha256(payload).digest())
+            _sync_folder(folder)     # (the files' names before the metadata's)
+            _write_file(folder, META_NAME, [header, payload])
+        except BaseException:
+            # (Nothing of this save stays: e.g. an episode's object that does
+            # not pickle. The folder holds the previous save as it was.)
+            for name in written:
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(folder, name))
+            raise
         _sync_folder(folder)
         if previous is not None:
             for name in _file_names(previous) - _file_names(meta):
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(os.path.join(folder, name))
+
+
+def _saved_store(folder: str, prefix: str, name: Any, store, written: list) -> Dict[str, Any]:
+    # One store's entry of the metadata, its rows and frames written to
+    # files (or the folder's files it maps referenced again).
+    from episode._keep import frame_pools, store_state
+
+    state, blocks = store_state(store)
+    saved_blocks = []
+    for k, block in enumerate(blocks):
+        leaves: List[Any] = []
+        for leaf, data in enumerate(block["leaves"]):
+            if data is None or type(data) is list:
+                leaves.append(data)
+                continue
+            memory, mapped = data
+            leaves.append(_reusable(mapped, folder, len(memory)) or
+                          _written(folder, f"rows-{prefix}{k}-{leaf}.bin", [memory], written))
+        saved_blocks.append({"size": block["size"], "infos": block["infos"],
+                             "leaf_of_row": block["leaf_of_row"], "leaves": leaves})
+    pools = frame_pools(store)
+    frames = None
+    if any(pool is not None for pool in pools):
+        frames = [None if pool is None else _saved_frames(folder, prefix, leaf, *pool, written)
+                  for leaf, pool in enumerate(pools)]
+    return {"name": name, "store": state, "blocks": saved_blocks, "frames": frames}
+
+
+def _saved_frames(folder: str, prefix: str, leaf: int, numbering: Dict[str, int],
+                  chunks: list, written: list) -> Dict[str, Any]:
+    # A frame pool's chunks as files: the frames written into each, zeros
+    # for the rest (a chunk's unwritten bytes are whatever memory held).
+    size = 1 << numbering["chunk_shift"]
+    frame_bytes = numbering["frame_bytes"]
+    files = []
+    for c, chunk in enumerate(chunks):
+        start = (numbering["first_chunk"] + c) * size
+        lo = min(size, max(numbering["head"], start) - start)
+        hi = max(lo, min(numbering["tail"], start + size) - start)
+        reused = _reusable(chunk if isinstance(chunk, np.memmap) else None, folder,
+                           chunk.nbytes)
+        if reused is not None:
+            files.append(reused)
+            continue
+        rows = memoryview(chunk).cast("B")
+        zeros = bytes(frame_bytes * max(lo, size - hi))
+        files.append(_written(folder, f"frames-{prefix}{leaf}-{c}.bin", [
+            zeros[:lo * frame_bytes], rows[lo * frame_bytes:hi * frame_bytes],
+            zeros[:(size - hi) * frame_bytes]], written))
+    return {"numbering": dict(numbering), "chunks": files}
+
+
+def _objects_to_file(meta: Dict[str, Any], folder: str, token: str, written: list) -> None:
+    # The buffer's own state with its arrays out of band (pickle protocol
+    # 5): their bytes in a file (`objects-*.bin`, each at a multiple of 64
+    # bytes) mapped at open and read in place, so a multi-agent buffer's
+    # episodes are not read and hashed with the metadata. (A state whose
+    # arrays are small stays in the metadata as it is.)
+    buffers: list = []
+    inner = pickle.dumps(meta["buffer"], protocol=5, buffer_callback=buffers.append)
+    if sum(buffer.raw().nbytes for buffer in buffers) < OBJECTS_APART:
+        return
+    pieces: list = []
+    layout = []
+    offset = 0
+    for buffer in buffers:
+        raw = buffer.raw()
+        pad = -offset % 64
+        pieces += [bytes(pad), raw]
+        layout.append((offset + pad, raw.nbytes))
+        offset += pad + raw.nbytes
+    meta["buffer"] = inner
+    meta["objects"] = {"file": _written(folder, f"objects-{token}.bin", pieces, written),
+                       "buffers": layout}
+
+
+def _objects_from_file(folder: str, meta_path: str, meta: Dict[str, Any],
+                       verify: bool) -> Dict[str, Any]:
+    # The buffer's own state: as it is, or unpickled over its mapped arrays.
+    if "objects" not in meta:
+        return meta["buffer"]
+    entry = meta["objects"]["file"]
+    data = _mapped_file(folder, meta_path, entry, np.dtype(np.uint8), (entry[2],), verify)
+    view = memoryview(data)
+    buffers = []
+    for offset, nbytes in meta["objects"]["buffers"]:
+        if not (0 <= offset and 0 <= nbytes and offset + nbytes <= len(view)):
+            raise ValueError(f"{meta_path} places an array at bytes {offset} to "
+                             f"{offset + nbytes} of {entry[1]}, of {len(view)} bytes")
+        buffers.append(view[offset:offset + nbytes])
+    try:
+        state = pickle.loads(meta["buffer"], buffers=buffers)
+    except Exception as error:     # noqa: BLE001 - what a pickle raises is open-ended
+        raise ValueError(f"{meta_path} cannot be read: {error!r}") from error
+    if type(state) is not dict:
+        raise ValueError(f"{meta_path} does not describe a replay buffer's state")
+    return state
+
+
+def _written(folder: str, name: str, chunks: list, written: list) -> tuple:
+    # The saved leaf ("file", name, bytes, crc) of `chunks` written to a file
+    # (its name added to `written`).
+    crc = _write_file(folder, name, chunks)
+    written.append(name)
+    return ("file", name, sum(len(c) for c in chunks), crc)
 
 
 def _reusable(mapped, folder: str, nbytes: int) -> Optional[tuple]:
@@ -232,20 +373,58 @@ def _read_meta(folder: str) -> Dict[str, Any]:
         meta = pickle.loads(payload)
     except Exception as error:     # noqa: BLE001 - what a pickle raises is open-ended
         raise ValueError(f"{path} cannot be read: {error!r}") from error
-    if type(meta) is not dict or set(meta) != _META_KEYS or \
-            type(meta["blocks"]) is not list or type(meta["store"]) is not dict or \
-            type(meta["settings"]) is not dict or type(meta["buffer"]) is not dict:
+    if type(meta) is not dict or not _META_KEYS <= set(meta) <= _META_KEYS | _MORE_KEYS or \
+            type(meta["settings"]) is not dict or type(meta.get("stores", [])) is not list or \
+            type(meta["buffer"]) is not (bytes if "objects" in meta else dict):
         raise ValueError(f"{path} does not describe a replay buffer")
-    for block in meta["blocks"]:
+    if "objects" in meta:
+        objects = meta["objects"]
+        if type(objects) is not dict or set(objects) != {"file", "buffers"} or \
+                type(objects["buffers"]) is not list or not all(
+                    type(b) is tuple and len(b) == 2 and all(type(n) is int for n in b)
+                    for b in objects["buffers"]):
+            raise ValueError(f"{path} does not describe a replay buffer's objects")
+        _check_file(path, objects["file"], "objects-")
+    for k, entry in enumerate(meta.get("stores", ())):
+        if type(entry) is not dict or set(entry) != _STORE_KEYS:
+            raise ValueError(f"{path} does not describe the replay buffer's store {k + 1}")
+    for entry in _entries(meta):
+        _check_entry(path, entry)
+    return meta
+
+
+def _check_entry(path: str, entry: Dict[str, Any]) -> None:
+    # A saved store's entry: its state a dict, its blocks and frames lists
+    # naming files of ours (their sizes and contents are checked at open).
+    if type(entry["store"]) is not dict or type(entry["blocks"]) is not list:
+        raise ValueError(f"{path} does not describe a replay buffer's store")
+    for block in entry["blocks"]:
         if type(block) is not dict or type(block.get("leaves")) is not list:
             raise ValueError(f"{path} does not describe a replay buffer's blocks")
         for leaf in block["leaves"]:
-            if type(leaf) is tuple and not (
-                    len(leaf) == 4 and leaf[0] == "file" and type(leaf[1]) is str
-                    and leaf[1] == os.path.basename(leaf[1]) and leaf[1].startswith("rows-")
-                    and type(leaf[2]) is int and type(leaf[3]) is int):
-                raise ValueError(f"{path} names a block file {leaf!r} that is not one")
-    return meta
+            if type(leaf) is tuple:
+                _check_file(path, leaf, "rows-")
+    frames = entry["frames"]
+    if frames is None:
+        return
+    if type(frames) is not list:
+        raise ValueError(f"{path} does not describe a replay buffer's frames")
+    for pool in frames:
+        if pool is None:
+            continue
+        if type(pool) is not dict or set(pool) != {"numbering", "chunks"} or \
+                type(pool["numbering"]) is not dict or type(pool["chunks"]) is not list:
+            raise ValueError(f"{path} does not describe a replay buffer's frames")
+        for chunk in pool["chunks"]:
+            _check_file(path, chunk, "frames-")
+
+
+def _check_file(path: str, leaf: Any, prefix: str) -> None:
+    if not (type(leaf) is tuple and len(leaf) == 4 and leaf[0] == "file"
+            and type(leaf[1]) is str and leaf[1] == os.path.basename(leaf[1])
+            and leaf[1].startswith(prefix) and type(leaf[2]) is int and leaf[2] >= 0
+            and type(leaf[3]) is int):
+        raise ValueError(f"{path} names a {prefix[:-1]} file {leaf!r} that is not one")
 
 
 def open_buffer(cls, folder, verify: bool = False):
@@ -262,7 +441,7 @@ def open_buffer(cls, folder, verify: bool = False):
         meta = _read_meta(folder)
         meta_path = os.path.join(folder, META_NAME)
         kinds = {kind.__name__: kind for kind in _BUFFER_KINDS}
-        saved = kinds.get(meta["kind"])
+        saved = kinds.get(meta["kind"]) if type(meta["kind"]) is str else None
         if saved is None:
             raise ValueError(f"{meta_path} holds a {meta['kind']!r}, no buffer of ours")
         if _kind_of_class(cls) is saved:
@@ -272,69 +451,129 @@ def open_buffer(cls, folder, verify: bool = False):
         else:
             raise TypeError(f"{folder!r} holds a {saved.__name__}, not a {cls.__name__} "
                             f"(open it with {saved.__name__}.open())")
-        if saved.__name__.startswith("MultiAgent"):
-            raise TypeError(f"{folder!r} holds a {saved.__name__}")
-        store_state = meta["store"]
-        dtypes, shapes = store_state.get("dtypes"), store_state.get("shapes")
-        if type(dtypes) is not list or type(shapes) is not list or len(dtypes) != len(shapes):
-            raise ValueError(f"{meta_path} does not describe a replay buffer's leaves")
-        blocks = [_mapped_block(folder, meta_path, block, dtypes, shapes, verify)
-                  for block in meta["blocks"]]
+        # Every file mapped and checked against the metadata before anything
+        # is built.
+        entries = _entries(meta)
+        mapped = [_mapped_store(folder, meta_path, entry, verify) for entry in entries]
+        buffer_state = _objects_from_file(folder, meta_path, meta, verify)
         try:
-            buffer = target(**meta["settings"], storage=folder)
-        except (TypeError, ValueError, AssertionError) as error:
-            raise ValueError(f"{meta_path} holds settings no buffer takes: {error}") from error
-        store = buffer._new_store(buffer.capacity, folder)
+            with warnings.catch_warnings():      # (an unknown one is refused below)
+                warnings.simplefilter("ignore")
+                buffer = target(**meta["settings"], storage=folder)
+        except (TypeError, ValueError, AssertionError, OverflowError, MemoryError) as error:
+            # (MemoryError: a capacity past the priority trees' limit.)
+            raise ValueError(f"{meta_path} holds settings no buffer takes: {error!r}") \
+                from error
+        if set(meta["settings"]) != set(buffer._settings()) - {"storage"}:
+            raise ValueError(f"{meta_path} holds settings {sorted(meta['settings'])}, not a "
+                             f"{saved.__name__}'s")
         try:
-            build_store(store, store_state, blocks)
-            buffer._store = store
-            buffer._restore_kept(meta["buffer"])
-        except (TypeError, ValueError, KeyError, IndexError, OverflowError) as error:
+            stores = {}
+            for entry, (blocks, pools) in zip(entries, mapped):
+                store = buffer._new_kept_store(entry["name"], folder)
+                build_store(store, entry["store"], blocks, pools)
+                stores[entry["name"]] = store
+            if len(stores) != len(entries):
+                raise ValueError("two saved stores have one name")
+            buffer._adopt_kept_stores(stores)
+            buffer._restore_kept(buffer_state)
+        except (TypeError, ValueError, KeyError, IndexError, OverflowError,
+                MemoryError) as error:
+            # (MemoryError: sizes in the state no store could have had.)
             raise ValueError(f"{meta_path} does not describe a replay buffer: {error}") \
                 from error
     return buffer
 
 
-def _mapped_block(folder: str, meta_path: str, block: Dict[str, Any], dtypes: list,
-                  shapes: list, verify: bool) -> Dict[str, Any]:
-    # A saved block for build_store(): its files mapped read-only, each
-    # checked first (there, of the size the metadata says, of its rows).
+def _mapped_store(folder: str, meta_path: str, entry: Dict[str, Any], verify: bool) -> tuple:
+    # A saved store's blocks and frame pools for build_store(), their files
+    # mapped read-only, each checked first (there, of the size the
+    # metadata says, of its rows).
+    from episode._keep import plain_dtype
+
+    state = entry["store"]
+    dtypes, shapes = state.get("dtypes"), state.get("shapes")
+    if type(dtypes) is not list or type(shapes) is not list or len(dtypes) != len(shapes):
+        raise ValueError(f"{meta_path} does not describe a replay buffer's leaves")
+    # (The rows are mapped as numpy's own dtypes, never as unpickled ones.)
+    dtypes = [None if d is None else plain_dtype(d) for d in dtypes]
+    frames = entry["frames"]
+    if frames is not None and len(frames) != len(dtypes):
+        raise ValueError(f"{meta_path} does not describe a replay buffer's frames")
+    # The stored rows' type per leaf: a frame-stacked leaf's are its frames'
+    # numbers (int64, `stack` a row).
+    stored = list(zip(dtypes, shapes))
+    for leaf, pool in enumerate(frames or ()):
+        if pool is not None:
+            stack = pool["numbering"].get("stack")
+            if type(stack) is not int or not 2 <= stack <= 1024:
+                raise ValueError(f"{meta_path} gives leaf {leaf} a frame stack of {stack!r}")
+            stored[leaf] = (np.dtype(np.int64), (stack,))
+    blocks = [_mapped_block(folder, meta_path, block, stored, verify)
+              for block in entry["blocks"]]
+    pools = None if frames is None else [
+        None if pool is None else _mapped_frames(folder, meta_path, pool, verify)
+        for pool in frames]
+    return blocks, pools
+
+
+def _mapped_block(folder: str, meta_path: str, block: Dict[str, Any], stored: list,
+                  verify: bool) -> Dict[str, Any]:
     size = block.get("size")
     leaves = block["leaves"]
-    if type(size) is not int or not 0 <= size < (1 << 31) or len(leaves) != len(dtypes):
+    if type(size) is not int or not 0 <= size < (1 << 31) or len(leaves) != len(stored):
         raise ValueError(f"{meta_path} does not describe a replay buffer's blocks")
     out = []
     for leaf, entry in enumerate(leaves):
         if type(entry) is not tuple:
             out.append(entry)
             continue
-        _, name, nbytes, crc = entry
-        path = os.path.join(folder, name)
-        dtype, shape = dtypes[leaf], shapes[leaf]
-        if not isinstance(dtype, np.dtype) or type(shape) is not tuple or \
+        dtype, shape = stored[leaf]
+        if dtype is None or type(shape) is not tuple or \
                 not all(type(d) is int and d >= 0 for d in shape):
-            raise ValueError(f"{meta_path} gives no row type for {name}")
-        rows_shape = (size,) + shape
-        expected = int(np.prod(rows_shape, dtype=np.int64)) * dtype.itemsize
-        if nbytes != expected:
-            raise ValueError(f"{meta_path} gives {name} {nbytes} bytes; {size} rows of "
-                             f"{dtype} {shape} are {expected}")
-        try:
-            st = os.stat(path)
-        except FileNotFoundError:
-            raise FileNotFoundError(errno.ENOENT, "a block file of the saved buffer is "
-                                    "missing", path) from None
-        if st.st_size != nbytes:
-            raise ValueError(f"{path} is {'truncated' if st.st_size < nbytes else 'overlong'}"
-                             f": {st.st_size} bytes, the buffer saved {nbytes}")
-        if nbytes == 0:
-            rows = np.zeros(rows_shape, dtype)
-            rows.flags.writeable = False
-        else:
-            rows = np.memmap(path, dtype=dtype, mode="r", shape=rows_shape)
-            if verify and zlib.crc32(rows) != crc:
-                raise ValueError(f"{path} is damaged: its CRC-32 does not match the saved one")
-            rows._kept = (folder, name, st.st_dev, st.st_ino, crc)
-        out.append(rows)
+            raise ValueError(f"{meta_path} gives no row type for {entry[1]}")
+        out.append(_mapped_file(folder, meta_path, entry, dtype, (size,) + shape, verify))
     return {"size": size, "infos": block.get("infos"), "leaf_of_row": block.get("leaf_of_row"),
             "leaves": out}
+
+
+def _mapped_frames(folder: str, meta_path: str, pool: Dict[str, Any], verify: bool) -> tuple:
+    # A frame pool's numbering and its chunk files, mapped (the numbering
+    # itself is checked by the pool that takes them).
+    numbering = pool["numbering"]
+    shift, frame_bytes = numbering.get("chunk_shift"), numbering.get("frame_bytes")
+    if type(shift) is not int or type(frame_bytes) is not int or not 0 <= shift <= 40 or \
+            not 0 < frame_bytes < (1 << 40) or (frame_bytes << shift) >= (1 << 40):
+        raise ValueError(f"{meta_path} gives frame chunks of {shift!r}, {frame_bytes!r}")
+    chunks = [_mapped_file(folder, meta_path, entry, np.dtype(np.uint8),
+                           (1 << shift, frame_bytes), verify) for entry in pool["chunks"]]
+    return (dict(numbering), chunks)
+
+
+def _mapped_file(folder: str, meta_path: str, entry: tuple, dtype: np.dtype, shape: tuple,
+                 verify: bool) -> np.ndarray:
+    # One file of rows (or frames) mapped read-only as `shape` of `dtype`,
+    # after checking that it is there and of the size the metadata says.
+    _, name, nbytes, crc = entry
+    path = os.path.join(folder, name)
+    expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if nbytes != expected:
+        raise ValueError(f"{meta_path} gives {name} {nbytes} bytes; {shape[0]} rows of "
+                         f"{dtype} {shape[1:]} are {expected}")
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise FileNotFoundError(errno.ENOENT, "a file of the saved buffer is missing",
+                                path) from None
+    if st.st_size != nbytes:
+        raise ValueError(f"{path} is {'truncated' if st.st_size < nbytes else 'overlong'}"
+                         f": {st.st_size} bytes, the buffer saved {nbytes}")
+    if nbytes == 0:
+        rows = np.zeros(shape, dtype)
+        rows.flags.writeable = False
+        return rows
+    rows = np.memmap(path, dtype=dtype, mode="r", shape=shape)
+    if verify and zlib.crc32(rows) != crc:
+        raise ValueError(f"{path} is damaged: its CRC-32 does not match the saved one")
+    rows._kept = (folder, name, st.st_dev, st.st_ino, crc)
+    return rows

@@ -626,6 +626,73 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
     def _restore_priorities(self, state, store: Store, modules: Dict[Any, Store]) -> None:
         """Uniform buffers keep no priorities; the prioritized one restores its trees."""
 
+    # -- kept in a folder (save() / open(): see EpisodeReplayBuffer) --------------------
+
+    def _kept_stores(self) -> List[Tuple[Any, Store]]:
+        # The env steps' store, then each module's, in the modules' order.
+        return [("store", self._store)] + [(("module", module_id), store)
+                                          for module_id, store in self._modules.items()]
+
+    def _new_kept_store(self, name, folder: str) -> Store:
+        if name == "store":
+            return self._new_store(self.capacity, folder)
+        if type(name) is not tuple or len(name) != 2 or name[0] != "module":
+            raise ValueError(f"a {type(self).__name__} has no store {name!r}")
+        hash(name[1])
+        return self._new_module_store()
+
+    def _adopt_kept_stores(self, stores: Dict[Any, Store]) -> None:
+        names = list(stores)
+        if names[:1] != ["store"]:
+            raise ValueError("the env steps' store is missing")
+        self._store = stores["store"]
+        self._modules = {name[1]: stores[name] for name in names[1:]}
+
+    def _kept_state(self) -> Dict[str, Any]:
+        return super()._kept_state() | {
+            "modules": list(self._modules), "multi_episodes": list(self._multi_episodes),
+            "_num_agent_timesteps": self._num_agent_timesteps,
+            "_num_agent_timesteps_added": self._num_agent_timesteps_added,
+            **{key: list(getattr(self, key).items()) for key in _MODULE_COUNTERS}}
+
+    def _restore_kept(self, state: Dict[str, Any]) -> None:
+        # (The stores are set; the episodes must be theirs, in their order.)
+        from episode.multi_agent_episode import MultiAgentEpisode
+
+        if state["modules"] != list(self._modules):
+            raise ValueError(f"the saved stores are of modules {list(self._modules)}, the "
+                             f"buffer's of {state['modules']!r}")
+        episodes = state["multi_episodes"]
+        if type(episodes) is not list or not all(type(e) is MultiAgentEpisode
+                                                  for e in episodes):
+            raise ValueError("the saved episodes are not MultiAgentEpisodes")
+        if [e.id_ for e in episodes] != list(self._store.stored_keys()):
+            raise ValueError("the saved episodes are not the env steps' store's")
+        by_id = {e.id_: e for e in episodes}
+        for module_id, store in self._modules.items():
+            for key in store.stored_keys():
+                episode = by_id.get(key[0]) if type(key) is tuple and len(key) == 2 else None
+                if episode is None or key[1] not in episode.agent_episodes or \
+                        episode._agent_to_module_mapping.get(key[1]) != module_id:
+                    raise ValueError(f"module {module_id!r}'s store holds {key!r}, no agent "
+                                     f"of the module in a saved episode")
+        for key in ("_num_agent_timesteps", "_num_agent_timesteps_added"):
+            _int(state[key], key)
+        counters = {}
+        for key in _MODULE_COUNTERS:
+            items = state[key]
+            if type(items) is not list or not all(
+                    type(item) is tuple and len(item) == 2 and type(item[1]) is int
+                    for item in items):
+                raise ValueError(f"the saved {key} are not counts by module")
+            counters[key] = collections.defaultdict(int, items)
+        super()._restore_kept(state)
+        self._multi_episodes = collections.deque(episodes)
+        self._num_agent_timesteps = state["_num_agent_timesteps"]
+        self._num_agent_timesteps_added = state["_num_agent_timesteps_added"]
+        for key, counter in counters.items():
+            setattr(self, key, counter)
+
     def _multi_state(self) -> Dict[str, Any]:
         return {
             "_module_to_indices": list(self._module_to_indices.items()),
@@ -637,6 +704,12 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
             "_num_module_episodes_evicted": list(self._num_module_episodes_evicted.items()),
             "sampled_timesteps_per_module": list(self.sampled_timesteps_per_module.items()),
         }
+
+
+# The buffer's counts by module (defaultdicts of ints).
+_MODULE_COUNTERS = ("_num_module_timesteps", "_num_module_timesteps_added",
+                    "_num_module_episodes", "_num_module_episodes_evicted",
+                    "sampled_timesteps_per_module")
 
 
 def _alike(episodes: list) -> list:

@@ -182,6 +182,41 @@ class MultiAgentPrioritizedEpisodeReplayBuffer(MultiAgentEpisodeReplayBuffer,
                 self._module_to_last_sampled_indices.items()),
         }
 
+    def _kept_state(self) -> Dict[str, Any]:
+        # Per module: its highest priority and its last draw's tree leaves
+        # and steps (by the store's own keys, which the opened store keeps).
+        return super()._kept_state() | {
+            "_module_to_max_priority": list(self._module_to_max_priority.items()),
+            "_module_to_last_sampled_indices": [
+                (m, [int(leaf) for leaf in leaves])
+                for m, leaves in self._module_to_last_sampled_indices.items()],
+            "_module_to_last_sampled_keys": [
+                (m, [int(k) for k in keys])
+                for m, keys in self._module_to_last_sampled_keys.items()]}
+
+    def _restore_kept(self, state: Dict[str, Any]) -> None:
+        maxima = [(m, _max_priority(p)) for m, p in _by_module(
+            state["_module_to_max_priority"], "_module_to_max_priority")]
+        leaves = _by_module(state["_module_to_last_sampled_indices"],
+                            "_module_to_last_sampled_indices")
+        keys = _by_module(state["_module_to_last_sampled_keys"], "_module_to_last_sampled_keys")
+        for name, drawn in (("leaves", leaves), ("keys", keys)):
+            for module_id, values in drawn:
+                store = self._modules.get(module_id)
+                if type(values) is not list or (values and store is None):
+                    raise ValueError(f"the last draw's {name} of module {module_id!r} are not "
+                                     f"its store's")
+                if name == "leaves":     # (-1: a step of a sample_batch() evicted since)
+                    _sampled_leaves([v for v in values if v != -1],
+                                    store.priorities if values else None)
+                elif not all(type(k) is int and -1 <= k <= _STEP_KEY_MASK for k in values):
+                    raise ValueError(f"the last draw's keys of module {module_id!r} are not "
+                                     f"keys")
+        super()._restore_kept(state)
+        self._module_to_max_priority = collections.defaultdict(lambda: 1.0, maxima)
+        self._module_to_last_sampled_indices = collections.defaultdict(list, leaves)
+        self._module_to_last_sampled_keys = collections.defaultdict(list, keys)
+
     def _global_weights(self, state):
         return (state["_sum_segment"], state["_min_segment"], state["_free_nodes"],
                 state["_max_idx"])
@@ -217,3 +252,10 @@ class MultiAgentPrioritizedEpisodeReplayBuffer(MultiAgentEpisodeReplayBuffer,
         self._module_to_last_sampled_indices = collections.defaultdict(list, last)
         self._module_to_last_sampled_keys = collections.defaultdict(list, {
             m: modules[m].priorities.keys_of(leaves) for m, leaves in last.items()})
+
+
+def _by_module(items, what: str) -> list:
+    # A saved list of (module id, value) pairs.
+    if type(items) is not list or not all(type(i) is tuple and len(i) == 2 for i in items):
+        raise ValueError(f"the saved {what} are not by module")
+    return items

@@ -737,10 +737,13 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
 
     def save(self, folder) -> None:
         """Keeps the buffer in `folder` (made if missing) for `open()`, in
-        this process or a later one: each block of rows as a file, and a
-        metadata file with everything else (the stored episodes' layout,
-        priorities, counters, `rng`, metrics). The buffer itself is not
-        changed and goes on as before.
+        this process or a later one: each block of rows as a file (and,
+        with `frame_stack`, each chunk of frames), and a metadata file with
+        everything else (the stored episodes' layout, priorities, counters,
+        `rng`, metrics; a multi-agent buffer's episodes, its stores per
+        module and their priorities). Every kind of buffer is kept: single-
+        or multi-agent, uniform or prioritized, whole rows or frame-stacked.
+        The buffer itself is not changed and goes on as before.
 
         Whole or not at all: every file is written to a temporary name,
         synced and renamed, the metadata last, so the folder holds either
@@ -757,13 +760,6 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
             ...                                    # later, in any process
             buffer = EpisodeReplayBuffer.open("/data/replay")
         """
-        if _kind_of(self).startswith("MultiAgent"):
-            raise TypeError(f"save() keeps single-agent buffers, not a {_kind_of(self)}: "
-                            f"pickle it (its rows go into the pickle)")
-        if self._stacked() is not None:
-            raise TypeError("save() keeps buffers of whole observation rows, not a "
-                            "frame-stacked one (frame_stack=): pickle it (its frames go "
-                            "into the pickle)")
         kept.save(self, folder)
 
     @classmethod
@@ -771,28 +767,45 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
         """The buffer `save()` kept in `folder`, as it was then: the same
         get_state(), counters, metrics, priorities and `rng` state, so the
         same calls give the same samples; it adds, evicts and samples as
-        the original would have. Its rows are memory-mapped read-only from
-        the folder's files (opening reads the metadata, not the rows: the
-        pages come in as draws touch them), and the rows it adds go to
-        files of its own in the folder, removed from it at once
-        (`storage=folder`). The folder's files are never written by it:
+        the original would have. Its rows (and frames) are memory-mapped
+        read-only from the folder's files (opening reads the metadata, not
+        the rows: the pages come in as draws touch them; a multi-agent
+        buffer's episodes are unpickled over their mapped arrays), and the
+        rows it adds go to files of its own in the folder, removed from it
+        at once (`storage=folder`). The folder's files are never written by it:
         open a folder as often as you like, in as many processes; each
         buffer goes its own way, and saving one into the folder replaces
         what the folder holds without disturbing the others.
 
         `open()` of a class gives that class (of a base class, the kind
         that was saved). Checked before anything is built: FileNotFoundError
-        for a missing folder, metadata or block file, ValueError naming the
-        file for a damaged, truncated, foreign or newer-format file or
-        sizes that do not match, TypeError for a folder holding another
-        kind of buffer. `verify=True` also checks each block file's
-        CRC-32 (reading every row once). Like a pickle, the metadata can
-        hold any Python object (episode ids, spaces, infos): open only
-        folders you trust."""
+        for a missing folder, metadata or other file, ValueError naming the
+        file for a damaged, truncated, foreign or newer-format file, sizes
+        that do not match or a frame number outside the saved frames,
+        TypeError for a folder holding another kind of buffer.
+        `verify=True` also checks each file's CRC-32 (reading every row
+        once). Like a pickle, the metadata can hold any Python object
+        (episode ids, spaces, infos): open only folders you trust."""
         return kept.open_buffer(cls, folder, verify)
 
+    def _kept_stores(self) -> List[Tuple[Any, Store]]:
+        # The stores save() keeps, by name, the buffer's own first.
+        return [("store", self._store)]
+
+    def _new_kept_store(self, name, folder: str) -> Store:
+        # open(): a new store for the saved store `name`, to build.
+        if name != "store":
+            raise ValueError(f"a {_kind_of(self)} has no store {name!r}")
+        return self._new_store(self.capacity, folder)
+
+    def _adopt_kept_stores(self, stores: Dict[Any, Store]) -> None:
+        # open(): the built stores, before _restore_kept().
+        if list(stores) != ["store"]:
+            raise ValueError(f"a {_kind_of(self)} has one store, not {list(stores)}")
+        self._store = stores["store"]
+
     def _kept_state(self) -> Dict[str, Any]:
-        # What save() keeps of the buffer besides its store.
+        # What save() keeps of the buffer besides its stores.
         # (RLlib's MetricsLogger holds a lock: its Stats are kept, in their
         # order, and go into a new logger.)
         logger = self.metrics
@@ -807,7 +820,7 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
                 "metrics": metrics, "open_episodes": self.__dict__.get("_open_episodes")}
 
     def _restore_kept(self, state: Dict[str, Any]) -> None:
-        # open(): the buffer's part of what save() kept (its store is set).
+        # open(): the buffer's part of what save() kept (its stores are set).
         for key in ("_num_timesteps", "_num_timesteps_added", "sampled_timesteps"):
             _int(state[key], key)
         if not isinstance(state["rng"], np.random.Generator):

@@ -24,6 +24,7 @@ cdef class FramePool:
     cdef Py_ssize_t chunk_cap            # room in chunk_data
     cdef readonly int64_t first_chunk    # chunks[0]'s number
     cdef readonly int64_t tail           # the next frame's number
+    cdef readonly int64_t head           # the first frame written into the held chunks
     cdef int64_t* last                   # the frame numbers of the last row written
     cdef bint has_last                   # False: the next row follows no row
 

@@ -397,6 +397,7 @@ cdef class FramePool:
         cdef char** table
         if not self.chunks:
             self.first_chunk = f >> self.chunk_shift
+            self.head = f
         c = <Py_ssize_t>((f >> self.chunk_shift) - self.first_chunk)
         if c == len(self.chunks):
             if c + 1 > self.chunk_cap:
@@ -428,8 +429,11 @@ cdef class FramePool:
 
     cdef int _drop_pages(self, Py_ssize_t c) except -1:
         # A file-backed chunk's pages out of the resident set (its data stay
-        # in its file, read back when touched).
-        self.chunks[c]._mmap.madvise(mmap_module.MADV_DONTNEED)
+        # in its file, read back when touched). (A chunk adopted from memory
+        # has none.)
+        mapping = getattr(self.chunks[c], "_mmap", None)
+        if mapping is not None:
+            mapping.madvise(mmap_module.MADV_DONTNEED)
         return 0
 
     def release_pages(self):
@@ -452,7 +456,77 @@ cdef class FramePool:
             del self.chunks[:drop]
             memmove(self.chunk_data, self.chunk_data + drop, (n - drop) * sizeof(char*))
             self.first_chunk += drop
+            self.head = max(self.head, self.first_chunk << self.chunk_shift)
         return 0
+
+    # -- kept in a folder (episode.replay.kept) ---------------------------------------
+
+    def export(self):
+        """(numbering, chunks): the pool's numbering as a dict of ints
+        (`stack`, `axis`, `frame_bytes`, `chunk_shift`, `first_chunk`,
+        `head`, `tail`) and its chunks, oldest first: uint8 arrays of
+        (1 << chunk_shift, frame_bytes). Frames [head, tail) of the held
+        chunks were written; the rest of a chunk's bytes mean nothing."""
+        return ({"stack": self.stack, "axis": self.axis, "frame_bytes": self.frame_bytes,
+                 "chunk_shift": self.chunk_shift, "first_chunk": self.first_chunk,
+                 "head": self.head, "tail": self.tail}, list(self.chunks))
+
+    def adopt(self, dict numbering, list chunks):
+        """Takes export()'s numbering and chunks into this new, empty pool
+        (made with the same row layout and capacity): the chunks are read in
+        place (read-only ones stay so); the last one, if frames are still to
+        be written into it, is copied into memory of the pool's own.
+        ValueError, with the pool left empty, for anything that does not
+        fit. Returns (lo, hi): the frames a stored row may refer to."""
+        cdef Py_ssize_t c, n = len(chunks)
+        cdef int64_t first_chunk, head, tail, size = <int64_t>1 << self.chunk_shift
+        cdef char** table
+        if self.chunks or self.tail:
+            raise RuntimeError("adopt() fills a new pool")
+        for key, mine in (("stack", self.stack), ("axis", self.axis),
+                          ("frame_bytes", self.frame_bytes), ("chunk_shift", self.chunk_shift)):
+            if numbering.get(key) != mine or type(numbering.get(key)) is not int:
+                raise ValueError(f"the frames' {key} is {numbering.get(key)!r}, this "
+                                 f"pool's {mine}")
+        values = [numbering.get(key) for key in ("first_chunk", "head", "tail")]
+        if not all(type(v) is int and 0 <= v < (1 << 48) for v in values):
+            raise ValueError(f"the frames' numbers are {values!r}")
+        # (Compared as Python ints: no C arithmetic on the saved numbers.)
+        fc, hd, tl = values
+        if not (fc * size <= hd <= tl and
+                (n == 0 or (tl > fc * size and fc + n - 1 == (tl - 1) >> self.chunk_shift))):
+            raise ValueError(f"{n} chunks from chunk {fc} do not hold frames {hd} to {tl}")
+        first_chunk, head, tail = fc, hd, tl
+        for chunk in chunks:
+            if not (type(chunk) is np.ndarray or isinstance(chunk, np.memmap)) or \
+                    chunk.dtype != np.uint8 or chunk.shape != (size, self.frame_bytes) or \
+                    not chunk.flags.c_contiguous:
+                raise ValueError(f"a chunk of frames is not {size} frames of "
+                                 f"{self.frame_bytes} bytes")
+        chunks = list(chunks)
+        if n and tail & (size - 1):
+            # (Frames go on into the last chunk: a copy of the pool's own, in
+            # memory, so that a pool adopted from a folder it cannot write
+            # needs nothing there until its next chunk.)
+            chunks[n - 1] = np.array(chunks[n - 1], np.uint8, order="C")
+        table = <char**>PyMem_Malloc(max(1, n) * sizeof(char*))
+        if table == NULL:
+            raise MemoryError()
+        for c in range(n):
+            table[c] = array_bytes(<cnp.ndarray>chunks[c], cnp.PyArray_NBYTES(chunks[c]))
+        PyMem_Free(self.chunk_data)
+        self.chunk_data, self.chunk_cap = table, max(1, n)
+        self.chunks = chunks
+        self.first_chunk, self.head, self.tail = first_chunk, head, tail
+        self.has_last = False
+        return self.held()
+
+    def held(self):
+        """(lo, hi): the frames a stored row may refer to (written, in a
+        held chunk)."""
+        if not self.chunks:
+            return (self.tail, self.tail)
+        return (max(self.head, self.first_chunk << self.chunk_shift), self.tail)
 
     def stats(self):
         """{"frames": frames written, "chunks": chunks held, "bytes": their

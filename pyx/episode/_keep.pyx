@@ -22,6 +22,7 @@ from libc.string cimport memcpy
 
 from episode._column cimport (Column, KIND_ARRAY, KIND_BOOL, KIND_FLOAT, KIND_INT,
                               KIND_OBJECT, KIND_SCALAR)
+from episode._frames cimport FramePool
 from episode._priority cimport Num, PriorityTrees, num
 from episode._priority cimport TAG_F32, TAG_FLOAT
 from episode._replay cimport Block, EpisodeMeta, Ep, Run, Store
@@ -69,9 +70,6 @@ def store_state(Store store):
     cdef Ep* e
     cdef Block block
     cdef PriorityTrees trees = store.priorities
-    if store.frame_stack:
-        # (Its observation blocks hold frame numbers; the frames are elsewhere.)
-        raise TypeError("a frame-stacked store is not kept in a folder: pickle its buffer")
     runs = np.zeros(n_runs, RUN_DTYPE)
     for i in range(n_runs):
         seq = store.run_head + i
@@ -89,9 +87,11 @@ def store_state(Store store):
     final = []
     for leaf in range(store.nleaves):
         col = store.final[leaf]
+        # (A frame-stacked leaf's final rows are its frames' numbers.)
+        dtype, shape = _stored_layout(store, leaf)
         final.append(None if col is None else np.frombuffer(
-            _rows_memory(<Column>col, store.ep_cap, store.row_bytes[leaf]),
-            store.dtypes[leaf]).reshape((store.ep_cap,) + store.shapes[leaf]).copy())
+            _rows_memory(<Column>col, store.ep_cap, store.stored_bytes[leaf]),
+            dtype).reshape((store.ep_cap,) + shape).copy())
     state = {
         "block_rows": store.block_rows, "nleaves": store.nleaves,
         "dtypes": list(store.dtypes), "shapes": list(store.shapes),
@@ -126,7 +126,7 @@ def store_state(Store store):
         for leaf in range(store.nleaves):
             col = block.cols[leaf]
             if type(col) is Column:
-                leaves.append((_rows_memory(<Column>col, block.size, store.row_bytes[leaf]),
+                leaves.append((_rows_memory(<Column>col, block.size, store.stored_bytes[leaf]),
                                _mapped_file(<Column>col)))
             elif col is None:
                 leaves.append(None)
@@ -140,6 +140,21 @@ def store_state(Store store):
         blocks.append({"size": block.size, "infos": dict(block.infos),
                        "leaf_of_row": leaf_of_row, "leaves": leaves})
     return state, blocks
+
+
+cdef tuple _stored_layout(Store store, Py_ssize_t leaf):
+    # A stored row's dtype and shape: the leaf's, or (frame-stacked) its
+    # frames' numbers.
+    if store.pools[leaf] is not None:
+        return np.dtype(np.int64), (store.frame_stack,)
+    return store.dtypes[leaf], store.shapes[leaf]
+
+
+def frame_pools(Store store):
+    """Per leaf None, or for a frame-stacked leaf its FramePool's export():
+    (its numbering, its chunks of frames). A block's rows of such a leaf
+    (store_state()'s) are int64 frame numbers, `frame_stack` per row."""
+    return [None if pool is None else (<FramePool>pool).export() for pool in store.pools]
 
 
 # -- building -----------------------------------------------------------------------------
@@ -157,10 +172,44 @@ cdef Py_ssize_t _count(object value, str what, Py_ssize_t low, Py_ssize_t high) 
     return value
 
 
+def plain_dtype(object dtype):
+    """`dtype` (unpickled from a file) as numpy's own dtype of the same
+    numbers, or None where it is no dtype of plain numbers. (numpy unpickles
+    a dtype whose fields are not dtypes without a word, then crashes
+    comparing or copying through it: an unpickled dtype is only read, through
+    attributes that cannot crash, and replaced by numpy's own.)"""
+    if not isinstance(dtype, np.dtype):
+        return None
+    try:
+        text = dtype.str
+        if type(text) is not str or dtype.fields is not None or dtype.subdtype is not None:
+            return None
+        plain = np.dtype(text)
+    except Exception:     # (anything a damaged dtype raises)
+        return None
+    if plain.kind not in "biufc" or plain.hasobject:
+        return None
+    return plain
+
+
+cdef object _as_dtype(object value, object dtype):
+    # An unpickled ndarray viewed as `dtype` (plain or one of ours) where
+    # its dtype describes the same fields, else None (see plain_dtype()).
+    try:
+        got = value.dtype
+        if not (isinstance(got, np.dtype) and got.descr == dtype.descr
+                and got.flags == dtype.flags and got.itemsize == dtype.itemsize):
+            return None
+    except Exception:     # (anything a damaged dtype raises)
+        return None
+    return value.view(dtype)
+
+
 cdef cnp.ndarray _array(object value, object dtype, Py_ssize_t n, str what):
-    _check(type(value) is np.ndarray and value.dtype == dtype and value.ndim == 1
-           and (n < 0 or value.shape[0] == n), f"{what} is not an array of {dtype} "
-           f"of {n} entries")
+    _check(type(value) is np.ndarray and value.ndim == 1 and (n < 0 or value.shape[0] == n),
+           f"{what} is not an array of {n} entries")
+    value = _as_dtype(value, dtype)
+    _check(value is not None, f"{what} is not an array of {dtype}")
     return np.ascontiguousarray(value)
 
 
@@ -206,18 +255,25 @@ cdef Py_ssize_t _row_bytes(object dtype, object shape) except -1:
     _check(isinstance(dtype, np.dtype) and type(shape) is tuple
            and all(type(d) is int and 0 <= d < (1 << 31) for d in shape) and len(shape) <= 32,
            "a leaf's dtype or row shape is not one")
+    nbytes = dtype.itemsize
+    for d in shape:
+        nbytes *= d
+    _check(nbytes < (1 << 40), f"a leaf's rows of {dtype} {shape} are not rows of a store")
     col = Column.from_array(np.zeros((1,) + shape, dtype))
     _check(col.pod and col.plain(), f"a leaf's dtype {dtype} is not plain numbers")
     return col.row_bytes
 
 
-def build_store(Store store, dict state, list blocks):
-    """Fills `store` (new and empty, made with the saved capacity, priorities
-    and tree size) from store_state()'s state and `blocks`: per block a dict
-    of `size`, `infos`, `leaf_of_row` and `leaves`, per leaf None, a list
-    of objects, or an ndarray of the block's rows (read-only: the rows are
-    read in place). ValueError, with the store left empty, for anything
-    that does not fit."""
+def build_store(Store store, dict state, list blocks, list pools=None):
+    """Fills `store` (new and empty, made with the saved capacity, priorities,
+    tree size and frame stack) from store_state()'s state and `blocks`: per
+    block a dict of `size`, `infos`, `leaf_of_row` and `leaves`, per leaf
+    None, a list of objects, or an ndarray of the block's rows (read-only:
+    the rows are read in place); and, for a frame-stacked store, `pools`:
+    per leaf None or frame_pools()'s (numbering, chunks), the chunks read in
+    place too. Every frame number a stored row holds is checked against
+    the chunks. ValueError, with the store left empty, for anything that
+    does not fit."""
     cdef Py_ssize_t nleaves, leaf, i, k, n_runs, ep_cap, n_free, nblocks, size
     cdef int64_t run_head, run_cap, first_block, seq, ts, steps, live_steps = 0, tree_leaf
     cdef int32_t slot, prev
@@ -230,8 +286,6 @@ def build_store(Store store, dict state, list blocks):
     cdef PriorityTrees trees = store.priorities
     if store.num_episodes or store.run_tail or store.nleaves or store.blocks:
         raise RuntimeError("build_store() fills a new store")
-    if store.frame_stack:
-        raise TypeError("a kept store holds whole observation rows, not frame stacks")
     # -- the leaves ---------------------------------------------------------------------
     nleaves = _count(state.get("nleaves"), "the number of leaves", 0, 1 << 20)
     dtypes, shapes = state.get("dtypes"), state.get("shapes")
@@ -239,6 +293,9 @@ def build_store(Store store, dict state, list blocks):
     _check(all(type(x) is list and len(x) == nleaves
                for x in (dtypes, shapes, saved_bytes, saved_kinds)),
            "the leaves' dtypes, shapes, sizes and kinds are not one per leaf")
+    dtypes = [None if d is None else plain_dtype(d) for d in dtypes]
+    _check(all(d is not None or saved is None for d, saved in zip(dtypes, state["dtypes"])),
+           "a leaf's dtype is not one of numbers")
     _check(state.get("block_rows") == store.block_rows,
            f"the blocks hold {state.get('block_rows')!r} rows, this capacity's "
            f"{store.block_rows}")
@@ -270,6 +327,16 @@ def build_store(Store store, dict state, list blocks):
                dtypes[layout["rewards"]] in (np.float64, np.float32, np.int64, np.int32, np.bool_)
                and shapes[layout["rewards"]] == (), "the rewards leaf is not numbers")
     obs_leaves = set(track_leaves.get("obs", ()))
+    # Frame-stacked leaves: their stored rows are frame numbers.
+    if pools is None:
+        pools = [None] * nleaves
+    _check(len(pools) == nleaves, "the frame pools are not one per leaf")
+    stored_dtypes, stored_shapes = list(dtypes), list(shapes)
+    for leaf in range(nleaves):
+        if pools[leaf] is not None:
+            _check(store.frame_stack > 0 and leaf in obs_leaves and row_list[leaf] > 0,
+                   f"leaf {leaf} has frames, but is no frame-stacked observation leaf")
+            stored_dtypes[leaf], stored_shapes[leaf] = np.dtype(np.int64), (store.frame_stack,)
     # -- episodes -----------------------------------------------------------------------
     ep_cap = _count(state.get("ep_cap"), "the episode slots", 0, INT32_MAX)
     eps = _array(state.get("eps"), EP_DTYPE, ep_cap, "the episodes")
@@ -334,9 +401,10 @@ def build_store(Store store, dict state, list blocks):
                 continue
             if row_list[leaf]:
                 _check(isinstance(data, np.ndarray), f"block {k} leaf {leaf} is not rows")
-                _check(data.dtype == dtypes[leaf] and data.shape == (size,) + shapes[leaf]
+                want = (size,) + stored_shapes[leaf]
+                _check(_as_dtype(data, stored_dtypes[leaf]) is not None and data.shape == want
                        and data.flags.c_contiguous, f"block {k} leaf {leaf}'s rows are "
-                       f"{data.dtype} {data.shape}, not {dtypes[leaf]} {(size,) + shapes[leaf]}")
+                       f"{data.shape}, not {stored_dtypes[leaf]} {want}")
             else:
                 _check(type(data) is list and len(data) <= size,
                        f"block {k} leaf {leaf} is not a list of its items")
@@ -401,12 +469,15 @@ def build_store(Store store, dict state, list blocks):
     _check(type(final) is list and type(final_objects) is list and len(final) == nleaves
            and len(final_objects) == nleaves and type(final_infos) is dict,
            "the final rows are not one column per leaf")
+    final = list(final)
     for leaf in range(nleaves):
         if leaf in obs_leaves and row_list[leaf]:
-            _check(type(final[leaf]) is np.ndarray and final[leaf].dtype == dtypes[leaf]
-                   and final[leaf].shape == (ep_cap,) + shapes[leaf]
+            _check(type(final[leaf]) is np.ndarray
+                   and final[leaf].shape == (ep_cap,) + stored_shapes[leaf]
                    and final_objects[leaf] is None,
                    f"leaf {leaf}'s final rows are not one per slot")
+            final[leaf] = _as_dtype(final[leaf], stored_dtypes[leaf])
+            _check(final[leaf] is not None, f"leaf {leaf}'s final rows are not its rows")
         elif leaf in obs_leaves:
             _check(final[leaf] is None and type(final_objects[leaf]) is list
                    and len(final_objects[leaf]) == ep_cap,
@@ -416,6 +487,26 @@ def build_store(Store store, dict state, list blocks):
                    f"leaf {leaf} has final rows")
     _check(all(type(s) is int and 0 <= s < ep_cap and e_live[s] for s in final_infos),
            "the final infos are not by stored episode")
+    # -- frames -------------------------------------------------------------------------
+    # Each frame-stacked leaf's pool over the saved chunks, and every frame
+    # number a stored episode's rows hold within it (see _check_frames).
+    built_pools = [None] * nleaves
+    for leaf in range(nleaves):
+        if pools[leaf] is None:
+            continue
+        saved = pools[leaf]
+        _check(type(saved) is tuple and len(saved) == 2 and type(saved[0]) is dict
+               and type(saved[1]) is list and type(saved[0].get("axis")) is int,
+               f"leaf {leaf}'s frames are not a pool's")
+        try:
+            pool = FramePool(shapes[leaf], dtypes[leaf], store.frame_stack, saved[0]["axis"],
+                             store.block_rows * 16, store.storage)
+            lo, hi = pool.adopt(saved[0], saved[1])
+        except ValueError as error:
+            raise ValueError(f"leaf {leaf}'s frames: {error}") from None
+        _check_frames(leaf, store.frame_stack, lo, hi, order, e_first, rb, rr, rcount, rn,
+                      run_head, first_block, blocks, final[leaf])
+        built_pools[leaf] = pool
     # -- priority trees -----------------------------------------------------------------
     cdef Py_ssize_t tsize = 0, alloc = 0, fresh = 0
     cdef cnp.ndarray values = None, tags = None, queue = None, owners = None
@@ -466,14 +557,15 @@ def build_store(Store store, dict state, list blocks):
         PyMem_Free(kinds)
         raise MemoryError()
     for leaf in range(nleaves):
-        # (Whole rows: a kept store has no frame pools.)
         row_bytes[leaf] = stored_bytes[leaf] = row_list[leaf]
+        if built_pools[leaf] is not None:
+            stored_bytes[leaf] = store.frame_stack * sizeof(int64_t)
         kinds[leaf] = kind_list[leaf]
     PyMem_Free(store.row_bytes)
     PyMem_Free(store.stored_bytes)
     PyMem_Free(store.kinds)
     store.row_bytes, store.stored_bytes, store.kinds = row_bytes, stored_bytes, kinds
-    store.pools = [None] * nleaves
+    store.pools = built_pools
     store.nleaves = nleaves
     store.dtypes = list(dtypes)
     store.shapes = list(shapes)
@@ -538,6 +630,61 @@ def build_store(Store store, dict state, list blocks):
         _restore_trees(trees, tsize, alloc, fresh, values, tags, queue, owners,
                        state["trees"]["max_leaf"])
     return None
+
+
+cdef cnp.ndarray _frame_rows(list blocks, Py_ssize_t k, Py_ssize_t leaf):
+    # A block's rows of a frame-stacked leaf (checked as int64 (size, stack)).
+    rows = blocks[k]["leaves"][leaf]
+    _check(rows is not None, f"block {k} has no rows of leaf {leaf}, which a run reads")
+    return rows
+
+
+cdef int _check_frames(Py_ssize_t leaf, Py_ssize_t stack, int64_t lo, int64_t hi, list order,
+                       const int64_t[:] e_first, const int64_t[:] rb, const int32_t[:] rr,
+                       const int32_t[:] rcount, const int64_t[:] rn, int64_t run_head,
+                       int64_t first_block, list blocks, cnp.ndarray final) except -1:
+    # The frame numbers of the stored episodes' rows (their runs', and their
+    # final rows) in a frame-stacked leaf: each in the pool's [lo, hi), and,
+    # as the store frees frames (those before the oldest episode's first
+    # row's, as episodes are evicted oldest first), none before the first
+    # row's frames of its own episode or of an older one.
+    cdef const int64_t[:, ::1] rows
+    cdef const int64_t[:, ::1] last = final
+    cdef Py_ssize_t i, r, j
+    cdef int64_t seq, f, floor = lo, first
+    cdef int32_t slot
+    for slot in order:
+        seq = e_first[slot]
+        if seq >= 0:
+            i = seq - run_head
+            if rcount[i] <= 0:
+                raise ValueError(f"episode slot {slot}'s first run has no rows (leaf {leaf} "
+                                 f"is frame-stacked)")
+            rows = _frame_rows(blocks, rb[i] - first_block, leaf)
+            r = rr[i]
+        else:
+            rows = last
+            r = slot
+        first = rows[r, 0]
+        for j in range(1, stack):
+            first = min(first, rows[r, j])
+        floor = max(floor, first)
+        while seq >= 0:
+            i = seq - run_head
+            rows = _frame_rows(blocks, rb[i] - first_block, leaf)
+            for r in range(rr[i], rr[i] + rcount[i]):
+                for j in range(stack):
+                    f = rows[r, j]
+                    if not floor <= f < hi:
+                        raise ValueError(f"episode slot {slot}'s rows of leaf {leaf} refer to "
+                                         f"frame {f}, outside the frames {floor} to {hi}")
+            seq = rn[i]
+        for j in range(stack):
+            f = last[slot, j]
+            if not floor <= f < hi:
+                raise ValueError(f"episode slot {slot}'s last row of leaf {leaf} refers to "
+                                 f"frame {f}, outside the frames {floor} to {hi}")
+    return 0
 
 
 cdef int _resize_slots(Store store, Py_ssize_t cap) except -1:
