@@ -1,0 +1,732 @@
+"""Minari's HDF5 files read without libhdf5.
+
+libhdf5 spends tens of microseconds opening, reading and closing each
+dataset; a Minari episode is five or more small datasets. This module reads
+the structures that h5py writes with its default settings (the oldest file
+format that holds the data), straight from a memory map of the file:
+
+* superblock version 0 or 1 with 8-byte addresses and lengths, no user
+  block and no special file driver;
+* version 1 object headers, with continuation blocks;
+* groups held in a symbol table (a version 1 B-tree of symbol table nodes
+  and a local heap of names), hard links only;
+* datasets of little-endian integers, IEEE floats or h5py's bools (an
+  8-bit enum FALSE/TRUE), with a simple dataspace of rank >= 1 and compact,
+  contiguous or chunked storage (a version 1 B-tree of unfiltered chunks),
+  every byte of the data stored.
+
+Anything else (compression and other filters, strings, variable-length
+data, newer object headers and groups, links to other files, data never
+written) makes a read return None, and the caller reads that part through
+h5py as before; so does a structure that does not add up (an address past
+the end of the file, a count too large, a B-tree whose levels do not step
+down, a chunk seen twice). Every address and length is checked against the
+file's end before it is used, and every walk is bounded, so a damaged file
+is either read exactly as libhdf5 would read it or left to libhdf5.
+"""
+import mmap
+import os
+
+cimport numpy as cnp
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
+from libc.string cimport memchr, memcmp, memcpy, memset
+
+cnp.import_array()
+
+cdef enum:
+    MAX_RANK = 32          # dataspace ranks read (libhdf5's own limit)
+    MAX_DEPTH = 32         # nested groups followed below the one read
+    MAX_LEVEL = 64         # B-tree heights followed
+    MAX_BLOCKS = 64        # continuation blocks of one object header
+    SB_SIZE = 96           # superblock v0 with 8-byte addresses, root entry included
+
+# Message types of version 1 object headers.
+cdef enum:
+    MSG_NIL = 0x00
+    MSG_DATASPACE = 0x01
+    MSG_DATATYPE = 0x03
+    MSG_FILL_OLD = 0x04
+    MSG_FILL = 0x05
+    MSG_LAYOUT = 0x08
+    MSG_FILTERS = 0x0B
+    MSG_ATTRIBUTE = 0x0C
+    MSG_COMMENT = 0x0D
+    MSG_MTIME_OLD = 0x0E
+    MSG_CONTINUATION = 0x10
+    MSG_SYMBOL_TABLE = 0x11
+    MSG_MTIME = 0x12
+    MSG_BTREE_K = 0x13
+    MSG_REFCOUNT = 0x16
+
+cdef enum:
+    KIND_NONE = 0
+    KIND_GROUP = 1
+    KIND_DATASET = 2
+
+cdef enum:
+    LAYOUT_COMPACT = 0
+    LAYOUT_CONTIGUOUS = 1
+    LAYOUT_CHUNKED = 2
+
+cdef uint64_t UNDEF = 0xFFFFFFFFFFFFFFFFULL
+cdef const char* SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
+class Unreadable(Exception):
+    """A structure this reader does not read (or that does not add up)."""
+
+
+cdef struct Header:
+    int kind
+    bint has_id_attr        # the object carries an attribute named "id_"
+    # group
+    uint64_t group_btree
+    uint64_t group_heap
+    # dataset
+    bint have_space, have_type, have_layout, filtered
+    int rank
+    uint64_t dims[MAX_RANK]
+    int typenum
+    uint64_t itemsize
+    int layout
+    uint64_t data_addr      # compact: the data's place in the file; contiguous: its address
+    uint64_t data_size
+    uint64_t chunk_btree
+    int chunk_nd            # rank + 1 (the last chunk dimension is the item size)
+    uint64_t chunk[MAX_RANK + 1]
+
+
+cdef struct Chunks:
+    # A chunked dataset's walk: where the chunks go and which were seen.
+    const Header* h
+    char* out
+    uint64_t chunk_bytes
+    uint64_t nchunks
+    uint64_t seen
+    uint64_t grid[MAX_RANK]     # chunks along each dimension
+    uint8_t* marks              # one byte per chunk (NULL for a single chunk)
+
+
+cdef inline uint16_t u16(const uint8_t* p) noexcept nogil:
+    return <uint16_t>p[0] | (<uint16_t>p[1] << 8)
+
+
+cdef inline uint32_t u32(const uint8_t* p) noexcept nogil:
+    return <uint32_t>p[0] | (<uint32_t>p[1] << 8) | (<uint32_t>p[2] << 16) | (<uint32_t>p[3] << 24)
+
+
+cdef inline uint64_t u64(const uint8_t* p) noexcept nogil:
+    return <uint64_t>u32(p) | (<uint64_t>u32(p + 4) << 32)
+
+
+cdef int unreadable() except -1:
+    raise Unreadable()
+
+
+cdef int mul(uint64_t a, uint64_t b, uint64_t* out) except -1:
+    # a * b, refusing an overflow.
+    if a != 0 and b > 0xFFFFFFFFFFFFFFFFULL // a:
+        raise Unreadable()
+    out[0] = a * b
+    return 0
+
+
+cdef int typenum_of(const uint8_t* d, uint64_t n, int* typenum, uint64_t* itemsize) except -1:
+    """The numpy type of a datatype message (d, n bytes), as h5py maps it."""
+    cdef uint32_t bits, size
+    cdef int cls, version, nmembers, i
+    cdef uint64_t pos, k, name_len
+    cdef const uint8_t* name
+    cdef int base_type
+    cdef uint64_t base_size
+    cdef bint ok
+    cdef const void* end
+    if n < 8:
+        unreadable()
+    cls = d[0] & 0x0F
+    version = d[0] >> 4
+    bits = <uint32_t>d[1] | (<uint32_t>d[2] << 8) | (<uint32_t>d[3] << 16)
+    size = u32(d + 4)
+    if version < 1 or version > 3:
+        unreadable()
+    if cls == 0:                                  # fixed-point
+        if n < 12 or (bits & ~<uint32_t>0x08) != 0:   # little-endian, zero padding
+            unreadable()
+        if u16(d + 8) != 0 or u16(d + 10) != 8 * size:
+            unreadable()
+        typenum[0] = -1
+        if size == 1:
+            typenum[0] = cnp.NPY_INT8 if bits & 0x08 else cnp.NPY_UINT8
+        elif size == 2:
+            typenum[0] = cnp.NPY_INT16 if bits & 0x08 else cnp.NPY_UINT16
+        elif size == 4:
+            typenum[0] = cnp.NPY_INT32 if bits & 0x08 else cnp.NPY_UINT32
+        elif size == 8:
+            typenum[0] = cnp.NPY_INT64 if bits & 0x08 else cnp.NPY_UINT64
+        if typenum[0] < 0:
+            unreadable()
+        itemsize[0] = size
+        return 0
+    if cls == 1:                                  # floating point
+        # IEEE 754 binary16/32/64, little-endian, implied mantissa bit, no padding.
+        if n < 20:
+            unreadable()
+        if size == 2:
+            typenum[0] = cnp.NPY_FLOAT16
+            ok = bits == (0x20 | (15 << 8)) and d[12] == 10 and d[13] == 5 and d[14] == 0 \
+                and d[15] == 10 and u32(d + 16) == 15
+        elif size == 4:
+            typenum[0] = cnp.NPY_FLOAT32
+            ok = bits == (0x20 | (31 << 8)) and d[12] == 23 and d[13] == 8 and d[14] == 0 \
+                and d[15] == 23 and u32(d + 16) == 127
+        elif size == 8:
+            typenum[0] = cnp.NPY_FLOAT64
+            ok = bits == (0x20 | (63 << 8)) and d[12] == 52 and d[13] == 11 and d[14] == 0 \
+                and d[15] == 52 and u32(d + 16) == 1023
+        else:
+            ok = False
+        if not ok or u16(d + 8) != 0 or u16(d + 10) != 8 * size:
+            unreadable()
+        itemsize[0] = size
+        return 0
+    if cls == 8:                                  # enum: h5py's bool only
+        nmembers = bits & 0xFFFF
+        if size != 1 or nmembers != 2 or (bits >> 16) != 0:
+            unreadable()
+        typenum_of(d + 8, n - 8, &base_type, &base_size)
+        if base_type != cnp.NPY_INT8 or n < 20:
+            unreadable()
+        # The base type's message is 12 bytes (fixed-point); names follow,
+        # NUL-terminated (padded to 8 bytes before version 3), then values.
+        pos = 20
+        for i in range(2):
+            if pos >= n:
+                unreadable()
+            name = d + pos
+            end = memchr(name, 0, n - pos)
+            if end == NULL:
+                unreadable()
+            name_len = <uint64_t>(<const uint8_t*>end - name)
+            if i == 0 and not (name_len == 5 and memcmp(name, b"FALSE", 5) == 0):
+                unreadable()
+            if i == 1 and not (name_len == 4 and memcmp(name, b"TRUE", 4) == 0):
+                unreadable()
+            k = name_len + 1
+            if version < 3:
+                k = (k + 7) // 8 * 8
+            pos += k
+        if pos > n or n - pos < 2 or d[pos] != 0 or d[pos + 1] != 1:
+            unreadable()
+        typenum[0] = cnp.NPY_BOOL
+        itemsize[0] = 1
+        return 0
+    unreadable()
+
+
+cdef class File:
+    """One HDF5 file's structure, read from a memory map of it.
+
+    Raises Unreadable when the file is not one this reader walks (another
+    superblock, a user block, a file driver, a truncated file): h5py then
+    reads it all."""
+    cdef object fh
+    cdef object mm
+    cdef object view                # memoryview of the map, while open
+    cdef const uint8_t* base
+    cdef uint64_t size              # the usable bytes: min(file size, stored end of file)
+    cdef Py_ssize_t budget          # structures a read may still visit
+    cdef readonly dict root         # name (bytes) -> object header address
+    cdef bint open
+
+    def __init__(self, path):
+        cdef const uint8_t[::1] view
+        cdef uint64_t eof
+        cdef Header h
+        self.fh = open(os.fspath(path), "rb")
+        try:
+            self.mm = mmap.mmap(self.fh.fileno(), 0, access=mmap.ACCESS_READ)
+        except ValueError:                  # an empty file
+            self.fh.close()
+            raise Unreadable() from None
+        except BaseException:
+            self.fh.close()
+            raise
+        self.open = True
+        try:
+            view = self.mm
+            self.view = view
+            self.base = &view[0]
+            self.size = len(self.mm)
+            if self.size < SB_SIZE or memcmp(self.base, SIGNATURE, 8) != 0:
+                unreadable()
+            p = self.base
+            # versions: superblock 0/1, free space 0, root symbol table entry 0,
+            # shared header 0; 8-byte addresses and lengths.
+            if p[8] > 1 or p[9] != 0 or p[10] != 0 or p[12] != 0 or p[13] != 8 or p[14] != 8:
+                unreadable()
+            if p[8] == 1:
+                p = p + 4                   # the indexed storage K and its padding
+                if self.size < SB_SIZE + 4:
+                    unreadable()
+            # base address, free space, end of file, driver information
+            if u64(p + 24) != 0 or u64(p + 48) != UNDEF:
+                unreadable()
+            eof = u64(p + 40)
+            if eof > self.size:             # truncated: libhdf5 refuses it too
+                unreadable()
+            self.size = eof
+            self.budget = self.size // 8 + 64
+            self.header(u64(p + 56 + 8), &h)
+            if h.kind != KIND_GROUP:
+                unreadable()
+            self.root = {}
+            self.members(h.group_btree, h.group_heap, self.root, True)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self):
+        """Unmap and close the file (arrays already read stay valid: they
+        are copies)."""
+        if self.open:
+            self.open = False
+            self.base = NULL
+            self.size = 0
+            self.view = None
+            self.mm.close()
+            self.fh.close()
+
+    def __dealloc__(self):
+        if self.open:
+            self.view = None
+            self.mm.close()
+            self.fh.close()
+
+    def group(self, bytes name):
+        """The root member `name` as a dict of its members (str keys, in
+        stored order): a numpy array per dataset, a dict per group. None
+        when it is missing, not a group, carries an "id_" attribute, or
+        holds anything this reader does not read."""
+        cdef Header h
+        if not self.open:
+            raise ValueError("the file is closed")
+        addr = self.root.get(name)
+        if addr is None:
+            return None
+        self.budget = self.size // 8 + 64
+        try:
+            self.header(addr, &h)
+            if h.kind != KIND_GROUP or h.has_id_attr:
+                return None
+            return self.tree(&h, 0)
+        except Unreadable:
+            return None
+
+    # -- structures --------------------------------------------------------------------
+
+    cdef inline const uint8_t* at(self, uint64_t addr, uint64_t n) except NULL:
+        """The file's bytes [addr, addr + n), checked."""
+        if addr > self.size or n > self.size - addr:
+            raise Unreadable()
+        return self.base + addr
+
+    cdef int spend(self) except -1:
+        self.budget -= 1
+        if self.budget < 0:
+            raise Unreadable()
+        return 0
+
+    cdef int header(self, uint64_t addr, Header* h) except -1:
+        """Parse the version 1 object header at `addr` into h."""
+        cdef const uint8_t* p
+        cdef const uint8_t* block
+        cdef const uint8_t* d
+        cdef uint64_t blocks[MAX_BLOCKS]
+        cdef uint64_t lengths[MAX_BLOCKS]
+        cdef int nblocks = 1, b = 0
+        cdef uint64_t nmessages, seen = 0, off, size
+        cdef uint16_t mtype
+        cdef uint8_t flags
+        self.spend()
+        memset(h, 0, sizeof(Header))
+        p = self.at(addr, 16)
+        if p[0] != 1 or p[1] != 0:
+            unreadable()
+        nmessages = u16(p + 2)
+        blocks[0] = addr + 16
+        lengths[0] = u32(p + 8)
+        while b < nblocks:
+            block = self.at(blocks[b], lengths[b])
+            off = 0
+            while lengths[b] - off >= 8:
+                mtype = u16(block + off)
+                size = u16(block + off + 2)
+                flags = block[off + 4]
+                off += 8
+                if size > lengths[b] - off:
+                    unreadable()
+                seen += 1
+                if seen > nmessages:
+                    unreadable()
+                d = block + off
+                off += size
+                if mtype == MSG_NIL or mtype == MSG_FILL_OLD or mtype == MSG_FILL \
+                        or mtype == MSG_COMMENT or mtype == MSG_MTIME_OLD \
+                        or mtype == MSG_MTIME or mtype == MSG_BTREE_K or mtype == MSG_REFCOUNT:
+                    continue
+                if flags & 0x02:            # shared: stored elsewhere
+                    unreadable()
+                if mtype == MSG_CONTINUATION:
+                    if size < 16 or nblocks == MAX_BLOCKS:
+                        unreadable()
+                    blocks[nblocks] = u64(d)
+                    lengths[nblocks] = u64(d + 8)
+                    nblocks += 1
+                elif mtype == MSG_SYMBOL_TABLE:
+                    if size < 16 or h.kind != KIND_NONE:
+                        unreadable()
+                    h.kind = KIND_GROUP
+                    h.group_btree = u64(d)
+                    h.group_heap = u64(d + 8)
+                elif mtype == MSG_ATTRIBUTE:
+                    if attribute_is_id(d, size):
+                        h.has_id_attr = True
+                elif mtype == MSG_DATASPACE:
+                    if h.have_space:
+                        unreadable()
+                    dataspace(d, size, h)
+                    h.have_space = True
+                elif mtype == MSG_DATATYPE:
+                    if h.have_type:
+                        unreadable()
+                    typenum_of(d, size, &h.typenum, &h.itemsize)
+                    h.have_type = True
+                elif mtype == MSG_LAYOUT:
+                    if h.have_layout:
+                        unreadable()
+                    layout(d, size, <uint64_t>(d - self.base), h)
+                    h.have_layout = True
+                elif mtype == MSG_FILTERS:
+                    h.filtered = True
+                else:
+                    unreadable()
+            b += 1
+        if seen != nmessages:
+            unreadable()
+        if h.have_space or h.have_type or h.have_layout or h.filtered:
+            if h.kind != KIND_NONE or not (h.have_space and h.have_type and h.have_layout) \
+                    or h.filtered:
+                unreadable()
+            h.kind = KIND_DATASET
+        return 0
+
+    cdef int members(self, uint64_t btree, uint64_t heap, dict out, bint as_bytes) except -1:
+        """A symbol-table group's members, name -> object header address,
+        in stored order."""
+        cdef const uint8_t* p = self.at(heap, 32)
+        cdef const uint8_t* names
+        cdef uint64_t names_size
+        if memcmp(p, b"HEAP", 4) != 0 or p[4] != 0:
+            unreadable()
+        names_size = u64(p + 8)
+        names = self.at(u64(p + 24), names_size)
+        self.group_node(btree, -1, names, names_size, out, as_bytes)
+        return 0
+
+    cdef int group_node(self, uint64_t addr, int level, const uint8_t* names,
+                        uint64_t names_size, dict out, bint as_bytes) except -1:
+        cdef const uint8_t* p = self.at(addr, 24)
+        cdef uint64_t entries, i
+        cdef int node_level
+        self.spend()
+        if memcmp(p, b"TREE", 4) != 0 or p[4] != 0:
+            unreadable()
+        node_level = p[5]
+        if (level >= 0 and node_level != level) or node_level > MAX_LEVEL:
+            unreadable()
+        entries = u16(p + 6)
+        # keys (heap offsets) and children interleaved: key0 child0 ... key_n
+        p = self.at(addr + 24, entries * 16 + 8)
+        for i in range(entries):
+            if node_level > 0:
+                self.group_node(u64(p + 16 * i + 8), node_level - 1, names, names_size, out,
+                                as_bytes)
+            else:
+                self.symbols(u64(p + 16 * i + 8), names, names_size, out, as_bytes)
+        return 0
+
+    cdef int symbols(self, uint64_t addr, const uint8_t* names, uint64_t names_size, dict out,
+                     bint as_bytes) except -1:
+        cdef const uint8_t* p = self.at(addr, 8)
+        cdef const uint8_t* e
+        cdef const uint8_t* name
+        cdef const void* end
+        cdef uint64_t count, i, offset
+        self.spend()
+        if memcmp(p, b"SNOD", 4) != 0 or p[4] != 1:
+            unreadable()
+        count = u16(p + 6)
+        p = self.at(addr + 8, count * 40)
+        for i in range(count):
+            self.spend()
+            e = p + 40 * i
+            offset = u64(e)
+            if offset >= names_size or u32(e + 16) > 1:     # cache 2: a soft link
+                unreadable()
+            name = names + offset
+            end = memchr(name, 0, names_size - offset)
+            if end == NULL:
+                unreadable()
+            if as_bytes:
+                key = (<const char*>name)[:<const uint8_t*>end - name]
+            else:
+                key = PyUnicode_DecodeUTF8(<const char*>name, <const uint8_t*>end - name,
+                                           "replace")
+            if key in out:
+                unreadable()
+            out[key] = u64(e + 8)
+        return 0
+
+    cdef object tree(self, const Header* group, int depth):
+        cdef Header h
+        cdef dict members = {}
+        cdef dict out = {}
+        self.members(group.group_btree, group.group_heap, members, False)
+        for key, addr in members.items():
+            self.header(addr, &h)
+            if h.kind == KIND_GROUP:
+                if depth >= MAX_DEPTH:
+                    unreadable()
+                out[key] = self.tree(&h, depth + 1)
+            elif h.kind == KIND_DATASET:
+                out[key] = self.dataset(&h)
+            else:
+                unreadable()
+        return out
+
+    # -- data ----------------------------------------------------------------------------
+
+    cdef object dataset(self, Header* h):
+        cdef cnp.npy_intp shape[MAX_RANK]
+        cdef uint64_t nbytes = h.itemsize
+        cdef int i
+        cdef cnp.ndarray arr
+        for i in range(h.rank):
+            mul(nbytes, h.dims[i], &nbytes)
+            shape[i] = <cnp.npy_intp>h.dims[i]
+        # every byte is stored in the file
+        if nbytes > self.size:
+            unreadable()
+        arr = cnp.PyArray_EMPTY(h.rank, shape, h.typenum, 0)
+        if h.layout == LAYOUT_COMPACT or h.layout == LAYOUT_CONTIGUOUS:
+            if nbytes == 0:
+                return arr
+            if h.data_size != nbytes or (h.layout == LAYOUT_CONTIGUOUS and h.data_addr == UNDEF):
+                unreadable()
+            memcpy(cnp.PyArray_DATA(arr), self.at(h.data_addr, nbytes), nbytes)
+            return arr
+        self.chunked(h, <char*>cnp.PyArray_DATA(arr), nbytes)
+        return arr
+
+    cdef int chunked(self, const Header* h, char* out, uint64_t nbytes) except -1:
+        cdef Chunks c
+        cdef int i
+        if h.chunk_nd != h.rank + 1 or h.chunk[h.rank] != h.itemsize:
+            unreadable()
+        c.h = h
+        c.out = out
+        c.chunk_bytes = h.itemsize
+        c.nchunks = 1
+        c.seen = 0
+        c.marks = NULL
+        for i in range(h.rank):
+            if h.chunk[i] == 0:
+                unreadable()
+            mul(c.chunk_bytes, h.chunk[i], &c.chunk_bytes)
+            c.grid[i] = (h.dims[i] + h.chunk[i] - 1) // h.chunk[i]
+            mul(c.nchunks, c.grid[i], &c.nchunks)
+        if nbytes == 0:
+            return 0
+        if h.chunk_btree == UNDEF or c.chunk_bytes > self.size:
+            unreadable()
+        if c.nchunks > 1:
+            c.marks = <uint8_t*>PyMem_Malloc(c.nchunks)
+            if c.marks == NULL:
+                raise MemoryError()
+            memset(c.marks, 0, c.nchunks)
+        try:
+            self.chunk_node(h.chunk_btree, -1, &c)
+        finally:
+            PyMem_Free(c.marks)
+        if c.seen != c.nchunks:             # a chunk never written: libhdf5 fills it
+            unreadable()
+        return 0
+
+    cdef int chunk_node(self, uint64_t addr, int level, Chunks* c) except -1:
+        cdef const Header* h = c.h
+        cdef uint64_t key_size = 8 + 8 * <uint64_t>h.chunk_nd
+        cdef const uint8_t* p = self.at(addr, 24)
+        cdef const uint8_t* key
+        cdef uint64_t entries, i, index, offset, child
+        cdef int node_level, k
+        self.spend()
+        if memcmp(p, b"TREE", 4) != 0 or p[4] != 1:
+            unreadable()
+        node_level = p[5]
+        if (level >= 0 and node_level != level) or node_level > MAX_LEVEL:
+            unreadable()
+        entries = u16(p + 6)
+        p = self.at(addr + 24, entries * (key_size + 8) + key_size)
+        for i in range(entries):
+            key = p + i * (key_size + 8)
+            child = u64(key + key_size)
+            if node_level > 0:
+                self.chunk_node(child, node_level - 1, c)
+                continue
+            self.spend()
+            if u32(key) != c.chunk_bytes or u32(key + 4) != 0 or u64(key + 8 * h.chunk_nd) != 0:
+                unreadable()
+            index = 0
+            for k in range(h.rank):
+                offset = u64(key + 8 + 8 * k)
+                if offset >= h.dims[k] or offset % h.chunk[k] != 0:
+                    unreadable()
+                index = index * c.grid[k] + offset // h.chunk[k]
+            if c.marks != NULL:
+                if c.marks[index]:
+                    unreadable()
+                c.marks[index] = 1
+            elif c.seen:
+                unreadable()
+            c.seen += 1
+            place(c, key + 8, self.at(child, c.chunk_bytes))
+        return 0
+
+
+cdef void place(Chunks* c, const uint8_t* key, const uint8_t* chunk) noexcept:
+    """Copy the part of a chunk (whose offsets are at key) that lies inside
+    the dataset into its place."""
+    cdef const Header* h = c.h
+    cdef int r = h.rank, i, k
+    cdef uint64_t s = h.itemsize
+    cdef uint64_t extent[MAX_RANK]
+    cdef uint64_t origin[MAX_RANK]
+    cdef uint64_t idx[MAX_RANK]
+    cdef uint64_t src_stride[MAX_RANK]
+    cdef uint64_t dst_stride[MAX_RANK]
+    cdef uint64_t src, dst, run
+    cdef bint full = True
+    for i in range(r):
+        origin[i] = u64(key + 8 * i)
+        extent[i] = h.dims[i] - origin[i]
+        if extent[i] > h.chunk[i]:
+            extent[i] = h.chunk[i]
+    src_stride[r - 1] = s
+    dst_stride[r - 1] = s
+    for i in range(r - 2, -1, -1):
+        src_stride[i] = src_stride[i + 1] * h.chunk[i + 1]
+        dst_stride[i] = dst_stride[i + 1] * h.dims[i + 1]
+    for i in range(1, r):
+        if h.chunk[i] != h.dims[i]:
+            full = False
+    if full:                                # whole rows: one block
+        memcpy(c.out + origin[0] * dst_stride[0], chunk, extent[0] * dst_stride[0])
+        return
+    # one copy per run along the last dimension
+    run = extent[r - 1] * s
+    for i in range(r):
+        idx[i] = 0
+    while True:
+        src = 0
+        dst = origin[r - 1] * s
+        for i in range(r - 1):
+            src += idx[i] * src_stride[i]
+            dst += (origin[i] + idx[i]) * dst_stride[i]
+        memcpy(c.out + dst, chunk + src, run)
+        k = r - 2
+        while k >= 0:
+            idx[k] += 1
+            if idx[k] < extent[k]:
+                break
+            idx[k] = 0
+            k -= 1
+        if k < 0:
+            return
+
+
+cdef bint attribute_is_id(const uint8_t* d, uint64_t n) except -1:
+    """Whether the attribute message (d, n bytes) is named "id_"."""
+    cdef uint64_t name_at, name_size
+    if n < 8:
+        unreadable()
+    if d[0] == 1 or d[0] == 2:
+        name_at = 8
+    elif d[0] == 3:
+        name_at = 9
+    else:
+        unreadable()
+    name_size = u16(d + 2)                  # with its NUL
+    if name_at > n or name_size == 0 or name_size > n - name_at:
+        unreadable()
+    return name_size == 4 and memcmp(d + name_at, b"id_\0", 4) == 0
+
+
+cdef int dataspace(const uint8_t* d, uint64_t n, Header* h) except -1:
+    cdef int version, flags, i
+    cdef uint64_t start, need
+    if n < 4:
+        unreadable()
+    version = d[0]
+    h.rank = d[1]
+    flags = d[2]
+    if version == 1:
+        start = 8
+        if flags & 0x02:                    # permutation indices: never written
+            unreadable()
+    elif version == 2:
+        start = 4
+        if d[3] != 1:                       # scalar or null
+            unreadable()
+    else:
+        unreadable()
+    if h.rank < 1 or h.rank > MAX_RANK:     # scalars: h5py's path says so
+        unreadable()
+    need = start + 8 * <uint64_t>h.rank * (2 if flags & 0x01 else 1)
+    if need > n:
+        unreadable()
+    for i in range(h.rank):
+        h.dims[i] = u64(d + start + 8 * i)
+    return 0
+
+
+cdef int layout(const uint8_t* d, uint64_t n, uint64_t at, Header* h) except -1:
+    # (at: the message's place in the file, where compact data lives)
+    cdef int i
+    if n < 2 or d[0] != 3:
+        unreadable()
+    h.layout = d[1]
+    if h.layout == LAYOUT_COMPACT:
+        if n < 4 or u16(d + 2) > n - 4:
+            unreadable()
+        h.data_size = u16(d + 2)
+        h.data_addr = at + 4
+        return 0
+    if h.layout == LAYOUT_CONTIGUOUS:
+        if n < 18:
+            unreadable()
+        h.data_addr = u64(d + 2)
+        h.data_size = u64(d + 10)
+        return 0
+    if h.layout == LAYOUT_CHUNKED:
+        if n < 11:
+            unreadable()
+        h.chunk_nd = d[2]
+        if h.chunk_nd < 2 or h.chunk_nd > MAX_RANK + 1 or n < 11 + 4 * <uint64_t>h.chunk_nd:
+            unreadable()
+        h.chunk_btree = u64(d + 3)
+        for i in range(h.chunk_nd):
+            h.chunk[i] = u32(d + 11 + 4 * i)
+        return 0
+    unreadable()
