@@ -28,6 +28,7 @@ import mmap
 import os
 
 cimport numpy as cnp
+from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
@@ -233,7 +234,7 @@ cdef class File:
     reads it all."""
     cdef object fh
     cdef object mm
-    cdef object view                # memoryview of the map, while open
+    cdef Py_buffer buf              # the map's bytes, held while open
     cdef const uint8_t* base
     cdef uint64_t size              # the usable bytes: min(file size, stored end of file)
     cdef Py_ssize_t budget          # structures a read may still visit
@@ -241,8 +242,8 @@ cdef class File:
     cdef bint open
 
     def __init__(self, path):
-        cdef const uint8_t[::1] view
         cdef uint64_t eof
+        cdef const uint8_t* p
         cdef Header h
         self.fh = open(os.fspath(path), "rb")
         try:
@@ -253,12 +254,16 @@ cdef class File:
         except BaseException:
             self.fh.close()
             raise
+        try:
+            PyObject_GetBuffer(self.mm, &self.buf, PyBUF_SIMPLE)
+        except BaseException:
+            self.mm.close()
+            self.fh.close()
+            raise
         self.open = True
         try:
-            view = self.mm
-            self.view = view
-            self.base = &view[0]
-            self.size = len(self.mm)
+            self.base = <const uint8_t*>self.buf.buf
+            self.size = <uint64_t>self.buf.len
             if self.size < SB_SIZE or memcmp(self.base, SIGNATURE, 8) != 0:
                 unreadable()
             p = self.base
@@ -294,15 +299,14 @@ cdef class File:
             self.open = False
             self.base = NULL
             self.size = 0
-            self.view = None
+            PyBuffer_Release(&self.buf)
             self.mm.close()
             self.fh.close()
 
     def __dealloc__(self):
+        # (the map and the file close themselves once released)
         if self.open:
-            self.view = None
-            self.mm.close()
-            self.fh.close()
+            PyBuffer_Release(&self.buf)
 
     def group(self, bytes name):
         """The root member `name` as a dict of its members (str keys, in
@@ -482,8 +486,11 @@ cdef class File:
             if as_bytes:
                 key = (<const char*>name)[:<const uint8_t*>end - name]
             else:
-                key = PyUnicode_DecodeUTF8(<const char*>name, <const uint8_t*>end - name,
-                                           "replace")
+                try:
+                    key = PyUnicode_DecodeUTF8(<const char*>name, <const uint8_t*>end - name,
+                                               NULL)
+                except UnicodeDecodeError:  # h5py's path shows such names replaced
+                    unreadable()
             if key in out:
                 unreadable()
             out[key] = u64(e + 8)
