@@ -584,10 +584,13 @@ class _HDF5Reader:
         if sys.byteorder == "little" and all(leaf.kind == "numeric" for leaf in
                                              meta.obs_leaves + meta.action_leaves):
             from episode import _hdf5
+            self.damaged = _hdf5.Damaged
             try:
                 self.fast = _hdf5.File(self.file)
             except (_hdf5.Unreadable, OSError):
                 pass
+            except _hdf5.Damaged as exc:
+                raise ValueError(f"{self.file}: {exc}") from None
         if self.fast is None:
             self._open_h5py()
 
@@ -629,7 +632,11 @@ class _HDF5Reader:
         """Episode i from the parsed file, or None when h5py is to read it:
         the same checks as below, on the same arrays, but any doubt hands
         the episode to h5py (whose path gives the errors)."""
-        tree = self.fast.group(b"episode_%d" % i)
+        try:
+            tree = self.fast.group(b"episode_%d" % i)
+        except self.damaged as exc:
+            # (rather than h5py's path: libhdf5 crashes on some such damage)
+            raise _Damaged(str(exc)) from None
         if tree is None:
             return None
         try:

@@ -76,7 +76,12 @@ cdef const char* SIGNATURE = b"\x89HDF\r\n\x1a\n"
 
 
 class Unreadable(Exception):
-    """A structure this reader does not read (or that does not add up)."""
+    """A structure this reader does not read: h5py's turn."""
+
+
+class Damaged(ValueError):
+    """A structure that does not add up (libhdf5 may crash on some of these:
+    a group B-tree that points back at itself), named with its place."""
 
 
 cdef struct Header:
@@ -126,8 +131,12 @@ cdef int unreadable() except -1:
     raise Unreadable()
 
 
+cdef int damaged(str what, uint64_t addr) except -1:
+    raise Damaged(f"damaged HDF5 metadata: {what} (at byte {addr})")
+
+
 cdef int mul(uint64_t a, uint64_t b, uint64_t* out) except -1:
-    # a * b, refusing an overflow.
+    # a * b, refusing an overflow (such sizes are left to h5py's checks).
     if a != 0 and b > 0xFFFFFFFFFFFFFFFFULL // a:
         raise Unreadable()
     out[0] = a * b
@@ -231,7 +240,7 @@ cdef class File:
 
     Raises Unreadable when the file is not one this reader walks (another
     superblock, a user block, a file driver, a truncated file): h5py then
-    reads it all."""
+    reads it all; Damaged when its root group does not add up."""
     cdef object fh
     cdef object mm
     cdef Py_buffer buf              # the map's bytes, held while open
@@ -327,19 +336,21 @@ cdef class File:
             return self.tree(&h, 0)
         except Unreadable:
             return None
+        # (Damaged propagates: the caller names the file and the episode.)
 
     # -- structures --------------------------------------------------------------------
 
     cdef inline const uint8_t* at(self, uint64_t addr, uint64_t n) except NULL:
         """The file's bytes [addr, addr + n), checked."""
         if addr > self.size or n > self.size - addr:
-            raise Unreadable()
+            damaged(f"{n} bytes past the end of the file ({self.size} bytes)", addr)
         return self.base + addr
 
-    cdef int spend(self) except -1:
+    cdef int spend(self, uint64_t addr) except -1:
+        # More structures than the file can hold: nodes reached many times.
         self.budget -= 1
         if self.budget < 0:
-            raise Unreadable()
+            damaged("a structure reached more often than the file could hold", addr)
         return 0
 
     cdef int header(self, uint64_t addr, Header* h) except -1:
@@ -349,15 +360,17 @@ cdef class File:
         cdef const uint8_t* d
         cdef uint64_t blocks[MAX_BLOCKS]
         cdef uint64_t lengths[MAX_BLOCKS]
-        cdef int nblocks = 1, b = 0
+        cdef int nblocks = 1, b = 0, k
         cdef uint64_t nmessages, seen = 0, off, size
         cdef uint16_t mtype
         cdef uint8_t flags
-        self.spend()
+        self.spend(addr)
         memset(h, 0, sizeof(Header))
         p = self.at(addr, 16)
-        if p[0] != 1 or p[1] != 0:
+        if memcmp(p, b"OHDR", 4) == 0:      # a version 2 header
             unreadable()
+        if p[0] != 1 or p[1] != 0:
+            damaged("not an object header", addr)
         nmessages = u16(p + 2)
         blocks[0] = addr + 16
         lengths[0] = u32(p + 8)
@@ -370,10 +383,10 @@ cdef class File:
                 flags = block[off + 4]
                 off += 8
                 if size > lengths[b] - off:
-                    unreadable()
+                    damaged("a header message longer than its block", blocks[b] + off)
                 seen += 1
                 if seen > nmessages:
-                    unreadable()
+                    damaged("more header messages than the header counts", addr)
                 d = block + off
                 off += size
                 if mtype == MSG_NIL or mtype == MSG_FILL_OLD or mtype == MSG_FILL \
@@ -383,13 +396,20 @@ cdef class File:
                 if flags & 0x02:            # shared: stored elsewhere
                     unreadable()
                 if mtype == MSG_CONTINUATION:
-                    if size < 16 or nblocks == MAX_BLOCKS:
+                    if size < 16:
+                        damaged("a short continuation message", blocks[b] + off)
+                    for k in range(nblocks):
+                        if blocks[k] == u64(d) or (k == 0 and u64(d) == addr):
+                            damaged("a header continued into itself", addr)
+                    if nblocks == MAX_BLOCKS:
                         unreadable()
                     blocks[nblocks] = u64(d)
                     lengths[nblocks] = u64(d + 8)
                     nblocks += 1
                 elif mtype == MSG_SYMBOL_TABLE:
-                    if size < 16 or h.kind != KIND_NONE:
+                    if size < 16:
+                        damaged("a short symbol table message", addr)
+                    if h.kind != KIND_NONE:
                         unreadable()
                     h.kind = KIND_GROUP
                     h.group_btree = u64(d)
@@ -418,7 +438,7 @@ cdef class File:
                     unreadable()
             b += 1
         if seen != nmessages:
-            unreadable()
+            damaged("fewer header messages than the header counts", addr)
         if h.have_space or h.have_type or h.have_layout or h.filtered:
             if h.kind != KIND_NONE or not (h.have_space and h.have_type and h.have_layout) \
                     or h.filtered:
@@ -433,7 +453,7 @@ cdef class File:
         cdef const uint8_t* names
         cdef uint64_t names_size
         if memcmp(p, b"HEAP", 4) != 0 or p[4] != 0:
-            unreadable()
+            damaged("not a local heap", heap)
         names_size = u64(p + 8)
         names = self.at(u64(p + 24), names_size)
         self.group_node(btree, -1, names, names_size, out, as_bytes)
@@ -444,12 +464,12 @@ cdef class File:
         cdef const uint8_t* p = self.at(addr, 24)
         cdef uint64_t entries, i
         cdef int node_level
-        self.spend()
+        self.spend(addr)
         if memcmp(p, b"TREE", 4) != 0 or p[4] != 0:
-            unreadable()
+            damaged("not a group B-tree node", addr)
         node_level = p[5]
         if (level >= 0 and node_level != level) or node_level > MAX_LEVEL:
-            unreadable()
+            damaged("a B-tree node out of its level", addr)
         entries = u16(p + 6)
         # keys (heap offsets) and children interleaved: key0 child0 ... key_n
         p = self.at(addr + 24, entries * 16 + 8)
@@ -468,21 +488,23 @@ cdef class File:
         cdef const uint8_t* name
         cdef const void* end
         cdef uint64_t count, i, offset
-        self.spend()
+        self.spend(addr)
         if memcmp(p, b"SNOD", 4) != 0 or p[4] != 1:
-            unreadable()
+            damaged("not a symbol table node", addr)
         count = u16(p + 6)
         p = self.at(addr + 8, count * 40)
         for i in range(count):
-            self.spend()
+            self.spend(addr)
             e = p + 40 * i
             offset = u64(e)
-            if offset >= names_size or u32(e + 16) > 1:     # cache 2: a soft link
+            if u32(e + 16) == 2:            # a soft link
                 unreadable()
+            if offset >= names_size or u32(e + 16) > 2:
+                damaged("a symbol table entry out of its heap", addr + 8 + 40 * i)
             name = names + offset
             end = memchr(name, 0, names_size - offset)
             if end == NULL:
-                unreadable()
+                damaged("a name without its end", addr + 8 + 40 * i)
             if as_bytes:
                 key = (<const char*>name)[:<const uint8_t*>end - name]
             else:
@@ -492,7 +514,7 @@ cdef class File:
                 except UnicodeDecodeError:  # h5py's path shows such names replaced
                     unreadable()
             if key in out:
-                unreadable()
+                damaged(f"a second member named {key!r:.60}", addr + 8 + 40 * i)
             out[key] = u64(e + 8)
         return 0
 
@@ -521,16 +543,20 @@ cdef class File:
         cdef int i
         cdef cnp.ndarray arr
         for i in range(h.rank):
+            if h.dims[i] > self.size:       # (only an empty array could be so long)
+                unreadable()
             mul(nbytes, h.dims[i], &nbytes)
             shape[i] = <cnp.npy_intp>h.dims[i]
-        # every byte is stored in the file
+        # every byte is stored in the file (else h5py's path tells)
         if nbytes > self.size:
             unreadable()
+        if h.layout == LAYOUT_COMPACT and h.data_size != nbytes:
+            damaged("compact data of another size than its dataspace's", h.data_addr)
         arr = cnp.PyArray_EMPTY(h.rank, shape, h.typenum, 0)
         if h.layout == LAYOUT_COMPACT or h.layout == LAYOUT_CONTIGUOUS:
             if nbytes == 0:
                 return arr
-            if h.data_size != nbytes or (h.layout == LAYOUT_CONTIGUOUS and h.data_addr == UNDEF):
+            if h.data_size != nbytes or h.data_addr == UNDEF:
                 unreadable()
             memcpy(cnp.PyArray_DATA(arr), self.at(h.data_addr, nbytes), nbytes)
             return arr
@@ -541,7 +567,7 @@ cdef class File:
         cdef Chunks c
         cdef int i
         if h.chunk_nd != h.rank + 1 or h.chunk[h.rank] != h.itemsize:
-            unreadable()
+            damaged("chunks of another rank or item size than the dataset's", h.chunk_btree)
         c.h = h
         c.out = out
         c.chunk_bytes = h.itemsize
@@ -550,14 +576,16 @@ cdef class File:
         c.marks = NULL
         for i in range(h.rank):
             if h.chunk[i] == 0:
-                unreadable()
+                damaged("an empty chunk shape", h.chunk_btree)
             mul(c.chunk_bytes, h.chunk[i], &c.chunk_bytes)
             c.grid[i] = (h.dims[i] + h.chunk[i] - 1) // h.chunk[i]
             mul(c.nchunks, c.grid[i], &c.nchunks)
         if nbytes == 0:
             return 0
-        if h.chunk_btree == UNDEF or c.chunk_bytes > self.size:
+        if h.chunk_btree == UNDEF:         # no chunk written: h5py gives the fill value
             unreadable()
+        if c.chunk_bytes > self.size:
+            damaged("chunks larger than the file", h.chunk_btree)
         if c.nchunks > 1:
             c.marks = <uint8_t*>PyMem_Malloc(c.nchunks)
             if c.marks == NULL:
@@ -578,12 +606,12 @@ cdef class File:
         cdef const uint8_t* key
         cdef uint64_t entries, i, index, offset, child
         cdef int node_level, k
-        self.spend()
+        self.spend(addr)
         if memcmp(p, b"TREE", 4) != 0 or p[4] != 1:
-            unreadable()
+            damaged("not a chunk B-tree node", addr)
         node_level = p[5]
         if (level >= 0 and node_level != level) or node_level > MAX_LEVEL:
-            unreadable()
+            damaged("a B-tree node out of its level", addr)
         entries = u16(p + 6)
         p = self.at(addr + 24, entries * (key_size + 8) + key_size)
         for i in range(entries):
@@ -592,21 +620,24 @@ cdef class File:
             if node_level > 0:
                 self.chunk_node(child, node_level - 1, c)
                 continue
-            self.spend()
+            self.spend(addr)
+            # (no filters: each chunk is stored whole, as it is)
             if u32(key) != c.chunk_bytes or u32(key + 4) != 0 or u64(key + 8 * h.chunk_nd) != 0:
-                unreadable()
+                damaged("a chunk of another size, filtered or misplaced", child)
             index = 0
             for k in range(h.rank):
                 offset = u64(key + 8 + 8 * k)
-                if offset >= h.dims[k] or offset % h.chunk[k] != 0:
+                if offset % h.chunk[k] != 0:
+                    damaged("a chunk off the chunk grid", child)
+                if offset >= h.dims[k]:     # past the data (a shrunk dataset)
                     unreadable()
                 index = index * c.grid[k] + offset // h.chunk[k]
             if c.marks != NULL:
                 if c.marks[index]:
-                    unreadable()
+                    damaged("a chunk stored twice", child)
                 c.marks[index] = 1
             elif c.seen:
-                unreadable()
+                damaged("a chunk stored twice", child)
             c.seen += 1
             place(c, key + 8, self.at(child, c.chunk_bytes))
         return 0
@@ -676,7 +707,7 @@ cdef bint attribute_is_id(const uint8_t* d, uint64_t n) except -1:
         unreadable()
     name_size = u16(d + 2)                  # with its NUL
     if name_at > n or name_size == 0 or name_size > n - name_at:
-        unreadable()
+        damaged("an attribute name longer than its message", 0)
     return name_size == 4 and memcmp(d + name_at, b"id_\0", 4) == 0
 
 
@@ -702,7 +733,7 @@ cdef int dataspace(const uint8_t* d, uint64_t n, Header* h) except -1:
         unreadable()
     need = start + 8 * <uint64_t>h.rank * (2 if flags & 0x01 else 1)
     if need > n:
-        unreadable()
+        damaged("a dataspace longer than its message", 0)
     for i in range(h.rank):
         h.dims[i] = u64(d + start + 8 * i)
     return 0
@@ -716,24 +747,24 @@ cdef int layout(const uint8_t* d, uint64_t n, uint64_t at, Header* h) except -1:
     h.layout = d[1]
     if h.layout == LAYOUT_COMPACT:
         if n < 4 or u16(d + 2) > n - 4:
-            unreadable()
+            damaged("compact data longer than its message", at)
         h.data_size = u16(d + 2)
         h.data_addr = at + 4
         return 0
     if h.layout == LAYOUT_CONTIGUOUS:
         if n < 18:
-            unreadable()
+            damaged("a short layout message", at)
         h.data_addr = u64(d + 2)
         h.data_size = u64(d + 10)
         return 0
     if h.layout == LAYOUT_CHUNKED:
         if n < 11:
-            unreadable()
+            damaged("a short layout message", at)
         h.chunk_nd = d[2]
         if h.chunk_nd < 2 or h.chunk_nd > MAX_RANK + 1 or n < 11 + 4 * <uint64_t>h.chunk_nd:
-            unreadable()
+            damaged("a chunk shape longer than its message or of no rank", at)
         h.chunk_btree = u64(d + 3)
         for i in range(h.chunk_nd):
             h.chunk[i] = u32(d + 11 + 4 * i)
         return 0
-    unreadable()
+    damaged("a storage layout of no known class", at)
