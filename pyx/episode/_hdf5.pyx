@@ -16,23 +16,35 @@ format that holds the data), straight from a memory map of the file:
   every byte of the data stored.
 
 Anything else (compression and other filters, strings, variable-length
-data, newer object headers and groups, links to other files, data never
-written) makes a read return None, and the caller reads that part through
-h5py as before; so does a structure that does not add up (an address past
-the end of the file, a count too large, a B-tree whose levels do not step
-down, a chunk seen twice). Every address and length is checked against the
-file's end before it is used, and every walk is bounded, so a damaged file
-is either read exactly as libhdf5 would read it or left to libhdf5.
+data, newer object headers and groups, soft links, data never written)
+makes a read return None, and the caller reads that part through h5py as
+before. A structure that does not add up (an address past the end of the
+file, a B-tree whose levels do not step down, a header continued into
+itself, a chunk stored twice, more structures than the file could hold)
+raises Damaged, naming it and its place: libhdf5 is not handed such a file,
+as it crashes on some of them. Every address and length is checked against
+the file's end before it is used, and every walk is bounded.
 """
 import mmap
 import os
 
 cimport numpy as cnp
-from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
+from cpython.buffer cimport PyBUF_SIMPLE, PyBUF_WRITE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
+from cpython.memoryview cimport PyMemoryView_FromMemory
 from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memchr, memcmp, memcpy, memset
+
+cdef extern from *:
+    """
+    #ifndef EPISODE_CHECKED
+    #define EPISODE_CHECKED 0
+    #endif
+    """
+    # 1 in the checked build: the file is read into a heap block of its exact
+    # size rather than mapped, so that AddressSanitizer sees a read past its end.
+    const bint CHECKED "EPISODE_CHECKED"
 
 cnp.import_array()
 
@@ -244,6 +256,7 @@ cdef class File:
     cdef object fh
     cdef object mm
     cdef Py_buffer buf              # the map's bytes, held while open
+    cdef uint8_t* copy              # the checked build's copy of the file instead
     cdef const uint8_t* base
     cdef uint64_t size              # the usable bytes: min(file size, stored end of file)
     cdef Py_ssize_t budget          # structures a read may still visit
@@ -255,20 +268,10 @@ cdef class File:
         cdef const uint8_t* p
         cdef Header h
         self.fh = open(os.fspath(path), "rb")
-        try:
-            self.mm = mmap.mmap(self.fh.fileno(), 0, access=mmap.ACCESS_READ)
-        except ValueError:                  # an empty file
-            self.fh.close()
-            raise Unreadable() from None
-        except BaseException:
-            self.fh.close()
-            raise
-        try:
-            PyObject_GetBuffer(self.mm, &self.buf, PyBUF_SIMPLE)
-        except BaseException:
-            self.mm.close()
-            self.fh.close()
-            raise
+        if CHECKED:
+            self.read_whole()
+        else:
+            self.map()
         self.open = True
         try:
             self.base = <const uint8_t*>self.buf.buf
@@ -301,6 +304,44 @@ cdef class File:
             self.close()
             raise
 
+    cdef int map(self) except -1:
+        try:
+            self.mm = mmap.mmap(self.fh.fileno(), 0, access=mmap.ACCESS_READ)
+        except ValueError:                  # an empty file
+            self.fh.close()
+            raise Unreadable() from None
+        except BaseException:
+            self.fh.close()
+            raise
+        try:
+            PyObject_GetBuffer(self.mm, &self.buf, PyBUF_SIMPLE)
+        except BaseException:
+            self.mm.close()
+            self.fh.close()
+            raise
+        return 0
+
+    cdef int read_whole(self) except -1:
+        cdef Py_ssize_t size
+        try:
+            size = os.fstat(self.fh.fileno()).st_size
+            self.copy = <uint8_t*>PyMem_Malloc(size if size else 1)
+            if self.copy == NULL:
+                raise MemoryError()
+            view = PyMemoryView_FromMemory(<char*>self.copy, size, PyBUF_WRITE)
+            if self.fh.readinto(view) != size:
+                raise OSError(f"{self.fh.name}: changed while read")
+            if size == 0:
+                raise Unreadable()
+        except BaseException:
+            PyMem_Free(self.copy)
+            self.copy = NULL
+            self.fh.close()
+            raise
+        self.buf.buf = self.copy
+        self.buf.len = size
+        return 0
+
     def close(self):
         """Unmap and close the file (arrays already read stay valid: they
         are copies)."""
@@ -308,13 +349,19 @@ cdef class File:
             self.open = False
             self.base = NULL
             self.size = 0
-            PyBuffer_Release(&self.buf)
-            self.mm.close()
+            if self.copy != NULL:
+                PyMem_Free(self.copy)
+                self.copy = NULL
+            else:
+                PyBuffer_Release(&self.buf)
+                self.mm.close()
             self.fh.close()
 
     def __dealloc__(self):
         # (the map and the file close themselves once released)
-        if self.open:
+        if self.copy != NULL:
+            PyMem_Free(self.copy)
+        elif self.open:
             PyBuffer_Release(&self.buf)
 
     def group(self, bytes name):
