@@ -33,6 +33,8 @@ import numpy as np
 import pytest
 
 from children import child_env, limit_child
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 minari = pytest.importorskip("minari")
 h5py = pytest.importorskip("h5py")
@@ -683,3 +685,56 @@ def test_damaged_files_give_an_error_the_data_or_h5pys_reading(root, tmp_path, s
         assert ours.startswith("ok "), (name, outcome)
         # the data as written, or what h5py's path reads from the same bytes
         assert ours == want or ours == theirs, (name, outcome)
+
+
+# -- the parser against h5py on random datasets -----------------------------------------
+
+_DTYPES = ["i1", "u1", "i2", "u2", "i4", "u4", "i8", "u8", "f2", "f4", "f8", "?"]
+
+
+@st.composite
+def _datasets(draw):
+    """(shape, dtype, layout, chunk shape or None): any rank up to 4, empty
+    dimensions included, chunks of any shape up to the data's (and past
+    it: edge chunks)."""
+    rank = draw(st.integers(1, 4))
+    shape = tuple(draw(st.lists(st.integers(0, 7), min_size=rank, max_size=rank)))
+    layout = draw(st.sampled_from(["contiguous", "compact", "chunked"]))
+    chunks = None
+    if layout == "chunked":
+        chunks = tuple(draw(st.integers(1, max(d, 1) + 2)) for d in shape)
+    return shape, draw(st.sampled_from(_DTYPES)), layout, chunks
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(specs=st.lists(_datasets(), min_size=1, max_size=6), seed=st.integers(0, 2**32 - 1))
+def test_parser_reads_what_h5py_reads(tmp_path, specs, seed):
+    r = np.random.default_rng(seed)
+    file = tmp_path / f"random-{seed}.hdf5"
+    want = {}
+    with h5py.File(file, "w") as f:
+        g = f.create_group("episode_0").create_group("nested")
+        for k, (shape, dtype, layout, chunks) in enumerate(specs):
+            data = (r.integers(0, 2, shape).astype(bool) if dtype == "?" else
+                    r.integers(-100, 100, shape).astype(dtype) if dtype[0] in "iu" else
+                    r.standard_normal(shape).astype(dtype))
+            name = f"d{k}"
+            if layout == "compact":
+                _compact(g, name, data)
+            elif layout == "chunked":
+                g.create_dataset(name, data=data, chunks=chunks,
+                                 maxshape=(None,) * len(shape))
+            else:
+                g.create_dataset(name, data=data)
+            want[name] = data
+    parser = _hdf5.File(file)
+    try:
+        tree = parser.group(b"episode_0")
+    finally:
+        parser.close()
+    assert list(tree) == ["nested"] and list(tree["nested"]) == sorted(want)
+    for name, data in want.items():
+        got = tree["nested"][name]
+        assert got.dtype == data.dtype and got.shape == data.shape, name
+        assert np.array_equal(got, data), name
+    file.unlink()
