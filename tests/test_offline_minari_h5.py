@@ -356,25 +356,39 @@ def test_what_the_parser_leaves_to_h5py(tmp_path, monkeypatch, case):
         assert np.array_equal(got[1].get_observations()[2:], np.full((2, 2), 7, F32))
 
 
-@pytest.mark.parametrize("kw", [{"libver": "latest"}, {"track_order": True}])
-def test_newer_file_structures_go_to_h5py(tmp_path, monkeypatch, kw):
-    path = _hand_written(tmp_path, "newer", [(3, lambda g: None), (2, lambda g: None)], **kw)
+def test_the_newest_file_format_goes_to_h5py(tmp_path, monkeypatch):
+    path = _hand_written(tmp_path, "newer", [(3, lambda g: None), (2, lambda g: None)],
+                         libver="latest")
     with pytest.raises(_hdf5.Unreadable):
         _hdf5.File(path / "data" / H5)
     _assert_same_episodes(from_minari(path), _h5py_only(monkeypatch, path), *_spaces())
 
 
-def test_to_minari_files_go_to_h5py(root, monkeypatch):
-    # (creation-ordered groups: the parser refuses the file at its root)
+def test_a_creation_ordered_root_is_listed_by_h5py(tmp_path, monkeypatch):
+    # h5py.File(new path, track_order=True): the root keeps its links in a
+    # fractal heap (more than 8 of them); the episodes' groups are the usual.
+    path = _hand_written(tmp_path, "ordered", [(k % 4, lambda g: None) for k in range(12)],
+                         track_order=True)
+    parser = _hdf5.File(path / "data" / H5)
+    assert parser.root is None
+    parser.close()
+    got = _parsed_only(monkeypatch, path)
+    assert [len(e) for e in got] == [k % 4 for k in range(12)]
+    _assert_same_episodes(got, _h5py_only(monkeypatch, path), *_spaces())
+
+
+def test_to_minari_files(root, monkeypatch):
+    # (creation-ordered groups, and an id_ per episode: h5py reads the
+    # episodes that carry one)
     space = gym.spaces.Box(-1, 1, (2,), F32)
     from episode import SingleAgentEpisode
     ep = SingleAgentEpisode(observation_space=space, action_space=gym.spaces.Discrete(2))
     ep.add_env_reset(np.zeros(2, F32))
     ep.add_env_step(np.ones(2, F32), 1, 1.0, terminated=True)
     path = to_minari([ep], "h5/ours-v0")
-    with pytest.raises(_hdf5.Unreadable):
-        _hdf5.File(path / "data" / H5)
     assert from_minari(path)[0].id_ == ep.id_
+    _assert_same_episodes(from_minari(path), _h5py_only(monkeypatch, path), space,
+                          gym.spaces.Discrete(2))
 
 
 def _damages():

@@ -591,8 +591,23 @@ class _HDF5Reader:
                 pass
             except _hdf5.Damaged as exc:
                 raise ValueError(f"{self.file}: {exc}") from None
-        if self.fast is None:
+        if self.fast is None or self.fast.root is None:
             self._open_h5py()
+        if self.fast is not None and self.fast.root is None:
+            # A root that keeps its links' creation order: h5py lists it
+            # (one pass), the parser reads the episodes' groups.
+            members: Dict[bytes, int] = {}
+            hard = self.h5py.h5l.TYPE_HARD
+            try:
+                self.h5.id.links.iterate(
+                    lambda name, info: members.__setitem__(name, info.u)
+                    if info.type == hard else None, info=True)
+            except (RuntimeError, OSError, ValueError, KeyError):
+                # (h5py's path then meets it, episode by episode, as before)
+                self.fast.close()
+                self.fast = None
+            else:
+                self.fast.use_root(members)
 
     def _open_h5py(self) -> None:
         h5py = _h5py()

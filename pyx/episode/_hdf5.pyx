@@ -252,7 +252,10 @@ cdef class File:
 
     Raises Unreadable when the file is not one this reader walks (another
     superblock, a user block, a file driver, a truncated file): h5py then
-    reads it all; Damaged when its root group does not add up."""
+    reads it all; Damaged when its root group does not add up. A root group
+    this reader does not list (one that keeps its links' creation order, as
+    a file h5py creates with track_order=True) leaves `root` None: the
+    caller lists it with h5py and hands the addresses to use_root()."""
     cdef object fh
     cdef object mm
     cdef Py_buffer buf              # the map's bytes, held while open
@@ -295,11 +298,13 @@ cdef class File:
                 unreadable()
             self.size = eof
             self.budget = self.size // 8 + 64
-            self.header(u64(p + 56 + 8), &h)
-            if h.kind != KIND_GROUP:
-                unreadable()
-            self.root = {}
-            self.members(h.group_btree, h.group_heap, self.root, True)
+            try:
+                self.header(u64(p + 56 + 8), &h)
+            except Unreadable:              # a newer root group: see use_root
+                h.kind = KIND_NONE
+            if h.kind == KIND_GROUP:
+                self.root = {}
+                self.members(h.group_btree, h.group_heap, self.root, True)
         except BaseException:
             self.close()
             raise
@@ -363,6 +368,11 @@ cdef class File:
             PyMem_Free(self.copy)
         elif self.open:
             PyBuffer_Release(&self.buf)
+
+    def use_root(self, dict members):
+        """Take the root group's members (name -> object header address, as
+        h5py lists them); each address is checked when it is read."""
+        self.root = {bytes(k): int(v) for k, v in members.items()}
 
     def group(self, bytes name):
         """The root member `name` as a dict of its members (str keys, in
