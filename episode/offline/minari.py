@@ -654,6 +654,7 @@ class _HDF5Reader:
             raise _Damaged(str(exc)) from None
         if tree is None:
             return None
+        tree, id_ = tree
         try:
             rewards = tree.get("rewards")
             if not _is_rows(rewards, "biuf", None) or rewards.ndim != 1 \
@@ -678,7 +679,7 @@ class _HDF5Reader:
             info_column = _info_column(infos, n + 1, "infos")
         except _Damaged:
             return None
-        return _build(i, None, obs, actions, rewards, flags[0], flags[1], info_column,
+        return _build(i, id_, obs, actions, rewards, flags[0], flags[1], info_column,
                       extras, self.meta)
 
     def _open(self, loc, name: bytes, what: str):

@@ -63,6 +63,10 @@ cdef enum:
     MSG_FILL_OLD = 0x04
     MSG_FILL = 0x05
     MSG_LAYOUT = 0x08
+    MSG_LINK_INFO = 0x02
+    MSG_LINK = 0x06
+    MSG_GROUP_INFO = 0x0A
+    MSG_ATTRIBUTE_INFO = 0x15
     MSG_FILTERS = 0x0B
     MSG_ATTRIBUTE = 0x0C
     MSG_COMMENT = 0x0D
@@ -83,6 +87,55 @@ cdef enum:
     LAYOUT_CONTIGUOUS = 1
     LAYOUT_CHUNKED = 2
 
+cdef extern from *:
+    """
+    /* Bob Jenkins' lookup3 hashlittle, byte by byte: the checksum of
+       HDF5's newer metadata (its H5_checksum_lookup3 with initval 0). */
+    static uint32_t episode_lookup3(const uint8_t *k, size_t length) {
+    #define EP_ROT(x, r) (((x) << (r)) | ((x) >> (32 - (r))))
+        uint32_t a, b, c;
+        a = b = c = 0xdeadbeefu + (uint32_t)length;
+        while (length > 12) {
+            a += k[0] + ((uint32_t)k[1] << 8) + ((uint32_t)k[2] << 16) + ((uint32_t)k[3] << 24);
+            b += k[4] + ((uint32_t)k[5] << 8) + ((uint32_t)k[6] << 16) + ((uint32_t)k[7] << 24);
+            c += k[8] + ((uint32_t)k[9] << 8) + ((uint32_t)k[10] << 16) + ((uint32_t)k[11] << 24);
+            a -= c; a ^= EP_ROT(c, 4);  c += b;
+            b -= a; b ^= EP_ROT(a, 6);  a += c;
+            c -= b; c ^= EP_ROT(b, 8);  b += a;
+            a -= c; a ^= EP_ROT(c, 16); c += b;
+            b -= a; b ^= EP_ROT(a, 19); a += c;
+            c -= b; c ^= EP_ROT(b, 4);  b += a;
+            length -= 12;
+            k += 12;
+        }
+        switch (length) {
+        case 12: c += (uint32_t)k[11] << 24; /* fall through */
+        case 11: c += (uint32_t)k[10] << 16; /* fall through */
+        case 10: c += (uint32_t)k[9] << 8;   /* fall through */
+        case 9:  c += k[8];                  /* fall through */
+        case 8:  b += (uint32_t)k[7] << 24;  /* fall through */
+        case 7:  b += (uint32_t)k[6] << 16;  /* fall through */
+        case 6:  b += (uint32_t)k[5] << 8;   /* fall through */
+        case 5:  b += k[4];                  /* fall through */
+        case 4:  a += (uint32_t)k[3] << 24;  /* fall through */
+        case 3:  a += (uint32_t)k[2] << 16;  /* fall through */
+        case 2:  a += (uint32_t)k[1] << 8;   /* fall through */
+        case 1:  a += k[0]; break;
+        case 0:  return c;
+        }
+        c ^= b; c -= EP_ROT(b, 14);
+        a ^= c; a -= EP_ROT(c, 11);
+        b ^= a; b -= EP_ROT(a, 25);
+        c ^= b; c -= EP_ROT(b, 16);
+        a ^= c; a -= EP_ROT(c, 4);
+        b ^= a; b -= EP_ROT(a, 14);
+        c ^= b; c -= EP_ROT(b, 24);
+        return c;
+    #undef EP_ROT
+    }
+    """
+    uint32_t lookup3 "episode_lookup3"(const uint8_t* k, size_t length) noexcept nogil
+
 cdef uint64_t UNDEF = 0xFFFFFFFFFFFFFFFFULL
 cdef const char* SIGNATURE = b"\x89HDF\r\n\x1a\n"
 
@@ -98,10 +151,12 @@ class Damaged(ValueError):
 
 cdef struct Header:
     int kind
-    bint has_id_attr        # the object carries an attribute named "id_"
-    # group
+    bint has_id_attr        # the object carries an "id_" attribute not read here
+    # group: a symbol table, or links as header messages (links_group)
     uint64_t group_btree
     uint64_t group_heap
+    bint links_group
+    bint creation_order     # (links_group) h5py lists the links in creation order
     # dataset
     bint have_space, have_type, have_layout, filtered
     int rank
@@ -114,6 +169,40 @@ cdef struct Header:
     uint64_t chunk_btree
     int chunk_nd            # rank + 1 (the last chunk dimension is the item size)
     uint64_t chunk[MAX_RANK + 1]
+
+
+cdef struct Blocks:
+    # An object header's blocks: the first, then its continuations.
+    int n
+    uint64_t addr[MAX_BLOCKS]
+    uint64_t length[MAX_BLOCKS]
+
+
+cdef int add_block(Blocks* blocks, uint64_t header, uint64_t addr, uint64_t length) except -1:
+    cdef int k
+    for k in range(blocks.n):
+        if blocks.addr[k] == addr:
+            damaged("a header continued into itself", header)
+    if addr == header and blocks.n:
+        damaged("a header continued into itself", header)
+    if blocks.n == MAX_BLOCKS:
+        unreadable()
+    blocks.addr[blocks.n] = addr
+    blocks.length[blocks.n] = length
+    blocks.n += 1
+    return 0
+
+
+def creation_index(link):
+    return link[0]
+
+
+def link_name(link):
+    return link[1]
+
+
+cdef inline uint64_t pad8(uint64_t n) noexcept:
+    return (n + 7) // 8 * 8
 
 
 cdef struct Chunks:
@@ -265,6 +354,8 @@ cdef class File:
     cdef Py_ssize_t budget          # structures a read may still visit
     cdef readonly dict root         # name (bytes) -> object header address
     cdef bint open
+    cdef list links                 # the last header's link messages
+    cdef object id_value            # the last header's "id_" string, or None
 
     def __init__(self, path):
         cdef uint64_t eof
@@ -302,7 +393,13 @@ cdef class File:
                 self.header(u64(p + 56 + 8), &h)
             except Unreadable:              # a newer root group: see use_root
                 h.kind = KIND_NONE
-            if h.kind == KIND_GROUP:
+            if h.kind == KIND_GROUP and h.links_group:
+                self.root = {}
+                for corder, name, addr in self.links:
+                    if name in self.root:
+                        damaged(f"a second member named {name!r:.60}", addr)
+                    self.root[name] = addr
+            elif h.kind == KIND_GROUP:
                 self.root = {}
                 self.members(h.group_btree, h.group_heap, self.root, True)
         except BaseException:
@@ -375,13 +472,16 @@ cdef class File:
         self.root = {bytes(k): int(v) for k, v in members.items()}
 
     def group(self, bytes name):
-        """The root member `name` as a dict of its members (str keys, in
-        stored order): a numpy array per dataset, a dict per group. None
-        when it is missing, not a group, carries an "id_" attribute, or
+        """The root member `name` as (members, id_): a dict of its members
+        (str keys, in the order h5py lists them) holding a numpy array per
+        dataset and such a dict per group, and its "id_" attribute (a str,
+        or None without one). None when it is missing, not a group, or
         holds anything this reader does not read."""
         cdef Header h
         if not self.open:
             raise ValueError("the file is closed")
+        if self.root is None:
+            raise ValueError("the root group is not listed (see use_root)")
         addr = self.root.get(name)
         if addr is None:
             return None
@@ -390,7 +490,8 @@ cdef class File:
             self.header(addr, &h)
             if h.kind != KIND_GROUP or h.has_id_attr:
                 return None
-            return self.tree(&h, 0)
+            id_ = self.id_value
+            return self.tree(&h, 0), id_
         except Unreadable:
             return None
         # (Damaged propagates: the caller names the file and the episode.)
@@ -411,97 +512,231 @@ cdef class File:
         return 0
 
     cdef int header(self, uint64_t addr, Header* h) except -1:
-        """Parse the version 1 object header at `addr` into h."""
+        """Parse the object header at `addr` into h (its links, if it is a
+        group that holds them as messages, into self.links; its "id_"
+        attribute, when it is a string read here, into self.id_value)."""
         cdef const uint8_t* p
-        cdef const uint8_t* block
-        cdef const uint8_t* d
-        cdef uint64_t blocks[MAX_BLOCKS]
-        cdef uint64_t lengths[MAX_BLOCKS]
-        cdef int nblocks = 1, b = 0, k
-        cdef uint64_t nmessages, seen = 0, off, size
-        cdef uint16_t mtype
-        cdef uint8_t flags
+        cdef Blocks blocks
         self.spend(addr)
         memset(h, 0, sizeof(Header))
+        self.links = []
+        self.id_value = None
+        blocks.n = 0
         p = self.at(addr, 16)
-        if memcmp(p, b"OHDR", 4) == 0:      # a version 2 header
-            unreadable()
-        if p[0] != 1 or p[1] != 0:
+        if memcmp(p, b"OHDR", 4) == 0:
+            self.header_v2(addr, h, &blocks)
+        elif p[0] == 1 and p[1] == 0:
+            self.header_v1(addr, h, &blocks)
+        else:
             damaged("not an object header", addr)
-        nmessages = u16(p + 2)
-        blocks[0] = addr + 16
-        lengths[0] = u32(p + 8)
-        while b < nblocks:
-            block = self.at(blocks[b], lengths[b])
-            off = 0
-            while lengths[b] - off >= 8:
-                mtype = u16(block + off)
-                size = u16(block + off + 2)
-                flags = block[off + 4]
-                off += 8
-                if size > lengths[b] - off:
-                    damaged("a header message longer than its block", blocks[b] + off)
-                seen += 1
-                if seen > nmessages:
-                    damaged("more header messages than the header counts", addr)
-                d = block + off
-                off += size
-                if mtype == MSG_NIL or mtype == MSG_FILL_OLD or mtype == MSG_FILL \
-                        or mtype == MSG_COMMENT or mtype == MSG_MTIME_OLD \
-                        or mtype == MSG_MTIME or mtype == MSG_BTREE_K or mtype == MSG_REFCOUNT:
-                    continue
-                if flags & 0x02:            # shared: stored elsewhere
-                    unreadable()
-                if mtype == MSG_CONTINUATION:
-                    if size < 16:
-                        damaged("a short continuation message", blocks[b] + off)
-                    for k in range(nblocks):
-                        if blocks[k] == u64(d) or (k == 0 and u64(d) == addr):
-                            damaged("a header continued into itself", addr)
-                    if nblocks == MAX_BLOCKS:
-                        unreadable()
-                    blocks[nblocks] = u64(d)
-                    lengths[nblocks] = u64(d + 8)
-                    nblocks += 1
-                elif mtype == MSG_SYMBOL_TABLE:
-                    if size < 16:
-                        damaged("a short symbol table message", addr)
-                    if h.kind != KIND_NONE:
-                        unreadable()
-                    h.kind = KIND_GROUP
-                    h.group_btree = u64(d)
-                    h.group_heap = u64(d + 8)
-                elif mtype == MSG_ATTRIBUTE:
-                    if attribute_is_id(d, size):
-                        h.has_id_attr = True
-                elif mtype == MSG_DATASPACE:
-                    if h.have_space:
-                        unreadable()
-                    dataspace(d, size, h)
-                    h.have_space = True
-                elif mtype == MSG_DATATYPE:
-                    if h.have_type:
-                        unreadable()
-                    typenum_of(d, size, &h.typenum, &h.itemsize)
-                    h.have_type = True
-                elif mtype == MSG_LAYOUT:
-                    if h.have_layout:
-                        unreadable()
-                    layout(d, size, <uint64_t>(d - self.base), h)
-                    h.have_layout = True
-                elif mtype == MSG_FILTERS:
-                    h.filtered = True
-                else:
-                    unreadable()
-            b += 1
-        if seen != nmessages:
-            damaged("fewer header messages than the header counts", addr)
         if h.have_space or h.have_type or h.have_layout or h.filtered:
             if h.kind != KIND_NONE or not (h.have_space and h.have_type and h.have_layout) \
                     or h.filtered:
                 unreadable()
             h.kind = KIND_DATASET
         return 0
+
+    cdef int header_v1(self, uint64_t addr, Header* h, Blocks* blocks) except -1:
+        cdef const uint8_t* p = self.at(addr, 16)
+        cdef const uint8_t* block
+        cdef uint64_t nmessages = u16(p + 2), seen = 0, off, size, length
+        cdef int b = 0
+        add_block(blocks, addr, addr + 16, u32(p + 8))
+        while b < blocks.n:
+            length = blocks.length[b]
+            block = self.at(blocks.addr[b], length)
+            off = 0
+            while length - off >= 8:
+                size = u16(block + off + 2)
+                if size > length - off - 8:
+                    damaged("a header message longer than its block", blocks.addr[b] + off)
+                seen += 1
+                if seen > nmessages:
+                    damaged("more header messages than the header counts", addr)
+                self.message(u16(block + off), block[off + 4], block + off + 8, size, addr, h,
+                             blocks)
+                off += 8 + size
+            b += 1
+        if seen != nmessages:
+            damaged("fewer header messages than the header counts", addr)
+        return 0
+
+    cdef int header_v2(self, uint64_t addr, Header* h, Blocks* blocks) except -1:
+        # "OHDR", version 2, flags, [times], [attribute storage limits],
+        # the first block's size (1-8 bytes), its messages, a checksum.
+        cdef const uint8_t* p = self.at(addr, 6)
+        cdef uint8_t flags = p[5]
+        cdef uint64_t pos = 6, length = 0, off, size, start, end
+        cdef int k, b = 0, head = 4
+        if p[4] != 2:
+            damaged("an object header of no known version", addr)
+        if flags & 0x20:
+            pos += 16
+        if flags & 0x10:
+            pos += 4
+        if flags & 0x04:                    # messages carry a creation index
+            head = 6
+        p = self.at(addr, pos + (1 << (flags & 3)))
+        for k in range(1 << (flags & 3)):
+            length |= <uint64_t>p[pos + k] << (8 * k)
+        pos += 1 << (flags & 3)
+        add_block(blocks, addr, addr + pos, length)
+        while b < blocks.n:
+            # the first block's checksum covers the prefix; a continuation
+            # block is "OCHK", messages, checksum
+            if b == 0:
+                start, end = addr, addr + pos + length
+            else:
+                start, end = blocks.addr[b], blocks.addr[b] + blocks.length[b]
+                if blocks.length[b] < 8 or memcmp(self.at(start, 4), b"OCHK", 4) != 0:
+                    damaged("not an object header continuation block", start)
+                end -= 4
+            p = self.at(start, end - start + 4)
+            if lookup3(p, end - start) != u32(p + (end - start)):
+                damaged("an object header whose checksum does not match", start)
+            off = blocks.addr[b] + (0 if b == 0 else 4) - start
+            while (end - start) - off >= <uint64_t>head:
+                size = u16(p + off + 1)
+                if size > (end - start) - off - head:
+                    damaged("a header message longer than its block", start + off)
+                self.message(p[off], p[off + 3], p + off + head, size, addr, h, blocks)
+                off += head + size
+            b += 1
+        return 0
+
+    cdef int message(self, uint16_t mtype, uint8_t flags, const uint8_t* d, uint64_t size,
+                     uint64_t addr, Header* h, Blocks* blocks) except -1:
+        if mtype == MSG_NIL or mtype == MSG_FILL_OLD or mtype == MSG_FILL \
+                or mtype == MSG_COMMENT or mtype == MSG_MTIME_OLD or mtype == MSG_MTIME \
+                or mtype == MSG_BTREE_K or mtype == MSG_REFCOUNT or mtype == MSG_GROUP_INFO:
+            return 0
+        if flags & 0x02:                    # shared: stored elsewhere
+            unreadable()
+        if mtype == MSG_CONTINUATION:
+            if size < 16:
+                damaged("a short continuation message", addr)
+            add_block(blocks, addr, u64(d), u64(d + 8))
+        elif mtype == MSG_SYMBOL_TABLE:
+            if size < 16:
+                damaged("a short symbol table message", addr)
+            if h.kind != KIND_NONE:
+                unreadable()
+            h.kind = KIND_GROUP
+            h.group_btree = u64(d)
+            h.group_heap = u64(d + 8)
+        elif mtype == MSG_LINK_INFO:
+            if h.kind != KIND_NONE:
+                unreadable()
+            link_info(d, size, h)
+            h.kind = KIND_GROUP
+            h.links_group = True
+        elif mtype == MSG_LINK:
+            self.links.append(link(d, size))
+        elif mtype == MSG_ATTRIBUTE_INFO:
+            # attributes kept in a fractal heap: an "id_" could be among them
+            if size < 10 or u64(d + 2 + (2 if d[1] & 0x01 else 0)) != UNDEF:
+                unreadable()
+        elif mtype == MSG_ATTRIBUTE:
+            self.attribute(d, size, h)
+        elif mtype == MSG_DATASPACE:
+            if h.have_space:
+                unreadable()
+            dataspace(d, size, h)
+            h.have_space = True
+        elif mtype == MSG_DATATYPE:
+            if h.have_type:
+                unreadable()
+            typenum_of(d, size, &h.typenum, &h.itemsize)
+            h.have_type = True
+        elif mtype == MSG_LAYOUT:
+            if h.have_layout:
+                unreadable()
+            layout(d, size, <uint64_t>(d - self.base), h)
+            h.have_layout = True
+        elif mtype == MSG_FILTERS:
+            h.filtered = True
+        else:
+            unreadable()
+        return 0
+
+    cdef int attribute(self, const uint8_t* d, uint64_t n, Header* h) except -1:
+        """Note an attribute named "id_": its value when it is a scalar
+        UTF-8 string (as h5py writes a str), else h.has_id_attr."""
+        cdef uint64_t name_at, name_size, type_size, space_size, pos, length
+        cdef const uint8_t* t
+        cdef const uint8_t* sp
+        cdef int version
+        if n < 8:
+            damaged("a short attribute message", 0)
+        version = d[0]
+        if version == 1 or version == 2:
+            name_at = 8
+        elif version == 3:
+            name_at = 9
+        else:
+            unreadable()
+        name_size = u16(d + 2)              # with its NUL
+        type_size = u16(d + 4)
+        space_size = u16(d + 6)
+        if name_at > n or name_size == 0 or name_size > n - name_at:
+            damaged("an attribute name longer than its message", 0)
+        if not (name_size == 4 and memcmp(d + name_at, b"id_\0", 4) == 0):
+            return 0
+        h.has_id_attr = True
+        if version > 1 and d[1] & 0x03:     # shared datatype or dataspace
+            return 0
+        pos = name_at + (pad8(name_size) if version == 1 else name_size)
+        if pos > n or type_size > n - pos:
+            return 0
+        t = d + pos
+        pos += pad8(type_size) if version == 1 else type_size
+        if pos > n or space_size > n - pos:
+            return 0
+        sp = d + pos
+        pos += pad8(space_size) if version == 1 else space_size
+        # a variable-length UTF-8 string (class 9, type 1, charset 1), scalar
+        if type_size < 8 or (t[0] & 0x0F) != 9 or (t[1] & 0x0F) != 1 or (t[2] & 0x0F) != 1:
+            return 0
+        if space_size < 2 or not ((sp[0] == 1 and sp[1] == 0) or
+                                  (sp[0] == 2 and sp[1] == 0 and space_size >= 4 and sp[3] == 0)):
+            return 0
+        if pos > n or n - pos < 16:
+            return 0
+        length = u32(d + pos)
+        value = self.global_object(u64(d + pos + 4), u32(d + pos + 12), length)
+        if value is not None:
+            self.id_value = value
+            h.has_id_attr = False
+        return 0
+
+    cdef object global_object(self, uint64_t collection, uint32_t index, uint64_t length):
+        """The first `length` bytes of object `index` of a global heap
+        collection, decoded as UTF-8 (None when not UTF-8: h5py's path then
+        reads the attribute)."""
+        cdef const uint8_t* p = self.at(collection, 16)
+        cdef uint64_t size, pos = 16, object_size
+        if memcmp(p, b"GCOL", 4) != 0 or p[4] != 1:
+            damaged("not a global heap collection", collection)
+        size = u64(p + 8)
+        p = self.at(collection, size)
+        if size < 16:
+            damaged("a global heap collection shorter than its header", collection)
+        while size - pos >= 16:
+            object_size = u64(p + pos + 8)
+            if u16(p + pos) == 0:           # the free space: the end
+                break
+            if object_size > size - pos - 16:
+                damaged("a global heap object longer than its collection", collection + pos)
+            if u16(p + pos) == index:
+                if length > object_size:
+                    damaged("a string longer than its global heap object", collection + pos)
+                try:
+                    return PyUnicode_DecodeUTF8(<const char*>p + pos + 16, length, NULL)
+                except UnicodeDecodeError:
+                    return None
+            pos += 16 + pad8(object_size)
+        # (libhdf5 loops forever on some such collections)
+        damaged(f"no object {index} in the global heap collection", collection)
 
     cdef int members(self, uint64_t btree, uint64_t heap, dict out, bint as_bytes) except -1:
         """A symbol-table group's members, name -> object header address,
@@ -579,7 +814,20 @@ cdef class File:
         cdef Header h
         cdef dict members = {}
         cdef dict out = {}
-        self.members(group.group_btree, group.group_heap, members, False)
+        cdef list links
+        if group.links_group:
+            links = self.links
+            links.sort(key=creation_index if group.creation_order else link_name)
+            for corder, name, addr in links:
+                try:
+                    key = name.decode("utf-8")
+                except UnicodeDecodeError:  # h5py's path shows such names replaced
+                    unreadable()
+                if key in members:
+                    damaged(f"a second member named {key!r:.60}", addr)
+                members[key] = addr
+        else:
+            self.members(group.group_btree, group.group_heap, members, False)
         for key, addr in members.items():
             self.header(addr, &h)
             if h.kind == KIND_GROUP:
@@ -751,21 +999,55 @@ cdef void place(Chunks* c, const uint8_t* key, const uint8_t* chunk) noexcept:
             return
 
 
-cdef bint attribute_is_id(const uint8_t* d, uint64_t n) except -1:
-    """Whether the attribute message (d, n bytes) is named "id_"."""
-    cdef uint64_t name_at, name_size
-    if n < 8:
+cdef int link_info(const uint8_t* d, uint64_t n, Header* h) except -1:
+    # version 0, flags, [maximum creation index], fractal heap, name index,
+    # [creation order index]
+    cdef uint64_t pos = 2
+    if n < 2 or d[0] != 0:
         unreadable()
-    if d[0] == 1 or d[0] == 2:
-        name_at = 8
-    elif d[0] == 3:
-        name_at = 9
-    else:
+    if d[1] & 0x01:
+        h.creation_order = True
+        pos += 8
+    if n < pos + 16:
+        damaged("a short link info message", 0)
+    if u64(d + pos) != UNDEF:             # links in a fractal heap ("dense")
         unreadable()
-    name_size = u16(d + 2)                  # with its NUL
-    if name_at > n or name_size == 0 or name_size > n - name_at:
-        damaged("an attribute name longer than its message", 0)
-    return name_size == 4 and memcmp(d + name_at, b"id_\0", 4) == 0
+    return 0
+
+
+cdef object link(const uint8_t* d, uint64_t n):
+    """(creation index, name, object header address) of a hard link
+    message."""
+    cdef uint8_t flags
+    cdef uint64_t pos = 2, name_size = 0, corder = 0
+    cdef int k, kind = 0
+    if n < 2 or d[0] != 1:
+        damaged("a link message of no known version", 0)
+    flags = d[1]
+    if flags & 0x08:
+        if n < pos + 1:
+            damaged("a short link message", 0)
+        kind = d[pos]
+        pos += 1
+    if flags & 0x04:
+        if n < pos + 8:
+            damaged("a short link message", 0)
+        corder = u64(d + pos)
+        pos += 8
+    if flags & 0x10:
+        pos += 1
+    if n < pos + (1 << (flags & 3)):
+        damaged("a short link message", 0)
+    for k in range(1 << (flags & 3)):
+        name_size |= <uint64_t>d[pos + k] << (8 * k)
+    pos += 1 << (flags & 3)
+    if name_size == 0 or name_size > n - pos:
+        damaged("a link name longer than its message", 0)
+    if kind != 0:                           # soft or external
+        unreadable()
+    if n - pos - name_size < 8:
+        damaged("a short link message", 0)
+    return (corder, (<const char*>d + pos)[:name_size], u64(d + pos + name_size))
 
 
 cdef int dataspace(const uint8_t* d, uint64_t n, Header* h) except -1:
