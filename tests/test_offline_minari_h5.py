@@ -7,14 +7,18 @@
   several levels, empty and one-step episodes). "parsed only" reads replace
   h5py's per-episode reader by one that fails, so they prove that the
   parsed path read every episode.
+* Files to_minari writes (creation-ordered groups: version 2 headers,
+  links as messages, an id_ string per episode in the global heap) and
+  files with a creation-ordered root are parsed too, in h5py's order.
 * What the parser does not read (filters, big-endian numbers, the newest
-  file format, creation-ordered groups, strings, soft links, chunks never
-  written, an id_ attribute) goes to h5py, with the same result; damaged
-  episodes give h5py's path's error, word for word.
+  file format, strings, soft links, chunks never written, an id_ that is
+  not a UTF-8 string) goes to h5py, with the same result; damaged episodes
+  give h5py's path's error, word for word.
 * Damaged files (cut at many points, flipped metadata bytes, lying counts,
-  sizes and addresses, cyclic B-trees and continuation chains) give a
-  ValueError naming the file, the data as written, or what h5py's path
-  reads from them; never a crash or a hang (they run in a child process).
+  sizes and addresses, cyclic B-trees and continuation chains, broken
+  global heaps), Minari's and ours, give a ValueError naming the file, the
+  data as written, or what h5py's path reads from them; never a crash or a
+  hang (they run in a child process).
 """
 from __future__ import annotations
 

@@ -3,21 +3,28 @@
 libhdf5 spends tens of microseconds opening, reading and closing each
 dataset; a Minari episode is five or more small datasets. This module reads
 the structures that h5py writes with its default settings (the oldest file
-format that holds the data), straight from a memory map of the file:
+format that holds the data; Minari's files) and with track_order=True
+(to_minari's files), straight from a memory map of the file:
 
 * superblock version 0 or 1 with 8-byte addresses and lengths, no user
   block and no special file driver;
-* version 1 object headers, with continuation blocks;
+* version 1 object headers, with continuation blocks, and version 2 ones
+  (their checksums checked);
 * groups held in a symbol table (a version 1 B-tree of symbol table nodes
-  and a local heap of names), hard links only;
+  and a local heap of names), or as link messages in their header (listed
+  in creation order when the group tracks it, as h5py lists them); hard
+  links only. A root that keeps its links in a fractal heap is listed by
+  the caller (through h5py) and handed over (use_root);
 * datasets of little-endian integers, IEEE floats or h5py's bools (an
   8-bit enum FALSE/TRUE), with a simple dataspace of rank >= 1 and compact,
   contiguous or chunked storage (a version 1 B-tree of unfiltered chunks),
-  every byte of the data stored.
+  every byte of the data stored;
+* a group's "id_" attribute when it is a scalar UTF-8 string (in the
+  global heap, as h5py writes a str).
 
-Anything else (compression and other filters, strings, variable-length
-data, newer object headers and groups, soft links, data never written)
-makes a read return None, and the caller reads that part through h5py as
+Anything else (compression and other filters, string datasets,
+variable-length data, links in a fractal heap below the root, soft links,
+data never written) makes a read return None, and the caller reads that part through h5py as
 before. A structure that does not add up (an address past the end of the
 file, a B-tree whose levels do not step down, a header continued into
 itself, a chunk stored twice, more structures than the file could hold)
