@@ -185,8 +185,12 @@ cdef struct Blocks:
     uint64_t length[MAX_BLOCKS]
 
 
-cdef int add_block(Blocks* blocks, uint64_t header, uint64_t addr, uint64_t length) except -1:
+cdef int add_block(Blocks* blocks, uint64_t header, uint64_t addr, uint64_t length,
+                   uint64_t size) except -1:
+    # (size: the file's; the block's end is computed from addr + length)
     cdef int k
+    if addr > size or length > size - addr:
+        damaged("a header block past the end of the file", header)
     for k in range(blocks.n):
         if blocks.addr[k] == addr:
             damaged("a header continued into itself", header)
@@ -548,7 +552,7 @@ cdef class File:
         cdef const uint8_t* block
         cdef uint64_t nmessages = u16(p + 2), seen = 0, off, size, length
         cdef int b = 0
-        add_block(blocks, addr, addr + 16, u32(p + 8))
+        add_block(blocks, addr, addr + 16, u32(p + 8), self.size)
         while b < blocks.n:
             length = blocks.length[b]
             block = self.at(blocks.addr[b], length)
@@ -587,7 +591,7 @@ cdef class File:
         for k in range(1 << (flags & 3)):
             length |= <uint64_t>p[pos + k] << (8 * k)
         pos += 1 << (flags & 3)
-        add_block(blocks, addr, addr + pos, length)
+        add_block(blocks, addr, addr + pos, length, self.size)
         while b < blocks.n:
             # the first block's checksum covers the prefix; a continuation
             # block is "OCHK", messages, checksum
@@ -622,7 +626,7 @@ cdef class File:
         if mtype == MSG_CONTINUATION:
             if size < 16:
                 damaged("a short continuation message", addr)
-            add_block(blocks, addr, u64(d), u64(d + 8))
+            add_block(blocks, addr, u64(d), u64(d + 8), self.size)
         elif mtype == MSG_SYMBOL_TABLE:
             if size < 16:
                 damaged("a short symbol table message", addr)
@@ -641,7 +645,9 @@ cdef class File:
             self.links.append(link(d, size))
         elif mtype == MSG_ATTRIBUTE_INFO:
             # attributes kept in a fractal heap: an "id_" could be among them
-            if size < 10 or u64(d + 2 + (2 if d[1] & 0x01 else 0)) != UNDEF:
+            if size < 2 or size < <uint64_t>(18 + (2 if d[1] & 0x01 else 0)):
+                damaged("a short attribute info message", addr)
+            if u64(d + 2 + (2 if d[1] & 0x01 else 0)) != UNDEF:
                 unreadable()
         elif mtype == MSG_ATTRIBUTE:
             self.attribute(d, size, h)
