@@ -564,24 +564,64 @@ def _build(index: int, id_: Optional[str], obs: dict, actions: dict, rewards: np
 # -- reading HDF5 ---------------------------------------------------------------------
 
 class _HDF5Reader:
-    """Episodes from main_data.hdf5 through h5py's low-level API: one open
-    and one read per stored array, into an array allocated after its shape
-    is checked."""
+    """Episodes from main_data.hdf5. The structures h5py writes by default
+    (Minari's files) are parsed by episode._hdf5 from a memory map, a few
+    microseconds per episode; an episode holding anything else (pictures,
+    strings, filters, newer structures, an id_) or failing a check is read
+    through h5py's low-level API, one open and one read per stored array
+    into an array allocated after its shape is checked, which also gives
+    the errors."""
 
     def __init__(self, data_path: pathlib.Path, meta: _Metadata):
+        _h5py()
+        self.meta = meta
+        self.data_path = data_path
+        self.file = data_path / _HDF5_FILE
+        self.h5: Any = None
+        self.index: Optional[int] = None
+        self.obs = [(leaf, b"observations" + leaf.h5.encode()) for leaf in meta.obs_leaves]
+        self.actions = [(leaf, b"actions" + leaf.h5.encode()) for leaf in meta.action_leaves]
+        self.fast: Any = None
+        if sys.byteorder == "little" and all(leaf.kind == "numeric" for leaf in
+                                             meta.obs_leaves + meta.action_leaves):
+            from episode import _hdf5
+            self.damaged = _hdf5.Damaged
+            try:
+                self.fast = _hdf5.File(self.file)
+            except (_hdf5.Unreadable, OSError):
+                pass
+            except _hdf5.Damaged as exc:
+                raise ValueError(f"{self.file}: {exc}") from None
+        if self.fast is None or self.fast.root is None:
+            self._open_h5py()
+        if self.fast is not None and self.fast.root is None:
+            # A root that keeps its links' creation order: h5py lists it
+            # (one pass), the parser reads the episodes' groups.
+            members: Dict[bytes, int] = {}
+            hard = self.h5py.h5l.TYPE_HARD
+            try:
+                self.h5.id.links.iterate(
+                    lambda name, info: members.__setitem__(name, info.u)
+                    if info.type == hard else None, info=True)
+            except (RuntimeError, OSError, ValueError, KeyError):
+                # (h5py's path then meets it, episode by episode, as before)
+                self.fast.close()
+                self.fast = None
+            else:
+                self.fast.use_root(members)
+
+    def _open_h5py(self) -> None:
         h5py = _h5py()
         from h5py import h5a, h5d, h5g, h5o, h5s, h5t
         self.h5py, self.h5a, self.h5d, self.h5g, self.h5o, self.h5t = h5py, h5a, h5d, h5g, h5o, h5t
         self.all = h5s.ALL
-        self.meta = meta
-        self.file = data_path / _HDF5_FILE
         try:
             self.size = self.file.stat().st_size
             if not h5py.is_hdf5(self.file):
                 raise ValueError(f"{self.file}: not an HDF5 file")
             self.h5 = h5py.File(self.file, "r")
         except FileNotFoundError:
-            raise ValueError(f"{data_path}: a Minari HDF5 dataset holds {_HDF5_FILE}") \
+            raise ValueError(f"{self.data_path}: a Minari HDF5 dataset holds {_HDF5_FILE}") \
                 from None
         except (OSError, RuntimeError) as exc:
             raise ValueError(f"{self.file}: not a readable HDF5 file ({exc})") from None
@@ -589,19 +629,59 @@ class _HDF5Reader:
         # under that name: datasets of one name share their type, and a type
         # compare is cheaper than making the dtype again.
         self.types: Dict[bytes, tuple] = {}
-        self.index: Optional[int] = None
-        self.obs = [(leaf, b"observations" + leaf.h5.encode()) for leaf in meta.obs_leaves]
-        self.actions = [(leaf, b"actions" + leaf.h5.encode()) for leaf in meta.action_leaves]
 
     def close(self) -> None:
-        self.h5.close()
+        if self.fast is not None:
+            self.fast.close()
+        if self.h5 is not None:
+            self.h5.close()
 
     def episodes(self, indices: List[int]) -> Iterable[SingleAgentEpisode]:
         """The episodes at `indices`, in order (self.index names the one
         being read)."""
         for i in indices:
             self.index = i
-            yield self.episode(i)
+            episode = None if self.fast is None else self._parsed(i)
+            yield self.episode(i) if episode is None else episode
+
+    def _parsed(self, i: int) -> Optional[SingleAgentEpisode]:
+        """Episode i from the parsed file, or None when h5py is to read it:
+        the same checks as below, on the same arrays, but any doubt hands
+        the episode to h5py (whose path gives the errors)."""
+        try:
+            tree = self.fast.group(b"episode_%d" % i)
+        except self.damaged as exc:
+            # (rather than h5py's path: libhdf5 crashes on some such damage)
+            raise _Damaged(str(exc)) from None
+        if tree is None:
+            return None
+        tree, id_ = tree
+        try:
+            rewards = tree.get("rewards")
+            if not _is_rows(rewards, "biuf", None) or rewards.ndim != 1 \
+                    or len(rewards) > self.meta.total_steps:
+                return None
+            n = len(rewards)
+            flags = []
+            for name in ("terminations", "truncations"):
+                arr = tree.get(name)
+                if not _is_rows(arr, "biu", n) or arr.ndim != 1:
+                    return None
+                flags.append(_flag(arr, name))
+            obs = _parsed_leaves(tree.get("observations"), self.meta.obs_leaves, n + 1)
+            actions = _parsed_leaves(tree.get("actions"), self.meta.action_leaves, n)
+            infos = tree.get("infos")
+            if obs is None or actions is None or not (infos is None or _fits(infos, n + 1)):
+                return None
+            extras = tree.get(_EXTRAS, {})
+            if not isinstance(extras, dict) or \
+                    not all(_is_rows(v, "biuf", n) for v in extras.values()):
+                return None
+            info_column = _info_column(infos, n + 1, "infos")
+        except _Damaged:
+            return None
+        return _build(i, id_, obs, actions, rewards, flags[0], flags[1], info_column,
+                      extras, self.meta)
 
     def _open(self, loc, name: bytes, what: str):
         try:
@@ -715,6 +795,8 @@ class _HDF5Reader:
         return out
 
     def episode(self, i: int) -> SingleAgentEpisode:
+        if self.h5 is None:
+            self._open_h5py()
         try:
             group = self.h5g.open(self.h5.id, b"episode_%d" % i)
         except KeyError:
@@ -749,6 +831,36 @@ class _HDF5Reader:
                 raise _Damaged(f"its id_ is {type(id_).__name__}, not a string")
         return _build(i, id_, obs, actions, rewards, terminated, truncated,
                       _info_column(infos, n + 1, "infos"), extras, self.meta)
+
+
+def _is_rows(value: Any, kinds: str, rows: Optional[int]) -> bool:
+    return (isinstance(value, np.ndarray) and value.dtype.kind in kinds
+            and (rows is None or len(value) == rows))
+
+
+def _parsed_leaves(tree: Any, leaves: List[_Leaf], rows: int) -> Optional[dict]:
+    """A track's arrays by leaf path from a parsed group (None unless each
+    leaf is `rows` rows of its shape and kind of number)."""
+    out = {}
+    for leaf in leaves:
+        value = tree
+        for p in leaf.path:
+            if not isinstance(value, dict):
+                return None
+            value = value.get(f"_index_{p}" if isinstance(p, int) else p)
+        if not _is_rows(value, leaf.dtype_kinds, rows) or value.shape[1:] != leaf.shape:
+            return None
+        out[leaf.path] = value
+    return out
+
+
+def _fits(tree: Any, rows: int) -> bool:
+    """Whether a parsed infos group holds arrays of `rows` or `rows - 1`
+    rows only (as h5py's path requires)."""
+    if not isinstance(tree, dict):
+        return False
+    return all(_fits(v, rows) if isinstance(v, dict) else len(v) in (rows, rows - 1)
+               for v in tree.values())
 
 
 # -- reading Arrow and Parquet --------------------------------------------------------
