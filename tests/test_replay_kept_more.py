@@ -235,6 +235,28 @@ def test_an_opened_multi_agent_buffer_answers_as_the_saved_one(cls, storage, obj
     _same(_answers(pickled, False), _answers(buffer, False))
 
 
+def test_an_opened_buffers_episode_arrays_are_read_only(tmp_path, monkeypatch):
+    """Pinned difference (docs/differences.md): a multi-agent buffer opened
+    from a folder reads its stored episodes' arrays in place from a
+    read-only mapping, so writing into one taken from `buffer.episodes`
+    raises ValueError and leaves the episode as it was; the saved buffer's
+    arrays are its stored episodes' own, as RLlib's are."""
+    monkeypatch.setattr(kept, "OBJECTS_APART", 0)       # (as a large buffer has them)
+    buffer = _ma_filled(MultiAgentEpisodeReplayBuffer)
+    buffer.save(tmp_path / "kept")
+    opened = MultiAgentEpisodeReplayBuffer.open(tmp_path / "kept")
+    agent = next(iter(buffer.episodes[-1].agent_episodes))
+    mine = buffer.episodes[-1].agent_episodes[agent].get_rewards()
+    theirs = opened.episodes[-1].agent_episodes[agent].get_rewards()
+    assert np.array_equal(mine, theirs) and len(theirs)
+    before = theirs.copy()
+    with pytest.raises(ValueError, match="read-only"):
+        theirs[0] = 1e9
+    assert np.array_equal(opened.episodes[-1].agent_episodes[agent].get_rewards(), before)
+    mine[0] = 1e9           # (the saved buffer's episode takes the write)
+    assert buffer.episodes[-1].agent_episodes[agent].get_rewards()[0] == 1e9
+
+
 def test_update_priorities_after_open_uses_the_saved_draws(tmp_path):
     """Each module's last draw (sample()'s, sample_batch()'s) is kept:
     update_priorities(priorities, module_id) lands where it would have."""
