@@ -22,7 +22,6 @@
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import pathlib
@@ -49,7 +48,7 @@ from minari.data_collector import EpisodeBuffer  # noqa: E402
 from episode import _hdf5  # noqa: E402
 from episode.offline import minari as module  # noqa: E402
 from episode.offline.minari import from_minari, to_minari  # noqa: E402
-from test_offline_minari import (MINARI_CASES, _minari_buffers, assert_same,  # noqa: E402
+from test_offline_minari import (_minari_buffers, assert_same,  # noqa: E402
                                  canonical_minari, canonical_ours)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
