@@ -1,9 +1,12 @@
 import os
 from typing import Any
 
+from typing_extensions import disjoint_base
+
 class Unreadable(Exception): ...
 class Damaged(ValueError): ...
 
+@disjoint_base
 class File:
     @property
     def root(self) -> dict[bytes, int] | None: ...

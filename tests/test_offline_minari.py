@@ -20,7 +20,6 @@ import pathlib
 import shutil
 import subprocess
 import sys
-import warnings
 from collections import OrderedDict
 
 import gymnasium as gym
@@ -28,6 +27,7 @@ import numpy as np
 import pytest
 
 from children import child_env, limit_child
+from minari_tools import done_flags as _flags, quiet_create as _quiet_create
 
 minari = pytest.importorskip("minari")
 pytest.importorskip("h5py")
@@ -50,13 +50,6 @@ F32 = np.float32
 def root(tmp_path, monkeypatch):
     monkeypatch.setenv("MINARI_DATASETS_PATH", str(tmp_path))
     return tmp_path
-
-
-def _quiet_create(*args, **kwargs):
-    # Minari warns about every metadata field left out.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return minari.create_dataset_from_buffers(*args, **kwargs)
 
 
 # -- canonical forms: what a step holds, whoever stored it ---------------------------
@@ -384,13 +377,6 @@ def test_round_trip_is_exact(case, fmt, tmp_path_factory):
 
 def _rng(seed=0):
     return np.random.default_rng(seed)
-
-
-def _flags(n, end):
-    out = np.zeros(n, bool)
-    if n and end:
-        out[-1] = True
-    return out
 
 
 MINARI_CASES = {

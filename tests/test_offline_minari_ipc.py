@@ -22,13 +22,13 @@ import shutil
 import subprocess
 import sys
 import types
-import warnings
 
 import gymnasium as gym
 import numpy as np
 import pytest
 
 from children import child_env, limit_child
+from minari_tools import done_flags as _flags, quiet_create as _quiet_create
 
 pa = pytest.importorskip("pyarrow")
 pytest.importorskip("pyarrow.ipc")
@@ -356,19 +356,6 @@ def _read_both(monkeypatch, source, **kw):
         slow = _outcome(lambda: from_minari(source, **kw))
     assert_same_outcome(fast, slow)
     return fast
-
-
-def _quiet_create(*args, **kwargs):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return minari.create_dataset_from_buffers(*args, **kwargs)
-
-
-def _flags(n, end):
-    out = np.zeros(n, bool)
-    if n and end:
-        out[-1] = True
-    return out
 
 
 CASES = {

@@ -5,7 +5,6 @@ the opened buffer answers as the saved one and as a pickled copy, and goes
 on alike; a frame number outside the saved frames, like any damaged or
 foreign file, is refused with an error naming it."""
 import ast
-import hashlib
 import os
 import pickle
 import subprocess
@@ -15,6 +14,7 @@ import numpy as np
 import pytest
 
 from difftools import compare
+from test_replay_kept import _resign
 from replay_tools import chunk_episode, episode_view, multi_agent_stream, module_of, plain_state
 from test_replay_frames import LAYOUTS, stacked_stream
 
@@ -622,13 +622,6 @@ def saved(saved_ma, tmp_path):
     for name in os.listdir(saved_ma):
         (tmp_path / name).write_bytes((saved_ma / name).read_bytes())
     return tmp_path
-
-
-def _resign(folder, meta):
-    payload = pickle.dumps(meta, protocol=5)
-    header = kept.MAGIC + kept._HEADER.pack(kept.FORMAT_VERSION, len(payload),
-                                            hashlib.sha256(payload).digest())
-    (folder / kept.META_NAME).write_bytes(header + payload)
 
 
 def _a_file(folder, kind):

@@ -33,7 +33,7 @@ from libc.stdint cimport (INT64_MAX, int16_t, int32_t, int64_t, uint8_t, uint16_
                           uintptr_t)
 from libc.string cimport memcmp, memcpy
 
-from episode._column cimport CHECKED
+from episode._column cimport CHECKED, array_bytes
 
 cnp.import_array()
 
@@ -487,7 +487,7 @@ cdef object bools(Body* b, int64_t length, int64_t size):
     else:
         dims[0] = length
     arr = cnp.PyArray_EMPTY(2 if size else 1, dims, cnp.NPY_BOOL, 0)
-    out = <uint8_t*>cnp.PyArray_DATA(<cnp.ndarray>arr)
+    out = <uint8_t*>array_bytes(<cnp.ndarray>arr, length)
     for i in range(length):
         out[i] = (bits[i >> 3] >> (i & 7)) & 1
     return arr

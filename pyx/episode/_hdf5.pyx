@@ -43,6 +43,8 @@ from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memchr, memcmp, memcpy, memset
 
+from episode._column cimport array_bytes
+
 cdef extern from *:
     """
     #ifndef EPISODE_CHECKED
@@ -204,11 +206,11 @@ cdef int add_block(Blocks* blocks, uint64_t header, uint64_t addr, uint64_t leng
     return 0
 
 
-def creation_index(link):
+def _creation_index(link):
     return link[0]
 
 
-def link_name(link):
+def _link_name(link):
     return link[1]
 
 
@@ -830,7 +832,7 @@ cdef class File:
         cdef list links
         if group.links_group:
             links = self.links
-            links.sort(key=creation_index if group.creation_order else link_name)
+            links.sort(key=_creation_index if group.creation_order else _link_name)
             for corder, name, addr in links:
                 try:
                     key = name.decode("utf-8")
@@ -876,9 +878,9 @@ cdef class File:
                 return arr
             if h.data_size != nbytes or h.data_addr == UNDEF:
                 unreadable()
-            memcpy(cnp.PyArray_DATA(arr), self.at(h.data_addr, nbytes), nbytes)
+            memcpy(array_bytes(arr, nbytes), self.at(h.data_addr, nbytes), nbytes)
             return arr
-        self.chunked(h, <char*>cnp.PyArray_DATA(arr), nbytes)
+        self.chunked(h, array_bytes(arr, nbytes), nbytes)
         return arr
 
     cdef int chunked(self, const Header* h, char* out, uint64_t nbytes) except -1:
