@@ -33,6 +33,7 @@ from libc.stdint cimport (INT64_MAX, int16_t, int32_t, int64_t, uint8_t, uint16_
                           uintptr_t)
 from libc.string cimport memcmp, memcpy
 
+from episode._bytes cimport le16, le32, le64
 from episode._column cimport CHECKED, array_bytes
 
 cnp.import_array()
@@ -88,33 +89,6 @@ cdef int unsupported() except -1:
 
 
 # -- flatbuffers ------------------------------------------------------------------------
-# Little-endian scalars at unaligned addresses (memcpy: no alignment assumed).
-
-cdef inline int64_t ld_i64(const uint8_t* p) noexcept nogil:
-    cdef int64_t v
-    memcpy(&v, p, 8)
-    return v
-
-cdef inline int32_t ld_i32(const uint8_t* p) noexcept nogil:
-    cdef int32_t v
-    memcpy(&v, p, 4)
-    return v
-
-cdef inline uint32_t ld_u32(const uint8_t* p) noexcept nogil:
-    cdef uint32_t v
-    memcpy(&v, p, 4)
-    return v
-
-cdef inline int16_t ld_i16(const uint8_t* p) noexcept nogil:
-    cdef int16_t v
-    memcpy(&v, p, 2)
-    return v
-
-cdef inline uint16_t ld_u16(const uint8_t* p) noexcept nogil:
-    cdef uint16_t v
-    memcpy(&v, p, 2)
-    return v
-
 
 cdef struct FB:
     const uint8_t* p     # the flatbuffer's first byte
@@ -147,11 +121,11 @@ cdef inline const uint8_t* at(FB* fb, Py_ssize_t pos, Py_ssize_t size) except NU
 cdef int table_at(FB* fb, Py_ssize_t pos, Table* t) except -1:
     cdef Py_ssize_t vt, vsize
     need(fb, pos, 4)
-    vt = pos - <Py_ssize_t>ld_i32(at(fb, pos, 4))
+    vt = pos - <Py_ssize_t><int32_t>le32(at(fb, pos, 4))
     if vt < 0 or vt % 2 or vt > fb.n - 4:
         unsupported()
-    vsize = ld_u16(at(fb, vt, 2))
-    t.size = ld_u16(at(fb, vt + 2, 2))
+    vsize = le16(at(fb, vt, 2))
+    t.size = le16(at(fb, vt + 2, 2))
     if vsize < 4 or vsize % 2 or vt > fb.n - vsize or t.size < 4 or pos > fb.n - t.size:
         unsupported()
     fb.tables += 1
@@ -166,7 +140,7 @@ cdef int only_fields(FB* fb, Table* t, Py_ssize_t known) except -1:
     does not know is left to pyarrow)."""
     cdef Py_ssize_t i
     for i in range(known, t.slots):
-        if ld_u16(at(fb, t.vt + 4 + 2 * i, 2)) != 0:
+        if le16(at(fb, t.vt + 4 + 2 * i, 2)) != 0:
             unsupported()
     return 0
 
@@ -176,7 +150,7 @@ cdef Py_ssize_t field_at(FB* fb, Table* t, Py_ssize_t slot, Py_ssize_t size) exc
     cdef Py_ssize_t off
     if slot >= t.slots:
         return -1
-    off = ld_u16(at(fb, t.vt + 4 + 2 * slot, 2))
+    off = le16(at(fb, t.vt + 4 + 2 * slot, 2))
     if off == 0:
         return -1
     if off > t.size - size:
@@ -187,15 +161,15 @@ cdef Py_ssize_t field_at(FB* fb, Table* t, Py_ssize_t slot, Py_ssize_t size) exc
 
 cdef int64_t get_i64(FB* fb, Table* t, Py_ssize_t slot, int64_t default) except? -1:
     cdef Py_ssize_t pos = field_at(fb, t, slot, 8)
-    return default if pos < 0 else ld_i64(at(fb, pos, 8))
+    return default if pos < 0 else <int64_t>le64(at(fb, pos, 8))
 
 cdef int64_t get_i32(FB* fb, Table* t, Py_ssize_t slot, int64_t default) except? -1:
     cdef Py_ssize_t pos = field_at(fb, t, slot, 4)
-    return default if pos < 0 else ld_i32(at(fb, pos, 4))
+    return default if pos < 0 else <int32_t>le32(at(fb, pos, 4))
 
 cdef int64_t get_i16(FB* fb, Table* t, Py_ssize_t slot, int64_t default) except? -1:
     cdef Py_ssize_t pos = field_at(fb, t, slot, 2)
-    return default if pos < 0 else ld_i16(at(fb, pos, 2))
+    return default if pos < 0 else <int16_t>le16(at(fb, pos, 2))
 
 cdef int64_t get_u8(FB* fb, Table* t, Py_ssize_t slot, int64_t default) except? -1:
     cdef Py_ssize_t pos = field_at(fb, t, slot, 1)
@@ -207,7 +181,7 @@ cdef Py_ssize_t follow(FB* fb, Py_ssize_t pos) except -2:
     negative as a signed offset, inside the buffer)."""
     cdef uint32_t off
     need(fb, pos, 4)
-    off = ld_u32(at(fb, pos, 4))
+    off = le32(at(fb, pos, 4))
     if off == 0 or off > 0x7FFFFFFF or pos + <Py_ssize_t>off >= fb.n:
         unsupported()
     return pos + off
@@ -232,7 +206,7 @@ cdef Py_ssize_t vector_at(FB* fb, Py_ssize_t pos, Py_ssize_t elem, Py_ssize_t* c
     first) of `count` elements of `elem` bytes, each aligned as one."""
     cdef Py_ssize_t n
     need(fb, pos, 4)
-    n = ld_u32(at(fb, pos, 4))
+    n = le32(at(fb, pos, 4))
     if n > (fb.n - pos - 4) // elem:
         unsupported()
     if n:
@@ -253,7 +227,7 @@ cdef bytes string_at(FB* fb, Py_ssize_t pos):
     """The string at `pos`: its length, its bytes and a terminating zero."""
     cdef Py_ssize_t n, first
     need(fb, pos, 4)
-    n = ld_u32(at(fb, pos, 4))
+    n = le32(at(fb, pos, 4))
     first = pos + 4
     if n > fb.n - first - 1 or at(fb, first + n, 1)[0] != 0:
         unsupported()
@@ -430,7 +404,7 @@ cdef int64_t take_node(Body* b, int64_t length) except -1:
         unsupported()
     node = b.nodes + 16 * b.node
     b.node += 1
-    if ld_i64(node) != length or ld_i64(node + 8) != 0:
+    if <int64_t>le64(node) != length or <int64_t>le64(node + 8) != 0:
         unsupported()
     return 0
 
@@ -443,7 +417,7 @@ cdef const uint8_t* take_buffer(Body* b, int64_t need_bytes) except NULL:
     if b.buffer >= b.n_buffers:
         unsupported()
     buf = b.buffers + 16 * b.buffer
-    offset, length = ld_i64(buf), ld_i64(buf + 8)
+    offset, length = <int64_t>le64(buf), <int64_t>le64(buf + 8)
     b.buffer += 1
     if (offset < 0 or offset % 8 or length < need_bytes or offset > b.n
             or length > b.n - offset):
@@ -759,7 +733,7 @@ cdef object parse(const uint8_t* p, Py_ssize_t n, object base):
     if (n < 8 + TAIL or memcmp(at(&whole, 0, 6), <const char*>MAGIC, 6)
             or memcmp(at(&whole, n - 6, 6), <const char*>MAGIC, 6)):
         unsupported()
-    footer_size = ld_i32(at(&whole, n - TAIL, 4))
+    footer_size = <int32_t>le32(at(&whole, n - TAIL, 4))
     if footer_size <= 0 or footer_size > n - 8 - TAIL:
         unsupported()
     footer_start = n - TAIL - footer_size
@@ -779,7 +753,7 @@ cdef object parse(const uint8_t* p, Py_ssize_t n, object base):
     if count != 1:
         unsupported()
     block = at(&footer, first, 24)
-    offset, meta_size, body_size = ld_i64(block), ld_i32(block + 8), ld_i64(block + 16)
+    offset, meta_size, body_size = <int64_t>le64(block), <int32_t>le32(block + 8), <int64_t>le64(block + 16)
 
     # Schema: endianness, fields, custom_metadata, features.
     if not get_table(&footer, &t_footer, 1, &t_schema):
@@ -799,8 +773,8 @@ cdef object parse(const uint8_t* p, Py_ssize_t n, object base):
             or offset > footer_start or meta_size > footer_start - offset
             or body_size > footer_start - offset - meta_size):
         unsupported()
-    if (ld_u32(at(&whole, offset, 4)) != 0xFFFFFFFF
-            or ld_i32(at(&whole, offset + 4, 4)) != meta_size - 8):
+    if (le32(at(&whole, offset, 4)) != 0xFFFFFFFF
+            or <int32_t>le32(at(&whole, offset + 4, 4)) != meta_size - 8):
         unsupported()
     message.p, message.n = at(&whole, offset + 8, meta_size - 8), meta_size - 8
     message.tables = footer.tables

@@ -43,6 +43,7 @@ from cpython.unicode cimport PyUnicode_DecodeUTF8
 from libc.stdint cimport uint8_t, uint16_t, uint32_t, uint64_t
 from libc.string cimport memchr, memcmp, memcpy, memset
 
+from episode._bytes cimport le16, le32, le64
 from episode._column cimport array_bytes
 
 cdef extern from *:
@@ -229,18 +230,6 @@ cdef struct Chunks:
     uint8_t* marks              # one byte per chunk (NULL for a single chunk)
 
 
-cdef inline uint16_t u16(const uint8_t* p) noexcept nogil:
-    return <uint16_t>p[0] | (<uint16_t>p[1] << 8)
-
-
-cdef inline uint32_t u32(const uint8_t* p) noexcept nogil:
-    return <uint32_t>p[0] | (<uint32_t>p[1] << 8) | (<uint32_t>p[2] << 16) | (<uint32_t>p[3] << 24)
-
-
-cdef inline uint64_t u64(const uint8_t* p) noexcept nogil:
-    return <uint64_t>u32(p) | (<uint64_t>u32(p + 4) << 32)
-
-
 cdef int unreadable() except -1:
     raise Unreadable()
 
@@ -272,13 +261,13 @@ cdef int typenum_of(const uint8_t* d, uint64_t n, int* typenum, uint64_t* itemsi
     cls = d[0] & 0x0F
     version = d[0] >> 4
     bits = <uint32_t>d[1] | (<uint32_t>d[2] << 8) | (<uint32_t>d[3] << 16)
-    size = u32(d + 4)
+    size = le32(d + 4)
     if version < 1 or version > 3:
         unreadable()
     if cls == 0:                                  # fixed-point
         if n < 12 or (bits & ~<uint32_t>0x08) != 0:   # little-endian, zero padding
             unreadable()
-        if u16(d + 8) != 0 or u16(d + 10) != 8 * size:
+        if le16(d + 8) != 0 or le16(d + 10) != 8 * size:
             unreadable()
         typenum[0] = -1
         if size == 1:
@@ -300,18 +289,18 @@ cdef int typenum_of(const uint8_t* d, uint64_t n, int* typenum, uint64_t* itemsi
         if size == 2:
             typenum[0] = cnp.NPY_FLOAT16
             ok = bits == (0x20 | (15 << 8)) and d[12] == 10 and d[13] == 5 and d[14] == 0 \
-                and d[15] == 10 and u32(d + 16) == 15
+                and d[15] == 10 and le32(d + 16) == 15
         elif size == 4:
             typenum[0] = cnp.NPY_FLOAT32
             ok = bits == (0x20 | (31 << 8)) and d[12] == 23 and d[13] == 8 and d[14] == 0 \
-                and d[15] == 23 and u32(d + 16) == 127
+                and d[15] == 23 and le32(d + 16) == 127
         elif size == 8:
             typenum[0] = cnp.NPY_FLOAT64
             ok = bits == (0x20 | (63 << 8)) and d[12] == 52 and d[13] == 11 and d[14] == 0 \
-                and d[15] == 52 and u32(d + 16) == 1023
+                and d[15] == 52 and le32(d + 16) == 1023
         else:
             ok = False
-        if not ok or u16(d + 8) != 0 or u16(d + 10) != 8 * size:
+        if not ok or le16(d + 8) != 0 or le16(d + 10) != 8 * size:
             unreadable()
         itemsize[0] = size
         return 0
@@ -395,15 +384,15 @@ cdef class File:
                 if self.size < SB_SIZE + 4:
                     unreadable()
             # base address, free space, end of file, driver information
-            if u64(p + 24) != 0 or u64(p + 48) != UNDEF:
+            if le64(p + 24) != 0 or le64(p + 48) != UNDEF:
                 unreadable()
-            eof = u64(p + 40)
+            eof = le64(p + 40)
             if eof > self.size:             # truncated: libhdf5 refuses it too
                 unreadable()
             self.size = eof
             self.budget = self.size // 8 + 64
             try:
-                self.header(u64(p + 56 + 8), &h)
+                self.header(le64(p + 56 + 8), &h)
             except Unreadable:              # a newer root group: see use_root
                 h.kind = KIND_NONE
             if h.kind == KIND_GROUP and h.links_group:
@@ -552,21 +541,21 @@ cdef class File:
     cdef int header_v1(self, uint64_t addr, Header* h, Blocks* blocks) except -1:
         cdef const uint8_t* p = self.at(addr, 16)
         cdef const uint8_t* block
-        cdef uint64_t nmessages = u16(p + 2), seen = 0, off, size, length
+        cdef uint64_t nmessages = le16(p + 2), seen = 0, off, size, length
         cdef int b = 0
-        add_block(blocks, addr, addr + 16, u32(p + 8), self.size)
+        add_block(blocks, addr, addr + 16, le32(p + 8), self.size)
         while b < blocks.n:
             length = blocks.length[b]
             block = self.at(blocks.addr[b], length)
             off = 0
             while length - off >= 8:
-                size = u16(block + off + 2)
+                size = le16(block + off + 2)
                 if size > length - off - 8:
                     damaged("a header message longer than its block", blocks.addr[b] + off)
                 seen += 1
                 if seen > nmessages:
                     damaged("more header messages than the header counts", addr)
-                self.message(u16(block + off), block[off + 4], block + off + 8, size, addr, h,
+                self.message(le16(block + off), block[off + 4], block + off + 8, size, addr, h,
                              blocks)
                 off += 8 + size
             b += 1
@@ -605,11 +594,11 @@ cdef class File:
                     damaged("not an object header continuation block", start)
                 end -= 4
             p = self.at(start, end - start + 4)
-            if lookup3(p, end - start) != u32(p + (end - start)):
+            if lookup3(p, end - start) != le32(p + (end - start)):
                 damaged("an object header whose checksum does not match", start)
             off = blocks.addr[b] + (0 if b == 0 else 4) - start
             while (end - start) - off >= <uint64_t>head:
-                size = u16(p + off + 1)
+                size = le16(p + off + 1)
                 if size > (end - start) - off - head:
                     damaged("a header message longer than its block", start + off)
                 self.message(p[off], p[off + 3], p + off + head, size, addr, h, blocks)
@@ -628,15 +617,15 @@ cdef class File:
         if mtype == MSG_CONTINUATION:
             if size < 16:
                 damaged("a short continuation message", addr)
-            add_block(blocks, addr, u64(d), u64(d + 8), self.size)
+            add_block(blocks, addr, le64(d), le64(d + 8), self.size)
         elif mtype == MSG_SYMBOL_TABLE:
             if size < 16:
                 damaged("a short symbol table message", addr)
             if h.kind != KIND_NONE:
                 unreadable()
             h.kind = KIND_GROUP
-            h.group_btree = u64(d)
-            h.group_heap = u64(d + 8)
+            h.group_btree = le64(d)
+            h.group_heap = le64(d + 8)
         elif mtype == MSG_LINK_INFO:
             if h.kind != KIND_NONE:
                 unreadable()
@@ -649,7 +638,7 @@ cdef class File:
             # attributes kept in a fractal heap: an "id_" could be among them
             if size < 2 or size < <uint64_t>(18 + (2 if d[1] & 0x01 else 0)):
                 damaged("a short attribute info message", addr)
-            if u64(d + 2 + (2 if d[1] & 0x01 else 0)) != UNDEF:
+            if le64(d + 2 + (2 if d[1] & 0x01 else 0)) != UNDEF:
                 unreadable()
         elif mtype == MSG_ATTRIBUTE:
             self.attribute(d, size, h)
@@ -690,9 +679,9 @@ cdef class File:
             name_at = 9
         else:
             unreadable()
-        name_size = u16(d + 2)              # with its NUL
-        type_size = u16(d + 4)
-        space_size = u16(d + 6)
+        name_size = le16(d + 2)              # with its NUL
+        type_size = le16(d + 4)
+        space_size = le16(d + 6)
         if name_at > n or name_size == 0 or name_size > n - name_at:
             damaged("an attribute name longer than its message", 0)
         if not (name_size == 4 and memcmp(d + name_at, b"id_\0", 4) == 0):
@@ -717,8 +706,8 @@ cdef class File:
             return 0
         if pos > n or n - pos < 16:
             return 0
-        length = u32(d + pos)
-        value = self.global_object(u64(d + pos + 4), u32(d + pos + 12), length)
+        length = le32(d + pos)
+        value = self.global_object(le64(d + pos + 4), le32(d + pos + 12), length)
         if value is not None:
             self.id_value = value
             h.has_id_attr = False
@@ -732,17 +721,17 @@ cdef class File:
         cdef uint64_t size, pos = 16, object_size
         if memcmp(p, b"GCOL", 4) != 0 or p[4] != 1:
             damaged("not a global heap collection", collection)
-        size = u64(p + 8)
+        size = le64(p + 8)
         p = self.at(collection, size)
         if size < 16:
             damaged("a global heap collection shorter than its header", collection)
         while size - pos >= 16:
-            object_size = u64(p + pos + 8)
-            if u16(p + pos) == 0:           # the free space: the end
+            object_size = le64(p + pos + 8)
+            if le16(p + pos) == 0:           # the free space: the end
                 break
             if object_size > size - pos - 16:
                 damaged("a global heap object longer than its collection", collection + pos)
-            if u16(p + pos) == index:
+            if le16(p + pos) == index:
                 if length > object_size:
                     damaged("a string longer than its global heap object", collection + pos)
                 try:
@@ -761,31 +750,39 @@ cdef class File:
         cdef uint64_t names_size
         if memcmp(p, b"HEAP", 4) != 0 or p[4] != 0:
             damaged("not a local heap", heap)
-        names_size = u64(p + 8)
-        names = self.at(u64(p + 24), names_size)
+        names_size = le64(p + 8)
+        names = self.at(le64(p + 24), names_size)
         self.group_node(btree, -1, names, names_size, out, as_bytes)
         return 0
 
-    cdef int group_node(self, uint64_t addr, int level, const uint8_t* names,
-                        uint64_t names_size, dict out, bint as_bytes) except -1:
+    cdef int btree_node(self, uint64_t addr, int level, int node_type,
+                        uint64_t* entries) except -1:
+        """A version 1 B-tree node's header (node_type 0: a group's, 1: a
+        dataset's chunks), checked: its level and, in entries, its entry count."""
         cdef const uint8_t* p = self.at(addr, 24)
-        cdef uint64_t entries, i
         cdef int node_level
         self.spend(addr)
-        if memcmp(p, b"TREE", 4) != 0 or p[4] != 0:
-            damaged("not a group B-tree node", addr)
+        if memcmp(p, b"TREE", 4) != 0 or p[4] != node_type:
+            damaged("not a chunk B-tree node" if node_type else "not a group B-tree node", addr)
         node_level = p[5]
         if (level >= 0 and node_level != level) or node_level > MAX_LEVEL:
             damaged("a B-tree node out of its level", addr)
-        entries = u16(p + 6)
+        entries[0] = le16(p + 6)
+        return node_level
+
+    cdef int group_node(self, uint64_t addr, int level, const uint8_t* names,
+                        uint64_t names_size, dict out, bint as_bytes) except -1:
+        cdef uint64_t entries, i
+        cdef int node_level = self.btree_node(addr, level, 0, &entries)
+        cdef const uint8_t* p
         # keys (heap offsets) and children interleaved: key0 child0 ... key_n
         p = self.at(addr + 24, entries * 16 + 8)
         for i in range(entries):
             if node_level > 0:
-                self.group_node(u64(p + 16 * i + 8), node_level - 1, names, names_size, out,
+                self.group_node(le64(p + 16 * i + 8), node_level - 1, names, names_size, out,
                                 as_bytes)
             else:
-                self.symbols(u64(p + 16 * i + 8), names, names_size, out, as_bytes)
+                self.symbols(le64(p + 16 * i + 8), names, names_size, out, as_bytes)
         return 0
 
     cdef int symbols(self, uint64_t addr, const uint8_t* names, uint64_t names_size, dict out,
@@ -798,15 +795,15 @@ cdef class File:
         self.spend(addr)
         if memcmp(p, b"SNOD", 4) != 0 or p[4] != 1:
             damaged("not a symbol table node", addr)
-        count = u16(p + 6)
+        count = le16(p + 6)
         p = self.at(addr + 8, count * 40)
         for i in range(count):
             self.spend(addr)
             e = p + 40 * i
-            offset = u64(e)
-            if u32(e + 16) == 2:            # a soft link
+            offset = le64(e)
+            if le32(e + 16) == 2:            # a soft link
                 unreadable()
-            if offset >= names_size or u32(e + 16) > 2:
+            if offset >= names_size or le32(e + 16) > 2:
                 damaged("a symbol table entry out of its heap", addr + 8 + 40 * i)
             name = names + offset
             end = memchr(name, 0, names_size - offset)
@@ -822,7 +819,7 @@ cdef class File:
                     unreadable()
             if key in out:
                 damaged(f"a second member named {key!r:.60}", addr + 8 + 40 * i)
-            out[key] = u64(e + 8)
+            out[key] = le64(e + 8)
         return 0
 
     cdef object tree(self, const Header* group, int depth):
@@ -922,31 +919,25 @@ cdef class File:
     cdef int chunk_node(self, uint64_t addr, int level, Chunks* c) except -1:
         cdef const Header* h = c.h
         cdef uint64_t key_size = 8 + 8 * <uint64_t>h.chunk_nd
-        cdef const uint8_t* p = self.at(addr, 24)
+        cdef const uint8_t* p
         cdef const uint8_t* key
         cdef uint64_t entries, i, index, offset, child
-        cdef int node_level, k
-        self.spend(addr)
-        if memcmp(p, b"TREE", 4) != 0 or p[4] != 1:
-            damaged("not a chunk B-tree node", addr)
-        node_level = p[5]
-        if (level >= 0 and node_level != level) or node_level > MAX_LEVEL:
-            damaged("a B-tree node out of its level", addr)
-        entries = u16(p + 6)
+        cdef int k
+        cdef int node_level = self.btree_node(addr, level, 1, &entries)
         p = self.at(addr + 24, entries * (key_size + 8) + key_size)
         for i in range(entries):
             key = p + i * (key_size + 8)
-            child = u64(key + key_size)
+            child = le64(key + key_size)
             if node_level > 0:
                 self.chunk_node(child, node_level - 1, c)
                 continue
             self.spend(addr)
             # (no filters: each chunk is stored whole, as it is)
-            if u32(key) != c.chunk_bytes or u32(key + 4) != 0 or u64(key + 8 * h.chunk_nd) != 0:
+            if le32(key) != c.chunk_bytes or le32(key + 4) != 0 or le64(key + 8 * h.chunk_nd) != 0:
                 damaged("a chunk of another size, filtered or misplaced", child)
             index = 0
             for k in range(h.rank):
-                offset = u64(key + 8 + 8 * k)
+                offset = le64(key + 8 + 8 * k)
                 if offset % h.chunk[k] != 0:
                     damaged("a chunk off the chunk grid", child)
                 if offset >= h.dims[k]:     # past the data (a shrunk dataset)
@@ -977,7 +968,7 @@ cdef void place(Chunks* c, const uint8_t* key, const uint8_t* chunk) noexcept:
     cdef uint64_t src, dst, run
     cdef bint full = True
     for i in range(r):
-        origin[i] = u64(key + 8 * i)
+        origin[i] = le64(key + 8 * i)
         extent[i] = h.dims[i] - origin[i]
         if extent[i] > h.chunk[i]:
             extent[i] = h.chunk[i]
@@ -1025,7 +1016,7 @@ cdef int link_info(const uint8_t* d, uint64_t n, Header* h) except -1:
         pos += 8
     if n < pos + 16:
         damaged("a short link info message", 0)
-    if u64(d + pos) != UNDEF:             # links in a fractal heap ("dense")
+    if le64(d + pos) != UNDEF:             # links in a fractal heap ("dense")
         unreadable()
     return 0
 
@@ -1047,7 +1038,7 @@ cdef object link(const uint8_t* d, uint64_t n):
     if flags & 0x04:
         if n < pos + 8:
             damaged("a short link message", 0)
-        corder = u64(d + pos)
+        corder = le64(d + pos)
         pos += 8
     if flags & 0x10:
         pos += 1
@@ -1062,7 +1053,7 @@ cdef object link(const uint8_t* d, uint64_t n):
         unreadable()
     if n - pos - name_size < 8:
         damaged("a short link message", 0)
-    return (corder, (<const char*>d + pos)[:name_size], u64(d + pos + name_size))
+    return (corder, (<const char*>d + pos)[:name_size], le64(d + pos + name_size))
 
 
 cdef int dataspace(const uint8_t* d, uint64_t n, Header* h) except -1:
@@ -1089,7 +1080,7 @@ cdef int dataspace(const uint8_t* d, uint64_t n, Header* h) except -1:
     if need > n:
         damaged("a dataspace longer than its message", 0)
     for i in range(h.rank):
-        h.dims[i] = u64(d + start + 8 * i)
+        h.dims[i] = le64(d + start + 8 * i)
     return 0
 
 
@@ -1100,16 +1091,16 @@ cdef int layout(const uint8_t* d, uint64_t n, uint64_t at, Header* h) except -1:
         unreadable()
     h.layout = d[1]
     if h.layout == LAYOUT_COMPACT:
-        if n < 4 or u16(d + 2) > n - 4:
+        if n < 4 or le16(d + 2) > n - 4:
             damaged("compact data longer than its message", at)
-        h.data_size = u16(d + 2)
+        h.data_size = le16(d + 2)
         h.data_addr = at + 4
         return 0
     if h.layout == LAYOUT_CONTIGUOUS:
         if n < 18:
             damaged("a short layout message", at)
-        h.data_addr = u64(d + 2)
-        h.data_size = u64(d + 10)
+        h.data_addr = le64(d + 2)
+        h.data_size = le64(d + 10)
         return 0
     if h.layout == LAYOUT_CHUNKED:
         if n < 11:
@@ -1117,8 +1108,8 @@ cdef int layout(const uint8_t* d, uint64_t n, uint64_t at, Header* h) except -1:
         h.chunk_nd = d[2]
         if h.chunk_nd < 2 or h.chunk_nd > MAX_RANK + 1 or n < 11 + 4 * <uint64_t>h.chunk_nd:
             damaged("a chunk shape longer than its message or of no rank", at)
-        h.chunk_btree = u64(d + 3)
+        h.chunk_btree = le64(d + 3)
         for i in range(h.chunk_nd):
-            h.chunk[i] = u32(d + 11 + 4 * i)
+            h.chunk[i] = le32(d + 11 + 4 * i)
         return 0
     damaged("a storage layout of no known class", at)

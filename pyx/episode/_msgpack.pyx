@@ -49,6 +49,7 @@ from libc.stdint cimport (INT64_MAX, int8_t, int16_t, int32_t, int64_t, uint8_t,
 from libc.string cimport memcmp, memcpy, memset
 
 from episode._buffer cimport BufferCore, space_struct
+from episode._bytes cimport le16, le32, le64
 from episode._column cimport (KIND_ARRAY, KIND_BOOL, KIND_EMPTY, KIND_EMPTY_DICT, KIND_FLOAT,
                              KIND_INT, KIND_OBJECT, KIND_SCALAR, Column, array_bytes,
                              column_from_state, empty_array)
@@ -1894,20 +1895,12 @@ cdef Py_ssize_t b64_decode(const unsigned char* src, Py_ssize_t n, unsigned char
     return out
 
 
-cdef inline uint64_t load_le(const unsigned char* p, int size) noexcept nogil:
-    cdef uint64_t v = 0
-    cdef int k
-    for k in range(size - 1, -1, -1):
-        v = (v << 8) | p[k]
-    return v
-
-
 cdef object lz4_content(const unsigned char* p, Py_ssize_t n, object block_decompress):
     """The content of an lz4 frame of one block with its size in the header
     (what lz4.frame.compress writes for a small pickle), or None."""
     cdef Py_ssize_t pos, size, block, content
     cdef unsigned char flg, bd
-    if n < 7 or load_le(p, 4) != 0x184D2204:
+    if n < 7 or le32(p) != 0x184D2204:
         return None
     flg = p[4]
     bd = p[5]
@@ -1917,12 +1910,12 @@ cdef object lz4_content(const unsigned char* p, Py_ssize_t n, object block_decom
         return None
     if n < 6 + 8 + 1 + 4:
         return None
-    content = <Py_ssize_t>load_le(p + 6, 8)
+    content = <Py_ssize_t>le64(p + 6)
     pos = 6 + 8 + 1                         # the header checksum byte: lz4 checks it
-    block = <Py_ssize_t>load_le(p + pos, 4)
+    block = <Py_ssize_t>le32(p + pos)
     pos += 4
     size = block & 0x7FFFFFFF
-    if size > n - pos or n - pos - size != 4 or load_le(p + n - 4, 4) != 0:
+    if size > n - pos or n - pos - size != 4 or le32(p + n - 4) != 0:
         return None                         # not one block and the end mark
     if content < 0 or content > size * 255 + 64:
         return None
@@ -2004,10 +1997,10 @@ cdef int small_int(PickleReader* r, int op, int64_t* out) noexcept:
         out[0] = r.p[r.pos]
         r.pos += 1
     elif op == 0x4d and r.end - r.pos >= 2:         # M
-        out[0] = <int64_t>load_le(r.p + r.pos, 2)
+        out[0] = <int64_t>le16(r.p + r.pos)
         r.pos += 2
     elif op == 0x4a and r.end - r.pos >= 4:         # J
-        out[0] = <int32_t>load_le(r.p + r.pos, 4)
+        out[0] = <int32_t>le32(r.p + r.pos)
         r.pos += 4
     else:
         return 0
@@ -2041,12 +2034,12 @@ cdef int read_pickled_array(const unsigned char* p, Py_ssize_t n, Pickled* out) 
     if op == 0x96 or op == 0x8e:                            # BYTEARRAY8, BINBYTES8
         if r.end - r.pos < 8:
             return 0
-        size = <Py_ssize_t>load_le(r.p + r.pos, 8)
+        size = <Py_ssize_t>le64(r.p + r.pos)
         r.pos += 8
     elif op == 0x42:                                        # BINBYTES
         if r.end - r.pos < 4:
             return 0
-        size = <Py_ssize_t>load_le(r.p + r.pos, 4)
+        size = <Py_ssize_t>le32(r.p + r.pos)
         r.pos += 4
     elif op == 0x43:                                        # SHORT_BINBYTES
         if r.end - r.pos < 1:
