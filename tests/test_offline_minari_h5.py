@@ -48,8 +48,8 @@ from minari.data_collector import EpisodeBuffer  # noqa: E402
 from episode import _hdf5  # noqa: E402
 from episode.offline import minari as module  # noqa: E402
 from episode.offline.minari import from_minari, to_minari  # noqa: E402
-from test_offline_minari import (_minari_buffers, assert_same,  # noqa: E402
-                                 canonical_minari, canonical_ours)
+from minari_tools import episode_buffers as _minari_buffers  # noqa: E402
+from test_offline_minari import assert_same, canonical_minari, canonical_ours  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 F32 = np.float32
