@@ -1,12 +1,19 @@
 """What the Minari tests share: datasets written through Minari's own API
 (imported only when one is written, so that the tests of our readers alone
 need no minari)."""
+import json
+import os
+import subprocess
+import sys
 import warnings
 
 import gymnasium as gym
 import numpy as np
 
+from children import child_env, limit_child
+
 F32 = np.float32
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def _strings(r, n):
@@ -93,3 +100,29 @@ def episode_buffers(case: str, lengths, seed: int = 0):
                                      terminations=done_flags(n, k % 2 == 0),
                                      truncations=done_flags(n, k % 2 == 1), infos=infos))
     return obs_space, act_space, buffers
+
+
+def run_child(script: str, arg, timeout: float) -> str:
+    """The output of `script` run in a crash-test child (``python -c script
+    json(arg)``), which must exit 0 with "DONE" last: else the test fails
+    with the end of its output. The child runs in tests/ (from the
+    checkout's root the source folder would shadow the installed package)."""
+    proc = subprocess.run([sys.executable, "-c", script, json.dumps(arg)], env=child_env(),
+                          capture_output=True, text=True, timeout=timeout,
+                          preexec_fn=limit_child, cwd=HERE)
+    assert proc.returncode == 0 and proc.stdout.rstrip().endswith("DONE"), (
+        f"the child crashed (exit {proc.returncode}) after:\n{proc.stdout[-2000:]}\n"
+        f"{proc.stderr[-3000:]}")
+    return proc.stdout
+
+
+def case_results(script: str, cases, timeout: float) -> dict:
+    """{case name: result} from a child `script` (run_child) given `cases`,
+    that prints "CASE name" and then "RESULT result" for each case."""
+    results, name = {}, None
+    for line in run_child(script, cases, timeout).splitlines():
+        if line.startswith("CASE "):
+            name = line[5:]
+        elif line.startswith("RESULT "):
+            results[name] = line[7:]
+    return results

@@ -26,8 +26,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from children import child_env, limit_child
-from minari_tools import (done_flags as _flags, episode_buffers as _minari_buffers,
+from minari_tools import (case_results, done_flags as _flags, episode_buffers as _minari_buffers,
                           quiet_create as _quiet_create)
 
 minari = pytest.importorskip("minari")
@@ -1042,23 +1041,6 @@ print("DONE", flush=True)
 """
 
 
-def _run_child(cases, timeout=600):
-    proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps(cases)], env=child_env(),
-                          capture_output=True, text=True, timeout=timeout,
-                          preexec_fn=limit_child, cwd=HERE)
-    assert proc.returncode == 0 and proc.stdout.rstrip().endswith("DONE"), (
-        f"the child crashed (exit {proc.returncode}) after:\n{proc.stdout[-2000:]}\n"
-        f"{proc.stderr[-3000:]}")
-    results = {}
-    name = None
-    for line in proc.stdout.splitlines():
-        if line.startswith("CASE "):
-            name = line[5:]
-        elif line.startswith("RESULT "):
-            results[name] = line[7:]
-    return results
-
-
 def _data_file(path, fmt):
     if fmt == "hdf5":
         return path / "data" / "main_data.hdf5"
@@ -1117,7 +1099,7 @@ def test_damaged_files_give_an_error_not_a_crash(root, fmt, tmp_path):
             variant(kind, src, f"zeroed-{pos}", bytes(zeroed))
         variant(kind, src, "garbage", r.integers(0, 256, len(data), dtype=np.uint8).tobytes())
         must_fail.add(f"{kind}-garbage")
-    results = _run_child(cases)
+    results = case_results(CHILD, cases, timeout=600)
     assert set(results) == {name for name, _ in cases}
     for name, outcome in results.items():
         # A flipped byte may land in stored values or unused bytes: the read
