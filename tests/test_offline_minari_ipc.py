@@ -19,17 +19,14 @@ import mmap
 import os
 import pathlib
 import shutil
-import subprocess
-import sys
 import types
 
 import gymnasium as gym
 import numpy as np
 import pytest
 
-from children import child_env, limit_child
 from minari_tools import CASES as MINARI_CASES, done_flags as _flags, episode_buffers
-from minari_tools import quiet_create as _quiet_create
+from minari_tools import quiet_create as _quiet_create, run_child
 
 pa = pytest.importorskip("pyarrow")
 pytest.importorskip("pyarrow.ipc")
@@ -44,7 +41,6 @@ from episode import SingleAgentEpisode, _arrowipc  # noqa: E402
 from episode.offline import minari as minari_module  # noqa: E402
 from episode.offline.minari import from_minari, to_minari  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 F32 = np.float32
 
 
@@ -633,17 +629,13 @@ def mutations(data, kind, seed):
     raise ValueError(kind)
 
 
-def _run_child(spec, timeout=600):
-    proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps(spec)], env=child_env(),
-                          capture_output=True, text=True, timeout=timeout,
-                          preexec_fn=limit_child, cwd=HERE)
-    assert proc.returncode == 0 and proc.stdout.rstrip().endswith("DONE"), (
-        f"the child crashed (exit {proc.returncode}):\n{proc.stdout[-2000:]}\n"
-        f"{proc.stderr[-3000:]}")
-    mismatches = [line for line in proc.stdout.splitlines() if line.startswith("MISMATCH")]
+def _run_child(spec, script=CHILD, timeout=600):
+    """The COUNTS a child `script` (CHILD or FROM_MINARI_CHILD) prints for
+    `spec`; the test fails on any MISMATCH it prints."""
+    lines = run_child(script, spec, timeout).splitlines()
+    mismatches = [line for line in lines if line.startswith("MISMATCH")]
     assert not mismatches, "\n".join(mismatches[:20])
-    (counts,) = [json.loads(line[7:]) for line in proc.stdout.splitlines()
-                 if line.startswith("COUNTS ")]
+    (counts,) = [json.loads(line[7:]) for line in lines if line.startswith("COUNTS ")]
     return counts
 
 
@@ -746,16 +738,7 @@ def test_damaged_files_give_from_minari_the_same_outcome_either_way(root, case):
     data, _ = _minari_dataset(case, [3, 4], f"flip/{case}-v0")
     spec = {"file": str(data / "1" / "part-0.arrow"), "kind": "flips", "seed": 5,
             "dataset": str(data)}
-    proc = subprocess.run([sys.executable, "-c", FROM_MINARI_CHILD, json.dumps(spec)],
-                          env=child_env(), capture_output=True, text=True, timeout=900,
-                          preexec_fn=limit_child, cwd=HERE)
-    assert proc.returncode == 0 and proc.stdout.rstrip().endswith("DONE"), (
-        f"the child crashed (exit {proc.returncode}):\n{proc.stdout[-2000:]}\n"
-        f"{proc.stderr[-3000:]}")
-    mismatches = [line for line in proc.stdout.splitlines() if line.startswith("MISMATCH")]
-    assert not mismatches, "\n".join(mismatches[:20])
-    (counts,) = [json.loads(line[7:]) for line in proc.stdout.splitlines()
-                 if line.startswith("COUNTS ")]
+    counts = _run_child(spec, FROM_MINARI_CHILD, timeout=900)
     assert counts.get("ok", 0) > 0 and counts.get("error", 0) > 0, counts
 
 
