@@ -15,7 +15,8 @@ import pytest
 
 from difftools import compare
 from test_replay_kept import _resign
-from replay_tools import chunk_episode, episode_view, multi_agent_stream, module_of, plain_state
+from replay_tools import (chunk_episode, chunked_stream, episode_view, multi_agent_stream,
+                         module_of, plain_state)
 from test_replay_frames import LAYOUTS, stacked_stream
 
 from episode import MultiAgentEpisode, SingleAgentEpisode
@@ -55,9 +56,6 @@ def _ma_frames_stream(seed, layout, calls=12, n_envs=2):
     shape, dtype, k, axis = FRAME_LAYOUTS[layout]
     rng = np.random.default_rng(seed)
     agents = ("a0", "a1", "a2")
-    envs = [None] * n_envs
-    made = 0
-    out = []
 
     def observe(stacks, who):
         obs = {}
@@ -67,39 +65,29 @@ def _ma_frames_stream(seed, layout, calls=12, n_envs=2):
             obs[a] = _stack(stacks[a], axis)
         return obs
 
-    for _ in range(calls):
-        call = []
-        for i in range(n_envs):
-            if envs[i] is None:
-                made += 1
-                episode = MultiAgentEpisode(id_=f"f{seed}_{made}",
-                                            agent_to_module_mapping_fn=module_of)
-                stacks = {}
-                obs = observe(stacks, agents)
-                episode.add_env_reset(observations=obs)
-                for a, agent_episode in episode.agent_episodes.items():
-                    agent_episode.id_ = f"{episode.id_}_{a}"     # (the same in each stream)
-                envs[i] = dict(episode=episode, stacks=stacks, left=int(rng.integers(3, 14)),
-                               acting=set(obs))
-            s = envs[i]
-            for _ in range(int(min(rng.integers(1, 6), s["left"]))):
-                s["left"] -= 1
-                who = sorted({agents[int(rng.integers(3))], agents[int(rng.integers(3))]})
-                obs = observe(s["stacks"], who)
-                acting = sorted(s["acting"])
-                s["episode"].add_env_step(
-                    observations=obs, actions={a: int(rng.integers(3)) for a in acting},
-                    rewards={a: float(np.round(rng.normal(), 2)) for a in acting},
-                    terminateds={"__all__": s["left"] == 0})
-                s["acting"] = set(obs)
-            s["episode"].to_numpy()
-            call.append(s["episode"])
-            if s["left"] == 0:
-                envs[i] = None
-            else:
-                s["episode"] = s["episode"].cut(len_lookback_buffer=1)
-        out.append(call)
-    return out
+    def start(made):
+        episode = MultiAgentEpisode(id_=f"f{seed}_{made}", agent_to_module_mapping_fn=module_of)
+        stacks = {}
+        obs = observe(stacks, agents)
+        episode.add_env_reset(observations=obs)
+        for a, agent_episode in episode.agent_episodes.items():
+            agent_episode.id_ = f"{episode.id_}_{a}"     # (the same in each stream)
+        return dict(episode=episode, stacks=stacks, left=int(rng.integers(3, 14)),
+                    acting=set(obs))
+
+    def advance(s):
+        for _ in range(int(min(rng.integers(1, 6), s["left"]))):
+            s["left"] -= 1
+            who = sorted({agents[int(rng.integers(3))], agents[int(rng.integers(3))]})
+            obs = observe(s["stacks"], who)
+            acting = sorted(s["acting"])
+            s["episode"].add_env_step(
+                observations=obs, actions={a: int(rng.integers(3)) for a in acting},
+                rewards={a: float(np.round(rng.normal(), 2)) for a in acting},
+                terminateds={"__all__": s["left"] == 0})
+            s["acting"] = set(obs)
+
+    return chunked_stream(calls, n_envs, start, advance)
 
 
 def _ma_calls(seed, frames=None, calls=12):
