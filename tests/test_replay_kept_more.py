@@ -841,10 +841,10 @@ def test_a_state_no_buffer_could_have_is_refused(saved, name):
 
 
 FLIPS = r"""
-import hashlib, os, random, sys
-import numpy as np
+import os, random, sys
 from episode.replay import MultiAgentPrioritizedEpisodeReplayBuffer as Buffer
 from episode.replay import kept
+from test_replay_kept import _flipped, _signed
 folder, cases, what = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 rng = random.Random(0)
 outcomes = {}
@@ -854,25 +854,15 @@ files = sorted(n for n in os.listdir(folder)
                if n.startswith(("rows-", "frames-", "objects-")))
 for case in range(cases):
     if what == "meta":
-        data = bytearray(good_meta[kept.HEADER_BYTES:])
-        for _ in range(rng.choice([1, 1, 2, 8])):
-            data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
-        data = bytes(data)
-        header = kept.MAGIC + kept._HEADER.pack(kept.FORMAT_VERSION, len(data),
-                                                hashlib.sha256(data).digest())
         with open(meta_path, "wb") as f:
-            f.write(header + data)
+            f.write(_signed(_flipped(good_meta[kept.HEADER_BYTES:], rng, [1, 1, 2, 8])))
         restore = None
     else:
         name = rng.choice(files)
         path = os.path.join(folder, name)
         good = open(path, "rb").read()
-        data = bytearray(good)
-        if data:
-            for _ in range(rng.choice([1, 2, 8])):
-                data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
         with open(path, "wb") as f:
-            f.write(bytes(data))
+            f.write(_flipped(good, rng, [1, 2, 8]) if good else good)
         restore = (path, good)
     try:
         buffer = Buffer.open(folder)
