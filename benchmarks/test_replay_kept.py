@@ -39,9 +39,8 @@ def _buffer() -> PrioritizedEpisodeReplayBuffer:
     return buffer
 
 
-def _kept_and_pickled() -> tuple:
-    """(folder, pickle file) of the same buffer, saved both ways."""
-    buffer = _buffer()
+def _kept_and_pickled(buffer) -> tuple:
+    """(folder, pickle file) of `buffer`, saved both ways."""
     folder = tempfile.mkdtemp()
     buffer.save(folder)
     path = os.path.join(folder, "buffer.pkl")
@@ -50,9 +49,23 @@ def _kept_and_pickled() -> tuple:
     return folder, path
 
 
+def _reopen(benchmark, cls, kept, how):
+    """Times opening the kept buffer again (`how` "open") or unpickling it
+    ("pickle.load"); gives the buffer."""
+    folder, path = kept
+
+    def load():
+        if how == "open":
+            return cls.open(folder)
+        with open(path, "rb") as f:
+            return pickle.load(f)
+
+    return benchmark.pedantic(load, rounds=5, warmup_rounds=1)
+
+
 @pytest.fixture(scope="module")
 def kept():
-    folder, path = _kept_and_pickled()
+    folder, path = _kept_and_pickled(_buffer())
     yield folder, path
     shutil.rmtree(folder)
 
@@ -60,15 +73,7 @@ def kept():
 @pytest.mark.benchmark(group="kept-200MB-reopen")
 @pytest.mark.parametrize("how", ["open", "pickle.load"])
 def test_reopen(benchmark, kept, how):
-    folder, path = kept
-
-    def load():
-        if how == "open":
-            return PrioritizedEpisodeReplayBuffer.open(folder)
-        with open(path, "rb") as f:
-            return pickle.load(f)
-
-    buffer = benchmark.pedantic(load, rounds=5, warmup_rounds=1)
+    buffer = _reopen(benchmark, PrioritizedEpisodeReplayBuffer, kept, how)
     assert buffer.get_num_timesteps() == STEPS
 
 
@@ -112,12 +117,7 @@ def _ma_buffer() -> MultiAgentPrioritizedEpisodeReplayBuffer:
 
 @pytest.fixture(scope="module")
 def kept_ma():
-    buffer = _ma_buffer()
-    folder = tempfile.mkdtemp()
-    buffer.save(folder)
-    path = os.path.join(folder, "buffer.pkl")
-    with open(path, "wb") as f:
-        pickle.dump(buffer, f, protocol=5)
+    folder, path = _kept_and_pickled(_ma_buffer())
     yield folder, path
     shutil.rmtree(folder)
 
@@ -125,15 +125,7 @@ def kept_ma():
 @pytest.mark.benchmark(group="kept-ma-170MB-reopen")
 @pytest.mark.parametrize("how", ["open", "pickle.load"])
 def test_reopen_multi_agent(benchmark, kept_ma, how):
-    folder, path = kept_ma
-
-    def load():
-        if how == "open":
-            return MultiAgentPrioritizedEpisodeReplayBuffer.open(folder)
-        with open(path, "rb") as f:
-            return pickle.load(f)
-
-    buffer = benchmark.pedantic(load, rounds=5, warmup_rounds=1)
+    buffer = _reopen(benchmark, MultiAgentPrioritizedEpisodeReplayBuffer, kept_ma, how)
     assert buffer.get_num_timesteps() == MA_STEPS
 
 
@@ -167,7 +159,7 @@ print(f"{how}: {took * 1e3:.1f} ms, RSS +{grown / 2**20:.1f} MiB at open, "
 
 
 if __name__ == "__main__":
-    folder, path = _kept_and_pickled()
+    folder, path = _kept_and_pickled(_buffer())
     rows = sum(os.path.getsize(os.path.join(folder, n)) for n in os.listdir(folder)
                if n.startswith("rows-"))
     print(f"rows: {rows / 2**20:.0f} MiB in {folder}; pickle {os.path.getsize(path) / 2**20:.0f} MiB")

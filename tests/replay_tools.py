@@ -171,6 +171,34 @@ def multi_agent_stream(seed: int, classes, *, calls: int = 10, n_envs: int = 2,
     return out
 
 
+def chunked_stream(calls: int, n_envs: int, start: Callable, advance: Callable) -> List[list]:
+    """Per add() call, the chunk of each of `n_envs` envs: `start(made)`
+    begins an env's `made`-th episode (a dict with the "episode" and the
+    steps "left" in it), `advance(env)` adds the chunk's steps to it (counting
+    "left" down). Each chunk is handed over as numpy and continued by its
+    `cut(len_lookback_buffer=1)`; an env whose episode is done begins
+    another."""
+    envs: List[Any] = [None] * n_envs
+    made = 0
+    out = []
+    for _ in range(calls):
+        call = []
+        for i in range(n_envs):
+            if envs[i] is None:
+                made += 1
+                envs[i] = start(made)
+            s = envs[i]
+            advance(s)
+            s["episode"].to_numpy()
+            call.append(s["episode"])
+            if s["left"] == 0:
+                envs[i] = None
+            else:
+                s["episode"] = s["episode"].cut(len_lookback_buffer=1)
+        out.append(call)
+    return out
+
+
 def numbered_episode(num: int, length: int, *, cls: Callable = SingleAgentEpisode, t0: int = 0,
                      extras: bool = False, **kwargs):
     """Episode f"ep{num}" of `cls` with steps t0 .. t0 + length - 1 whose
@@ -199,6 +227,7 @@ def module_of(agent_id, episode) -> str:
     return "m1" if agent_id == "a2" else "m0"
 
 
-__all__ = ["SingleAgentEpisode", "MultiAgentEpisode", "chunk_episode", "episode_view",
+__all__ = ["SingleAgentEpisode", "MultiAgentEpisode", "chunk_episode", "chunked_stream",
+           "episode_view",
            "metrics_view", "module_of", "multi_agent_stream", "numbered_episode",
            "plain_state", "single_agent_stream", "state_view"]

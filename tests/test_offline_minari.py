@@ -26,8 +26,8 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from children import child_env, limit_child
-from minari_tools import done_flags as _flags, quiet_create as _quiet_create
+from minari_tools import (case_results, done_flags as _flags, episode_buffers as _minari_buffers,
+                          quiet_create as _quiet_create)
 
 minari = pytest.importorskip("minari")
 pytest.importorskip("h5py")
@@ -379,48 +379,8 @@ def _rng(seed=0):
     return np.random.default_rng(seed)
 
 
-MINARI_CASES = {
-    # name: (observation space, action space, make(rng, n) -> (obs, actions, infos))
-    "cartpole": (
-        gym.spaces.Box(-np.inf, np.inf, (4,), F32), gym.spaces.Discrete(2),
-        lambda r, n: (r.standard_normal((n + 1, 4)).astype(F32), r.integers(0, 2, n), None)),
-    "box_actions_infos": (
-        gym.spaces.Box(-1, 1, (3,), np.float64), gym.spaces.Box(-2, 2, (2,), F32),
-        lambda r, n: (r.uniform(-1, 1, (n + 1, 3)), r.uniform(-2, 2, (n, 2)).astype(F32),
-                      {"x": list(r.standard_normal(n + 1)), "arr": r.standard_normal((n + 1, 2, 2)),
-                       "flag": [bool(b) for b in r.integers(0, 2, n + 1)]})),
-    "dict_tuple": (
-        gym.spaces.Dict({"pos": gym.spaces.Box(-5, 5, (2,), F32),
-                         "pair": gym.spaces.Tuple([gym.spaces.Discrete(3),
-                                                   gym.spaces.MultiBinary(2)])}),
-        gym.spaces.Tuple([gym.spaces.Discrete(4), gym.spaces.MultiDiscrete([2, 5])]),
-        lambda r, n: ({"pos": r.uniform(-5, 5, (n + 1, 2)).astype(F32),
-                       "pair": (r.integers(0, 3, n + 1),
-                                r.integers(0, 2, (n + 1, 2)).astype(np.int8))},
-                      (r.integers(0, 4, n), r.integers(0, [2, 5], (n, 2))),
-                      {"lives": list(r.integers(0, 3, n + 1))})),
-    "image": (
-        gym.spaces.Box(0, 255, (40, 32, 3), np.uint8), gym.spaces.Discrete(6),
-        lambda r, n: (r.integers(0, 256, (n + 1, 40, 32, 3), dtype=np.uint8),
-                      r.integers(0, 6, n), None)),
-    "text": (
-        gym.spaces.Text(6, charset="abcdef"), gym.spaces.Discrete(2),
-        lambda r, n: (["".join(r.choice(list("abcdef"), r.integers(1, 7))) for _ in range(n + 1)],
-                      r.integers(0, 2, n), None)),
-}
-
-
-def _minari_buffers(case, lengths, seed=0):
-    obs_space, act_space, make = MINARI_CASES[case]
-    r = _rng(seed)
-    out = []
-    for k, n in enumerate(lengths):
-        obs, actions, infos = make(r, n)
-        out.append(EpisodeBuffer(observations=obs, actions=actions,
-                                 rewards=list(r.standard_normal(n)),
-                                 terminations=_flags(n, k % 2 == 0),
-                                 truncations=_flags(n, k % 2 == 1), infos=infos))
-    return obs_space, act_space, out
+# The datasets Minari writes for these tests (minari_tools.CASES).
+MINARI_CASES = ["box_actions_infos", "cartpole", "dict_tuple", "image", "text"]
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -1081,23 +1041,6 @@ print("DONE", flush=True)
 """
 
 
-def _run_child(cases, timeout=600):
-    proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps(cases)], env=child_env(),
-                          capture_output=True, text=True, timeout=timeout,
-                          preexec_fn=limit_child, cwd=HERE)
-    assert proc.returncode == 0 and proc.stdout.rstrip().endswith("DONE"), (
-        f"the child crashed (exit {proc.returncode}) after:\n{proc.stdout[-2000:]}\n"
-        f"{proc.stderr[-3000:]}")
-    results = {}
-    name = None
-    for line in proc.stdout.splitlines():
-        if line.startswith("CASE "):
-            name = line[5:]
-        elif line.startswith("RESULT "):
-            results[name] = line[7:]
-    return results
-
-
 def _data_file(path, fmt):
     if fmt == "hdf5":
         return path / "data" / "main_data.hdf5"
@@ -1156,7 +1099,7 @@ def test_damaged_files_give_an_error_not_a_crash(root, fmt, tmp_path):
             variant(kind, src, f"zeroed-{pos}", bytes(zeroed))
         variant(kind, src, "garbage", r.integers(0, 256, len(data), dtype=np.uint8).tobytes())
         must_fail.add(f"{kind}-garbage")
-    results = _run_child(cases)
+    results = case_results(CHILD, cases, timeout=600)
     assert set(results) == {name for name, _ in cases}
     for name, outcome in results.items():
         # A flipped byte may land in stored values or unused bytes: the read

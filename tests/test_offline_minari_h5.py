@@ -27,15 +27,12 @@ import os
 import pathlib
 import shutil
 import struct
-import subprocess
-import sys
 import warnings
 
 import gymnasium as gym
 import numpy as np
 import pytest
 
-from children import child_env, limit_child
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -48,10 +45,9 @@ from minari.data_collector import EpisodeBuffer  # noqa: E402
 from episode import _hdf5  # noqa: E402
 from episode.offline import minari as module  # noqa: E402
 from episode.offline.minari import from_minari, to_minari  # noqa: E402
-from test_offline_minari import (_minari_buffers, assert_same,  # noqa: E402
-                                 canonical_minari, canonical_ours)
+from minari_tools import case_results, episode_buffers as _minari_buffers  # noqa: E402
+from test_offline_minari import assert_same, canonical_minari, canonical_ours  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 F32 = np.float32
 H5 = "main_data.hdf5"
 
@@ -556,22 +552,6 @@ print("DONE")
 """
 
 
-def _run_child(cases, timeout=900):
-    proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps(cases)], env=child_env(),
-                          capture_output=True, text=True, timeout=timeout,
-                          preexec_fn=limit_child, cwd=HERE)
-    assert proc.returncode == 0 and proc.stdout.rstrip().endswith("DONE"), (
-        f"the child crashed (exit {proc.returncode}) after:\n{proc.stdout[-2000:]}\n"
-        f"{proc.stderr[-3000:]}")
-    results, name = {}, None
-    for line in proc.stdout.splitlines():
-        if line.startswith("CASE "):
-            name = line[5:]
-        elif line.startswith("RESULT "):
-            results[name] = line[7:]
-    return results
-
-
 def _data_ranges(file):
     """The byte ranges of the stored numbers (not metadata)."""
     out = []
@@ -759,7 +739,7 @@ def test_damaged_files_give_an_error_the_data_or_h5pys_reading(root, tmp_path, s
             variant(f"{base}-zeroed-{pos}", base, bytes(zeroed))
         for name, content_lie in _lies(content):
             variant(f"{base}-{name}", base, content_lie)
-    results = _run_child(cases)
+    results = case_results(CHILD, cases, timeout=900)
     assert set(results) == {name for name, _ in cases}
     want = results["plain-intact"].split(" | ")[0]
     assert want.startswith("ok ")

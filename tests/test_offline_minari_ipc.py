@@ -19,16 +19,14 @@ import mmap
 import os
 import pathlib
 import shutil
-import subprocess
-import sys
 import types
 
 import gymnasium as gym
 import numpy as np
 import pytest
 
-from children import child_env, limit_child
-from minari_tools import done_flags as _flags, quiet_create as _quiet_create
+from minari_tools import CASES as MINARI_CASES, done_flags as _flags, episode_buffers
+from minari_tools import quiet_create as _quiet_create, run_child
 
 pa = pytest.importorskip("pyarrow")
 pytest.importorskip("pyarrow.ipc")
@@ -43,7 +41,6 @@ from episode import SingleAgentEpisode, _arrowipc  # noqa: E402
 from episode.offline import minari as minari_module  # noqa: E402
 from episode.offline.minari import from_minari, to_minari  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 F32 = np.float32
 
 
@@ -358,50 +355,13 @@ def _read_both(monkeypatch, source, **kw):
     return fast
 
 
-CASES = {
-    # name: (observation space, action space, make(rng, n) -> (obs, actions, infos)).
-    # Every one of numbers: read by _arrowipc.
-    "cartpole": (
-        gym.spaces.Box(-np.inf, np.inf, (4,), F32), gym.spaces.Discrete(2),
-        lambda r, n: (r.standard_normal((n + 1, 4)).astype(F32), r.integers(0, 2, n), None)),
-    "box_2d_infos": (
-        gym.spaces.Box(-1, 1, (2, 3), np.float64), gym.spaces.Box(-2, 2, (), F32),
-        lambda r, n: (r.uniform(-1, 1, (n + 1, 2, 3)), r.uniform(-2, 2, n).astype(F32),
-                      {"x": list(r.standard_normal(n + 1)), "arr": r.standard_normal((n + 1, 2, 2)),
-                       "flag": [bool(b) for b in r.integers(0, 2, n + 1)],
-                       "nested": {"i": list(r.integers(0, 9, n + 1))}})),
-    "dict_tuple": (
-        gym.spaces.Dict({"pos": gym.spaces.Box(-5, 5, (2,), F32),
-                         "pair": gym.spaces.Tuple([gym.spaces.Discrete(3),
-                                                   gym.spaces.MultiBinary(2)])}),
-        gym.spaces.Tuple([gym.spaces.Discrete(4), gym.spaces.MultiDiscrete([2, 5])]),
-        lambda r, n: ({"pos": r.uniform(-5, 5, (n + 1, 2)).astype(F32),
-                       "pair": (r.integers(0, 3, n + 1),
-                                r.integers(0, 2, (n + 1, 2)).astype(np.int8))},
-                      (r.integers(0, 4, n), r.integers(0, [2, 5], (n, 2))),
-                      {"lives": list(r.integers(0, 3, n + 1))})),
-    "small_ints": (
-        gym.spaces.Box(0, 200, (3,), np.uint8), gym.spaces.Discrete(3, start=-1, dtype=np.int32),
-        lambda r, n: (r.integers(0, 201, (n + 1, 3)).astype(np.uint8),
-                      r.integers(-1, 2, n).astype(np.int32), None)),
-    # Pictures and strings: pyarrow reads these.
-    "text": (
-        gym.spaces.Text(6, charset="abcdef"), gym.spaces.Discrete(2),
-        lambda r, n: (["".join(r.choice(list("abcdef"), r.integers(1, 7))) for _ in range(n + 1)],
-                      r.integers(0, 2, n), {"s": ["ab"] * (n + 1)})),
-}
+# Minari's datasets of these tests (minari_tools.CASES): of numbers, which
+# _arrowipc reads, and of strings ("text_infos"), which pyarrow reads.
+CASES = ["box_2d_infos", "cartpole", "dict_tuple", "small_ints", "text_infos"]
 
 
 def _minari_dataset(case, lengths, dataset_id, seed=0):
-    obs_space, act_space, make = CASES[case]
-    r = np.random.default_rng(seed)
-    buffers = []
-    for k, n in enumerate(lengths):
-        obs, actions, infos = make(r, n)
-        buffers.append(EpisodeBuffer(observations=obs, actions=actions,
-                                     rewards=list(r.standard_normal(n)),
-                                     terminations=_flags(n, k % 2 == 0),
-                                     truncations=_flags(n, k % 2 == 1), infos=infos))
+    obs_space, act_space, buffers = episode_buffers(case, lengths, seed)
     ds = _quiet_create(dataset_id, buffers, observation_space=obs_space,
                        action_space=act_space, data_format="arrow", author="a")
     return pathlib.Path(ds.storage.data_path), buffers
@@ -430,7 +390,7 @@ def test_minari_datasets_read_the_same_either_way(root, monkeypatch, case):
     assert outcome[0] == "ok" and len(outcome[1]) == 5
     # The numeric cases go through read_file, each file once; the others
     # never reach it (their spaces hold strings or pictures).
-    assert counts == ({"fast": 0, "fallback": 0} if case == "text" else {"fast": 5, "fallback": 0})
+    assert counts == ({"fast": 0, "fallback": 0} if case == "text_infos" else {"fast": 5, "fallback": 0})
     theirs = list(minari.load_dataset(f"ipc/{case}-v0").iterate_episodes())
     for ep, ed in zip(outcome[1], theirs):
         assert len(ep) == len(ed.rewards)
@@ -669,17 +629,13 @@ def mutations(data, kind, seed):
     raise ValueError(kind)
 
 
-def _run_child(spec, timeout=600):
-    proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps(spec)], env=child_env(),
-                          capture_output=True, text=True, timeout=timeout,
-                          preexec_fn=limit_child, cwd=HERE)
-    assert proc.returncode == 0 and proc.stdout.rstrip().endswith("DONE"), (
-        f"the child crashed (exit {proc.returncode}):\n{proc.stdout[-2000:]}\n"
-        f"{proc.stderr[-3000:]}")
-    mismatches = [line for line in proc.stdout.splitlines() if line.startswith("MISMATCH")]
+def _run_child(spec, script=CHILD, timeout=600):
+    """The COUNTS a child `script` (CHILD or FROM_MINARI_CHILD) prints for
+    `spec`; the test fails on any MISMATCH it prints."""
+    lines = run_child(script, spec, timeout).splitlines()
+    mismatches = [line for line in lines if line.startswith("MISMATCH")]
     assert not mismatches, "\n".join(mismatches[:20])
-    (counts,) = [json.loads(line[7:]) for line in proc.stdout.splitlines()
-                 if line.startswith("COUNTS ")]
+    (counts,) = [json.loads(line[7:]) for line in lines if line.startswith("COUNTS ")]
     return counts
 
 
@@ -782,16 +738,7 @@ def test_damaged_files_give_from_minari_the_same_outcome_either_way(root, case):
     data, _ = _minari_dataset(case, [3, 4], f"flip/{case}-v0")
     spec = {"file": str(data / "1" / "part-0.arrow"), "kind": "flips", "seed": 5,
             "dataset": str(data)}
-    proc = subprocess.run([sys.executable, "-c", FROM_MINARI_CHILD, json.dumps(spec)],
-                          env=child_env(), capture_output=True, text=True, timeout=900,
-                          preexec_fn=limit_child, cwd=HERE)
-    assert proc.returncode == 0 and proc.stdout.rstrip().endswith("DONE"), (
-        f"the child crashed (exit {proc.returncode}):\n{proc.stdout[-2000:]}\n"
-        f"{proc.stderr[-3000:]}")
-    mismatches = [line for line in proc.stdout.splitlines() if line.startswith("MISMATCH")]
-    assert not mismatches, "\n".join(mismatches[:20])
-    (counts,) = [json.loads(line[7:]) for line in proc.stdout.splitlines()
-                 if line.startswith("COUNTS ")]
+    counts = _run_child(spec, FROM_MINARI_CHILD, timeout=900)
     assert counts.get("ok", 0) > 0 and counts.get("error", 0) > 0, counts
 
 
@@ -856,7 +803,7 @@ def test_the_data_folders_descriptor_is_closed(root):
 def test_an_infos_shape_is_each_files_own(root, monkeypatch, fmt):
     # Episode 1's infos name another row shape than episode 0's: read one by
     # one, as pyarrow's joined reading once read it under episode 0's.
-    obs_space, act_space, make = CASES["cartpole"]
+    obs_space, act_space, make = MINARI_CASES["cartpole"]
     r = np.random.default_rng(6)
     buffers = []
     for n in (3, 4, 2):

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from difftools import compare
-from replay_tools import chunk_episode, episode_view, plain_state, single_agent_stream, state_view
+from replay_tools import (chunk_episode, chunked_stream, episode_view, module_of, plain_state,
+                         single_agent_stream, state_view)
 
 from episode import SingleAgentEpisode
 from episode.replay import EpisodeReplayBuffer, PrioritizedEpisodeReplayBuffer
@@ -475,42 +476,25 @@ def _multi_stream(seed, *, calls=10, n_envs=2):
     def frame():
         return rng.integers(0, 256, (3, 3), dtype=np.uint8)
 
-    envs = [None] * n_envs
-    made = 0
-    out = []
-    for _ in range(calls):
-        call = []
-        for i in range(n_envs):
-            if envs[i] is None:
-                made += 1
-                stacks = {a: [frame()] * 4 for a in agents}
-                episode = MultiAgentEpisode(id_=f"m{seed}_{made}",
-                                            agent_to_module_mapping_fn=_module_of)
-                episode.add_env_reset(observations={a: np.stack(f) for a, f in stacks.items()})
-                envs[i] = dict(episode=episode, stacks=stacks, left=int(rng.integers(2, 12)))
-            s = envs[i]
-            for _ in range(int(min(rng.integers(1, 5), s["left"]))):
-                s["left"] -= 1
-                for a in agents:
-                    s["stacks"][a] = [frame() for _ in range(4)] if rng.random() < 0.1 \
-                        else s["stacks"][a][1:] + [frame()]
-                s["episode"].add_env_step(
-                    observations={a: np.stack(f) for a, f in s["stacks"].items()},
-                    actions={a: int(rng.integers(3)) for a in agents},
-                    rewards={a: float(np.round(rng.normal(), 2)) for a in agents},
-                    terminateds={"__all__": s["left"] == 0})
-            s["episode"].to_numpy()
-            call.append(s["episode"])
-            if s["left"] == 0:
-                envs[i] = None
-            else:
-                s["episode"] = s["episode"].cut(len_lookback_buffer=1)
-        out.append(call)
-    return out
+    def start(made):
+        stacks = {a: [frame()] * 4 for a in agents}
+        episode = MultiAgentEpisode(id_=f"m{seed}_{made}", agent_to_module_mapping_fn=module_of)
+        episode.add_env_reset(observations={a: np.stack(f) for a, f in stacks.items()})
+        return dict(episode=episode, stacks=stacks, left=int(rng.integers(2, 12)))
 
+    def advance(s):
+        for _ in range(int(min(rng.integers(1, 5), s["left"]))):
+            s["left"] -= 1
+            for a in agents:
+                s["stacks"][a] = [frame() for _ in range(4)] if rng.random() < 0.1 \
+                    else s["stacks"][a][1:] + [frame()]
+            s["episode"].add_env_step(
+                observations={a: np.stack(f) for a, f in s["stacks"].items()},
+                actions={a: int(rng.integers(3)) for a in agents},
+                rewards={a: float(np.round(rng.normal(), 2)) for a in agents},
+                terminateds={"__all__": s["left"] == 0})
 
-def _module_of(agent_id, episode):
-    return "m1" if agent_id == "a2" else "m0"
+    return chunked_stream(calls, n_envs, start, advance)
 
 
 @pytest.mark.parametrize("prioritized", [False, True])

@@ -244,12 +244,25 @@ def saved(tmp_path):
     return tmp_path
 
 
+def _signed(payload: bytes) -> bytes:
+    """A metadata file's bytes: `payload` behind a valid header (its
+    checksum matching)."""
+    return kept.MAGIC + kept._HEADER.pack(kept.FORMAT_VERSION, len(payload),
+                                          hashlib.sha256(payload).digest()) + payload
+
+
 def _resign(folder, meta):
     """Writes `meta` as the folder's metadata with a valid header."""
-    payload = pickle.dumps(meta, protocol=5)
-    header = kept.MAGIC + kept._HEADER.pack(kept.FORMAT_VERSION, len(payload),
-                                            hashlib.sha256(payload).digest())
-    (folder / kept.META_NAME).write_bytes(header + payload)
+    (folder / kept.META_NAME).write_bytes(_signed(pickle.dumps(meta, protocol=5)))
+
+
+def _flipped(data: bytes, rng, counts) -> bytes:
+    """`data` with `rng.choice(counts)` bits flipped at random places
+    (`rng` a random.Random; the flip children use it)."""
+    out = bytearray(data)
+    for _ in range(rng.choice(counts)):
+        out[rng.randrange(len(out))] ^= 1 << rng.randrange(8)
+    return bytes(out)
 
 
 def _a_block_file(folder):
@@ -409,9 +422,10 @@ def test_build_store_fills_only_a_new_store(saved):
 
 
 FLIPS = r"""
-import hashlib, os, pickle, random, sys
+import os, random, sys
 from episode.replay import PrioritizedEpisodeReplayBuffer
 from episode.replay import kept
+from test_replay_kept import _flipped, _signed
 folder = sys.argv[1]
 path = os.path.join(folder, kept.META_NAME)
 good = open(path, "rb").read()
@@ -419,14 +433,8 @@ payload = good[kept.HEADER_BYTES:]
 rng = random.Random(0)
 outcomes = {}
 for case in range(int(sys.argv[2])):
-    data = bytearray(payload)
-    for _ in range(rng.choice([1, 1, 2, 8])):
-        data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
-    data = bytes(data)
-    header = kept.MAGIC + kept._HEADER.pack(kept.FORMAT_VERSION, len(data),
-                                            hashlib.sha256(data).digest())
     with open(path, "wb") as f:
-        f.write(header + data)
+        f.write(_signed(_flipped(payload, rng, [1, 1, 2, 8])))
     try:
         buffer = PrioritizedEpisodeReplayBuffer.open(folder)
         buffer.get_state()

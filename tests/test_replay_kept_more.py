@@ -15,7 +15,8 @@ import pytest
 
 from difftools import compare
 from test_replay_kept import _resign
-from replay_tools import chunk_episode, episode_view, multi_agent_stream, module_of, plain_state
+from replay_tools import (chunk_episode, chunked_stream, episode_view, multi_agent_stream,
+                         module_of, plain_state)
 from test_replay_frames import LAYOUTS, stacked_stream
 
 from episode import MultiAgentEpisode, SingleAgentEpisode
@@ -55,9 +56,6 @@ def _ma_frames_stream(seed, layout, calls=12, n_envs=2):
     shape, dtype, k, axis = FRAME_LAYOUTS[layout]
     rng = np.random.default_rng(seed)
     agents = ("a0", "a1", "a2")
-    envs = [None] * n_envs
-    made = 0
-    out = []
 
     def observe(stacks, who):
         obs = {}
@@ -67,39 +65,29 @@ def _ma_frames_stream(seed, layout, calls=12, n_envs=2):
             obs[a] = _stack(stacks[a], axis)
         return obs
 
-    for _ in range(calls):
-        call = []
-        for i in range(n_envs):
-            if envs[i] is None:
-                made += 1
-                episode = MultiAgentEpisode(id_=f"f{seed}_{made}",
-                                            agent_to_module_mapping_fn=module_of)
-                stacks = {}
-                obs = observe(stacks, agents)
-                episode.add_env_reset(observations=obs)
-                for a, agent_episode in episode.agent_episodes.items():
-                    agent_episode.id_ = f"{episode.id_}_{a}"     # (the same in each stream)
-                envs[i] = dict(episode=episode, stacks=stacks, left=int(rng.integers(3, 14)),
-                               acting=set(obs))
-            s = envs[i]
-            for _ in range(int(min(rng.integers(1, 6), s["left"]))):
-                s["left"] -= 1
-                who = sorted({agents[int(rng.integers(3))], agents[int(rng.integers(3))]})
-                obs = observe(s["stacks"], who)
-                acting = sorted(s["acting"])
-                s["episode"].add_env_step(
-                    observations=obs, actions={a: int(rng.integers(3)) for a in acting},
-                    rewards={a: float(np.round(rng.normal(), 2)) for a in acting},
-                    terminateds={"__all__": s["left"] == 0})
-                s["acting"] = set(obs)
-            s["episode"].to_numpy()
-            call.append(s["episode"])
-            if s["left"] == 0:
-                envs[i] = None
-            else:
-                s["episode"] = s["episode"].cut(len_lookback_buffer=1)
-        out.append(call)
-    return out
+    def start(made):
+        episode = MultiAgentEpisode(id_=f"f{seed}_{made}", agent_to_module_mapping_fn=module_of)
+        stacks = {}
+        obs = observe(stacks, agents)
+        episode.add_env_reset(observations=obs)
+        for a, agent_episode in episode.agent_episodes.items():
+            agent_episode.id_ = f"{episode.id_}_{a}"     # (the same in each stream)
+        return dict(episode=episode, stacks=stacks, left=int(rng.integers(3, 14)),
+                    acting=set(obs))
+
+    def advance(s):
+        for _ in range(int(min(rng.integers(1, 6), s["left"]))):
+            s["left"] -= 1
+            who = sorted({agents[int(rng.integers(3))], agents[int(rng.integers(3))]})
+            obs = observe(s["stacks"], who)
+            acting = sorted(s["acting"])
+            s["episode"].add_env_step(
+                observations=obs, actions={a: int(rng.integers(3)) for a in acting},
+                rewards={a: float(np.round(rng.normal(), 2)) for a in acting},
+                terminateds={"__all__": s["left"] == 0})
+            s["acting"] = set(obs)
+
+    return chunked_stream(calls, n_envs, start, advance)
 
 
 def _ma_calls(seed, frames=None, calls=12):
@@ -853,10 +841,10 @@ def test_a_state_no_buffer_could_have_is_refused(saved, name):
 
 
 FLIPS = r"""
-import hashlib, os, random, sys
-import numpy as np
+import os, random, sys
 from episode.replay import MultiAgentPrioritizedEpisodeReplayBuffer as Buffer
 from episode.replay import kept
+from test_replay_kept import _flipped, _signed
 folder, cases, what = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 rng = random.Random(0)
 outcomes = {}
@@ -866,25 +854,15 @@ files = sorted(n for n in os.listdir(folder)
                if n.startswith(("rows-", "frames-", "objects-")))
 for case in range(cases):
     if what == "meta":
-        data = bytearray(good_meta[kept.HEADER_BYTES:])
-        for _ in range(rng.choice([1, 1, 2, 8])):
-            data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
-        data = bytes(data)
-        header = kept.MAGIC + kept._HEADER.pack(kept.FORMAT_VERSION, len(data),
-                                                hashlib.sha256(data).digest())
         with open(meta_path, "wb") as f:
-            f.write(header + data)
+            f.write(_signed(_flipped(good_meta[kept.HEADER_BYTES:], rng, [1, 1, 2, 8])))
         restore = None
     else:
         name = rng.choice(files)
         path = os.path.join(folder, name)
         good = open(path, "rb").read()
-        data = bytearray(good)
-        if data:
-            for _ in range(rng.choice([1, 2, 8])):
-                data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
         with open(path, "wb") as f:
-            f.write(bytes(data))
+            f.write(_flipped(good, rng, [1, 2, 8]) if good else good)
         restore = (path, good)
     try:
         buffer = Buffer.open(folder)
