@@ -162,6 +162,16 @@ def _ma_draws(buffer, seed):
     return out
 
 
+def _go_on_alike(buffer, opened, pickled, calls, seed):
+    """Each add() of calls into all three, then the same draws from each."""
+    for i, call in enumerate(calls):
+        for b in (buffer, opened, pickled):
+            b.add(call)
+        draws = _ma_draws(buffer, seed + i)
+        _same(_ma_draws(opened, seed + i), draws, f"draws {i}")
+        _same(_ma_draws(pickled, seed + i), draws, f"pickled draws {i}")
+
+
 def _counters(buffer):
     out = {}
     for module_id in (None,) + tuple(buffer.get_module_ids()):
@@ -213,12 +223,8 @@ def test_an_opened_multi_agent_buffer_answers_as_the_saved_one(cls, storage, obj
     _same(_ma_draws(pickled, 1), draws, "pickled draws")
     # All three go on alike: adding (evicting), drawing.
     # (First the chunks that go on with episodes it stores: joined to them.)
-    for i, call in enumerate(_ma_calls(2, calls=16)[12:] + _ma_calls(8, calls=4)):
-        for b in (buffer, opened, pickled):
-            b.add(call)
-        draws = _ma_draws(buffer, 10 + i)
-        _same(_ma_draws(opened, 10 + i), draws, f"draws {i}")
-        _same(_ma_draws(pickled, 10 + i), draws, f"pickled draws {i}")
+    _go_on_alike(buffer, opened, pickled, _ma_calls(2, calls=16)[12:] + _ma_calls(8, calls=4),
+                 seed=10)
     _same(_answers(opened), _answers(buffer))
     _same(_answers(pickled, False), _answers(buffer, False))
 
@@ -403,13 +409,9 @@ def test_a_frame_stacked_multi_agent_buffer_round_trips(cls, layout, objects, tm
     draws = _ma_draws(buffer, 2)
     _same(_ma_draws(opened, 2), draws, "draws")
     _same(_ma_draws(pickled, 2), draws, "pickled draws")
-    for i, call in enumerate(_ma_calls(2, layout, calls=16)[20:] +
-                             _ma_frames_stream(4, layout, calls=6)):
-        for b in (buffer, opened, pickled):
-            b.add(call)
-        draws = _ma_draws(buffer, 20 + i)
-        _same(_ma_draws(opened, 20 + i), draws, f"draws {i}")
-        _same(_ma_draws(pickled, 20 + i), draws, f"pickled draws {i}")
+    _go_on_alike(buffer, opened, pickled,
+                 _ma_calls(2, layout, calls=16)[20:] + _ma_frames_stream(4, layout, calls=6),
+                 seed=20)
     _same(_answers(opened), _answers(buffer))
 
 
