@@ -785,3 +785,38 @@ def test_an_episode_both_terminated_and_truncated_keeps_both_flags(prioritized):
             assert ends.any() and (batch["truncateds"] == ends).all()
     assert found[0] == found[1]
     assert (True, True) in found[1][0]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_prioritized_sample_batch_draws_and_weighs_as_rllib_samples(seed):
+    """One-step sample_batch() from the prioritized buffer draws what RLlib's
+    sample() draws with the same rng, with RLlib's importance weights (its
+    float64 numbers, as float32): from float32 and float64 priorities, a
+    float32 tree's sums included. After update_priorities() of that draw
+    both buffers go on drawing alike."""
+    rng = np.random.default_rng([seed, 77])
+    kwargs = dict(capacity=400, alpha=float(rng.choice([0.5, 0.6, 1.0])))
+    theirs, ours = TheirPERB(**kwargs), replay.PrioritizedEpisodeReplayBuffer(**kwargs)
+    theirs.rng, ours.rng = np.random.default_rng(seed), np.random.default_rng(seed)
+    for i, call in enumerate(single_agent_stream(seed, n_envs=3, calls=10, fragment=(4, 20),
+                                                 max_len=40)):
+        make = dict(numpy=True, extras=False, lookback=True)
+        theirs.add([chunk_episode(TheirEpisode, c, **make) for c in call])
+        ours.add([chunk_episode(SingleAgentEpisode, c, **make) for c in call])
+        B, beta = int(rng.integers(1, 64)), float(rng.choice([0.0, 0.4, 1.0]))
+        drawn = theirs.sample(B, n_step=1, gamma=0.9, beta=beta)
+        batch = ours.sample_batch(B, n_step=1, gamma=0.9, beta=beta)
+        assert list(ours._last_sampled_indices) == list(theirs._last_sampled_indices)
+        weights = np.array([e.get_extra_model_outputs("weights")[0] for e in drawn])
+        np.testing.assert_array_equal(batch["weights"], weights.astype(np.float32),
+                                      err_msg=f"call {i}")
+        np.testing.assert_array_equal(batch["actions"],
+                                      np.array([e.get_actions(0) for e in drawn]))
+        priorities = _priorities(rng, B)
+        theirs.update_priorities(priorities)
+        ours.update_priorities(priorities)
+        _compare_single(theirs, ours, True)
+        drawn = theirs.sample(B, n_step=1, gamma=0.9, beta=beta)
+        again = ours.sample(B, n_step=1, gamma=0.9, beta=beta)
+        assert [e.get_extra_model_outputs("weights")[0] for e in again] == \
+            [e.get_extra_model_outputs("weights")[0] for e in drawn]

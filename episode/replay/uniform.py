@@ -529,6 +529,8 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
             torch, device = _torch_device(device)
             _check_numeric(store, args.extras)
         batch = self._native_batch(store, args)
+        # Counted as sample() counts its items (a sequence's at T steps).
+        self.sampled_timesteps += batch_size * (args.T or 1)
         if store.priorities is not None:
             # (The leaves of these steps are found if RLlib's list is read.)
             self._last_leaves = None

@@ -2042,16 +2042,19 @@ cdef class Store:
         cdef PriorityTrees trees = self.priorities
         cdef int64_t n, lo = 0, hi = 0, key, length
         cdef bint random_n = n_step_range(n_step, &lo, &hi, &n)
-        cdef double total = 0.0, p_min = 0.0, N = <double>self.live_steps, w, max_w = 1.0
+        # The weights in the numbers RLlib's sample() computes them in (a
+        # float32 tree's sums stay float32), so that both give the same.
+        cdef Num total, N = num(<double>self.live_steps, TAG_INT), neg_beta = num(-beta, TAG_FLOAT)
+        cdef Num max_weight, one = num(1.0, TAG_INT)
         cdef Py_ssize_t i
         if self.live_steps <= 0:
             raise ValueError("the buffer holds no timesteps to sample")
         cdef int64_t before_head = self._prefix(self.run_head & (self.run_cap - 1))
         if prioritized:
-            total = trees.total().v
-            if not total > 0.0:
+            total = trees.total()
+            if not total.v > 0.0:
                 raise ValueError("the priorities sum to zero")
-            p_min = trees.minimum().v / total
+            max_weight = power(mul(div(trees.minimum(), total), N), neg_beta)
         cdef int64_t tries = 0, limit = draw_limit(batch_size)
         cdef Py_ssize_t start, j, g, k
         cdef double sums[16]
@@ -2079,7 +2082,7 @@ cdef class Store:
                 for i in range(start, batch_size, 16):
                     g = min(16, batch_size - i)
                     for k in range(g):
-                        sums[k] = picks.items[i + k].weight * total
+                        sums[k] = mul(num(picks.items[i + k].weight, TAG_FLOAT), total).v
                     trees.find_group(sums, found, g)
                     for k in range(g):
                         picks.items[i + k].leaf = found[k]
@@ -2110,17 +2113,16 @@ cdef class Store:
                 p.end = min(p.ts + (batch_length_T if batch_length_T else p.n), length)
                 p.end_run = -1
                 p.end_off = 0
-                p.weight = trees.leaf_sum(p.leaf).v / total if prioritized else 1.0
+                if prioritized:
+                    # (p * N) ** -beta, normalized by the largest possible weight.
+                    p.weight = mul(div(power(mul(div(trees.leaf_sum(p.leaf), total), N),
+                                             neg_beta), max_weight), one).v
+                else:
+                    p.weight = 1.0
                 if j != i:
                     picks.items[j] = p[0]
                 j += 1
             picks.size = j
-        if prioritized:
-            # (p * N) ** -beta, normalized by the largest possible weight.
-            max_w = (p_min * N) ** (-beta)
-            for i in range(picks.size):
-                w = (picks.items[i].weight * N) ** (-beta)
-                picks.items[i].weight = w / max_w
         return picks
 
     def leaves_of(self, keys):
