@@ -44,7 +44,8 @@ extra_info["ns_per_item"] per step added or per transition drawn):
   `update_priorities` of new priorities for it: ours `sample_batch()` +
   `update_priorities(p)`, RLlib's `sample(sample_episodes=True)` +
   `update_priorities(p)` (50k only), cpprb's `sample()` +
-  `update_priorities(indexes, p)`;
+  `update_priorities(indexes, p)`, TorchRL's `sample(return_info=True)` +
+  `update_priority(info["index"], p)`;
 - replay_sample_sequences: 16 sequences of 64 steps inside one episode,
   ours `sample_batch(16, batch_length_T=64, min_batch_length_T=64)` against
   TorchRL's SliceSampler(slice_len=64), which finds the episodes at each
@@ -361,6 +362,10 @@ class TorchRL(Impl):
     def tensor_bytes(self, buffer) -> dict:
         return {"tensor_bytes": buffer.storage._storage.bytes()}
 
+    def sample_update(self, buffer, priorities) -> None:
+        _, info = buffer.sample(return_info=True)
+        buffer.update_priority(info["index"], self.torch.from_numpy(priorities))
+
 
 def make_impl(name: str, prioritized: bool = False) -> Impl:
     makers = {
@@ -555,7 +560,7 @@ def test_replay_sample_batch_prioritized_1m(benchmark, impl):
 
 
 @pytest.mark.parametrize("size", ["50k", "1m"])
-@pytest.mark.parametrize("impl", ["ours", "rllib", "cpprb_nstep3"])
+@pytest.mark.parametrize("impl", ["ours", "rllib", "cpprb_nstep3", "torchrl_nstep3"])
 def test_replay_sample_update_prioritized(benchmark, impl, size):
     if impl == "rllib" and size == "1m":
         pytest.skip("RLlib's buffer at 1M steps takes minutes to fill")
@@ -591,7 +596,11 @@ def test_replay_sample_sequences(benchmark, impl):
 # steps in turn, int actions, float rewards), filled once per implementation:
 # ours storing whole rows, ours with frame_stack=4 (each frame once), cpprb
 # with next_of="obs" (each observation once) and with stack_compress="obs"
-# (each frame once), RLlib's episode buffers; and "ours_frames_first_axis",
+# (each frame once), SB3's ReplayBuffer (a step per add(), obs and next_obs
+# each stored: its optimize_memory_usage gives the last step of an episode
+# the next episode's first observation), TorchRL's buffers on a
+# LazyTensorStorage (an episode's TensorDict per extend(), obs and next obs
+# each stored), RLlib's episode buffers; and "ours_frames_first_axis",
 # ours with frame_stack=4 on the same frames stacked as gymnasium's
 # FrameStackObservation stacks them (4x84x84). Groups (medians per call,
 # extra_info["ns_per_item"] per transition, extra_info["held_bytes"] what the
@@ -607,7 +616,7 @@ def test_replay_sample_sequences(benchmark, impl):
 ATARI_STEPS = 20_000
 ATARI_LENGTHS = (1_000, 2_500)
 ATARI_IMPLS = ("ours", "ours_frames", "ours_frames_first_axis", "cpprb",
-               "cpprb_stack_compress", "rllib")
+               "cpprb_stack_compress", "sb3", "torchrl", "rllib")
 
 
 def atari_stream():
@@ -653,6 +662,19 @@ def atari_full(name: str, prioritized: bool):
 
 
 def atari_new(name: str, prioritized: bool):
+    if name == "sb3":
+        if prioritized:
+            pytest.skip("Stable-Baselines3 has no prioritized buffer")
+        buffers = pytest.importorskip("stable_baselines3.common.buffers")
+        return buffers.ReplayBuffer(ATARI_STEPS, gym.spaces.Box(0, 255, (84, 84, 4), np.uint8),
+                                    gym.spaces.Discrete(4), device="cpu")
+    if name == "torchrl":
+        pytest.importorskip("torchrl")
+        from torchrl import data
+        kwargs = {"storage": data.LazyTensorStorage(ATARI_STEPS), "batch_size": BATCH}
+        if prioritized:
+            return data.PrioritizedReplayBuffer(alpha=ALPHA, beta=BETA, **kwargs)
+        return data.ReplayBuffer(**kwargs)
     if name.startswith("cpprb"):
         cpprb = pytest.importorskip("cpprb")
         env = {"obs": {"shape": (84, 84, 4), "dtype": np.uint8}, "act": {"dtype": np.int64},
@@ -678,6 +700,25 @@ def atari_new(name: str, prioritized: bool):
 
 def atari_add(name: str, buffer, frames, actions, rewards) -> None:
     obs = atari_obs(frames, name == "ours_frames_first_axis")
+    if name == "sb3":
+        last = len(actions) - 1
+        for t in range(len(actions)):
+            buffer.add(obs[t:t + 1], obs[t + 1:t + 2], actions[t:t + 1, None],
+                       rewards[t:t + 1], np.array([t == last]), [{}])
+        return
+    if name == "torchrl":
+        import torch
+        from tensordict import TensorDict
+        n = len(actions)
+        done = torch.zeros(n, 1, dtype=torch.bool)
+        done[-1] = True
+        observations = torch.from_numpy(obs)
+        buffer.extend(TensorDict({
+            "observation": observations[:-1], "action": torch.from_numpy(actions),
+            "next": {"observation": observations[1:],
+                     "reward": torch.tensor(rewards[:, None], dtype=torch.float32),
+                     "done": done, "terminated": done}}, batch_size=[n]))
+        return
     if name.startswith("cpprb"):
         done = np.zeros(len(actions))
         done[-1] = 1.0
@@ -698,6 +739,13 @@ def atari_sample(name: str, buffer, prioritized: bool):
     if name.startswith("cpprb"):
         batch = buffer.sample(BATCH, beta=BETA) if prioritized else buffer.sample(BATCH)
         return batch["obs"], batch["next_obs"], batch.get("indexes")
+    if name == "sb3":
+        batch = buffer.sample(BATCH)
+        return batch.observations.numpy(), batch.next_observations.numpy(), None
+    if name == "torchrl":
+        batch, info = buffer.sample(return_info=True) if prioritized else (buffer.sample(), {})
+        return (batch["observation"].numpy(), batch["next", "observation"].numpy(),
+                info.get("index"))
     if name == "rllib":
         kwargs = {"beta": BETA} if prioritized else {}
         episodes = buffer.sample(BATCH, n_step=1, gamma=GAMMA, sample_episodes=True, **kwargs)
@@ -739,11 +787,16 @@ def test_replay_atari_sample_update(benchmark, impl):
     priorities = np.random.default_rng(2).uniform(0.1, 2.0, BATCH).astype(np.float32)
     obs, new_obs, _ = atari_sample(name, buffer, True)
     check_atari(name, obs, new_obs)
+    if name == "torchrl":
+        import torch
+        torch_priorities = torch.from_numpy(priorities)
 
     def cycle():
         _, _, indices = atari_sample(name, buffer, True)
         if name.startswith("cpprb"):
             buffer.update_priorities(indices, priorities)
+        elif name == "torchrl":
+            buffer.update_priority(indices, torch_priorities)
         else:       # (the last draw's)
             buffer.update_priorities(priorities)
 
