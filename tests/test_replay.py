@@ -13,7 +13,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from episode import Sampler, SingleAgentEpisode
+from episode import Sampler, SingleAgentEpisode, replay
 from episode.replay import EpisodeReplayBuffer, PrioritizedEpisodeReplayBuffer
 from episode.replay.stored import DEFAULT_AGENT_ID
 
@@ -378,3 +378,41 @@ def test_a_subclass_update_add_metrics_is_called_with_the_counts(cls):
     reported = plain.get_metrics()
     assert sum(c["num_episodes_evicted"] for c in calls) == reported["num_episodes_evicted"] > 0
     assert mine.get_metrics() == reported
+
+
+@pytest.mark.parametrize("T", [None, 4])
+@pytest.mark.parametrize("cls", [replay.EpisodeReplayBuffer, replay.PrioritizedEpisodeReplayBuffer,
+                                 replay.MultiAgentEpisodeReplayBuffer,
+                                 replay.MultiAgentPrioritizedEpisodeReplayBuffer])
+def test_sample_batch_counts_its_items_as_sample_does(cls, T):
+    """get_sampled_timesteps() counts sample_batch()'s items as it counts
+    sample()'s (a sequence's at T steps; per module on the multi-agent
+    buffers, and once per call in the total)."""
+    buffer = cls(capacity=500)
+    if cls.__name__.startswith("MultiAgent"):
+        from episode import MultiAgentEpisode
+        for _ in range(3):
+            episode = MultiAgentEpisode()
+            episode.add_env_reset(observations={"a": np.zeros(2, np.float32),
+                                                "b": np.zeros(2, np.float32)})
+            for t in range(12):
+                episode.add_env_step({"a": np.full(2, t, np.float32),
+                                      "b": np.full(2, t, np.float32)}, {"a": 0, "b": 1},
+                                     {"a": 1.0, "b": 2.0})
+            buffer.add(episode.to_numpy())
+        buffer.sample_batch(5, batch_length_T=T)
+        assert buffer.get_sampled_timesteps() == 5 * (T or 1)
+        assert buffer._modules
+        for module_id in buffer._modules:
+            assert buffer.get_sampled_timesteps(module_id) == 5 * (T or 1)
+    else:
+        for _ in range(3):
+            episode = SingleAgentEpisode(observations=[np.zeros(2, np.float32)] * 13,
+                                         actions=[0] * 12, rewards=[1.0] * 12,
+                                         len_lookback_buffer=0)
+            buffer.add(episode.to_numpy())
+        buffer.sample_batch(5, batch_length_T=T)
+        assert buffer.get_sampled_timesteps() == 5 * (T or 1)
+    if T is None:
+        buffer.sample(3, batch_length_T=1)
+        assert buffer.get_sampled_timesteps() == 5 + 3

@@ -334,12 +334,15 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
             for module_id in modules:
                 _check_numeric(self._modules[module_id], args.extras)
         batches = {}
+        items = batch_size * (args.T or 1)     # (counted as sample() counts them)
         for module_id in modules:
             store = self._modules[module_id]
             batches[module_id] = self._native_batch(store, args)
             self._drawn_natively(module_id, store, batches[module_id]["indices"])
+            self.sampled_timesteps_per_module[module_id] += items
             if store.storage is not None:
                 store.release_pages()
+        self.sampled_timesteps += items
         if device is not None:
             return {module_id: _to_torch(batch, torch, device)
                     for module_id, batch in batches.items()}
