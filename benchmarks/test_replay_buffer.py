@@ -648,11 +648,12 @@ def atari_full(name: str, prioritized: bool):
     key = ("atari", name, prioritized)
     if key not in _FULL:
         _FULL.pop(("atari", name, not prioritized), None)   # one alive per implementation
+        stream = atari_stream()     # (made before tracing: held by no buffer)
         gc.collect()
         tracemalloc.start()
         base = tracemalloc.get_traced_memory()[0]
         buffer = atari_new(name, prioritized)
-        for frames, actions, rewards in atari_stream():
+        for frames, actions, rewards in stream:
             atari_add(name, buffer, frames, actions, rewards)
         gc.collect()
         held = tracemalloc.get_traced_memory()[0] - base
