@@ -501,6 +501,10 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
         transition reaches the end of a terminated/truncated episode),
         `n_step` (the steps summed: bootstrap with gamma ** n_step),
         `weights` (importance weights; ones when uniform), `indices`.
+        With the same seed, one-step transitions are the ones RLlib's
+        sample() draws, with its weights; with more steps, a step nearer
+        its episode's end than n_step is kept with fewer steps, where
+        sample() draws again.
 
         Sequences (`batch_length_T=T`): (B, lookback + T, ...) arrays of up
         to T steps from each drawn step on, after `lookback` steps before
