@@ -428,6 +428,7 @@ def _scenario_single(seed: int, prioritized: bool) -> int:
             else replay.EpisodeReplayBuffer)(**kwargs)
     theirs.rng, ours.rng = np.random.default_rng(seed), np.random.default_rng(seed)
     steps = 0
+    batches = 0     # sample_batch() draws (they log no sample metrics)
     try:
         for i, call in enumerate(stream):
             make = dict(numpy=numpy_, extras=extras, lookback=lookback)
@@ -445,6 +446,8 @@ def _scenario_single(seed: int, prioritized: bool) -> int:
                                                         bool(rng.integers(2)))
                     _compare_single(theirs, ours, prioritized)
                 elif op == "metrics":
+                    if batches:
+                        continue
                     compare(metrics_view(ours.get_metrics()),
                             metrics_view(theirs.get_metrics()), "metrics")
                 elif prioritized:
@@ -456,11 +459,25 @@ def _scenario_single(seed: int, prioritized: bool) -> int:
                     if not _reachable([ours._store], n_step):
                         continue
                     B = int(rng.integers(1, 12))
-                    got = _both(lambda b: b.sample(B, **sample), theirs, ours)
-                    for a, b in _pairs(got):
-                        compare(episode_view(b, with_id=False), episode_view(a, with_id=False),
-                                f"call {i}")
-                    assert ours._last_sampled_indices == theirs._last_sampled_indices
+                    if n_step == 1 and rng.random() < 0.3:
+                        # sample_batch(): RLlib's one-step draws and weights.
+                        got = _both(lambda b: b.sample(B, **sample) if b is theirs else
+                                    b.sample_batch(B, n_step=1, gamma=sample["gamma"],
+                                                   beta=sample["beta"]), theirs, ours)
+                        batches += 1
+                        if got[0] is not None:
+                            drawn, batch = got
+                            weights = [e.get_extra_model_outputs("weights")[0] for e in drawn]
+                            np.testing.assert_array_equal(
+                                batch["weights"], np.array(weights).astype(np.float32))
+                            got = (drawn, [None] * len(drawn))
+                    else:
+                        got = _both(lambda b: b.sample(B, **sample), theirs, ours)
+                        for a, b in _pairs(got):
+                            compare(episode_view(b, with_id=False),
+                                    episode_view(a, with_id=False), f"call {i}")
+                    assert list(ours._last_sampled_indices) == \
+                        list(theirs._last_sampled_indices)
                     if got[0] is not None and rng.random() < 0.8:
                         priorities = _priorities(rng, len(got[0]))
                         _both(lambda b: b.update_priorities(priorities), theirs, ours)

@@ -504,7 +504,8 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
         With the same seed, one-step transitions are the ones RLlib's
         sample() draws, with its weights; with more steps, a step nearer
         its episode's end than n_step is kept with fewer steps, where
-        sample() draws again.
+        sample() draws again. get_sampled_timesteps() counts the items;
+        no sample metrics are logged (get_metrics() has sample()'s).
 
         Sequences (`batch_length_T=T`): (B, lookback + T, ...) arrays of up
         to T steps from each drawn step on, after `lookback` steps before
