@@ -36,6 +36,14 @@ if TYPE_CHECKING:
 DEFAULT_MODULE_ID = "default_policy"
 
 
+# A multi-agent episode's fields kept as data as they are, and those that
+# are defaultdicts in a live episode (with their factories).
+_DATA_FIELDS = ("_agent_to_module_mapping", "env_t_started", "env_t", "is_terminated",
+                "is_truncated", "_hanging_actions_end", "_start_time", "_last_step_time")
+_DATA_DEFAULTS = {"agent_t_started": int, "_hanging_extra_model_outputs_end": dict,
+                  "_hanging_rewards_end": float, "_hanging_rewards_begin": float}
+
+
 def default_agent_to_module_mapping_fn(agent_id: Any, episode: Any) -> str:
     """Every agent to RLlib's default module id."""
     return DEFAULT_MODULE_ID
@@ -1251,6 +1259,74 @@ class MultiAgentEpisode(MultiAgentCore):
             "_last_step_time": self._last_step_time,
             "custom_data": self.custom_data,
         }
+
+    # -- as data (files: datasets, kept replay buffers) -------------------------------
+
+    def _data_state(self) -> Dict[str, Any]:
+        """The episode's own fields (not its agents' episodes) as plain data
+        (episode.values packs it): the env-step to agent-step mappings as
+        int64 arrays (lookback and all), the hanging actions, rewards and
+        outputs, the spaces. Its agent-to-module mapping function is code,
+        not data: the resolved agent-to-module mapping is kept instead."""
+        from episode._column import KINDS
+
+        state = {name: getattr(self, name) for name in _DATA_FIELDS}
+        state.update({name: dict(getattr(self, name)) for name in _DATA_DEFAULTS})
+        mappings = {}
+        for agent_id, steps in self.env_t_to_agent_t.items():
+            col = steps._leaves[0] if len(steps._leaves) == 1 else None
+            if col is not None and not col.finalized and col.kind == KINDS["int"]:
+                mappings[agent_id] = (steps.lookback, col.view())
+            else:
+                mappings[agent_id] = (steps.lookback, list(steps.data))
+        state["env_t_to_agent_t"] = mappings
+        state["agents"] = list(self.agent_episodes)
+        state["spaces"] = [self.observation_space, self.action_space]
+        state["custom_data"] = dict(self.custom_data)
+        state["len_lookback_buffers"] = self._len_lookback_buffers
+        return state
+
+    @staticmethod
+    def _from_data_state(id_: Any, state: Dict[str, Any],
+                         agent_episodes: dict) -> "MultiAgentEpisode":
+        """_data_state's episode back, with id `id_`, over its agents'
+        episodes (made already), with the default mapping function; checked
+        as from_state checks a state (ValueError, TypeError, KeyError)."""
+        from episode._column import Column, KINDS
+
+        if not isinstance(state, dict):
+            raise ValueError("a multi-agent episode's fields are not a dict")
+        agents = state["agents"]
+        if not isinstance(agents, list) or sorted(map(repr, agents)) != \
+                sorted(map(repr, agent_episodes)):
+            raise ValueError("its agents are not the ones stored with it")
+        fields = {name: state[name] for name in _DATA_FIELDS}
+        for name, factory in _DATA_DEFAULTS.items():
+            if not isinstance(state[name], dict):
+                raise ValueError(f"{name} is not a dict")
+            fields[name] = defaultdict(factory, state[name])
+        mappings = {}
+        if not isinstance(state["env_t_to_agent_t"], dict):
+            raise ValueError("env_t_to_agent_t is not a dict")
+        for agent_id, (lookback, steps) in state["env_t_to_agent_t"].items():
+            buf = AgentSteps()
+            if isinstance(steps, np.ndarray):
+                if steps.dtype != np.int64 or steps.ndim != 1:
+                    raise ValueError("an env-step mapping is not int64 steps")
+                buf._set_storage(Column.from_rows(np.array(steps), KINDS["int"]))
+            else:
+                buf.data = steps
+            buf.lookback = lookback
+            mappings[agent_id] = buf
+        fields["env_t_to_agent_t"] = mappings
+        observation_space, action_space = state["spaces"]
+        fields.update(id_=id_, agent_to_module_mapping_fn=default_agent_to_module_mapping_fn,
+                      observation_space=observation_space, action_space=action_space,
+                      custom_data=state["custom_data"])
+        episode = MultiAgentEpisode._from_parts(
+            fields, {agent_id: agent_episodes[agent_id] for agent_id in agents})
+        episode._len_lookback_buffers = state["len_lookback_buffers"]
+        return episode
 
     @staticmethod
     def from_state(state: Dict[str, Any]) -> "MultiAgentEpisode":

@@ -39,7 +39,12 @@ def _requirement(text: str) -> tuple:
     # "numpy>=2.0" and conda's "numpy >=2.0" as (name, specifier).
     match = re.fullmatch(r"\s*([A-Za-z0-9_.-]+)\s*(.*?)\s*", text)
     assert match, text
-    return match.group(1).lower().replace("_", "-"), match.group(2).replace(" ", "")
+    name = match.group(1).lower().replace("_", "-")
+    # (conda-forge's name of PyPI's msgpack)
+    return _CONDA_NAMES.get(name, name), match.group(2).replace(" ", "")
+
+
+_CONDA_NAMES = {"msgpack-python": "msgpack"}
 
 
 def test_the_recipe_parses_and_builds_with_pip_and_cmake():

@@ -5,6 +5,7 @@ the opened buffer answers as the saved one and as a pickled copy, and goes
 on alike; a frame number outside the saved frames, like any damaged or
 foreign file, is refused with an error naming it."""
 import ast
+import copy
 import os
 import pickle
 import subprocess
@@ -36,7 +37,19 @@ FRAME_LAYOUTS = {"last_axis": ((12, 10, 1), np.uint8, 4, -1),
 
 
 def _same(a, b, where="state"):
-    compare(plain_state(b), plain_state(a), where)
+    compare(_unmapped(plain_state(b)), _unmapped(plain_state(a)), where)
+
+
+def _unmapped(state):
+    # A state without its episodes' mapping functions: an opened buffer's
+    # episodes have the default one (a function is code, which a saved buffer
+    # does not keep); their resolved mappings (`_agent_to_module_mapping`)
+    # are compared, and they are what the buffer maps the agents by.
+    if isinstance(state, dict):
+        return {k: _unmapped(v) for k, v in state.items() if k != "agent_to_module_mapping_fn"}
+    if type(state) in (list, tuple):
+        return type(state)(_unmapped(v) for v in state)
+    return state
 
 
 def _prioritized(buffer) -> bool:
@@ -229,26 +242,55 @@ def test_an_opened_multi_agent_buffer_answers_as_the_saved_one(cls, storage, obj
     _same(_answers(pickled, False), _answers(buffer, False))
 
 
-def test_an_opened_buffers_episode_arrays_are_read_only(tmp_path, monkeypatch):
-    """Pinned difference (docs/differences.md): a multi-agent buffer opened
-    from a folder reads its stored episodes' arrays in place from a
-    read-only mapping, so writing into one taken from `buffer.episodes`
-    raises ValueError and leaves the episode as it was; the saved buffer's
-    arrays are its stored episodes' own, as RLlib's are."""
+def test_an_opened_buffers_episode_arrays_are_its_own(tmp_path, monkeypatch):
+    """A multi-agent buffer opened from a folder holds its stored episodes'
+    arrays in memory of its own (decoded from the folder's data, not mapped
+    from a pickle's buffers): a write into one taken from `buffer.episodes`
+    stays in that buffer, as a write into the saved buffer's stays in it."""
     monkeypatch.setattr(kept, "OBJECTS_APART", 0)       # (as a large buffer has them)
     buffer = _ma_filled(MultiAgentEpisodeReplayBuffer)
     buffer.save(tmp_path / "kept")
     opened = MultiAgentEpisodeReplayBuffer.open(tmp_path / "kept")
+    again = MultiAgentEpisodeReplayBuffer.open(tmp_path / "kept")
     agent = next(iter(buffer.episodes[-1].agent_episodes))
     mine = buffer.episodes[-1].agent_episodes[agent].get_rewards()
     theirs = opened.episodes[-1].agent_episodes[agent].get_rewards()
     assert np.array_equal(mine, theirs) and len(theirs)
     before = theirs.copy()
-    with pytest.raises(ValueError, match="read-only"):
-        theirs[0] = 1e9
-    assert np.array_equal(opened.episodes[-1].agent_episodes[agent].get_rewards(), before)
-    mine[0] = 1e9           # (the saved buffer's episode takes the write)
-    assert buffer.episodes[-1].agent_episodes[agent].get_rewards()[0] == 1e9
+    theirs[0] = 1e9
+    assert opened.episodes[-1].agent_episodes[agent].get_rewards()[0] == 1e9
+    assert np.array_equal(again.episodes[-1].agent_episodes[agent].get_rewards(), before)
+    assert np.array_equal(buffer.episodes[-1].agent_episodes[agent].get_rewards(), before)
+
+
+def test_an_opened_buffers_episodes_map_new_agents_as_their_chunks_did(tmp_path):
+    """The mapping function is not kept (it is code): an opened buffer's
+    episodes have the default one and their resolved mapping; an agent that
+    first appears in a later chunk of a stored episode goes to the module
+    the chunk's own function maps it to, in the opened buffer as in the
+    saved one."""
+    def chunk(agent_ids, id_=None, first=0.0):
+        episode = MultiAgentEpisode(id_=id_, agent_to_module_mapping_fn=module_of)
+        episode.add_env_reset(observations={a: first for a in agent_ids})
+        for t in range(3):
+            episode.add_env_step({a: first + t + 1 for a in agent_ids},
+                                 {a: 0 for a in agent_ids}, {a: 1.0 for a in agent_ids})
+        return episode
+
+    buffer = MultiAgentEpisodeReplayBuffer(capacity=100)
+    first = chunk(["a0"])
+    buffer.add([first])
+    buffer.save(tmp_path)
+    opened = MultiAgentEpisodeReplayBuffer.open(tmp_path)
+    assert opened.episodes[0]._agent_to_module_mapping == {"a0": "m0"}
+    successor = first.cut()
+    successor.add_env_step({"a0": 9.0, "a2": 0.0}, {"a0": 0}, {"a0": 1.0})
+    successor.add_env_step({"a0": 10.0, "a2": 1.0}, {"a0": 0, "a2": 1}, {"a0": 1.0, "a2": 2.0})
+    for kept_buffer in (buffer, opened):
+        kept_buffer.add([copy.deepcopy(successor)])
+        assert kept_buffer.episodes[0]._agent_to_module_mapping == {"a0": "m0", "a2": "m1"}
+        assert sorted(kept_buffer.get_module_ids()) == ["m0", "m1"]
+    _same(opened.get_state(), buffer.get_state())
 
 
 def test_update_priorities_after_open_uses_the_saved_draws(tmp_path):
@@ -300,18 +342,15 @@ def test_open_gives_the_saved_kind_or_refuses_another(tmp_path):
             cls.open(tmp_path / name)
 
 
-def test_a_single_agent_buffer_is_saved_as_it_always_was(tmp_path):
+def test_a_single_agent_buffer_keeps_the_first_versions_keys(tmp_path):
     """A buffer of one store and whole rows writes the metadata keys of the
-    first version of the format (the version is still 1): a folder saved
-    before the multi-agent and frame-stacked buffers were kept opens, and
-    one saved now opens in an episode that only knew that much."""
+    first version of the format (and no file but its rows)."""
     buffer = PrioritizedEpisodeReplayBuffer(capacity=50, seed=0)
     buffer.add(SingleAgentEpisode(observations=[0.0, 1.0, 2.0], actions=[0, 1],
                                   rewards=[1.0, 2.0]))
     buffer.save(tmp_path)
     meta = kept._read_meta(str(tmp_path))
     assert set(meta) == {"kind", "settings", "buffer", "store", "blocks"}
-    assert kept.FORMAT_VERSION == 1
     assert all(name.startswith("rows-") for name in kept._file_names(meta))
 
 
@@ -490,14 +529,13 @@ def test_a_dataset_in_a_frame_stacked_buffer_round_trips(tmp_path):
 
 
 class _NoPickle:
-    def __reduce__(self):
-        raise TypeError("not this one")
+    """An object a saved buffer does not keep (not data)."""
 
 
 def test_a_save_that_fails_leaves_the_folder_as_it_was(tmp_path):
-    """An object of the buffer's that does not pickle (here an episode's
-    info): the save raises, and the folder holds the previous save, none of
-    this one's files."""
+    """An object of the buffer's that is not data (here an episode's
+    info): the save raises TypeError naming its type, and the folder holds
+    the previous save, none of this one's files."""
     buffer = _ma_filled(MultiAgentEpisodeReplayBuffer)
     buffer.save(tmp_path)
     before = {n: (tmp_path / n).read_bytes() for n in os.listdir(tmp_path)}
@@ -506,7 +544,7 @@ def test_a_save_that_fails_leaves_the_folder_as_it_was(tmp_path):
     agent.infos[-1] = {"bad": _NoPickle()}
     for call in _ma_calls(9, calls=2):
         buffer.add(call)                        # (new blocks: new files to write)
-    with pytest.raises(TypeError, match="not this one"):
+    with pytest.raises(TypeError, match="cannot be saved.*_NoPickle"):
         buffer.save(tmp_path)
     assert {n: (tmp_path / n).read_bytes() for n in os.listdir(tmp_path)} == before
 

@@ -36,11 +36,12 @@ Python types they were written with).
 from __future__ import annotations
 
 import base64
-import collections
 import json
 from typing import Any, Optional
 
 import numpy as np
+
+from episode import values
 
 FORMAT = "episode"
 VERSION = 1
@@ -68,134 +69,16 @@ class DatasetError(ValueError):
 
 # -- values (infos, ids, custom data, object-path items) ---------------------------------
 
-# msgpack extension codes for what msgpack itself has no type for.
-_EXT_ARRAY, _EXT_SCALAR, _EXT_TUPLE, _EXT_INT, _EXT_SET, _EXT_OBJECTS = 1, 2, 3, 4, 5, 6
-
-
-def _msgpack():
-    try:
-        import msgpack
-    except ModuleNotFoundError as error:
-        raise ModuleNotFoundError(
-            'episode.offline needs msgpack: pip install "episode[offline]"') from error
-    return msgpack
-
-
-def _default(obj: Any) -> Any:
-    # What msgpack has no type for, as extension types (see _ext_hook).
-    ext = _msgpack().ExtType
-    if isinstance(obj, np.ndarray):
-        if obj.dtype.hasobject:
-            return ext(_EXT_OBJECTS, _packb([list(obj.shape), obj.ravel().tolist()]))
-        data = np.ascontiguousarray(obj)
-        return ext(_EXT_ARRAY, _packb([data.dtype.str, list(data.shape), data.tobytes()]))
-    if isinstance(obj, np.generic):
-        if obj.dtype.hasobject:
-            raise TypeError(f"cannot store a numpy object scalar {obj!r:.80}")
-        return ext(_EXT_SCALAR, _packb([obj.dtype.str, obj.tobytes()]))
-    if type(obj) is tuple:
-        return ext(_EXT_TUPLE, _packb(list(obj)))
-    if type(obj) is int:     # past 64 bits
-        return ext(_EXT_INT, str(obj).encode())
-    if type(obj) in (set, frozenset):
-        return ext(_EXT_SET, _packb([type(obj) is frozenset, list(obj)]))
-    # Subclasses of the plain types (OrderedDict, IntEnum, ...) come back as them.
-    for plain in (dict, list, bool, int, float, str, bytes):
-        if isinstance(obj, plain):
-            return plain(obj)
-    raise TypeError(f"a dataset stores numbers, strings, bytes, None, lists, tuples, "
-                    f"dicts, sets and numpy arrays, not {type(obj).__name__}")
-
-
-def _packb(obj: Any) -> bytes:
-    return _msgpack().packb(obj, default=_default, use_bin_type=True, strict_types=True)
-
-
 def pack_value(obj: Any) -> bytes:
     """`obj` as msgpack bytes that `unpack_value` turns back into an equal
     object of the same types (tuples, sets, numpy arrays and scalars, ints
-    of any size included). TypeError for anything else."""
-    return _packb(obj)
-
-
-def _ext_hook(code: int, data: bytes) -> Any:
-    if code == _EXT_ARRAY:
-        dtype, shape, raw = _fields(data, 3)
-        dtype, shape = _plain_dtype(dtype), _shape(shape)
-        if not isinstance(raw, bytes) or len(raw) != dtype.itemsize * _count(shape):
-            raise ValueError("a stored array's bytes do not match its shape")
-        return np.frombuffer(raw, dtype).reshape(shape).copy()
-    if code == _EXT_SCALAR:
-        dtype, raw = _fields(data, 2)
-        dtype = _plain_dtype(dtype)
-        if not isinstance(raw, bytes) or len(raw) != dtype.itemsize:
-            raise ValueError("a stored scalar's bytes do not match its dtype")
-        return np.frombuffer(raw, dtype)[0]
-    if code == _EXT_OBJECTS:
-        shape, items = _fields(data, 2)
-        shape = _shape(shape)
-        if not isinstance(items, list) or len(items) != _count(shape):
-            raise ValueError("a stored object array's items do not match its shape")
-        out = np.empty(len(items), dtype=object)
-        out[:] = items
-        return out.reshape(shape)
-    if code == _EXT_TUPLE:
-        items = unpack_value(data)
-        if not isinstance(items, list):
-            raise ValueError("a stored tuple is not a sequence")
-        return tuple(items)
-    if code == _EXT_INT:
-        return int(data.decode("ascii"))
-    if code == _EXT_SET:
-        frozen, items = _fields(data, 2)
-        if type(frozen) is not bool or not isinstance(items, list):
-            raise ValueError("a malformed stored set")
-        return frozenset(items) if frozen else set(items)
-    raise ValueError(f"unknown stored value type {code}")
-
-
-def _fields(data: bytes, n: int) -> list:
-    fields = unpack_value(data)
-    if not isinstance(fields, list) or len(fields) != n:
-        raise ValueError("a malformed stored value")
-    return fields
-
-
-def _shape(shape: Any) -> tuple:
-    if not isinstance(shape, list) or len(shape) > 64 \
-            or not all(type(d) is int and 0 <= d < 1 << 40 for d in shape):
-        raise ValueError(f"a stored array of shape {shape!r:.80}")
-    return tuple(shape)
-
-
-def _count(shape: tuple) -> int:
-    count = 1
-    for d in shape:
-        count *= d
-    return count
-
-
-def _plain_dtype(text: Any) -> np.dtype:
-    if not isinstance(text, str):
-        raise ValueError(f"a stored dtype is a string, not {type(text).__name__}")
-    try:
-        dtype = np.dtype(text)
-    except (TypeError, ValueError) as error:
-        raise ValueError(f"no dtype {text!r}") from error
-    if dtype.hasobject:
-        raise ValueError(f"a stored array of {dtype} would hold objects")
-    return dtype
+    of any size included; episode.values). TypeError for anything else."""
+    return values.pack(obj)
 
 
 def unpack_value(blob: bytes) -> Any:
     """The object `pack_value` stored (ValueError for bytes that are not one)."""
-    msgpack = _msgpack()
-    try:
-        return msgpack.unpackb(blob, ext_hook=_ext_hook, raw=False, strict_map_key=False,
-                               use_list=True)
-    except (msgpack.ExtraData, msgpack.FormatError, msgpack.StackError, ValueError,
-            TypeError, UnicodeDecodeError, OverflowError) as error:
-        raise ValueError(f"not a stored value: {error}") from error
+    return values.unpack(blob)
 
 
 # -- leaves: how a Column's rows become an Arrow column and back --------------------------
@@ -496,37 +379,11 @@ def space_of(text: Optional[str], where: str) -> Any:
 
 # -- multi-agent episodes: what their agents' rows do not hold -----------------------------
 
-# The multi-agent fields stored as they are (values), and those that are
-# defaultdicts in a live episode (with their factories).
-_MULTI_FIELDS = ("_agent_to_module_mapping", "env_t_started", "env_t", "is_terminated",
-                 "is_truncated", "_hanging_actions_end", "_start_time", "_last_step_time")
-_MULTI_DEFAULTS = {"agent_t_started": int, "_hanging_extra_model_outputs_end": dict,
-                   "_hanging_rewards_end": float, "_hanging_rewards_begin": float}
-
-
 def multi_state(episode) -> bytes:
-    """A MultiAgentEpisode's own fields (not its agents' episodes) as bytes:
-    the env-step to agent-step mappings as int64 arrays (lookback and all),
-    the hanging actions, rewards and outputs, the spaces as text. Its
-    agent-to-module mapping function is code, not data: the resolved
-    agent-to-module mapping is kept instead."""
-    from episode._column import KINDS
-
-    state = {name: getattr(episode, name) for name in _MULTI_FIELDS}
-    state.update({name: dict(getattr(episode, name)) for name in _MULTI_DEFAULTS})
-    mappings = {}
-    for agent_id, steps in episode.env_t_to_agent_t.items():
-        col = steps._leaves[0] if len(steps._leaves) == 1 else None
-        if col is not None and not col.finalized and col.kind == KINDS["int"]:
-            mappings[agent_id] = (steps.lookback, col.view())
-        else:
-            mappings[agent_id] = (steps.lookback, list(steps.data))
-    state["env_t_to_agent_t"] = mappings
-    state["agents"] = list(episode.agent_episodes)
-    state["spaces"] = [_multi_space(episode.observation_space),
-                       _multi_space(episode.action_space)]
-    state["custom_data"] = dict(episode.custom_data)
-    state["len_lookback_buffers"] = episode._len_lookback_buffers
+    """A MultiAgentEpisode's own fields (not its agents' episodes) as bytes
+    (MultiAgentEpisode._data_state, its spaces as text)."""
+    state = episode._data_state()
+    state["spaces"] = [_multi_space(space) for space in state["spaces"]]
     return pack_value(state)
 
 
@@ -540,43 +397,15 @@ def multi_episode(id_: Any, blob: bytes, agent_episodes: dict, where: str):
     """multi_state's episode back, with id `id_`, over its agents' episodes
     (read from their rows): checked as MultiAgentEpisode.from_state checks
     a state (DatasetError)."""
-    from episode._column import Column, KINDS
-    from episode.multi_agent_episode import (AgentSteps, MultiAgentEpisode,
-                                             default_agent_to_module_mapping_fn)
+    from episode.multi_agent_episode import MultiAgentEpisode
 
     try:
         state = unpack_value(blob)
-        if not isinstance(state, dict):
-            raise ValueError("not a dict")
-        agents = state["agents"]
-        if not isinstance(agents, list) or sorted(map(repr, agents)) != \
-                sorted(map(repr, agent_episodes)):
-            raise ValueError("its agents are not the ones stored with it")
-        fields = {name: state[name] for name in _MULTI_FIELDS}
-        for name, factory in _MULTI_DEFAULTS.items():
-            if not isinstance(state[name], dict):
-                raise ValueError(f"{name} is not a dict")
-            fields[name] = collections.defaultdict(factory, state[name])
-        mappings = {}
-        for agent_id, (lookback, steps) in state["env_t_to_agent_t"].items():
-            buf = AgentSteps()
-            if isinstance(steps, np.ndarray):
-                if steps.dtype != np.int64 or steps.ndim != 1:
-                    raise ValueError("an env-step mapping is not int64 steps")
-                buf._set_storage(Column.from_rows(steps, KINDS["int"]))
-            else:
-                buf.data = steps
-            buf.lookback = lookback
-            mappings[agent_id] = buf
-        fields["env_t_to_agent_t"] = mappings
-        observation_space, action_space = (_multi_space_of(s, where) for s in state["spaces"])
-        fields.update(id_=id_, agent_to_module_mapping_fn=default_agent_to_module_mapping_fn,
-                      observation_space=observation_space, action_space=action_space,
-                      custom_data=state["custom_data"])
-        episode = MultiAgentEpisode._from_parts(
-            fields, {agent_id: agent_episodes[agent_id] for agent_id in agents})
-        episode._len_lookback_buffers = state["len_lookback_buffers"]
-        return episode
+        if not isinstance(state, dict) or not isinstance(state.get("spaces"), list) or \
+                len(state["spaces"]) != 2:
+            raise ValueError("not a dict of its fields")
+        state["spaces"] = [_multi_space_of(s, where) for s in state["spaces"]]
+        return MultiAgentEpisode._from_data_state(id_, state, agent_episodes)
     except (ValueError, TypeError, KeyError, AttributeError, AssertionError) as error:
         raise DatasetError(f"{where}: a malformed multi-agent episode ({type(error).__name__}: "
                            f"{error})") from None

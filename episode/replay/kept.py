@@ -11,8 +11,9 @@ one per chunk of each frame pool (`frames-*.bin`: the chunk's frames,
 raw; bytes no frame was written to are zeros), `buffer.meta` (everything
 else: each Store's runs, episodes, layout, final rows and priority trees
 and each frame pool's numbering, the buffer's counters, rng, metrics and,
-multi-agent, its episodes; a pickle behind a header of a magic string, the
-format version, the payload's length and its SHA-256) and `buffer.lock`.
+multi-agent, its episodes; msgpack data (episode.values: no pickle, nothing
+read from it runs code) behind a header of a magic string, the format
+version, the payload's length and its SHA-256) and `buffer.lock`.
 The metadata keeps the buffer's own store at its top (`store`, `blocks`:
 all a buffer of one store without frames has, as in the first saves),
 its frame pools under `frames` and the other stores under `stores`.
@@ -28,7 +29,7 @@ metadata is in place. A save holds the folder's lock (exclusive)
 throughout; an open holds it shared while it reads.
 
 Reading: the metadata's magic, version, length and checksum are checked
-before it is unpickled, each file's existence and size before it is
+before it is decoded (as data: numbers, strings, containers, arrays, spaces), each file's existence and size before it is
 mapped (read-only), and every index of each Store's state, and every
 frame number its rows hold, against those sizes before anything is built
 (episode._keep). `verify=True` also checks each file's CRC-32 (reading
@@ -57,17 +58,21 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
+from episode import values
+
 try:
     import fcntl
 except ImportError:         # (Windows: no advisory locks; saves are not guarded)
     fcntl = None  # type: ignore[assignment]
 
-FORMAT_VERSION = 1
+# 2: the metadata is msgpack (episode.values); 1 was a pickle, which
+# convert_v1() rewrites for a folder its user trusts.
+FORMAT_VERSION = 2
 MAGIC = b"episode replay buffer\n"
 _HEADER = struct.Struct("<IQ32s")     # version, payload bytes, SHA-256 of the payload
 HEADER_BYTES = len(MAGIC) + _HEADER.size
-# A buffer's own state goes to a file of its own (`objects-*.bin`) where
-# its arrays come to this many bytes.
+# A buffer's own state keeps its arrays in a file of their own
+# (`objects-*.bin`) where they come to this many bytes.
 OBJECTS_APART = 1 << 20
 META_NAME = "buffer.meta"
 LOCK_NAME = "buffer.lock"
@@ -193,18 +198,15 @@ def save(buffer, folder) -> None:
             # without frames has always been saved; any others after it.)
             first = entries[0]
             meta = {"kind": _kind_of(buffer), "settings": settings,
-                    "buffer": buffer._kept_state(), "store": first["store"],
-                    "blocks": first["blocks"]}
+                    "buffer": type(buffer)._plain_kept(buffer._kept_state()),
+                    "store": first["store"], "blocks": first["blocks"]}
             _objects_to_file(meta, folder, token, written)
             if first["frames"] is not None:
                 meta["frames"] = first["frames"]
             if len(entries) > 1:
                 meta["stores"] = entries[1:]
-            payload = pickle.dumps(meta, protocol=5)
-            header = MAGIC + _HEADER.pack(FORMAT_VERSION, len(payload),
-                                          hashlib.sha256(payload).digest())
             _sync_folder(folder)     # (the files' names before the metadata's)
-            _write_file(folder, META_NAME, [header, payload])
+            _write_meta(folder, meta)
         except BaseException:
             # (Nothing of this save stays: e.g. an episode's object that does
             # not pickle. The folder holds the previous save as it was.)
@@ -225,6 +227,7 @@ def _saved_store(folder: str, prefix: str, name: Any, store, written: list) -> D
     from episode._keep import frame_pools, store_state
 
     state, blocks = store_state(store)
+    state = _plain_store_state(state)
     saved_blocks = []
     for k, block in enumerate(blocks):
         leaves: List[Any] = []
@@ -269,25 +272,83 @@ def _saved_frames(folder: str, prefix: str, leaf: int, numbering: Dict[str, int]
     return {"numbering": dict(numbering), "chunks": files}
 
 
+def _write_meta(folder: str, meta: Dict[str, Any]) -> None:
+    # The metadata file: the header, then the metadata as data.
+    try:
+        payload = values.pack(meta)
+    except TypeError as error:
+        raise TypeError(f"the replay buffer cannot be saved: {error} (a saved buffer keeps "
+                        f"data only, so that opening it runs no code)") from None
+    header = MAGIC + _HEADER.pack(FORMAT_VERSION, len(payload),
+                                  hashlib.sha256(payload).digest())
+    _write_file(folder, META_NAME, [header, payload])
+
+
+def _plain_store_state(state: Dict[str, Any]) -> Dict[str, Any]:
+    # A Store's state as data: its episodes' metas (EpisodeMeta objects,
+    # shared between episodes where equal) as a table of their fields and
+    # each slot's index in it (None: a free slot).
+    table: List[list] = []
+    index: Dict[int, int] = {}
+    slots = []
+    for meta in state["meta"]:
+        if meta is None:
+            slots.append(None)
+            continue
+        if id(meta) not in index:
+            index[id(meta)] = len(table)
+            table.append([getattr(meta, name) for name in _META_FIELDS])
+            table[-1][_META_FIELDS.index("extra_keys")] = list(meta.extra_keys)
+        slots.append(index[id(meta)])
+    return dict(state, meta=slots, metas=table)
+
+
+def _store_state(state: Any, meta_path: str) -> Dict[str, Any]:
+    # _plain_store_state's state back (its metas EpisodeMeta objects again).
+    from episode._replay import EpisodeMeta
+
+    if type(state) is not dict or type(state.get("metas")) is not list or \
+            type(state.get("meta")) is not list:
+        raise ValueError(f"{meta_path} does not describe a replay buffer's episodes")
+    metas = []
+    for fields in state["metas"]:
+        if type(fields) is not list or len(fields) != len(_META_FIELDS) or \
+                type(fields[5]) is not list or type(fields[7]) is not bool or \
+                not (fields[6] is None or type(fields[6]) is dict):
+            raise ValueError(f"{meta_path} does not describe a replay buffer's episodes")
+        fields = list(fields)
+        fields[5] = tuple(fields[5])
+        metas.append(EpisodeMeta(*fields))
+    slots = []
+    for k in state["meta"]:
+        if k is not None and (type(k) is not int or not 0 <= k < len(metas)):
+            raise ValueError(f"{meta_path} names episode meta {k!r}, which it does not hold")
+        slots.append(None if k is None else metas[k])
+    out = dict(state, meta=slots)
+    del out["metas"]
+    return out
+
+
+# EpisodeMeta's fields, in its constructor's order.
+_META_FIELDS = ("agent_id", "module_id", "multi_agent_episode_id", "observation_space",
+                "action_space", "extra_keys", "custom_data", "defaultdict_extras")
+
+
 def _objects_to_file(meta: Dict[str, Any], folder: str, token: str, written: list) -> None:
-    # The buffer's own state with its arrays out of band (pickle protocol
-    # 5): their bytes in a file (`objects-*.bin`, each at a multiple of 64
-    # bytes) mapped at open and read in place, so a multi-agent buffer's
-    # episodes are not read and hashed with the metadata. (A state whose
-    # arrays are small stays in the metadata as it is.)
-    buffers: list = []
-    inner = pickle.dumps(meta["buffer"], protocol=5, buffer_callback=buffers.append)
-    if sum(buffer.raw().nbytes for buffer in buffers) < OBJECTS_APART:
+    # The buffer's own state with its larger arrays apart: their bytes in a
+    # file (`objects-*.bin`, each at a multiple of 64 bytes) mapped at open
+    # and read in place, so a multi-agent buffer's episodes are not read
+    # and hashed with the metadata. (A state whose arrays are small stays
+    # in the metadata as it is.)
+    arrays: list = []
+    try:
+        inner = values.pack(meta["buffer"], apart=arrays)
+    except TypeError as error:
+        raise TypeError(f"the replay buffer cannot be saved: {error} (a saved buffer keeps "
+                        f"data only, so that opening it runs no code)") from None
+    if sum(array.nbytes for array in arrays) < OBJECTS_APART:
         return
-    pieces: list = []
-    layout = []
-    offset = 0
-    for buffer in buffers:
-        raw = buffer.raw()
-        pad = -offset % 64
-        pieces += [bytes(pad), raw]
-        layout.append((offset + pad, raw.nbytes))
-        offset += pad + raw.nbytes
+    pieces, layout = values.kept_apart(arrays)
     meta["buffer"] = inner
     meta["objects"] = {"file": _written(folder, f"objects-{token}.bin", pieces, written),
                        "buffers": layout}
@@ -295,7 +356,7 @@ def _objects_to_file(meta: Dict[str, Any], folder: str, token: str, written: lis
 
 def _objects_from_file(folder: str, meta_path: str, meta: Dict[str, Any],
                        verify: bool) -> Dict[str, Any]:
-    # The buffer's own state: as it is, or unpickled over its mapped arrays.
+    # The buffer's own state: as it is, or decoded over its mapped arrays.
     if "objects" not in meta:
         return meta["buffer"]
     entry = meta["objects"]["file"]
@@ -308,9 +369,9 @@ def _objects_from_file(folder: str, meta_path: str, meta: Dict[str, Any],
                              f"{offset + nbytes} of {entry[1]}, of {len(view)} bytes")
         buffers.append(view[offset:offset + nbytes])
     try:
-        state = pickle.loads(meta["buffer"], buffers=buffers)
-    except Exception as error:     # noqa: BLE001 - what a pickle raises is open-ended
-        raise ValueError(f"{meta_path} cannot be read: {error!r}") from error
+        state = values.unpack(meta["buffer"], apart=buffers)
+    except ValueError as error:
+        raise ValueError(f"{meta_path} cannot be read: {error}") from None
     if type(state) is not dict:
         raise ValueError(f"{meta_path} does not describe a replay buffer's state")
     return state
@@ -345,6 +406,21 @@ def _reusable(mapped, folder: str, nbytes: int) -> Optional[tuple]:
 # -- opening -----------------------------------------------------------------------------
 
 
+def _checked_payload(path: str, data: bytes) -> tuple:
+    # (version, payload) of a metadata file's bytes, its length and checksum
+    # checked.
+    if len(data) < HEADER_BYTES:
+        raise ValueError(f"{path} is truncated: {len(data)} bytes, shorter than its header")
+    version, length, digest = _HEADER.unpack_from(data, len(MAGIC))
+    payload = memoryview(data)[HEADER_BYTES:]
+    if len(payload) != length:
+        raise ValueError(f"{path} is truncated or overlong: {len(payload)} bytes of metadata, "
+                         f"its header says {length}")
+    if hashlib.sha256(payload).digest() != digest:
+        raise ValueError(f"{path} is damaged: its checksum does not match its contents")
+    return version, payload
+
+
 def _read_meta(folder: str) -> Dict[str, Any]:
     """The folder's metadata, checked (FileNotFoundError where there is
     none, ValueError naming the file for anything not whole and ours)."""
@@ -357,22 +433,20 @@ def _read_meta(folder: str) -> Dict[str, Any]:
                                 f"({META_NAME} is missing)", path) from None
     if not data.startswith(MAGIC):
         raise ValueError(f"{path} is not a saved replay buffer's metadata")
-    if len(data) < HEADER_BYTES:
-        raise ValueError(f"{path} is truncated: {len(data)} bytes, shorter than its header")
-    version, length, digest = _HEADER.unpack_from(data, len(MAGIC))
+    version, payload = _checked_payload(path, data)
+    if version == 1:
+        raise ValueError(
+            f"{path} is of format version 1, whose metadata is a pickle: opening it could run "
+            f"code. If you trust this folder, convert it once with "
+            f"episode.replay.kept.convert_v1({folder!r}); this version of episode reads "
+            f"version {FORMAT_VERSION}")
     if version != FORMAT_VERSION:
         raise ValueError(f"{path} is of format version {version}; this version of episode "
                          f"reads version {FORMAT_VERSION}")
-    payload = memoryview(data)[HEADER_BYTES:]
-    if len(payload) != length:
-        raise ValueError(f"{path} is truncated or overlong: {len(payload)} bytes of metadata, "
-                         f"its header says {length}")
-    if hashlib.sha256(payload).digest() != digest:
-        raise ValueError(f"{path} is damaged: its checksum does not match its contents")
     try:
-        meta = pickle.loads(payload)
-    except Exception as error:     # noqa: BLE001 - what a pickle raises is open-ended
-        raise ValueError(f"{path} cannot be read: {error!r}") from error
+        meta = values.unpack(payload)
+    except ValueError as error:
+        raise ValueError(f"{path} cannot be read: {error}") from None
     if type(meta) is not dict or not _META_KEYS <= set(meta) <= _META_KEYS | _MORE_KEYS or \
             type(meta["settings"]) is not dict or type(meta.get("stores", [])) is not list or \
             type(meta["buffer"]) is not (bytes if "objects" in meta else dict):
@@ -471,7 +545,7 @@ def open_buffer(cls, folder, verify: bool = False):
             stores = {}
             for entry, (blocks, pools) in zip(entries, mapped):
                 store = buffer._new_kept_store(entry["name"], folder)
-                build_store(store, entry["store"], blocks, pools)
+                build_store(store, _store_state(entry["store"], meta_path), blocks, pools)
                 stores[entry["name"]] = store
             if len(stores) != len(entries):
                 raise ValueError("two saved stores have one name")
@@ -577,3 +651,58 @@ def _mapped_file(folder: str, meta_path: str, entry: tuple, dtype: np.dtype, sha
         raise ValueError(f"{path} is damaged: its CRC-32 does not match the saved one")
     rows._kept = (folder, name, st.st_dev, st.st_ino, crc)
     return rows
+
+
+# -- format version 1 --------------------------------------------------------------------
+
+
+def convert_v1(folder) -> None:
+    """Rewrites a buffer saved by an earlier version of episode (format
+    version 1, whose metadata is a pickle) in the current format, in place:
+    its metadata (and its objects file) are written anew, its rows' and
+    frames' files are kept. Unpickling runs whatever code the pickle names:
+    convert only a folder you trust (one you saved yourself)."""
+    from episode.replay.uniform import _BUFFER_KINDS
+
+    folder = _folder(folder)
+    path = os.path.join(folder, META_NAME)
+    with _locked(folder, exclusive=True):
+        with open(path, "rb") as f:
+            data = f.read()
+        if not data.startswith(MAGIC):
+            raise ValueError(f"{path} is not a saved replay buffer's metadata")
+        version, payload = _checked_payload(path, data)
+        if version != 1:
+            raise ValueError(f"{path} is of format version {version}, not 1: nothing to convert")
+        meta = pickle.loads(payload)     # (trusted: the caller vouches for the folder)
+        kinds = {kind.__name__: kind for kind in _BUFFER_KINDS}
+        kind = kinds.get(meta.get("kind")) if type(meta) is dict else None
+        if kind is None:
+            raise ValueError(f"{path} does not describe a replay buffer of ours")
+        state = meta["buffer"]
+        old_objects = meta.pop("objects", None)
+        if old_objects is not None:
+            entry = old_objects["file"]
+            mapped = np.memmap(os.path.join(folder, entry[1]), np.uint8, mode="r",
+                               shape=(entry[2],)) if entry[2] else np.zeros(0, np.uint8)
+            view = memoryview(mapped)
+            state = pickle.loads(state, buffers=[view[offset:offset + nbytes]
+                                                 for offset, nbytes in old_objects["buffers"]])
+        meta["buffer"] = kind._plain_kept(state)
+        meta["store"] = _plain_store_state(meta["store"])
+        for entry in meta.get("stores", ()):
+            entry["store"] = _plain_store_state(entry["store"])
+        written: List[str] = []
+        try:
+            _objects_to_file(meta, folder, secrets.token_hex(6), written)
+            _sync_folder(folder)
+            _write_meta(folder, meta)
+        except BaseException:
+            for name in written:
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(folder, name))
+            raise
+        _sync_folder(folder)
+        if old_objects is not None and old_objects["file"][1] not in written:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(os.path.join(folder, old_objects["file"][1]))

@@ -254,3 +254,60 @@ class _SampleCounts:
         self.agent_steps, self.module_steps = dd(set), dd(set)
         self.n_steps: list = []
         self.agent_n_steps, self.module_n_steps = dd(list), dd(list)
+
+
+# -- kept in a folder (replay/kept.py): the logger as data -------------------------------
+
+_RLLIB_LOGGER = "ray.rllib.utils.metrics.metrics_logger"
+
+
+def kept_metrics(metrics) -> Dict[str, Any]:
+    """A buffer's metrics as data: _kept_state()'s ("stats", module, RLlib's
+    Stats by key) as RLlib's own MetricsLogger.get_state() (msgpack-ready
+    by RLlib's design), or ("logger", None, our _Logger) as its stats."""
+    kind, module, logger = metrics
+    if kind == "stats":
+        import importlib
+
+        rllib = importlib.import_module(_RLLIB_LOGGER).MetricsLogger(root=False)
+        rllib.stats = logger
+        return {"rllib": rllib.get_state()}
+    if type(logger) is not _Logger:
+        raise TypeError(f"the buffer's metrics logger, a {type(logger).__name__}, is not kept")
+    return {"ours": [[list(key), stats.reduce,
+                      stats.values.maxlen if type(stats.values) is collections.deque else None,
+                      list(stats.values), stats.lifetime]
+                     for key, stats in logger.stats.items()]}
+
+
+def restored_metrics(state: Any):
+    """kept_metrics()'s logger back (ValueError for anything else)."""
+    if type(state) is not dict or len(state) != 1:
+        raise ValueError("the saved metrics are not a logger's")
+    if "rllib" in state:
+        import importlib
+
+        logger = importlib.import_module(_RLLIB_LOGGER).MetricsLogger(root=False)
+        try:
+            logger.set_state(state["rllib"])
+        except (AssertionError, KeyError, TypeError, ValueError, AttributeError) as error:
+            raise ValueError(f"the saved metrics are not RLlib's logger's: {error!r:.200}") \
+                from None
+        return logger
+    entries = state.get("ours")
+    if type(entries) is not list:
+        raise ValueError("the saved metrics are not a logger's")
+    logger = _Logger()
+    for entry in entries:
+        if type(entry) is not list or len(entry) != 5:
+            raise ValueError("the saved metrics are not a logger's")
+        key, reduce, window, values, lifetime = entry
+        if type(key) is not list or reduce not in ("mean", "sum", "lifetime_sum") or \
+                not (window is None or (type(window) is int and window > 0)) or \
+                type(values) is not list or not isinstance(lifetime, (int, float, np.number)):
+            raise ValueError("the saved metrics are not a logger's")
+        stats = _Stats(reduce, window)
+        stats.values.extend(values)
+        stats.lifetime = lifetime
+        logger.stats[tuple(key)] = stats
+    return logger

@@ -202,6 +202,11 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
             self._add_agents(episode, existing)
             if existing is not None:
                 existing.concat_episode(copy.deepcopy(episode))
+                # (The agents new in this chunk map as the chunk mapped them:
+                # a stored episode needs no mapping function of its own, which
+                # one opened from a folder has not.)
+                for agent_id, module_id in episode._agent_to_module_mapping.items():
+                    existing._agent_to_module_mapping.setdefault(agent_id, module_id)
             else:
                 copied = copy.deepcopy(episode)
                 self._multi_episodes.append(copied)
@@ -658,17 +663,21 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
             "_num_agent_timesteps_added": self._num_agent_timesteps_added,
             **{key: list(getattr(self, key).items()) for key in _MODULE_COUNTERS}}
 
+    @classmethod
+    def _plain_kept(cls, state: Dict[str, Any]) -> Dict[str, Any]:
+        # The episodes as data: each one's own fields and its agents' states
+        # (its mapping function is code: the resolved mapping is kept).
+        return dict(super()._plain_kept(state), multi_episodes=[
+            [e.id_, e._data_state(), [[aid, ae.get_state()] for aid, ae in
+                                     e.agent_episodes.items()]]
+            for e in state["multi_episodes"]])
+
     def _restore_kept(self, state: Dict[str, Any]) -> None:
         # (The stores are set; the episodes must be theirs, in their order.)
-        from episode.multi_agent_episode import MultiAgentEpisode
-
         if state["modules"] != list(self._modules):
             raise ValueError(f"the saved stores are of modules {list(self._modules)}, the "
                              f"buffer's of {state['modules']!r}")
-        episodes = state["multi_episodes"]
-        if type(episodes) is not list or not all(type(e) is MultiAgentEpisode
-                                                  for e in episodes):
-            raise ValueError("the saved episodes are not MultiAgentEpisodes")
+        episodes = _kept_episodes(state["multi_episodes"])
         if [e.id_ for e in episodes] != list(self._store.stored_keys()):
             raise ValueError("the saved episodes are not the env steps' store's")
         by_id = {e.id_: e for e in episodes}
@@ -795,3 +804,27 @@ def _agent_done(stored, agent_id) -> bool:
         return False
     agent_episode = stored.agent_episodes.get(agent_id)
     return agent_episode is not None and agent_episode.is_done
+
+
+def _kept_episodes(kept: Any) -> list:
+    # _plain_kept()'s episodes back (ValueError for anything else).
+    from episode.multi_agent_episode import MultiAgentEpisode
+
+    if type(kept) is not list:
+        raise ValueError("the saved episodes are not MultiAgentEpisodes")
+    episodes = []
+    for entry in kept:
+        if type(entry) is not list or len(entry) != 3 or type(entry[2]) is not list or \
+                not all(type(a) is list and len(a) == 2 and type(a[1]) is dict
+                        for a in entry[2]):
+            raise ValueError("the saved episodes are not MultiAgentEpisodes")
+        try:
+            agents = {aid: SingleAgentEpisode.from_state(agent_state)
+                      for aid, agent_state in entry[2]}
+            episodes.append(MultiAgentEpisode._from_data_state(entry[0], entry[1], agents))
+        except MemoryError:
+            raise
+        except Exception as error:     # noqa: BLE001 - a damaged state fails in many ways
+            raise ValueError(f"a saved episode is not a MultiAgentEpisode: "
+                             f"{type(error).__name__}: {error}") from None
+    return episodes

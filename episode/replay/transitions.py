@@ -10,7 +10,7 @@ store has its layout, the steps go into it in one compiled call
 from __future__ import annotations
 
 import uuid
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
@@ -35,6 +35,49 @@ class _OpenEpisodes:
         self.t = np.zeros(n, np.int64)                 # its steps so far (0 where none)
         self.last_obs: Optional[list] = None           # per obs leaf: the envs' next_obs (bytes, dtype, shape)
         self.last_infos: list = [{}] * n
+
+    def kept(self) -> Dict[str, Any]:
+        """The open episodes as data (a kept buffer's metadata)."""
+        return {"n": self.n, "ids": list(self.ids), "going": self.going, "t": self.t,
+                "last_obs": None if self.last_obs is None else
+                [[data, dtype, list(shape)] for data, dtype, shape in self.last_obs],
+                "last_infos": list(self.last_infos)}
+
+    @classmethod
+    def restored(cls, state: Any) -> "_OpenEpisodes":
+        """kept()'s open episodes back (ValueError for anything else)."""
+        bad = ValueError("the saved open episodes of add_transition() are not ones")
+        if type(state) is not dict or set(state) != {"n", "ids", "going", "t", "last_obs",
+                                                     "last_infos"}:
+            raise bad
+        n = state["n"]
+        if type(n) is not int or n < 1:
+            raise bad
+        ids, going, t, infos = state["ids"], state["going"], state["t"], state["last_infos"]
+        if type(ids) is not list or len(ids) != n or \
+                not all(i is None or type(i) is str for i in ids) or \
+                type(infos) is not list or len(infos) != n or \
+                not all(type(i) is dict for i in infos):
+            raise bad
+        for array, dtype in ((going, np.bool_), (t, np.int64)):
+            if type(array) is not np.ndarray or array.dtype != dtype or array.shape != (n,):
+                raise bad
+        last_obs = state["last_obs"]
+        if last_obs is not None:
+            if type(last_obs) is not list:
+                raise bad
+            for leaf in last_obs:
+                if type(leaf) is not list or len(leaf) != 3 or type(leaf[0]) is not bytes or \
+                        not isinstance(leaf[1], np.dtype) or type(leaf[2]) is not list or \
+                        not leaf[2] or leaf[2][0] != n or \
+                        not all(type(d) is int and 0 <= d < 1 << 40 for d in leaf[2]) or \
+                        len(leaf[0]) != leaf[1].itemsize * int(np.prod(leaf[2])):
+                    raise bad
+            last_obs = [(data, dtype, tuple(shape)) for data, dtype, shape in last_obs]
+        out = cls(n)
+        out.ids, out.going, out.t = ids, np.array(going), np.array(t)
+        out.last_obs, out.last_infos = last_obs, infos
+        return out
 
 
 def _structure_of(value) -> Any:

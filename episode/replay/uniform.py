@@ -15,9 +15,10 @@ from episode.replay.draws import (_batch_size, _check_capacity, _check_gamma,
                                   _check_not_empty, _checked_n_step, _int, _warn_misspelt, _native_args, _NativeArgs, _track,
                                   _transitions)
 from episode.replay.frames import frame_settings, store_args
-from episode.replay.metrics import _AddCounts, _log_pair, _metrics_logger, _reduced, _Unlogged
+from episode.replay.metrics import (_AddCounts, _log_pair, _metrics_logger, _reduced, _Unlogged,
+                                    kept_metrics, restored_metrics)
 from episode.replay import kept
-from episode.replay.transitions import add_transitions
+from episode.replay.transitions import _OpenEpisodes, add_transitions
 from episode.replay.tensors import _check_numeric, _to_torch, _torch_device
 from episode.replay.stored import (DEFAULT_AGENT_ID, DEFAULT_MODULE_ID, _as_ours,
                                    _episode_indices, _force_list, _stored_episode)
@@ -826,35 +827,34 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
                 "sampled_timesteps": self.sampled_timesteps, "rng": self.rng,
                 "metrics": metrics, "open_episodes": self.__dict__.get("_open_episodes")}
 
+    @classmethod
+    def _plain_kept(cls, state: Dict[str, Any]) -> Dict[str, Any]:
+        # _kept_state() as data for the kept metadata (episode.values): the
+        # rng as its bit generator's state, the metrics and the open episodes
+        # of add_transition() as their fields.
+        bit_generator = state["rng"].bit_generator
+        open_ = state["open_episodes"]
+        return dict(state, rng=[type(bit_generator).__name__, bit_generator.state],
+                    metrics=kept_metrics(state["metrics"]),
+                    open_episodes=None if open_ is None else open_.kept())
+
     def _restore_kept(self, state: Dict[str, Any]) -> None:
-        # open(): the buffer's part of what save() kept (its stores are set).
+        # open(): the buffer's part of what save() kept (its stores are set),
+        # as _plain_kept() made it.
         for key in ("_num_timesteps", "_num_timesteps_added", "sampled_timesteps"):
             _int(state[key], key)
-        if not isinstance(state["rng"], np.random.Generator):
-            raise ValueError("the saved rng is not a numpy Generator")
-        kind, module, metrics = state["metrics"]
-        if kind == "stats":
-            import importlib
-
-            if module != "ray.rllib.utils.metrics.metrics_logger":
-                raise ValueError(f"the saved metrics are of {module!r}, not RLlib's logger")
-
-            logger = importlib.import_module(module).MetricsLogger(root=False)
-            if type(metrics) is not dict:
-                raise ValueError("the saved metrics are not a logger's")
-            logger.stats = metrics
-        elif kind == "logger" and hasattr(metrics, "reduce") and hasattr(metrics, "log_value"):
-            logger = metrics
-        else:
-            raise ValueError("the saved metrics are not a logger's")
+        rng = _generator_of(state["rng"])
+        logger = restored_metrics(state["metrics"])
+        open_ = None if state["open_episodes"] is None else \
+            _OpenEpisodes.restored(state["open_episodes"])
         self._num_timesteps = state["_num_timesteps"]
         self._num_timesteps_added = state["_num_timesteps_added"]
         self.sampled_timesteps = state["sampled_timesteps"]
-        self.rng = state["rng"]
+        self.rng = rng
         self.metrics = logger
         self.__dict__.pop("_open_episodes", None)
-        if state["open_episodes"] is not None:
-            self.__dict__["_open_episodes"] = state["open_episodes"]
+        if open_ is not None:
+            self.__dict__["_open_episodes"] = open_
 
     def _check_state(self, state) -> None:
         """set_state()'s first check: a dict with the keys of this kind of
@@ -928,3 +928,21 @@ def _unpickled(cls, settings: Dict[str, Any], state: Dict[str, Any], rng):
     buffer.set_state(state)
     buffer.rng = rng
     return buffer
+
+
+# The bit generators a kept rng may be of (numpy's own: nothing else is
+# looked up by a name read from a file).
+_BIT_GENERATORS = ("PCG64", "PCG64DXSM", "MT19937", "Philox", "SFC64")
+
+
+def _generator_of(state: Any) -> np.random.Generator:
+    # A kept rng ([bit generator name, its state]) back.
+    if type(state) is not list or len(state) != 2 or state[0] not in _BIT_GENERATORS or \
+            type(state[1]) is not dict:
+        raise ValueError("the saved rng is not a numpy Generator's")
+    bit_generator = getattr(np.random, state[0])()
+    try:
+        bit_generator.state = state[1]
+    except (TypeError, ValueError, KeyError, OverflowError) as error:
+        raise ValueError(f"the saved rng is not a numpy Generator's: {error}") from None
+    return np.random.Generator(bit_generator)
