@@ -263,15 +263,22 @@ _RLLIB_LOGGER = "ray.rllib.utils.metrics.metrics_logger"
 
 def kept_metrics(metrics) -> Dict[str, Any]:
     """A buffer's metrics as data: _kept_state()'s ("stats", module, RLlib's
-    Stats by key) as RLlib's own MetricsLogger.get_state() (msgpack-ready
-    by RLlib's design), or ("logger", None, our _Logger) as its stats."""
+    Stats by nested key) as each Stats' own get_state() (msgpack-ready by
+    RLlib's design) by key path, in the logger's order (RLlib's
+    MetricsLogger.get_state() sorts the keys, and the order is the order
+    of the reduced metrics); or ("logger", None, our _Logger) as its stats."""
     kind, module, logger = metrics
     if kind == "stats":
-        import importlib
+        entries: list = []
 
-        rllib = importlib.import_module(_RLLIB_LOGGER).MetricsLogger(root=False)
-        rllib.stats = logger
-        return {"rllib": rllib.get_state()}
+        def walk(node: dict, path: list) -> None:
+            for key, value in node.items():
+                if type(value) is dict:
+                    walk(value, path + [key])
+                else:
+                    entries.append([path + [key], value.get_state()])
+        walk(logger, [])
+        return {"rllib": entries}
     if type(logger) is not _Logger:
         raise TypeError(f"the buffer's metrics logger, a {type(logger).__name__}, is not kept")
     return {"ours": [[list(key), stats.reduce,
@@ -288,11 +295,28 @@ def restored_metrics(state: Any):
         import importlib
 
         logger = importlib.import_module(_RLLIB_LOGGER).MetricsLogger(root=False)
-        try:
-            logger.set_state(state["rllib"])
-        except (AssertionError, KeyError, TypeError, ValueError, AttributeError) as error:
-            raise ValueError(f"the saved metrics are not RLlib's logger's: {error!r:.200}") \
-                from None
+        if type(state["rllib"]) is not list:
+            raise ValueError("the saved metrics are not RLlib's logger's")
+        for entry in state["rllib"]:
+            if type(entry) is not list or len(entry) != 2 or type(entry[0]) is not list or \
+                    not entry[0] or type(entry[1]) is not dict:
+                raise ValueError("the saved metrics are not RLlib's logger's")
+            path, stats_state = entry
+            cls = logger.stats_cls_lookup.get(stats_state.get("stats_cls_identifier"))
+            if cls is None:
+                raise ValueError(f"the saved metrics hold a Stats of kind "
+                                 f"{stats_state.get('stats_cls_identifier')!r:.40}, not RLlib's")
+            try:
+                stats = cls.from_state(state=stats_state)
+            except Exception as error:     # noqa: BLE001 - RLlib's checks are asserts and lookups
+                raise ValueError(f"the saved metrics are not RLlib's logger's: {error!r:.200}") \
+                    from None
+            node = logger.stats
+            for key in path[:-1]:
+                node = node.setdefault(key, {})
+                if type(node) is not dict:
+                    raise ValueError("the saved metrics are not RLlib's logger's")
+            node[path[-1]] = stats
         return logger
     entries = state.get("ours")
     if type(entries) is not list:
