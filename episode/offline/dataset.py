@@ -464,29 +464,26 @@ def read_schema(path: str):
                            f"({error})") from None
 
 
-def _read_foreign(files: list, pa) -> list:
-    """Other tools' recordings: RLlib's episodes or rows, read whole."""
+def _read_foreign(files: list, pa) -> tuple:
+    """Other tools' recordings: RLlib's episodes or rows, read whole, the
+    files in the order they were written."""
     from episode.offline import rllib_format
 
-    episodes: list = []
-    kinds = []
+    files = sorted(files, key=rllib_format.file_order)
+    kinds, tables = [], []
     for path in files:
         kind = rllib_format.detect_format(read_schema(path))
         if kind is None:
             raise DatasetError(f"{path}: neither a file of an episode dataset nor one of "
                                f"RLlib's recordings")
         kinds.append(kind)
-        table = _read_table(path, pa)
-        try:
-            if kind == "rllib_episodes":
-                episodes.extend(rllib_format.unpack_episodes(table.column("item")))
-            else:
-                episodes.extend(rllib_format.rows_to_episodes(table))
-        except (ValueError, TypeError, KeyError) as error:
-            raise DatasetError(f"{path}: {error}") from None
+        tables.append((path, _read_table(path, pa)))
     if len(set(kinds)) > 1:
         raise DatasetError(f"{files[0]}: RLlib's episodes and rows in one dataset")
-    return episodes, kinds[0]
+    try:
+        return rllib_format.recording_episodes(tables, kinds[0]), kinds[0]
+    except (ValueError, TypeError, KeyError) as error:
+        raise DatasetError(str(error)) from None
 
 
 # -- the episode tables ---------------------------------------------------------------------
