@@ -158,6 +158,42 @@ def test_chunks_written_apart_read_back_as_one_episode(tmp_path_factory, format,
     compare_episodes(ds[0], expected)
 
 
+@pytest.mark.parametrize("format", FORMATS)
+def test_list_mode_and_numpyd_chunks_join_in_the_first_chunks_mode(tmp_path, format):
+    """A CartPole episode cut every 5 steps, its chunks alternately left in
+    list mode (the first) and numpy'd: read back, it is the episode stepped
+    whole in list mode (Python floats and ints, as its numpy'd chunks held
+    before to_numpy()), and a replay buffer takes it (sample_batch raised
+    TypeError: its rewards were a mix of floats and numpy floats, objects)."""
+    env = gym.make("CartPole-v1")
+    whole = SingleAgentEpisode(observation_space=env.observation_space,
+                               action_space=env.action_space)
+    whole.add_env_reset(*env.reset(seed=3))
+    chunks, episode = [], copy.deepcopy(whole)
+    for t in range(23):
+        obs, reward, terminated, truncated, info = env.step(t % 2)
+        for e in (whole, episode):
+            e.add_env_step(obs, t % 2, reward, info, terminated=terminated,
+                           truncated=truncated, extra_model_outputs={"logp": -0.5 * t})
+        if terminated or truncated:
+            break
+        if len(episode) == 5:
+            chunks.append(episode)
+            episode = episode.cut()
+    chunks.append(episode)
+    assert len(chunks) >= 3
+    for i, chunk in enumerate(chunks):
+        if i % 2:
+            chunk.to_numpy()
+    write_episodes(chunks, tmp_path, format=format)
+    ds = read_episodes(tmp_path)
+    assert len(ds) == 1
+    compare_episodes(ds[0], whole)
+    assert {type(r) for r in ds[0].get_rewards()} == {float}
+    batch = ds.sample_batch(4, n_step=1)
+    assert batch["rewards"].dtype == np.float64 and batch["rewards"].shape == (4,)
+
+
 def test_a_numpyd_episode_from_arrow_files_is_read_in_place(tmp_path):
     env = gym.make("CartPole-v1")
     episode = SingleAgentEpisode(observation_space=env.observation_space,

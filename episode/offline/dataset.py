@@ -108,10 +108,16 @@ class EpisodeDataset:
         entry = self._entries[int(i) % n]
         if self._memory is not None:
             return self._memory[entry[0]]
-        chunks = [self._chunk(k) for k in entry]
-        episode = chunks[0]
-        for chunk in chunks[1:]:
-            episode.concat_episode(chunk)
+        episode = self._chunk(entry[0])
+        # A later chunk joins in the first one's mode: a numpy'd chunk after
+        # a list-mode one is read back as the list-mode items it held (the
+        # kinds its file records), so the joined episode is one the writer
+        # could have recorded whole, not a mix of Python and numpy numbers.
+        agents = getattr(episode, "agent_episodes", None)
+        list_mode = not any(e.is_numpy for e in (agents.values() if agents is not None
+                                                 else [episode]))
+        for k in entry[1:]:
+            episode.concat_episode(self._chunk(k, list_mode))
         return episode
 
     # -- what the files hold, without building episodes ----------------------------------
@@ -322,21 +328,21 @@ class EpisodeDataset:
 
     # -- building one chunk ---------------------------------------------------------------
 
-    def _chunk(self, k: int) -> Any:
+    def _chunk(self, k: int, list_mode: bool = False) -> Any:
         index = self._index
         part = self._parts[index["part"][k]]
         i = int(index["local"][k])
         if part.table["kind"][i] == SINGLE:
-            return self._single(part, i)
+            return self._single(part, i, list_mode)
         agents = {}
         for j in part.children.get(i, ()):
-            agent = self._single(part, j)
+            agent = self._single(part, j, list_mode)
             agents[agent.agent_id] = agent
         return fmt.multi_episode(part.value("id", i), part.table["multi_state"][i].as_py(),
                                  agents, f"{part.path}: episode {i}")
 
-    def _single(self, part: "_Part", i: int) -> SingleAgentEpisode:
-        step_file = self._step_file(part, int(part.table["group"][i]))
+    def _single(self, part: "_Part", i: int, list_mode: bool = False) -> SingleAgentEpisode:
+        step_file = self._step_file(part, int(part.table["group"][i]), list_mode)
         fields = part.fields(i)
         details = fields.pop("details") or {}
         try:
@@ -355,17 +361,18 @@ class EpisodeDataset:
                                f"({type(error).__name__}: {error})") from None
         return episode
 
-    def _step_file(self, part: "_Part", group: int) -> StepFile:
+    def _step_file(self, part: "_Part", group: int, list_mode: bool = False) -> StepFile:
         if not 0 <= group < len(part.step_files):
             raise DatasetError(f"{part.path}: an episode in step file {group} of "
                                f"{len(part.step_files)}")
         path = part.step_files[group]
-        found = self._files.get(path)
+        key = (path, list_mode)
+        found = self._files.get(key)
         if found is not None:
-            self._files.move_to_end(path)
+            self._files.move_to_end(key)
             return found
-        step_file = _open_step_file(path, self._columns)
-        self._files[path] = step_file
+        step_file = _open_step_file(path, self._columns, list_mode)
+        self._files[key] = step_file
         if len(self._files) > OPEN_FILES:
             self._files.popitem(last=False)
         return step_file
@@ -457,29 +464,26 @@ def read_schema(path: str):
                            f"({error})") from None
 
 
-def _read_foreign(files: list, pa) -> list:
-    """Other tools' recordings: RLlib's episodes or rows, read whole."""
+def _read_foreign(files: list, pa) -> tuple:
+    """Other tools' recordings: RLlib's episodes or rows, read whole, the
+    files in the order they were written."""
     from episode.offline import rllib_format
 
-    episodes: list = []
-    kinds = []
+    files = sorted(files, key=rllib_format.file_order)
+    kinds, tables = [], []
     for path in files:
         kind = rllib_format.detect_format(read_schema(path))
         if kind is None:
             raise DatasetError(f"{path}: neither a file of an episode dataset nor one of "
                                f"RLlib's recordings")
         kinds.append(kind)
-        table = _read_table(path, pa)
-        try:
-            if kind == "rllib_episodes":
-                episodes.extend(rllib_format.unpack_episodes(table.column("item")))
-            else:
-                episodes.extend(rllib_format.rows_to_episodes(table))
-        except (ValueError, TypeError, KeyError) as error:
-            raise DatasetError(f"{path}: {error}") from None
+        tables.append((path, _read_table(path, pa)))
     if len(set(kinds)) > 1:
         raise DatasetError(f"{files[0]}: RLlib's episodes and rows in one dataset")
-    return episodes, kinds[0]
+    try:
+        return rllib_format.recording_episodes(tables, kinds[0]), kinds[0]
+    except (ValueError, TypeError, KeyError) as error:
+        raise DatasetError(str(error)) from None
 
 
 # -- the episode tables ---------------------------------------------------------------------
@@ -631,7 +635,11 @@ def _join_chunks(index: dict) -> list:
 # -- step files ------------------------------------------------------------------------------
 
 
-def _open_step_file(path: str, columns: Optional[frozenset]) -> StepFile:
+def _open_step_file(path: str, columns: Optional[frozenset],
+                    list_mode: bool = False) -> StepFile:
+    """The step file at `path`; with `list_mode`, its numpy'd leaves read
+    as the list-mode items they held before to_numpy() (their recorded
+    kinds), where every leaf can be (else as written)."""
     pa = _pyarrow()
     schema = read_schema(path)
     meta = fmt.read_metadata(schema, path, "steps")
@@ -648,9 +656,10 @@ def _open_step_file(path: str, columns: Optional[frozenset]) -> StepFile:
     if missing:
         raise DatasetError(f"{path}: no column {missing[0]!r}")
     table = _read_table(path, pa, names)
-    leaves, kinds, finalized, opens, trees = [], [], [], [], []
+    leaves, kinds, finalized, opens, trees, specs = [], [], [], [], [], []
     for spec, name in zip(wanted, names):
         tree = fmt.tree_from_json(spec.get("tree"), f"{path}: column {name!r}")
+        specs += fmt.tree_leaves(tree)
         column = _whole(table.column(name), pa)
         trees.append(_load_tree(tree, column, name, path, leaves, kinds, finalized, opens))
     infos = None
@@ -661,8 +670,21 @@ def _open_step_file(path: str, columns: Optional[frozenset]) -> StepFile:
                 raise DatasetError(f"{path}: column 'infos' is {column.type}, not binary")
             infos = _encoded(column, path, fmt.INFOS)
     extra_keys = [fmt.key_from_json(e.get("key"), path) for e in wanted[3:]]
+    if list_mode and any(finalized) and all(_fits_list_mode(leaf) for leaf in specs):
+        finalized = [False] * len(finalized)
+        opens = [False] * len(opens)
     return StepFile(leaves, kinds, finalized, opens, trees, extra_keys,
                     meta["extras_defaultdict"], infos, table.num_rows)
+
+
+def _fits_list_mode(leaf: dict) -> bool:
+    # Whether a leaf's rows can be list-mode items of its recorded kind (a
+    # numpy'd leaf of other rows, or of no row type, cannot).
+    try:
+        _check_leaf_mode(dict(leaf, finalized=False), None, "")
+    except DatasetError:
+        return False
+    return not leaf["open"]
 
 
 def _whole(column, pa):

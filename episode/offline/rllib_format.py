@@ -31,6 +31,7 @@ import json
 import math
 import pickle
 import pickletools
+import re
 import sys
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -70,6 +71,9 @@ _NOT_EXTRAS = ("dones", "agent_index", "type")
 # storage is a list of each row's flattened elements, the row shape is JSON.
 _TENSOR_TYPES = ("ray.data.arrow_tensor_v2", "ray.data.arrow_tensor")
 _RAGGED_TENSOR_TYPE = "ray.data.arrow_variable_shaped_tensor"
+# Ray Data's column of pickled Python objects (what it makes of values Arrow
+# has no type for: RLlib's recorder writes Tuple observations so).
+_PICKLED_TYPE = "ray.data.arrow_pickled_object"
 
 
 def _msgpack():
@@ -428,6 +432,29 @@ def _unpack_if_needed(value: Any) -> Any:
     return unpack_value(value) if isinstance(value, (str, bytes)) else value
 
 
+# How every packed value begins: the base64 of an lz4 frame's magic number.
+_PACKED_PREFIX = "BCJNG"
+
+
+def _is_packed(values: Any, listed: bool) -> bool:
+    """Whether a column holds packed values: cells of str or bytes (the
+    first that is not None decides) in a column named packed (RLlib's
+    ``input_compress_columns``), or, in any column, ones that begin as every
+    packed value does (RLlib's recorder packs what its
+    ``output_compress_columns`` named, which a reader may not know)."""
+    if isinstance(values, np.ndarray) and values.dtype != object:
+        return False
+    for value in values:
+        if value is None:
+            continue
+        if isinstance(value, bytes):
+            value = value[:len(_PACKED_PREFIX)].decode("ascii", "replace")
+        if not isinstance(value, str):
+            return False
+        return listed or value.startswith(_PACKED_PREFIX)
+    return False
+
+
 def _unpack_column(values: Any, name: str) -> Any:
     """A packed column's values: one (n, *shape) array when they are arrays
     of one dtype and shape, else a list of the unpacked values."""
@@ -507,11 +534,31 @@ def _tensor_column(column: Any, info: tuple, name: str) -> np.ndarray:
     return flat.reshape((len(storage),) + shape)
 
 
+def _pickled_column(column: Any, name: str) -> np.ndarray:
+    """The objects of a Ray pickled-object column, unpickled by the
+    restricted unpickler (Ray Data unpickles them with pickle itself, and
+    only when told the files are trusted)."""
+    import pyarrow as pa
+
+    storage = column.storage if isinstance(column, pa.ExtensionArray) else column
+    if not (pa.types.is_binary(storage.type) or pa.types.is_large_binary(storage.type)):
+        raise ValueError(f"column {name!r}: pickled objects stored as {storage.type}")
+    out = np.empty(len(storage), dtype=object)
+    for i, blob in enumerate(storage.to_pylist()):
+        if blob is not None:
+            try:
+                out[i] = safe_loads(blob)
+            except ValueError as error:
+                raise ValueError(f"column {name!r}, row {i}: {error}") from None
+    return out
+
+
 def to_numpy_batch(table: Any) -> dict[str, np.ndarray]:
     """A pyarrow Table (or RecordBatch) as Ray Data's ``batch_format="numpy"``
     hands it to RLlib's ``map_batches``: each column a numpy array (tensor
     columns as (n, *shape) arrays, all-null columns as float32 NaN, strings,
-    binaries and structs as object arrays)."""
+    binaries and structs as object arrays, pickled objects as object arrays
+    of what the restricted unpickler makes of them)."""
     import pyarrow as pa
 
     if isinstance(table, pa.RecordBatch):
@@ -526,6 +573,8 @@ def to_numpy_batch(table: Any) -> dict[str, np.ndarray]:
             out[field.name] = np.full(len(column), np.nan, dtype=np.float32)
         elif info is not None and (info[0] in _TENSOR_TYPES or info[0] == _RAGGED_TENSOR_TYPE):
             out[field.name] = _tensor_column(column, info, field.name)
+        elif info is not None and info[0] == _PICKLED_TYPE:
+            out[field.name] = _pickled_column(column, field.name)
         else:
             if isinstance(column, pa.ExtensionArray):
                 column = column.storage
@@ -559,6 +608,141 @@ def detect_format(schema: Any) -> str | None:
     if {"obs", "actions", "rewards"} <= names and names & {"new_obs", "eps_id"}:
         return ROWS_FORMAT
     return None
+
+
+# -- a recording's files into episodes ------------------------------------------------
+
+
+def file_order(path: str) -> tuple:
+    """The sort key that puts a recording's files in the order they were
+    written: RLlib names them ``run-<worker>-<sample call>/<...>_<block>``,
+    numbers compared as numbers (call 100000 comes after call 99999)."""
+    parts = re.split(r"(\d+)", path)
+    return tuple(int(p) if i % 2 else p for i, p in enumerate(parts))
+
+
+def recording_episodes(files: Sequence[tuple[str, "pa.Table"]], kind: str
+                       ) -> list[SingleAgentEpisode]:
+    """The episodes of a recording of RLlib's: `files` its (path, table)
+    pairs in the order they were written (see :func:`file_order`), all of
+    `kind` (:data:`EPISODES_FORMAT` or :data:`ROWS_FORMAT`).
+
+    Each write of RLlib's recorder is one folder. Without
+    ``output_max_rows_per_file`` RLlib never empties what it keeps, so each
+    folder begins with everything the one before holds: that is read once.
+    Rows become whole episodes: the rows of one ``eps_id`` (from any file,
+    in written order) that continue each other, packed cells unpacked. The
+    chunks of one episode (a sample() call ends mid-episode) join, episodes
+    as rows. ValueError, naming the file, for what cannot be read."""
+    import pyarrow as pa
+
+    column = "item" if kind == EPISODES_FORMAT else None
+    writes: list = []        # (folder, [paths], table)
+    for path, table in files:
+        folder = path.rpartition("/")[0]
+        if writes and writes[-1][0] == folder:
+            writes[-1][1].append(path)
+            writes[-1][2].append(table)
+        else:
+            writes.append((folder, [path], [table]))
+    parts: list = []         # (path, table) with repeated rows dropped
+    previous = None
+    for folder, paths, tables in writes:
+        whole = _concat(tables, paths)
+        repeated = _repeats(previous, whole, column)
+        previous = whole
+        for path, table in zip(paths, tables):
+            if repeated >= table.num_rows:
+                repeated -= table.num_rows
+                continue
+            parts.append((path, table.slice(repeated)))
+            repeated = 0
+    if kind == EPISODES_FORMAT:
+        chunks = []
+        for path, table in parts:
+            try:
+                chunks += unpack_episodes(table.column("item"))
+            except (ValueError, TypeError, AssertionError) as error:
+                raise ValueError(f"{path}: {error}") from None
+        return _joined_chunks(chunks)
+    if not parts:
+        return []
+    table = _concat([t for _, t in parts], [p for p, _ in parts])
+    return _recorded_rows(table, pa, parts[0][0] if len(parts) == 1 else
+                          f"{parts[0][0]} .. {parts[-1][0]}")
+
+
+def _concat(tables: list, paths: list) -> "pa.Table":
+    import pyarrow as pa
+
+    if len(tables) == 1:
+        return tables[0]
+    try:
+        return pa.concat_tables(tables, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as error:
+        raise ValueError(f"{paths[0]} .. {paths[-1]}: files whose columns do not go "
+                         f"together ({error})") from None
+
+
+def _repeats(previous: Any, table: "pa.Table", column: str | None) -> int:
+    """How many first rows of `table` are the whole of `previous` again (0
+    if they are not): RLlib's recorder writes what it wrote before again."""
+    n = 0 if previous is None else previous.num_rows
+    if not n or table.num_rows < n:
+        return 0
+    names = [column] if column else previous.column_names
+    if not set(names) <= set(table.column_names):
+        return 0
+    head = table.select(names).slice(0, n)
+    try:
+        head = head.cast(previous.select(names).schema)
+    except Exception:       # pyarrow's cast errors: other types, other rows
+        return 0
+    return n if head.equals(previous.select(names)) else 0
+
+
+def _joined_chunks(chunks: list) -> list[SingleAgentEpisode]:
+    """Episodes of chunks in written order: a chunk that continues an
+    earlier one of the same id (it starts where that one ends, and that one
+    is not done) is concatenated to it."""
+    out: list = []
+    open_by_id: dict = {}
+    for chunk in chunks:
+        earlier = open_by_id.get(chunk.id_)
+        if earlier is not None and earlier.t == chunk.t_started and not earlier.is_done:
+            earlier.concat_episode(chunk)
+        else:
+            out.append(chunk)
+            open_by_id[chunk.id_] = chunk
+    return out
+
+
+def _recorded_rows(table: "pa.Table", pa: Any, where: str) -> list[SingleAgentEpisode]:
+    # The rows of each eps_id together (stable: in written order), then
+    # whole episodes of them with the agent and module ids the rows name.
+    ids = None
+    if "eps_id" in table.column_names and table.column("eps_id").null_count < table.num_rows:
+        ids = np.array([str(i) for i in table.column("eps_id").to_pylist()], dtype=object)
+        _, first, inverse = np.unique(ids.astype(str), return_index=True, return_inverse=True)
+        order = np.argsort(first[inverse], kind="stable")
+        if (order != np.arange(len(order))).any():
+            table = table.take(pa.array(order))
+            ids = ids[order]
+    try:
+        episodes = rows_to_episodes(table)
+    except (ValueError, TypeError, KeyError, AssertionError) as error:
+        raise ValueError(f"{where}: {error}") from None
+    named = {}
+    for key in ("agent_id", "module_id"):
+        if ids is not None and key in table.column_names and table.column(key).null_count \
+                < table.num_rows:
+            named[key] = dict(zip(ids.tolist(), table.column(key).to_pylist()))
+    for key, by_id in named.items():
+        for episode in episodes:
+            value = by_id.get(episode.id_)
+            if value is not None:
+                setattr(episode, key, value)
+    return episodes
 
 
 # -- rows into episodes ------------------------------------------------------------------
@@ -639,9 +823,9 @@ def _one_step_episodes(columns: dict, schema: dict, compress: set,
                        ignore_final: bool) -> list[SingleAgentEpisode]:
     # Packed columns are unpacked whole first (RLlib unpacks cell by cell:
     # the same values, strings and bytes unpacked, anything else kept).
-    def column(key: str, packed: bool) -> Any:
+    def column(key: str, listed: bool) -> Any:
         values = _column(columns, schema, key)
-        return _unpack_column(values, schema[key]) if packed else values
+        return _unpack_column(values, schema[key]) if _is_packed(values, listed) else values
 
     obs_column = column("obs", "obs" in compress)
     next_column = None if ignore_final else column("new_obs", "obs" in compress)
@@ -651,8 +835,8 @@ def _one_step_episodes(columns: dict, schema: dict, compress: set,
     truncs = columns.get(schema["truncateds"])
     ids = columns.get(schema["eps_id"])
     infos = columns.get(schema["infos"])
-    extras = {k: _unpack_column(columns[k], k) if k in compress else columns[k]
-              for k in _extra_names(columns, schema)}
+    extras = {k: _unpack_column(columns[k], k) if _is_packed(columns[k], k in compress)
+              else columns[k] for k in _extra_names(columns, schema)}
     episodes = []
     for i, obs in enumerate(obs_column):
         episodes.append(SingleAgentEpisode(
@@ -742,10 +926,14 @@ def _whole_episodes(columns: dict, schema: dict, compress: set,
 
     obs_raw = _column(columns, schema, "obs")
     n = len(obs_raw)
-    packed_obs = "obs" in compress
+    packed_obs = _is_packed(obs_raw, "obs" in compress)
     obs = _track(obs_raw, "obs", packed_obs)
     next_raw = None if ignore_final else _column(columns, schema, "new_obs")
-    actions = _track(_column(columns, schema, "actions"), "actions", "actions" in compress)
+    if next_raw is not None and _is_packed(next_raw, "obs" in compress) != packed_obs:
+        # (RLlib packs both or neither: a row's new_obs is the next row's obs.)
+        raise ValueError("column 'obs' is packed and 'new_obs' not, or the other way")
+    actions_raw = _column(columns, schema, "actions")
+    actions = _track(actions_raw, "actions", _is_packed(actions_raw, "actions" in compress))
     rewards = _track(_column(columns, schema, "rewards"), "rewards", False)
     dones = np.asarray(_done_column(columns, schema))
     truncs = columns.get(schema["truncateds"])
@@ -753,7 +941,8 @@ def _whole_episodes(columns: dict, schema: dict, compress: set,
     if isinstance(ids, np.ndarray) and ids.dtype.kind == "f" and np.isnan(ids).all():
         ids = None      # an all-null column, as Ray Data hands it: no ids
     infos = columns.get(schema["infos"])
-    extras = {k: _track(columns[k], k, k in compress) for k in _extra_names(columns, schema)}
+    extras = {k: _track(columns[k], k, _is_packed(columns[k], k in compress))
+              for k in _extra_names(columns, schema)}
     for name, track in [("actions", actions), ("rewards", rewards), (schema["terminateds"], dones),
                         *extras.items(), *([("new_obs", next_raw)] if next_raw is not None else []),
                         *([("truncateds", truncs)] if truncs is not None else []),
