@@ -73,6 +73,41 @@ def test_a_writer_killed_mid_write_leaves_whole_parts(tmp_path, format):
         assert all(n.startswith(".") or n.endswith(f".{format}") for n in names)
 
 
+LONG_RECORDING = textwrap.dedent("""
+    import sys
+    import numpy as np
+    from episode import SingleAgentEpisode
+    from episode.offline import EpisodeWriter
+
+    path, fmt = sys.argv[1], sys.argv[2]
+    rng = np.random.default_rng(0)
+    # rows_per_file as by default: far more rows than are written before the kill.
+    writer = EpisodeWriter(path, format=fmt, seconds_per_file=0.3)
+    for i in range(10 ** 9):
+        e = SingleAgentEpisode()
+        e.add_env_reset(rng.normal(size=8).astype(np.float32))
+        for t in range(50):
+            e.add_env_step(rng.normal(size=8).astype(np.float32), t % 3, 1.0)
+        writer.write(e)
+        if i == 5:
+            print("writing", flush=True)
+""")
+
+
+@pytest.mark.parametrize("format", ["parquet", "arrow"])
+def test_a_long_recording_killed_keeps_the_parts_flushed_by_time(tmp_path, format):
+    child = subprocess.Popen([sys.executable, "-c", LONG_RECORDING, str(tmp_path), format],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=HERE)
+    assert child.stdout.readline().strip() == b"writing", child.stderr.read()
+    time.sleep(1.5)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    ds = read_episodes(tmp_path)
+    ds.check()
+    assert len(ds) >= 1 and ds.num_steps == 50 * len(ds)
+    assert all(len(e) == 50 for e in ds)
+
+
 def test_a_step_file_without_its_episode_table_is_not_read(tmp_path):
     from episode.offline import write_episodes
 
