@@ -431,6 +431,41 @@ def test_multi_agent_episodes_round_trip_exactly(tmp_path, format):
         assert b.id_ == a.id_ and ds.num_steps >= len(a)
 
 
+def _two_agents(seed, steps=30):
+    from episode import MultiAgentEpisode
+
+    rng = np.random.default_rng(seed)
+    episode = MultiAgentEpisode(agent_to_module_mapping_fn=lambda agent, e: f"m{agent[-1]}")
+    episode.add_env_reset(observations={a: rng.normal(size=3).astype(np.float32)
+                                        for a in ("a0", "a1")})
+    for t in range(steps):
+        episode.add_env_step({a: rng.normal(size=3).astype(np.float32) for a in ("a0", "a1")},
+                             {a: int(rng.integers(2)) for a in ("a0", "a1")},
+                             {"a0": 1.0, "a1": float(t)},
+                             terminateds={"__all__": t == steps - 1})
+    return episode
+
+
+def test_sample_batch_on_multi_agent_datasets_draws_per_module(tmp_path):
+    write_episodes([_two_agents(seed) for seed in range(3)], tmp_path / "multi")
+    ds = read_episodes(tmp_path / "multi")
+    ds.rng = np.random.default_rng(0)
+    batch = ds.sample_batch(16, n_step=2, gamma=0.9)
+    assert sorted(batch) == ["m0", "m1"]
+    assert batch["m0"]["obs"].shape == (16, 3) and batch["m1"]["rewards"].shape == (16,)
+    assert ds.replay_buffer().get_num_timesteps() == ds.num_steps == 90
+    assert list(ds.sample_batch(4, modules_to_sample=["m1"])) == ["m1"]
+    # Drawn the same again from the same seed.
+    again = read_episodes(tmp_path / "multi")
+    again.rng = np.random.default_rng(0)
+    np.testing.assert_array_equal(again.sample_batch(16, n_step=2, gamma=0.9)["m0"]["obs"],
+                                  batch["m0"]["obs"])
+    # Single- and multi-agent episodes in one dataset: one kind is drawn from.
+    write_episodes([_cartpole(0)], tmp_path / "multi")
+    with pytest.raises(ValueError, match="single- and multi-agent episodes"):
+        read_episodes(tmp_path / "multi").sample_batch(4)
+
+
 def test_a_multi_agent_episode_cut_and_written_apart_reads_back_whole(tmp_path):
     from test_multi_agent_pickling import cut_chunks, same_episode
 

@@ -244,27 +244,37 @@ class EpisodeDataset:
     def sample_batch(self, batch_size: int, **kwargs: Any) -> Dict[str, Any]:
         """A training batch of `batch_size` n-step transitions (or `(B, T)`
         sequences with ``batch_length_T``) drawn uniformly from the dataset's
-        single-agent episodes: `EpisodeReplayBuffer.sample_batch` (same
-        arguments, keys and rules) on a buffer holding the whole dataset,
-        made on the first call. Draws use ``self.rng`` (a numpy Generator;
-        set it, or its seed, for reproducible draws)."""
+        episodes: `EpisodeReplayBuffer.sample_batch` (same arguments, keys
+        and rules) on a buffer holding the whole dataset, made on the first
+        call. For a dataset of multi-agent episodes, a batch per module
+        ({module_id: batch}), as `MultiAgentEpisodeReplayBuffer.sample_batch`
+        draws them (`modules_to_sample` too). Draws use ``self.rng`` (a numpy
+        Generator; set it, or its seed, for reproducible draws)."""
         return self.replay_buffer().sample_batch(batch_size, **kwargs)
 
     def replay_buffer(self) -> "EpisodeReplayBuffer":
-        """The EpisodeReplayBuffer holding every episode of the dataset (its
-        capacity the dataset's steps; see EpisodeReplayBuffer.add_dataset),
-        made on first use and kept; its `rng` is ``self.rng``. ValueError
-        for a dataset of multi-agent episodes."""
-        from episode.replay import EpisodeReplayBuffer
+        """The replay buffer holding every episode of the dataset, made on
+        first use and kept; its `rng` is ``self.rng``: an
+        EpisodeReplayBuffer (its capacity the dataset's steps; see
+        EpisodeReplayBuffer.add_dataset), or for multi-agent episodes a
+        MultiAgentEpisodeReplayBuffer. ValueError for a dataset of both."""
+        from episode.replay import EpisodeReplayBuffer, MultiAgentEpisodeReplayBuffer
 
         if self._buffer is None:
             if self.num_steps == 0:
                 raise ValueError(f"{self.path}: the dataset has no steps to draw from")
-            if self.episode_table()["multi_agent"].any():
-                raise ValueError(f"{self.path}: batches are drawn from single-agent "
-                                 f"episodes; this dataset holds multi-agent ones")
-            buffer = EpisodeReplayBuffer(capacity=self.num_steps)
-            buffer.add_dataset(self)
+            table = self.episode_table()
+            multi = table["multi_agent"]
+            if multi.all():
+                buffer = MultiAgentEpisodeReplayBuffer(
+                    capacity=int(max(self.num_steps, table["agent_steps"].sum())))
+                buffer.add(list(self))
+            elif multi.any():
+                raise ValueError(f"{self.path}: holds single- and multi-agent episodes; "
+                                 f"batches are drawn from one kind")
+            else:
+                buffer = EpisodeReplayBuffer(capacity=self.num_steps)
+                buffer.add_dataset(self)
             self._buffer = buffer
         self._buffer.rng = self.rng
         return self._buffer
