@@ -64,6 +64,16 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, not {text}")
+    return value
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -864,11 +874,12 @@ def _dataset_file(name: str) -> str | None:
     return "steps" if ".steps-" in stem else None
 
 
-def _existing_dataset(path: str) -> tuple | None:
+def _existing_dataset(path: str, verify: bool = True) -> tuple | None:
     """(episodes, steps) of the dataset of ours at --out `path` to append
     to; None for a new or empty folder. UsageError for a file, a folder with
     other files in it (hidden ones aside: a writer's temporary files) and a
-    damaged dataset."""
+    dataset that does not read (every file read and checked, as `inspect`
+    does)."""
     if not os.path.exists(path):
         return None
     if not os.path.isdir(path):
@@ -885,7 +896,8 @@ def _existing_dataset(path: str) -> tuple | None:
             tables = tables or kind == "episodes"
     if not tables:
         return None          # (step files alone: parts a killed writer never finished)
-    ds = _open_dataset(path, "--out ")
+    ds = _open_dataset(path, "--out ", verify)
+    _check_dataset(ds, "--out ")
     return len(ds), ds.num_steps
 
 
@@ -1052,15 +1064,18 @@ def _record_loop(sampler, recorder: _Recorder, steps: int, stats: RecordStats,
 
 
 def _record_writer(args):
-    from episode.offline import EpisodeWriter
+    from episode.offline import DatasetError, EpisodeWriter
 
-    options = {"format": args.format}
+    options = {"format": args.format, "mixed_spaces": args.mixed_spaces,
+               "seconds_per_file": args.seconds_per_file or None}
     if args.compression is not None:
         options["compression"] = args.compression
     if args.rows_per_file is not None:
         options["rows_per_file"] = args.rows_per_file
     try:
         return EpisodeWriter(args.out, **options)
+    except DatasetError as e:
+        raise UsageError(f"--out {_one_line(e)}") from None
     except ValueError as e:
         raise UsageError(f"--compression {args.compression}: {e}") from None
     except OSError as e:
@@ -1111,9 +1126,45 @@ def _record_summary(args, sampler, recorder: _Recorder, stats: RecordStats, env_
     return "\n".join([head] + [f"  {a:<10} {b:>{width}}  {c}".rstrip() for a, b, c in rows])
 
 
+def _check_spaces(writer, sampler) -> None:
+    """UsageError, before anything is sampled, when the env's spaces are not
+    those of the dataset at --out (a multi-agent env's agents are checked
+    as their episodes are written)."""
+    if sampler.multi_agent:
+        return
+    try:
+        writer.check_spaces(sampler.env.single_observation_space,
+                            sampler.env.single_action_space)
+    except ValueError as e:
+        message = _one_line(e).replace("EpisodeWriter(..., mixed_spaces=True)", "--mixed-spaces")
+        raise UsageError(f"--out {message}") from None
+
+
+def _made_folders(path: str) -> list:
+    """The folders that making `path` would make, deepest first."""
+    made = []
+    path = os.path.abspath(path)
+    while not os.path.exists(path):
+        made.append(path)
+        path = os.path.dirname(path)
+    return made
+
+
+def _remove_recording(writer, made: list) -> None:
+    """Takes back what a recording that wrote no episode left: the writer's
+    (empty) files and the folders it made."""
+    for f in writer.files:
+        with contextlib.suppress(OSError):
+            os.remove(f)
+    for folder in made:
+        with contextlib.suppress(OSError):
+            os.rmdir(folder)         # (only if empty)
+
+
 def record(args) -> int:
     policy = _load_policy(args.policy) if args.policy else None
-    before = _existing_dataset(args.out)
+    before = _existing_dataset(args.out, args.verify)
+    made = _made_folders(args.out)
     demo_stats = DemoStats()
     # Rollouts cut the running episodes and hand the chunks on (complete
     # mode joins them here), so no sampled step stays in the sampler.
@@ -1127,9 +1178,11 @@ def record(args) -> int:
         sampler.env = _stoppable(sampler.env, ctrl_c)
     if policy is not None:
         sampler.policy = policy
+    recorder = None
     try:
         recorder = _Recorder(_record_writer(args), args.batch_mode == "complete_episodes",
                              ctrl_c)
+        _check_spaces(recorder.writer, sampler)
         stats = RecordStats()
         progress = Progress(args.steps, "steps", args.progress)
         start = time.perf_counter()
@@ -1155,25 +1208,31 @@ def record(args) -> int:
                     progress.close()
         if status == 130:
             print("interrupted", file=sys.stderr)
+        if not recorder.ids:
+            _remove_recording(recorder.writer, made)
         print(_record_summary(args, sampler, recorder, stats, demo_stats.env_s, before))
         if error is not None:
             print(f"episode: error: {error} (what was sampled before it is written)",
                   file=sys.stderr)
         return status
+    except BaseException:
+        if recorder is not None and not recorder.ids:
+            _remove_recording(recorder.writer, made)
+        raise
     finally:
         sampler.close()
 
 
 # -- inspect ------------------------------------------------------------------
 
-def _open_dataset(path: str, label: str = ""):
+def _open_dataset(path: str, label: str = "", verify: bool = True):
     """read_episodes(path), its errors as UsageError (one line, naming the file)."""
     try:
         from episode.offline import DatasetError, read_episodes
     except ModuleNotFoundError as e:
         raise UsageError(str(e)) from None
     try:
-        return read_episodes(path)
+        return read_episodes(path, verify=verify)
     except FileNotFoundError:
         raise UsageError(f"{label}no dataset at {path!r}: no such file or folder") from None
     except DatasetError as e:
@@ -1182,6 +1241,19 @@ def _open_dataset(path: str, label: str = ""):
         raise UsageError(str(e)) from None
     except OSError as e:
         raise UsageError(f"{label}cannot read {e.filename or path!r}: {e.strerror or e}") \
+            from None
+
+
+def _check_dataset(ds, label: str = "") -> None:
+    """ds.check() (every file read and checked), its errors as UsageError."""
+    from episode.offline import DatasetError
+
+    try:
+        ds.check()
+    except DatasetError as e:
+        raise UsageError(f"{label}{_one_line(e)}") from None
+    except OSError as e:
+        raise UsageError(f"{label}cannot read {e.filename or ds.path!r}: {e.strerror or e}") \
             from None
 
 
@@ -1488,7 +1560,8 @@ def _inspect_text(report: dict) -> str:
 
 
 def inspect(args) -> int:
-    ds = _open_dataset(args.path)
+    ds = _open_dataset(args.path, verify=args.verify)
+    _check_dataset(ds)
     try:
         report = _describe(ds)
     except ValueError as e:        # DatasetError: a file the reader did not open yet
@@ -1585,7 +1658,9 @@ def _parser() -> argparse.ArgumentParser:
                     "env with an episode.Sampler (random actions, or --policy) and writes "
                     "every episode it hands on into the dataset folder --out with "
                     "episode.offline's EpisodeWriter. A folder holding a dataset of ours is "
-                    "added to; one holding other files is refused. Ends with a summary: "
+                    "added to, once every file of it is read and checked; one holding other "
+                    "files, a dataset that does not read or one of other spaces than the "
+                    "env's is refused before anything is sampled. Ends with a summary: "
                     "episodes, steps, files, bytes on disk, steps/s. Ctrl-C stops the "
                     "sampling (at the next env step; a multi-agent env's at the end of the "
                     "rollout), writes what was sampled (no step is lost), prints the summary "
@@ -1635,6 +1710,17 @@ def _parser() -> argparse.ArgumentParser:
                    help="rows (steps, and a row per episode for its last observation) kept "
                         "before a part of the dataset is written (default: EpisodeWriter's, "
                         "1,048,576)")
+    r.add_argument("--seconds-per-file", type=_non_negative_float, default=5.0, metavar="S",
+                   help="a part is also written once its first episode has waited S seconds, "
+                        "whichever comes first: a recording killed without warning (kill -9, "
+                        "a lost machine) loses at most about S seconds; smaller S means more, "
+                        "smaller files, slower to open; 0: by rows only (default: %(default)s)")
+    r.add_argument("--mixed-spaces", action="store_true",
+                   help="add to a dataset at --out whose observation or action spaces differ "
+                        "from the env's (refused otherwise: another env, most likely)")
+    r.add_argument("--no-verify", dest="verify", action="store_false",
+                   help="do not check the checksums of the dataset at --out before adding to "
+                        "it (by default every file is read and checked first)")
     r.add_argument("--batch-mode", choices=["truncate_episodes", "complete_episodes"],
                    default="truncate_episodes",
                    help="truncate_episodes: every step is written, the episodes still "
@@ -1656,9 +1742,15 @@ def _parser() -> argparse.ArgumentParser:
                     "the counts (episodes, steps, done, terminated, truncated), the "
                     "episode-length and return statistics (min, mean, median, max), the "
                     "extra model outputs and whether infos are stored. The statistics come "
-                    "from the episode tables: no episode is built.")
+                    "from the episode tables: no episode is built; but every file is read "
+                    "and checked first (its checksums, its columns against its metadata, its "
+                    "rows against its episode table), so that what is described reads. A "
+                    "dataset that does not read is refused in one line (exit status 2).")
     i.add_argument("path", metavar="DIR", help="a dataset folder (or one of its files)")
     i.add_argument("--json", action="store_true", help="print the same as one JSON object")
+    i.add_argument("--no-verify", dest="verify", action="store_false",
+                   help="do not check the files' checksums (storage you trust); their columns "
+                        "and rows are still read and checked")
     i.set_defaults(func=inspect)
     return parser
 
@@ -1673,10 +1765,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         args = parser.parse_args(["demo"])
     try:
-        return args.func(args)
+        status = args.func(args)
+        sys.stdout.flush()
+        return status
     except UsageError as e:
         print(f"episode: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:     # before the measuring started
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader of stdout left (`episode inspect ... | head`): nothing
+        # more to say, and nothing to flush at exit.
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + 13           # (a process ended by SIGPIPE)

@@ -549,16 +549,36 @@ def _truncate(path) -> None:
 
 
 def _ours(tmp_path) -> pathlib.Path:
+    """A CartPole dataset of 30 episodes, about 300 rows."""
     out = tmp_path / "ours"
     env = gym.make("CartPole-v1")
-    episode = SingleAgentEpisode(observation_space=env.observation_space,
-                                 action_space=env.action_space)
-    episode.add_env_reset(*env.reset(seed=0))
-    for _ in range(5):
-        obs, reward, terminated, truncated, info = env.step(0)
-        episode.add_env_step(obs, 0, reward, info, terminated=terminated, truncated=truncated)
-    write_episodes([episode], out)
+    episodes = []
+    for seed in range(30):
+        episode = SingleAgentEpisode(observation_space=env.observation_space,
+                                     action_space=env.action_space)
+        episode.add_env_reset(*env.reset(seed=seed))
+        while not episode.is_done:
+            obs, reward, terminated, truncated, info = env.step(0)
+            episode.add_env_step(obs, 0, reward, info, terminated=terminated,
+                                 truncated=truncated)
+        episodes.append(episode)
+    write_episodes(episodes, out)
     return out
+
+
+def _rewrite(path, change) -> None:
+    """The step file `path` rewritten as `change` makes its table (its
+    metadata kept), as a user's script might."""
+    import pyarrow.parquet as pq
+
+    pq.write_table(change(pq.read_table(path)), path)
+
+
+def _flip_middle(path) -> None:
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2
+    data[middle:middle + 64] = bytes(b ^ 0xFF for b in data[middle:middle + 64])
+    path.write_bytes(bytes(data))
 
 
 def _bad_path(tmp_path, case: str) -> str:
@@ -598,6 +618,15 @@ def _bad_path(tmp_path, case: str) -> str:
         pq.write_table(t.replace_schema_metadata({b"episode.format": json.dumps(meta)}), table)
     elif case == "a step file of another tool":
         _parquet(steps, x=[1, 2, 3])
+    elif case == "flipped bytes in a step file":
+        _flip_middle(steps)
+    elif case == "actions cast to float64":
+        import pyarrow as pa
+
+        _rewrite(steps, lambda t: t.set_column(t.schema.get_field_index("actions"), "actions",
+                                               t.column("actions").cast(pa.float64())))
+    elif case == "a step file 100 rows short":
+        _rewrite(steps, lambda t: t.slice(0, t.num_rows - 100))
     else:
         raise AssertionError(case)
     return str(out)
@@ -606,14 +635,26 @@ def _bad_path(tmp_path, case: str) -> str:
 INSPECT_CASES = [
     ("missing", ["no dataset at", "nowhere"]),
     ("empty", ["empty", "no dataset files"]),
-    ("a text file", ["notes.txt", "no dataset files"]),
+    ("a text file", ["notes.txt", "not a dataset file"]),
     ("foreign files", ["other", "no dataset files"]),
     ("a foreign parquet file", ["table.parquet"]),
     ("a truncated episode table", [".episodes.parquet", "not a readable parquet file"]),
-    ("a truncated step file", [".steps-0.parquet", "not a readable parquet file"]),
+    ("a truncated step file", [".steps-0.parquet", "damaged", "cut short"]),
     ("a missing step file", [".steps-0.parquet", "missing"]),
     ("a newer version", [".episodes.parquet", "version 99"]),
+    ("a step file of another tool", [".steps-0.parquet", "damaged"]),
+    ("flipped bytes in a step file", [".steps-0.parquet", "damaged", "CRC-32"]),
+    ("actions cast to float64", [".steps-0.parquet", "damaged"]),
+    ("a step file 100 rows short", [".steps-0.parquet", "damaged"]),
+]
+
+# Unchecked (--no-verify), what does not read is still refused.
+UNCHECKED_CASES = [
+    ("a truncated step file", [".steps-0.parquet", "not a readable parquet file"]),
     ("a step file of another tool", [".steps-0.parquet", "not a file of an episode dataset"]),
+    ("actions cast to float64", [".steps-0.parquet", "'actions'", "expected int64, got double"]),
+    ("a step file 100 rows short", [".steps-0.parquet", "rows, where its episode table",
+                                    "places episodes up to row"]),
 ]
 
 
@@ -626,6 +667,36 @@ def test_inspect_refuses_in_one_line(capsys, tmp_path, case, fragments):
     assert captured.out == ""
 
 
+@pytest.mark.parametrize("case, fragments", UNCHECKED_CASES)
+def test_inspect_reads_what_it_reports_on_also_unchecked(capsys, tmp_path, case, fragments):
+    path = _bad_path(tmp_path, case)
+    assert cli.main(["inspect", "--no-verify", path]) == 2
+    captured = capsys.readouterr()
+    assert_one_line_error(captured.err, *fragments)
+    assert captured.out == ""
+
+
+def test_inspect_of_a_trusted_dataset_skips_the_checksums(capsys, tmp_path):
+    out = _ours(tmp_path)
+    write_episodes(list(read_episodes(out)), tmp_path / "arrow", format="arrow")
+    _flip_middle(next(f for f in dataset_files(tmp_path / "arrow") if ".steps-" in f.name))
+    # (the flipped bytes hit values, which read as something nobody wrote)
+    assert cli.main(["inspect", "--no-verify", str(tmp_path / "arrow")]) == 0
+    assert cli.main(["inspect", str(tmp_path / "arrow")]) == 2
+    assert_one_line_error(capsys.readouterr().err, ".steps-0.arrow: damaged")
+
+
+def test_inspect_into_a_closed_pipe_ends_quietly(tmp_path):
+    """`episode inspect DIR | head`: the reader leaves; no traceback."""
+    out = _ours(tmp_path)
+    child = subprocess.Popen([sys.executable, "-m", "episode", "inspect", str(out)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    child.stdout.close()                     # before it writes a line
+    stderr = child.stderr.read().decode()
+    assert child.wait(timeout=120) == 141, stderr
+    assert stderr == ""
+
+
 RECORD_CASES = [
     ("a text file", ["--out", "notes.txt", "is a file, not a folder"]),
     ("foreign files", ["--out", "holds files that are not an episode dataset", "notes.txt"]),
@@ -634,6 +705,9 @@ RECORD_CASES = [
     ("a truncated episode table", ["--out", ".episodes.parquet", "not a readable parquet"]),
     ("a missing step file", ["--out", ".steps-0.parquet", "missing"]),
     ("a newer version", ["--out", "version 99"]),
+    ("a truncated step file", ["--out", ".steps-0.parquet", "damaged"]),
+    ("flipped bytes in a step file", ["--out", ".steps-0.parquet", "damaged", "CRC-32"]),
+    ("a step file 100 rows short", ["--out", ".steps-0.parquet", "damaged"]),
 ]
 
 
@@ -719,10 +793,47 @@ class OddInfos(gym.Wrapper):
 gym.register("OddInfos-v0", entry_point=lambda: OddInfos(gym.make("CartPole-v1")))
 """)
     status, stdout, stderr = record(capsys, "--env", "odd_env:OddInfos-v0", "--steps", "50",
-                                    "--out", "data")
+                                    "--out", "new/data")
     assert status == 2
     assert_one_line_error(stderr, "cannot record the episodes", "object")
     assert stdout == ""
+    assert not (workdir / "new").exists()           # nothing recorded, nothing left
+
+
+def test_record_refuses_a_dataset_of_another_env_unless_asked(capsys, tmp_path):
+    out = str(tmp_path / "data")
+    assert record(capsys, "--env", "CartPole-v1", "--steps", "50", "--out", out)[0] == 0
+    before = {f: f.read_bytes() for f in dataset_files(out)}
+    status, stdout, stderr = record(capsys, "--env", "Pendulum-v1", "--steps", "50",
+                                    "--out", out)
+    assert status == 2 and stdout == ""
+    assert_one_line_error(stderr, "--out", "(3,), float32), actions Box(-2.0, 2.0, (1,)",
+                          "another environment", "--mixed-spaces")
+    assert {f: f.read_bytes() for f in dataset_files(out)} == before
+    status, _, stderr = record(capsys, "--env", "Pendulum-v1", "--steps", "50", "--out", out,
+                               "--mixed-spaces")
+    assert status == 0, stderr
+    assert len(read_episodes(out).spaces()["observation_space"]) == 2
+
+
+def test_a_recording_killed_keeps_what_it_flushed(tmp_path):
+    """kill -9 in the middle of a long recording: the parts written every
+    --seconds-per-file read."""
+    out = tmp_path / "data"
+    child = subprocess.Popen([sys.executable, "-m", "episode", "record", "--env",
+                              "CartPole-v1", "--steps", "50000000", "--num-envs", "4",
+                              "--seconds-per-file", "0.3", "--out", str(out)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not any(
+            ".episodes." in f.name for f in out.glob("*") if out.exists()):
+        time.sleep(0.1)
+    time.sleep(0.5)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    ds = read_episodes(out)
+    ds.check()
+    assert ds.num_steps > 0 and ds.num_steps == sum(len(e) for e in ds)
 
 
 # -- inspect: Dict/Tuple items, extra outputs, infos ----------------------------------------
@@ -802,10 +913,13 @@ def test_inspect_list_mode_and_object_items(capsys, tmp_path):
 
 
 def test_inspect_a_dataset_without_episodes(capsys, tmp_path):
-    write_episodes([], tmp_path / "data")
-    (tmp_path / "data").mkdir(exist_ok=True)
-    assert cli.main(["inspect", str(tmp_path / "data")]) == 2
+    (tmp_path / "folder").mkdir()
+    assert cli.main(["inspect", str(tmp_path / "folder")]) == 2
     assert_one_line_error(capsys.readouterr().err, "no dataset files")
+    write_episodes([], tmp_path / "data")           # a dataset of no episodes
+    assert cli.main(["inspect", str(tmp_path / "data"), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["episodes"], report["steps"], report["length"]) == (0, 0, None)
     # An episode without steps: counted, its statistics are its own.
     e = SingleAgentEpisode()
     e.add_env_reset(np.zeros(2, np.float32))

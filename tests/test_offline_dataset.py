@@ -300,12 +300,128 @@ def test_a_missing_step_file_or_column_is_named(tmp_path):
     steps = [f for f in files if ".steps-" in f][0]
     table = pq.read_table(steps)
     pq.write_table(table.drop_columns(["actions"]), steps)
-    ds = read_episodes(tmp_path)
+    # A rewritten step file is not the one its episode table recorded ...
+    with pytest.raises(DatasetError, match="steps-0.parquet: damaged"):
+        read_episodes(tmp_path)[0]
+    # ... and unchecked, its missing column is named.
+    ds = read_episodes(tmp_path, verify=False)
     with pytest.raises(DatasetError, match="'actions'"):
         ds[0]
     os.remove(steps)
     with pytest.raises(DatasetError, match="missing"):
         read_episodes(tmp_path)
+
+
+def _pendulum(seed, steps=20):
+    env = gym.make("Pendulum-v1")
+    episode = SingleAgentEpisode(observation_space=env.observation_space,
+                                 action_space=env.action_space)
+    episode.add_env_reset(*env.reset(seed=seed))
+    for _ in range(steps):
+        action = env.action_space.sample()
+        obs, reward, terminated, truncated, info = env.step(action)
+        episode.add_env_step(obs, action, reward, info)
+    return episode
+
+
+def test_what_is_not_a_dataset_is_named_with_what_to_pass(tmp_path):
+    files = write_episodes([_cartpole(0)], tmp_path / "data")
+    (steps,) = [f for f in files if ".steps-" in f]
+    (table,) = [f for f in files if ".episodes." in f]
+    with pytest.raises(DatasetError, match=f"^{steps}: a step file of an episode dataset.*"
+                                           f"pass the dataset's folder"):
+        read_episodes(steps)
+    assert len(read_episodes(table)) == 1           # its episode table is fine
+    os.remove(table)
+    with pytest.raises(DatasetError, match="step files without their episode tables.*"
+                                           "interrupted write"):
+        read_episodes(tmp_path / "data")
+    (tmp_path / "notes.txt").write_text("hello")
+    with pytest.raises(DatasetError, match="notes.txt: not a dataset file"):
+        read_episodes(tmp_path / "notes.txt")
+
+
+@pytest.mark.parametrize("given", [5, "episodes", {"a": 1}, [_cartpole(0), 5], None])
+def test_write_episodes_says_what_it_takes(tmp_path, given):
+    with pytest.raises(TypeError, match=r"^write_episodes\(\) takes episodes \(.*\), not "):
+        write_episodes(given, tmp_path / "data")
+    assert not (tmp_path / "data").exists()
+    with EpisodeWriter(tmp_path / "other") as writer:
+        with pytest.raises(TypeError, match=r"^EpisodeWriter.write\(\) takes episodes"):
+            writer.write(given)
+
+
+@pytest.mark.parametrize("format", FORMATS)
+def test_no_episodes_make_an_empty_dataset(tmp_path, format):
+    files = write_episodes([], tmp_path, format=format)
+    assert len(files) == 1 and files[0].endswith(f".episodes.{format}")
+    ds = read_episodes(tmp_path)
+    assert (len(ds), ds.num_steps, list(ds), ds.num_chunks) == (0, 0, [], 0)
+    assert ds.episode_table()["length"].tolist() == []
+    ds.check()
+    with pytest.raises(ValueError, match="no steps"):
+        ds.sample_batch(4)
+    # Added to later: only the episodes count.
+    write_episodes([_cartpole(0)], tmp_path, format=format)
+    assert len(read_episodes(tmp_path)) == 1
+
+
+def test_columns_the_dataset_does_not_have_are_named(tmp_path):
+    e = _cartpole(0)
+    e.to_numpy()
+    episode = SingleAgentEpisode(observations=e.get_observations(), actions=e.get_actions(),
+                                 rewards=e.get_rewards(), len_lookback_buffer=0,
+                                 extra_model_outputs={"action_logp": np.zeros(len(e))})
+    write_episodes([episode], tmp_path)
+    with pytest.raises(ValueError, match=r"columns \['nosuch'\]: not in the dataset, which "
+                                         r"has \['action_logp', 'infos'\]"):
+        read_episodes(tmp_path, columns=["nosuch", "action_logp"])
+    ds = read_episodes(tmp_path, columns=["action_logp", "obs"])
+    assert list(ds[0].extra_model_outputs) == ["action_logp"]
+
+
+def test_a_writer_refuses_episodes_of_other_spaces_unless_asked(tmp_path):
+    write_episodes([_cartpole(0)], tmp_path)
+    with pytest.raises(ValueError, match="holds episodes with observations Box.*these have "
+                                         "observations Box.*mixed_spaces=True"):
+        write_episodes([_pendulum(0)], tmp_path)
+    with EpisodeWriter(tmp_path) as writer:
+        writer.check_spaces(gym.make("CartPole-v1").observation_space,
+                            gym.make("CartPole-v1").action_space)
+        with pytest.raises(ValueError, match="another environment"):
+            writer.check_spaces(gym.make("Pendulum-v1").observation_space,
+                                gym.make("Pendulum-v1").action_space)
+        writer.write(_cartpole(1))                  # the same env's: fine
+        no_spaces = SingleAgentEpisode()
+        no_spaces.add_env_reset(np.zeros(3, np.float32))
+        writer.write(no_spaces)                     # no space: matches any
+    assert len(read_episodes(tmp_path)) == 3        # (the refused one left nothing)
+    write_episodes([_pendulum(0)], tmp_path, mixed_spaces=True)
+    ds = read_episodes(tmp_path)
+    assert len(ds) == 4 and len(ds.spaces()["observation_space"]) == 3
+    # A dataset of both takes either.
+    write_episodes([_cartpole(2), _pendulum(1)], tmp_path)
+
+
+def test_a_writer_flushes_a_part_by_time(tmp_path):
+    import time
+
+    with EpisodeWriter(tmp_path, seconds_per_file=0.05) as writer:
+        writer.write(_cartpole(0))
+        assert writer.files == []                   # rows_per_file is far
+        time.sleep(0.1)
+        writer.write(_cartpole(1))                  # the first has waited long enough
+        assert len(writer.files) == 2 and len(read_episodes(tmp_path)) == 2
+        writer.write(_cartpole(2))
+        assert len(writer.files) == 2
+    assert len(writer.files) == 4 and len(read_episodes(tmp_path)) == 3
+    with pytest.raises(ValueError, match="seconds_per_file"):
+        EpisodeWriter(tmp_path, seconds_per_file=0)
+    with EpisodeWriter(tmp_path / "rows", seconds_per_file=None, rows_per_file=10 ** 6) as w:
+        w.write(_cartpole(0))
+        time.sleep(0.01)
+        w.write(_cartpole(1))
+        assert w.files == []
 
 
 def test_bad_episodes_are_refused_before_anything_is_kept(tmp_path):
@@ -349,6 +465,41 @@ def test_multi_agent_episodes_round_trip_exactly(tmp_path, format):
         except AssertionError as error:
             raise AssertionError(f"{name}: {error}") from None
         assert b.id_ == a.id_ and ds.num_steps >= len(a)
+
+
+def _two_agents(seed, steps=30):
+    from episode import MultiAgentEpisode
+
+    rng = np.random.default_rng(seed)
+    episode = MultiAgentEpisode(agent_to_module_mapping_fn=lambda agent, e: f"m{agent[-1]}")
+    episode.add_env_reset(observations={a: rng.normal(size=3).astype(np.float32)
+                                        for a in ("a0", "a1")})
+    for t in range(steps):
+        episode.add_env_step({a: rng.normal(size=3).astype(np.float32) for a in ("a0", "a1")},
+                             {a: int(rng.integers(2)) for a in ("a0", "a1")},
+                             {"a0": 1.0, "a1": float(t)},
+                             terminateds={"__all__": t == steps - 1})
+    return episode
+
+
+def test_sample_batch_on_multi_agent_datasets_draws_per_module(tmp_path):
+    write_episodes([_two_agents(seed) for seed in range(3)], tmp_path / "multi")
+    ds = read_episodes(tmp_path / "multi")
+    ds.rng = np.random.default_rng(0)
+    batch = ds.sample_batch(16, n_step=2, gamma=0.9)
+    assert sorted(batch) == ["m0", "m1"]
+    assert batch["m0"]["obs"].shape == (16, 3) and batch["m1"]["rewards"].shape == (16,)
+    assert ds.replay_buffer().get_num_timesteps() == ds.num_steps == 90
+    assert list(ds.sample_batch(4, modules_to_sample=["m1"])) == ["m1"]
+    # Drawn the same again from the same seed.
+    again = read_episodes(tmp_path / "multi")
+    again.rng = np.random.default_rng(0)
+    np.testing.assert_array_equal(again.sample_batch(16, n_step=2, gamma=0.9)["m0"]["obs"],
+                                  batch["m0"]["obs"])
+    # Single- and multi-agent episodes in one dataset: one kind is drawn from.
+    write_episodes([_cartpole(0)], tmp_path / "multi")
+    with pytest.raises(ValueError, match="single- and multi-agent episodes"):
+        read_episodes(tmp_path / "multi").sample_batch(4)
 
 
 def test_a_multi_agent_episode_cut_and_written_apart_reads_back_whole(tmp_path):

@@ -1,10 +1,14 @@
 """episode.offline under faults: a writer killed mid-write, damaged files.
 
 A writer killed at a random moment leaves every part it finished whole and
-readable, and nothing half-written where a reader looks. A dataset whose
-files have flipped or cut bytes either reads (the damage hit values) or
-raises an exception naming the problem: never a crash. The damaged reads run
-in child processes, so that a crash fails a test instead of ending pytest.
+readable, and nothing half-written where a reader looks; one killed in the
+middle of a long recording keeps what it flushed (by rows or by time). A
+dataset whose files have flipped or cut bytes either reads its very values
+(the damage hit bytes no value is read from) or raises DatasetError naming
+the file: never wrong values, never a crash. With ``verify=False`` the
+damage is not looked for: the reader may raise or crash no more than without
+it. The damaged reads run in child processes, so that a crash fails a test
+instead of ending pytest.
 """
 from __future__ import annotations
 
@@ -69,6 +73,41 @@ def test_a_writer_killed_mid_write_leaves_whole_parts(tmp_path, format):
         assert all(n.startswith(".") or n.endswith(f".{format}") for n in names)
 
 
+LONG_RECORDING = textwrap.dedent("""
+    import sys
+    import numpy as np
+    from episode import SingleAgentEpisode
+    from episode.offline import EpisodeWriter
+
+    path, fmt = sys.argv[1], sys.argv[2]
+    rng = np.random.default_rng(0)
+    # rows_per_file as by default: far more rows than are written before the kill.
+    writer = EpisodeWriter(path, format=fmt, seconds_per_file=0.3)
+    for i in range(10 ** 9):
+        e = SingleAgentEpisode()
+        e.add_env_reset(rng.normal(size=8).astype(np.float32))
+        for t in range(50):
+            e.add_env_step(rng.normal(size=8).astype(np.float32), t % 3, 1.0)
+        writer.write(e)
+        if i == 5:
+            print("writing", flush=True)
+""")
+
+
+@pytest.mark.parametrize("format", ["parquet", "arrow"])
+def test_a_long_recording_killed_keeps_the_parts_flushed_by_time(tmp_path, format):
+    child = subprocess.Popen([sys.executable, "-c", LONG_RECORDING, str(tmp_path), format],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=HERE)
+    assert child.stdout.readline().strip() == b"writing", child.stderr.read()
+    time.sleep(1.5)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    ds = read_episodes(tmp_path)
+    ds.check()
+    assert len(ds) >= 1 and ds.num_steps == 50 * len(ds)
+    assert all(len(e) == 50 for e in ds)
+
+
 def test_a_step_file_without_its_episode_table_is_not_read(tmp_path):
     from episode.offline import write_episodes
 
@@ -85,14 +124,18 @@ def test_a_step_file_without_its_episode_table_is_not_read(tmp_path):
 # -- damaged files ----------------------------------------------------------------------
 
 READER = textwrap.dedent("""
+    import hashlib
+    import pickle
     import sys
     from episode.offline import DatasetError, read_episodes
     try:
-        ds = read_episodes(sys.argv[1])
+        ds = read_episodes(sys.argv[1], verify=sys.argv[2] == "verify")
+        digest = hashlib.sha256()
         for episode in ds:
-            episode.get_observations()
-            episode.get_infos()
-        print("read", flush=True)
+            digest.update(pickle.dumps((
+                episode.get_observations(), episode.get_actions(), episode.get_rewards(),
+                episode.get_infos(), episode.get_extra_model_outputs("logp"))))
+        print("read", digest.hexdigest(), flush=True)
     except (DatasetError, ValueError, TypeError, KeyError, OSError, AssertionError,
             IndexError, UnicodeDecodeError, OverflowError, MemoryError) as error:
         print("refused", type(error).__name__, flush=True)
@@ -123,15 +166,16 @@ def _dataset(path, format):
     return sorted(os.path.join(path, n) for n in os.listdir(path))
 
 
-def _damaged_reads(tmp_path, format, cases):
+def _damaged_reads(tmp_path, format, cases, verify="verify"):
     """Runs the reader on each damaged copy in its own child process."""
     results = []
     for k, damage in enumerate(cases):
         path = tmp_path / f"case{k}"
         files = _dataset(path, format)
         damage(files)
-        proc = subprocess.run([sys.executable, "-c", READER, str(path)], capture_output=True,
-                              timeout=120, env=dict(os.environ, PYTHONFAULTHANDLER="1"), cwd=HERE)
+        proc = subprocess.run([sys.executable, "-c", READER, str(path), verify],
+                              capture_output=True, timeout=120,
+                              env=dict(os.environ, PYTHONFAULTHANDLER="1"), cwd=HERE)
         assert proc.returncode == 0, (f"case {k}: the reader crashed ({proc.returncode})\n"
                                       + proc.stderr.decode()[-3000:])
         out = proc.stdout.decode().split()
@@ -162,12 +206,99 @@ def _cut(seed):
 
 
 @pytest.mark.parametrize("format", ["parquet", "arrow"])
-def test_damaged_datasets_are_read_or_refused_never_a_crash(tmp_path, format):
+def test_damaged_datasets_are_refused_or_read_right_never_a_crash(tmp_path, format):
     cases = [_flip(seed, count) for seed in range(12) for count in (1, 8)] + \
         [_cut(seed) for seed in range(6)]
+    (intact,) = _damaged_reads(tmp_path / "intact", format, [lambda files: None])
+    assert intact[0] == "read"
     results = _damaged_reads(tmp_path, format, cases)
-    # Cut files are always refused.
+    # What reads is what was written; cut files are always refused.
+    assert all(r == intact or r == ["refused", "DatasetError"] for r in results), results
     assert all(r[0] == "refused" for r in results[-6:]), results[-6:]
+    assert sum(r[0] == "refused" for r in results) >= len(results) // 2
+
+
+@pytest.mark.parametrize("format", ["parquet", "arrow"])
+def test_unchecked_damaged_datasets_never_crash(tmp_path, format):
+    cases = [_flip(seed, count) for seed in range(6) for count in (1, 8)]
+    _damaged_reads(tmp_path, format, cases, verify="trust")
+
+
+@pytest.mark.parametrize("format", ["parquet", "arrow"])
+def test_flipped_bytes_in_a_step_file_are_named_unless_trusted(tmp_path, format):
+    """The issue's case: 64 bytes flipped in the middle of a step file of a
+    CartPole dataset read as observations far outside the space."""
+    from episode.offline import DatasetError, write_episodes
+
+    from test_offline_dataset import _cartpole
+
+    episodes = [_cartpole(i) for i in range(20)]
+    files = write_episodes(episodes, tmp_path, format=format)
+    (steps,) = [f for f in files if ".steps-" in f]
+    data = bytearray(open(steps, "rb").read())
+    middle = len(data) // 2
+    data[middle:middle + 64] = bytes(b ^ 0xFF for b in data[middle:middle + 64])
+    open(steps, "wb").write(bytes(data))
+    ds = read_episodes(tmp_path)                # (the episode table is whole)
+    with pytest.raises(DatasetError, match=f"^{steps}: damaged"):
+        ds[0]
+    with pytest.raises(DatasetError, match=f"^{steps}: damaged"):
+        ds.check()
+    with pytest.raises(DatasetError, match=f"^{steps}: damaged"):
+        ds.sample_batch(8)
+    # Storage the user trusts: read as it is (here, values nobody wrote).
+    trusted = read_episodes(tmp_path, verify=False)
+    read = np.concatenate([e.get_observations() for e in trusted])
+    written = np.concatenate([e.get_observations() for e in episodes])
+    assert read.shape == written.shape and not np.array_equal(read, written, equal_nan=True)
+
+
+@pytest.mark.parametrize("format", ["parquet", "arrow"])
+def test_a_damaged_episode_table_is_named(tmp_path, format):
+    from episode.offline import DatasetError, write_episodes
+
+    from test_offline_dataset import _cartpole
+
+    files = write_episodes([_cartpole(i) for i in range(20)], tmp_path, format=format)
+    (table,) = [f for f in files if ".episodes." in f]
+    data = bytearray(open(table, "rb").read())
+    if format == "parquet":
+        import pyarrow.parquet as pq
+
+        # The last byte of column 'length': a data page's, not its header's.
+        meta = pq.ParquetFile(table).metadata
+        names = [meta.schema.column(i).name for i in range(meta.num_columns)]
+        chunk = meta.row_group(0).column(names.index("length"))
+        start = chunk.dictionary_page_offset or chunk.data_page_offset
+        at = start + chunk.total_compressed_size - 1
+    else:
+        at = len(data) // 2        # the record batch's
+    data[at] ^= 0x10
+    open(table, "wb").write(bytes(data))
+    with pytest.raises(DatasetError, match=f"^{table}: damaged"):
+        read_episodes(tmp_path)
+
+
+def test_datasets_without_checksums_are_read_unchecked_only(tmp_path):
+    """A dataset written before the checksums: refused, with the way out."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    from episode.offline import DatasetError, write_episodes
+
+    from test_offline_dataset import _cartpole
+
+    files = write_episodes([_cartpole(0)], tmp_path)
+    (table_file,) = [f for f in files if ".episodes." in f]
+    table = pq.read_table(table_file)
+    meta = json.loads(table.schema.metadata[b"episode.format"])
+    del meta["step_checksums"]
+    pq.write_table(table.replace_schema_metadata({b"episode.format": json.dumps(meta)}),
+                   table_file)
+    with pytest.raises(DatasetError, match="no checksums.*verify=False"):
+        read_episodes(tmp_path)
+    assert len(read_episodes(tmp_path, verify=False)[0]) == len(_cartpole(0))
 
 
 # -- a dataset bigger than what it may hold -----------------------------------------------

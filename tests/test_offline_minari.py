@@ -334,12 +334,14 @@ def episodes_of(draw, obs_space_structure, act_structure, count):
         n = draw(st.integers(1, 4))
         ep = SingleAgentEpisode(observation_space=obs_space, action_space=act_space)
         ep.add_env_reset(draw(_item(obs_space_structure)), draw(_info(info_structure)))
+        # (to_minari writes complete episodes)
+        end = draw(st.sampled_from([(True, False), (False, True), (True, True)]))
         for t in range(n):
             last = t == n - 1
             ep.add_env_step(
                 draw(_item(obs_space_structure)), draw(_item(act_structure)),
                 draw(st.floats(-10, 10)), draw(_info(info_structure)),
-                terminated=last and draw(st.booleans()), truncated=last and draw(st.booleans()),
+                terminated=last and end[0], truncated=last and end[1],
                 extra_model_outputs={"logp": draw(st.floats(-3, 0, width=32).map(F32)),
                                      "vf": np.arange(2, dtype=F32) + t} if with_extras else None)
         if draw(st.booleans()):
@@ -507,7 +509,7 @@ def test_pictures_decode_in_a_forked_child(root):
     frames = _rng().integers(0, 256, (40, 32, 32), dtype=np.uint8)
     ep = SingleAgentEpisode(observations=list(frames), actions=[0] * 39, rewards=[1.0] * 39,
                             observation_space=space, action_space=gym.spaces.Discrete(2),
-                            len_lookback_buffer=0)
+                            len_lookback_buffer=0, truncated=True)
     path = to_minari([ep], "img/fork-v0")
     assert np.array_equal(from_minari(path)[0].get_observations(), frames)
     import multiprocessing
@@ -652,7 +654,7 @@ def test_torchrl_reads_what_to_minari_writes(root, tmp_path):
 
 def test_spaces_come_from_the_keywords_when_episodes_have_none(root):
     ep = SingleAgentEpisode(observations=[0.5, 0.25], actions=[1], rewards=[2.0],
-                            len_lookback_buffer=0)
+                            len_lookback_buffer=0, terminated=True)
     with pytest.raises(ValueError, match="observation_space="):
         to_minari([ep], "kw/none-v0")
     assert not (root / "kw").exists()
@@ -665,7 +667,7 @@ def test_spaces_come_from_the_keywords_when_episodes_have_none(root):
     assert back.get_actions().tolist() == [1]
     # An env names its spaces too.
     to_minari([SingleAgentEpisode(observations=[np.zeros(4, F32)] * 2, actions=[1],
-                                  rewards=[1.0], len_lookback_buffer=0)],
+                                  rewards=[1.0], len_lookback_buffer=0, terminated=True)],
               "kw/env-v0", env_spec="CartPole-v1")
     ds = minari.load_dataset("kw/env-v0")
     assert ds.observation_space == gym.make("CartPole-v1").observation_space
@@ -766,7 +768,7 @@ def test_to_minari_refuses_what_minari_cannot_hold(root):
     ]
     empty_dict_info = ep()
     empty_dict_info.add_env_reset(np.zeros(2, F32), {"a": {}})
-    empty_dict_info.add_env_step(np.zeros(2, F32), 0, 1.0, {"a": {}})
+    empty_dict_info.add_env_step(np.zeros(2, F32), 0, 1.0, {"a": {}}, terminated=True)
     cases.append(([empty_dict_info], {"data_format": "parquet"}, "no parquet form"))
     for episodes, kw, match in cases:
         with pytest.raises(ValueError, match=match):
@@ -781,6 +783,24 @@ def test_to_minari_refuses_what_minari_cannot_hold(root):
     with pytest.raises(TypeError, match="iterable of episodes"):
         to_minari(_cartpole_episodes(1)[0], "bad/case-v0")
     _no_dataset_left(root, "bad/meta-v0")
+
+
+def test_to_minari_refuses_running_episodes(root):
+    """The docs say complete episodes: one neither terminated nor truncated
+    is refused (Minari would read its last step as a mid-episode one)."""
+    space = gym.spaces.Box(-1, 1, (2,), F32)
+    done = SingleAgentEpisode(observations=[np.zeros(2, F32)] * 3, actions=[0, 1],
+                              rewards=[1.0, 1.0], len_lookback_buffer=0, terminated=True,
+                              observation_space=space, action_space=gym.spaces.Discrete(2))
+    running = SingleAgentEpisode(observations=[np.zeros(2, F32)] * 3, actions=[0, 1],
+                                 rewards=[1.0, 1.0], len_lookback_buffer=0,
+                                 observation_space=space, action_space=gym.spaces.Discrete(2))
+    with pytest.raises(ValueError, match="episode 1 is still running.*is_truncated = True"):
+        to_minari([done, running], "bad/running-v0")
+    _no_dataset_left(root, "bad/running-v0")
+    running.is_truncated = True
+    (_, back) = from_minari(to_minari([done, running], "good/cutoff-v0"))
+    assert back.is_truncated and not back.is_terminated
 
 
 def test_to_minari_refuses_multi_agent_episodes(root):
@@ -814,7 +834,8 @@ def test_arrow_datasets_hold_one_schema(root):
     def episode(info):
         return SingleAgentEpisode(observations=[np.zeros(2, F32)] * 2, actions=[0],
                                   rewards=[1.0], infos=[info, info], len_lookback_buffer=0,
-                                  observation_space=space, action_space=gym.spaces.Discrete(2))
+                                  terminated=True, observation_space=space,
+                                  action_space=gym.spaces.Discrete(2))
 
     episodes = [episode({"a": 1}), episode({"b": 1.5})]
     for fmt in ("arrow", "parquet"):

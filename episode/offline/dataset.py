@@ -38,16 +38,24 @@ _EPISODE_COLUMNS = ("kind", "parent", "group", "row", "rows", "length", "t_start
                     "observation_space", "action_space", "return") + TABLE_PACKED + LOOKBACKS
 
 
-def read_episodes(path: Any, *, columns: Optional[Sequence[str]] = None) -> "EpisodeDataset":
+def read_episodes(path: Any, *, columns: Optional[Sequence[str]] = None,
+                  verify: bool = True) -> "EpisodeDataset":
     """Opens the dataset at `path` (a folder, searched recursively, or one
-    file): our format, or RLlib's recorded episodes or rows, told apart by
-    their schema. Only the episode tables are read here; each episode's
-    rows are read when it is.
+    of its episode tables): our format, or RLlib's recorded episodes or
+    rows, told apart by their schema. Only the episode tables are read
+    here; each episode's rows are read when it is.
 
     `columns` limits what is read besides observations, actions and
-    rewards: ``"infos"`` and the extra model outputs by key (default: all).
+    rewards: ``"infos"`` and the extra model outputs by key (default: all;
+    ValueError for a name the dataset does not have).
+
+    `verify` (the default) checks each file against its checksums before
+    anything is built from it (a step file when it is first read: a read of
+    its every byte), and raises DatasetError naming a damaged file;
+    ``verify=False`` skips that, for storage you trust (or datasets written
+    before episode wrote checksums).
     """
-    return EpisodeDataset(path, columns=columns)
+    return EpisodeDataset(path, columns=columns, verify=verify)
 
 
 class EpisodeDataset:
@@ -57,9 +65,11 @@ class EpisodeDataset:
     ``ds.num_steps``. Chunks of one episode (a `cut()` and its successors,
     written at different times) come back as one episode."""
 
-    def __init__(self, path: Any, *, columns: Optional[Sequence[str]] = None):
+    def __init__(self, path: Any, *, columns: Optional[Sequence[str]] = None,
+                 verify: bool = True):
         pa = _pyarrow()
         self.path = os.fspath(path)
+        self.verify = bool(verify)
         self._columns = None if columns is None else _checked_columns(columns)
         self._files: collections.OrderedDict = collections.OrderedDict()
         self._memory: Optional[list] = None
@@ -76,7 +86,9 @@ class EpisodeDataset:
             self._entries = [(i,) for i in range(len(self._memory))]
             self.num_steps = int(sum(len(e) for e in self._memory))
             return
-        self._parts = [_Part(p, pa) for p in tables]
+        self._parts = [_Part(p, self.verify) for p in tables]
+        if self._columns is not None:
+            _check_columns(self._columns, self._parts)
         self._index = _chunk_index(self._parts)
         self._entries = _join_chunks(self._index)
         lengths = self._index["length"]
@@ -135,6 +147,17 @@ class EpisodeDataset:
             return list(self._foreign)
         tables = [p.path for p in self._parts]
         return tables + list(dict.fromkeys(f for p in self._parts for f in p.step_files))
+
+    def check(self) -> None:
+        """Reads every step file as reading its episodes would (its
+        checksum with `verify`, its columns against its metadata, its rows
+        against its episode table) without building an episode: a
+        DatasetError names the first file that would not read."""
+        if self._memory is not None:
+            return                    # (RLlib's files are read whole when opened)
+        for part in self._parts:
+            for group in range(len(part.step_files)):
+                self._step_file(part, group)
 
     @property
     def num_chunks(self) -> int:
@@ -227,27 +250,37 @@ class EpisodeDataset:
     def sample_batch(self, batch_size: int, **kwargs: Any) -> Dict[str, Any]:
         """A training batch of `batch_size` n-step transitions (or `(B, T)`
         sequences with ``batch_length_T``) drawn uniformly from the dataset's
-        single-agent episodes: `EpisodeReplayBuffer.sample_batch` (same
-        arguments, keys and rules) on a buffer holding the whole dataset,
-        made on the first call. Draws use ``self.rng`` (a numpy Generator;
-        set it, or its seed, for reproducible draws)."""
+        episodes: `EpisodeReplayBuffer.sample_batch` (same arguments, keys
+        and rules) on a buffer holding the whole dataset, made on the first
+        call. For a dataset of multi-agent episodes, a batch per module
+        ({module_id: batch}), as `MultiAgentEpisodeReplayBuffer.sample_batch`
+        draws them (`modules_to_sample` too). Draws use ``self.rng`` (a numpy
+        Generator; set it, or its seed, for reproducible draws)."""
         return self.replay_buffer().sample_batch(batch_size, **kwargs)
 
     def replay_buffer(self) -> "EpisodeReplayBuffer":
-        """The EpisodeReplayBuffer holding every episode of the dataset (its
-        capacity the dataset's steps; see EpisodeReplayBuffer.add_dataset),
-        made on first use and kept; its `rng` is ``self.rng``. ValueError
-        for a dataset of multi-agent episodes."""
-        from episode.replay import EpisodeReplayBuffer
+        """The replay buffer holding every episode of the dataset, made on
+        first use and kept; its `rng` is ``self.rng``: an
+        EpisodeReplayBuffer (its capacity the dataset's steps; see
+        EpisodeReplayBuffer.add_dataset), or for multi-agent episodes a
+        MultiAgentEpisodeReplayBuffer. ValueError for a dataset of both."""
+        from episode.replay import EpisodeReplayBuffer, MultiAgentEpisodeReplayBuffer
 
         if self._buffer is None:
             if self.num_steps == 0:
                 raise ValueError(f"{self.path}: the dataset has no steps to draw from")
-            if self.episode_table()["multi_agent"].any():
-                raise ValueError(f"{self.path}: batches are drawn from single-agent "
-                                 f"episodes; this dataset holds multi-agent ones")
-            buffer = EpisodeReplayBuffer(capacity=self.num_steps)
-            buffer.add_dataset(self)
+            table = self.episode_table()
+            multi = table["multi_agent"]
+            if multi.all():
+                buffer = MultiAgentEpisodeReplayBuffer(
+                    capacity=int(max(self.num_steps, table["agent_steps"].sum())))
+                buffer.add(list(self))
+            elif multi.any():
+                raise ValueError(f"{self.path}: holds single- and multi-agent episodes; "
+                                 f"batches are drawn from one kind")
+            else:
+                buffer = EpisodeReplayBuffer(capacity=self.num_steps)
+                buffer.add_dataset(self)
             self._buffer = buffer
         self._buffer.rng = self.rng
         return self._buffer
@@ -371,7 +404,14 @@ class EpisodeDataset:
         if found is not None:
             self._files.move_to_end(key)
             return found
-        step_file = _open_step_file(path, self._columns, list_mode)
+        if self.verify:
+            fmt.check_file(path, part.checksums[group], part.path)
+        step_file = _open_step_file(path, self._columns, self.verify, list_mode)
+        needed = part.rows_needed(group)
+        if needed > step_file.nrows:
+            raise DatasetError(f"{path}: {step_file.nrows:,} rows, where its episode table "
+                               f"{part.path} places episodes up to row {needed:,} (cut short "
+                               f"or replaced?)")
         self._files[key] = step_file
         if len(self._files) > OPEN_FILES:
             self._files.popitem(last=False)
@@ -400,6 +440,23 @@ def _checked_columns(columns: Sequence[str]) -> frozenset:
     return frozenset(columns)
 
 
+def _check_columns(columns: frozenset, parts: list) -> None:
+    """ValueError for `columns` the dataset has nowhere (the step files'
+    schemas say which extra outputs they hold)."""
+    have = {fmt.INFOS}
+    for part in parts:
+        for path in part.step_files:
+            meta = fmt.read_metadata(read_schema(path), path, "steps")
+            extras = meta.get("extras")
+            if not isinstance(extras, list):
+                raise DatasetError(f"{path}: malformed track metadata")
+            have.update(k for k in (_key_name(e, path) for e in extras) if isinstance(k, str))
+    unknown = sorted(columns - have - {"obs", "actions", "rewards"})
+    if unknown:
+        raise ValueError(f"columns {unknown}: not in the dataset, which has "
+                         f"{sorted(have)} (observations, actions and rewards are always read)")
+
+
 # -- finding files ---------------------------------------------------------------------------
 
 
@@ -408,6 +465,11 @@ def _scan(path: str, pa) -> tuple:
     if not os.path.exists(path):
         raise FileNotFoundError(f"no dataset at {path}")
     if os.path.isfile(path):
+        if ".steps-" in os.path.basename(path).rpartition(".")[0]:
+            raise DatasetError(f"{path}: a step file of an episode dataset, which holds rows "
+                               f"but not where episodes start and end: pass the dataset's "
+                               f"folder ({os.path.dirname(path) or '.'}) or one of its "
+                               f"episode tables (*.episodes.*)")
         files = [path]
     else:
         files = []
@@ -415,38 +477,32 @@ def _scan(path: str, pa) -> tuple:
             dirs[:] = sorted(d for d in dirs if not d.startswith("."))
             files.extend(os.path.join(root, n) for n in sorted(names)
                          if not n.startswith(".") and n.rsplit(".", 1)[-1] in fmt.EXTENSIONS)
-    tables, foreign = [], []
+    tables, foreign, steps = [], [], []
     for f in files:
         name = os.path.basename(f)
         stem, _, ext = name.rpartition(".")
         if stem.endswith(".episodes"):
             tables.append(f)
         elif ".steps-" in stem:
-            continue         # read through its part's episode table
+            steps.append(f)     # read through its part's episode table
         elif ext in fmt.EXTENSIONS:
             foreign.append(f)
     if not tables and not foreign:
+        if steps:
+            raise DatasetError(f"{path}: step files without their episode tables ({steps[0]}, "
+                               f"...): a part exists once its episode table is written, so "
+                               f"these are parts an interrupted write never finished")
+        if os.path.isfile(path):
+            raise DatasetError(f"{path}: not a dataset file (.parquet or .arrow)")
         raise DatasetError(f"{path}: no dataset files (.parquet or .arrow) in it")
     return tables, foreign
 
 
-def _read_table(path: str, pa, columns: Optional[list] = None):
-    """The file's table (`columns` of it), checked whole by Arrow before any
-    of it is used: a damaged file raises DatasetError, not a bad read."""
-    try:
-        if path.endswith(".arrow"):
-            table = pa.ipc.open_file(pa.memory_map(path)).read_all()
-            if columns is not None:
-                table = table.select(columns)
-        else:
-            import pyarrow.parquet as pq
-
-            table = pq.read_table(path, memory_map=True, columns=columns)
-        table.validate(full=True)
-        return table
-    except (OSError, pa.ArrowException, KeyError) as error:
-        raise DatasetError(f"{path}: not a readable {path.rpartition('.')[2]} file "
-                           f"({error})") from None
+def _read_table(path: str, pa, columns: Optional[list] = None, verify: bool = True):
+    """The file's table (`columns` of it), checked whole by Arrow (and its
+    Parquet page checksums with `verify`) before any of it is used: a
+    damaged file raises DatasetError, not a bad read."""
+    return fmt.read_table(path, columns, verify=verify)
 
 
 def read_schema(path: str):
@@ -493,15 +549,19 @@ class _Part:
     """One written part: its episode table (read whole: a row per episode)
     and the step files it names."""
 
-    def __init__(self, path: str, pa):
+    def __init__(self, path: str, verify: bool):
         self.path = path
-        table = _read_table(path, pa)
-        meta = fmt.read_metadata(table.schema, path, "episodes")
+        table, meta = fmt.read_episode_table(path, verify=verify)
         names = meta.get("step_files")
         if not isinstance(names, list) or not all(
                 isinstance(n, str) and os.path.basename(n) == n and not n.startswith(".")
                 for n in names):
             raise DatasetError(f"{path}: malformed step file list in its metadata")
+        # Each step file's [size, CRC-32] (checked with verify).
+        self.checksums = meta.get("step_checksums")
+        if verify and not (isinstance(self.checksums, list)
+                           and len(self.checksums) == len(names)):
+            raise DatasetError(f"{path}: malformed step file checksums in its metadata")
         folder = os.path.dirname(path)
         self.step_files = [os.path.join(folder, n) for n in names]
         missing = [n for n in self.step_files if not os.path.exists(n)]
@@ -532,6 +592,15 @@ class _Part:
             self.children[int(parents[j])].append(int(j))
         self.top = np.flatnonzero(parents == -1)
         self._spaces: dict = {}
+
+    def rows_needed(self, group: int) -> int:
+        """The rows the episodes in step file `group` take: its rows past
+        the last one's."""
+        mine = np.flatnonzero(self.table["group"] == group)
+        if not len(mine) or not self.n:
+            return 0
+        return int((self.table["row"][mine].astype(np.int64)
+                    + self.table["rows"][mine].astype(np.int64)).max())
 
     def value(self, name: str, i: int) -> Any:
         """Episode `i`'s value in the packed column `name` (None: null)."""
@@ -635,7 +704,7 @@ def _join_chunks(index: dict) -> list:
 # -- step files ------------------------------------------------------------------------------
 
 
-def _open_step_file(path: str, columns: Optional[frozenset],
+def _open_step_file(path: str, columns: Optional[frozenset], verify: bool,
                     list_mode: bool = False) -> StepFile:
     """The step file at `path`; with `list_mode`, its numpy'd leaves read
     as the list-mode items they held before to_numpy() (their recorded
@@ -655,7 +724,7 @@ def _open_step_file(path: str, columns: Optional[frozenset],
     missing = [n for n in names if n not in schema.names]
     if missing:
         raise DatasetError(f"{path}: no column {missing[0]!r}")
-    table = _read_table(path, pa, names)
+    table = _read_table(path, pa, names, verify)
     leaves, kinds, finalized, opens, trees, specs = [], [], [], [], [], []
     for spec, name in zip(wanted, names):
         tree = fmt.tree_from_json(spec.get("tree"), f"{path}: column {name!r}")

@@ -32,11 +32,23 @@ Each file's schema metadata (key ``episode.format``) is JSON: the format
 version and, for a step file, each track's tree of leaves with the kind of
 item each leaf hands back (so list-mode episodes come back with the very
 Python types they were written with).
+
+Damage is detected before anything is built from a file. An episode table
+lists, beside each of its step files, the step file's size and the CRC-32
+of its every byte (``step_checksums``): the step files are written first, so
+their checksums are known when the table is, and a step file cannot hold
+its own checksum without being written twice. The episode table checks
+itself: in Parquet by page checksums (``write_page_checksum``), in an Arrow
+file by the CRC-32 of its record batch and dictionary messages, header and
+body (``batches_crc32``: everything after the schema, which holds it).
+Parquet step files carry page checksums too, so other Parquet readers can
+check them.
 """
 from __future__ import annotations
 
 import base64
 import json
+import zlib
 from typing import Any, Optional
 
 import numpy as np
@@ -308,6 +320,116 @@ def tree_leaves(tree: Any) -> list:
     if isinstance(tree, dict):
         return [tree]
     return [leaf for sub in tree[1] for leaf in tree_leaves(sub[1] if tree[0] == "dict" else sub)]
+
+
+# -- checksums ------------------------------------------------------------------------------
+
+# What pyarrow's Parquet writer and reader are given: every page (data and
+# dictionary) carries the CRC-32 of its bytes, checked as it is decoded.
+PARQUET_WRITE = {"write_page_checksum": True}
+
+_READ_CHUNK = 1 << 20
+
+
+def file_checksum(path: str) -> list:
+    """[size, CRC-32] of a file's every byte, read in chunks (not mapped, so
+    that the pages read are not held in the process's resident memory)."""
+    crc = size = 0
+    chunk = bytearray(_READ_CHUNK)
+    view = memoryview(chunk)
+    with open(path, "rb", buffering=0) as f:
+        while True:
+            n = f.readinto(chunk)
+            if not n:
+                return [size, crc]
+            crc = zlib.crc32(view[:n], crc)
+            size += n
+
+
+def arrow_batches_crc(buffer) -> int:
+    """The CRC-32 of an Arrow IPC file's messages after its schema (record
+    batches and dictionaries, each message's header and body), walked by
+    pyarrow's message reader over `buffer` (the file's bytes, mapped). The
+    messages do not depend on where they lie in the file, so the CRC is
+    computed before the file is written, and then kept in its schema."""
+    import pyarrow as pa
+
+    stream = pa.BufferReader(buffer)
+    stream.seek(8)            # the file's magic and its padding
+    crc = 0
+    for message in pa.ipc.MessageReader.open_stream(stream):
+        if message.type != "schema":
+            crc = zlib.crc32(message.body, zlib.crc32(message.metadata, crc))
+    return crc
+
+
+def read_table(path: str, columns: Optional[list] = None, *, verify: bool = False):
+    """A data file's table (`columns` of it; a .arrow file memory-mapped),
+    checked whole by Arrow before any of it is used, and with `verify` a
+    Parquet file's page checksums too: DatasetError naming the file for a
+    damaged or foreign one."""
+    import pyarrow as pa
+
+    try:
+        if path.endswith(".arrow"):
+            table = pa.ipc.open_file(pa.memory_map(path)).read_all()
+            if columns is not None:
+                table = table.select(columns)
+        else:
+            import pyarrow.parquet as pq
+
+            table = pq.read_table(path, memory_map=True, columns=columns,
+                                  page_checksum_verification=verify)
+        table.validate(full=True)
+        return table
+    except (OSError, pa.ArrowException, KeyError) as error:
+        raise DatasetError(f"{path}: {_damage(error)}not a readable "
+                           f"{path.rpartition('.')[2]} file ({error})") from None
+
+
+def _damage(error: BaseException) -> str:
+    return "damaged, " if "checksum" in str(error).lower() else ""
+
+
+def read_episode_table(path: str, *, verify: bool) -> tuple:
+    """(table, metadata) of an episode table, with `verify` checked against
+    its own checksums (see the module's docstring) before it is used."""
+    import pyarrow as pa
+
+    table = read_table(path, verify=verify)
+    meta = read_metadata(table.schema, path, "episodes")
+    if not verify:
+        return table, meta
+    if not isinstance(meta.get("step_checksums"), list):
+        raise DatasetError(f"{path}: holds no checksums (written by an earlier version of "
+                           f"episode): read_episodes(..., verify=False) reads it unchecked")
+    if path.endswith(".arrow"):
+        try:
+            crc = arrow_batches_crc(pa.memory_map(path).read_buffer())
+        except (OSError, pa.ArrowException) as error:
+            raise DatasetError(f"{path}: not a readable arrow file ({error})") from None
+        if crc != meta.get("batches_crc32"):
+            raise DatasetError(f"{path}: damaged: the CRC-32 of its contents ({crc:08x}) is "
+                               f"not the one written with it")
+    return table, meta
+
+
+def check_file(path: str, want: Any, table_path: str) -> None:
+    """DatasetError unless the step file `path` has the [size, CRC-32]
+    `want` its episode table `table_path` recorded."""
+    if not (isinstance(want, list) and len(want) == 2
+            and all(type(x) is int and x >= 0 for x in want)):
+        raise DatasetError(f"{table_path}: a malformed checksum for {path}")
+    try:
+        size, crc = file_checksum(path)
+    except OSError as error:
+        raise DatasetError(f"{path}: cannot read it ({error.strerror or error})") from None
+    if size != want[0]:
+        raise DatasetError(f"{path}: damaged: {size:,} bytes, where its episode table "
+                           f"{table_path} recorded {want[0]:,} (cut short or replaced?)")
+    if crc != want[1]:
+        raise DatasetError(f"{path}: damaged: its CRC-32 ({crc:08x}) is not the one its "
+                           f"episode table {table_path} recorded ({want[1]:08x})")
 
 
 # -- metadata ------------------------------------------------------------------------------

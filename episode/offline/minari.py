@@ -1911,8 +1911,8 @@ def to_minari(episodes: Iterable[Any], dataset_id: str, *, data_format: str = "h
 
     Args:
         episodes: single-agent episodes (ours or RLlib's, list-mode or
-            numpy'd), each whole from its reset: ``t_started == 0`` and no
-            lookback rows.
+            numpy'd), each whole from its reset (``t_started == 0``, no
+            lookback rows) to its end (terminated or truncated).
         dataset_id: Minari's ``(namespace/)name-v<N>``; the dataset must not
             exist yet.
         data_format: "hdf5" (Minari's default), "arrow" or "parquet".
@@ -1938,7 +1938,7 @@ def to_minari(episodes: Iterable[Any], dataset_id: str, *, data_format: str = "h
 
     Raises:
         ValueError: a multi-agent episode, one that does not start at its
-            reset or has lookback rows, data that does not match the spaces,
+            reset or has lookback rows, one still running (not done), data that does not match the spaces,
             infos whose structure changes between steps, a malformed id or
             an existing dataset.
         TypeError: something other than episodes or a metadata value of the
@@ -1964,6 +1964,11 @@ def to_minari(episodes: Iterable[Any], dataset_id: str, *, data_format: str = "h
               for k, ep in enumerate(episodes)]
     _same_dtypes(tracks, obs_leaves, action_leaves)
     content = _dataset_metadata(dataset_id, data_format, obs_space, act_space, tracks, metadata)
+    for k, ep in enumerate(episodes):
+        if not (ep.is_terminated or ep.is_truncated):
+            raise ValueError(f"episode {k} is still running (neither terminated nor "
+                             f"truncated): to_minari writes complete episodes; finish it, or "
+                             f"mark it cut off with episode.is_truncated = True")
 
     base = _datasets_root(root)
     target = base / dataset_id

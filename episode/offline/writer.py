@@ -1,6 +1,8 @@
 """Writing episodes into a dataset in the native format (see `format`)."""
 from __future__ import annotations
 
+import collections.abc
+import json
 import os
 import re
 import secrets
@@ -11,7 +13,7 @@ from typing import Any, Iterable, Optional
 import numpy as np
 
 from episode._column import KINDS
-from episode._dataset import GroupRows, Recording
+from episode._dataset import SINGLE, GroupRows, Recording
 from episode.offline import format as fmt
 
 __all__ = ["EpisodeWriter", "write_episodes"]
@@ -34,6 +36,19 @@ class EpisodeWriter:
     file; several writers (processes, Ray actors) can write one folder, each
     under names of its own.
 
+    A part is also written once the first episode waiting in memory has
+    waited ``seconds_per_file`` seconds (checked at each `write`; None: by
+    rows only): a writer killed without warning (kill -9, a lost machine)
+    loses at most about that many seconds of episodes, at the price of more,
+    smaller parts (more files to open when reading).
+
+    A writer closed without any episode leaves an empty part (the folder is
+    then a dataset of no episodes). Episodes whose observation or action
+    spaces differ from those of the dataset already in the folder, for the
+    same agent (another environment, most likely), are refused with
+    ValueError unless ``mixed_spaces=True``; an episode without spaces
+    matches any, and so does an agent the dataset does not have yet.
+
     Use it as a context manager (closed at the end of the block, also when
     the block raises: the episodes handed to `write` are kept)::
 
@@ -42,7 +57,8 @@ class EpisodeWriter:
     """
 
     def __init__(self, path: Any, *, format: str = "parquet", compression: Any = "default",
-                 rows_per_file: int = 1 << 20):
+                 rows_per_file: int = 1 << 20, seconds_per_file: Optional[float] = 5.0,
+                 mixed_spaces: bool = False):
         if format not in fmt.EXTENSIONS:
             raise ValueError(f"format must be 'parquet' or 'arrow', not {format!r}")
         if compression == "default":
@@ -53,12 +69,22 @@ class EpisodeWriter:
         if isinstance(rows_per_file, bool) or not isinstance(rows_per_file, (int, np.integer)) \
                 or rows_per_file < 1:
             raise ValueError(f"rows_per_file must be a positive int, not {rows_per_file!r}")
+        if seconds_per_file is not None and (
+                isinstance(seconds_per_file, bool) or not isinstance(seconds_per_file, (int, float))
+                or not seconds_per_file > 0):
+            raise ValueError(f"seconds_per_file must be a positive number or None, not "
+                             f"{seconds_per_file!r}")
         _pyarrow()
         self.path = os.fspath(path)
+        # The spaces of the dataset there, per agent (read before the folder is made).
+        self.mixed_spaces = bool(mixed_spaces)
+        self._spaces = {} if self.mixed_spaces else _spaces_in(self.path)
         os.makedirs(self.path, exist_ok=True)
         self.format = format
         self.compression = None if compression == "none" else compression
         self.rows_per_file = int(rows_per_file)
+        self.seconds_per_file = None if seconds_per_file is None else float(seconds_per_file)
+        self._waiting_since: Optional[float] = None   # when the first kept episode came
         host = re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname())[:40]
         # Parts sort by when their writer started (to the nanosecond), then
         # by their number: that is the dataset's stored order.
@@ -83,46 +109,89 @@ class EpisodeWriter:
         it: the episodes before it in the list are kept."""
         if self.closed:
             raise ValueError("write() on a closed EpisodeWriter")
-        from episode.replay.stored import _as_ours, _as_ours_multi, _force_list
+        from episode.replay.stored import _as_ours, _as_ours_multi
 
-        for episode in _force_list(episodes):
+        for episode in _episode_list(episodes, "EpisodeWriter.write()"):
             recording = self._recording       # a new one after each flush
             mark = recording.mark()
             try:
                 if hasattr(episode, "agent_episodes"):
                     episode = _as_ours_multi(episode)
                     episode.validate()
+                    self._check_episodes(episode.agent_episodes.values())
                     parent = recording.add_multi(episode, fmt.multi_state(episode))
                     for agent_episode in episode.agent_episodes.values():
                         recording.add(agent_episode, parent)
                 else:
-                    recording.add(_as_ours(episode))
+                    episode = _as_ours(episode)
+                    self._check_episodes([episode])
+                    recording.add(episode)
             except BaseException:
                 recording.rollback(mark)
                 raise
-            if recording.steps >= self.rows_per_file:
+            now = time.monotonic()
+            if self._waiting_since is None:
+                self._waiting_since = now
+            if recording.steps >= self.rows_per_file or (
+                    self.seconds_per_file is not None
+                    and now - self._waiting_since >= self.seconds_per_file):
                 self.flush()
+
+    def check_spaces(self, observation_space: Any, action_space: Any,
+                     agent_id: Any = None) -> None:
+        """Raises ValueError if episodes of these spaces (of agent
+        `agent_id`; None: single-agent episodes) would be refused: spaces
+        other than those in the dataset for that agent (see the class)."""
+        self._check_pair(agent_id, (fmt.space_text(observation_space),
+                                    fmt.space_text(action_space)))
+
+    def _check_episodes(self, agent_episodes: Iterable[Any]) -> None:
+        if self._spaces:
+            for e in agent_episodes:
+                self._check_pair(e.agent_id, (fmt.space_text(e.observation_space),
+                                              fmt.space_text(e.action_space)))
+
+    def _check_pair(self, agent_id: Any, pair: tuple) -> None:
+        known = self._spaces.get(agent_id)
+        if self.mixed_spaces or not known or any(_matches(pair, k) for k in known):
+            return
+        who = "" if agent_id is None else f" of agent {agent_id!r}"
+        have = "; ".join(f"observations {_space_name(o)}, actions {_space_name(a)}"
+                         for o, a in sorted(known, key=repr))
+        raise ValueError(f"{self.path}: the dataset holds episodes{who} with {have}; these "
+                         f"have observations {_space_name(pair[0])}, actions "
+                         f"{_space_name(pair[1])} (another environment?). "
+                         f"EpisodeWriter(..., mixed_spaces=True) writes them anyway")
 
     def flush(self) -> None:
         """Writes the episodes kept so far as one part of the dataset: its
         step files, then its episode table (which makes the part exist)."""
+        if self._recording.n:
+            self._write_part()
+
+    def _write_part(self) -> None:
         recording = self._recording
-        if not recording.n:
-            return
         part = f"{self._name}-{self._parts:06d}"
-        names = []
+        names, sums = [], []
         for group in recording.groups.values():
             name = f"{part}.steps-{group.number}.{self.format}"
-            self._write_file(name, _step_table(group))
+            sums.append(self._write_file(name, _step_table(group)))
             names.append(name)
-        self._write_file(f"{part}.episodes.{self.format}", _episode_table(recording, names))
+        table = _episode_table(recording, names, sums)
+        if self.format == "arrow":
+            table = _with_batches_crc(table, self._ipc_options())
+        self._write_file(f"{part}.episodes.{self.format}", table)
         self._parts += 1
         self._recording = self._new_recording()
+        self._waiting_since = None
 
     def close(self) -> None:
-        """Writes what is kept and closes the writer (closing twice is fine)."""
+        """Writes what is kept and closes the writer (closing twice is fine).
+        A writer that wrote nothing leaves an empty part: a dataset of no
+        episodes."""
         if not self.closed:
-            self.flush()
+            if self._recording.n or not self._parts:
+                self._write_part()
             self.closed = True
 
     def __enter__(self) -> "EpisodeWriter":
@@ -133,7 +202,12 @@ class EpisodeWriter:
 
     # -- files ---------------------------------------------------------------------
 
-    def _write_file(self, name: str, table) -> None:
+    def _ipc_options(self):
+        return _pyarrow().ipc.IpcWriteOptions(compression=self.compression)
+
+    def _write_file(self, name: str, table) -> list:
+        """Writes `table` as the file `name` (aside, then renamed into
+        place); returns its [size, CRC-32]."""
         pa = _pyarrow()
         final = os.path.join(self.path, name)
         temp = os.path.join(self.path, f".{name}.{secrets.token_hex(4)}.tmp")
@@ -142,19 +216,101 @@ class EpisodeWriter:
                 import pyarrow.parquet as pq
 
                 pq.write_table(table, temp, compression=self.compression or "none",
-                               row_group_size=max(1, table.num_rows))
+                               row_group_size=max(1, table.num_rows), **fmt.PARQUET_WRITE)
             else:
-                options = pa.ipc.IpcWriteOptions(compression=self.compression)
                 with pa.OSFile(temp, "wb") as sink:
-                    with pa.ipc.new_file(sink, table.schema, options=options) as writer:
-                        writer.write_table(table, max_chunksize=max(1, table.num_rows))
+                    _write_ipc(sink, table, self._ipc_options())
             with open(temp, "rb") as f:
                 os.fsync(f.fileno())
+            checksum = fmt.file_checksum(temp)
             os.replace(temp, final)
         finally:
             if os.path.exists(temp):
                 os.remove(temp)
         self.files.append(final)
+        return checksum
+
+
+def _write_ipc(sink, table, options) -> None:
+    with _pyarrow().ipc.new_file(sink, table.schema, options=options) as writer:
+        writer.write_table(table, max_chunksize=max(1, table.num_rows))
+
+
+def _with_batches_crc(table, options):
+    """An Arrow episode table with the CRC-32 of its messages in its
+    metadata (see format.arrow_batches_crc): written to memory first, which
+    costs little for a table of a row per episode."""
+    pa = _pyarrow()
+    sink = pa.BufferOutputStream()
+    _write_ipc(sink, table, options)
+    meta = json.loads(table.schema.metadata[fmt.METADATA_KEY])
+    meta["batches_crc32"] = fmt.arrow_batches_crc(sink.getvalue())
+    return table.replace_schema_metadata(
+        {fmt.METADATA_KEY: json.dumps(meta, separators=(",", ":")).encode()})
+
+
+def _matches(pair: tuple, known: tuple) -> bool:
+    # Spaces as text; None (no space) matches any.
+    return all(a is None or b is None or a == b for a, b in zip(pair, known))
+
+
+def _space_name(text: Optional[str]) -> str:
+    return "none" if text is None else " ".join(str(fmt.space_of(text, "space")).split())
+
+
+def _spaces_in(path: str) -> dict:
+    """agent id (None: single-agent episodes) -> {(observation space, action
+    space) as text} of the dataset of ours at `path` (empty where there is
+    none): from its episode tables (what a reader checks besides their
+    checksums: the reader checks those)."""
+    tables = []
+    for root, dirs, names in os.walk(path):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        tables += [os.path.join(root, n) for n in sorted(names) if not n.startswith(".")
+                   and n.rpartition(".")[0].endswith(".episodes")
+                   and n.rpartition(".")[2] in fmt.EXTENSIONS]
+    spaces: dict = {}
+    for table_path in tables:
+        table, _ = fmt.read_episode_table(table_path, verify=False)
+        try:
+            kinds = table.column("kind").to_numpy()
+            parents = table.column("parent").to_numpy()
+            texts = [table.column(name).cast(_pyarrow().string()).to_pylist()
+                     for name in ("observation_space", "action_space")]
+            agent_ids = table.column("agent_id")
+        except (KeyError, ValueError, TypeError) as error:
+            raise fmt.DatasetError(f"{table_path}: not an episode table ({error})") from None
+        for i in (int(i) for i in np.flatnonzero(kinds == SINGLE)):
+            blob = agent_ids[i].as_py() if parents[i] >= 0 else None
+            try:
+                agent_id = None if blob is None else fmt.unpack_value(blob)
+            except ValueError as error:
+                raise fmt.DatasetError(f"{table_path}: column 'agent_id', episode {i}: "
+                                       f"{error}") from None
+            spaces.setdefault(agent_id, set()).add((texts[0][i], texts[1][i]))
+    return spaces
+
+
+def _episode_list(episodes: Any, what: str) -> list:
+    """`episodes` (one episode, or an iterable of them) as a list; TypeError
+    for anything else."""
+    def is_episode(e: Any) -> bool:
+        return hasattr(e, "agent_episodes") or (
+            hasattr(e, "get_state") and hasattr(e, "extra_model_outputs"))
+
+    if is_episode(episodes):
+        return [episodes]
+    if isinstance(episodes, (str, bytes, dict)) or not isinstance(episodes,
+                                                                  collections.abc.Iterable):
+        raise TypeError(f"{what} takes episodes (a SingleAgentEpisode or MultiAgentEpisode, "
+                        f"ours or RLlib's, or an iterable of them), not "
+                        f"{type(episodes).__name__}")
+    episodes = list(episodes)
+    for e in episodes:
+        if not is_episode(e):
+            raise TypeError(f"{what} takes episodes (Single- or MultiAgentEpisodes, ours or "
+                            f"RLlib's), not {type(e).__name__}")
+    return episodes
 
 
 def _details(episode) -> Optional[dict]:
@@ -245,7 +401,7 @@ def _column(tree, arrays, n: int):
     return pa.StructArray.from_arrays([_column(sub, arrays, n) for sub in subs], names=names)
 
 
-def _episode_table(recording: Recording, step_files: list):
+def _episode_table(recording: Recording, step_files: list, checksums: list):
     """A part's episode table."""
     pa = _pyarrow()
     columns = {name: fmt.numbers(rows.array()) for name, rows in recording.numbers.items()
@@ -262,7 +418,8 @@ def _episode_table(recording: Recording, step_files: list):
     for name, values in recording.packed.items():
         columns[name] = fmt.binaries(values)
     schema = pa.schema([pa.field(k, v.type) for k, v in columns.items()],
-                       metadata=fmt.metadata("episodes", step_files=step_files))
+                       metadata=fmt.metadata("episodes", step_files=step_files,
+                                             step_checksums=checksums))
     return pa.Table.from_arrays(list(columns.values()), schema=schema)
 
 
@@ -306,7 +463,9 @@ def _pyarrow():
 
 def write_episodes(episodes: Iterable[Any], path: Any, **kwargs: Any) -> list:
     """Writes `episodes` into the dataset folder `path` in one call (the
-    keyword arguments are EpisodeWriter's); returns the files written."""
+    keyword arguments are EpisodeWriter's); returns the files written. No
+    episodes make a dataset of none."""
+    episodes = _episode_list(episodes, "write_episodes()")
     with EpisodeWriter(path, **kwargs) as writer:
         writer.write(episodes)
     return writer.files
