@@ -203,8 +203,14 @@ def compare_joined_with_whole(joined: Any, whole: Any, path: str = "joined") -> 
       observation a skip and its step at that env step (one entry too many;
       ours the same): where the whole has such an entry, the agents' steps
       in the mappings are compared, not the skips.
-    Raises Mismatch."""
+    Every agent's mapping has as many entries after its lookback as the
+    whole's (the skips included). Raises Mismatch."""
     joined, whole = copy.deepcopy(joined), copy.deepcopy(whole)
+    lengths = [{a: len(m.data) - m.lookback for a, m in ep.env_t_to_agent_t.items()}
+               for ep in (joined, whole)]
+    if lengths[0] != lengths[1]:
+        raise Mismatch(f"{path}: env_t_to_agent_t lengths {lengths[0]} (joined) != "
+                       f"{lengths[1]} (whole)")
     expected = whole.env_t - whole.env_t_started + 1
     doubled = any(len(m.data) - m.lookback != expected for m in whole.env_t_to_agent_t.values())
     for ep in (joined, whole):

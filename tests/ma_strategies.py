@@ -44,6 +44,7 @@ compare the errors.
 from __future__ import annotations
 
 import copy
+import pickle
 from dataclasses import dataclass, field
 
 import gymnasium as gym
@@ -493,27 +494,62 @@ def calls(agents=AGENTS, keys=EXTRA_KEYS):
 # -- an episode stepped whole and in chunks ---------------------------------------------
 
 
+# How a successor chunk is made (each from the chunk it follows, at its env_t):
+# cut(); an empty slice of that cut (ep[0:0], or slice() with a lookback);
+# slice() of the chunk's last steps, then cut(); a pickled cut; a cut copied
+# through get_state() / from_state().
+SUCCESSORS = ("cut", "empty", "empty_slice", "slice_cut", "pickle", "state")
+
+
 @st.composite
-def cut_points(draw, ep: Episode) -> dict:
+def cut_points(draw, ep: Episode, kinds=("cut",)) -> dict:
     """Where to cut `ep`'s calls: {call index: len_lookback_buffer} (the cut
-    follows that call)."""
+    follows that call), or with several successor `kinds`, {call index:
+    (kind, len_lookback_buffer, start)} (`start`: how many steps back a
+    slice begins)."""
     last = max(len(ep.calls) - 2, 0)
-    return draw(st.dictionaries(st.integers(0, last), st.sampled_from([0, 1, 2, 3]),
-                                max_size=3), label="cuts")
+    lookbacks = st.sampled_from([0, 1, 2, 3])
+    if kinds == ("cut",):
+        values = lookbacks
+    else:
+        values = st.tuples(st.sampled_from(kinds), lookbacks, st.integers(0, 3))
+    return draw(st.dictionaries(st.integers(0, last), values, max_size=3), label="cuts")
+
+
+def successor(chunk, how):
+    """The chunk that follows `chunk`, made as `how` says (a lookback, or
+    what cut_points() draws with several kinds)."""
+    if not isinstance(how, tuple):
+        return chunk.cut(len_lookback_buffer=how)
+    kind, lookback, back = how
+    if kind == "slice_cut":
+        end = len(chunk)
+        piece = chunk.slice(slice(max(end - back, 0), end), len_lookback_buffer=lookback)
+        return piece.cut(len_lookback_buffer=back % 2)
+    cut = chunk.cut(len_lookback_buffer=lookback)
+    if kind == "empty":
+        return cut[0:0]
+    if kind == "empty_slice":
+        return cut.slice(slice(0, 0), len_lookback_buffer=back)
+    if kind == "pickle":
+        return pickle.loads(pickle.dumps(cut))
+    if kind == "state":
+        return type(cut).from_state(cut.get_state())
+    return cut
 
 
 def play_in_chunks(cls, ep: Episode, cuts: dict):
     """`ep`'s calls on one episode of class `cls` (the whole) and on a chain
-    of chunks, cut() after the calls `cuts` names and each chunk stepped
-    on; then the chunks concat_episode()'d onto the first. Returns (whole,
-    joined); raises what a call raises."""
+    of chunks, a successor made (see successor()) after the calls `cuts`
+    names and each chunk stepped on; then the chunks concat_episode()'d
+    onto the first. Returns (whole, joined); raises what a call raises."""
     whole = cls(**ep.constructor)
     chunks = [cls(**ep.constructor)]
     for i, (name, args, kwargs) in enumerate(ep.calls):
         getattr(whole, name)(*copy.deepcopy(args), **copy.deepcopy(kwargs))
         getattr(chunks[-1], name)(*copy.deepcopy(args), **copy.deepcopy(kwargs))
         if i in cuts and not chunks[-1].is_done:
-            chunks.append(chunks[-1].cut(len_lookback_buffer=cuts[i]))
+            chunks.append(successor(chunks[-1], cuts[i]))
     joined = chunks[0]
     for chunk in chunks[1:]:
         joined.concat_episode(chunk)
