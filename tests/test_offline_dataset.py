@@ -217,6 +217,43 @@ def test_a_numpyd_episode_from_arrow_files_is_read_in_place(tmp_path):
     episode2.add_env_step(np.zeros(4, np.float32), 1, 1.0) if not episode2.is_done else None
 
 
+@pytest.mark.parametrize("format", ["parquet", "arrow"])
+def test_image_rows_are_stored_as_one_binary_value_each(tmp_path, format):
+    """Rows of 256 bytes or more (images) are a fixed-size binary column:
+    Parquet stores a tensor column's every number as a nested value, tens
+    of times slower for an 84x84 frame; small rows stay tensor columns.
+    Both read back exactly, an Arrow file's in place."""
+    import pyarrow as pa
+
+    rng = np.random.default_rng(0)
+    frames = rng.integers(0, 255, (7, 84, 84), np.uint8)
+    episode = SingleAgentEpisode(observations=[frames[0]])
+    for t in range(6):
+        episode.add_env_step(frames[t + 1], t % 6, 1.0,
+                             extra_model_outputs={"h": np.full(3, t, np.float32)})
+    episode.to_numpy()
+    write_episodes([episode], tmp_path, format=format)
+    step_file = next(p for p in tmp_path.iterdir() if ".steps-" in p.name)
+    schema = dataset_schema(step_file, format)
+    assert schema.field("obs").type == pa.binary(84 * 84)
+    assert str(schema.field("h").type).startswith("extension<arrow.fixed_shape_tensor")
+    read = read_episodes(tmp_path)[0]
+    assert np.array_equal(read.get_observations(), frames)
+    assert read.get_observations().dtype == np.uint8
+    assert np.array_equal(read.get_extra_model_outputs("h"), episode.get_extra_model_outputs("h"))
+    if format == "arrow":
+        assert not read.get_observations().flags.owndata     # (a view of the mapped file)
+
+
+def dataset_schema(path, format):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if format == "parquet":
+        return pq.read_schema(path)
+    return pa.ipc.open_file(pa.memory_map(str(path))).schema
+
+
 def test_writer_parts_and_files(tmp_path):
     batch = [_cartpole(seed) for seed in range(6)]
     with EpisodeWriter(tmp_path, rows_per_file=40) as writer:

@@ -25,7 +25,8 @@ done episode's last step (the row RLlib's row format marks).
 Columns: ``obs``, ``actions``, ``rewards`` and each extra model output by
 its key; a Dict or Tuple track is a struct column of its leaves. A numeric
 leaf is an Arrow number column (a fixed-shape tensor column for rows with a
-shape); other fixed-size dtypes are fixed-size binary; anything else (the
+shape), but rows of `WIDE_ROW_BYTES` or more (images) and other fixed-size
+dtypes are fixed-size binary, a row's bytes one value; anything else (the
 object path: strings, ragged rows, Python objects) and ``infos`` are
 msgpack-encoded values (`pack_value`), an info only where a step has one.
 Each file's schema metadata (key ``episode.format``) is JSON: the format
@@ -116,6 +117,13 @@ def _descr(text: Any) -> Any:
             for field in text]
 
 
+# Rows of this many bytes or more (images) are stored as one fixed-size
+# binary value each: Parquet writes a tensor column's every number as a
+# nested value with its own repetition and definition levels, 30-100x slower
+# to write and read for an 84x84 frame than one value of its bytes.
+WIDE_ROW_BYTES = 256
+
+
 def leaf_codec(dtype: Optional[np.dtype], shape: tuple) -> str:
     """How rows of `dtype` and row `shape` are stored (None: no rows ever)."""
     if dtype is None:
@@ -124,7 +132,7 @@ def leaf_codec(dtype: Optional[np.dtype], shape: tuple) -> str:
         return VALUE
     size = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
     if dtype.kind in _ARROW_KINDS and dtype.isnative and dtype.itemsize in (1, 2, 4, 8) \
-            and (dtype.kind != "f" or dtype.itemsize >= 2) and size > 0:
+            and (dtype.kind != "f" or dtype.itemsize >= 2) and 0 < size < WIDE_ROW_BYTES:
         return ARROW
     return BYTES if size > 0 else ZERO
 
