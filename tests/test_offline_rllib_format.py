@@ -429,8 +429,13 @@ def test_episode_rows_are_rllibs_recorded_rows(recipe):
     assert _ipc_bytes(table) == _ipc_bytes(expected)
     # RLlib's reader on our rows and ours give the same one-step episodes.
     with_infos = F.episode_rows(ours, compress_columns=compress)
-    assert with_infos.column_names == table.column_names + ["infos"]
-    rllib_read = _rllib_map_to_episodes(F.to_numpy_batch(table), compress)
+    # (Our infos are in the schema metadata: RLlib's reader, handed the
+    # columns, meets no infos and no extra output of them.)
+    assert with_infos.column_names == table.column_names
+    assert F.INFOS_KEY in with_infos.schema.metadata
+    rllib_read = _rllib_map_to_episodes(F.to_numpy_batch(with_infos), compress)
+    assert all(e.get_infos() == [{}, {}] and "infos" not in e.extra_model_outputs
+               for e in rllib_read)
     ours_read = F.rows_to_episodes(with_infos, compress_columns=compress, whole_episodes=False)
     assert len(ours_read) == len(rllib_read) == table.num_rows
     k = 0
@@ -549,9 +554,10 @@ def test_whole_episodes_infos_empty_or_not():
                                 observation_space=e.observation_space,
                                 action_space=e.action_space, len_lookback_buffer=0)
              for e in episodes[:2]] + episodes[2:]
-    table = F.episode_rows(plain)
+    table = F.with_kept_infos(F.episode_rows(plain))
     assert table.column("infos").to_pylist()[:5] == [b"\x80"] * 5
-    for source, kept in ((table, True), (F.to_numpy_batch(table), True),
+    for source, kept in ((F.episode_rows(plain), True), (table, True),
+                         (F.to_numpy_batch(table), True),
                          (F.to_numpy_batch(table.drop(["infos"])), False)):
         whole = F.rows_to_episodes(source, compress_columns=("obs",))
         assert [e.get_infos() for e in whole[:2]] == [[{}] * 5, [{}] * 2]
@@ -586,7 +592,7 @@ def test_whole_episodes_split_where_rows_do_not_continue():
 
 def test_whole_episodes_without_ids_or_truncateds():
     table = F.episode_rows(_cartpole_like(), compress_columns=())
-    table = table.drop_columns(["eps_id", "truncateds", "infos"])
+    table = table.drop_columns(["eps_id", "truncateds"]).replace_schema_metadata(None)
     whole = F.rows_to_episodes(table)
     assert [len(e) for e in whole] == [4, 1, 6]
     assert len({e.id_ for e in whole}) == 3 and not any(e.is_truncated for e in whole)
@@ -1107,7 +1113,8 @@ def test_rllib_reads_our_files_through_ray_data(tmp_path):
                               whole_episodes=False)
     for state, ours in zip(row_states, mine):
         theirs = RLlibEpisode.from_state(state)
-        assert isinstance(theirs.get_infos(1), bytes)     # our infos column, unread by RLlib
+        # (Our infos are in the file's metadata: RLlib meets none.)
+        assert theirs.get_infos(1) == {} and "infos" not in theirs.extra_model_outputs
         theirs.infos.data[1] = ours.get_infos(1)
         compare_episodes(ours, theirs)
 

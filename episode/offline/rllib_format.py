@@ -587,8 +587,50 @@ def _as_batch(batch: Any) -> dict[str, Any]:
         return dict(batch)
     pa = sys.modules.get("pyarrow")
     if pa is not None and isinstance(batch, (pa.Table, pa.RecordBatch)):
-        return to_numpy_batch(batch)
+        return to_numpy_batch(with_kept_infos(batch))
     raise TypeError(f"a batch is a pyarrow Table or a dict of columns, not {type(batch).__name__}")
+
+
+# Where our rows keep their infos: the file's schema metadata, which Ray
+# Data does not hand RLlib's reader (a column would reach it, as the
+# episodes' infos or, under another name, as an extra model output).
+INFOS_KEY = b"episode.infos"
+
+
+def with_kept_infos(table: Any, where: str = "the rows") -> Any:
+    """`table` with the infos `episode_rows` kept in its schema metadata as
+    an ``infos`` column (msgpack bytes per row), where it has them and no
+    such column; ValueError for kept infos that do not fit its rows."""
+    import pyarrow as pa
+
+    meta = table.schema.metadata or {}
+    kept = meta.get(INFOS_KEY)
+    if kept is None or "infos" in table.column_names:
+        return table
+    try:
+        rows = _msgpack().unpackb(kept)
+    except Exception as error:     # noqa: BLE001 - damaged bytes fail in many ways
+        raise ValueError(f"{where}: its kept infos are not msgpack: {error}") from None
+    if not isinstance(rows, list) or len(rows) != table.num_rows or \
+            not all(type(r) is bytes for r in rows):
+        raise ValueError(f"{where}: its kept infos are not one per row")
+    column = pa.array(rows, type=pa.binary())
+    if isinstance(table, pa.RecordBatch):
+        return pa.RecordBatch.from_arrays(table.columns + [column],
+                                          names=table.column_names + ["infos"])
+    return table.append_column("infos", column)
+
+
+def infos_apart(table: Any) -> Any:
+    """`table` with its ``infos`` column (msgpack bytes per row) moved into
+    its schema metadata, as `episode_rows` keeps them: the inverse of
+    `with_kept_infos` (which a table's rows are sliced and joined in)."""
+    if "infos" not in table.column_names:
+        return table
+    rows = table.column("infos").to_pylist()
+    table = table.drop_columns(["infos"])
+    return table.replace_schema_metadata(
+        {**(table.schema.metadata or {}), INFOS_KEY: _msgpack().packb(rows)})
 
 
 def detect_format(schema: Any) -> str | None:
@@ -637,6 +679,8 @@ def recording_episodes(files: Sequence[tuple[str, "pa.Table"]], kind: str
     import pyarrow as pa
 
     column = "item" if kind == EPISODES_FORMAT else None
+    if kind == ROWS_FORMAT:
+        files = [(path, with_kept_infos(table, path)) for path, table in files]
     writes: list = []        # (folder, [paths], table)
     for path, table in files:
         folder = path.rpartition("/")[0]
@@ -1182,10 +1226,11 @@ def episode_rows(episodes: Iterable[SingleAgentEpisode], *,
     ``output_compress_columns``, where ``"obs"`` packs ``obs`` and
     ``new_obs``, and only ndarray values are packed).
 
-    With ``infos=True`` (the default) a last column ``infos`` keeps, for
-    each row, the info that came with its ``new_obs``, packed as msgpack
-    (RLlib's row format drops infos; its reader hands these on as bytes,
-    :func:`rows_to_episodes` unpacks them).
+    With ``infos=True`` (the default) the table's schema metadata keeps,
+    for each row, the info that came with its ``new_obs``, packed as
+    msgpack (under ``INFOS_KEY``): RLlib's row format drops infos, and
+    RLlib's reader, which Ray Data hands the columns and not the metadata,
+    meets none; :func:`rows_to_episodes` and `read_episodes` read them.
     """
     import pyarrow as pa
 
@@ -1232,4 +1277,4 @@ def episode_rows(episodes: Iterable[SingleAgentEpisode], *,
         arrays[name] = _arrow_column(values, name)
     if infos:
         arrays["infos"] = pa.array(info_rows, type=pa.binary())
-    return pa.table(arrays)
+    return infos_apart(pa.table(arrays))

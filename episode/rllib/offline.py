@@ -8,8 +8,8 @@ reading with ``input_=``.
   (`MultiAgentEnvRunner`). What `sample()` returns is written with pyarrow,
   each file aside and then renamed into place: in RLlib's episode format
   (``output_write_episodes=True``, its default: packed episode states in a
-  binary column ``item``), its row format (one row per step, with an
-  ``infos`` column more), or our native format with
+  binary column ``item``), its row format (one row per step; the infos in
+  each file's schema metadata, where RLlib's reader does not look), or our native format with
   ``output_write_method="write_episodes"``. Every sample() writes only what
   is new; with ``output_max_rows_per_file`` every full file is written;
   under ``batch_mode="complete_episodes"`` only done episodes are (a chunk
@@ -298,7 +298,10 @@ class _Recorder:
         if self.write_episodes:
             return pa.table({"item": pa.array(rllib_format.pack_episodes(episodes),
                                               pa.binary())})
-        return rllib_format.episode_rows(episodes, compress_columns=self.compress)
+        # (The infos as a column while the rows wait: they are sliced and
+        # joined; each file gets its own in its metadata.)
+        return rllib_format.with_kept_infos(
+            rllib_format.episode_rows(episodes, compress_columns=self.compress))
 
     def record(self, samples: list, sample_call: int) -> None:
         episodes = self._complete(samples)
@@ -350,6 +353,8 @@ class _Recorder:
     def _write(self, n: int, sample_call: int) -> None:
         """Writes the first n waiting rows as one file (kept waiting if the
         write raises)."""
+        from episode.offline import rllib_format
+
         if not n:
             return
         table = self.waiting[0] if len(self.waiting) == 1 else pa.concat_tables(
@@ -360,12 +365,12 @@ class _Recorder:
         kwargs = {k: v for k, v in self.kwargs.items() if k not in _WRITE_KWARGS_IGNORED}
         if self.method != "write_parquet" or _RAY_ONLY_WRITE_KWARGS & set(kwargs):
             # A write Ray Data has and pyarrow has not: through Ray Data.
-            self._ray_write(table.slice(0, n), folder)
+            self._ray_write(rllib_format.infos_apart(table.slice(0, n)), folder)
         else:
             kwargs.pop("arrow_open_stream_args", None)
             fs, folder = _resolve(folder, self.filesystem)
             _write_parquet(fs, f"{folder}/{self.name}_{self.files:06d}.parquet",
-                           table.slice(0, n), kwargs)
+                           rllib_format.infos_apart(table.slice(0, n)), kwargs)
             self.files += 1
         rest = table.slice(n)
         self.waiting = [rest] if rest.num_rows else []
@@ -374,17 +379,14 @@ class _Recorder:
     def _ray_write(self, table: Any, folder: str) -> None:
         """Writes `table` with Ray Data's write method into a hidden folder
         beside `folder`, then moves its files into `folder` (so they too
-        appear whole). Our `infos` column (msgpack bytes) is Parquet's only:
-        RLlib's rows have none, and text formats take no bytes."""
+        appear whole). (Our rows' infos are in the table's schema metadata:
+        Parquet keeps them, text formats drop them.)"""
         if not self.ray_data_limited:
             # As RLlib's runner: Ray Data gets the CPUs given to the runner.
             context = ray.data.DataContext.get_current()
             limits = context.execution_options.resource_limits
             context.execution_options.resource_limits = limits.copy(cpu=self.num_cpus)
             self.ray_data_limited = True
-        if self.method != "write_parquet" and "infos" in table.column_names \
-                and not self.write_episodes:
-            table = table.drop_columns(["infos"])
         fs, local_folder = _resolve(folder, self.filesystem)
         parent, name = local_folder.rsplit("/", 1)
         temp = f"{parent}/.{name}.{secrets.token_hex(4)}.tmp"
