@@ -15,6 +15,7 @@ Every dataset is made here, under a tmp_path set as MINARI_DATASETS_PATH.
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import pathlib
 import shutil
@@ -435,6 +436,73 @@ def test_arrays_are_adopted_not_copied_per_step(root):
     assert np.array_equal(ep.get_observations(0), np.zeros(4, F32))
     assert np.array_equal(from_minari("mw/view-v0")[0].get_observations(),
                           buffers[0].observations)
+
+
+@pytest.mark.parametrize("fmt", ["hdf5", "arrow"])
+def test_image_datasets_stored_without_jpeg_read_as_minari_iterates_them(root, fmt):
+    # Minari 0.5.4's jpeg_encoding=False: image spaces stored as arrays of
+    # numbers (they were refused as "not pictures").
+    obs_space = gym.spaces.Box(0, 255, (40, 32, 3), np.uint8)
+    r = _rng(5)
+    buffers = [EpisodeBuffer(observations=r.integers(0, 256, (n + 1, 40, 32, 3), dtype=np.uint8),
+                             actions=r.integers(0, 6, n), rewards=[1.0] * n,
+                             terminations=_flags(n, True), truncations=_flags(n, False))
+               for n in (4, 30)]
+    _quiet_create(f"mw/raw-{fmt}-v0", buffers, observation_space=obs_space,
+                  action_space=gym.spaces.Discrete(6), data_format=fmt, jpeg_encoding=False)
+    theirs = list(minari.load_dataset(f"mw/raw-{fmt}-v0").iterate_episodes())
+    ours = from_minari(f"mw/raw-{fmt}-v0")
+    for ep, ed, buf in zip(ours, theirs, buffers):
+        assert ep.get_observations().dtype == np.uint8
+        assert np.array_equal(ep.get_observations(), ed.observations)
+        assert np.array_equal(ep.get_observations(), buf.observations)
+        assert np.array_equal(ep.get_actions(), ed.actions)
+    meta = root / f"mw/raw-{fmt}-v0" / "data" / "metadata.json"
+    content = json.loads(meta.read_text())
+    content["jpeg_encoding"] = "no"
+    meta.write_text(json.dumps(content))
+    with pytest.raises(ValueError, match=r"metadata\.json: jpeg_encoding is 'no'"):
+        from_minari(f"mw/raw-{fmt}-v0")
+
+
+@pytest.mark.parametrize("fmt", ["hdf5", "arrow"])
+def test_large_arrays_are_read_only_views_of_the_mapped_file(root, fmt):
+    # An episode of 88 KB of observations: its file (Arrow) or its array
+    # stored in one piece (HDF5) is memory-mapped, not read into memory.
+    space = gym.spaces.Box(-1, 1, (40, 50), F32)
+    r = _rng(6)
+    episodes = []
+    for n in (10, 2):
+        ep = SingleAgentEpisode(observation_space=space, action_space=gym.spaces.Discrete(2))
+        ep.add_env_reset(r.uniform(-1, 1, (40, 50)).astype(F32))
+        for t in range(n):
+            ep.add_env_step(r.uniform(-1, 1, (40, 50)).astype(F32), t % 2, 1.0,
+                            terminated=t == n - 1)
+        episodes.append(ep)
+    to_minari(episodes, f"mw/big-{fmt}-v0", data_format=fmt)
+    big, small = from_minari(f"mw/big-{fmt}-v0")
+    theirs = list(minari.load_dataset(f"mw/big-{fmt}-v0").iterate_episodes())
+    for ep, ed, mine in zip((big, small), theirs, episodes):
+        assert np.array_equal(ep.get_observations(), ed.observations)
+        assert np.array_equal(ep.get_observations(), mine.get_observations())
+    arr = big.observations._tree.view()
+    assert not arr.flags.writeable
+
+    def bases(a):
+        while a is not None:
+            yield a
+            a = a.obj if isinstance(a, memoryview) else getattr(a, "base", None)
+    mapped = any(isinstance(b, mmap.mmap) or type(b).__name__ == "MemoryMappedFile"
+                 for b in bases(arr))
+    if fmt == "hdf5":
+        assert mapped
+        # (the small episode's 12 KB are read)
+        assert not any(isinstance(b, mmap.mmap) for b in bases(small.observations._tree.view()))
+    # The episode behaves like any numpy'd episode: writes land in its own copy.
+    big.set_observations(new_data=np.zeros((40, 50), F32), at_indices=0)
+    assert not big.get_observations(0).any()
+    assert np.array_equal(from_minari(f"mw/big-{fmt}-v0")[0].get_observations(),
+                          episodes[0].get_observations())
 
 
 def test_infos_without_a_reset_value_start_at_the_first_step(root):

@@ -36,6 +36,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import mmap
 import os
 import pathlib
 import re
@@ -48,7 +49,6 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 import gymnasium as gym
 import numpy as np
 
-from episode import _arrowipc
 from episode._column import KINDS, Column
 from episode._episode import EpisodeCore, make_episode
 from episode.single_agent_episode import SingleAgentEpisode
@@ -211,12 +211,12 @@ class _Leaf:
     """One leaf of a space: where its rows live and what they look like."""
     __slots__ = ("path", "space", "kind", "shape", "dtype_kinds", "h5", "names", "labels")
 
-    def __init__(self, path: tuple, space: gym.Space):
+    def __init__(self, path: tuple, space: gym.Space, pictures: bool = True):
         self.path = path            # keys (Dict) and positions (Tuple) from the root
         self.space = space
         if isinstance(space, gym.spaces.Text):
             self.kind, self.shape, self.dtype_kinds = "text", (), ""
-        elif _is_image_space(space):
+        elif pictures and _is_image_space(space):
             self.kind, self.shape, self.dtype_kinds = "image", space.shape, "u"
         else:
             self.kind, self.shape = "numeric", tuple(space.shape)
@@ -232,7 +232,9 @@ class _Leaf:
         return track + "".join(f"[{p!r}]" for p in self.path)
 
 
-def _leaves(space: gym.Space, path: tuple = ()) -> List[_Leaf]:
+def _leaves(space: gym.Space, path: tuple = (), pictures: bool = True) -> List[_Leaf]:
+    """The space's leaves (`pictures`: image spaces are stored as pictures,
+    Minari's jpeg_encoding; else as arrays of numbers)."""
     if isinstance(space, gym.spaces.Dict):
         if not space.spaces:
             raise ValueError("a Dict space without keys has no rows to store")
@@ -241,15 +243,16 @@ def _leaves(space: gym.Space, path: tuple = ()) -> List[_Leaf]:
             if not isinstance(key, str) or key in ("", ".") or "/" in key:
                 raise ValueError(f"Minari's layout names Dict keys by strings without '/' "
                                  f"(HDF5 group names), not {key!r:.100}")
-            out += _leaves(sub, path + (key,))
+            out += _leaves(sub, path + (key,), pictures)
         return out
     if isinstance(space, gym.spaces.Tuple):
         if not space.spaces:
             raise ValueError("a Tuple space without entries has no rows to store")
-        return [leaf for i, sub in enumerate(space.spaces) for leaf in _leaves(sub, path + (i,))]
+        return [leaf for i, sub in enumerate(space.spaces)
+                for leaf in _leaves(sub, path + (i,), pictures)]
     if isinstance(space, (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete,
                           gym.spaces.MultiBinary, gym.spaces.Text)):
-        return [_Leaf(path, space)]
+        return [_Leaf(path, space, pictures)]
     _space_to_json(space)   # raises the ValueError naming what Minari stores
     raise AssertionError("unreachable")
 
@@ -341,6 +344,12 @@ class _Metadata:
                 raise ValueError(f"{file}: {key} is {value!r:.50}, not a count")
         self.total_episodes = raw["total_episodes"]
         self.total_steps = raw["total_steps"]
+        # Minari 0.5.4's choice: image spaces stored as JPEG pictures (the
+        # default) or as arrays of numbers.
+        self.pictures = raw.get("jpeg_encoding", True)
+        if not isinstance(self.pictures, bool):
+            raise ValueError(f"{file}: jpeg_encoding is {self.pictures!r:.50}, not true or "
+                             f"false")
         self.observation_space = self._space("observation_space")
         self.action_space = self._space("action_space")
         self.obs_leaves = self._leaves_of("observation_space", self.observation_space)
@@ -362,7 +371,7 @@ class _Metadata:
 
     def _leaves_of(self, key: str, space: gym.Space) -> List[_Leaf]:
         try:
-            return _leaves(space)
+            return _leaves(space, pictures=self.pictures)
         except ValueError as exc:
             raise ValueError(f"{self.file}: {key}: {exc}") from None
 
@@ -564,57 +573,25 @@ def _build(index: int, id_: Optional[str], obs: dict, actions: dict, rewards: np
 # -- reading HDF5 ---------------------------------------------------------------------
 
 class _HDF5Reader:
-    """Episodes from main_data.hdf5. The structures h5py writes by default
-    (Minari's files) are parsed by episode._hdf5 from a memory map, a few
-    microseconds per episode; an episode holding anything else (pictures,
-    strings, filters, newer structures, an id_) or failing a check is read
-    through h5py's low-level API, one open and one read per stored array
-    into an array allocated after its shape is checked, which also gives
-    the errors."""
+    """Episodes from main_data.hdf5 through h5py's low-level API: the file
+    opened once, each stored array opened and read whole by one call into
+    an array allocated after its shape is checked (no per-row Python); a
+    large array stored in one piece is a view of the memory-mapped file
+    at the offset libhdf5 names."""
 
     def __init__(self, data_path: pathlib.Path, meta: _Metadata):
-        _h5py()
-        self.meta = meta
-        self.data_path = data_path
-        self.file = data_path / _HDF5_FILE
-        self.h5: Any = None
-        self.index: Optional[int] = None
-        self.obs = [(leaf, b"observations" + leaf.h5.encode()) for leaf in meta.obs_leaves]
-        self.actions = [(leaf, b"actions" + leaf.h5.encode()) for leaf in meta.action_leaves]
-        self.fast: Any = None
-        if sys.byteorder == "little" and all(leaf.kind == "numeric" for leaf in
-                                             meta.obs_leaves + meta.action_leaves):
-            from episode import _hdf5
-            self.damaged = _hdf5.Damaged
-            try:
-                self.fast = _hdf5.File(self.file)
-            except (_hdf5.Unreadable, OSError):
-                pass
-            except _hdf5.Damaged as exc:
-                raise ValueError(f"{self.file}: {exc}") from None
-        if self.fast is None or self.fast.root is None:
-            self._open_h5py()
-        if self.fast is not None and self.fast.root is None:
-            # A root that keeps its links' creation order: h5py lists it
-            # (one pass), the parser reads the episodes' groups.
-            members: Dict[bytes, int] = {}
-            hard = self.h5py.h5l.TYPE_HARD
-            try:
-                self.h5.id.links.iterate(
-                    lambda name, info: members.__setitem__(name, info.u)
-                    if info.type == hard else None, info=True)
-            except (RuntimeError, OSError, ValueError, KeyError):
-                # (h5py's path then meets it, episode by episode, as before)
-                self.fast.close()
-                self.fast = None
-            else:
-                self.fast.use_root(members)
-
-    def _open_h5py(self) -> None:
         h5py = _h5py()
         from h5py import h5a, h5d, h5g, h5o, h5s, h5t
         self.h5py, self.h5a, self.h5d, self.h5g, self.h5o, self.h5t = h5py, h5a, h5d, h5g, h5o, h5t
         self.all = h5s.ALL
+        self.meta = meta
+        self.data_path = data_path
+        self.file = data_path / _HDF5_FILE
+        self.index: Optional[int] = None
+        self.obs = [(leaf, b"observations" + leaf.h5.encode()) for leaf in meta.obs_leaves]
+        self.actions = [(leaf, b"actions" + leaf.h5.encode()) for leaf in meta.action_leaves]
+        self.h5: Any = None
+        self.map: Optional[mmap.mmap] = None
         try:
             self.size = self.file.stat().st_size
             if not h5py.is_hdf5(self.file):
@@ -631,8 +608,6 @@ class _HDF5Reader:
         self.types: Dict[bytes, tuple] = {}
 
     def close(self) -> None:
-        if self.fast is not None:
-            self.fast.close()
         if self.h5 is not None:
             self.h5.close()
 
@@ -641,47 +616,7 @@ class _HDF5Reader:
         being read)."""
         for i in indices:
             self.index = i
-            episode = None if self.fast is None else self._parsed(i)
-            yield self.episode(i) if episode is None else episode
-
-    def _parsed(self, i: int) -> Optional[SingleAgentEpisode]:
-        """Episode i from the parsed file, or None when h5py is to read it:
-        the same checks as below, on the same arrays, but any doubt hands
-        the episode to h5py (whose path gives the errors)."""
-        try:
-            tree = self.fast.group(b"episode_%d" % i)
-        except self.damaged as exc:
-            # (rather than h5py's path: libhdf5 crashes on some such damage)
-            raise _Damaged(str(exc)) from None
-        if tree is None:
-            return None
-        tree, id_ = tree
-        try:
-            rewards = tree.get("rewards")
-            if not _is_rows(rewards, "biuf", None) or rewards.ndim != 1 \
-                    or len(rewards) > self.meta.total_steps:
-                return None
-            n = len(rewards)
-            flags = []
-            for name in ("terminations", "truncations"):
-                arr = tree.get(name)
-                if not _is_rows(arr, "biu", n) or arr.ndim != 1:
-                    return None
-                flags.append(_flag(arr, name))
-            obs = _parsed_leaves(tree.get("observations"), self.meta.obs_leaves, n + 1)
-            actions = _parsed_leaves(tree.get("actions"), self.meta.action_leaves, n)
-            infos = tree.get("infos")
-            if obs is None or actions is None or not (infos is None or _fits(infos, n + 1)):
-                return None
-            extras = tree.get(_EXTRAS, {})
-            if not isinstance(extras, dict) or \
-                    not all(_is_rows(v, "biuf", n) for v in extras.values()):
-                return None
-            info_column = _info_column(infos, n + 1, "infos")
-        except _Damaged:
-            return None
-        return _build(i, id_, obs, actions, rewards, flags[0], flags[1], info_column,
-                      extras, self.meta)
+            yield self.episode(i)
 
     def _open(self, loc, name: bytes, what: str):
         try:
@@ -704,14 +639,32 @@ class _HDF5Reader:
             if dtype.kind not in "biufc" or dtype.fields is not None or dtype.subdtype:
                 return None
             native = dtype.newbyteorder("=")
-            known = self.types[name] = (tid, native, self.h5t.py_create(native))
+            # Numbers stored as the machine holds them can be viewed in
+            # place (not bools: libhdf5 reads those through their enum).
+            mappable = dtype.isnative and dtype.kind in "iuf"
+            known = self.types[name] = (tid, native, self.h5t.py_create(native), mappable)
         nbytes = math.prod(dims) * known[1].itemsize
         if nbytes > self.size and not self._filtered(dset, nbytes, what):
             raise _Damaged(f"{what} claims {dims} rows, more than the file holds")
+        if nbytes >= _MAPPED_BYTES and known[3]:
+            # A large array stored in one piece (contiguous, no filters, not
+            # in an external file: libhdf5 names its offset) is a read-only
+            # view of the memory-mapped file, as libhdf5 would read it.
+            offset = dset.get_offset()
+            if offset is not None and offset + nbytes <= self._mapped_size():
+                return np.frombuffer(self.map, known[1], math.prod(dims), offset).reshape(dims)
         arr = np.empty(dims, known[1])
         if nbytes:
             dset.read(self.all, self.all, arr, known[2])
         return arr
+
+    def _mapped_size(self) -> int:
+        """The size of the file's memory map, mapped on first use (and kept
+        while the episodes' arrays view it)."""
+        if self.map is None:
+            with open(self.file, "rb") as fh:
+                self.map = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+        return len(self.map)
 
     def _filtered(self, dset, nbytes: int, what: str) -> bool:
         # Compressed data may outgrow its file, by a bounded factor.
@@ -795,8 +748,6 @@ class _HDF5Reader:
         return out
 
     def episode(self, i: int) -> SingleAgentEpisode:
-        if self.h5 is None:
-            self._open_h5py()
         try:
             group = self.h5g.open(self.h5.id, b"episode_%d" % i)
         except KeyError:
@@ -833,59 +784,27 @@ class _HDF5Reader:
                       _info_column(infos, n + 1, "infos"), extras, self.meta)
 
 
-def _is_rows(value: Any, kinds: str, rows: Optional[int]) -> bool:
-    return (isinstance(value, np.ndarray) and value.dtype.kind in kinds
-            and (rows is None or len(value) == rows))
-
-
-def _parsed_leaves(tree: Any, leaves: List[_Leaf], rows: int) -> Optional[dict]:
-    """A track's arrays by leaf path from a parsed group (None unless each
-    leaf is `rows` rows of its shape and kind of number)."""
-    out = {}
-    for leaf in leaves:
-        value = tree
-        for p in leaf.path:
-            if not isinstance(value, dict):
-                return None
-            value = value.get(f"_index_{p}" if isinstance(p, int) else p)
-        if not _is_rows(value, leaf.dtype_kinds, rows) or value.shape[1:] != leaf.shape:
-            return None
-        out[leaf.path] = value
-    return out
-
-
-def _fits(tree: Any, rows: int) -> bool:
-    """Whether a parsed infos group holds arrays of `rows` or `rows - 1`
-    rows only (as h5py's path requires)."""
-    if not isinstance(tree, dict):
-        return False
-    return all(_fits(v, rows) if isinstance(v, dict) else len(v) in (rows, rows - 1)
-               for v in tree.values())
-
-
 # -- reading Arrow and Parquet --------------------------------------------------------
 
 class _ArrowReader:
-    """Episodes from the per-episode folders of an Arrow or Parquet dataset:
-    each file read whole and checked (full validation).
+    """Episodes from the per-episode folders of an Arrow or Parquet dataset,
+    through pyarrow: each file opened once and checked (full validation)
+    before anything is built from it.
 
-    An Arrow file of numbers (the spaces' leaves all numeric, the file one
-    batch of numeric columns without nulls) is parsed by `_arrowipc` and its
-    episode built over views of the file's bytes, with the checks below
-    applied to those arrays. Any other file, or one whose arrays fail a
-    check, goes through pyarrow, which names what is wrong: episodes of one
-    schema whose leaves are all numbers are joined, a few megabytes at a
-    time, into one batch whose columns are checked and converted once and
-    handed out as per-episode views; anything else (pictures, strings,
-    nulls, schemas that differ, a check that fails on the joined batch) is
-    built one episode at a time, from its own file's buffers."""
+    An Arrow file is read from a memory map (its columns are views of the
+    file's pages), or, when small, from its bytes read in one call (a read
+    costs less than a map there). Episodes of one schema whose leaves are
+    all numbers are joined, a few megabytes at a time, into one batch whose
+    columns are checked and converted once and handed out as per-episode
+    views; anything else (pictures, strings, nulls, schemas that differ, a
+    check that fails on the joined batch, a mapped file) is built one
+    episode at a time, from its own file's buffers."""
 
     def __init__(self, data_path: pathlib.Path, meta: _Metadata):
         self.pa = pa = _pyarrow()
         self.parquet = _parquet() if meta.format == "parquet" else None
         self.meta = meta
         self.root = str(data_path)
-        self.prefix = os.path.join(self.root, "")
         self.file = data_path
         types = pa.types
         self.is_struct, self.is_fixed_size_list = types.is_struct, types.is_fixed_size_list
@@ -895,22 +814,11 @@ class _ArrowReader:
         self.bytes_read = 0
         self.joinable = all(leaf.kind == "numeric"
                             for leaf in meta.obs_leaves + meta.action_leaves)
-        # Arrow files of numbers: parsed by _arrowipc, each episode's folder
-        # listed and its file read by one call relative to the data folder.
-        self.parse_ipc = _arrowipc.read_file if self.joinable and self.parquet is None else None
-        self.root_fd: Optional[int] = None
-        if self.parse_ipc is not None and hasattr(os, "O_DIRECTORY"):
-            try:
-                self.root_fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY)
-            except OSError:
-                pass     # each folder is listed by its path
 
     def close(self) -> None:
-        # Each episode's file is read whole and closed at once: only the
-        # data folder's descriptor is held open.
-        if self.root_fd is not None:
-            os.close(self.root_fd)
-            self.root_fd = None
+        # Each episode's files are closed once read (a mapped file stays
+        # mapped while its episode's arrays view it).
+        pass
 
     def _listing(self, i: int) -> Tuple[str, List[str]]:
         """Episode i's folder and the names of its data files, in order."""
@@ -924,28 +832,45 @@ class _ArrowReader:
             raise _Damaged("its folder holds no data file")
         return folder, names
 
-    def _read(self, folder: str, name: str) -> bytes:
+    def _source(self, folder: str, name: str) -> Tuple[Any, bool]:
+        """(a pyarrow buffer or memory map of the file, whether it is mapped)."""
         path = os.path.join(folder, name)
         self.file = path
         try:
-            data = _read_whole(path)
+            fd = os.open(path, os.O_RDONLY)
         except IsADirectoryError:
             raise _Damaged(f"a folder inside its folder ({name})") from None
+        try:
+            size = os.fstat(fd).st_size
+            if size >= _MAPPED_BYTES and self.parquet is None:
+                mapped = True
+            else:
+                mapped = False
+                data = _read_all(fd, size)
+        finally:
+            os.close(fd)
+        if mapped:
+            try:
+                return self.pa.memory_map(path), True
+            except (OSError, self.pa.ArrowException) as exc:
+                raise _Damaged(f"not a readable {self.meta.format} file ({exc})") from None
         self.bytes_read += len(data)
-        return data
+        return self.pa.py_buffer(data), False
 
-    def _batch(self, folder: str, names: List[str], first: Optional[bytes] = None):
-        """The record batch of an episode's files (`first`: the first
-        file's bytes, when they have been read)."""
+    def _batch(self, folder: str, names: List[str]) -> Tuple[Any, bool]:
+        """(the record batch of an episode's files, whether it views a
+        mapped file)."""
         pa = self.pa
         batches = []
-        for j, name in enumerate(names):
-            buf = pa.py_buffer(first if j == 0 and first is not None else self._read(folder, name))
+        mapped = False
+        for name in names:
+            source, in_map = self._source(folder, name)
+            mapped |= in_map
             try:
                 if self.parquet is not None:
-                    batches += self.parquet.read_table(pa.BufferReader(buf)).to_batches()
+                    batches += self.parquet.read_table(pa.BufferReader(source)).to_batches()
                 else:
-                    reader = pa.ipc.open_file(buf)
+                    reader = pa.ipc.open_file(source)
                     batches += [reader.get_batch(k) for k in range(reader.num_record_batches)]
                 for batch in batches:
                     batch.validate(full=True)
@@ -953,30 +878,12 @@ class _ArrowReader:
                 raise _Damaged(f"not a readable {self.meta.format} file ({exc})") \
                     from None
         if len(batches) == 1:
-            return batches[0]
+            return batches[0], mapped
         try:
-            return pa.Table.from_batches(batches).combine_chunks().to_batches()[0]
+            return pa.Table.from_batches(batches).combine_chunks().to_batches()[0], False
         except (pa.ArrowException, IndexError) as exc:
             raise _Damaged(f"its files hold no rows, or no common schema ({exc})") \
                 from None
-
-    def _files(self, i: int) -> Tuple[str, List[str], Optional[bytes]]:
-        """Episode i's folder, its data files' names, and the first one's
-        bytes when it is the only one and _arrowipc may parse it."""
-        if self.root_fd is not None:
-            found = _arrowipc.read_episode_file(self.root_fd, i)
-            if found is not None:
-                name, data = found
-                folder = self.prefix + str(i)      # os.path.join(self.root, str(i))
-                if data is None:                    # a large file: read at its size
-                    return folder, [name], self._read(folder, name)
-                self.file = folder + os.sep + name
-                self.bytes_read += len(data)
-                return folder, [name], data
-        folder, names = self._listing(i)
-        if self.parse_ipc is None or len(names) != 1:
-            return folder, names, None
-        return folder, names, self._read(folder, names[0])
 
     def episodes(self, indices: List[int]) -> Iterable[SingleAgentEpisode]:
         """The episodes at `indices`, in order (self.index and self.file
@@ -986,10 +893,7 @@ class _ArrowReader:
         for i in indices:
             self.index = i
             try:
-                folder, names, first = self._files(i)
-                parsed = None if first is None else self.parse_ipc(first)
-                if parsed is None:
-                    batch = self._batch(folder, names, first)   # leaves self.file at its file
+                batch, mapped = self._batch(*self._listing(i))   # leaves self.file at its file
             except _Damaged:
                 # The episodes before this one are built first: the error
                 # raised is that of the first damaged episode in order.
@@ -997,23 +901,15 @@ class _ArrowReader:
                 yield from self._chunk(pending)
                 self.index, self.file = i, file
                 raise
-            if parsed is not None:
-                if pending:
-                    # The episodes before this one first (as above).
-                    file = self.file
-                    yield from self._chunk(pending)
-                    pending = []
-                    self.bytes_read = len(first)
-                    self.index, self.file = i, file
-                try:
-                    episode = self._from_columns(i, *parsed)
-                except _Damaged:
-                    episode = None      # pyarrow's reading names what is wrong
-                if episode is not None:
-                    self.bytes_read -= len(first)
-                    yield episode
-                    continue
-                batch = self._batch(folder, names, first)    # nothing pending to build first
+            if mapped:
+                # Built alone, over the map (joining would copy it).
+                file = self.file
+                yield from self._chunk(pending)
+                pending = []
+                self.bytes_read = 0
+                self.index, self.file = i, file
+                yield self._from_batch(i, batch)
+                continue
             pending.append((i, self.file, batch))
             if self.bytes_read >= _JOINED_BYTES:
                 yield from self._chunk(pending)
@@ -1230,88 +1126,6 @@ class _ArrowReader:
         return _build(i, self._id(batch.schema.metadata), obs, actions, rewards, terminated,
                       truncated, _info_column(infos, n + 1, "infos"), extras, meta)
 
-    # The same episode from the columns `_arrowipc.read_file` gave (arrays,
-    # 2-D for fixed-size lists, dicts for structs; no nulls): the checks of
-    # _from_batch, each a _Damaged, after which pyarrow reads the file again
-    # and raises the error that names the damage.
-
-    def _from_columns(self, i: int, rows: int, columns: dict, metadata: Optional[dict],
-                      field_meta: dict) -> SingleAgentEpisode:
-        meta = self.meta
-        n = rows - 1
-        if n < 0:
-            raise _Damaged("its file holds no rows")
-        rewards = _ipc_vector(columns, "rewards", n, "biuf")
-        terminated = _flag(_ipc_vector(columns, "terminations", n, "biu"), "terminations")
-        truncated = _flag(_ipc_vector(columns, "truncations", n, "biu"), "truncations")
-        obs_column, action_column = columns.get("observations"), columns.get("actions")
-        if obs_column is None or action_column is None:
-            raise _Damaged("no observations or actions column")
-        obs = {leaf.path: _ipc_leaf(obs_column, leaf, n + 1) for leaf in meta.obs_leaves}
-        actions = {leaf.path: _ipc_leaf(action_column, leaf, n) for leaf in meta.action_leaves}
-        infos = columns.get("infos")
-        if infos is not None:
-            infos = _ipc_tree(infos, ("infos",), field_meta)
-        extras: dict = {}
-        column = columns.get(_EXTRAS)
-        if column is not None:
-            for key, value in _ipc_tree(column, (_EXTRAS,), field_meta).items():
-                if not isinstance(value, np.ndarray) or value.dtype.kind not in "biuf":
-                    raise _Damaged(f"{_EXTRAS}[{key!r}] is not rows of numbers")
-                extras[key] = value[:n]
-        return _build(i, self._id(metadata), obs, actions, rewards, terminated, truncated,
-                      _info_column(infos, n + 1, "infos"), extras, meta)
-
-
-def _ipc_rows(node: Any, shape: Optional[tuple]) -> np.ndarray:
-    """_ArrowReader._rows over a column of `_arrowipc`: one value per row,
-    or rows of `shape` from a fixed-size list (a 2-D array)."""
-    if not isinstance(node, np.ndarray):
-        raise _Damaged("a struct, not numbers")
-    if node.ndim == 1:
-        if shape:
-            raise _Damaged("numbers, not rows")
-        return node
-    size = node.shape[1]
-    if shape is None:
-        shape = (size,)
-    if math.prod(shape) != size:
-        raise _Damaged("rows of another size")
-    return node.reshape((len(node),) + shape)
-
-
-def _ipc_vector(columns: dict, name: str, rows: int, kinds: str) -> np.ndarray:
-    arr = _ipc_rows(columns.get(name), ())
-    if arr.dtype.kind not in kinds:
-        raise _Damaged(f"{name} of another kind")
-    return arr[:rows]
-
-
-def _ipc_leaf(node: Any, leaf: _Leaf, rows: int) -> np.ndarray:
-    for name in leaf.names:
-        if type(node) is not dict or name not in node:
-            raise _Damaged(f"no field {name!r}")
-        node = node[name]
-    arr = _ipc_rows(node, leaf.shape)
-    return _check_numeric(arr[:rows], rows, leaf.shape, leaf.dtype_kinds, "a leaf")
-
-
-def _ipc_tree(node: Any, path: tuple, field_meta: dict) -> dict:
-    """_ArrowReader._tree over a struct column of `_arrowipc` (its fields'
-    metadata by path in `field_meta`)."""
-    if type(node) is not dict:
-        raise _Damaged("not a struct")
-    out = {}
-    for key, child in node.items():
-        sub = path + (key,)
-        if type(child) is dict:
-            out[key] = _ipc_tree(child, sub, field_meta)
-        elif child.ndim == 2:
-            out[key] = _ipc_rows(child, _field_shape(field_meta.get(sub), child.shape[1], key))
-        else:
-            out[key] = child
-    return out
-
 
 def _rows_of(tree: Optional[dict], start: int, stop: int) -> Optional[dict]:
     """The rows start:stop of each leaf of a nested dict of arrays or lists."""
@@ -1327,23 +1141,25 @@ def _rows_of(tree: Optional[dict], start: int, stop: int) -> Optional[dict]:
 _JOINED_BYTES = 1 << 24
 
 
-def _read_whole(path: str) -> bytes:
-    """A file's bytes (os-level reads: a buffered file object costs more)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        size = os.fstat(fd).st_size
-        chunks = []
-        while True:
-            chunk = os.read(fd, max(size, 1 << 16))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size -= len(chunk)
-            if size == 0:     # all fstat counted: no read to find the end
-                break
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-    finally:
-        os.close(fd)
+def _read_all(fd: int, size: int) -> bytes:
+    """An open file's bytes, `size` of them by fstat (os-level reads: a
+    buffered file object costs more)."""
+    chunks = []
+    while True:
+        chunk = os.read(fd, max(size, 1 << 16))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size -= len(chunk)
+        if size == 0:     # all fstat counted: no read to find the end
+            break
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+# Arrow files and HDF5 arrays of at least this size are memory-mapped
+# (their arrays view the file's pages); smaller ones are read, which costs
+# less than a map.
+_MAPPED_BYTES = 1 << 16
 
 
 def _field_shape(metadata: Optional[dict], size: int, what: str) -> tuple:

@@ -1,5 +1,5 @@
 # Little-endian unsigned integers read from any byte address of a file's
-# bytes (Arrow IPC, HDF5, lz4 frames, pickles). Shifts, not a cast of the
+# bytes (msgpack, lz4 frames, pickles). Shifts, not a cast of the
 # pointer: no alignment is assumed, the host's byte order does not matter,
 # and compilers still turn each into one load.
 
