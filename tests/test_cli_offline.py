@@ -689,8 +689,10 @@ def test_inspect_of_a_trusted_dataset_skips_the_checksums(capsys, tmp_path):
 def test_inspect_into_a_closed_pipe_ends_quietly(tmp_path):
     """`episode inspect DIR | head`: the reader leaves; no traceback."""
     out = _ours(tmp_path)
+    # (Run from tmp_path: from the checkout's root the source folder would
+    # shadow the installed package.)
     child = subprocess.Popen([sys.executable, "-m", "episode", "inspect", str(out)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
     child.stdout.close()                     # before it writes a line
     stderr = child.stderr.read().decode()
     assert child.wait(timeout=120) == 141, stderr
@@ -823,7 +825,7 @@ def test_a_recording_killed_keeps_what_it_flushed(tmp_path):
     child = subprocess.Popen([sys.executable, "-m", "episode", "record", "--env",
                               "CartPole-v1", "--steps", "50000000", "--num-envs", "4",
                               "--seconds-per-file", "0.3", "--out", str(out)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not any(
             ".episodes." in f.name for f in out.glob("*") if out.exists()):

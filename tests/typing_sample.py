@@ -262,10 +262,12 @@ sampler.close()
 
 def record_and_read(folder: str) -> None:   # (type-checked only: it writes files)
     with EpisodeWriter(folder, format="arrow", compression=None, rows_per_file=1000) as writer:
+        writer.check_spaces(sampled[0].observation_space, sampled[0].action_space)
         writer.write(sampled)
         writer.flush()
     files: list[str] = write_episodes(sampled, folder, format="parquet") + writer.files
     dataset: EpisodeDataset = read_episodes(folder, columns=["infos"])
+    dataset.check()
     first: SingleAgentEpisode | MultiAgentEpisode = dataset[0]
     some: list[SingleAgentEpisode | MultiAgentEpisode] = dataset[1:3]
     n: int = len(dataset) + dataset.num_steps
