@@ -223,6 +223,19 @@ def plain_state(state: Any) -> Any:
     return plain_state(state.get_state()) if hasattr(state, "get_state") else state
 
 
+def unmapped(state: Any) -> Any:
+    """A (plain) buffer state without its episodes' mapping functions: a
+    buffer opened from a folder has the default one in its episodes (a
+    function is code, which a saved buffer does not keep); their resolved
+    mappings (`_agent_to_module_mapping`) stay to be compared, and they are
+    what the buffer maps the agents by."""
+    if isinstance(state, dict):
+        return {k: unmapped(v) for k, v in state.items() if k != "agent_to_module_mapping_fn"}
+    if type(state) in (list, tuple):
+        return type(state)(unmapped(v) for v in state)
+    return state
+
+
 def module_of(agent_id, episode) -> str:
     return "m1" if agent_id == "a2" else "m0"
 
@@ -230,4 +243,4 @@ def module_of(agent_id, episode) -> str:
 __all__ = ["SingleAgentEpisode", "MultiAgentEpisode", "chunk_episode", "chunked_stream",
            "episode_view",
            "metrics_view", "module_of", "multi_agent_stream", "numbered_episode",
-           "plain_state", "single_agent_stream", "state_view"]
+           "plain_state", "unmapped", "single_agent_stream", "state_view"]

@@ -17,7 +17,7 @@ import pytest
 from difftools import compare
 from test_replay_kept import _resign
 from replay_tools import (chunk_episode, chunked_stream, episode_view, multi_agent_stream,
-                         module_of, plain_state)
+                         module_of, plain_state, unmapped)
 from test_replay_frames import LAYOUTS, stacked_stream
 
 from episode import MultiAgentEpisode, SingleAgentEpisode
@@ -37,19 +37,7 @@ FRAME_LAYOUTS = {"last_axis": ((12, 10, 1), np.uint8, 4, -1),
 
 
 def _same(a, b, where="state"):
-    compare(_unmapped(plain_state(b)), _unmapped(plain_state(a)), where)
-
-
-def _unmapped(state):
-    # A state without its episodes' mapping functions: an opened buffer's
-    # episodes have the default one (a function is code, which a saved buffer
-    # does not keep); their resolved mappings (`_agent_to_module_mapping`)
-    # are compared, and they are what the buffer maps the agents by.
-    if isinstance(state, dict):
-        return {k: _unmapped(v) for k, v in state.items() if k != "agent_to_module_mapping_fn"}
-    if type(state) in (list, tuple):
-        return type(state)(_unmapped(v) for v in state)
-    return state
+    compare(unmapped(plain_state(b)), unmapped(plain_state(a)), where)
 
 
 def _prioritized(buffer) -> bool:

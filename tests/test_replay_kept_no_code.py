@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from difftools import compare
-from replay_tools import chunk_episode, multi_agent_stream, plain_state, single_agent_stream
+from replay_tools import (chunk_episode, multi_agent_stream, plain_state, single_agent_stream,
+                          unmapped)
 from test_replay_frames import LAYOUTS, stacked_stream
 
 from episode import MultiAgentEpisode, SingleAgentEpisode, values
@@ -129,19 +130,10 @@ def test_a_version_1_folder_is_refused_then_converted_on_trust(tmp_path, kind):
         cls.open(folder)
     kept.convert_v1(folder)
     opened = cls.open(folder, verify=True)
-    compare(_unmapped(plain_state(buffer.get_state())), _unmapped(plain_state(opened.get_state())),
+    compare(unmapped(plain_state(buffer.get_state())), unmapped(plain_state(opened.get_state())),
             "state")
     with pytest.raises(ValueError, match="not 1: nothing to convert"):
         kept.convert_v1(folder)
-
-
-def _unmapped(state):
-    # (The mapping functions are not kept: see test_replay_kept_more.)
-    if isinstance(state, dict):
-        return {k: _unmapped(v) for k, v in state.items() if k != "agent_to_module_mapping_fn"}
-    if type(state) in (list, tuple):
-        return type(state)(_unmapped(v) for v in state)
-    return state
 
 
 def test_a_buffer_holding_objects_that_are_not_data_is_not_saved(tmp_path):

@@ -116,6 +116,20 @@ def _locked(folder: str, exclusive: bool):
             os.close(fd)         # (releases the lock)
 
 
+@contextlib.contextmanager
+def _all_or_nothing(folder: str, written: List[str]):
+    # The files named in `written` (by the block) are removed if the block
+    # fails, and the folder's names synced if it does not.
+    try:
+        yield
+    except BaseException:
+        for name in written:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(folder, name))
+        raise
+    _sync_folder(folder)
+
+
 def _write_file(folder: str, name: str, chunks) -> int:
     """Writes `chunks` (bytes-like) to folder/name whole or not at all (a
     temporary name, fsync, rename); returns their CRC-32."""
@@ -188,7 +202,9 @@ def save(buffer, folder) -> None:
                     os.unlink(os.path.join(folder, name))
         token = secrets.token_hex(6)
         written: List[str] = []
-        try:
+        # (Nothing of a save that fails stays, e.g. one of an object that is
+        # not data: the folder holds the previous save as it was.)
+        with _all_or_nothing(folder, written):
             entries = [_saved_store(folder, f"{token}-" if s == 0 else f"{token}-s{s}-",
                                     name, store, written)
                        for s, (name, store) in enumerate(buffer._kept_stores())]
@@ -207,14 +223,6 @@ def save(buffer, folder) -> None:
                 meta["stores"] = entries[1:]
             _sync_folder(folder)     # (the files' names before the metadata's)
             _write_meta(folder, meta)
-        except BaseException:
-            # (Nothing of this save stays: e.g. an episode's object that does
-            # not pickle. The folder holds the previous save as it was.)
-            for name in written:
-                with contextlib.suppress(OSError):
-                    os.unlink(os.path.join(folder, name))
-            raise
-        _sync_folder(folder)
         if previous is not None:
             for name in _file_names(previous) - _file_names(meta):
                 with contextlib.suppress(FileNotFoundError):
@@ -693,16 +701,10 @@ def convert_v1(folder) -> None:
         for entry in meta.get("stores", ()):
             entry["store"] = _plain_store_state(entry["store"])
         written: List[str] = []
-        try:
+        with _all_or_nothing(folder, written):
             _objects_to_file(meta, folder, secrets.token_hex(6), written)
             _sync_folder(folder)
             _write_meta(folder, meta)
-        except BaseException:
-            for name in written:
-                with contextlib.suppress(OSError):
-                    os.unlink(os.path.join(folder, name))
-            raise
-        _sync_folder(folder)
         if old_objects is not None and old_objects["file"][1] not in written:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(os.path.join(folder, old_objects["file"][1]))
