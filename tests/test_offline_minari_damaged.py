@@ -35,6 +35,7 @@ pa = pytest.importorskip("pyarrow")
 pytest.importorskip("PIL")
 
 from episode.offline.minari import to_minari  # noqa: E402
+from children import UNDER_ASAN  # noqa: E402
 from minari_tools import case_results, episode_buffers, quiet_create  # noqa: E402
 
 F32 = np.float32
@@ -292,6 +293,9 @@ def _global_heaps(data):
     return out
 
 
+@pytest.mark.skipif(UNDER_ASAN, reason="libhdf5 (h5py's own) reads past its heap blocks on "
+                    "some damaged files, where ASan aborts inside libhdf5: no code of ours runs "
+                    "there; the runs without ASan check every case")
 @pytest.mark.parametrize("seed", [27, 28, 29])
 @pytest.mark.parametrize("source", ["minari", "ours"])
 def test_damaged_hdf5_files_give_the_data_or_an_error_naming_the_file(root, tmp_path, source,
