@@ -47,27 +47,27 @@ def _default_for(apart: Optional[list]) -> Callable[[Any], Any]:
             if obj.dtype.hasobject:
                 if obj.dtype != object:
                     raise TypeError(f"cannot store an array of {obj.dtype}: it holds objects")
-                return ext(_OBJECTS, packb([list(obj.shape), obj.ravel().tolist()]))
+                return ext(_OBJECTS, pack([list(obj.shape), obj.ravel().tolist()]))
             data = np.ascontiguousarray(obj)
             if apart is not None and data.nbytes >= APART_BYTES:
                 apart.append(data)
-                return ext(_APART, packb([_descr(data.dtype), list(data.shape),
+                return ext(_APART, pack([_descr(data.dtype), list(data.shape),
                                           len(apart) - 1]))
-            return ext(_ARRAY, packb([_descr(data.dtype), list(data.shape), data.tobytes()]))
+            return ext(_ARRAY, pack([_descr(data.dtype), list(data.shape), data.tobytes()]))
         if isinstance(obj, np.generic):
             if obj.dtype.hasobject:
                 raise TypeError(f"cannot store a numpy object scalar {obj!r:.80}")
-            return ext(_SCALAR, packb([_descr(obj.dtype), obj.tobytes()]))
+            return ext(_SCALAR, pack([_descr(obj.dtype), obj.tobytes()]))
         if isinstance(obj, np.dtype):
             if obj.hasobject:
                 raise TypeError(f"cannot store the dtype {obj}: it holds objects")
-            return ext(_DTYPE, packb(_descr(obj)))
+            return ext(_DTYPE, pack(_descr(obj)))
         if type(obj) is tuple:
-            return ext(_TUPLE, packb(list(obj), apart))
+            return ext(_TUPLE, pack(list(obj), apart))
         if type(obj) is int:     # past 64 bits
             return ext(_INT, str(obj).encode())
         if type(obj) in (set, frozenset):
-            return ext(_SET, packb([type(obj) is frozenset, list(obj)], apart))
+            return ext(_SET, pack([type(obj) is frozenset, list(obj)], apart))
         # Subclasses of the plain types (OrderedDict, IntEnum, ...) come back as them.
         for plain in (dict, list, bool, int, float, str, bytes):
             if isinstance(obj, plain):
@@ -80,16 +80,11 @@ def _default_for(apart: Optional[list]) -> Callable[[Any], Any]:
                 described = space_to_dict(obj)
             except ValueError as error:
                 raise TypeError(f"cannot store the space {obj!r:.80}: {error}") from None
-            return ext(_SPACE, packb(described))
+            return ext(_SPACE, pack(described))
         raise TypeError(f"stored values are numbers, strings, bytes, None, lists, tuples, "
                         f"dicts, sets, numpy arrays and gymnasium spaces, not "
                         f"{type(obj).__module__}.{type(obj).__qualname__}")
     return default
-
-
-def packb(obj: Any, apart: Optional[list] = None) -> bytes:
-    return _msgpack().packb(obj, default=_default_for(apart), use_bin_type=True,
-                            strict_types=True)
 
 
 def pack(obj: Any, apart: Optional[list] = None) -> bytes:
@@ -97,7 +92,8 @@ def pack(obj: Any, apart: Optional[list] = None) -> bytes:
     of the same types. With `apart`, arrays of `APART_BYTES` or more are
     appended to it instead (C-contiguous) and stored by their index.
     TypeError for a value of any other type."""
-    return packb(obj, apart)
+    return _msgpack().packb(obj, default=_default_for(apart), use_bin_type=True,
+                            strict_types=True)
 
 
 def _hook_for(apart: Optional[Sequence[Any]]) -> Callable[[int, bytes], Any]:

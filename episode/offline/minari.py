@@ -816,9 +816,8 @@ class _ArrowReader:
                             for leaf in meta.obs_leaves + meta.action_leaves)
 
     def close(self) -> None:
-        # Each episode's files are closed once read (a mapped file stays
-        # mapped while its episode's arrays view it).
-        pass
+        """Nothing to close: each episode's files are closed once read (a
+        mapped file stays mapped while its episode's arrays view it)."""
 
     def _listing(self, i: int) -> Tuple[str, List[str]]:
         """Episode i's folder and the names of its data files, in order."""
