@@ -1072,6 +1072,8 @@ def _record_writer(args):
         options["compression"] = args.compression
     if args.rows_per_file is not None:
         options["rows_per_file"] = args.rows_per_file
+    if args.mb_per_file is not None:
+        options["bytes_per_file"] = args.mb_per_file << 20
     try:
         return EpisodeWriter(args.out, **options)
     except DatasetError as e:
@@ -1710,6 +1712,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="rows (steps, and a row per episode for its last observation) kept "
                         "before a part of the dataset is written (default: EpisodeWriter's, "
                         "1,048,576)")
+    r.add_argument("--mb-per-file", type=_positive_int, default=None, metavar="M",
+                   help="a part is also written once its rows hold M MiB (images: what a "
+                        "reader holds of a file it decodes) (default: EpisodeWriter's, 256)")
     r.add_argument("--seconds-per-file", type=_non_negative_float, default=5.0, metavar="S",
                    help="a part is also written once its first episode has waited S seconds, "
                         "whichever comes first: a recording killed without warning (kill -9, "

@@ -269,6 +269,31 @@ def test_writer_parts_and_files(tmp_path):
         writer.write(batch)        # closed
 
 
+def test_writer_parts_by_bytes(tmp_path):
+    # Image rows fill a part by bytes long before rows_per_file rows: the
+    # part a reader decodes stays bounded.
+    frames = np.arange(30 * 7056, dtype=np.int64).astype(np.uint8).reshape(30, 84, 84)
+    episodes = []
+    for k in range(3):
+        episode = SingleAgentEpisode(observations=[frames[0]])
+        for t in range(1, 10):
+            episode.add_env_step(frames[t + k], 1, 1.0, terminated=t == 9)
+        episodes.append(episode.to_numpy())
+    with EpisodeWriter(tmp_path, bytes_per_file=10 * 7056, seconds_per_file=None) as writer:
+        writer.write(episodes)
+        # Each episode is 10 rows of a frame: bytes_per_file, so a part each.
+        assert len([f for f in writer.files if ".episodes." in f]) == 3
+    ds = read_episodes(tmp_path)
+    for read, episode in zip(ds, episodes):
+        np.testing.assert_array_equal(read.get_observations(), episode.get_observations())
+    with EpisodeWriter(tmp_path / "big", seconds_per_file=None) as writer:
+        writer.write(episodes)
+        assert writer.files == []                      # 1 MB waits (256 MiB by default)
+    for bad in (0, -5, 1.5, True, "1"):
+        with pytest.raises(ValueError, match="bytes_per_file"):
+            EpisodeWriter(tmp_path / "bad", bytes_per_file=bad)
+
+
 def test_episode_table_columns(tmp_path):
     import pyarrow.parquet as pq
 

@@ -757,7 +757,11 @@ def _fits_list_mode(leaf: dict) -> bool:
 
 
 def _whole(column, pa):
-    # A column as one array (an Arrow file of no rows has no chunks).
+    # A column as one array: our files hold one chunk, used as it is (a view
+    # of a mapped Arrow file's pages; combine_chunks() would copy even one);
+    # an Arrow file of no rows has none.
+    if column.num_chunks == 1:
+        return column.chunk(0)
     return column.combine_chunks() if column.num_chunks else pa.nulls(0, column.type)
 
 

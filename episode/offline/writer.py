@@ -29,8 +29,10 @@ class EpisodeWriter:
     ``compression`` a Parquet codec (``"zstd"``, ``"snappy"``, ``"lz4"``,
     ``"gzip"``, ``"brotli"``, None) or, for Arrow files, None (the default
     there, so that reads need no copy), ``"lz4"`` or ``"zstd"``. Episodes
-    are kept until ``rows_per_file`` rows wait (then a part of the dataset
-    is written: its step files, then its episode table), and at `flush()`
+    are kept until ``rows_per_file`` rows or ``bytes_per_file`` bytes of
+    fixed-size rows (256 MiB: what a reader holds of a file once it is
+    decoded) wait (then a part of the dataset is written: its step files,
+    then its episode table), and at `flush()`
     and `close()`. Each file is written aside and renamed into place, so a
     writer killed mid-write leaves every earlier part whole and no partial
     file; several writers (processes, Ray actors) can write one folder, each
@@ -58,7 +60,7 @@ class EpisodeWriter:
 
     def __init__(self, path: Any, *, format: str = "parquet", compression: Any = "default",
                  rows_per_file: int = 1 << 20, seconds_per_file: Optional[float] = 5.0,
-                 mixed_spaces: bool = False):
+                 mixed_spaces: bool = False, bytes_per_file: int = 1 << 28):
         if format not in fmt.EXTENSIONS:
             raise ValueError(f"format must be 'parquet' or 'arrow', not {format!r}")
         if compression == "default":
@@ -66,9 +68,9 @@ class EpisodeWriter:
         if compression not in _COMPRESSIONS or (format == "arrow" and compression not in
                                                 (None, "none", "lz4", "zstd")):
             raise ValueError(f"no {compression!r} compression for {format} files")
-        if isinstance(rows_per_file, bool) or not isinstance(rows_per_file, (int, np.integer)) \
-                or rows_per_file < 1:
-            raise ValueError(f"rows_per_file must be a positive int, not {rows_per_file!r}")
+        for name, value in (("rows_per_file", rows_per_file), ("bytes_per_file", bytes_per_file)):
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+                raise ValueError(f"{name} must be a positive int, not {value!r}")
         if seconds_per_file is not None and (
                 isinstance(seconds_per_file, bool) or not isinstance(seconds_per_file, (int, float))
                 or not seconds_per_file > 0):
@@ -83,6 +85,7 @@ class EpisodeWriter:
         self.format = format
         self.compression = None if compression == "none" else compression
         self.rows_per_file = int(rows_per_file)
+        self.bytes_per_file = int(bytes_per_file)
         self.seconds_per_file = None if seconds_per_file is None else float(seconds_per_file)
         self._waiting_since: Optional[float] = None   # when the first kept episode came
         host = re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname())[:40]
@@ -132,7 +135,7 @@ class EpisodeWriter:
             now = time.monotonic()
             if self._waiting_since is None:
                 self._waiting_since = now
-            if recording.steps >= self.rows_per_file or (
+            if recording.steps >= self.rows_per_file or recording.nbytes >= self.bytes_per_file or (
                     self.seconds_per_file is not None
                     and now - self._waiting_since >= self.seconds_per_file):
                 self.flush()

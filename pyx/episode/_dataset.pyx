@@ -129,6 +129,10 @@ cdef class Rows:
         """The rows so far (a view)."""
         return self.block[:self.size]
 
+    @property
+    def nbytes(self):
+        return self.size * self.row_bytes
+
 
 cdef list tree_columns(object tree, list out):
     # A storage tree's Columns in its order (the signature's).
@@ -204,6 +208,11 @@ cdef class GroupRows:
             raise
         self.nrows += rows
         return first
+
+    @property
+    def nbytes(self):
+        """The bytes of its fixed-size rows so far."""
+        return sum([(<Rows>leaf).nbytes for leaf in self.leaves if type(leaf) is Rows])
 
     def truncate(self, Py_ssize_t nrows):
         """Drops the rows from `nrows` on (what add() kept since then)."""
@@ -344,6 +353,11 @@ cdef class Recording:
         self.spaces = []
         self.n = 0
         self.steps = 0
+
+    @property
+    def nbytes(self):
+        """The bytes of its step files' fixed-size rows so far."""
+        return sum([(<GroupRows>g).nbytes for g in self.groups.values()])
 
     def mark(self):
         """Where the recording is (see rollback)."""
