@@ -294,6 +294,31 @@ def test_writer_parts_by_bytes(tmp_path):
             EpisodeWriter(tmp_path / "bad", bytes_per_file=bad)
 
 
+def test_reader_holds_files_within_its_budget(tmp_path, monkeypatch):
+    # A pass over a dataset of large step files keeps one decoded file at a
+    # time (before the next opens, those open hold at most OPEN_BYTES / 2).
+    from episode.offline import dataset as dataset_module
+
+    frames = np.arange(20 * 7056, dtype=np.int64).astype(np.uint8).reshape(20, 84, 84)
+    episodes = []
+    for k in range(6):
+        episode = SingleAgentEpisode(observations=[frames[k]])
+        for t in range(1, 10):
+            episode.add_env_step(frames[t + k], 1, 1.0, terminated=t == 9)
+        episodes.append(episode.to_numpy())
+    write_episodes(episodes, tmp_path, bytes_per_file=10 * 7056, seconds_per_file=None)
+    monkeypatch.setattr(dataset_module, "OPEN_BYTES", 2 * 10 * 7056)
+    ds = read_episodes(tmp_path)
+    held = []
+    for read, episode in zip(ds, episodes):
+        held.append(len(ds._files))
+        np.testing.assert_array_equal(read.get_observations(), episode.get_observations())
+    assert held == [1] * 6
+    monkeypatch.setattr(dataset_module, "OPEN_BYTES", 1 << 40)
+    ds = read_episodes(tmp_path)
+    assert [len(ds._files) for _ in ds] == [1, 2, 3, 4, 4, 4]      # OPEN_FILES
+
+
 def test_episode_table_columns(tmp_path):
     import pyarrow.parquet as pq
 

@@ -30,8 +30,12 @@ _PACKED = TABLE_PACKED
 
 _MISSING = object()
 
-# Step files kept open (decoded Parquet, or memory-mapped Arrow) at once.
+# Step files kept open (decoded Parquet, or memory-mapped Arrow) at once: at
+# most OPEN_FILES, and before another is opened, those open hold at most
+# OPEN_BYTES / 2 of columns (a pass over an image dataset, whose files hold
+# 256 MiB each, then holds one decoded file at a time).
 OPEN_FILES = 4
+OPEN_BYTES = 512 << 20
 
 _EPISODE_COLUMNS = ("kind", "parent", "group", "row", "rows", "length", "t_started",
                     "terminated", "truncated", "numpy_flags", "start_time", "last_step_time",
@@ -338,7 +342,7 @@ class EpisodeDataset:
         for i in rows.tolist():
             fields = part.fields(i)
             key = (fields["agent_id"], fields["module_id"], fields["multi_agent_episode_id"],
-                   t["observation_space"][i].as_py(), t["action_space"][i].as_py())
+                   part.cell("observation_space", i), part.cell("action_space", i))
             meta = metas.get(key) if fields["custom_data"] is None else None
             if meta is None:
                 meta = EpisodeMeta(key[0], key[1], key[2], fields["observation_space"],
@@ -371,7 +375,7 @@ class EpisodeDataset:
         for j in part.children.get(i, ()):
             agent = self._single(part, j, list_mode)
             agents[agent.agent_id] = agent
-        return fmt.multi_episode(part.value("id", i), part.table["multi_state"][i].as_py(),
+        return fmt.multi_episode(part.value("id", i), part.cell("multi_state", i),
                                  agents, f"{part.path}: episode {i}")
 
     def _single(self, part: "_Part", i: int, list_mode: bool = False) -> SingleAgentEpisode:
@@ -394,6 +398,11 @@ class EpisodeDataset:
                                f"({type(error).__name__}: {error})") from None
         return episode
 
+    def _no_room(self) -> bool:
+        # Whether a step file must close before another opens (see OPEN_FILES).
+        return bool(self._files) and (len(self._files) >= OPEN_FILES or sum(
+            n for _, n in self._files.values()) > OPEN_BYTES // 2)
+
     def _step_file(self, part: "_Part", group: int, list_mode: bool = False) -> StepFile:
         if not 0 <= group < len(part.step_files):
             raise DatasetError(f"{part.path}: an episode in step file {group} of "
@@ -403,18 +412,22 @@ class EpisodeDataset:
         found = self._files.get(key)
         if found is not None:
             self._files.move_to_end(key)
-            return found
+            return found[0]
         if self.verify:
             fmt.check_file(path, part.checksums[group], part.path)
-        step_file = _open_step_file(path, self._columns, self.verify, list_mode)
+        if self._no_room():
+            while self._no_room():
+                self._files.popitem(last=False)
+            # Arrow's allocator keeps freed blocks for reuse: hand them back
+            # before the next file is decoded.
+            _pyarrow().default_memory_pool().release_unused()
+        step_file, nbytes = _open_step_file(path, self._columns, self.verify, list_mode)
         needed = part.rows_needed(group)
         if needed > step_file.nrows:
             raise DatasetError(f"{path}: {step_file.nrows:,} rows, where its episode table "
                                f"{part.path} places episodes up to row {needed:,} (cut short "
                                f"or replaced?)")
-        self._files[key] = step_file
-        if len(self._files) > OPEN_FILES:
-            self._files.popitem(last=False)
+        self._files[key] = (step_file, nbytes)
         return step_file
 
 
@@ -592,6 +605,7 @@ class _Part:
             self.children[int(parents[j])].append(int(j))
         self.top = np.flatnonzero(parents == -1)
         self._spaces: dict = {}
+        self._cells: dict = {}
 
     def rows_needed(self, group: int) -> int:
         """The rows the episodes in step file `group` take: its rows past
@@ -602,9 +616,17 @@ class _Part:
         return int((self.table["row"][mine].astype(np.int64)
                     + self.table["rows"][mine].astype(np.int64)).max())
 
+    def cell(self, name: str, i: int) -> Any:
+        """Episode `i`'s cell of the Arrow column `name`, as a Python value
+        (the column is converted once: a pyarrow scalar costs microseconds)."""
+        cells = self._cells.get(name)
+        if cells is None:
+            cells = self._cells[name] = self.table[name].to_pylist()
+        return cells[i]
+
     def value(self, name: str, i: int) -> Any:
         """Episode `i`'s value in the packed column `name` (None: null)."""
-        blob = self.table[name][i].as_py()
+        blob = self.cell(name, i)
         try:
             return None if blob is None else fmt.unpack_value(blob)
         except ValueError as error:
@@ -630,7 +652,7 @@ class _Part:
 
     def _space(self, name: str, i: int) -> Any:
         # The episodes of one space share its object, as a sampler's do.
-        text = self.table[name][i].as_py()
+        text = self.cell(name, i)
         space = self._spaces.get(text, _MISSING)
         if space is _MISSING:
             space = self._spaces[text] = fmt.space_of(text, f"{self.path}: column {name!r}")
@@ -670,7 +692,7 @@ def _chunk_index(parts: list) -> dict:
         "length": column("length").astype(np.int64),
         "t_started": column("t_started").astype(np.int64),
         "done": column("terminated") | column("truncated"),
-        "id": [p.table["id"][int(i)].as_py() for p in parts for i in p.top],
+        "id": [p.cell("id", int(i)) for p in parts for i in p.top],
     }
 
 
@@ -705,10 +727,11 @@ def _join_chunks(index: dict) -> list:
 
 
 def _open_step_file(path: str, columns: Optional[frozenset], verify: bool,
-                    list_mode: bool = False) -> StepFile:
-    """The step file at `path`; with `list_mode`, its numpy'd leaves read
-    as the list-mode items they held before to_numpy() (their recorded
-    kinds), where every leaf can be (else as written)."""
+                    list_mode: bool = False) -> tuple:
+    """(the step file at `path`, the bytes of its columns); with
+    `list_mode`, its numpy'd leaves read as the list-mode items they held
+    before to_numpy() (their recorded kinds), where every leaf can be (else
+    as written)."""
     pa = _pyarrow()
     schema = read_schema(path)
     meta = fmt.read_metadata(schema, path, "steps")
@@ -743,7 +766,7 @@ def _open_step_file(path: str, columns: Optional[frozenset], verify: bool,
         finalized = [False] * len(finalized)
         opens = [False] * len(opens)
     return StepFile(leaves, kinds, finalized, opens, trees, extra_keys,
-                    meta["extras_defaultdict"], infos, table.num_rows)
+                    meta["extras_defaultdict"], infos, table.num_rows), table.nbytes
 
 
 def _fits_list_mode(leaf: dict) -> bool:

@@ -182,9 +182,9 @@ def binaries(values: list, type_=None):
     import pyarrow as pa
 
     type_ = pa.binary() if type_ is None else type_
-    valid = np.fromiter((v is not None for v in values), np.bool_, len(values))
-    if type_ == pa.binary() and not valid.any():
+    if type_ == pa.binary() and values.count(None) == len(values):
         return pa.nulls(len(values))     # (no offsets to store: a column of nothing)
+    valid = np.fromiter((v is not None for v in values), np.bool_, len(values))
     data = [v.encode() if isinstance(v, str) else v for v in values if v is not None]
     lengths = np.zeros(len(values), np.int64)
     lengths[valid] = [len(v) for v in data]
