@@ -312,6 +312,45 @@ def _loss(result: dict):
     return result["learners"]["default_policy"].get("total_loss")
 
 
+class Training:
+    """An algorithm built on whichever classes are installed, its parts
+    wrapped: train() it, the first iteration apart (`first`), then
+    `report()` of the iterations since."""
+
+    def __init__(self, algo_name: str, data: str):
+        handle, self.log = tempfile.mkstemp(prefix="prelearner-", suffix=".log")
+        os.close(handle)
+        self.algo = build(algo_name, data, self.log)
+        self.parts = OfflineParts(self.algo)
+        self.times: list = []
+        self.losses: list = []
+        self.first: dict = {}
+        self._calls_before = 0
+
+    def train(self) -> None:
+        if len(self.times) == 1:
+            self.first = {**self.parts.report(), "total": self.times[0],
+                          "prelearner": _prelearner_calls(self.log)}
+            self.parts.reset()
+            self._calls_before = len(self.first["prelearner"])
+        start = time.perf_counter()
+        self.losses.append(_loss(self.algo.train()))
+        self.times.append(time.perf_counter() - start)
+
+    def report(self) -> dict:
+        steady = self.times[1:]
+        return {"first": self.first,
+                "steady": {**self.parts.report(), "total": sum(steady),
+                           "prelearner": _prelearner_calls(self.log)[self._calls_before:],
+                           "median": statistics.median(steady)},
+                "times": self.times, "losses": self.losses, "layout": self.parts.layout}
+
+    def close(self) -> None:
+        self.parts.close()
+        self.algo.stop()
+        os.remove(self.log)
+
+
 def run(algo_name: str, data: str, classes: str, iterations: int) -> dict:
     logging.disable(logging.WARNING)
     import ray
@@ -323,29 +362,12 @@ def run(algo_name: str, data: str, classes: str, iterations: int) -> dict:
 
         episode.rllib.install()
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    handle, log = tempfile.mkstemp(prefix="prelearner-", suffix=".log")
-    os.close(handle)
-    algo = build(algo_name, data, log)
-    parts = OfflineParts(algo)
-    out = {"algo": algo_name, "data": data, "classes": classes}
-    times, losses = [], []
-    for i in range(1 + iterations):
-        if i == 1:
-            out["first"] = {**parts.report(), "total": times[0],
-                            "prelearner": _prelearner_calls(log)}
-            parts.reset()
-            before = len(_prelearner_calls(log))
-        start = time.perf_counter()
-        losses.append(_loss(algo.train()))
-        times.append(time.perf_counter() - start)
-    calls = _prelearner_calls(log)[before:]
-    out["steady"] = {**parts.report(), "total": sum(times[1:]), "prelearner": calls,
-                     "median": statistics.median(times[1:])}
-    out.update(times=times, losses=losses, layout=parts.layout)
-    parts.close()
-    algo.stop()
+    training = Training(algo_name, data)
+    for _ in range(1 + iterations):
+        training.train()
+    out = {"algo": algo_name, "data": data, "classes": classes, **training.report()}
+    training.close()
     ray.shutdown()
-    os.remove(log)
     return out
 
 
@@ -413,9 +435,13 @@ def table(results: dict, iterations: int) -> str:
 
 
 def main_table(iterations: int) -> None:
+    """Runs every case, each stack in a process of its own; keeps each
+    run's JSON in <data folder>/results and prints the tables."""
     for data in sorted({d for _, d in CASES}):
         dataset(data)
     here = os.path.dirname(os.path.abspath(__file__))
+    results_folder = os.path.join(data_folder(), "results")
+    os.makedirs(results_folder, exist_ok=True)
     for algo_name, data in CASES:
         results = {}
         for classes in ("ours", "rllib"):
@@ -423,7 +449,11 @@ def main_table(iterations: int) -> None:
                 [sys.executable, os.path.join(here, "offline_parts.py"), "run", algo_name,
                  data, classes, str(iterations)],
                 check=True, capture_output=True, text=True)
-            results[classes] = json.loads(done.stdout.strip().splitlines()[-1])
+            line = done.stdout.strip().splitlines()[-1]
+            with open(os.path.join(results_folder, f"{algo_name}_{data}_{classes}.json"),
+                      "w") as f:
+                f.write(line)
+            results[classes] = json.loads(line)
         same = results["ours"]["layout"] == results["rllib"]["layout"]
         print(f"\n{algo_name} on {data}: the same batch layout: {same}; losses "
               f"ours {results['ours']['losses'][0]:.3f} -> {results['ours']['losses'][-1]:.3f},"

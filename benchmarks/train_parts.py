@@ -11,10 +11,13 @@ import time
 class Parts:
     """Seconds and calls of each wrapped call, and the full collections
     (with the part each landed in), since the last reset(). A part that
-    runs inside another counts in both (times are inclusive)."""
+    runs inside another counts in both (times are inclusive); a part that
+    calls itself (RLlib's OfflineData.sample does, when a pass ends)
+    counts once."""
 
     def __init__(self):
         self.current = None             # the part running now
+        self._running: set = set()      # the parts running now
         self._undo: list = []           # (object, name, what was there)
         self._started = 0.0
         self.reset()
@@ -56,11 +59,15 @@ class Parts:
         setattr(obj, name, timed)
 
     def _timed(self, part: str, call, *args, **kwargs):
+        if part in self._running:
+            return call(*args, **kwargs)
         start = time.perf_counter()
         outer, self.current = self.current, part
+        self._running.add(part)
         try:
             return call(*args, **kwargs)
         finally:
+            self._running.discard(part)
             self.current = outer
             self.seconds[part] = self.seconds.get(part, 0.0) + time.perf_counter() - start
             self.calls[part] = self.calls.get(part, 0) + 1
