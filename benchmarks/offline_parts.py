@@ -3,6 +3,7 @@ ours, from recorded data in RLlib's episode format.
 
     python benchmarks/offline_parts.py run ALGO DATA rllib|ours [ITERATIONS]
     python benchmarks/offline_parts.py table [ITERATIONS]
+    python benchmarks/offline_parts.py show [ITERATIONS]
 
 ALGO is bc, marwil or cql; DATA is cartpole (40,000 steps of an expert),
 pendulum (20,000 steps of a noisy swing-up controller, for CQL's
@@ -37,7 +38,8 @@ conversion to tensors and the torch update (forward, loss, backward,
 optimizer step). The first iteration is reported apart from the next
 ITERATIONS. `run` prints one JSON line; `table` runs every case, each
 stack in a fresh process (one process cannot mix the two kinds of
-episodes), and prints the markdown tables of docs/benchmarks.md.
+episodes), and prints the markdown tables of docs/benchmarks.md; `show`
+prints them again from the runs `table` kept.
 
 Both stacks get the same batches' layout (keys, dtypes, shapes: checked)
 and learn alike; the losses are not equal step by step: RLlib's
@@ -379,7 +381,7 @@ def _row(name: str, sides: list, seconds) -> str:
 
 
 def _ms(x) -> str:
-    return "" if x is None else f"{x * 1000:,.1f} ms" if x < 1 else f"{x:,.2f} s"
+    return "-" if x is None else f"{x * 1000:,.1f} ms" if x < 1 else f"{x:,.2f} s"
 
 
 def table(results: dict, iterations: int) -> str:
@@ -403,8 +405,11 @@ def table(results: dict, iterations: int) -> str:
 
     def prelearner(c):
         calls = c[0][c[1]]["prelearner"]
+        if not calls:
+            return "none"
         where = "" if c[0] is ours else ", in Ray Data's actor"
-        return f"{_ms(sum(s for s, _ in calls))} ({len(calls)} calls{where})"
+        count = "1 call" if len(calls) == 1 else f"{len(calls)} calls"
+        return f"{_ms(sum(s for s, _ in calls))} ({count}{where})"
 
     def rest(c):
         r = c[0][c[1]]["parts"]
@@ -434,9 +439,10 @@ def table(results: dict, iterations: int) -> str:
     return "\n".join(lines)
 
 
-def main_table(iterations: int) -> None:
+def main_table(iterations: int, rerun: bool = True) -> None:
     """Runs every case, each stack in a process of its own; keeps each
-    run's JSON in <data folder>/results and prints the tables."""
+    run's JSON in <data folder>/results and prints the tables (`rerun`
+    False: the tables of the kept results)."""
     for data in sorted({d for _, d in CASES}):
         dataset(data)
     here = os.path.dirname(os.path.abspath(__file__))
@@ -445,13 +451,17 @@ def main_table(iterations: int) -> None:
     for algo_name, data in CASES:
         results = {}
         for classes in ("ours", "rllib"):
+            kept = os.path.join(results_folder, f"{algo_name}_{data}_{classes}.json")
+            if not rerun:
+                with open(kept) as f:
+                    results[classes] = json.load(f)
+                continue
             done = subprocess.run(
                 [sys.executable, os.path.join(here, "offline_parts.py"), "run", algo_name,
                  data, classes, str(iterations)],
                 check=True, capture_output=True, text=True)
             line = done.stdout.strip().splitlines()[-1]
-            with open(os.path.join(results_folder, f"{algo_name}_{data}_{classes}.json"),
-                      "w") as f:
+            with open(kept, "w") as f:
                 f.write(line)
             results[classes] = json.loads(line)
         same = results["ours"]["layout"] == results["rllib"]["layout"]
@@ -469,4 +479,4 @@ if __name__ == "__main__":
         print(json.dumps(run(args[1], args[2], args[3],
                              int(args[4]) if len(args) > 4 else 20)))
     else:
-        main_table(int(args[1]) if len(args) > 1 else 20)
+        main_table(int(args[1]) if len(args) > 1 else 20, rerun=args[0] == "table")
