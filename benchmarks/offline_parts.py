@@ -246,8 +246,14 @@ class _FloatFrames:
 
 def build(algo: str, data: str, log: str):
     """The algorithm, on whichever classes are installed."""
+    from ray import cloudpickle
     from ray.rllib.core.rl_module.rl_module import RLModuleSpec
     from ray.rllib.offline.offline_prelearner import OfflinePreLearner
+
+    if __name__ != "__main__":
+        # Ray Data's actor cannot import this module (benchmarks/ is not
+        # on its path): its classes travel by value.
+        cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
     obs_space, action_space = _spaces(data)
     if algo == "bc":
