@@ -70,6 +70,7 @@ READ_BATCH = {"cartpole": 8, "pendulum": 8, "images": 4}
 
 
 def data_folder() -> str:
+    """Where the datasets (and `table`'s kept runs) are."""
     return os.environ.get("EPISODE_PARTS_DATA",
                           os.path.join(tempfile.gettempdir(), "episode-offline-parts"))
 
