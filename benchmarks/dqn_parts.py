@@ -17,11 +17,12 @@ benchmarks/test_dqn_train.py runs the same as a pytest-benchmark.
 """
 from __future__ import annotations
 
-import gc
 import json
 import logging
 import sys
 import time
+
+from train_parts import Parts
 
 
 def build():
@@ -48,65 +49,29 @@ def build():
     return algo
 
 
-class Breakdown:
-    """Wrappers around the parts of `algo`'s train() and a garbage-collector
-    callback: seconds and calls per part, full collections and where they
-    landed, since the last reset()."""
+class Breakdown(Parts):
+    """The parts of `algo`'s train() (train_parts.Parts): the replay
+    buffer's calls, the learner group's update, the env runner's sample,
+    the weights' sync."""
 
     REPLAY = ("sample", "get_metrics", "update_priorities", "add")
 
     def __init__(self, algo):
-        self.current = None             # the part running now
-        self.reset()
+        super().__init__()
         buffer = algo.local_replay_buffer
         for name in self.REPLAY:
-            self._wrap(buffer, name, "replay." + name)
-        self._wrap(algo.learner_group, "update", "learner_group.update")
-        self._wrap(algo.env_runner, "sample", "env_runner.sample")
-        self._wrap(algo.env_runner_group, "sync_weights", "sync_weights")
-        self._started = 0.0
-        gc.callbacks.append(self._collection)
-
-    def reset(self) -> None:
-        self.seconds: dict = {}
-        self.calls: dict = {}
-        self.full_collections: dict = {}       # part -> full collections during it
-        self.full_collection_seconds = 0.0
-
-    def close(self) -> None:
-        gc.callbacks.remove(self._collection)
-
-    def _wrap(self, obj, name: str, part: str) -> None:
-        call = getattr(obj, name)
-
-        def timed(*args, **kwargs):
-            start = time.perf_counter()
-            outer, self.current = self.current, part
-            try:
-                return call(*args, **kwargs)
-            finally:
-                self.current = outer
-                self.seconds[part] = self.seconds.get(part, 0.0) + time.perf_counter() - start
-                self.calls[part] = self.calls.get(part, 0) + 1
-
-        setattr(obj, name, timed)
-
-    def _collection(self, phase: str, info: dict) -> None:
-        if info["generation"] != 2:
-            return
-        if phase == "start":
-            self._started = time.perf_counter()
-            return
-        self.full_collection_seconds += time.perf_counter() - self._started
-        where = self.current or "other"
-        self.full_collections[where] = self.full_collections.get(where, 0) + 1
+            self.wrap(buffer, name, "replay." + name)
+        self.wrap(algo.learner_group, "update", "learner_group.update")
+        self.wrap(algo.env_runner, "sample", "env_runner.sample")
+        self.wrap(algo.env_runner_group, "sync_weights", "sync_weights")
 
     def report(self, total: float) -> dict:
         replay = sum(v for k, v in self.seconds.items() if k.startswith("replay."))
-        return {"total": total, "parts": dict(self.seconds), "calls": dict(self.calls),
+        out = super().report()
+        return {"total": total, "parts": out["parts"], "calls": out["calls"],
                 "replay": replay, "replay_share": replay / total,
-                "full_collections": self.full_collections,
-                "full_collection_seconds": self.full_collection_seconds}
+                "full_collections": out["full_collections"],
+                "full_collection_seconds": out["full_collection_seconds"]}
 
 
 def curve_point(result: dict) -> list:
