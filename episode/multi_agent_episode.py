@@ -617,9 +617,13 @@ class MultiAgentEpisode(MultiAgentCore):
 
     @property
     def is_numpy(self) -> bool:
-        """True once to_numpy() made every agent's data numpy arrays."""
+        """True once to_numpy() made every agent's data numpy arrays; False
+        without agents (RLlib raises StopIteration there)."""
         episodes = iter(self.agent_episodes.values())
-        is_numpy = next(episodes).is_numpy
+        first = next(episodes, None)
+        if first is None:
+            return False
+        is_numpy = first.is_numpy
         if any(ep.is_numpy is not is_numpy for ep in episodes):
             raise RuntimeError(f"Only some SingleAgentEpisode objects in {self} are "
                                f"converted to numpy, others are not!")

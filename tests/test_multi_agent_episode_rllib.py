@@ -1213,3 +1213,17 @@ def test_bug_slice_changes_the_episode_s_agent_to_module_mapping(side):
     piece = ep.slice(slice(1, None), len_lookback_buffer=0)
     assert "a1" not in piece._agent_to_module_mapping
     assert ("a1" in ep._agent_to_module_mapping) is (side == "ours")
+
+
+@pytest.mark.parametrize("side", SIDES)
+def test_bug_is_numpy_of_an_episode_without_agents(side):
+    """No agent, so no data numpy'ized: is_numpy is False, also after
+    to_numpy(); RLlib's raises StopIteration (from next() on its empty dict
+    of agent episodes)."""
+    for ep in (_cls(side)(), _cls(side)(observations=[{}, {}], actions=[{}], rewards=[{}])):
+        if side == "rllib":
+            with pytest.raises(StopIteration):
+                ep.is_numpy
+        else:
+            assert ep.is_numpy is False
+            assert ep.to_numpy() is ep and ep.is_numpy is False
