@@ -1181,7 +1181,10 @@ class MultiAgentEpisode(MultiAgentCore):
     def slice(self, slice_: slice, *, len_lookback_buffer: Optional[int] = None
               ) -> "MultiAgentEpisode":
         """A new episode with the env steps in `slice_` (step 1 only) and a
-        lookback of `len_lookback_buffer` env steps (default: this one's)."""
+        lookback of `len_lookback_buffer` env steps (default: this one's). A
+        piece up to the end keeps the hanging actions (the lookback reaches
+        back to each such agent's last observation): like cut()'s successor,
+        it can be stepped on and concatenated to this episode."""
         if slice_.step not in (1, None):
             raise SliceStepError(f"Slicing MultiAgentEnv with a step other than 1 (you used "
                                  f"{slice_.step}) is not supported!")
@@ -1239,10 +1242,10 @@ class MultiAgentEpisode(MultiAgentCore):
             # The agent's step at the piece's first observation of it, or, with
             # none there, at its last one before (RLlib's piece counts that
             # agent's steps from 0 again).
-            observed = [t for t in items if t != SKIP_ENV_TS_TAG]
+            before = [t for t in items[:max(first + start, 0)] if t != SKIP_ENV_TS_TAG]
             after = [t for t in items[max(first + start, 0):] if t != SKIP_ENV_TS_TAG]
-            if after or observed:
-                agent_t_started[agent_id] = after[0] if after else observed[-1]
+            if after or before:
+                agent_t_started[agent_id] = after[0] if after else before[-1]
         terminateds["__all__"] = all(terminateds.get(aid) for aid in self.agent_episodes)
         truncateds["__all__"] = all(truncateds.get(aid) for aid in self.agent_episodes)
         lookback = len_lookback_buffer if len_lookback_buffer is not None else ref_lookback
