@@ -118,11 +118,20 @@ def _check_agent_concat(episode: Any, successor: Any) -> None:
 
 
 def _repeats_last_observation(episode: Any) -> bool:
-    """Whether an agent terminated without an observation gets its last step:
-    it repeats the observation its episode last added. An episode built from
-    lists or restored by from_state() has none (RLlib's neither): the agent
-    ends without that step, and the step's extra outputs are not checked."""
-    return episode is not None and episode._last_added_observation is not None
+    """Whether an agent terminated without an observation gets its last step,
+    repeating its last observation: whenever it has one."""
+    return episode is not None and episode.observations.len_incl_lookback() > 0
+
+
+def _last_observation(episode: Any) -> tuple:
+    """The observation and infos an agent that ends without a new one
+    repeats: the ones it added last, or, in an episode built from lists or
+    restored from a state (which knows none), its last stored ones. (RLlib's
+    has none there: it drops the agent's last step and the agent's end.)"""
+    if episode._last_added_observation is not None:
+        return episode._last_added_observation, episode._last_added_infos
+    return (copy.deepcopy(episode.observations.get(-1, neg_index_as_lookback=False)),
+            copy.deepcopy(episode.infos.get(-1, neg_index_as_lookback=False)))
 
 
 def batch_like_rllib(items: list) -> Any:
@@ -562,7 +571,7 @@ class MultiAgentEpisode(MultiAgentCore):
                 return
         elif obs is None and act is not None:
             if terminated:
-                obs, info = episode._last_added_observation, episode._last_added_infos
+                obs, info = _last_observation(episode)
             else:
                 self._hanging_actions_end[agent_id] = act
                 self._hanging_rewards_end[agent_id] = reward
@@ -573,7 +582,7 @@ class MultiAgentEpisode(MultiAgentCore):
                 if act is None:
                     self._del_hanging(agent_id)
                     return
-                obs, info = episode._last_added_observation, episode._last_added_infos
+                obs, info = _last_observation(episode)
                 outputs = self._hanging_extra_model_outputs_end.pop(agent_id, None)
                 reward = self._hanging_rewards_end.pop(agent_id, 0.0) + reward
             elif agent_id not in self.agent_episodes:
@@ -608,9 +617,13 @@ class MultiAgentEpisode(MultiAgentCore):
 
     @property
     def is_numpy(self) -> bool:
-        """True once to_numpy() made every agent's data numpy arrays."""
+        """True once to_numpy() made every agent's data numpy arrays; False
+        without agents (RLlib raises StopIteration there)."""
         episodes = iter(self.agent_episodes.values())
-        is_numpy = next(episodes).is_numpy
+        first = next(episodes, None)
+        if first is None:
+            return False
+        is_numpy = first.is_numpy
         if any(ep.is_numpy is not is_numpy for ep in episodes):
             raise RuntimeError(f"Only some SingleAgentEpisode objects in {self} are "
                                f"converted to numpy, others are not!")
@@ -1168,7 +1181,10 @@ class MultiAgentEpisode(MultiAgentCore):
     def slice(self, slice_: slice, *, len_lookback_buffer: Optional[int] = None
               ) -> "MultiAgentEpisode":
         """A new episode with the env steps in `slice_` (step 1 only) and a
-        lookback of `len_lookback_buffer` env steps (default: this one's)."""
+        lookback of `len_lookback_buffer` env steps (default: this one's). A
+        piece up to the end keeps the hanging actions (the lookback reaches
+        back to each such agent's last observation): like cut()'s successor,
+        it can be stepped on and concatenated to this episode."""
         if slice_.step not in (1, None):
             raise SliceStepError(f"Slicing MultiAgentEnv with a step other than 1 (you used "
                                  f"{slice_.step}) is not supported!")
@@ -1176,6 +1192,34 @@ class MultiAgentEpisode(MultiAgentCore):
         start, stop = slice_.start, slice_.stop
         start = 0 if start is None else max(n + start, 0) if start < 0 else min(start, n)
         stop = n if stop is None else max(n + stop, 0) if stop < 0 else min(stop, n)
+        # Each agent's mapping read with one entry per env step, counted back
+        # from the last (RLlib reads them from the first, and misplaces): an
+        # agent terminated without an observation has a skip and then its last
+        # step at that env step (RLlib's layout), read as its last step there;
+        # one that joined by add_env_step() in a chunk with fewer lookback steps
+        # than env steps before it has fewer skips before its first observation
+        # (also RLlib's layout), read as skips.
+        relaid = {}
+        for agent_id, steps in self.env_t_to_agent_t.items():
+            items = steps.data
+            want = steps.lookback + n + 1
+            last = max((i for i, t in enumerate(items) if t != SKIP_ENV_TS_TAG), default=0)
+            episode = self.agent_episodes.get(agent_id)
+            if len(items) > want and last and items[last - 1] == SKIP_ENV_TS_TAG \
+                    and episode is not None and episode.is_terminated:
+                items = items[:last - 1] + items[last:]
+            if len(items) < want:
+                items = [SKIP_ENV_TS_TAG] * (want - len(items)) + items
+            if len(items) != len(steps.data):
+                relaid[agent_id] = steps
+                self.env_t_to_agent_t[agent_id] = AgentSteps(data=items, lookback=steps.lookback)
+        try:
+            return self._slice(start, stop, n, len_lookback_buffer)
+        finally:
+            self.env_t_to_agent_t.update(relaid)
+
+    def _slice(self, start: int, stop: int, n: int, len_lookback_buffer: Optional[int]
+               ) -> "MultiAgentEpisode":
         lookbacks = {b.lookback for ep in self.agent_episodes.values()
                      for b in (ep.observations, ep.actions, ep.rewards,
                                *ep.extra_model_outputs.values())}
@@ -1186,39 +1230,59 @@ class MultiAgentEpisode(MultiAgentCore):
         terminateds, truncateds, agent_t_started = {}, {}, {}
         for agent_id, episode in self.agent_episodes.items():
             steps = self.env_t_to_agent_t[agent_id]
-            if stop < len(steps) and steps[stop] != SKIP_ENV_TS_TAG \
-                    and len(episode) == steps[stop]:
+            # Done where the piece ends with the agent's last step. (RLlib
+            # compares that step with the agent's length, which misses it in
+            # a chunk that starts after the agent's first step.)
+            items = steps.data
+            first = len(items) - 1 - n      # where env step 0 is (see slice())
+            if 0 <= first + stop < len(items) and items[first + stop] != SKIP_ENV_TS_TAG \
+                    and episode.t == items[first + stop]:
                 terminateds[agent_id] = episode.is_terminated
                 truncateds[agent_id] = episode.is_truncated
-            for i in range(start, len(steps)):
-                if steps[i] != SKIP_ENV_TS_TAG:
-                    agent_t_started[agent_id] = steps[i]
-                    break
+            # The agent's step at the piece's first observation of it, or, with
+            # none there, at its last one before (RLlib's piece counts that
+            # agent's steps from 0 again).
+            before = [t for t in items[:max(first + start, 0)] if t != SKIP_ENV_TS_TAG]
+            after = [t for t in items[max(first + start, 0):] if t != SKIP_ENV_TS_TAG]
+            if after or before:
+                agent_t_started[agent_id] = after[0] if after else before[-1]
         terminateds["__all__"] = all(terminateds.get(aid) for aid in self.agent_episodes)
         truncateds["__all__"] = all(truncateds.get(aid) for aid in self.agent_episodes)
         lookback = len_lookback_buffer if len_lookback_buffer is not None else ref_lookback
         if start - lookback < 0 and ref_lookback < lookback - start:
             lookback = ref_lookback + start
+        if stop == n and self.env_t_to_agent_t:
+            # A piece up to the end keeps the hanging actions: each such agent's
+            # last observation comes along, as in cut(). (RLlib's piece drops an
+            # agent whose last observation lies before it, and its hanging action.)
+            available = start + next(iter(self.env_t_to_agent_t.values())).lookback
+            for agent_id in self._hanging_actions_end:
+                items = self.env_t_to_agent_t[agent_id].data
+                back = next((i for i, t in enumerate(reversed(items))
+                             if t != SKIP_ENV_TS_TAG), len(items))
+                lookback = max(lookback, min(back - (n - start), available))
+        # (Counted back from the last env step: see slice().)
+        observed = slice(start - lookback - n - 1, (stop - n) or None)
+        acted = slice(start - lookback - n, (stop - n) or None) if start - lookback < n \
+            else slice(0, 0)
         piece = type(self)(
             id_=self.id_,
-            observations=self.get_observations(slice(start - lookback, stop + 1),
-                                               neg_index_as_lookback=True, return_list=True),
+            observations=self.get_observations(observed, return_list=True),
             observation_space=self.observation_space,
-            actions=self.get_actions(slice(start - lookback, stop),
-                                     neg_index_as_lookback=True, return_list=True),
+            # (RLlib's slice passes no infos: its pieces hold {} for each.)
+            infos=self.get_infos(observed, return_list=True),
+            actions=self.get_actions(acted, return_list=True),
             action_space=self.action_space,
-            rewards=self.get_rewards(slice(start - lookback, stop),
-                                     neg_index_as_lookback=True, return_list=True),
-            extra_model_outputs=self.get_extra_model_outputs(
-                indices=slice(start - lookback, stop), neg_index_as_lookback=True,
-                return_list=True),
+            rewards=self.get_rewards(acted, return_list=True),
+            extra_model_outputs=self.get_extra_model_outputs(indices=acted, return_list=True),
             terminateds=terminateds,
             truncateds=truncateds,
             len_lookback_buffer=lookback,
             env_t_started=self.env_t_started + start,
             agent_episode_ids=self.agent_episode_ids,
             agent_t_started=agent_t_started,
-            agent_module_ids=self._agent_to_module_mapping,
+            # (A copy: RLlib hands its own dict on, which the piece then changes.)
+            agent_module_ids=dict(self._agent_to_module_mapping),
             agent_to_module_mapping_fn=self.agent_to_module_mapping_fn,
         )
         if self.agent_episodes and self.is_numpy:

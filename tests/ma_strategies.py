@@ -518,19 +518,27 @@ def cut_points(draw, ep: Episode, kinds=("cut",)) -> dict:
 
 def successor(chunk, how):
     """The chunk that follows `chunk`, made as `how` says (a lookback, or
-    what cut_points() draws with several kinds)."""
+    what cut_points() draws with several kinds). Where a slice is refused
+    (ValueError: the agents' lookbacks differ, as after a cut that reached
+    back to a hanging agent's observation; RLlib refuses it alike), the cut."""
     if not isinstance(how, tuple):
         return chunk.cut(len_lookback_buffer=how)
     kind, lookback, back = how
     if kind == "slice_cut":
         end = len(chunk)
-        piece = chunk.slice(slice(max(end - back, 0), end), len_lookback_buffer=lookback)
+        try:
+            piece = chunk.slice(slice(max(end - back, 0), end), len_lookback_buffer=lookback)
+        except ValueError:
+            return chunk.cut(len_lookback_buffer=lookback)
         return piece.cut(len_lookback_buffer=back % 2)
     cut = chunk.cut(len_lookback_buffer=lookback)
-    if kind == "empty":
-        return cut[0:0]
-    if kind == "empty_slice":
-        return cut.slice(slice(0, 0), len_lookback_buffer=back)
+    try:
+        if kind == "empty":
+            return cut[0:0]
+        if kind == "empty_slice":
+            return cut.slice(slice(0, 0), len_lookback_buffer=back)
+    except ValueError:
+        return cut
     if kind == "pickle":
         return pickle.loads(pickle.dumps(cut))
     if kind == "state":

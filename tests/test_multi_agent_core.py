@@ -15,7 +15,7 @@ from collections import defaultdict
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ma_strategies as mas
@@ -159,10 +159,7 @@ def test_cut_then_concat_gives_back_the_uncut_episode(sequence, data):
     compare_joined_with_whole(joined, whole)
 
 
-@pytest.mark.xfail(strict=True, reason="open (issue 35, item 5): an empty slice of a "
-                   "fresh cut (cut()[0:0]) holds {} as its agents' infos, as RLlib's does, "
-                   "and concat_episode() takes them over the chunk's last infos")
-@settings(max_examples=100, deadline=None, derandomize=True, phases=[Phase.generate],
+@settings(max_examples=300, deadline=None, derandomize=True,
           suppress_health_check=list(HealthCheck))
 @given(sequence=mas.episodes(max_steps=10, invalid=False), data=st.data())
 def test_any_successor_concatenated_gives_back_the_uncut_episode(sequence, data):

@@ -794,18 +794,40 @@ def test_a_stepless_slice_of_a_numpy_episode(side):
 
 
 @pytest.mark.parametrize("side", SIDES)
-def test_an_agent_ending_without_its_last_observation_checks_no_outputs(side):
-    """An episode built from lists has no last observation per agent: an
-    agent that acts (with outputs of a new key) and then ends without an
-    observation gets no last step there, on both sides, so the outputs are
-    not checked against its earlier steps."""
+def test_bug_an_agent_ending_without_its_last_observation_loses_its_last_step(side):
+    """An episode built from lists (or restored) knows no last observation per
+    agent. An agent that acts there and then ends without an observation
+    repeats its last stored one, as in the episode stepped whole; RLlib's
+    has none to repeat and drops the step, its reward and the agent's end."""
+    ep = _cls(side)(id_="x", observations=[{"a0": 0}, {"a0": 1}], actions=[{"a0": 0}],
+                    rewards=[{"a0": 1.0}], len_lookback_buffer=0)
+    ep.add_env_step({}, {"a0": 1}, {"a0": 2.0})
+    ep.add_env_step({}, {}, {"a0": 3.0}, terminateds={"a0": True})
+    agent = ep.agent_episodes["a0"]
+    got = (agent.get_observations(), agent.get_rewards(), agent.is_terminated,
+           ep.get_return(), ep.is_terminated)
+    if side == "rllib":
+        assert got == ([0, 1], [1.0], False, 1.0, True)
+    else:
+        assert got == ([0, 1, 1], [1.0, 5.0], True, 6.0, True)
+
+
+@pytest.mark.parametrize("side", SIDES)
+def test_an_agent_ending_without_its_last_observation_checks_its_outputs(side):
+    """That last step is checked as any: outputs of a key new to the agent
+    are refused there (as in the episode stepped whole); RLlib, which drops
+    the step, does not look at them."""
     ep = _cls(side)(id_="x", observations=[{"a0": 0}, {"a0": 1}], actions=[{"a0": 0}],
                     rewards=[{"a0": 1.0}], len_lookback_buffer=0)
     ep.add_env_step({}, {"a0": 1}, {}, extra_model_outputs={"a0": {"k": 1.0}})
-    ep.add_env_step({}, {}, {}, terminateds={"a0": True})
-    agent = ep.agent_episodes["a0"]
-    assert (len(agent), agent.is_terminated, ep._hanging_actions_end, ep.is_terminated) == \
-        (1, False, {}, True)
+    if side == "rllib":
+        ep.add_env_step({}, {}, {}, terminateds={"a0": True})
+        agent = ep.agent_episodes["a0"]
+        assert (len(agent), agent.is_terminated, ep.is_terminated) == (1, False, True)
+    else:
+        with pytest.raises(AssertionError, match="misalign its extra model outputs"):
+            ep.add_env_step({}, {}, {}, terminateds={"a0": True})
+        assert len(ep.agent_episodes["a0"]) == 1 and not ep.is_done
 
 
 def _restored_from_lists(cls):
@@ -1056,3 +1078,152 @@ def test_cut_then_concat_gives_back_rllib_s_uncut_episode(ep, data):
         return
     _, joined = mas.play_in_chunks(ours_ma_class(), ep, cuts)
     compare_joined_with_whole(joined, whole)
+
+
+# -- slice() as a successor (issue 35, item 5): what RLlib's piece loses --------------
+
+
+def _two_agents_then_a_hanging_one(cls):
+    ep = cls(id_="s")
+    ep.add_env_reset(observations={"a0": 0, "a1": 0}, infos={"a0": {"v": 1}, "a1": {"v": 2}})
+    ep.add_env_step({"a0": 1, "a1": 1}, {"a0": 0, "a1": 0}, {"a0": 1.0, "a1": 1.0},
+                    {"a0": {"v": 3}, "a1": {"v": 4}})
+    ep.add_env_step({"a1": 2}, {"a0": 1, "a1": 1}, {"a0": 0.5, "a1": 1.0})
+    return ep
+
+
+@pytest.mark.parametrize("side", SIDES)
+def test_bug_slice_passes_no_infos(side):
+    """A piece holds the infos of the steps it covers; RLlib's slice passes
+    none, so its piece (and an empty slice used as a successor, which
+    concat_episode() takes the chunk's last infos from) holds {}."""
+    ep = _two_agents_then_a_hanging_one(_cls(side))
+    piece = ep.slice(slice(0, 1), len_lookback_buffer=0)
+    infos = {a: e.get_infos() for a, e in piece.agent_episodes.items()}
+    if side == "rllib":
+        assert infos == {"a0": [{}, {}], "a1": [{}, {}]}
+    else:
+        assert infos == {"a0": [{"v": 1}, {"v": 3}], "a1": [{"v": 2}, {"v": 4}]}
+
+
+@pytest.mark.parametrize("side", SIDES)
+def test_bug_slice_up_to_the_end_drops_a_hanging_action(side):
+    """a0 acted at env step 1 and hangs: a slice from env step 2 to the end
+    holds its last observation and its hanging action (with reward), as
+    cut() does; RLlib's piece has no a0 (its steps lie before the piece), so
+    a0's next observation there starts a new agent episode."""
+    ep = _two_agents_then_a_hanging_one(_cls(side))
+    piece = ep.slice(slice(2, None), len_lookback_buffer=0)
+    got = (sorted(piece.agent_episodes), dict(piece._hanging_actions_end))
+    if side == "rllib":
+        assert got == (["a1"], {})
+    else:
+        assert got == (["a0", "a1"], {"a0": 1})
+        assert piece.get_return(include_hanging_rewards=True) == 0.5
+        assert piece.agent_episodes["a0"].t == ep.agent_episodes["a0"].t
+        assert piece.agent_episodes["a0"].id_ == ep.agent_episodes["a0"].id_
+
+
+@pytest.mark.parametrize("side", SIDES)
+def test_bug_slice_counts_an_agent_without_observations_in_it_from_zero(side):
+    """The piece from env step 2 holds a0 only in its lookback (its last
+    observation, agent step 1): its agent steps go on from 1; RLlib's piece
+    starts them at 0 (and a later concatenation fails: the chunk does not
+    start where a0's steps end)."""
+    ep = _two_agents_then_a_hanging_one(_cls(side))
+    piece = ep.slice(slice(2, None), len_lookback_buffer=1)
+    agent = piece.agent_episodes["a0"]
+    got = (agent.t_started, agent.t, agent.get_observations(-1))
+    assert got == ((0, 0, 1) if side == "rllib" else (1, 1, 1))
+
+
+@pytest.mark.parametrize("side", SIDES)
+def test_bug_slice_misses_an_end_in_a_chunk_that_starts_later(side):
+    """a1 truncated at the chunk's last env step, in a chunk that starts at
+    a1's agent step 1: the piece up to there has a1 truncated; RLlib compares
+    the step with a1's length (1, not 2) and leaves the flag out."""
+    cls = _cls(side)
+    ep = cls(id_="d")
+    ep.add_env_reset(observations={"a0": 0, "a1": 0})
+    ep.add_env_step({"a0": 1, "a1": 1}, {"a0": 0, "a1": 0}, {"a0": 1.0, "a1": 1.0})
+    chunk = ep.cut()
+    chunk.add_env_step({"a0": 2, "a1": 2}, {"a0": 1, "a1": 1}, {"a0": 1.0, "a1": 1.0},
+                       truncateds={"a1": True})
+    piece = chunk.slice(slice(0, 1))
+    assert piece.agent_episodes["a1"].is_truncated is (side == "ours")
+
+
+@pytest.mark.parametrize("side", SIDES)
+def test_bug_slice_reads_a_late_agent_at_the_wrong_env_steps(side):
+    """a1 joins in a chunk cut at env step 3: its mapping has a skip per env
+    step from 0 on (RLlib's layout, which ours keeps), three more than the
+    chunk has. The piece of the chunk's two steps holds a1's two
+    observations; RLlib reads the mapping from its first entry and finds
+    none of them."""
+    cls = _cls(side)
+    ep = cls(id_="j")
+    ep.add_env_reset(observations={"a0": 0})
+    for t in range(1, 4):
+        ep.add_env_step({"a0": t}, {"a0": 0}, {"a0": 1.0})
+    chunk = ep.cut()
+    chunk.add_env_step({"a0": 4, "a1": 100}, {"a0": 0}, {"a0": 1.0})
+    chunk.add_env_step({"a0": 5, "a1": 101}, {"a0": 0, "a1": 0}, {"a0": 1.0, "a1": 1.0})
+    assert chunk.env_t_to_agent_t["a1"].data == ["S", "S", "S", "S", 0, 1]
+    piece = chunk.slice(slice(0, 2))
+    a1 = piece.agent_episodes.get("a1")
+    got = None if a1 is None else a1.get_observations()
+    assert got == (None if side == "rllib" else [100, 101])
+
+
+@pytest.mark.parametrize("side", SIDES)
+def test_bug_slice_reads_an_agent_ended_without_observation_one_step_off(side):
+    """a1 acts at env step 1 and is terminated at env step 2 without an
+    observation: its mapping holds a skip and its last step for env step 2
+    (RLlib's layout, ours the same). A piece of env steps 1-2 has a1 end
+    there; RLlib reads the mapping from its first entry: a1 neither ends nor
+    keeps its step."""
+    cls = _cls(side)
+    ep = cls(id_="k")
+    ep.add_env_reset(observations={"a0": 0, "a1": 0})
+    ep.add_env_step({"a0": 1, "a1": 1}, {"a0": 0, "a1": 0}, {"a0": 1.0, "a1": 1.0})
+    ep.add_env_step({"a0": 2}, {"a0": 1, "a1": 1}, {"a0": 1.0, "a1": 2.0},
+                    terminateds={"a1": True})
+    assert ep.env_t_to_agent_t["a1"].data == [0, 1, "S", 2]
+    piece = ep.slice(slice(1, 2), len_lookback_buffer=0)
+    a1 = piece.agent_episodes.get("a1")
+    got = None if a1 is None else (a1.get_observations(), a1.get_rewards(), a1.is_terminated)
+    if side == "rllib":
+        assert got is None or not got[2]
+    else:
+        assert got == ([1, 1], [2.0], True)
+
+
+@pytest.mark.parametrize("side", SIDES)
+def test_bug_slice_changes_the_episode_s_agent_to_module_mapping(side):
+    """a1 ends at the piece's first env step (the piece holds only its last
+    observation, so not a1): RLlib hands its own agent-to-module dict to the
+    piece, which drops a1 from it, so the sliced episode forgets a1's
+    module; ours gives the piece a copy."""
+    cls = _cls(side)
+    ep = cls(id_="m")
+    ep.add_env_reset(observations={"a0": 0, "a1": 0})
+    ep.add_env_step({"a0": 1, "a1": 1}, {"a0": 0, "a1": 0}, {"a0": 1.0, "a1": 1.0},
+                    terminateds={"a1": True})
+    ep.add_env_step({"a0": 2}, {"a0": 1}, {"a0": 1.0})
+    piece = ep.slice(slice(1, None), len_lookback_buffer=0)
+    assert "a1" not in piece._agent_to_module_mapping
+    assert ("a1" in ep._agent_to_module_mapping) is (side == "ours")
+
+
+@pytest.mark.parametrize("side", SIDES)
+def test_bug_is_numpy_of_an_episode_without_agents(side):
+    """No agent, so no data numpy'ized: is_numpy is False, also after
+    to_numpy(); RLlib's raises StopIteration (from next() on its empty dict
+    of agent episodes)."""
+    for ep in (_cls(side)(), _cls(side)(observations=[{}, {}], actions=[{}], rewards=[{}])):
+        if side == "rllib":
+            with pytest.raises(StopIteration):
+                ep.is_numpy
+        else:
+            assert ep.is_numpy is False
+            assert ep.to_numpy() is ep and ep.is_numpy is False

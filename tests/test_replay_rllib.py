@@ -894,3 +894,103 @@ def test_prioritized_sample_batch_draws_and_weighs_as_rllib_samples(seed):
         again = ours.sample(B, n_step=1, gamma=0.9, beta=beta)
         assert [e.get_extra_model_outputs("weights")[0] for e in again] == \
             [e.get_extra_model_outputs("weights")[0] for e in drawn]
+
+
+def _mixed_cartpole_episode(episode_cls, seed=3):
+    """A CartPole episode cut every 5 steps, the chunks alternately left in
+    list mode (the first) and numpy'ized, concatenated again: its list-mode
+    rewards and actions mix Python and numpy numbers."""
+    import gymnasium as gym
+
+    env = gym.make("CartPole-v1")
+    obs, info = env.reset(seed=seed)
+    episode = episode_cls(observations=[obs], infos=[info],
+                          observation_space=env.observation_space,
+                          action_space=env.action_space)
+    chunks = []
+    for t in range(23):
+        obs, reward, terminated, truncated, info = env.step(t % 2)
+        episode.add_env_step(obs, t % 2, reward, infos=info, terminated=terminated,
+                             truncated=truncated)
+        if (t + 1) % 5 == 0 and not episode.is_done:
+            chunks.append(episode)
+            episode = episode.cut()
+    chunks.append(episode)
+    for chunk in chunks[1::2]:
+        chunk.to_numpy()
+    whole = chunks[0]
+    for chunk in chunks[1:]:
+        whole.concat_episode(chunk)
+    return whole
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_a_list_mode_episode_concatenated_with_numpy_chunks_is_stored(prioritized):
+    """Its rewards (Python and numpy floats) and actions (Python and numpy
+    ints) are numbers: stored and sampled as RLlib's buffer samples them
+    (ours refused the rewards as objects), beside a numpy'ized episode. The
+    sampled list-mode steps are Python numbers; RLlib's keep the numpy
+    type of the steps that came from numpy'ized chunks."""
+    theirs_cls, ours_cls = (TheirPERB, replay.PrioritizedEpisodeReplayBuffer) if prioritized \
+        else (TheirERB, replay.EpisodeReplayBuffer)
+    found = []
+    for episode_cls, cls in ((TheirEpisode, theirs_cls), (SingleAgentEpisode, ours_cls)):
+        mixed = _mixed_cartpole_episode(episode_cls)
+        assert type(mixed.get_rewards(0)) is float and type(mixed.get_rewards(7)) is np.float64
+        buffer = cls(capacity=1000)
+        plain = _mixed_cartpole_episode(episode_cls, seed=4)
+        plain.to_numpy()
+        buffer.add([mixed, plain])
+        buffer.rng = np.random.default_rng(0)
+        drawn = buffer.sample(30, n_step=1, sample_episodes=True)
+        # (Where a step came from: its observation. The prioritized buffer's
+        # episodes have ids of their own.)
+        mixed_obs = mixed.get_observations()
+        found.append([(any(np.array_equal(e.get_observations(0), o) for o in mixed_obs),
+                       e.get_observations(), e.get_actions(), e.get_rewards())
+                      for e in drawn])
+        if cls is ours_cls:
+            batch = buffer.sample_batch(64, n_step=1)
+            assert batch["rewards"].dtype == np.float64 and batch["actions"].dtype == np.int64
+    assert len(found[0]) == len(found[1])
+    for (from_mixed, *theirs), (also_mixed, *ours) in zip(*found):
+        assert from_mixed == also_mixed
+        if from_mixed:
+            # (Compared as arrays: the dtypes and values.)
+            assert all(type(x) is int for x in ours[1])      # (the actions)
+            theirs, ours = [np.array(x) for x in theirs], [np.array(x) for x in ours]
+        compare(ours, theirs, "sampled episode")
+
+
+@pytest.mark.parametrize("prioritized", [False, True])
+def test_a_multi_agent_episode_concatenated_with_numpy_chunks_is_stored(prioritized):
+    """The multi-agent buffers take such an episode too (each agent's list-mode
+    rewards and actions mix Python and numpy numbers): as RLlib's, they hold
+    its steps, and sample them with the same values."""
+    theirs_cls, ours_cls = (TheirMAPERB, replay.MultiAgentPrioritizedEpisodeReplayBuffer) \
+        if prioritized else (TheirMAERB, replay.MultiAgentEpisodeReplayBuffer)
+    found = []
+    for episode_cls, cls in ((TheirMultiEpisode, theirs_cls), (MultiAgentEpisode, ours_cls)):
+        episode = episode_cls(id_="m")
+        episode.add_env_reset(observations={"a0": np.zeros(2, np.float32),
+                                            "a1": np.zeros(2, np.float32)})
+        chunks = []
+        for t in range(12):
+            episode.add_env_step({"a0": np.full(2, t, np.float32),
+                                  "a1": np.full(2, -t, np.float32)},
+                                 {"a0": t % 2, "a1": 1}, {"a0": 1.0, "a1": 0.5})
+            if (t + 1) % 4 == 0:
+                chunks.append(episode)
+                episode = episode.cut()
+        for chunk in chunks[1::2]:
+            chunk.to_numpy()
+        for chunk in chunks[1:]:
+            chunks[0].concat_episode(chunk)
+        buffer = cls(capacity=100)
+        buffer.add(chunks[0])
+        buffer.rng = np.random.default_rng(0)
+        drawn = buffer.sample(num_items=20, n_step=1)
+        found.append((buffer.get_num_timesteps(),
+                      sorted((float(e.get_observations(0)[0]), int(e.get_actions(0)),
+                              float(e.get_rewards(0))) for e in drawn)))
+    assert found[1] == found[0]

@@ -17,7 +17,7 @@ from episode.replay.draws import (_batch_size, _check_gamma, _checked_n_step, _d
 from episode.replay.frames import frame_settings, store_args
 from episode.replay.metrics import _MultiCounts, _SampleCounts
 from episode.replay.stored import (_as_ours_multi, _env_steps_chunk, _episode_indices,
-                                   _force_list)
+                                   _force_list, _numbers_as_numbers)
 from episode.replay.tensors import _check_numeric, _to_torch, _torch_device
 from episode.replay.uniform import EpisodeReplayBuffer, _entries
 
@@ -761,7 +761,9 @@ def _fitted(agent_episode, store: Store):
     chunk in which the agent took no step turns its int actions into
     float64, so a checkpoint can hold a module's actions as float64 (and
     its store then keeps them so) while the next chunks bring int64 ones,
-    which RLlib's concat turns into float64 too. Else the chunk as it is."""
+    which RLlib's concat turns into float64 too. Else the chunk as it is
+    (its mixed Python and numpy numbers as numbers: _numbers_as_numbers)."""
+    agent_episode = _numbers_as_numbers(agent_episode)
     state = None
     for track, name in (("obs", "observations"), ("actions", "actions"),
                         ("rewards", "rewards")):

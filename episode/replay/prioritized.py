@@ -18,7 +18,8 @@ from episode.replay.draws import (_batch_size, _check_capacity, _check_gamma,
                                   _warn_misspelt)
 from episode.replay.frames import store_args
 from episode.replay.metrics import _AddCounts
-from episode.replay.stored import _as_ours, _episode_indices, _force_list
+from episode.replay.stored import (_as_ours, _episode_indices, _force_list,
+                                    _numbers_as_numbers)
 from episode.replay.uniform import EpisodeReplayBuffer, _env_numbers
 
 
@@ -108,7 +109,7 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
         alpha."""
         if weight is None:
             weight = self._max_priority
-        episodes = [_as_ours(e) for e in _force_list(episodes)]
+        episodes = [_numbers_as_numbers(_as_ours(e)) for e in _force_list(episodes)]
         pending: dict = {}
         for episode in episodes:
             self._store.check(episode, pending)

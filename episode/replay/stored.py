@@ -9,6 +9,7 @@ from typing import Dict, Optional
 
 import numpy as np
 
+from episode._column import KINDS
 from episode._episode import EpisodeCore
 from episode._replay import Store, episode_fields, live_slots, rows_of
 from episode.lookback_buffer import InfiniteLookbackBuffer
@@ -27,6 +28,41 @@ def _as_ours(episode) -> SingleAgentEpisode:
     if hasattr(episode, "get_state") and hasattr(episode, "extra_model_outputs"):
         return SingleAgentEpisode.from_state(episode.get_state())
     raise TypeError(f"a replay buffer stores SingleAgentEpisodes, not {type(episode).__name__}")
+
+
+_NUMBERS = (bool, int, float, np.bool_, np.integer, np.floating)
+_PYTHON_DTYPES = (np.dtype(np.float64), np.dtype(np.int64), np.dtype(np.bool_))
+
+
+def _numbers_as_numbers(episode: SingleAgentEpisode) -> SingleAgentEpisode:
+    """`episode` with each list-mode track that holds Python and numpy
+    numbers mixed (a list-mode chunk concatenated with a numpy'ized one, or
+    an env that gives both) held as numbers of the dtype np.array() gives
+    them, as RLlib's buffer batches them: a store keeps numbers, not
+    objects. They come back as Python numbers where that dtype is Python's
+    (float64, int64, bool), as list-mode steps do; RLlib's buffer keeps each
+    step's own type. Else the episode as it is."""
+    tracks = [("observations", episode.observations), ("actions", episode.actions),
+              ("rewards", episode.rewards),
+              *((("extra_model_outputs", key), buf)
+                for key, buf in episode.extra_model_outputs.items())]
+    state = None
+    for name, buf in tracks:
+        column = getattr(buf, "_col", None)
+        if buf.finalized or column is None or column.kind != KINDS["object"]:
+            continue
+        items = buf.data
+        if not items or not all(isinstance(x, _NUMBERS) for x in items):
+            continue
+        numbers = np.array(items)
+        numbers = numbers.tolist() if numbers.dtype in _PYTHON_DTYPES else list(numbers)
+        state = state or episode.get_state()
+        if isinstance(name, tuple):
+            extras = state[name[0]] = dict(state[name[0]])
+            extras[name[1]] = dict(extras[name[1]], data=numbers)
+        else:
+            state[name] = dict(state[name], data=numbers)
+    return SingleAgentEpisode.from_state(state) if state is not None else episode
 
 
 def _episode_indices(store: Store) -> Dict[int, int]:

@@ -21,7 +21,8 @@ from episode.replay import kept
 from episode.replay.transitions import _OpenEpisodes, add_transitions
 from episode.replay.tensors import _check_numeric, _to_torch, _torch_device
 from episode.replay.stored import (DEFAULT_AGENT_ID, DEFAULT_MODULE_ID, _as_ours,
-                                   _episode_indices, _force_list, _stored_episode)
+                                   _episode_indices, _force_list, _numbers_as_numbers,
+                                   _stored_episode)
 
 
 _ENVS = np.arange(64)
@@ -145,7 +146,7 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
         """Adds episodes (a list, or one), evicting the oldest ones while the
         buffer holds more than `capacity` timesteps (and more than one
         episode). Checked first: a bad episode changes nothing."""
-        episodes = [_as_ours(e) for e in _force_list(episodes)]
+        episodes = [_numbers_as_numbers(_as_ours(e)) for e in _force_list(episodes)]
         pending: dict = {}
         for episode in episodes:
             self._store.check(episode, pending)
