@@ -1702,11 +1702,11 @@ def _parser() -> argparse.ArgumentParser:
                         "one multi-agent env, recorded as MultiAgentEpisodes (default: 1)")
     r.add_argument("--seed", type=_seed, default=0, help="env and action seed "
                    "(default: %(default)s)")
-    r.add_argument("--format", choices=["parquet", "arrow"], default="parquet",
-                   help="Parquet files, or Arrow IPC files (read memory-mapped, in place) "
-                        "(default: %(default)s)")
+    r.add_argument("--format", choices=["arrow", "parquet"], default="arrow",
+                   help="Arrow IPC files (uncompressed ones are read memory-mapped, in "
+                        "place), or Parquet files (default: %(default)s)")
     r.add_argument("--compression", choices=["zstd", "lz4", "snappy", "gzip", "brotli", "none"],
-                   help="the files' compression (default: zstd for parquet, none for arrow; "
+                   help="the files' compression (default: lz4 for arrow, zstd for parquet; "
                         "arrow files take zstd, lz4 or none)")
     r.add_argument("--rows-per-file", type=_positive_int, default=None, metavar="R",
                    help="rows (steps, and a row per episode for its last observation) kept "

@@ -261,7 +261,7 @@ def test_writer_parts_and_files(tmp_path):
         writer.write(batch[3])
         writer.write(batch[4:])
     names = sorted(os.listdir(tmp_path))
-    tables = [n for n in names if n.endswith(".episodes.parquet")]
+    tables = [n for n in names if n.endswith(".episodes.arrow")]
     assert len(tables) >= 2 and not [n for n in names if n.startswith(".")]
     ds = read_episodes(tmp_path)
     assert [e.id_ for e in ds] == [e.id_ for e in batch]
@@ -323,7 +323,7 @@ def test_episode_table_columns(tmp_path):
     import pyarrow.parquet as pq
 
     batch = [_cartpole(seed) for seed in range(3)]
-    files = write_episodes(batch, tmp_path)
+    files = write_episodes(batch, tmp_path, format="parquet")
     table = pq.read_table([f for f in files if f.endswith(".episodes.parquet")][0])
     assert table.column("length").to_pylist() == [len(e) for e in batch]
     assert table.column("return").to_pylist() == [e.get_return() for e in batch]
@@ -369,7 +369,7 @@ def test_a_newer_format_version_is_refused(tmp_path):
 
     import pyarrow.parquet as pq
 
-    files = write_episodes([_cartpole(0)], tmp_path)
+    files = write_episodes([_cartpole(0)], tmp_path, format="parquet")
     table_file = [f for f in files if f.endswith(".episodes.parquet")][0]
     table = pq.read_table(table_file)
     meta = json.loads(table.schema.metadata[b"episode.format"])
@@ -383,7 +383,7 @@ def test_a_newer_format_version_is_refused(tmp_path):
 def test_a_missing_step_file_or_column_is_named(tmp_path):
     import pyarrow.parquet as pq
 
-    files = write_episodes([_cartpole(0)], tmp_path)
+    files = write_episodes([_cartpole(0)], tmp_path, format="parquet")
     steps = [f for f in files if ".steps-" in f][0]
     table = pq.read_table(steps)
     pq.write_table(table.drop_columns(["actions"]), steps)
@@ -732,7 +732,7 @@ def test_a_continued_chunk_is_written_without_its_lookback(tmp_path):
     episode = _cartpole(0, steps=10)
     first = episode.slice(slice(0, 6))
     second = episode.slice(slice(6, None), len_lookback_buffer=4)
-    with EpisodeWriter(tmp_path) as writer:
+    with EpisodeWriter(tmp_path, format="parquet") as writer:
         writer.write(first)
         writer.write(second)             # the writer has its lookback rows already
     steps = [f for f in os.listdir(tmp_path) if ".steps-" in f]

@@ -289,7 +289,7 @@ def test_datasets_without_checksums_are_read_unchecked_only(tmp_path):
 
     from test_offline_dataset import _cartpole
 
-    files = write_episodes([_cartpole(0)], tmp_path)
+    files = write_episodes([_cartpole(0)], tmp_path, format="parquet")
     (table_file,) = [f for f in files if ".episodes." in f]
     table = pq.read_table(table_file)
     meta = json.loads(table.schema.metadata[b"episode.format"])

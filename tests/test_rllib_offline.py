@@ -170,7 +170,8 @@ def test_native_recording_reads_back_as_the_sampled_episodes(native_recording):
         assert list(a.get_actions()) == list(b.get_actions())
         assert list(a.get_rewards()) == list(b.get_rewards())
     # One folder per env, as RLlib's layout.
-    assert {os.path.basename(os.path.dirname(f)) for f in _files(out)} == {"cartpoleenv"}
+    assert {os.path.basename(os.path.dirname(f)) for f in _files(out, "arrow")} == \
+        {"cartpoleenv"}
 
 
 def test_native_recording_writes_each_sample_once(tmp_path):
@@ -228,7 +229,8 @@ def test_a_failed_write_leaves_no_file_and_keeps_its_rows(tmp_path, monkeypatch)
 
     from episode.offline import read_episodes
 
-    runner = _runner(_recording_config(tmp_path, output_write_method="write_episodes"))
+    runner = _runner(_recording_config(tmp_path, output_write_method="write_episodes",
+                                       output_write_method_kwargs={"format": "parquet"}))
     real = pq.write_table
     calls = []
 

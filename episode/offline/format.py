@@ -404,22 +404,31 @@ def read_episode_table(path: str, *, verify: bool) -> tuple:
     its own checksums (see the module's docstring) before it is used."""
     import pyarrow as pa
 
-    table = read_table(path, verify=verify)
-    meta = read_metadata(table.schema, path, "episodes")
-    if not verify:
+    if not (verify and path.endswith(".arrow")):
+        table = read_table(path, verify=verify)
+        meta = read_metadata(table.schema, path, "episodes")
+        if verify:
+            _has_checksums(meta, path)
         return table, meta
+    # An Arrow file's CRC-32 is checked on its messages as stored, before
+    # anything is decoded (a damaged compressed buffer would fail to inflate).
+    try:
+        buffer = pa.memory_map(path).read_buffer()
+        meta = read_metadata(pa.ipc.open_file(buffer).schema, path, "episodes")
+        _has_checksums(meta, path)
+        crc = arrow_batches_crc(buffer)
+    except (OSError, pa.ArrowException) as error:
+        raise DatasetError(f"{path}: not a readable arrow file ({error})") from None
+    if crc != meta.get("batches_crc32"):
+        raise DatasetError(f"{path}: damaged: the CRC-32 of its contents ({crc:08x}) is "
+                           f"not the one written with it")
+    return read_table(path, verify=verify), meta
+
+
+def _has_checksums(meta: dict, path: str) -> None:
     if not isinstance(meta.get("step_checksums"), list):
         raise DatasetError(f"{path}: holds no checksums (written by an earlier version of "
                            f"episode): read_episodes(..., verify=False) reads it unchecked")
-    if path.endswith(".arrow"):
-        try:
-            crc = arrow_batches_crc(pa.memory_map(path).read_buffer())
-        except (OSError, pa.ArrowException) as error:
-            raise DatasetError(f"{path}: not a readable arrow file ({error})") from None
-        if crc != meta.get("batches_crc32"):
-            raise DatasetError(f"{path}: damaged: the CRC-32 of its contents ({crc:08x}) is "
-                               f"not the one written with it")
-    return table, meta
 
 
 def check_file(path: str, want: Any, table_path: str) -> None:
