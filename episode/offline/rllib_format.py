@@ -5,8 +5,10 @@ output=..., output_write_episodes=...)``):
 
 * episodes (the default): one row per episode, a binary column ``item``
   holding ``msgpack.packb(episode.get_state(), default=msgpack_numpy.encode)``.
-  :func:`pack_episode` and :func:`unpack_episode` write and read it byte for
-  byte, in C and without msgpack_numpy (:mod:`episode._msgpack`);
+  :func:`pack_episode` writes it byte for byte with msgpack (msgpack_numpy's
+  maps made here), :func:`unpack_episode` reads it in C
+  (:mod:`episode._msgpack`: the msgpack library would make a Python map
+  per step);
 * rows: one row per timestep with RLlib's column names (``eps_id``,
   ``agent_id``, ``module_id``, ``obs``, ``actions``, ``rewards``, ``new_obs``,
   ``terminateds``, ``truncateds``, then each extra model output), the columns
@@ -16,8 +18,8 @@ output=..., output_write_episodes=...)``):
   it (and the old stack's SampleBatch rows).
 
 Packed values are unpickled by a restricted unpickler that knows only what a
-pickled numpy array or scalar needs: a dataset never runs code. pyarrow,
-msgpack-free C code and lz4 are imported on first use.
+pickled numpy array or scalar needs: a dataset never runs code. pyarrow
+and lz4 are imported on first use.
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import msgpack
 import numpy as np
 
 from episode.single_agent_episode import SingleAgentEpisode
@@ -76,7 +79,9 @@ _RAGGED_TENSOR_TYPE = "ray.data.arrow_variable_shaped_tensor"
 _PICKLED_TYPE = "ray.data.arrow_pickled_object"
 
 
-def _msgpack():
+def _decoder():
+    # The C decoder of packed episodes (the one parser of ours kept for
+    # RLlib's formats: see episode/_msgpack.pyx).
     from episode import _msgpack
 
     return _msgpack
@@ -105,13 +110,6 @@ def _lz4_frame():
     return lz4.frame
 
 
-def _lz4_block_decompress():
-    _lz4_frame()
-    import lz4.block
-
-    return lz4.block.decompress
-
-
 # -- the episode format ----------------------------------------------------------------
 
 
@@ -124,12 +122,13 @@ def pack_episode(episode: SingleAgentEpisode) -> bytes:
     lookback rows (a ``cut()`` successor's) is packed as its state; RLlib
     hands msgpack the buffer object itself, which cannot be packed.
     """
-    return _msgpack().pack_episode(episode)
+    return packb(episode.get_state())
 
 
 def pack_episodes(episodes: Iterable[SingleAgentEpisode]) -> list[bytes]:
     """:func:`pack_episode` of each episode (a column's worth of ``item`` values)."""
-    return _msgpack().pack_episodes(episodes)
+    packer = msgpack.Packer(default=_encode)
+    return [packer.pack(episode.get_state()) for episode in episodes]
 
 
 def unpack_episode(blob: Any) -> SingleAgentEpisode:
@@ -142,7 +141,7 @@ def unpack_episode(blob: Any) -> SingleAgentEpisode:
     and where) and AssertionError, as RLlib does, for tracks of inconsistent
     lengths.
     """
-    return _msgpack().unpack_episode(blob, SingleAgentEpisode)
+    return _decoder().unpack_episode(blob, SingleAgentEpisode)
 
 
 def unpack_episodes(blobs: Any) -> list[SingleAgentEpisode]:
@@ -155,7 +154,7 @@ def unpack_episodes(blobs: Any) -> list[SingleAgentEpisode]:
 
 
 def _unpack_episodes(blobs: Any) -> list[SingleAgentEpisode]:
-    m = _msgpack()
+    m = _decoder()
     pa = sys.modules.get("pyarrow")
     if pa is not None and isinstance(blobs, pa.ChunkedArray):
         out: list = []
@@ -455,11 +454,58 @@ def _is_packed(values: Any, listed: bool) -> bool:
     return False
 
 
+# The opcodes that hold a pickled array's data in place, and their bytes
+# before it (the opcode and its length field).
+_DATA_OPS = {"SHORT_BINBYTES": 2, "BINBYTES": 5, "BINBYTES8": 9, "BYTEARRAY8": 9}
+
+
+def _unpack_cells(values: Any) -> np.ndarray | None:
+    """The arrays of a packed column, stacked into one (n, *shape) array,
+    when every cell is the pickle of an array of one plain dtype and shape
+    (one column of RLlib's recording); None otherwise (the caller then
+    unpacks cell by cell and names the failing one).
+
+    Whole-column steps: base64 and lz4 of each cell by C functions mapped
+    over the column, the first pickle through the restricted unpickler, and
+    the others compared with it as one byte table: pickles of such arrays
+    differ only in their data bytes, which are then the rows."""
+    cells = values.tolist() if isinstance(values, np.ndarray) else list(values)
+    if not set(map(type, cells)) <= {str, bytes}:
+        return None
+    try:
+        pickles = list(map(_lz4_frame().decompress, map(binascii.a2b_base64, cells)))
+    except (binascii.Error, ValueError, RuntimeError):
+        return None
+    size = len(pickles[0])
+    if set(map(len, pickles)) != {size}:
+        return None
+    try:
+        first = safe_loads(pickles[0])
+    except ValueError:
+        return None
+    if type(first) is not np.ndarray or first.dtype.kind not in "biufc" \
+            or not first.dtype.isnative or first.nbytes == 0:
+        return None
+    data = first.tobytes()
+    starts = [pos + _DATA_OPS[op.name] for op, arg, pos in pickletools.genops(pickles[0])
+              if op.name in _DATA_OPS and arg == data]
+    if len(starts) != 1:
+        return None
+    start, end = starts[0], starts[0] + len(data)
+    if not first.flags.c_contiguous or pickles[0][start:end] != data:
+        return None       # (a Fortran-ordered array's bytes are in another order)
+    table = np.frombuffer(b"".join(pickles), np.uint8).reshape(len(pickles), size)
+    if not ((table[:, :start] == table[0, :start]).all()
+            and (table[:, end:] == table[0, end:]).all()):
+        return None
+    return table[:, start:end].copy().view(first.dtype).reshape((len(pickles),) + first.shape)
+
+
 def _unpack_column(values: Any, name: str) -> Any:
     """A packed column's values: one (n, *shape) array when they are arrays
     of one dtype and shape, else a list of the unpacked values."""
     if len(values):
-        rows = _msgpack().unpack_cells(values, _lz4_block_decompress())
+        rows = _unpack_cells(values)
         if rows is not None:
             return rows
     out = []
@@ -608,7 +654,7 @@ def with_kept_infos(table: Any, where: str = "the rows") -> Any:
     if kept is None or "infos" in table.column_names:
         return table
     try:
-        rows = _msgpack().unpackb(kept)
+        rows = unpackb(kept)
     except Exception as error:     # noqa: BLE001 - damaged bytes fail in many ways
         raise ValueError(f"{where}: its kept infos are not msgpack: {error}") from None
     if not isinstance(rows, list) or len(rows) != table.num_rows or \
@@ -630,7 +676,7 @@ def infos_apart(table: Any) -> Any:
     rows = table.column("infos").to_pylist()
     table = table.drop_columns(["infos"])
     return table.replace_schema_metadata(
-        {**(table.schema.metadata or {}), INFOS_KEY: _msgpack().packb(rows)})
+        {**(table.schema.metadata or {}), INFOS_KEY: packb(rows)})
 
 
 def detect_format(schema: Any) -> str | None:
@@ -650,6 +696,168 @@ def detect_format(schema: Any) -> str | None:
     if {"obs", "actions", "rewards"} <= names and names & {"new_obs", "eps_id"}:
         return ROWS_FORMAT
     return None
+
+
+# -- msgpack-numpy, on the msgpack library ---------------------------------------------
+#
+# RLlib's episode format and our rows' infos: msgpack with msgpack_numpy's
+# maps for arrays and numpy scalars ({b"nd": True, b"type": "<f4", b"kind":
+# b"", b"shape": [4], b"data": <bytes>}). Packed episodes are read by the C
+# decoder (episode._msgpack); everything else goes through msgpack here.
+
+_MAX_NDIM = 64      # (numpy's own limit)
+
+
+def _encode(obj: Any) -> Any:
+    # msgpack_numpy.encode's maps (its bytes, so that RLlib reads ours).
+    if isinstance(obj, np.ndarray):
+        if obj.dtype.kind in "VO":
+            kind, descr = obj.dtype.kind.encode("ascii"), obj.dtype.descr
+        else:
+            kind, descr = b"", obj.dtype.str
+        if obj.dtype == object:
+            data = obj.dumps()
+        else:
+            data = memoryview(obj.data) if obj.flags.c_contiguous else obj.tobytes()
+        return {b"nd": True, b"type": descr, b"kind": kind, b"shape": obj.shape, b"data": data}
+    if isinstance(obj, (np.bool_, np.number)):
+        return {b"nd": False, b"type": obj.dtype.str, b"data": memoryview(obj.data)}
+    if isinstance(obj, complex):
+        return {b"complex": True, b"data": repr(obj)}
+    return obj      # (msgpack then raises its own error for it, as with msgpack_numpy)
+
+
+def packb(obj: Any) -> bytes:
+    """``msgpack.packb(obj, default=msgpack_numpy.encode)``, byte for byte
+    (TypeError for what it cannot pack, OverflowError for ints outside
+    int64/uint64, ValueError past msgpack's nesting limit)."""
+    return msgpack.packb(obj, default=_encode)
+
+
+_DTYPES: dict = {}
+
+
+def _dtype(text: Any) -> np.dtype:
+    found = _DTYPES.get(text) if type(text) is str else None
+    if found is not None:
+        return found
+    if type(text) is not str:
+        raise ValueError(f"a msgpack-numpy type is a str, not {type(text).__name__}")
+    try:
+        dtype = np.dtype(text)
+    except (TypeError, ValueError, SyntaxError) as error:    # numpy parses "(2,)f4" with ast
+        raise ValueError(f"a msgpack-numpy map names no dtype: {text!r:.80}") from error
+    if dtype.hasobject:
+        raise ValueError(f"a msgpack-numpy map of {dtype} without kind b'O'")
+    if len(_DTYPES) < 256:
+        _DTYPES[text] = dtype
+    return dtype
+
+
+def _structured(descr: Any) -> list:
+    # msgpack_numpy's descr of a structured dtype: [name, type, *shape] per field.
+    fields = []
+    for field in descr:
+        if type(field) is not list or len(field) < 2:
+            raise ValueError(f"a structured dtype field is [name, type, ...], not {field!r:.80}")
+        name = field[0].decode() if type(field[0]) is bytes else field[0]
+        sub = _structured(field[1]) if type(field[1]) is list else field[1]
+        rest = tuple(tuple(x) if type(x) is list else x for x in field[2:])
+        fields.append((name, sub) + rest)
+    return fields
+
+
+def _shape(shape: Any) -> tuple:
+    if type(shape) is int:
+        shape = [shape]
+    if type(shape) is not list and type(shape) is not tuple:
+        raise ValueError(f"a msgpack-numpy shape is a list of ints, not {type(shape).__name__}")
+    if len(shape) > _MAX_NDIM:
+        raise ValueError(f"a msgpack-numpy shape of {len(shape)} dimensions")
+    count = 1
+    for d in shape:
+        if type(d) is not int or not 0 <= d < 1 << 48:
+            raise ValueError(f"a msgpack-numpy shape holds {d!r:.40}")
+        count *= d
+        if count > 1 << 48:
+            raise ValueError(f"a msgpack-numpy shape of too many elements: {shape!r:.80}")
+    return tuple(shape)
+
+
+def _unpickled_array(data: Any) -> np.ndarray:
+    if type(data) is not bytes:
+        raise ValueError(f"a msgpack-numpy object array's data is bytes, not "
+                         f"{type(data).__name__}")
+    arr = safe_loads(data)
+    if type(arr) is not np.ndarray:
+        raise ValueError(f"a msgpack-numpy object array unpickled to {type(arr).__name__}")
+    return arr
+
+
+def _decode(d: dict) -> Any:
+    """msgpack_numpy.decode: the array, numpy scalar or complex a map
+    describes (copies, writable), or the map; ValueError where its fields
+    do not describe one."""
+    nd = d.get(b"nd", d)
+    if nd is d:
+        if b"complex" in d and b"data" in d:
+            text = d[b"data"]
+            try:
+                return complex(text.decode() if type(text) is bytes else str(text))
+            except (TypeError, ValueError, UnicodeDecodeError) as error:
+                raise ValueError(f"a msgpack-numpy complex of {text!r:.80}") from error
+        return d
+    if nd is True:
+        kind = d.get(b"kind")
+        if kind == b"O" and b"data" in d:
+            return _unpickled_array(d[b"data"])
+        if b"data" not in d or b"type" not in d or b"shape" not in d:
+            return d
+        data = d[b"data"]
+        if kind == b"V":
+            if type(d[b"type"]) is not list:
+                raise ValueError("a structured msgpack-numpy array's type is a list of fields")
+            try:
+                dtype = np.dtype(_structured(d[b"type"]))
+            except (TypeError, ValueError, SyntaxError, KeyError, IndexError) as error:
+                raise ValueError(f"a msgpack-numpy map names no dtype: {d[b'type']!r:.80}") \
+                    from error
+        else:
+            dtype = _dtype(d[b"type"])
+        if type(data) is not bytes:
+            raise ValueError(f"a msgpack-numpy array's data is bytes, not {type(data).__name__}")
+        shape = _shape(d[b"shape"])
+        if math.prod(shape) * dtype.itemsize != len(data):
+            raise ValueError(f"a msgpack-numpy array of shape {shape} and dtype {dtype} has "
+                             f"{len(data)} bytes of data")
+        return np.frombuffer(data, dtype).reshape(shape).copy()
+    if b"data" not in d or b"type" not in d:
+        return d
+    data = d[b"data"]
+    dtype = _dtype(d[b"type"])
+    if type(data) is not bytes:
+        raise ValueError(f"a msgpack-numpy scalar's data is bytes, not {type(data).__name__}")
+    if len(data) != dtype.itemsize:
+        raise ValueError(f"a msgpack-numpy {dtype} scalar has {len(data)} bytes of data")
+    return np.frombuffer(data, dtype)[0]
+
+
+def _unpackb(data: Any, hook: Any = _decode) -> Any:
+    if isinstance(data, str):
+        raise TypeError("packed data is bytes (or a bytes-like object), not str")
+    try:
+        return msgpack.unpackb(data, object_hook=hook, raw=False, strict_map_key=False)
+    except (ValueError, TypeError, MemoryError, RecursionError):
+        raise
+    except Exception as error:     # noqa: BLE001 - msgpack's OutOfData and kin
+        raise ValueError(f"corrupt msgpack: {type(error).__name__}: {error}") from None
+
+
+def unpackb(data: Any) -> Any:
+    """``msgpack.unpackb(data, object_hook=msgpack_numpy.decode)``, with
+    object arrays unpickled by the restricted unpickler. ValueError for
+    corrupt or truncated bytes, or bytes left over."""
+    return _unpackb(data)
 
 
 # -- a recording's files into episodes ------------------------------------------------
@@ -820,7 +1028,7 @@ def _info(value: Any) -> Any:
     # Our `infos` column holds each info packed as msgpack (RLlib's row
     # format has none; others may hold dicts).
     if isinstance(value, (bytes, bytearray, memoryview)):
-        return _msgpack().unpackb(value)
+        return unpackb(value)
     return value
 
 
@@ -951,17 +1159,48 @@ def _split(track: Any, bounds: np.ndarray, finals: list | None = None) -> list:
     numpy batch: ndarray rows, numpy scalars, or the objects themselves."""
     from episode._column import Column
 
-    m = _msgpack()
     if isinstance(track, np.ndarray):
         if finals is None:
-            return m.split_rows(track, bounds)
+            return _split_rows(track, bounds)
         if all(type(x) is np.ndarray and x.dtype == track.dtype and x.shape == track.shape[1:]
                for x in finals) or (track.ndim == 1 and all(
                    isinstance(x, np.generic) and x.dtype == track.dtype for x in finals)):
-            return m.split_rows(track, bounds, np.array(finals, dtype=track.dtype))
+            return _split_rows(track, bounds, np.array(finals, dtype=track.dtype))
     edges = bounds.tolist()
     return [Column.from_list(list(track[a:b]) + ([] if finals is None else [finals[g]]))
             for g, (a, b) in enumerate(zip(edges[:-1], edges[1:]))]
+
+
+def _split_rows(rows: np.ndarray, bounds: np.ndarray, finals: Any = None) -> list:
+    """One list-mode Column per episode of a numeric row column: rows
+    bounds[g]:bounds[g + 1], then finals[g] where given (rows of the same
+    dtype and shape). Rows of an (n,) array are numpy scalars (as Ray Data's
+    batches index them), of an (n, ...) array ndarrays."""
+    from episode._column import KINDS, Column
+
+    kind = KINDS["array"] if rows.ndim > 1 else KINDS["scalar"]
+    edges = bounds.tolist()
+    if finals is None:
+        return [Column.from_rows(rows[a:b], kind) for a, b in zip(edges[:-1], edges[1:])]
+    # The finals put in after each episode's rows: episode g's rows then
+    # run from bounds[g] + g to bounds[g + 1] + g + 1.
+    rows = np.insert(rows, bounds[1:], np.asarray(finals, dtype=rows.dtype), axis=0)
+    return [Column.from_rows(rows[a + g:b + g + 1], kind)
+            for g, (a, b) in enumerate(zip(edges[:-1], edges[1:]))]
+
+
+def _assembled(ids: list, observations: list, infos: list, actions: list, rewards: list,
+               extras: dict, dones: Any, truncs: Any) -> list[SingleAgentEpisode]:
+    # One episode per group of Columns: no lookback, no spaces (as RLlib's
+    # row readers build them).
+    from episode._episode import make_episode
+
+    lookbacks = (0, 0, 0, 0, 0)
+    return [make_episode(SingleAgentEpisode, ids[g], observations[g], infos[g], actions[g],
+                         rewards[g], {name: columns[g] for name, columns in extras.items()},
+                         lookbacks, dones[g], False if truncs is None else truncs[g], 0,
+                         None, None)
+            for g in range(len(ids))]
 
 
 def _whole_episodes(columns: dict, schema: dict, compress: set,
@@ -1034,8 +1273,7 @@ def _whole_episodes(columns: dict, schema: dict, compress: set,
         info_columns = [Column.from_rows(b - a + 1, KINDS["empty_dict"]) if empty[a:b].all()
                         else Column.from_list([{}] + [_info(infos[i]) for i in range(a, b)])
                         for a, b in zip(edges[:-1], edges[1:])]
-    return _msgpack().assemble_episodes(
-        SingleAgentEpisode,
+    return _assembled(
         [str(ids[a]) for a in first.tolist()] if ids is not None
         else [uuid.uuid4().hex for _ in range(groups)],
         _split(obs, bounds, finals), info_columns, _split(actions, bounds),
@@ -1241,7 +1479,6 @@ def episode_rows(episodes: Iterable[SingleAgentEpisode], *,
     extra_rows: dict[str, list] = {}
     info_rows: list = []
     total = 0
-    m = _msgpack()
     for episode in episodes:
         n = len(episode)
         if n == 0:
@@ -1268,7 +1505,7 @@ def episode_rows(episodes: Iterable[SingleAgentEpisode], *,
                 values = [pack_value(v) if isinstance(v, np.ndarray) else v for v in values]
             extra_rows.setdefault(key, [None] * total).extend(values)
         if infos:
-            info_rows += [m.packb(episode.get_infos(i)) for i in range(1, n + 1)]
+            info_rows += [packb(episode.get_infos(i)) for i in range(1, n + 1)]
         total += n
         for values in extra_rows.values():
             values.extend([None] * (total - len(values)))
