@@ -1252,3 +1252,10 @@ def test_packed_columns_unpack_whole_or_cell_by_cell():
     cells[3] = cells[3][:-8]
     with pytest.raises(ValueError, match="row 3"):
         F._unpack_column(cells, "obs")
+
+
+def test_msgpack_extension_values_are_refused_on_read():
+    msgpack = pytest.importorskip("msgpack")
+    blob = msgpack.packb({"info": msgpack.ExtType(3, b"x")})
+    with pytest.raises(ValueError, match="extension value"):
+        F.unpackb(blob)

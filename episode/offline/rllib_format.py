@@ -842,11 +842,16 @@ def _decode(d: dict) -> Any:
     return np.frombuffer(data, dtype)[0]
 
 
+def _no_extension(code: int, data: bytes) -> Any:
+    raise ValueError(f"a msgpack extension value (type {code}): RLlib's format has none")
+
+
 def _unpackb(data: Any, hook: Any = _decode) -> Any:
     if isinstance(data, str):
         raise TypeError("packed data is bytes (or a bytes-like object), not str")
     try:
-        return msgpack.unpackb(data, object_hook=hook, raw=False, strict_map_key=False)
+        return msgpack.unpackb(data, object_hook=hook, ext_hook=_no_extension, raw=False,
+                               strict_map_key=False)
     except (ValueError, TypeError, MemoryError, RecursionError):
         raise
     except Exception as error:     # noqa: BLE001 - msgpack's OutOfData and kin
