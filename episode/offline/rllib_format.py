@@ -6,7 +6,7 @@ output=..., output_write_episodes=...)``):
 * episodes (the default): one row per episode, a binary column ``item``
   holding ``msgpack.packb(episode.get_state(), default=msgpack_numpy.encode)``.
   :func:`pack_episode` and :func:`unpack_episode` write and read it byte for
-  byte, in C and without msgpack_numpy (:mod:`episode._msgpack`);
+  byte with msgpack (msgpack_numpy's maps made and read here);
 * rows: one row per timestep with RLlib's column names (``eps_id``,
   ``agent_id``, ``module_id``, ``obs``, ``actions``, ``rewards``, ``new_obs``,
   ``terminateds``, ``truncateds``, then each extra model output), the columns
@@ -16,8 +16,8 @@ output=..., output_write_episodes=...)``):
   it (and the old stack's SampleBatch rows).
 
 Packed values are unpickled by a restricted unpickler that knows only what a
-pickled numpy array or scalar needs: a dataset never runs code. pyarrow,
-msgpack-free C code and lz4 are imported on first use.
+pickled numpy array or scalar needs: a dataset never runs code. pyarrow
+and lz4 are imported on first use.
 """
 from __future__ import annotations
 
@@ -35,11 +35,16 @@ import re
 import sys
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
+import msgpack
 import numpy as np
 
+from episode._column import KINDS, Column
+from episode._episode import REWARDS_SPACE, make_episode
 from episode.single_agent_episode import SingleAgentEpisode
+from episode.spaces import space_from_dict, space_to_dict
 
 if TYPE_CHECKING:  # pragma: no cover
     import pyarrow as pa
@@ -76,12 +81,6 @@ _RAGGED_TENSOR_TYPE = "ray.data.arrow_variable_shaped_tensor"
 _PICKLED_TYPE = "ray.data.arrow_pickled_object"
 
 
-def _msgpack():
-    from episode import _msgpack
-
-    return _msgpack
-
-
 @contextlib.contextmanager
 def no_collections():
     """Building thousands of episodes allocates containers that all stay
@@ -105,13 +104,6 @@ def _lz4_frame():
     return lz4.frame
 
 
-def _lz4_block_decompress():
-    _lz4_frame()
-    import lz4.block
-
-    return lz4.block.decompress
-
-
 # -- the episode format ----------------------------------------------------------------
 
 
@@ -124,12 +116,13 @@ def pack_episode(episode: SingleAgentEpisode) -> bytes:
     lookback rows (a ``cut()`` successor's) is packed as its state; RLlib
     hands msgpack the buffer object itself, which cannot be packed.
     """
-    return _msgpack().pack_episode(episode)
+    return packb(episode.get_state())
 
 
 def pack_episodes(episodes: Iterable[SingleAgentEpisode]) -> list[bytes]:
     """:func:`pack_episode` of each episode (a column's worth of ``item`` values)."""
-    return _msgpack().pack_episodes(episodes)
+    packer = msgpack.Packer(default=_encode)
+    return [packer.pack(episode.get_state()) for episode in episodes]
 
 
 def unpack_episode(blob: Any) -> SingleAgentEpisode:
@@ -137,12 +130,11 @@ def unpack_episode(blob: Any) -> SingleAgentEpisode:
     ``SingleAgentEpisode.from_state(msgpack.unpackb(blob,
     object_hook=msgpack_numpy.decode))`` gives, item by item and type by type.
 
-    Numeric tracks are copied straight from the bytes into the episode's
-    storage. Raises ValueError for truncated or corrupt bytes (naming what
-    and where) and AssertionError, as RLlib does, for tracks of inconsistent
-    lengths.
+    A numeric track's per-step arrays are joined into one rows array. Raises
+    ValueError for truncated or corrupt bytes and AssertionError, as RLlib
+    does, for tracks of inconsistent lengths.
     """
-    return _msgpack().unpack_episode(blob, SingleAgentEpisode)
+    return _Decoder(SingleAgentEpisode).decode(blob)
 
 
 def unpack_episodes(blobs: Any) -> list[SingleAgentEpisode]:
@@ -155,7 +147,6 @@ def unpack_episodes(blobs: Any) -> list[SingleAgentEpisode]:
 
 
 def _unpack_episodes(blobs: Any) -> list[SingleAgentEpisode]:
-    m = _msgpack()
     pa = sys.modules.get("pyarrow")
     if pa is not None and isinstance(blobs, pa.ChunkedArray):
         out: list = []
@@ -175,8 +166,323 @@ def _unpack_episodes(blobs: Any) -> list[SingleAgentEpisode]:
         if offsets is None or offsets.size < (blobs.offset + n + 1) * np.dtype(width).itemsize:
             raise ValueError("corrupt Arrow binary array: its offsets are missing or short")
         offs = np.frombuffer(offsets, width)[blobs.offset:blobs.offset + n + 1]
-        return m.unpack_episodes_arrow(b"" if data is None else data, offs, SingleAgentEpisode)
-    return m.unpack_episodes(blobs, SingleAgentEpisode)
+        return _arrow_episodes(b"" if data is None else data, offs)
+    return _decoded_episodes(blobs)
+
+
+# msgpack's C unpacker makes each step's msgpack-numpy map (no object hook);
+# a track whose maps all describe arrays of one dtype and shape (or numbers,
+# or empty infos) then becomes one rows array by a join of their data bytes,
+# checked by C-level passes over the maps (``map`` of ``itemgetter``, ``set``),
+# no Python code run per step. Anything else is decoded item by item, as
+# msgpack_numpy's object hook would, and goes through ``from_state``.
+
+# The keys of RLlib's get_state(), in its order; all but custom_data are required.
+_STATE_KEYS = ("id_", "agent_id", "module_id", "multi_agent_episode_id", "observations",
+              "actions", "rewards", "infos", "extra_model_outputs", "is_terminated",
+              "is_truncated", "t_started", "t", "_observation_space", "_action_space",
+              "_start_time", "_last_step_time", "custom_data")
+_REQUIRED = _STATE_KEYS[:-1]
+_KNOWN = frozenset(_STATE_KEYS)
+_TRACK_KEYS = {"data", "lookback", "finalized", "space"}
+_MAX_DEPTH = 32
+
+_ND = itemgetter(b"nd")
+_FLOAT, _INT, _BOOL, _SCALAR, _ARRAY, _EMPTY_DICT = (
+    KINDS[k] for k in ("float", "int", "bool", "scalar", "array", "empty_dict"))
+_ND_FIELDS = itemgetter(b"nd", b"type", b"kind", b"shape")
+_SCALAR_FIELDS = itemgetter(b"nd", b"type")
+_DATA = itemgetter(b"data")
+_MAX_NESTING = 512      # (Python recursion: msgpack itself unpacks 1,024 levels)
+
+
+def _decoded(value: Any, depth: int = 0) -> Any:
+    # What the object hook would have made of a value unpacked without it
+    # (maps inside out, as msgpack calls it).
+    if depth > _MAX_NESTING:
+        raise ValueError(f"a packed value nested deeper than {_MAX_NESTING} levels")
+    t = type(value)
+    if t is list:
+        return [_decoded(v, depth + 1) for v in value]
+    if t is dict:
+        return _decode({k: _decoded(v, depth + 1) for k, v in value.items()})
+    return value
+
+
+class _NotFast(Exception):
+    """A state in a layout the track reader does not take: from_state does."""
+
+
+def _rows(items: list, tree: bool, depth: int = 0) -> Any:
+    """The storage of a list-mode track's items when they are uniform (one
+    Column over one rows array, or with `tree` a dict of them for dict
+    items); None for anything else."""
+    n = len(items)
+    if n == 0:
+        return Column.from_list([])
+    types = set(map(type, items))
+    if len(types) != 1:
+        return None
+    t = types.pop()
+    if t is float:
+        return Column.from_rows(np.array(items, dtype=np.float64), _FLOAT)
+    if t is bool:
+        return Column.from_rows(np.array(items, dtype=np.bool_), _BOOL)
+    if t is int:
+        try:
+            return Column.from_rows(np.array(items, dtype=np.int64), _INT)
+        except OverflowError:
+            return None
+    if t is not dict:
+        return None
+    if not any(items):
+        return Column.from_rows(n, _EMPTY_DICT)
+    first = items[0]
+    if b"nd" in first:
+        return _nd_rows(items, first)
+    if not tree or depth >= _MAX_DEPTH:
+        return None
+    keys = tuple(first)
+    if not all(type(k) is str for k in keys) or set(map(tuple, items)) != {keys}:
+        return None
+    out = {}
+    for key in keys:
+        child = _rows(list(map(itemgetter(key), items)), True, depth + 1)
+        if child is None:
+            return None
+        out[key] = child
+    return out
+
+
+def _nd_rows(items: list, first: dict) -> Any:
+    # msgpack-numpy maps of one plain dtype (and shape): their data joined.
+    n = len(items)
+    nd = first[b"nd"]
+    try:
+        if nd is True and len(first) == 5:
+            head = _ND_FIELDS(first)
+            if list(map(_ND_FIELDS, items)).count(head) != n or set(map(len, items)) != {5} \
+                    or head[2] != b"" or type(head[3]) is not list:
+                return None
+            shape = _shape(head[3])
+        elif nd is False and len(first) == 3:
+            head = _SCALAR_FIELDS(first)
+            if list(map(_SCALAR_FIELDS, items)).count(head) != n or set(map(len, items)) != {3}:
+                return None
+            shape = ()
+        else:
+            return None
+        if set(map(type, map(_ND, items))) != {bool}:     # (1 == True in the counts above)
+            return None
+        dtype = _dtype(head[1])
+        datas = list(map(_DATA, items))
+        joined = b"".join(datas)      # (TypeError for data that are not bytes)
+    except (KeyError, TypeError, ValueError):
+        return None
+    row_bytes = math.prod(shape) * dtype.itemsize
+    if dtype.kind not in "biufc" or not dtype.isnative or set(map(len, datas)) != {row_bytes}:
+        return None
+    rows = np.frombuffer(joined, dtype).reshape((n,) + shape)
+    return Column.from_rows(rows, _ARRAY if nd else _SCALAR)
+
+
+def _arrays(data: Any, tree: bool, depth: int = 0) -> Any:
+    """A finalized track's data: one msgpack-numpy array of a plain dtype
+    and at least one row (a Column over a copy), or with `tree` a dict of
+    them; None for anything else."""
+    if type(data) is not dict or depth > _MAX_DEPTH:
+        return None
+    if b"nd" in data:
+        if data[b"nd"] is not True or data.get(b"kind") != b"" or len(data) != 5:
+            return None
+        try:
+            arr = _decode(data)
+        except ValueError:
+            return None
+        if type(arr) is not np.ndarray or arr.ndim < 1 or arr.shape[0] == 0 or arr.dtype.kind not in "biufc" \
+                or not arr.dtype.isnative:
+            return None
+        return Column.from_array(arr)
+    if not tree or not data or not all(type(k) is str for k in data):
+        return None
+    out = {}
+    for key, value in data.items():
+        child = _arrays(value, True, depth + 1)
+        if child is None:
+            return None
+        out[key] = child
+    return out
+
+
+def _track_state(state: Any, tree: bool) -> tuple:
+    """(storage, lookback, space description) of a buffer's state
+    {data, lookback, finalized, space}; _NotFast for another layout."""
+    if type(state) is not dict or state.keys() != _TRACK_KEYS:
+        raise _NotFast()
+    data, finalized, lookback = state["data"], state["finalized"], state["lookback"]
+    if type(finalized) is not bool or type(lookback) is not int:
+        raise _NotFast()
+    if finalized:
+        storage = _arrays(data, tree)
+        if storage is None:
+            raise _NotFast()
+    elif type(data) is list:
+        storage = _rows(data, tree)
+        if storage is None:
+            storage = Column.from_list(_decoded(data))
+    else:
+        raise _NotFast()
+    return storage, lookback, state["space"]
+
+
+class _Decoder:
+    """Builds episodes of class `cls` from packed states; the spaces, alike
+    in every episode of a recording, are built once per call."""
+
+    def __init__(self, cls: type):
+        self.cls = cls
+        self.spaces: dict = {}
+        self.rewards_space = _unpackb(packb(space_to_dict(REWARDS_SPACE)), None)
+
+    def space(self, described: Any) -> Any:
+        """The space a state's description (as unpacked, without the object
+        hook) names, or None."""
+        if not described:
+            return None     # (RLlib: gym_space_from_dict(d) if d else None)
+        key = repr(described)
+        found = self.spaces.get(key, self)
+        if found is not self:
+            return found
+        described = _decoded(described)
+        try:
+            space = space_from_dict(described)
+        except MemoryError:
+            raise
+        except Exception as error:     # noqa: BLE001 - zlib, numpy, gymnasium errors
+            raise ValueError(f"a packed space that describes none ({type(error).__name__}: "
+                             f"{error}): {described!r:.200}") from error
+        if len(self.spaces) < 1024:
+            self.spaces[key] = space
+        return space
+
+    def decode(self, blob: Any) -> Any:
+        state = _unpackb(blob, None)
+        if type(state) is not dict:
+            raise ValueError(f"an episode state is a map, not {type(state).__name__}")
+        try:
+            return self.fast(state)
+        except _NotFast:
+            pass
+        state = _decoded(state)
+        for name in _REQUIRED:
+            if name not in state:
+                raise ValueError(f"the episode state has no {name!r}")
+        try:
+            return self.cls.from_state(state)
+        except (ValueError, TypeError, AssertionError, MemoryError):
+            raise       # (AssertionError: RLlib's, for tracks of inconsistent lengths)
+        except KeyError as error:
+            raise ValueError(f"a part of the episode state has no {error}") from error
+        except Exception as error:     # noqa: BLE001 - corrupt parts fail in their own ways
+            raise ValueError(f"a corrupt episode state ({type(error).__name__}: {error})") \
+                from error
+
+    def fast(self, state: dict) -> Any:
+        if not state.keys() <= _KNOWN:
+            raise _NotFast()
+        for name in _REQUIRED:
+            if name not in state:
+                raise ValueError(f"the episode state has no {name!r}")
+        obs, act, rew, inf = (_track_state(state["observations"], True),
+                              _track_state(state["actions"], True),
+                              _track_state(state["rewards"], True),
+                              _track_state(state["infos"], False))
+        extras_state = state["extra_model_outputs"]
+        if extras_state is None:
+            extras_state = {}
+        elif type(extras_state) is not dict:
+            raise _NotFast()
+        extras = {}
+        for name, value in extras_state.items():
+            if type(name) is not str and type(name) is not bytes:
+                raise ValueError(f"a map key must be str or bytes, not {type(name).__name__}")
+            extras[name] = _track_state(value, True)
+        t_started, t = state["t_started"], state["t"]
+        if type(t_started) is not int or type(t) is not int:
+            raise _NotFast()
+        lookbacks = {e[1] for e in extras.values()}
+        if len(lookbacks) > 1 or t != t_started + len(rew[0]) - rew[1]:
+            raise _NotFast()
+        value = _values(state)
+        obs_described, act_described = state["_observation_space"], state["_action_space"]
+        episode = make_episode(
+            self.cls, value("id_"), obs[0], inf[0], act[0], rew[0],
+            {name: e[0] for name, e in extras.items()},
+            (obs[1], inf[1], act[1], rew[1], lookbacks.pop() if lookbacks else 0),
+            value("is_terminated"), value("is_truncated"), t_started,
+            self.space(obs_described), self.space(act_described), value("agent_id"),
+            value("module_id"), value("multi_agent_episode_id"), value("_start_time"),
+            value("_last_step_time"), value("custom_data") or {}, defaultdict_extras=True)
+        # Each buffer's own space, where it is not the one make_episode gave it.
+        for buf, track, given in ((episode.observations, obs, obs_described),
+                                  (episode.actions, act, act_described),
+                                  (episode.rewards, rew, self.rewards_space),
+                                  (episode.infos, inf, None),
+                                  *((episode.extra_model_outputs[name], e, None)
+                                    for name, e in extras.items())):
+            if not _same_description(track[2], given):
+                buf.space = self.space(track[2])
+        return episode
+
+
+def _values(state: dict) -> Any:
+    # A state's plain values, decoded as the object hook would (maps, lists).
+    def value(key: str) -> Any:
+        v = state.get(key)
+        return _decoded(v) if type(v) is dict or type(v) is list else v
+    return value
+
+
+def _same_description(a: Any, b: Any) -> bool:
+    # (Descriptions as unpacked: plain values, whose == does not raise.)
+    return type(a) is type(b) and a == b
+
+
+def _raise_at(error: Exception, i: int) -> None:
+    cls = AssertionError if isinstance(error, AssertionError) else \
+        TypeError if isinstance(error, TypeError) else ValueError
+    raise cls(f"packed episode {i}: {error}") from error
+
+
+def _decoded_episodes(blobs: Iterable[Any]) -> list:
+    # Each packed episode, sharing the spaces; an item that fails raises its
+    # error with its position.
+    decoder = _Decoder(SingleAgentEpisode)
+    out = []
+    for i, blob in enumerate(blobs):
+        try:
+            out.append(decoder.decode(blob))
+        except (ValueError, TypeError, AssertionError) as error:
+            _raise_at(error, i)
+    return out
+
+
+def _arrow_episodes(data: Any, offsets: np.ndarray) -> list:
+    # The packed episodes of an Arrow binary array, read in place: `data` its
+    # data buffer, `offsets` its len + 1 value offsets (already shifted by
+    # the array's offset), checked first.
+    offs = np.asarray(offsets, dtype=np.int64)
+    view = memoryview(data).cast("B")
+    if offs.ndim != 1 or len(offs) < 1:
+        raise ValueError("Arrow offsets are a 1-d array of len + 1 values")
+    bad = (offs < 0) | (offs > len(view))
+    bad[1:] |= offs[1:] < offs[:-1]
+    if bad.any():
+        i = int(bad.argmax())
+        raise ValueError(f"corrupt Arrow offsets: value {i} is {offs[i]} (data of "
+                         f"{len(view)} bytes)")
+    edges = offs.tolist()
+    return _decoded_episodes(map(view.__getitem__, map(slice, edges[:-1], edges[1:])))
 
 
 # -- packed values (RLlib's compression.pack) --------------------------------------------
@@ -455,11 +761,58 @@ def _is_packed(values: Any, listed: bool) -> bool:
     return False
 
 
+# The opcodes that hold a pickled array's data in place, and their bytes
+# before it (the opcode and its length field).
+_DATA_OPS = {"SHORT_BINBYTES": 2, "BINBYTES": 5, "BINBYTES8": 9, "BYTEARRAY8": 9}
+
+
+def _unpack_cells(values: Any) -> np.ndarray | None:
+    """The arrays of a packed column, stacked into one (n, *shape) array,
+    when every cell is the pickle of an array of one plain dtype and shape
+    (one column of RLlib's recording); None otherwise (the caller then
+    unpacks cell by cell and names the failing one).
+
+    Whole-column steps: base64 and lz4 of each cell by C functions mapped
+    over the column, the first pickle through the restricted unpickler, and
+    the others compared with it as one byte table: pickles of such arrays
+    differ only in their data bytes, which are then the rows."""
+    cells = values.tolist() if isinstance(values, np.ndarray) else list(values)
+    if not set(map(type, cells)) <= {str, bytes}:
+        return None
+    try:
+        pickles = list(map(_lz4_frame().decompress, map(binascii.a2b_base64, cells)))
+    except (binascii.Error, ValueError, RuntimeError):
+        return None
+    size = len(pickles[0])
+    if set(map(len, pickles)) != {size}:
+        return None
+    try:
+        first = safe_loads(pickles[0])
+    except ValueError:
+        return None
+    if type(first) is not np.ndarray or first.dtype.kind not in "biufc" \
+            or not first.dtype.isnative or first.nbytes == 0:
+        return None
+    data = first.tobytes()
+    starts = [pos + _DATA_OPS[op.name] for op, arg, pos in pickletools.genops(pickles[0])
+              if op.name in _DATA_OPS and arg == data]
+    if len(starts) != 1:
+        return None
+    start, end = starts[0], starts[0] + len(data)
+    if not first.flags.c_contiguous or pickles[0][start:end] != data:
+        return None       # (a Fortran-ordered array's bytes are in another order)
+    table = np.frombuffer(b"".join(pickles), np.uint8).reshape(len(pickles), size)
+    if not ((table[:, :start] == table[0, :start]).all()
+            and (table[:, end:] == table[0, end:]).all()):
+        return None
+    return table[:, start:end].copy().view(first.dtype).reshape((len(pickles),) + first.shape)
+
+
 def _unpack_column(values: Any, name: str) -> Any:
     """A packed column's values: one (n, *shape) array when they are arrays
     of one dtype and shape, else a list of the unpacked values."""
     if len(values):
-        rows = _msgpack().unpack_cells(values, _lz4_block_decompress())
+        rows = _unpack_cells(values)
         if rows is not None:
             return rows
     out = []
@@ -608,7 +961,7 @@ def with_kept_infos(table: Any, where: str = "the rows") -> Any:
     if kept is None or "infos" in table.column_names:
         return table
     try:
-        rows = _msgpack().unpackb(kept)
+        rows = unpackb(kept)
     except Exception as error:     # noqa: BLE001 - damaged bytes fail in many ways
         raise ValueError(f"{where}: its kept infos are not msgpack: {error}") from None
     if not isinstance(rows, list) or len(rows) != table.num_rows or \
@@ -630,7 +983,7 @@ def infos_apart(table: Any) -> Any:
     rows = table.column("infos").to_pylist()
     table = table.drop_columns(["infos"])
     return table.replace_schema_metadata(
-        {**(table.schema.metadata or {}), INFOS_KEY: _msgpack().packb(rows)})
+        {**(table.schema.metadata or {}), INFOS_KEY: packb(rows)})
 
 
 def detect_format(schema: Any) -> str | None:
@@ -650,6 +1003,178 @@ def detect_format(schema: Any) -> str | None:
     if {"obs", "actions", "rewards"} <= names and names & {"new_obs", "eps_id"}:
         return ROWS_FORMAT
     return None
+
+
+# -- msgpack-numpy, on the msgpack library ---------------------------------------------
+#
+# RLlib's episode format and our rows' infos: msgpack with msgpack_numpy's
+# maps for arrays and numpy scalars ({b"nd": True, b"type": "<f4", b"kind":
+# b"", b"shape": [4], b"data": <bytes>}).
+
+_MAX_NDIM = 64      # (numpy's own limit)
+
+
+def _encode(obj: Any) -> Any:
+    # msgpack_numpy.encode's maps (its bytes, so that RLlib reads ours).
+    if isinstance(obj, np.ndarray):
+        if obj.dtype.kind in "VO":
+            kind, descr = obj.dtype.kind.encode("ascii"), obj.dtype.descr
+        else:
+            kind, descr = b"", obj.dtype.str
+        if obj.dtype == object:
+            data = obj.dumps()
+        else:
+            data = memoryview(obj.data) if obj.flags.c_contiguous else obj.tobytes()
+        return {b"nd": True, b"type": descr, b"kind": kind, b"shape": obj.shape, b"data": data}
+    if isinstance(obj, (np.bool_, np.number)):
+        return {b"nd": False, b"type": obj.dtype.str, b"data": memoryview(obj.data)}
+    if isinstance(obj, complex):
+        return {b"complex": True, b"data": repr(obj)}
+    return obj      # (msgpack then raises its own error for it, as with msgpack_numpy)
+
+
+def packb(obj: Any) -> bytes:
+    """``msgpack.packb(obj, default=msgpack_numpy.encode)``, byte for byte
+    (TypeError for what it cannot pack, OverflowError for ints outside
+    int64/uint64, ValueError past msgpack's nesting limit)."""
+    return msgpack.packb(obj, default=_encode)
+
+
+_DTYPES: dict = {}
+
+
+def _dtype(text: Any) -> np.dtype:
+    found = _DTYPES.get(text) if type(text) is str else None
+    if found is not None:
+        return found
+    if type(text) is not str:
+        raise ValueError(f"a msgpack-numpy type is a str, not {type(text).__name__}")
+    try:
+        dtype = np.dtype(text)
+    except (TypeError, ValueError, SyntaxError) as error:    # numpy parses "(2,)f4" with ast
+        raise ValueError(f"a msgpack-numpy map names no dtype: {text!r:.80}") from error
+    if dtype.hasobject:
+        raise ValueError(f"a msgpack-numpy map of {dtype} without kind b'O'")
+    if len(_DTYPES) < 256:
+        _DTYPES[text] = dtype
+    return dtype
+
+
+def _structured(descr: Any) -> list:
+    # msgpack_numpy's descr of a structured dtype: [name, type, *shape] per field.
+    fields = []
+    for field in descr:
+        if type(field) is not list or len(field) < 2:
+            raise ValueError(f"a structured dtype field is [name, type, ...], not {field!r:.80}")
+        name = field[0].decode() if type(field[0]) is bytes else field[0]
+        sub = _structured(field[1]) if type(field[1]) is list else field[1]
+        rest = tuple(tuple(x) if type(x) is list else x for x in field[2:])
+        fields.append((name, sub) + rest)
+    return fields
+
+
+def _shape(shape: Any) -> tuple:
+    if type(shape) is int:
+        shape = [shape]
+    if type(shape) is not list and type(shape) is not tuple:
+        raise ValueError(f"a msgpack-numpy shape is a list of ints, not {type(shape).__name__}")
+    if len(shape) > _MAX_NDIM:
+        raise ValueError(f"a msgpack-numpy shape of {len(shape)} dimensions")
+    count = 1
+    for d in shape:
+        if type(d) is not int or not 0 <= d < 1 << 48:
+            raise ValueError(f"a msgpack-numpy shape holds {d!r:.40}")
+        count *= d
+        if count > 1 << 48:
+            raise ValueError(f"a msgpack-numpy shape of too many elements: {shape!r:.80}")
+    return tuple(shape)
+
+
+def _unpickled_array(data: Any) -> np.ndarray:
+    if type(data) is not bytes:
+        raise ValueError(f"a msgpack-numpy object array's data is bytes, not "
+                         f"{type(data).__name__}")
+    arr = safe_loads(data)
+    if type(arr) is not np.ndarray:
+        raise ValueError(f"a msgpack-numpy object array unpickled to {type(arr).__name__}")
+    return arr
+
+
+def _decode(d: dict) -> Any:
+    """msgpack_numpy.decode: the array, numpy scalar or complex a map
+    describes (copies, writable), or the map; ValueError where its fields
+    do not describe one."""
+    nd = d.get(b"nd", d)
+    if nd is d:
+        if b"complex" in d and b"data" in d:
+            text = d[b"data"]
+            try:
+                return complex(text.decode() if type(text) is bytes else str(text))
+            except (TypeError, ValueError, UnicodeDecodeError) as error:
+                raise ValueError(f"a msgpack-numpy complex of {text!r:.80}") from error
+        return d
+    if nd is True:
+        kind = d.get(b"kind")
+        if kind == b"O" and b"data" in d:
+            return _unpickled_array(d[b"data"])
+        if b"data" not in d or b"type" not in d or b"shape" not in d:
+            return d
+        data = d[b"data"]
+        if kind == b"V":
+            if type(d[b"type"]) is not list:
+                raise ValueError("a structured msgpack-numpy array's type is a list of fields")
+            try:
+                dtype = np.dtype(_structured(d[b"type"]))
+            except (TypeError, ValueError, SyntaxError, KeyError, IndexError) as error:
+                raise ValueError(f"a msgpack-numpy map names no dtype: {d[b'type']!r:.80}") \
+                    from error
+        else:
+            dtype = _dtype(d[b"type"])
+        if type(data) is not bytes:
+            raise ValueError(f"a msgpack-numpy array's data is bytes, not {type(data).__name__}")
+        shape = _shape(d[b"shape"])
+        if math.prod(shape) * dtype.itemsize != len(data):
+            raise ValueError(f"a msgpack-numpy array of shape {shape} and dtype {dtype} has "
+                             f"{len(data)} bytes of data")
+        return np.frombuffer(data, dtype).reshape(shape).copy()
+    if b"data" not in d or b"type" not in d:
+        return d
+    data = d[b"data"]
+    dtype = _dtype(d[b"type"])
+    if type(data) is not bytes:
+        raise ValueError(f"a msgpack-numpy scalar's data is bytes, not {type(data).__name__}")
+    if len(data) != dtype.itemsize:
+        raise ValueError(f"a msgpack-numpy {dtype} scalar has {len(data)} bytes of data")
+    return np.frombuffer(data, dtype)[0]
+
+
+def _no_extension(code: int, data: bytes) -> Any:
+    raise ValueError(f"a msgpack extension value (type {code}): RLlib's format has none")
+
+
+def _unpackb(data: Any, hook: Any = _decode) -> Any:
+    if isinstance(data, str):
+        raise TypeError("packed data is bytes (or a bytes-like object), not str")
+    try:
+        return msgpack.unpackb(data, object_hook=hook, ext_hook=_no_extension, raw=False,
+                               strict_map_key=False)
+    except msgpack.ExtraData as error:
+        raise ValueError(f"{len(error.extra)} bytes after the packed value") from None
+    except ValueError as error:
+        if "incomplete input" in str(error):
+            raise ValueError("truncated msgpack: the bytes end inside a value") from None
+        raise
+    except (TypeError, MemoryError, RecursionError):
+        raise
+    except Exception as error:     # noqa: BLE001 - msgpack's OutOfData and kin
+        raise ValueError(f"corrupt msgpack: {type(error).__name__}: {error}") from None
+
+
+def unpackb(data: Any) -> Any:
+    """``msgpack.unpackb(data, object_hook=msgpack_numpy.decode)``, with
+    object arrays unpickled by the restricted unpickler. ValueError for
+    corrupt or truncated bytes, or bytes left over."""
+    return _unpackb(data)
 
 
 # -- a recording's files into episodes ------------------------------------------------
@@ -820,7 +1345,7 @@ def _info(value: Any) -> Any:
     # Our `infos` column holds each info packed as msgpack (RLlib's row
     # format has none; others may hold dicts).
     if isinstance(value, (bytes, bytearray, memoryview)):
-        return _msgpack().unpackb(value)
+        return unpackb(value)
     return value
 
 
@@ -949,25 +1474,48 @@ def _split(track: Any, bounds: np.ndarray, finals: list | None = None) -> list:
     """One Column per episode of a track (rows bounds[g]:bounds[g + 1], then
     finals[g] if given), with the item types RLlib's readers get from a
     numpy batch: ndarray rows, numpy scalars, or the objects themselves."""
-    from episode._column import Column
-
-    m = _msgpack()
     if isinstance(track, np.ndarray):
         if finals is None:
-            return m.split_rows(track, bounds)
+            return _split_rows(track, bounds)
         if all(type(x) is np.ndarray and x.dtype == track.dtype and x.shape == track.shape[1:]
                for x in finals) or (track.ndim == 1 and all(
                    isinstance(x, np.generic) and x.dtype == track.dtype for x in finals)):
-            return m.split_rows(track, bounds, np.array(finals, dtype=track.dtype))
+            return _split_rows(track, bounds, np.array(finals, dtype=track.dtype))
     edges = bounds.tolist()
     return [Column.from_list(list(track[a:b]) + ([] if finals is None else [finals[g]]))
             for g, (a, b) in enumerate(zip(edges[:-1], edges[1:]))]
 
 
+def _split_rows(rows: np.ndarray, bounds: np.ndarray, finals: Any = None) -> list:
+    """One list-mode Column per episode of a numeric row column: rows
+    bounds[g]:bounds[g + 1], then finals[g] where given (rows of the same
+    dtype and shape). Rows of an (n,) array are numpy scalars (as Ray Data's
+    batches index them), of an (n, ...) array ndarrays."""
+    kind = KINDS["array"] if rows.ndim > 1 else KINDS["scalar"]
+    edges = bounds.tolist()
+    if finals is None:
+        return [Column.from_rows(rows[a:b], kind) for a, b in zip(edges[:-1], edges[1:])]
+    # The finals put in after each episode's rows: episode g's rows then
+    # run from bounds[g] + g to bounds[g + 1] + g + 1.
+    rows = np.insert(rows, bounds[1:], np.asarray(finals, dtype=rows.dtype), axis=0)
+    return [Column.from_rows(rows[a + g:b + g + 1], kind)
+            for g, (a, b) in enumerate(zip(edges[:-1], edges[1:]))]
+
+
+def _assembled(ids: list, observations: list, infos: list, actions: list, rewards: list,
+               extras: dict, dones: Any, truncs: Any) -> list[SingleAgentEpisode]:
+    # One episode per group of Columns: no lookback, no spaces (as RLlib's
+    # row readers build them).
+    lookbacks = (0, 0, 0, 0, 0)
+    return [make_episode(SingleAgentEpisode, ids[g], observations[g], infos[g], actions[g],
+                         rewards[g], {name: columns[g] for name, columns in extras.items()},
+                         lookbacks, dones[g], False if truncs is None else truncs[g], 0,
+                         None, None)
+            for g in range(len(ids))]
+
+
 def _whole_episodes(columns: dict, schema: dict, compress: set,
                     ignore_final: bool) -> list[SingleAgentEpisode]:
-    from episode._column import KINDS, Column
-
     obs_raw = _column(columns, schema, "obs")
     n = len(obs_raw)
     packed_obs = _is_packed(obs_raw, "obs" in compress)
@@ -1034,8 +1582,7 @@ def _whole_episodes(columns: dict, schema: dict, compress: set,
         info_columns = [Column.from_rows(b - a + 1, KINDS["empty_dict"]) if empty[a:b].all()
                         else Column.from_list([{}] + [_info(infos[i]) for i in range(a, b)])
                         for a, b in zip(edges[:-1], edges[1:])]
-    return _msgpack().assemble_episodes(
-        SingleAgentEpisode,
+    return _assembled(
         [str(ids[a]) for a in first.tolist()] if ids is not None
         else [uuid.uuid4().hex for _ in range(groups)],
         _split(obs, bounds, finals), info_columns, _split(actions, bounds),
@@ -1241,7 +1788,6 @@ def episode_rows(episodes: Iterable[SingleAgentEpisode], *,
     extra_rows: dict[str, list] = {}
     info_rows: list = []
     total = 0
-    m = _msgpack()
     for episode in episodes:
         n = len(episode)
         if n == 0:
@@ -1268,7 +1814,7 @@ def episode_rows(episodes: Iterable[SingleAgentEpisode], *,
                 values = [pack_value(v) if isinstance(v, np.ndarray) else v for v in values]
             extra_rows.setdefault(key, [None] * total).extend(values)
         if infos:
-            info_rows += [m.packb(episode.get_infos(i)) for i in range(1, n + 1)]
+            info_rows += [packb(episode.get_infos(i)) for i in range(1, n + 1)]
         total += n
         for values in extra_rows.values():
             values.extend([None] * (total - len(values)))
