@@ -6,8 +6,8 @@ what its recorder writes with ``output_write_episodes=True``), same data.
     pytest benchmarks/test_offline_images.py --benchmark-group-by=group \
         --benchmark-columns=median,iqr,rounds
 
-- ``image_write``: the episodes into a dataset folder (ours: ``parquet``,
-  the default, zstd; ``arrow``, uncompressed; ``arrow_lz4``), against
+- ``image_write``: the episodes into a dataset folder (ours: ``arrow_lz4``,
+  the default; ``arrow``, uncompressed; ``parquet``, zstd), against
   RLlib's packing of its episodes' states (the bytes only: no file);
 - ``image_read``: every episode read back and its observations taken
   (ours from the folder, RLlib's ``SingleAgentEpisode.from_state(
@@ -32,8 +32,7 @@ pytest.importorskip("pytest_benchmark")
 pytest.importorskip("pyarrow")
 
 STEPS = int(os.environ.get("EPISODE_BENCH_IMAGE_STEPS", "20000"))
-OURS = {"parquet": {}, "arrow": {"format": "arrow"},
-        "arrow_lz4": {"format": "arrow", "compression": "lz4"}}
+OURS = {"arrow_lz4": {}, "arrow": {"compression": None}, "parquet": {"format": "parquet"}}
 
 
 def atari_frames(n: int, seed: int = 0) -> np.ndarray:
