@@ -39,6 +39,8 @@ pytest.importorskip("pytest_benchmark")
 pa = pytest.importorskip("pyarrow")
 pq = pytest.importorskip("pyarrow.parquet")
 
+from test_offline_rllib_read import _random_cartpole as recorded_cartpole  # noqa: E402
+
 STEPS = int(os.environ.get("EPISODE_BENCH_STEPS", "110000"))
 IMAGE_STEPS = int(os.environ.get("EPISODE_BENCH_IMAGE_STEPS", "30000"))
 IMPLS = ["ours", "rllib"]
@@ -47,24 +49,7 @@ IMPLS = ["ours", "rllib"]
 def _random_cartpole(steps: int) -> list:
     from episode import SingleAgentEpisode
 
-    env = gym.make("CartPole-v1")
-    rng = np.random.default_rng(0)
-    episodes, total = [], 0
-    while total < steps:
-        ep = SingleAgentEpisode(observation_space=env.observation_space,
-                                action_space=env.action_space)
-        obs, info = env.reset(seed=int(rng.integers(1 << 30)))
-        ep.add_env_reset(obs, infos=info)
-        done = False
-        while not done:
-            action = np.int64(rng.integers(2))
-            obs, reward, term, trunc, info = env.step(int(action))
-            ep.add_env_step(obs, action, float(reward), infos=info, terminated=np.bool_(term),
-                            truncated=np.bool_(trunc), extra_model_outputs={"weights_seq_no": 0})
-            done = term or trunc
-        episodes.append(ep)
-        total += len(ep)
-    return episodes
+    return recorded_cartpole(SingleAgentEpisode, steps)[0]
 
 
 def _long_cartpole(steps: int) -> list:

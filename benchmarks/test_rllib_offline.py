@@ -162,26 +162,9 @@ def expert_dataset(tmp_path_factory):
 
 
 def _expert_episodes(steps: int) -> list:
-    from episode import SingleAgentEpisode
+    from offline_parts import _cartpole_expert, _played
 
-    env = gym.make("CartPole-v1")
-    episodes, n, seed = [], 0, 0
-    while n < steps:
-        obs, info = env.reset(seed=seed)
-        episode = SingleAgentEpisode(observations=[obs], infos=[info],
-                                     observation_space=env.observation_space,
-                                     action_space=env.action_space)
-        done = False
-        while not done:
-            action = int(obs[2] + 0.25 * obs[3] > 0)
-            obs, reward, terminated, truncated, info = env.step(action)
-            episode.add_env_step(obs, action, reward, infos=info, terminated=terminated,
-                                 truncated=truncated)
-            done = terminated or truncated
-        episodes.append(episode)
-        n += len(episode)
-        seed += 1
-    return episodes
+    return _played("CartPole-v1", steps, _cartpole_expert)
 
 
 def _bc(path: str, seed: int):
