@@ -42,6 +42,8 @@ def _numbers_as_numbers(episode: SingleAgentEpisode) -> SingleAgentEpisode:
     objects. They come back as Python numbers where that dtype is Python's
     (float64, int64, bool), as list-mode steps do; RLlib's buffer keeps each
     step's own type. Else the episode as it is."""
+    if episode.is_numpy:            # (every track numpy'd: no list-mode items)
+        return episode
     tracks = [("observations", episode.observations), ("actions", episode.actions),
               ("rewards", episode.rewards),
               *((("extra_model_outputs", key), buf)
