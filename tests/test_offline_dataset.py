@@ -29,7 +29,15 @@ from episode import SingleAgentEpisode  # noqa: E402
 from episode.offline import (DatasetError, EpisodeDataset, EpisodeWriter,  # noqa: E402
                              read_episodes, write_episodes)
 
-FORMATS = ("parquet", "arrow")
+FORMATS = ("parquet", "arrow", "arrow_uncompressed")
+
+
+def writer_options(format: str) -> dict:
+    """The writer's keywords for a FORMATS entry (Arrow: lz4, the default;
+    uncompressed: memory-mapped when read)."""
+    if format == "arrow_uncompressed":
+        return {"format": "arrow", "compression": None}
+    return {"format": format}
 SETTINGS = settings(max_examples=int(os.environ.get("PROPS_MAX_EXAMPLES", 40)), deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                            HealthCheck.function_scoped_fixture])
@@ -121,7 +129,7 @@ def assert_same(read, written):
 @given(batch=st.lists(episodes(), min_size=1, max_size=4))
 def test_episodes_round_trip_exactly(tmp_path_factory, format, batch):
     path = tmp_path_factory.mktemp("ds")
-    write_episodes(batch, path, format=format)
+    write_episodes(batch, path, **writer_options(format))
     ds = read_episodes(path)
     assert isinstance(ds, EpisodeDataset)
     assert len(ds) == len(batch)
@@ -152,7 +160,7 @@ def test_chunks_written_apart_read_back_as_one_episode(tmp_path_factory, format,
         expected.concat_episode(chunk)
     path = tmp_path_factory.mktemp("ds")
     for chunk in reversed(chunks):         # written in any order, each its own part
-        write_episodes([chunk], path, format=format)
+        write_episodes([chunk], path, **writer_options(format))
     ds = read_episodes(path)
     assert len(ds) == 1
     compare_episodes(ds[0], expected)
@@ -185,7 +193,7 @@ def test_list_mode_and_numpyd_chunks_join_in_the_first_chunks_mode(tmp_path, for
     for i, chunk in enumerate(chunks):
         if i % 2:
             chunk.to_numpy()
-    write_episodes(chunks, tmp_path, format=format)
+    write_episodes(chunks, tmp_path, **writer_options(format))
     ds = read_episodes(tmp_path)
     assert len(ds) == 1
     compare_episodes(ds[0], whole)
@@ -217,7 +225,7 @@ def test_a_numpyd_episode_from_arrow_files_is_read_in_place(tmp_path):
     episode2.add_env_step(np.zeros(4, np.float32), 1, 1.0) if not episode2.is_done else None
 
 
-@pytest.mark.parametrize("format", ["parquet", "arrow"])
+@pytest.mark.parametrize("format", FORMATS)
 def test_image_rows_are_stored_as_one_binary_value_each(tmp_path, format):
     """Rows of 256 bytes or more (images) are a fixed-size binary column:
     Parquet stores a tensor column's every number as a nested value, tens
@@ -232,7 +240,7 @@ def test_image_rows_are_stored_as_one_binary_value_each(tmp_path, format):
         episode.add_env_step(frames[t + 1], t % 6, 1.0,
                              extra_model_outputs={"h": np.full(3, t, np.float32)})
     episode.to_numpy()
-    write_episodes([episode], tmp_path, format=format)
+    write_episodes([episode], tmp_path, **writer_options(format))
     step_file = next(p for p in tmp_path.iterdir() if ".steps-" in p.name)
     schema = dataset_schema(step_file, format)
     assert schema.field("obs").type == pa.binary(84 * 84)
@@ -241,7 +249,7 @@ def test_image_rows_are_stored_as_one_binary_value_each(tmp_path, format):
     assert np.array_equal(read.get_observations(), frames)
     assert read.get_observations().dtype == np.uint8
     assert np.array_equal(read.get_extra_model_outputs("h"), episode.get_extra_model_outputs("h"))
-    if format == "arrow":
+    if format == "arrow_uncompressed":
         assert not read.get_observations().flags.owndata     # (a view of the mapped file)
 
 
@@ -440,8 +448,8 @@ def test_write_episodes_says_what_it_takes(tmp_path, given):
 
 @pytest.mark.parametrize("format", FORMATS)
 def test_no_episodes_make_an_empty_dataset(tmp_path, format):
-    files = write_episodes([], tmp_path, format=format)
-    assert len(files) == 1 and files[0].endswith(f".episodes.{format}")
+    files = write_episodes([], tmp_path, **writer_options(format))
+    assert len(files) == 1 and files[0].endswith(f".episodes.{writer_options(format)['format']}")
     ds = read_episodes(tmp_path)
     assert (len(ds), ds.num_steps, list(ds), ds.num_chunks) == (0, 0, [], 0)
     assert ds.episode_table()["length"].tolist() == []
@@ -449,7 +457,7 @@ def test_no_episodes_make_an_empty_dataset(tmp_path, format):
     with pytest.raises(ValueError, match="no steps"):
         ds.sample_batch(4)
     # Added to later: only the episodes count.
-    write_episodes([_cartpole(0)], tmp_path, format=format)
+    write_episodes([_cartpole(0)], tmp_path, **writer_options(format))
     assert len(read_episodes(tmp_path)) == 1
 
 
@@ -535,7 +543,7 @@ def test_multi_agent_episodes_round_trip_exactly(tmp_path, format):
 
     written = [make() for make in EPISODES.values()]
     single = _cartpole(3)
-    write_episodes(written[:4] + [single] + written[4:], tmp_path, format=format)
+    write_episodes(written[:4] + [single] + written[4:], tmp_path, **writer_options(format))
     ds = read_episodes(tmp_path)
     assert len(ds) == len(written) + 1
     read = list(ds)
@@ -638,7 +646,7 @@ def test_random_multi_agent_episodes_round_trip_exactly(tmp_path_factory, sequen
         except ValueError:
             pass                 # items that do not stack: it stays in list mode
     path = tmp_path_factory.mktemp("ds")
-    write_episodes([episode], path, format=format)
+    write_episodes([episode], path, **writer_options(format))
     read = read_episodes(path)[0]
     read.agent_to_module_mapping_fn = episode.agent_to_module_mapping_fn
     same(episode.get_state(), read.get_state())
@@ -675,7 +683,7 @@ def test_sample_batch_draws_as_a_replay_buffer_holding_the_dataset(tmp_path, for
     batch = [_cartpole(seed) for seed in range(8)]
     for e in batch[::3]:
         e.to_numpy()
-    write_episodes(batch, tmp_path, format=format)
+    write_episodes(batch, tmp_path, **writer_options(format))
     ds = read_episodes(tmp_path)
     ds.rng = np.random.default_rng(7)
     reference = EpisodeReplayBuffer(capacity=sum(len(e) for e in batch))
@@ -808,7 +816,7 @@ def test_a_replay_buffer_filled_from_a_dataset_is_the_one_add_makes(tmp_path, fo
     episodes[1].infos.data[3] = {"x": 3}
     episodes.append(episodes[4].slice(slice(2, None), len_lookback_buffer=2))
     episodes[4] = _cartpole(9)
-    with EpisodeWriter(tmp_path, format=format) as writer:
+    with EpisodeWriter(tmp_path, **writer_options(format)) as writer:
         writer.write(episodes)
         sampler = Sampler("CartPole-v1", num_envs=2, rollout_fragment_length=30, seed=0,
                           writer=writer)

@@ -224,7 +224,13 @@ def test_unchecked_damaged_datasets_never_crash(tmp_path, format):
     _damaged_reads(tmp_path, format, cases, verify="trust")
 
 
-@pytest.mark.parametrize("format", ["parquet", "arrow"])
+# Each file kind a writer makes: Parquet, Arrow with lz4 (the default) and
+# uncompressed Arrow (memory-mapped when read).
+WRITTEN = {"parquet": {"format": "parquet"}, "arrow": {"format": "arrow"},
+           "arrow_uncompressed": {"format": "arrow", "compression": None}}
+
+
+@pytest.mark.parametrize("format", list(WRITTEN))
 def test_flipped_bytes_in_a_step_file_are_named_unless_trusted(tmp_path, format):
     """The issue's case: 64 bytes flipped in the middle of a step file of a
     CartPole dataset read as observations far outside the space."""
@@ -233,7 +239,7 @@ def test_flipped_bytes_in_a_step_file_are_named_unless_trusted(tmp_path, format)
     from test_offline_dataset import _cartpole
 
     episodes = [_cartpole(i) for i in range(20)]
-    files = write_episodes(episodes, tmp_path, format=format)
+    files = write_episodes(episodes, tmp_path, **WRITTEN[format])
     (steps,) = [f for f in files if ".steps-" in f]
     data = bytearray(open(steps, "rb").read())
     middle = len(data) // 2
@@ -253,13 +259,13 @@ def test_flipped_bytes_in_a_step_file_are_named_unless_trusted(tmp_path, format)
     assert read.shape == written.shape and not np.array_equal(read, written, equal_nan=True)
 
 
-@pytest.mark.parametrize("format", ["parquet", "arrow"])
+@pytest.mark.parametrize("format", list(WRITTEN))
 def test_a_damaged_episode_table_is_named(tmp_path, format):
     from episode.offline import DatasetError, write_episodes
 
     from test_offline_dataset import _cartpole
 
-    files = write_episodes([_cartpole(i) for i in range(20)], tmp_path, format=format)
+    files = write_episodes([_cartpole(i) for i in range(20)], tmp_path, **WRITTEN[format])
     (table,) = [f for f in files if ".episodes." in f]
     data = bytearray(open(table, "rb").read())
     if format == "parquet":
@@ -320,7 +326,7 @@ def test_reading_a_large_memory_mapped_dataset_keeps_the_resident_size_bounded(t
     from episode.offline import EpisodeWriter
 
     frames = np.random.default_rng(0).integers(0, 255, (1001, 84, 84), dtype=np.uint8)
-    with EpisodeWriter(tmp_path, format="arrow", rows_per_file=4000) as writer:
+    with EpisodeWriter(tmp_path, format="arrow", compression=None, rows_per_file=4000) as writer:
         for i in range(90):
             frames[:, 0, 0] = i
             writer.write(SingleAgentEpisode(observations=frames, actions=np.zeros(1000, np.int64),
