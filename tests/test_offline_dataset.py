@@ -225,6 +225,53 @@ def test_a_numpyd_episode_from_arrow_files_is_read_in_place(tmp_path):
     episode2.add_env_step(np.zeros(4, np.float32), 1, 1.0) if not episode2.is_done else None
 
 
+def test_reading_a_dataset_imports_neither_pandas_nor_pyarrow_compute(tmp_path):
+    """pyarrow's to_numpy() and flatten() import pandas and pyarrow.compute
+    (0.2 s on a process's first read); the reader takes the buffers."""
+    pytest.importorskip("pandas")
+    import subprocess
+    import sys
+
+    write_episodes(_cartpole(0), tmp_path / "lz4")
+    write_episodes(_cartpole(1), tmp_path / "parquet", format="parquet")
+    code = (
+        "import sys\n"
+        "from episode.offline import read_episodes\n"
+        "for name in ('lz4', 'parquet'):\n"
+        "    ds = read_episodes(sys.argv[1] + '/' + name)\n"
+        "    [e.get_observations() for e in ds]\n"
+        "    ds.sample_batch(4, n_step=1)\n"
+        "print(sorted(m for m in ('pandas', 'pyarrow.compute') if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
+                         text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize("dtype", [np.bool_, np.int64, np.float32])
+def test_arrow_numbers_are_read_from_their_buffers_at_their_offset(dtype):
+    import pyarrow as pa
+
+    from episode.offline import format as fmt
+
+    values = (np.arange(21) % 3).astype(dtype)
+    array = pa.array(values).slice(5, 11)
+    got = fmt.array_numbers(array, np.dtype(dtype), "here")
+    assert got.dtype == dtype and got.tolist() == values[5:16].tolist()
+    assert not got.flags.writeable
+
+    class Short:            # a column whose data buffer is shorter than its length
+        type, offset = array.type, 0
+
+        def __len__(self):
+            return 40
+
+        def buffers(self):
+            return array.buffers()
+
+    with pytest.raises(DatasetError, match="here: a column of 40"):
+        fmt.array_numbers(Short(), np.dtype(dtype), "here")
+
+
 @pytest.mark.parametrize("format", FORMATS)
 def test_image_rows_are_stored_as_one_binary_value_each(tmp_path, format):
     """Rows of 256 bytes or more (images) are a fixed-size binary column:
@@ -861,3 +908,21 @@ def test_a_buffer_filled_from_memory_mapped_files_reads_them_in_place(tmp_path):
     assert held < frames.nbytes * 50 / 20, held       # the frames stay in the files
     batch = buffer.sample_batch(64, n_step=3)
     assert batch["obs"].shape == (64, 32, 32) and buffer.get_num_timesteps() == 10_000
+
+
+def test_a_packed_column_unpacks_as_each_cell_would():
+    from episode.offline import format as fmt
+
+    values = ["a" * 40, None, {"x": [1, 2.5]}, np.arange(3, dtype=np.int16), None, 7, ""]
+    blobs = [None if v is None else fmt.pack_value(v) for v in values]
+    got = fmt.unpack_values(blobs)
+    assert len(got) == len(values)
+    for g, blob in zip(got, blobs):
+        compare(g, None if blob is None else fmt.unpack_value(blob))
+    assert fmt.unpack_values([]) == [] and fmt.unpack_values([None]) == [None]
+    # A cell holding two values, none, a broken one, or cut short: refused
+    # (the reader then unpacks cell by cell to name the episode).
+    one, two = fmt.pack_value(1), fmt.pack_value(2)
+    for bad in ([one + two], [b"", one], [one, b""], [b"\xc1"], [fmt.pack_value("abc")[:-1]]):
+        with pytest.raises(ValueError, match="not a stored value"):
+            fmt.unpack_values(bad)

@@ -407,3 +407,28 @@ def test_a_store_refuses_a_bad_block_and_changes_nothing(tmp_path):
     with pytest.raises(ValueError, match="stored already"):
         store.add_block(**block)
     assert store.num_episodes == 3
+
+
+@pytest.mark.parametrize("column", ["id", "custom_data", "details"])
+def test_a_packed_cell_that_does_not_unpack_fails_its_episode_only(tmp_path, column):
+    """An episode table's cells are unpacked a column at a time; one that is
+    not a stored value is named when its episode is read, and the other
+    episodes still read (the check unchecked, as a user's verify=False)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from episode.offline import DatasetError
+
+    files = _dataset(str(tmp_path / "d"), "parquet")
+    table_path = next(p for p in files if p.endswith(".episodes.parquet"))
+    table = pq.read_table(table_path)
+    cells = table.column(column).to_pylist()
+    cells[1] = b"\xc1"                     # a byte msgpack never uses
+    index = table.schema.get_field_index(column)
+    table = table.set_column(index, pa.field(column, pa.binary()), pa.array(cells, pa.binary()))
+    pq.write_table(table, table_path)
+    dataset = read_episodes(tmp_path / "d", verify=False)
+    for i in (0, 2, 3):
+        assert len(dataset[i]) == 6
+    with pytest.raises(DatasetError, match=f"column '{column}', episode 1: "):
+        dataset[1]

@@ -23,10 +23,14 @@ if TYPE_CHECKING:
 
 __all__ = ["EpisodeDataset", "read_episodes"]
 
-# The episode table's columns of packed values: those read per episode
-# (the multi-agent state is read apart), and all of them.
-IDS = TABLE_PACKED[:-1]
+# The episode table's columns of packed values.
 _PACKED = TABLE_PACKED
+
+# make_episode's fields (_Part.fields) and the episode table's columns of them.
+_FIELDS = ("id_", "agent_id", "module_id", "multi_agent_episode_id", "custom_data", "details",
+           "terminated", "truncated", "t_started", "observation_space", "action_space",
+           "start_time", "last_step_time")
+_FIELD_COLUMNS = ("id",) + _FIELDS[1:]
 
 _MISSING = object()
 
@@ -95,6 +99,7 @@ class EpisodeDataset:
             _check_columns(self._columns, self._parts)
         self._index = _chunk_index(self._parts)
         self._entries = _join_chunks(self._index)
+        self._where: Optional[list] = None
         lengths = self._index["length"]
         self.num_steps = int(lengths.sum()) if len(lengths) else 0
 
@@ -125,15 +130,17 @@ class EpisodeDataset:
         if self._memory is not None:
             return self._memory[entry[0]]
         episode = self._chunk(entry[0])
-        # A later chunk joins in the first one's mode: a numpy'd chunk after
-        # a list-mode one is read back as the list-mode items it held (the
-        # kinds its file records), so the joined episode is one the writer
-        # could have recorded whole, not a mix of Python and numpy numbers.
-        agents = getattr(episode, "agent_episodes", None)
-        list_mode = not any(e.is_numpy for e in (agents.values() if agents is not None
-                                                 else [episode]))
-        for k in entry[1:]:
-            episode.concat_episode(self._chunk(k, list_mode))
+        if len(entry) > 1:
+            # A later chunk joins in the first one's mode: a numpy'd chunk
+            # after a list-mode one is read back as the list-mode items it
+            # held (the kinds its file records), so the joined episode is one
+            # the writer could have recorded whole, not a mix of Python and
+            # numpy numbers.
+            agents = getattr(episode, "agent_episodes", None)
+            list_mode = not any(e.is_numpy for e in (agents.values() if agents is not None
+                                                     else [episode]))
+            for k in entry[1:]:
+                episode.concat_episode(self._chunk(k, list_mode))
         return episode
 
     # -- what the files hold, without building episodes ----------------------------------
@@ -366,10 +373,11 @@ class EpisodeDataset:
     # -- building one chunk ---------------------------------------------------------------
 
     def _chunk(self, k: int, list_mode: bool = False) -> Any:
-        index = self._index
-        part = self._parts[index["part"][k]]
-        i = int(index["local"][k])
-        if part.table["kind"][i] == SINGLE:
+        if self._where is None:
+            self._where = list(zip(self._index["part"].tolist(), self._index["local"].tolist()))
+        p, i = self._where[k]
+        part = self._parts[p]
+        if part.cells("kind")[i] == SINGLE:
             return self._single(part, i, list_mode)
         agents = {}
         for j in part.children.get(i, ()):
@@ -379,16 +387,16 @@ class EpisodeDataset:
                                  agents, f"{part.path}: episode {i}")
 
     def _single(self, part: "_Part", i: int, list_mode: bool = False) -> SingleAgentEpisode:
-        step_file = self._step_file(part, int(part.table["group"][i]), list_mode)
+        group, row, rows, length, lookbacks = part.place(i)
+        step_file = self._step_file(part, group, list_mode)
         fields = part.fields(i)
         details = fields.pop("details") or {}
         try:
             if not isinstance(details, dict):
                 raise ValueError("malformed details")
             fields["last_added"] = details.get("last_added", True)
-            episode = step_file.episode(SingleAgentEpisode, int(part.table["row"][i]),
-                                        int(part.table["rows"][i]), int(part.table["length"][i]),
-                                        tuple(int(x) for x in part.lookbacks[i]), fields)
+            episode = step_file.episode(SingleAgentEpisode, row, rows, length, lookbacks,
+                                        fields)
             if "spaces" in details:
                 _set_buffer_spaces(episode, details["spaces"], part.path)
             if "flags" in details:
@@ -606,6 +614,10 @@ class _Part:
         self.top = np.flatnonzero(parents == -1)
         self._spaces: dict = {}
         self._cells: dict = {}
+        self._values: dict = {}
+        self._lookbacks: Optional[list] = None
+        self._fields: Optional[list] = None
+        self._unreadable: dict = {}         # row -> (column, error) of a packed cell
 
     def rows_needed(self, group: int) -> int:
         """The rows the episodes in step file `group` take: its rows past
@@ -617,38 +629,78 @@ class _Part:
                     + self.table["rows"][mine].astype(np.int64)).max())
 
     def cell(self, name: str, i: int) -> Any:
-        """Episode `i`'s cell of the Arrow column `name`, as a Python value
-        (the column is converted once: a pyarrow scalar costs microseconds)."""
+        """Episode `i`'s cell of the Arrow column `name`, as a Python value."""
+        return self.cells(name)[i]
+
+    def cells(self, name: str) -> list:
+        """The column `name` as a list of Python values, made once (a
+        pyarrow scalar or a numpy one costs far more than a list item)."""
         cells = self._cells.get(name)
         if cells is None:
-            cells = self._cells[name] = self.table[name].to_pylist()
-        return cells[i]
+            column = self.table[name]
+            cells = self._cells[name] = column.tolist() if isinstance(column, np.ndarray) \
+                else [None] * len(column) if column.null_count == len(column) \
+                else column.to_pylist()
+        return cells
 
     def value(self, name: str, i: int) -> Any:
         """Episode `i`'s value in the packed column `name` (None: null)."""
-        blob = self.cell(name, i)
-        try:
-            return None if blob is None else fmt.unpack_value(blob)
-        except ValueError as error:
-            raise DatasetError(f"{self.path}: column {name!r}, episode {i}: {error}") from None
+        value = self._unpacked(name)[i]
+        if type(value) is _Unreadable:
+            raise DatasetError(f"{self.path}: column {name!r}, episode {i}: {value.error}")
+        return value
+
+    def _unpacked(self, name: str) -> list:
+        # The packed column `name` unpacked, made once (an _Unreadable for
+        # a cell that does not unpack, raised when its episode is read).
+        values = self._values.get(name)
+        if values is None:
+            cells = self.cells(name)
+            try:
+                values = fmt.unpack_values(cells)
+            except ValueError:
+                values = [_unpacked(blob) for blob in cells]
+            self._values[name] = values
+        return values
+
+    def place(self, i: int) -> tuple:
+        """Where episode `i`'s rows are: (step file, first row, rows, steps,
+        lookbacks as a tuple of ints)."""
+        if self._lookbacks is None:
+            self._lookbacks = [tuple(row) for row in self.lookbacks.tolist()]
+        return (self.cells("group")[i], self.cells("row")[i], self.cells("rows")[i],
+                self.cells("length")[i], self._lookbacks[i])
 
     def fields(self, i: int) -> dict:
         """make_episode's fields of episode `i`."""
-        values = {name: self.value(name, i) for name in IDS}
-        flag = np.bool_ if self.table["numpy_flags"][i] else bool
-        return {
-            "id_": values["id"], "agent_id": values["agent_id"],
-            "module_id": values["module_id"],
-            "multi_agent_episode_id": values["multi_agent_episode_id"],
-            "custom_data": values["custom_data"], "details": values["details"],
-            "terminated": flag(self.table["terminated"][i]),
-            "truncated": flag(self.table["truncated"][i]),
-            "t_started": int(self.table["t_started"][i]),
-            "observation_space": self._space("observation_space", i),
-            "action_space": self._space("action_space", i),
-            "start_time": _time(self.table["start_time"][i]),
-            "last_step_time": _time(self.table["last_step_time"][i]),
-        }
+        columns = self._fields or self._field_columns()
+        bad = self._unreadable.get(i)
+        if bad is not None:
+            raise DatasetError(f"{self.path}: column {bad[0]!r}, episode {i}: {bad[1]}")
+        return dict(zip(_FIELDS, [column[i] for column in columns]))
+
+    def _field_columns(self) -> list:
+        # fields()' values, a list per field, made once per part: the
+        # packed ones unpacked, flags of the type written, NaN times None.
+        columns = []
+        for name in _FIELD_COLUMNS:
+            if name in _PACKED:
+                values = self._unpacked(name)
+                for j, value in enumerate(values):
+                    if type(value) is _Unreadable:
+                        self._unreadable.setdefault(j, (name, value.error))
+            elif name.endswith("_space"):
+                values = [self._space(name, j) for j in range(self.n)]
+            elif name in ("terminated", "truncated"):
+                values = [np.bool_(x) if numpy else bool(x) for x, numpy in zip(
+                    self.cells(name), self.cells("numpy_flags"))]
+            elif name.endswith("_time"):
+                values = [_time(x) for x in self.cells(name)]
+            else:
+                values = self.cells(name)
+            columns.append(values)
+        self._fields = columns
+        return columns
 
     def _space(self, name: str, i: int) -> Any:
         # The episodes of one space share its object, as a sampler's do.
@@ -657,6 +709,25 @@ class _Part:
         if space is _MISSING:
             space = self._spaces[text] = fmt.space_of(text, f"{self.path}: column {name!r}")
         return space
+
+
+class _Unreadable:
+    """A packed cell that did not unpack: its error, raised when the
+    episode holding it is read."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: ValueError):
+        self.error = error
+
+
+def _unpacked(blob: Any) -> Any:
+    if blob is None:
+        return None
+    try:
+        return fmt.unpack_value(blob)
+    except ValueError as error:
+        return _Unreadable(error)
 
 
 def _plain_details(part: "_Part", i: int) -> bool:
@@ -671,12 +742,15 @@ def _time(value: float) -> Optional[float]:
 
 
 def _numbers(column, path: str, name: str) -> np.ndarray:
+    pa = _pyarrow()
     if column.null_count:
         raise DatasetError(f"{path}: nulls in column {name!r}")
-    try:
-        return np.asarray(column.to_numpy())
-    except Exception as error:      # pyarrow's conversion errors
-        raise DatasetError(f"{path}: column {name!r} is not numbers ({error})") from None
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    kind = array.type
+    if not (pa.types.is_boolean(kind) or pa.types.is_integer(kind)
+            or pa.types.is_floating(kind)):
+        raise DatasetError(f"{path}: column {name!r} is not numbers ({kind})")
+    return fmt.array_numbers(array, np.dtype(kind.to_pandas_dtype()), f"{path}: column {name!r}")
 
 
 def _chunk_index(parts: list) -> dict:

@@ -94,6 +94,12 @@ def unpack_value(blob: bytes) -> Any:
     return values.unpack(blob)
 
 
+def unpack_values(blobs: list) -> list:
+    """unpack_value of each blob (None: None), at once (ValueError if any
+    is not one value)."""
+    return values.unpack_each(blobs)
+
+
 # -- leaves: how a Column's rows become an Arrow column and back --------------------------
 
 
@@ -245,10 +251,34 @@ def leaf_rows(leaf: dict, column, where: str) -> Any:
         return raw[start:start + n * got.byte_width].view(dtype).reshape((n,) + shape)
     if shape:
         storage = column.storage if isinstance(column, pa.ExtensionArray) else column
-        values = storage.flatten()
-        arr = values.to_numpy(zero_copy_only=dtype.kind != "b")
-        return arr.reshape((n,) + shape)
-    return column.to_numpy(zero_copy_only=dtype.kind != "b")
+        size = storage.type.list_size       # (flatten() imports pyarrow.compute: 25 ms)
+        values = storage.values.slice(storage.offset * size, n * size)
+        return array_numbers(values, dtype, where).reshape((n,) + shape)
+    return array_numbers(column, dtype, where)
+
+
+def array_numbers(array, dtype: np.dtype, where: str) -> np.ndarray:
+    """A fixed-width Arrow array without nulls as an ndarray of `dtype`: a
+    read-only view of its data buffer (bools unpacked from their bits).
+    Read from the buffers, as pyarrow's to_numpy() imports pandas (0.2 s,
+    on the first read of a process)."""
+    n, offset = len(array), array.offset
+    data = array.buffers()[1]
+    size = 0 if data is None else data.size
+    if not n:
+        out = np.empty(0, dtype)
+    elif dtype.kind == "b":
+        if size * 8 < offset + n:
+            raise DatasetError(f"{where}: a column of {n} bools holds {size} bytes")
+        bits = np.frombuffer(data, np.uint8)
+        out = np.unpackbits(bits, count=offset + n, bitorder="little")[offset:].view(np.bool_)
+    elif array.type.bit_width != 8 * dtype.itemsize or size < (offset + n) * dtype.itemsize:
+        raise DatasetError(f"{where}: a column of {n} {dtype} numbers holds {size} bytes "
+                           f"of {array.type}")
+    else:
+        out = np.frombuffer(data, dtype, count=n, offset=offset * dtype.itemsize)
+    out.flags.writeable = False     # (a memory map's pages may be read-only)
+    return out
 
 
 # -- trees: a track's structure of leaves ---------------------------------------------
@@ -386,8 +416,14 @@ def read_table(path: str, columns: Optional[list] = None, *, verify: bool = Fals
         else:
             import pyarrow.parquet as pq
 
-            table = pq.read_table(path, memory_map=True, columns=columns,
-                                  page_checksum_verification=verify)
+            # (ParquetFile, not read_table(), which imports pyarrow.dataset
+            # and with it pandas: 0.2 s on a process's first read.)
+            with pq.ParquetFile(path, memory_map=True,
+                                page_checksum_verification=verify) as file:
+                missing = set(columns or ()) - set(file.schema_arrow.names)
+                if missing:
+                    raise KeyError(f"no column {sorted(missing)[0]!r}")
+                table = file.read(columns=columns)
         table.validate(full=True)
         return table
     except (OSError, pa.ArrowException, KeyError) as error:
