@@ -35,11 +35,10 @@ __all__ = [
     "PrioritizedEpisodeReplayBuffer",
 ]
 
-from episode.replay import uniform as _uniform
+from episode.replay import kinds as _kinds
 
-_uniform._BUFFER_KINDS[:] = [EpisodeReplayBuffer, PrioritizedEpisodeReplayBuffer,
-                             MultiAgentEpisodeReplayBuffer,
-                             MultiAgentPrioritizedEpisodeReplayBuffer]
+_kinds.register(EpisodeReplayBuffer, PrioritizedEpisodeReplayBuffer,
+                MultiAgentEpisodeReplayBuffer, MultiAgentPrioritizedEpisodeReplayBuffer)
 
 # The buffers pickle by reference to their class: under the package's name,
 # so that a pickle does not depend on which module of the package defines it.

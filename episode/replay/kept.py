@@ -59,6 +59,7 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from episode import values
+from episode.replay import kinds
 
 try:
     import fcntl
@@ -186,7 +187,6 @@ def _file_names(meta: Dict[str, Any]) -> set:
 
 def save(buffer, folder) -> None:
     """buffer.save(folder): see the module docstring."""
-    from episode.replay.uniform import _kind_of
 
     folder = _folder(folder)
     os.makedirs(folder, exist_ok=True)
@@ -213,7 +213,7 @@ def save(buffer, folder) -> None:
             # (The buffer's own store at the top, as a buffer of one store
             # without frames has always been saved; any others after it.)
             first = entries[0]
-            meta = {"kind": _kind_of(buffer), "settings": settings,
+            meta = {"kind": kinds.kind_of(buffer), "settings": settings,
                     "buffer": type(buffer)._plain_kept(buffer._kept_state()),
                     "store": first["store"], "blocks": first["blocks"]}
             _objects_to_file(meta, folder, token, written)
@@ -512,7 +512,6 @@ def _check_file(path: str, leaf: Any, prefix: str) -> None:
 def open_buffer(cls, folder, verify: bool = False):
     """EpisodeReplayBuffer.open(folder): see there."""
     from episode._keep import build_store
-    from episode.replay.uniform import _BUFFER_KINDS, _kind_of_class
 
     folder = _folder(folder)
     if not os.path.isdir(folder):
@@ -522,11 +521,10 @@ def open_buffer(cls, folder, verify: bool = False):
     with _locked(folder, exclusive=False):
         meta = _read_meta(folder)
         meta_path = os.path.join(folder, META_NAME)
-        kinds = {kind.__name__: kind for kind in _BUFFER_KINDS}
-        saved = kinds.get(meta["kind"]) if type(meta["kind"]) is str else None
+        saved = kinds.by_name().get(meta["kind"]) if type(meta["kind"]) is str else None
         if saved is None:
             raise ValueError(f"{meta_path} holds a {meta['kind']!r}, no buffer of ours")
-        if _kind_of_class(cls) is saved:
+        if kinds.kind_of_class(cls) is saved:
             target = cls
         elif issubclass(saved, cls):
             target = saved
@@ -670,7 +668,6 @@ def convert_v1(folder) -> None:
     its metadata (and its objects file) are written anew, its rows' and
     frames' files are kept. Unpickling runs whatever code the pickle names:
     convert only a folder you trust (one you saved yourself)."""
-    from episode.replay.uniform import _BUFFER_KINDS
 
     folder = _folder(folder)
     path = os.path.join(folder, META_NAME)
@@ -683,8 +680,7 @@ def convert_v1(folder) -> None:
         if version != 1:
             raise ValueError(f"{path} is of format version {version}, not 1: nothing to convert")
         meta = pickle.loads(payload)     # (trusted: the caller vouches for the folder)
-        kinds = {kind.__name__: kind for kind in _BUFFER_KINDS}
-        kind = kinds.get(meta.get("kind")) if type(meta) is dict else None
+        kind = kinds.by_name().get(meta.get("kind")) if type(meta) is dict else None
         if kind is None:
             raise ValueError(f"{path} does not describe a replay buffer of ours")
         state = meta["buffer"]

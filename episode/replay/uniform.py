@@ -18,6 +18,7 @@ from episode.replay.frames import frame_settings, store_args
 from episode.replay.metrics import (_AddCounts, _log_pair, _metrics_logger, _reduced, _Unlogged,
                                     kept_metrics, restored_metrics)
 from episode.replay import kept
+from episode.replay.kinds import KINDS, kind_of
 from episode.replay.transitions import _OpenEpisodes, add_transitions
 from episode.replay.tensors import _check_numeric, _to_torch, _torch_device
 from episode.replay.stored import (DEFAULT_AGENT_ID, DEFAULT_MODULE_ID, _as_ours,
@@ -804,13 +805,13 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
     def _new_kept_store(self, name, folder: str) -> Store:
         # open(): a new store for the saved store `name`, to build.
         if name != "store":
-            raise ValueError(f"a {_kind_of(self)} has no store {name!r}")
+            raise ValueError(f"a {kind_of(self)} has no store {name!r}")
         return self._new_store(self.capacity, folder)
 
     def _adopt_kept_stores(self, stores: Dict[Any, Store]) -> None:
         # open(): the built stores, before _restore_kept().
         if list(stores) != ["store"]:
-            raise ValueError(f"a {_kind_of(self)} has one store, not {list(stores)}")
+            raise ValueError(f"a {kind_of(self)} has one store, not {list(stores)}")
         self._store = stores["store"]
 
     def _kept_state(self) -> Dict[str, Any]:
@@ -866,7 +867,7 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
             raise TypeError(f"set_state() takes a checkpoint of get_state() (a dict), not "
                             f"{type(state).__name__}")
         missing = [key for key in self._STATE_KEYS if key not in state]
-        kinds = [cls for cls in _BUFFER_KINDS if set(cls._STATE_KEYS) == set(state)]
+        kinds = [cls for cls in KINDS if set(cls._STATE_KEYS) == set(state)]
         # (A prioritized buffer's checkpoint has a uniform one's keys and
         # more: RLlib's uniform buffers load it. A multi-agent one's is
         # refused by a single-agent buffer as RLlib's does, by a KeyError.)
@@ -877,7 +878,7 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
         whose = f" (it is the checkpoint of a {kinds[0].__name__})" if kinds else ""
         lacks = f"lacks {', '.join(map(repr, missing))}" if missing else \
             "is not a single-agent buffer's"
-        raise KeyError(f"{_kind_of(self)}.set_state() takes what get_state() of that kind of "
+        raise KeyError(f"{kind_of(self)}.set_state() takes what get_state() of that kind of "
                        f"buffer returns; this checkpoint {lacks}{whose}")
 
     def _restored_store(self, state, weights=None) -> Store:
@@ -904,24 +905,6 @@ def _entries(entries, fields: int, uniform: bool) -> list:
     if uniform and out and all(len(entry) == fields + 1 for entry in out):
         out = [entry[:fields] for entry in out]
     return out
-
-
-def _kind_of(buffer) -> str:
-    # The name of the buffer's kind (one of ours, whatever subclass it is).
-    return _kind_of_class(type(buffer)).__name__
-
-
-def _kind_of_class(cls: type) -> type:
-    # Which of our kinds of buffers `cls` is (itself, or a subclass of it).
-    for base in cls.__mro__:
-        if base in _BUFFER_KINDS:
-            return base
-    return cls
-
-
-# Our four kinds of buffers (listed by episode.replay's __init__, once all
-# are defined).
-_BUFFER_KINDS: List[type] = []
 
 
 def _unpickled(cls, settings: Dict[str, Any], state: Dict[str, Any], rng):
