@@ -1,6 +1,11 @@
 """install(): RLlib's classes swapped for ours in every loaded `ray.rllib`
 module and in the Ray workers started afterwards (see the package's
-docstring). Importing this module does not import ray; install() does."""
+docstring). Importing this module does not import ray; install() does.
+
+The switch sits below the modules it swaps in: it names our classes by
+module and name, as it names RLlib's, and imports them when installing
+(`runners` and `offline` call install() themselves, so they import it,
+not the other way round)."""
 from __future__ import annotations
 
 import contextlib
@@ -34,6 +39,9 @@ CLASSES = (
     ("ray.rllib.offline.offline_prelearner", "OfflinePreLearner", "episode.rllib.offline"),
 )
 
+# Our runner that records multi-agent episodes (module, class name).
+RECORDING_RUNNER = ("episode.rllib.offline", "OfflineMultiAgentEnvRunner")
+
 # What install() changed, to be undone: (module, attribute, RLlib's class).
 _replaced: list = []
 # RLlib's class -> ours, while installed.
@@ -62,7 +70,7 @@ def install() -> None:
             from episode._extras import rllib_missing
 
             raise rllib_missing(error, "episode.rllib.install()") from error
-        swap[theirs] = getattr(importlib.import_module(our_module), name)
+        swap[theirs] = _ours(our_module, name)
     alive = _alive_instances(tuple(swap), tuple(swap.values()))
     if alive:
         raise RuntimeError(
@@ -74,6 +82,11 @@ def install() -> None:
     _patch_learner_connectors()
     _patch_recording_runner_choice()
     _hook_ray_init()
+
+
+def _ours(module: str, name: str) -> type:
+    # One of our classes the switch names.
+    return getattr(importlib.import_module(module), name)
 
 
 def uninstall() -> None:
@@ -147,11 +160,9 @@ def _patch_recording_runner_choice() -> None:
         if getattr(config, "output", None) and config.is_multi_agent \
                 and config.env_runner_cls is None \
                 and config.enable_env_runner_and_connector_v2:
-            from episode.rllib.offline import OfflineMultiAgentEnvRunner
-
             frozen = config._is_frozen
             config = config.copy(copy_frozen=False)
-            config.env_runners(env_runner_cls=OfflineMultiAgentEnvRunner)
+            config.env_runners(env_runner_cls=_ours(*RECORDING_RUNNER))
             if frozen:
                 config.freeze()
         rllib_init(self, *args, config=config, **kwargs)

@@ -86,7 +86,7 @@ try:
 except ModuleNotFoundError as e:
     raise rllib_missing(e, "episode.rllib.runners") from e
 
-import episode.rllib
+from episode.rllib import patch
 from episode.sampling import VectorEpisodes
 
 __all__ = ["MultiAgentEnvRunner", "SingleAgentEnvRunner"]
@@ -221,7 +221,7 @@ class SingleAgentEnvRunner(_Loop, RLlibSingleAgentEnvRunner):
     where its configuration allows (`vectorized`), RLlib's loop otherwise."""
 
     def __init__(self, *, config: Any, **kwargs: Any):
-        episode.rllib.install()
+        patch.install()
         super().__init__(config=config, **kwargs)
         self._vector: Optional[VectorEpisodes] = None
         # The observations of the last reset or step: the module's next input.
@@ -364,7 +364,7 @@ class MultiAgentEnvRunner(_Loop, RLlibMultiAgentEnvRunner):
     its configuration allows (`vectorized`); RLlib's loop otherwise."""
 
     def __init__(self, *, config: Any, **kwargs: Any):
-        episode.rllib.install()
+        patch.install()
         super().__init__(config=config, **kwargs)
         module = self.module
         self.vectorized = (
