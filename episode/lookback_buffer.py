@@ -15,6 +15,7 @@ from gymnasium.utils.env_checker import data_equivalence
 
 from episode._buffer import BufferCore
 from episode._column import Column
+from episode._episode import _register_buffer_class
 from episode._index import IndexTypeError, resolve_int, resolve_slice
 from episode.spaces import (
     base_struct,
@@ -656,3 +657,7 @@ def _unbatch(batch: Any) -> list:
     leaves = flatten_struct(batch)
     n = len(leaves[0]) if leaves else 0
     return [map_struct(lambda a: a[i], batch) for i in range(n)]
+
+
+# The core makes its buffers of this class.
+_register_buffer_class(InfiniteLookbackBuffer)

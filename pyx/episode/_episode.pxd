@@ -72,6 +72,7 @@ cdef class EpisodeCore:
 
 # A new episode id (as uuid.uuid4().hex).
 cdef str new_id()
+cdef type buffer_class()
 
 
 # len() of an episode (t - t_started), checked.

@@ -33,7 +33,6 @@ from episode._column cimport (KIND_EMPTY, KIND_EMPTY_DICT, KIND_FLOAT, KIND_OBJE
 from episode._index cimport checked_lookback
 
 from episode._buffer import _describe_once
-from episode.lookback_buffer import InfiniteLookbackBuffer
 from episode.spaces import space_from_dict, space_to_dict
 
 # The Columns' inline push (inlined here) calls numpy's C-API.
@@ -48,8 +47,22 @@ _describe_once(REWARDS_SPACE)
 cdef object Box = gym.spaces.Box
 cdef object Discrete = gym.spaces.Discrete
 
-# The class of the buffers the core makes (the facade's).
-cdef type Buffer = InfiniteLookbackBuffer
+# The class of the buffers the core makes: the facade's
+# InfiniteLookbackBuffer, registered by episode.lookback_buffer once it is
+# defined (the core imports nothing above it).
+cdef type Buffer = BufferCore
+
+
+def _register_buffer_class(cls):
+    """Tells the core which Python class the facade's buffers have."""
+    global Buffer
+    if not (isinstance(cls, type) and issubclass(cls, BufferCore)):
+        raise TypeError(f"expected a subclass of BufferCore, got {cls!r}")
+    Buffer = cls
+
+
+cdef type buffer_class():
+    return Buffer
 
 
 # -- episode ids ------------------------------------------------------------------

@@ -2975,13 +2975,11 @@ def step_order(Store store):
 # -- sampled episodes ----------------------------------------------------------------------
 
 from episode._buffer cimport empty_buffer
-from episode._episode cimport new_id
+from episode._episode cimport buffer_class, new_id
 from episode._episode import REWARDS_SPACE
-from episode.lookback_buffer import InfiniteLookbackBuffer
 from episode.spaces import base_struct
 import gymnasium as gym
 
-cdef type Buffer = InfiniteLookbackBuffer
 cdef object Box = gym.spaces.Box
 cdef object Discrete = gym.spaces.Discrete
 
@@ -3014,7 +3012,7 @@ cdef object shared_tree(object structure, dict arrays, Py_ssize_t first, Py_ssiz
 
 
 cdef BufferCore track_buffer(object storage, object space):
-    cdef BufferCore buf = empty_buffer(Buffer, space, space if space is None
+    cdef BufferCore buf = empty_buffer(buffer_class(), space, space if space is None
                                        or type(space) is Box or type(space) is Discrete
                                        else base_struct(space))
     buf.set_storage(storage)
@@ -3036,7 +3034,7 @@ cdef BufferCore numpy_buffer(cnp.ndarray arr, Py_ssize_t first, Py_ssize_t rows,
 
 cdef BufferCore empty_dicts_buffer(Py_ssize_t count):
     # InfiniteLookbackBuffer([{}] * count): a count.
-    cdef BufferCore buf = empty_buffer(Buffer, None, None)
+    cdef BufferCore buf = empty_buffer(buffer_class(), None, None)
     cdef Column col = Column.__new__(Column)
     col.kind = KIND_EMPTY_DICT
     col.size = count
@@ -3054,7 +3052,7 @@ cdef BufferCore items_buffer(list items):
             break
     else:
         return empty_dicts_buffer(len(items))
-    buf = empty_buffer(Buffer, None, None)
+    buf = empty_buffer(buffer_class(), None, None)
     for item in items:
         buf.push(item)
     return buf
