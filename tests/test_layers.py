@@ -47,6 +47,8 @@ def test_the_python_layers_keep_their_contracts():
 
 
 def test_the_compiled_core_imports_only_itself_and_the_base():
+    if not os.path.isdir(PYX):
+        pytest.skip("no pyx/ sources here (the tests of an installed package)")
     compiled = {f"episode.{name[:-4]}" for name in os.listdir(PYX) if name.endswith(".pyx")}
     found = {}
     for name in sorted(os.listdir(PYX)):
