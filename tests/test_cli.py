@@ -18,7 +18,7 @@ import pytest
 
 import episode
 from episode import cli
-from episode.workloads import WORKLOADS, Round, rllib_class
+from episode.cli.workloads import WORKLOADS, Round, rllib_class
 
 
 def run_module(*args: str) -> subprocess.CompletedProcess:
@@ -507,7 +507,7 @@ def test_bench_runs_every_workload(capsys, tmp_path):
 
 
 def test_bench_without_ray(capsys, monkeypatch, tmp_path):
-    monkeypatch.setattr("episode.workloads.rllib_class", lambda: None)
+    monkeypatch.setattr("episode.cli.workloads.rllib_class", lambda: None)
     path = tmp_path / "bench.json"
     assert cli.main(["bench", "--quick", "--workloads", "slice_64", "--json", str(path)]) == 0
     check_report(path, ["slice_64"], with_rllib=False)

@@ -12,7 +12,7 @@ and recording and inspecting datasets of episodes.
 `demo` runs an episode.Sampler on a gymnasium environment (or a multi-agent
 one: N copies of a gymnasium env as agents, a PettingZoo ParallelEnv or an
 RLlib MultiAgentEnv) with random actions; `bench` times the workloads of
-episode.workloads for ours and, when ray[rllib] is installed, for RLlib's
+episode.cli.workloads for ours and, when ray[rllib] is installed, for RLlib's
 SingleAgentEpisode in the same process; `record` samples an env as `demo`
 takes them (random actions, or a policy function) into a dataset with
 episode.offline's EpisodeWriter; `inspect` describes a dataset read_episodes
@@ -653,7 +653,7 @@ def _calls_per_round(rnd, min_s: float) -> int:
 
 def _bench_workload(workload, classes: dict, rounds: int, min_s: float, result: BenchResult,
                     progress: Progress, done: int) -> None:
-    from episode.workloads import assert_same
+    from episode.cli.workloads import assert_same
 
     prepared = {}
     for impl, cls in classes.items():
@@ -691,7 +691,7 @@ def _machine() -> dict:
 def _report(results: list[BenchResult], with_rllib: bool, interrupted: bool) -> dict:
     import numpy as np
 
-    from episode.workloads import ray_version
+    from episode.cli.workloads import ray_version
 
     return {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
@@ -764,7 +764,7 @@ def _plot(report: dict, path: str) -> None:
 
 
 def bench(args) -> int:
-    from episode.workloads import WORKLOADS
+    from episode.cli.workloads import WORKLOADS
 
     if args.workloads is not None:
         names = [n.strip() for n in args.workloads.split(",") if n.strip()]
@@ -784,7 +784,7 @@ def bench(args) -> int:
             raise UsageError('--plot needs matplotlib: pip install "episode[plot]"') from None
 
     from episode import SingleAgentEpisode
-    from episode.workloads import rllib_class
+    from episode.cli.workloads import rllib_class
 
     classes: dict[str, type] = {"ours": SingleAgentEpisode}
     rllib = rllib_class()
@@ -1578,7 +1578,7 @@ def inspect(args) -> int:
 # -- the command line ---------------------------------------------------------
 
 def _workload_list() -> str:
-    from episode.workloads import WORKLOADS
+    from episode.cli.workloads import WORKLOADS
 
     width = max(map(len, WORKLOADS))
     return "workloads:\n" + "\n".join(f"  {w.name:<{width}}  {w.description}"
