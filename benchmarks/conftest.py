@@ -10,7 +10,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from episode.workloads import rllib_class
+from episode.cli.workloads import rllib_class
 
 pytest.importorskip("pytest_benchmark")
 

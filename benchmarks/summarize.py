@@ -18,7 +18,7 @@ import re
 import statistics
 from collections import defaultdict
 
-from episode.cli import format_table, format_time
+from episode.cli.common import format_table, format_time
 
 
 def _impl(bench: dict) -> str:

@@ -37,7 +37,7 @@ ray = pytest.importorskip("ray")
 
 from episode import Sampler, SingleAgentEpisode  # noqa: E402
 from episode.distributed import DistributedSampler  # noqa: E402
-from episode.workloads import rllib_class  # noqa: E402
+from episode.cli.workloads import rllib_class  # noqa: E402
 
 # The policy goes to the actors by value (this module is not importable there).
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])

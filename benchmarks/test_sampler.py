@@ -19,7 +19,7 @@ The bookkeeping is ours (or RLlib's) median minus the bare loop's, as a
 share of the bare loop's; `extra_info["env_steps"]` gives steps per second.
 
 ``ours_replay`` and ``rllib_replay`` run the same on a recording of the 64
-envs (`episode.workloads.ReplayVectorEnv`): env steps and random actions
+envs (`episode.cli.workloads.ReplayVectorEnv`): env steps and random actions
 cost nothing there, so their medians are the samplers' own work alone,
 everything but `env.step` and the policy call.
 """
@@ -51,7 +51,7 @@ def _bare():
 
 
 def _ours(replay=False):
-    from episode.workloads import our_sampler
+    from episode.cli.workloads import our_sampler
 
     sampler = our_sampler(N_ENVS, N_STEPS, replay)
     return lambda: sum(len(e) for e in sampler.sample_episodes())
@@ -60,7 +60,7 @@ def _ours(replay=False):
 def _rllib(replay=False):
     pytest.importorskip("ray.rllib")
     pytest.importorskip("torch")
-    from episode.workloads import rllib_runner
+    from episode.cli.workloads import rllib_runner
 
     runner = rllib_runner(N_ENVS, N_STEPS, replay)
     return lambda: sum(len(e) for e in runner.sample(random_actions=True))

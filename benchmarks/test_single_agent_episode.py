@@ -3,7 +3,7 @@
     pytest benchmarks/test_single_agent_episode.py --benchmark-json=mem.json
     python benchmarks/summarize.py mem.json --markdown
 
-The timing workloads are in test_workloads.py (episode/workloads.py). This
+The timing workloads are in test_workloads.py (episode/cli/workloads.py). This
 file measures what a 100k-step episode holds, parametrized over ``sae_impl``
 (ours, rllib; rllib is skipped without ray); ``test_memory_100k`` records it
 in ``extra_info["memory"]`` (summarize.py prints it).
@@ -14,7 +14,7 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from episode.workloads import held_input_bytes
+from episode.cli.workloads import held_input_bytes
 
 N_MEM = 100_000
 RAW_BYTES = (N_MEM + 1) * 16 + N_MEM * 8 * 3   # obs, actions, rewards, vf

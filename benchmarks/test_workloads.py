@@ -1,10 +1,10 @@
-"""SingleAgentEpisode: ours against RLlib 2.60's, on episode.workloads.
+"""SingleAgentEpisode: ours against RLlib 2.60's, on episode.cli.workloads.
 
     pytest benchmarks/ --benchmark-group-by=param:workload \
         --benchmark-columns=median,iqr,rounds --benchmark-json=run.json
     python benchmarks/summarize.py run.json --markdown
 
-The workloads are the ones `episode bench` times (episode/workloads.py says
+The workloads are the ones `episode bench` times (episode/cli/workloads.py says
 what each does). Each is parametrized over ``impl`` (ours, rllib; rllib is
 skipped without ray), so grouping by ``param:workload`` puts the two side by
 side. Before timing, a workload runs once on both implementations and the
@@ -17,7 +17,7 @@ import functools
 import pytest
 
 from episode import SingleAgentEpisode
-from episode.workloads import WORKLOADS, check, rllib_class
+from episode.cli.workloads import WORKLOADS, check, rllib_class
 
 ROUNDS = 50   # rounds of the workloads with a per-round setup (pedantic)
 

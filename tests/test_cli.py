@@ -18,7 +18,8 @@ import pytest
 
 import episode
 from episode import cli
-from episode.workloads import WORKLOADS, Round, rllib_class
+from episode.cli import bench, common, demo, envs
+from episode.cli.workloads import WORKLOADS, Round, rllib_class
 
 
 def run_module(*args: str) -> subprocess.CompletedProcess:
@@ -167,9 +168,9 @@ def test_demo_records_every_step_once(mode, batch_mode):
 
     env = gym.make_vec("CartPole-v1", num_envs=3, vectorization_mode="sync",
                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode(mode)})
-    stats = cli.DemoStats()
+    stats = demo.DemoStats()
     sampler = Sampler(env, batch_mode=batch_mode, rollout_fragment_length=7, seed=0)
-    cli._collect(sampler, 700, stats, cli.Progress(700, "steps", enabled=False))
+    demo._collect(sampler, 700, stats, common.Progress(700, "steps", enabled=False))
     live = sampler.ongoing_episodes()
     assert stats.env_steps >= 700 and stats.episodes > 0
     assert stats.returns == stats.lengths      # reward 1.0 per step
@@ -185,9 +186,9 @@ def test_demo_multi_agent_records_every_env_step_once():
     each agent step's reward (1.0) in its agent's episode."""
     from episode import Sampler
 
-    sampler = Sampler(cli.Copies("CartPole-v1", 3), rollout_fragment_length=7, seed=0)
-    stats = cli.DemoStats()
-    cli._collect(sampler, 700, stats, cli.Progress(700, "steps", enabled=False))
+    sampler = Sampler(envs.Copies("CartPole-v1", 3), rollout_fragment_length=7, seed=0)
+    stats = demo.DemoStats()
+    demo._collect(sampler, 700, stats, common.Progress(700, "steps", enabled=False))
     # One episode goes on (none if the last step ended one: the env's reset
     # comes with the next step).
     live = sampler.ongoing_episodes()
@@ -256,7 +257,7 @@ MATRIX_OPTIONS = {
 }
 
 MA_MODULE = """
-from episode.cli import Copies
+from episode.cli.envs import Copies
 
 def make():
     return Copies("CartPole-v1", 2)
@@ -417,7 +418,7 @@ def test_row_layout_of_dict_items_and_other_dtypes():
     columns = {"obs": {"pos": np.zeros((5, 2, 3), np.float32), "id": np.zeros(5, np.int8)},
                "eps_id": np.array(["a"] * 5), "raw": np.zeros((5, 2), "S4"),
                "infos": np.array([{}] * 5, dtype=object)}
-    assert cli._rows(cli._row_layout(columns)) == (
+    assert demo._rows(demo._row_layout(columns)) == (
         "obs {pos: float32[2, 3], id: int8}, eps_id str, raw bytes[2], infos object")
 
 
@@ -452,8 +453,8 @@ class InterruptAfter(gym.vector.VectorWrapper):
 
 
 def test_demo_ctrl_c_prints_partial_summary(capsys, monkeypatch):
-    make_env = cli._make_env
-    monkeypatch.setattr(cli, "_make_env", lambda env_id, n: InterruptAfter(make_env(env_id, n), 51))
+    make_env = envs.make_env
+    monkeypatch.setattr(envs, "make_env", lambda env_id, n: InterruptAfter(make_env(env_id, n), 51))
     assert cli.main(["demo", "--steps", "100000", "--num-envs", "2"]) == 130
     captured = capsys.readouterr()
     assert "interrupted" in captured.err and "Traceback" not in captured.err
@@ -493,7 +494,7 @@ def test_bench_quick_writes_json(capsys, tmp_path):
     out = capsys.readouterr().out
     assert all(name in out for name in names)
     assert ("speed-up" in out) == with_rllib
-    assert (cli.RLLIB_HINT in out) != with_rllib
+    assert (bench.RLLIB_HINT in out) != with_rllib
 
 
 def test_bench_runs_every_workload(capsys, tmp_path):
@@ -507,12 +508,12 @@ def test_bench_runs_every_workload(capsys, tmp_path):
 
 
 def test_bench_without_ray(capsys, monkeypatch, tmp_path):
-    monkeypatch.setattr("episode.workloads.rllib_class", lambda: None)
+    monkeypatch.setattr("episode.cli.workloads.rllib_class", lambda: None)
     path = tmp_path / "bench.json"
     assert cli.main(["bench", "--quick", "--workloads", "slice_64", "--json", str(path)]) == 0
     check_report(path, ["slice_64"], with_rllib=False)
     out = capsys.readouterr().out
-    assert cli.RLLIB_HINT in out and "RLlib/item" not in out
+    assert bench.RLLIB_HINT in out and "RLlib/item" not in out
 
 
 def test_bench_plot(tmp_path):
@@ -554,7 +555,7 @@ def test_bench_warns_when_results_differ(capsys, monkeypatch):
 
 def test_progress_bar_draws_and_ends_the_line():
     stream = io.StringIO()
-    progress = cli.Progress(10, "rounds", enabled=True, stream=stream)
+    progress = common.Progress(10, "rounds", enabled=True, stream=stream)
     progress.update(3, "slice_64")
     progress.update(10, "slice_64")   # within 0.1 s: not drawn until close()
     progress.close()
@@ -567,7 +568,7 @@ def test_progress_bar_draws_and_ends_the_line():
 
 def test_progress_bar_off_when_not_a_terminal():
     stream = io.StringIO()
-    progress = cli.Progress(10, "rounds", stream=stream)
+    progress = common.Progress(10, "rounds", stream=stream)
     progress.update(10)
     progress.close()
     assert stream.getvalue() == ""

@@ -21,6 +21,7 @@ pytest.importorskip("pyarrow")
 pytest.importorskip("msgpack")
 
 from episode import SingleAgentEpisode, cli  # noqa: E402
+from episode.cli import common, inspect as cli_inspect  # noqa: E402
 from episode.offline import read_episodes, write_episodes  # noqa: E402
 
 FORMATS = ("parquet", "arrow")
@@ -123,7 +124,7 @@ def test_record_then_inspect(capsys, tmp_path, format):
     assert 3000 <= ds.num_steps < 3003
     files = dataset_files(out)
     assert count(stdout, "files") == len(files) == 2
-    assert value(stdout, "on disk") == cli.format_bytes(sum(f.stat().st_size for f in files))
+    assert value(stdout, "on disk") == common.format_bytes(sum(f.stat().st_size for f in files))
     done = [e for e in episodes if e.is_done]
     running = len(episodes) - len(done)
     assert note(stdout, "episodes").startswith(
@@ -176,7 +177,7 @@ def test_record_then_inspect(capsys, tmp_path, format):
     assert count(text, "episodes") == len(ds) and count(text, "steps") == ds.num_steps
     assert count(text, "files") == 2
     assert rest(text, "length") == (f"min {lengths.min()}, mean {lengths.mean():.1f}, "
-                                    f"median {cli._number(np.median(lengths)):,}, "
+                                    f"median {cli_inspect._number(np.median(lengths)):,}, "
                                     f"max {lengths.max()}")
     assert re.search(r"^  actions\s+Discrete\(2\)$", text, re.MULTILINE)
     assert re.search(r"^  infos\s+none$", text, re.MULTILINE)
@@ -427,7 +428,7 @@ def test_an_action_outside_the_space_stops_with_one_line(capsys, workdir):
 # -- multi-agent envs -------------------------------------------------------------------
 
 MA_MODULE = """
-from episode.cli import Copies
+from episode.cli.envs import Copies
 
 def make():
     return Copies("CartPole-v1", 3)

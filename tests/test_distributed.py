@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.rllib]
 ray = pytest.importorskip("ray")
 
 from episode import Sampler  # noqa: E402
-from episode.cli import Copies  # noqa: E402
+from episode.cli.envs import Copies  # noqa: E402
 from episode.distributed import ActorNotStarted, DistributedSampler  # noqa: E402
 
 # The envs and policies below go to the actors by value: this test module is

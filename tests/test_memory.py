@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from episode import SingleAgentEpisode
-from episode.workloads import held_input_bytes
+from episode.cli.workloads import held_input_bytes
 
 
 def raw_bytes(n):

@@ -22,7 +22,7 @@ import ma_strategies as mas
 from ma_difftools import compare_joined_with_whole
 from episode import InfiniteLookbackBuffer, MultiAgentEpisode
 from episode.multi_agent_episode import AgentSteps
-from episode.workloads import _state, assert_same
+from episode.cli.workloads import _state, assert_same
 
 SETTINGS = settings(max_examples=150, deadline=None, derandomize=True,
                     suppress_health_check=list(HealthCheck))

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from episode import MultiAgentEpisode
-from episode.workloads import _state, assert_same
+from episode.cli.workloads import _state, assert_same
 
 ROLLOUT = 7   # env steps between cuts
 

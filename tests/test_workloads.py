@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from episode import SingleAgentEpisode
-from episode.workloads import (
+from episode.cli.workloads import (
     N_APPEND,
     N_COLLECT,
     N_CUT,
