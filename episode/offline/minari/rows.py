@@ -1,6 +1,6 @@
-"""What every backend's reader does with the rows it read: the checks that
-find a damaged file, the infos, and the episode built over the checked
-arrays."""
+"""What every backend's reader does with the rows it reads: the checks that
+find a damaged file, the infos, the episode built over the checked arrays,
+and the size from which rows are viewed in a memory map rather than read."""
 from __future__ import annotations
 
 from typing import Any, Optional, Sequence
@@ -126,6 +126,7 @@ def _build(index: int, id_: Optional[str], obs: dict, actions: dict, rewards: np
                         (0, 0, 0, 0, 0), terminated, truncated, 0, obs_space, action_space)
 
 
+# Arrow files and HDF5 arrays of at least this size are memory-mapped
 # (their arrays view the file's pages); smaller ones are read, which costs
 # less than a map.
 _MAPPED_BYTES = 1 << 16
