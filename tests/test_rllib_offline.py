@@ -133,6 +133,23 @@ def test_install_puts_the_offline_classes_in_rllibs_modules():
     assert not issubclass(int, offline_prelearner.OfflinePreLearner)
 
 
+def test_the_offline_classes_are_named_by_the_package():
+    """RLlib's configs and checkpoints name a class by its module
+    (serialize_type), and pickles do: the classes keep the package's name,
+    whichever of its modules defines them."""
+    import pickle
+
+    from ray.rllib.utils.serialization import deserialize_type, serialize_type
+
+    from episode.rllib import offline
+
+    for name in offline.__all__[1:]:
+        cls = getattr(offline, name)
+        assert serialize_type(cls) == f"episode.rllib.offline.{name}"
+        assert deserialize_type(serialize_type(cls)) is cls
+        assert pickle.loads(pickle.dumps(cls)) is cls
+
+
 @pytest.mark.parametrize("multi_agent", [False, True])
 def test_rllibs_env_runner_group_records_through_ours(tmp_path, multi_agent):
     """A config with output= gets our recording runner from RLlib's
