@@ -752,7 +752,7 @@ def test_an_empty_dataset(root):
 def test_spaces_serialize_as_minari_does():
     from minari.serialization import deserialize_space, serialize_space
 
-    from episode.offline.minari import _space_from_json, _space_to_json
+    from episode.offline.minari.spaces import _space_from_json, _space_to_json
     spaces = [gym.spaces.Box(-1, 2, (2, 3), F32), gym.spaces.Box(0, 255, (32, 32, 3), np.uint8),
               gym.spaces.Box(-np.inf, np.inf, (), np.float64), gym.spaces.Discrete(5, start=-2),
               gym.spaces.MultiDiscrete([[2, 3], [4, 5]], start=[[0, 1], [0, 0]]),
@@ -931,7 +931,7 @@ def test_to_minari_never_overwrites(root):
 
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_a_write_that_fails_midway_leaves_nothing(root, fmt, monkeypatch):
-    import episode.offline.minari as mod
+    import episode.offline.minari.writer as mod
     calls = []
 
     # Fail while writing the data files, after some of them exist.
@@ -1027,7 +1027,7 @@ def test_a_space_that_does_not_match_the_data(root, fmt):
         "action_space": [gym.spaces.Box(-1, 1, (2,), F32), gym.spaces.MultiDiscrete([2, 2]),
                          gym.spaces.Tuple([gym.spaces.Discrete(2)]), gym.spaces.Text(3)],
     }
-    from episode.offline.minari import _space_to_json
+    from episode.offline.minari.spaces import _space_to_json
     for key, wrong in spaces.items():
         for space in wrong:
             changed = dict(meta, **{key: json.dumps(_space_to_json(space))})
@@ -1203,7 +1203,7 @@ def test_damaged_files_give_an_error_not_a_crash(root, fmt, tmp_path):
 
 def _one_by_one(monkeypatch, source, **kw):
     # No bytes may be joined: every episode is built from its own file.
-    import episode.offline.minari as module
+    import episode.offline.minari.arrow as module
     with monkeypatch.context() as m:
         m.setattr(module, "_JOINED_BYTES", 0)
         return from_minari(source, **kw)

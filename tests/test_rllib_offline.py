@@ -118,6 +118,7 @@ def test_install_puts_the_offline_classes_in_rllibs_modules():
     from ray.rllib.offline import offline_data, offline_env_runner, offline_prelearner
 
     from episode.rllib import offline
+    from episode.rllib.offline.prelearner import RLlibOfflinePreLearner
 
     assert offline_env_runner.OfflineSingleAgentEnvRunner is offline.OfflineSingleAgentEnvRunner
     assert offline_data.OfflineData is offline.OfflineData
@@ -125,11 +126,28 @@ def test_install_puts_the_offline_classes_in_rllibs_modules():
     assert offline_prelearner.OfflinePreLearner is offline.OfflinePreLearner
     # RLlib's config checks of user classes accept subclasses of RLlib's own.
 
-    class Theirs(offline.RLlibOfflinePreLearner):
+    class Theirs(RLlibOfflinePreLearner):
         pass
 
     assert issubclass(Theirs, offline_prelearner.OfflinePreLearner)
     assert not issubclass(int, offline_prelearner.OfflinePreLearner)
+
+
+def test_the_offline_classes_are_named_by_the_package():
+    """RLlib's configs and checkpoints name a class by its module
+    (serialize_type), and pickles do: the classes keep the package's name,
+    whichever of its modules defines them."""
+    import pickle
+
+    from ray.rllib.utils.serialization import deserialize_type, serialize_type
+
+    from episode.rllib import offline
+
+    for name in offline.__all__[1:]:
+        cls = getattr(offline, name)
+        assert serialize_type(cls) == f"episode.rllib.offline.{name}"
+        assert deserialize_type(serialize_type(cls)) is cls
+        assert pickle.loads(pickle.dumps(cls)) is cls
 
 
 @pytest.mark.parametrize("multi_agent", [False, True])
@@ -605,7 +623,8 @@ def _rows_batch(folder):
 def _prelearners(config):
     from ray.rllib.env import INPUT_ENV_SPACES
 
-    from episode.rllib.offline import OfflinePreLearner, RLlibOfflinePreLearner
+    from episode.rllib.offline import OfflinePreLearner
+    from episode.rllib.offline.prelearner import RLlibOfflinePreLearner
 
     spaces = {INPUT_ENV_SPACES: (CARTPOLE.observation_space, CARTPOLE.action_space),
               "default_policy": (CARTPOLE.observation_space, CARTPOLE.action_space)}

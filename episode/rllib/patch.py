@@ -34,13 +34,14 @@ CLASSES = (
     ("ray.rllib.utils.replay_buffers.multi_agent_prioritized_episode_buffer",
      "MultiAgentPrioritizedEpisodeReplayBuffer", "episode.replay"),
     ("ray.rllib.offline.offline_env_runner", "OfflineSingleAgentEnvRunner",
-     "episode.rllib.offline"),
-    ("ray.rllib.offline.offline_data", "OfflineData", "episode.rllib.offline"),
-    ("ray.rllib.offline.offline_prelearner", "OfflinePreLearner", "episode.rllib.offline"),
+     "episode.rllib.offline.recording"),
+    ("ray.rllib.offline.offline_data", "OfflineData", "episode.rllib.offline.data"),
+    ("ray.rllib.offline.offline_prelearner", "OfflinePreLearner",
+     "episode.rllib.offline.prelearner"),
 )
 
 # Our runner that records multi-agent episodes (module, class name).
-RECORDING_RUNNER = ("episode.rllib.offline", "OfflineMultiAgentEnvRunner")
+RECORDING_RUNNER = ("episode.rllib.offline.recording", "OfflineMultiAgentEnvRunner")
 
 # What install() changed, to be undone: (module, attribute, RLlib's class).
 _replaced: list = []
