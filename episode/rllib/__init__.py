@@ -22,8 +22,9 @@ RLlib's classes is alive.
 
 The package holds that switch (`patch`), the env runners that sample
 through our episodes (`runners`: `SingleAgentEnvRunner`,
-`MultiAgentEnvRunner`) and the learner's side of a replayed batch
-(`learner`).
+`MultiAgentEnvRunner`), the learner's side of a replayed batch
+(`learner`) and RLlib's offline API on our datasets (`offline`: its
+recording runners, `OfflineData` and `OfflinePreLearner`).
 
 Importing this package does not import ray; `install()` does, and so
 does importing `episode.rllib.runners` or `episode.rllib.learner`.
