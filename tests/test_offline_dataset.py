@@ -242,9 +242,12 @@ def test_reading_a_dataset_imports_neither_pandas_nor_pyarrow_compute(tmp_path):
         "    [e.get_observations() for e in ds]\n"
         "    ds.sample_batch(4, n_step=1)\n"
         "print(sorted(m for m in ('pandas', 'pyarrow.compute') if m in sys.modules))\n")
-    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
-                         text=True, check=True).stdout
-    assert out.strip() == "[]"
+    # (Run outside the checkout: from its root, `python -c` would find the
+    # source folder before the installed package.)
+    run = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
+                         text=True, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[]"
 
 
 @pytest.mark.parametrize("dtype", [np.bool_, np.int64, np.float32])
