@@ -102,7 +102,7 @@ def test_single_agent_steps_take_the_block_pass_with_the_modules_outputs(monkeyp
     logging.disable(logging.WARNING)
     # Our runner without install(): RLlib's classes stay as they are for
     # the other tests of this process (the runner's episodes are ours anyway).
-    monkeypatch.setattr(episode.rllib, "install", lambda: None)
+    monkeypatch.setattr(runners.patch, "install", lambda: None)   # (what runners call)
     monkeypatch.setattr(runners, "VectorEpisodes", Counted)
     config = (PPOConfig().environment("CartPole-v1")
               .env_runners(num_envs_per_env_runner=3, rollout_fragment_length=40)
@@ -115,6 +115,7 @@ def test_single_agent_steps_take_the_block_pass_with_the_modules_outputs(monkeyp
         episodes += runner.sample()
     finally:
         runner.stop()
+    assert not episode.rllib.is_installed()     # RLlib's classes left as they were
     keys = ["action_dist_inputs", "action_logp", "weights_seq_no"]
     assert steps and all(s == keys for s in steps)
     assert passes == [True] * len(steps)
@@ -155,7 +156,7 @@ def test_episodes_that_ended_in_a_sample_that_raised_come_with_the_next(monkeypa
     import episode.rllib.runners as runners
 
     logging.disable(logging.WARNING)
-    monkeypatch.setattr(episode.rllib, "install", lambda: None)
+    monkeypatch.setattr(runners.patch, "install", lambda: None)   # (what runners call)
     config = (PPOConfig().environment(_RaisingCartPole)
               .env_runners(num_envs_per_env_runner=4, rollout_fragment_length=40)
               .debugging(seed=0))
@@ -169,6 +170,7 @@ def test_episodes_that_ended_in_a_sample_that_raised_come_with_the_next(monkeypa
         episodes = runner.sample()
     finally:
         runner.stop()
+    assert not episode.rllib.is_installed()     # RLlib's classes left as they were
     carried = [e for e in episodes if e.is_done and e._last_step_time < before]
     assert carried
     assert sum(len(e) for e in episodes) >= 160
