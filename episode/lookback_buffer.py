@@ -15,7 +15,7 @@ from gymnasium.utils.env_checker import data_equivalence
 
 from episode._buffer import BufferCore
 from episode._column import Column
-from episode._episode import _register_buffer_class
+from episode._episode import _register_facade_class
 from episode._index import IndexTypeError, resolve_int, resolve_slice
 from episode.spaces import (
     base_struct,
@@ -660,4 +660,4 @@ def _unbatch(batch: Any) -> list:
 
 
 # The core makes its buffers of this class.
-_register_buffer_class(InfiniteLookbackBuffer)
+_register_facade_class(InfiniteLookbackBuffer)

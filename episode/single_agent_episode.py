@@ -19,7 +19,7 @@ from episode._extras import rllib_missing
 from episode._episode import REWARDS_SPACE as _REWARDS_SPACE
 from episode._episode import (
     EpisodeCore,
-    _register_episode_class,
+    _register_facade_class,
     buffer_of,
     episode_id,
     infos_from_state,
@@ -449,4 +449,4 @@ def _restore(cls, values, observation_space, action_space):
     return episode
 
 
-_register_episode_class(SingleAgentEpisode)
+_register_facade_class(SingleAgentEpisode)

@@ -67,3 +67,18 @@ def test_the_import_reader_sees_every_form():
             "from episode import _frames, views\n")
     assert core_imports(text) == {"episode.spaces", "episode.lookback_buffer", "episode.rllib",
                                   "episode._frames", "episode.views"}
+
+
+def test_the_core_takes_only_subclasses_of_its_classes_as_the_facade_s():
+    from episode._episode import _register_facade_class
+    from episode.lookback_buffer import InfiniteLookbackBuffer
+
+    for bad in (int, object(), "InfiniteLookbackBuffer"):
+        with pytest.raises(TypeError, match="BufferCore or EpisodeCore"):
+            _register_facade_class(bad)
+    # Registering the facade's class again keeps it.
+    _register_facade_class(InfiniteLookbackBuffer)
+    from episode import SingleAgentEpisode
+
+    episode = SingleAgentEpisode(observations=[0, 1], actions=[0], rewards=[1.0])
+    assert type(episode.observations) is InfiniteLookbackBuffer

@@ -47,18 +47,24 @@ _describe_once(REWARDS_SPACE)
 cdef object Box = gym.spaces.Box
 cdef object Discrete = gym.spaces.Discrete
 
-# The class of the buffers the core makes: the facade's
-# InfiniteLookbackBuffer, registered by episode.lookback_buffer once it is
-# defined (the core imports nothing above it).
+# The classes of the buffers and episodes the core makes: the facade's
+# InfiniteLookbackBuffer and SingleAgentEpisode, registered by their modules
+# once defined (the core imports nothing above it). An agent's episode of
+# the registered class pickles without naming it.
 cdef type Buffer = BufferCore
+cdef type Episode = EpisodeCore
 
 
-def _register_buffer_class(cls):
-    """Tells the core which Python class the facade's buffers have."""
-    global Buffer
-    if not (isinstance(cls, type) and issubclass(cls, BufferCore)):
-        raise TypeError(f"expected a subclass of BufferCore, got {cls!r}")
-    Buffer = cls
+def _register_facade_class(cls):
+    """Tells the core the facade's class of its buffers or of its episodes
+    (whichever core class `cls` subclasses)."""
+    global Buffer, Episode
+    if isinstance(cls, type) and issubclass(cls, BufferCore):
+        Buffer = cls
+    elif isinstance(cls, type) and issubclass(cls, EpisodeCore):
+        Episode = cls
+    else:
+        raise TypeError(f"expected a subclass of BufferCore or EpisodeCore, got {cls!r}")
 
 
 cdef type buffer_class():
@@ -1060,19 +1066,6 @@ def infos_from_state(state):
 # usual one is implied: the facade's classes, the usual default factories.
 
 cdef object defaultdict_type = defaultdict
-
-# The facade's episode class (set by episode.single_agent_episode): an
-# agent's episode of this class pickles without naming it.
-cdef type Episode = EpisodeCore
-
-
-def _register_episode_class(cls):
-    """Tells the core which Python class the facade's episodes have."""
-    global Episode
-    if not (isinstance(cls, type) and issubclass(cls, EpisodeCore)):
-        raise TypeError(f"expected a subclass of EpisodeCore, got {cls!r}")
-    Episode = cls
-
 
 # The default factories a pickled defaultdict names by their position here
 # (FACTORY_OF_VALUES: the class of its values, an agent's mapping's).
