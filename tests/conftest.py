@@ -23,3 +23,51 @@ def rllib_buffer():
 def compare():
     """`compare(ours_result, rllib_result)`: equal values AND container types."""
     return difftools.compare
+
+
+# Two marked subsets of the suite for CI's other builds (.ci/run, .ci/sanitize),
+# which the whole suite in step 1 covers already:
+# - install_check: a few quick files across the layers, for the wheel and the
+#   conda package (is everything there and built: each compiled module, the
+#   facade, replay, datasets, the command line's entry);
+# - sanitize: the tests of the compiled core, of the readers of files and of
+#   garbage input, for the AddressSanitizer build (memory errors are found
+#   where C code runs on bad or edge-case input).
+INSTALL_CHECK = {
+    "test_cheap_episodes.py", "test_core_safety.py", "test_lookback_buffer.py",
+    "test_single_agent_episode_differences.py", "test_multi_agent_pickling.py",
+    "test_pickling.py", "test_views.py", "test_sampling.py", "test_sampler.py",
+    "test_collector.py", "test_replay_transitions.py", "test_replay_kept_no_code.py",
+    "test_offline_dataset.py", "test_offline_no_code.py", "test_struct_items.py",
+    "test_tree_storage.py", "test_seed_examples.py", "test_packaging.py",
+}
+SANITIZE = {
+    # the core: buffers, Columns, episodes, replay storage, views
+    "test_column.py", "test_core_safety.py", "test_tree_storage.py", "test_struct_items.py",
+    "test_cheap_episodes.py", "test_lookback_buffer.py", "test_lookback_buffer_differences.py",
+    "test_single_agent_episode_differences.py", "test_single_agent_episode_errors.py",
+    "test_multi_agent_core.py", "test_multi_agent_pickling.py", "test_pickling.py",
+    "test_one_hot.py", "test_space_checks.py", "test_checks.py", "test_views.py",
+    "test_episode_views.py", "test_sampling.py", "test_collector.py",
+    "test_replay.py", "test_replay_frames.py", "test_replay_transitions.py",
+    "test_replay_kept.py",
+    # the readers of files (datasets, Minari's, kept replay buffers)
+    "test_offline_dataset.py", "test_offline_faults.py", "test_offline_minari_damaged.py",
+    "test_replay_kept_more.py",
+    # garbage input
+    "test_garbage_input.py", "test_replay_bad_input.py",
+}
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "install_check: CI's check of the wheel and conda package")
+    config.addinivalue_line("markers", "sanitize: CI's AddressSanitizer build runs these")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        name = item.path.name
+        if name in INSTALL_CHECK:
+            item.add_marker(pytest.mark.install_check)
+        if name in SANITIZE:
+            item.add_marker(pytest.mark.sanitize)
