@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from episode import SingleAgentEpisode
+from episode.cli import workloads
 from episode.cli.workloads import (
     N_APPEND,
     N_COLLECT,
@@ -19,6 +20,8 @@ from episode.cli.workloads import (
     N_VEC_ENVS,
     N_VEC_STEPS,
     WORKLOADS,
+    Round,
+    Workload,
     _blackjack,
     _cartpole,
     _dict_obs,
@@ -251,15 +254,24 @@ def test_every_workload_has_an_expectation():
 
 
 @pytest.mark.parametrize("name", list(WORKLOADS))
-def test_workload_does_what_it_says(name):
+def test_workload_does_what_it_says_and_rllibs_does_the_same(name):
+    """Each workload runs here once per side (the command line's bench runs a
+    few of them, tests/test_cli.py): ours gives what it says, round after
+    round, and RLlib's (where ray[rllib] is installed) gives the same."""
     prepared = WORKLOADS[name].prepare(SingleAgentEpisode)
     result = prepared.once()
     assert EXPECTED[name](result)
     if name in NEXT_ROUND:
         assert NEXT_ROUND[name](prepared.once())
+    else:
+        # Rounds are repeatable: every timed round does the same work.
+        assert_same(prepared.once(), result)
+    rllib = rllib_class()
+    if rllib is None:
         return
-    # Rounds are repeatable: every timed round does the same work.
-    assert_same(prepared.once(), result)
+    if name.startswith("sampler_"):
+        pytest.importorskip("torch")   # RLlib's EnvRunner needs it
+    assert_same(result, WORKLOADS[name].prepare(rllib).once())
 
 
 @pytest.mark.parametrize("name", list(NEXT_ROUND))
@@ -273,14 +285,20 @@ def test_collector_rhythm_reads_the_newest_steps_past_a_fragments_end(name):
     assert _is_collector_inference(batches, steps_in=10 + N_FRAGMENT + 5)
 
 
-@pytest.mark.rllib
-@pytest.mark.parametrize("name", list(WORKLOADS))
-def test_workload_matches_rllib(name):
-    if rllib_class() is None:
-        pytest.skip("ray[rllib] is not installed")
-    if name.startswith("sampler_"):
-        pytest.importorskip("torch")   # RLlib's EnvRunner needs it
-    check(WORKLOADS[name])
+def test_check_compares_a_workload_with_rllibs(monkeypatch):
+    # RLlib's side stands in as a subclass of ours: the same results pass,
+    # others fail.
+    class Other(SingleAgentEpisode):
+        pass
+
+    monkeypatch.setattr(workloads, "rllib_class", lambda: Other)
+    check(WORKLOADS["slice_64"])
+    differs = Workload("differs", "", 1, lambda cls: Round(lambda: cls is Other))
+    with pytest.raises(AssertionError):
+        check(differs)
+    monkeypatch.setattr(workloads, "rllib_class", lambda: None)
+    with pytest.raises(ImportError, match="ray"):
+        check(WORKLOADS["slice_64"])
 
 
 def test_assert_same_tells_where_results_differ():
