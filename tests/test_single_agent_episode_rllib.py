@@ -165,9 +165,24 @@ def test_constructor_default_id_is_a_fresh_hex_uuid():
     assert rllib_episode_class()(id_="").id_ != ""
 
 
-@pytest.mark.parametrize("pair", PAIRS, ids=PAIR_IDS)
-@pytest.mark.parametrize("lookback", ["auto", 0, 1, 3, 10])
-@pytest.mark.parametrize("n", [0, 1, 4])
+# Pairwise, not the whole grid: every kind of data with every lookback,
+# and each of the two with every length (n cycles through the lengths as
+# the kind and the lookback move on).
+LOOKBACKS, LENGTHS = ["auto", 0, 1, 3, 10], [0, 1, 4]
+CONSTRUCTOR_CASES = [(pair, lookback, LENGTHS[(i + j) % len(LENGTHS)])
+                     for i, pair in enumerate(PAIRS) for j, lookback in enumerate(LOOKBACKS)]
+
+
+def test_constructor_cases_cover_every_pair_of_parameters():
+    for a, b in [(0, 1), (0, 2), (1, 2)]:
+        seen = {(case[a], case[b]) for case in CONSTRUCTOR_CASES}
+        values = [PAIRS, LOOKBACKS, LENGTHS]
+        assert len(seen) == len(values[a]) * len(values[b])
+
+
+@pytest.mark.parametrize("pair, lookback, n", CONSTRUCTOR_CASES,
+                         ids=[f"{PAIR_IDS[PAIRS.index(p)]}-{lb}-{n}"
+                              for p, lb, n in CONSTRUCTOR_CASES])
 def test_constructor_from_lists(pair, lookback, n):
     okind, akind = kinds(pair)
     coll = Collector()
