@@ -1,0 +1,27 @@
+from typing import Any, final
+
+from typing_extensions import disjoint_base
+
+from episode._column import Column
+
+LEAVES: int
+WHOLE: int
+FLAT_ACTION: int
+
+@disjoint_base
+class CollectorCore:
+    buffers: Any
+    episode_id: Any
+    unroll_id: Any
+    agent_steps: Any
+    _is_training: Any
+    def add_action_reward_next_obs(self, input_values: dict[str, Any]) -> None: ...
+    def _set_layout(self, layout: StepLayout | None) -> None: ...
+    @property
+    def _has_layout(self) -> bool: ...
+
+@final
+class StepLayout:
+    def __init__(self, collector: CollectorCore, example: dict[Any, Any],
+                 entries: list[tuple[int, str, bool]], stand_ins: list[Column],
+                 flatten: Any, t_dummy: bool) -> None: ...
