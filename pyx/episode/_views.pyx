@@ -6,7 +6,8 @@
 
 cimport cython
 cimport numpy as cnp
-from cpython.dict cimport PyDict_Copy
+from cpython.dict cimport PyDict_Copy, PyDict_Update
+from cpython.object cimport PyObject, PyTypeObject
 from libc.string cimport memcpy, memset
 
 from episode._buffer cimport BufferCore
@@ -19,6 +20,12 @@ import sys
 import numpy as np
 
 cnp.import_array()
+
+cdef tuple EMPTY_TUPLE = ()
+
+cdef extern from "Python.h":
+    # obj.__dict__ = d, without the attribute lookup.
+    int PyObject_GenericSetDict(object o, object d, void* context) except -1
 
 cdef dict _modules = sys.modules
 
@@ -204,11 +211,14 @@ cdef class BatchMaker:
     it had one. Only for columns of the same layout as the example's."""
 
     cdef object cls
+    cdef bint dict_new    # cls.__new__ is dict's: its slot is called directly
     cdef dict attributes
     cdef list fresh       # (name, type) of the empty mutable attributes
 
     def __init__(self, object cls, object example):
         self.cls = cls
+        self.dict_new = (isinstance(cls, type) and issubclass(cls, dict)
+                         and cls.__new__ is dict.__new__)
         self.attributes = dict(vars(example))
         self.fresh = []
         for name, value in self.attributes.items():
@@ -218,12 +228,20 @@ cdef class BatchMaker:
                 self.fresh.append((name, type(value)))
 
     def __call__(self, dict columns):
-        batch = self.cls.__new__(self.cls)
-        dict.update(batch, columns)
-        cdef dict attributes = PyDict_Copy(self.attributes)
-        for name, kind in self.fresh:
-            attributes[name] = kind()
-        batch.__dict__ = attributes
+        cdef dict attributes
+        cdef object batch
+        cdef tuple fresh
+        if self.dict_new:
+            batch = (<PyTypeObject*>self.cls).tp_new(<type>self.cls, <PyObject*>EMPTY_TUPLE, NULL)
+            PyDict_Update(batch, columns)
+        else:
+            batch = self.cls.__new__(self.cls)
+            dict.update(batch, columns)
+        attributes = PyDict_Copy(self.attributes)
+        for fresh in self.fresh:
+            kind = fresh[1]
+            attributes[fresh[0]] = set() if kind is set else {} if kind is dict else []
+        PyObject_GenericSetDict(batch, attributes, NULL)
         return batch
 
 
