@@ -3,6 +3,7 @@ from typing import Any, final
 from typing_extensions import disjoint_base
 
 from episode._column import Column
+from episode.typing import TrainingBatch
 
 LEAVES: int
 WHOLE: int
@@ -15,7 +16,10 @@ class CollectorCore:
     unroll_id: Any
     agent_steps: Any
     _is_training: Any
+    view_requirements: Any
+    _inference: Any
     def add_action_reward_next_obs(self, input_values: dict[str, Any]) -> None: ...
+    def build_for_inference(self) -> TrainingBatch: ...
     def _set_layout(self, layout: StepLayout | None) -> None: ...
     @property
     def _has_layout(self) -> bool: ...

@@ -35,7 +35,8 @@ T, EPS_ID, UNROLL_ID = "t", "eps_id", "unroll_id"
 AGENT_INDEX, ENV_ID, SEQ_LENS = "agent_index", "env_id", "seq_lens"
 
 # The attributes CollectorCore keeps (a step reads and writes them).
-_CORE_STATE = ("buffers", "episode_id", "unroll_id", "agent_steps", "_is_training")
+_CORE_STATE = ("buffers", "episode_id", "unroll_id", "agent_steps", "_is_training",
+               "view_requirements", "_inference")
 
 # Columns whose first row comes with the reset observation (one row before
 # the per-step columns' first row).
@@ -197,8 +198,8 @@ class AgentCollector(CollectorCore):
         # The inference plan and the step layout are caches of compiled
         # references: rebuilt when next needed, never pickled or copied.
         state = dict(self.__dict__)
-        state["_inference"] = None
         state.update((name, getattr(self, name)) for name in _CORE_STATE)
+        state["_inference"] = None
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -451,16 +452,11 @@ class AgentCollector(CollectorCore):
             return data[0]
         return _unflatten_leaves(self.buffer_structs[data_col], data)
 
-    def build_for_inference(self) -> TrainingBatch:
-        """The input of the next forward pass: each view used for computing
-        actions at the last timestep, with a batch axis of one."""
-        # Samplers call this once per agent and step: the views are resolved
-        # once (_plan_inference), then each call is one C pass (plan.batch).
+    def _build_for_inference(self) -> TrainingBatch:
+        # build_for_inference where the plan cannot answer alone (the
+        # compiled base asked it first): the plan is checked, made anew if
+        # the views or tracks changed, and told how batches are made.
         plan = self._inference
-        if plan is not None:
-            batch = plan.batch(self.view_requirements, self._is_training, self.buffers)
-            if batch is not None:
-                return batch
         columns = None
         if plan is not None and plan.fits(self.view_requirements, self._is_training):
             columns = plan.columns(self.buffers)

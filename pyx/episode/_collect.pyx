@@ -134,6 +134,8 @@ cdef class CollectorCore:
     cdef public object unroll_id
     cdef public object agent_steps
     cdef public object _is_training
+    cdef public object view_requirements
+    cdef public object _inference    # build_for_inference's resolved views (an InferencePlan)
     cdef object layout               # a StepLayout, or None
 
     def add_action_reward_next_obs(self, input_values):
@@ -144,6 +146,18 @@ cdef class CollectorCore:
         if (layout is None or type(input_values) is not dict
                 or not (<StepLayout>layout).add(self, <dict>input_values)):
             self._add_step(input_values)
+
+    def build_for_inference(self):
+        """The input of the next forward pass: each view used for computing
+        actions at the last timestep, with a batch axis of one."""
+        # Samplers call this once per agent and step: the views are resolved
+        # once (the facade's _plan_inference), then each call is one C pass.
+        cdef object plan = self._inference
+        if plan is not None:
+            batch = plan.batch(self.view_requirements, self._is_training, self.buffers)
+            if batch is not None:
+                return batch
+        return self._build_for_inference()
 
     def _set_layout(self, StepLayout layout):
         """Steps of `layout` are taken here from now on (None: none)."""
