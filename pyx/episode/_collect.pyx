@@ -105,6 +105,8 @@ cdef inline int put_row(Column track, object row, bint dummy) except -1:
     if not dummy:
         return track.push(row)
     n = track.nrows()
+    if n == 0:
+        raise IndexError("the placeholder row is gone")
     placeholder = track.item(n - 1)
     track.remove(n - 1)
     track.push(row)
@@ -185,15 +187,16 @@ cdef class StepLayout:
     # The collector's state the layout was decided in: a step is taken here
     # only while it holds. The Python side drops the layout where it changes
     # what is not checked here (pads, fresh columns, stand-ins, placeholder
-    # rows, a column's list of tracks replaced in `buffers`).
+    # rows).
     cdef object buffers       # collector.buffers (the dict)
-    cdef Py_ssize_t n_buffers # its size
+    cdef list buffer_keys     # its keys, in order
     cdef object episode_id, unroll_id, is_training
     cdef list track_lists     # its values (lists of tracks), in order
     cdef list all_tracks      # every track, in the order of the buffers
     cdef bint inference       # not training: each step drops every track's first row
     cdef list stand_ins       # tracks whose leading rows stand in for others (typed)
     cdef PyObject** resolved  # per entry, during add(): the value or its leaves
+    cdef bint ran_python      # gather() ran Python code (which might change the tracks)
 
     def __cinit__(self):
         self.resolved = NULL
@@ -240,7 +243,7 @@ cdef class StepLayout:
         self.unroll_track = buffers[UNROLL_ID][0]
         self.flatten = flatten
         self.buffers = buffers
-        self.n_buffers = len(buffers)
+        self.buffer_keys = list(buffers)
         self.episode_id = collector.episode_id
         self.unroll_id = collector.unroll_id
         self.is_training = collector._is_training
@@ -262,18 +265,23 @@ cdef class StepLayout:
 
     cdef bint holds(self, CollectorCore collector) noexcept:
         # Whether the collector still has the state the layout was decided in:
-        # the same ids, mode and buffers, holding the same tracks (its Python
-        # side replaces tracks when it re-types them).
-        cdef Py_ssize_t i, j, k = 0, n
+        # the same ids and mode, the same buffers dict mapping the same keys
+        # to the same lists of the same tracks (its Python side replaces
+        # tracks when it re-types them; a user may swap a column's list).
+        cdef Py_ssize_t pos = 0, i = 0, j, k = 0, n
+        cdef PyObject* key
         cdef PyObject* tracks
         if (collector.unroll_id is not self.unroll_id
                 or collector.episode_id is not self.episode_id
                 or collector._is_training is not self.is_training
                 or collector.buffers is not self.buffers
-                or PyDict_Size(self.buffers) != self.n_buffers):
+                or PyDict_Size(self.buffers) != PyList_GET_SIZE(self.track_lists)):
             return False
-        for i in range(PyList_GET_SIZE(self.track_lists)):
-            tracks = PyList_GET_ITEM(self.track_lists, i)
+        while PyDict_Next(self.buffers, &pos, &key, &tracks):
+            if (i >= PyList_GET_SIZE(self.track_lists)
+                    or key != PyList_GET_ITEM(self.buffer_keys, i)
+                    or tracks != PyList_GET_ITEM(self.track_lists, i)):
+                return False
             n = PyList_GET_SIZE(<list>tracks)
             if k + n > PyList_GET_SIZE(self.all_tracks):
                 return False
@@ -281,6 +289,7 @@ cdef class StepLayout:
                 if PyList_GET_ITEM(<list>tracks, j) != PyList_GET_ITEM(self.all_tracks, k):
                     return False
                 k += 1
+            i += 1
         return k == PyList_GET_SIZE(self.all_tracks)
 
     cdef object resolve(self, _Entry entry, object value):
@@ -297,13 +306,16 @@ cdef class StepLayout:
         if entry.way == WAY_FLAT_ACTION:
             if is_leaf(value) or not isinstance(value, (list, tuple, dict)):
                 return value
+            self.ran_python = True
             return self.flatten(value)
         if entry.is_obs and type(value) is list:
+            self.ran_python = True
             value = np_array(value)
         if entry.shape is None and is_leaf(value):
             return value if entry.n == 1 else DECLINE
         leaves = []
         if not walk(value, entry.shape, leaves):
+            self.ran_python = True
             leaves = _nested_leaves(value)
         if len(leaves) < entry.n:
             return DECLINE             # too few leaves: the Python path raises
@@ -327,9 +339,10 @@ cdef class StepLayout:
                 if i >= self.n:
                     return False        # (the dict grew meanwhile)
                 expected = PyTuple_GET_ITEM(self.keys, i)
-                if key != expected and not PyObject_RichCompareBool(<object>key,
-                                                                    <object>expected, Py_EQ):
-                    return False
+                if key != expected:
+                    self.ran_python = True
+                    if not PyObject_RichCompareBool(<object>key, <object>expected, Py_EQ):
+                        return False
                 got = self.resolve(<_Entry>PyList_GET_ITEM(self.entries, i), <object>value)
                 if got is DECLINE:
                     return False
@@ -366,7 +379,8 @@ cdef class StepLayout:
             return False
         # First every value's rows (the checks that may decline), then the
         # appends, which cannot fail (short of memory): a step is taken whole.
-        if not self.gather(values):
+        self.ran_python = False
+        if not self.gather(values) or (self.ran_python and not self.holds(collector)):
             self.release()
             return False
         try:
