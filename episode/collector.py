@@ -314,10 +314,13 @@ class AgentCollector(CollectorCore):
         self._offer_layout(input_values)
 
     def _offer_layout(self, step: Any) -> None:
-        # The layout of steps like `step` (just taken), for the compiled
-        # base: the same keys in the same order, the same state around them.
-        # Steps that check ids or carry what the general path rejects, and
-        # inference while zero rows are still in front, keep the general path.
+        # The layout of steps like `step` (just taken, or the StepLayout of
+        # the steps before a fragment's end), for the compiled base: the same
+        # keys in the same order, the same state around them. Steps that
+        # check ids or carry what the general path rejects, and inference
+        # while zero rows are still in front, keep the general path.
+        if isinstance(step, StepLayout):
+            step = dict.fromkeys(step.keys, step)
         if (type(step) is not dict or EPS_ID in step or UNROLL_ID in step or OBS in step
                 or (not self.training and any(self._pads.values()))):
             return
@@ -499,7 +502,11 @@ class AgentCollector(CollectorCore):
         """Every timestep collected so far, each view of `view_requirements`
         gathered at its shifts. A trajectory that has not ended keeps its
         last rows for the views of the next batch."""
-        self._set_layout(None)     # pads, tracks and the unroll id change below
+        # Pads, tracks and the unroll id change below: the steps' layout is
+        # decided again at the end (a sampler's next fragment takes the
+        # same steps).
+        layout = self._step_layout
+        self._set_layout(None)
         columns = {}
         cache: dict = {}
         for view_col, vr in view_requirements.items():
@@ -518,6 +525,7 @@ class AgentCollector(CollectorCore):
                                             vr.batch_repeat_value, count))
             columns[view_col] = self._unflatten(data, data_col)
         batch = self._batch(columns)
+        self.unroll_id = None
 
         if (TERMINATEDS in self.buffers and not self.buffers[TERMINATEDS][0].get(-1)
                 and TRUNCATEDS in self.buffers and not self.buffers[TRUNCATEDS][0].get(-1)):
@@ -536,7 +544,8 @@ class AgentCollector(CollectorCore):
                             entry[0] = tracks[entry[2]]
                 self._keep_stand_ins()
             self.agent_steps = 0
-        self.unroll_id = None
+            if layout is not None:
+                self._offer_layout(layout)
         return batch
 
     def _tail(self, track: Column) -> Column:

@@ -129,9 +129,12 @@ def test_a_samplers_steps_take_the_compiled_path(training, python_steps):
     assert len(python_steps) == (1 if training else 4)
     assert twins.ours._has_layout
     twins.train()
-    # A trajectory that goes on: the next fragment's steps are RLlib's too.
+    # A trajectory that goes on: the next fragment's steps (a new unroll id)
+    # are RLlib's too, and keep the compiled path.
+    taken = len(python_steps)
     for i in range(12, 16):
         twins.step(sampler_step(i), label=f"step {i}")
+    assert len(python_steps) == taken
     twins.train("second fragment")
 
 

@@ -166,6 +166,11 @@ cdef class CollectorCore:
         self.layout = layout
 
     @property
+    def _step_layout(self):
+        """The StepLayout steps are taken along, or None."""
+        return self.layout
+
+    @property
     def _has_layout(self):
         return self.layout is not None
 
@@ -178,7 +183,7 @@ cdef class StepLayout:
     after it. `add()` takes a later step of the same layout, or declines
     (nothing changed) for the Python path to take it."""
 
-    cdef tuple keys           # the step dict's keys, in order
+    cdef readonly tuple keys  # the step dict's keys, in order
     cdef list entries         # _Entry per key
     cdef Py_ssize_t n
     cdef _Entry next_t        # "t" not in the step: the last t + 1 into the t tracks
@@ -208,6 +213,8 @@ cdef class StepLayout:
 
     def __init__(self, CollectorCore collector not None, dict example, list entries,
                  list stand_ins, object flatten, bint t_dummy):
+        # `example`: a step of this layout, or its keys each mapped to a
+        # StepLayout of the same keys (whose nesting is taken over).
         cdef _Entry entry
         cdef dict buffers = collector.buffers
         cdef Py_ssize_t i
@@ -223,9 +230,12 @@ cdef class StepLayout:
             entry.n = len(entry.tracks)
             entry.is_obs = key == NEXT_OBS
             value = example[key]
-            if entry.is_obs and type(value) is list:
-                value = np_array(value)
-            entry.shape = shape_of(value) if way == WAY_LEAVES else None
+            if type(value) is StepLayout:
+                entry.shape = (<StepLayout>value).shape_for(key) if way == WAY_LEAVES else None
+            else:
+                if entry.is_obs and type(value) is list:
+                    value = np_array(value)
+                entry.shape = shape_of(value) if way == WAY_LEAVES else None
             entry.dummy = dummy
             if way != WAY_LEAVES and entry.n != 1:
                 raise ValueError(f"{data_col!r} is kept whole: one track")
@@ -262,6 +272,14 @@ cdef class StepLayout:
             raise MemoryError()
         for i in range(self.n + 1):
             self.resolved[i] = NULL
+
+    cdef object shape_for(self, object key):
+        # The nesting this layout keeps for `key`'s values.
+        cdef _Entry entry
+        for entry in self.entries:
+            if entry.key == key:
+                return entry.shape
+        raise KeyError(key)
 
     cdef bint holds(self, CollectorCore collector) noexcept:
         # Whether the collector still has the state the layout was decided in:
@@ -377,6 +395,13 @@ cdef class StepLayout:
         cdef Column track
         if not self.holds(collector):
             return False
+        if self.unroll_id is None:
+            # A fragment ended: the first step of the next draws its unroll
+            # id (as the Python path does before anything else).
+            collector._new_unroll()
+            if collector.unroll_id is None:
+                return False
+            self.unroll_id = collector.unroll_id
         # First every value's rows (the checks that may decline), then the
         # appends, which cannot fail (short of memory): a step is taken whole.
         self.ran_python = False
