@@ -228,6 +228,9 @@ cdef class BatchMaker:
                 self.fresh.append((name, type(value)))
 
     def __call__(self, dict columns):
+        return self.make(columns)
+
+    cdef object make(self, dict columns):
         cdef dict attributes
         cdef object batch
         cdef tuple fresh
@@ -263,7 +266,7 @@ cdef class InferencePlan:
     cdef object unflatten
     cdef bint ready       # set_batches() was called
     cdef object batch_module  # RLlib's sample_batch module then (None: plain dicts)
-    cdef object maker     # a BatchMaker for that module's SampleBatch
+    cdef BatchMaker maker  # a BatchMaker for that module's SampleBatch
 
     def __init__(self, object view_requirements, bint training, list entries,
                  object fallback, object unflatten):
@@ -291,6 +294,9 @@ cdef class InferencePlan:
 
     def fits(self, object view_requirements, bint training):
         """Whether this plan was made for these views and mode."""
+        return self._fits(view_requirements, training)
+
+    cdef bint _fits(self, object view_requirements, bint training) except -1:
         return (view_requirements is self.view_requirements and training == self.training
                 and len(view_requirements) == self.n_views)
 
@@ -308,18 +314,21 @@ cdef class InferencePlan:
         """The whole build_for_inference, or None if the caller must take
         its general path (not ready, made for other views or tracks, or
         another sample_batch module loaded)."""
-        if not self.ready or not self.fits(view_requirements, training):
+        if not self.ready or not self._fits(view_requirements, training):
             return None
         if _modules.get("ray.rllib.policy.sample_batch") is not self.batch_module:
             return None
-        columns = self.columns(buffers)
+        columns = self._columns(buffers)
         if columns is None or self.maker is None:
             return columns
-        return self.maker(columns)
+        return self.maker.make(columns)
 
     def columns(self, dict buffers):
         """The views' arrays (view_col -> array or struct of arrays), or None
         if `buffers` no longer holds the tracks this plan was made for."""
+        return self._columns(buffers)
+
+    cdef object _columns(self, dict buffers):
         cdef dict out = {}
         cdef _View view
         cdef list leaves
