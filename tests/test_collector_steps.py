@@ -360,3 +360,20 @@ def test_a_step_whose_values_change_the_tracks_is_checked_again(python_steps):
     del lengths["obs"]
     assert {key: len(collector.buffers[key][0]) for key in lengths} == {
         key: n + 1 for key, n in lengths.items()}
+
+
+@pytest.mark.parametrize("junk", ["not a column", None, [1.0, 2.0]])
+def test_a_track_that_is_not_a_column_raises(junk):
+    """Garbage put in a collector's buffers from outside: the step and the
+    inference input raise a Python exception, never read it as a Column."""
+    collector = AgentCollector(cartpole_views(ViewRequirement), is_training=False)
+    collector.add_init_obs(episode_id=0, agent_index=0, env_id=0,
+                           init_obs=np.zeros(4, np.float32))
+    for i in range(6):
+        collector.add_action_reward_next_obs(sampler_step(i))
+        collector.build_for_inference()
+    collector.buffers["obs"][0] = junk
+    with pytest.raises(TypeError):
+        collector.build_for_inference()
+    with pytest.raises((TypeError, AttributeError)):
+        collector.add_action_reward_next_obs(sampler_step(6))

@@ -337,9 +337,9 @@ cdef class InferencePlan:
             if buffers.get(view.data_col) is not view.tracks or len(view.tracks) != view.n_tracks:
                 return None
             if view.struct is None and view.n_tracks == 1:
-                out[view.view_col] = self._rows(<Column>view.tracks[0], view)
+                out[view.view_col] = self._rows(<Column?>view.tracks[0], view)
                 continue
-            leaves = [self._rows(<Column>view.tracks[i], view) for i in range(view.n_tracks)]
+            leaves = [self._rows(<Column?>view.tracks[i], view) for i in range(view.n_tracks)]
             out[view.view_col] = (leaves[0] if view.struct is None
                                   else self.unflatten(view.struct, leaves))
         return out
