@@ -473,16 +473,15 @@ def _ongoing_collectors(cls: type, is_training: bool) -> list:
         collector.add_init_obs(episode_id=k, agent_index=0, env_id=k,
                                init_obs=_cartpole().obs[0])
         for i in range(10 + k):
-            _collector_step(collector, i, k)
+            _collector_step(collector, _cartpole(), i, k)
         collectors.append(collector)
     return collectors
 
 
-def _collector_step(collector: Any, i: int, env_id: int) -> None:
-    # Step i of the CartPole-sized inputs (taken again from the start past
-    # their end), as RLlib's old-stack sampler (EnvRunnerV2) hands it over:
-    # its own keys first, then the action its connectors add.
-    steps = _cartpole()
+def _collector_step(collector: Any, steps: _Steps, i: int, env_id: int) -> None:
+    # Step i of the CartPole-sized inputs `steps` (taken again from the start
+    # past their end), as RLlib's old-stack sampler (EnvRunnerV2) hands it
+    # over: its own keys first, then the action its connectors add.
     i %= len(steps.actions)
     collector.add_action_reward_next_obs({
         "t": i, "env_id": env_id, "agent_index": 0, "rewards": steps.rewards[i],
@@ -518,8 +517,9 @@ def _collector_rhythm(is_training: bool) -> Callable[[type], Round]:
 
         def run():
             batches = []
+            steps = _cartpole()
             for k, collector in enumerate(collectors):
-                _collector_step(collector, next_step[k], k)
+                _collector_step(collector, steps, next_step[k], k)
                 next_step[k] += 1
                 batches.append(collector.build_for_inference())
             return batches
