@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional
 import gymnasium as gym
 import numpy as np
 
+from episode._collect import FLAT_ACTION, LEAVES, WHOLE, CollectorCore, StepLayout
 from episode._column import Column
 from episode._views import BatchMaker, InferencePlan
 from episode.spaces import _nested_leaves, _nested_like, fill_batch, is_nesting
@@ -32,6 +33,10 @@ PREV_ACTIONS, PREV_REWARDS = "prev_actions", "prev_rewards"
 TERMINATEDS, TRUNCATEDS = "terminateds", "truncateds"
 T, EPS_ID, UNROLL_ID = "t", "eps_id", "unroll_id"
 AGENT_INDEX, ENV_ID, SEQ_LENS = "agent_index", "env_id", "seq_lens"
+
+# The attributes CollectorCore keeps (a step reads and writes them).
+_CORE_STATE = ("buffers", "episode_id", "unroll_id", "agent_steps", "_is_training",
+               "view_requirements", "_inference")
 
 # Columns whose first row comes with the reset observation (one row before
 # the per-step columns' first row).
@@ -125,7 +130,7 @@ def _count_rows(columns: dict) -> int:
     return 0
 
 
-class AgentCollector:
+class AgentCollector(CollectorCore):
     """One agent's trajectory in one episode, and the batches its views give.
 
     Args:
@@ -140,6 +145,12 @@ class AgentCollector:
 
     Batches are RLlib's `SampleBatch` when RLlib's sample_batch module is
     loaded in this process, else plain dicts of the same columns.
+
+    A step whose keys (in their order) and nesting are those of the step
+    before is appended by the compiled base (CollectorCore) along a layout
+    decided once (_offer_layout); any other step takes the Python path
+    (_add_step), which decides the layout anew. Whatever changes what the
+    layout assumed drops it (_set_layout(None)).
     """
 
     _next_unroll_id = 0  # unroll ids are unique across collectors
@@ -184,11 +195,16 @@ class AgentCollector:
         self._inference: Optional[InferencePlan] = None
 
     def __getstate__(self) -> dict:
-        # The inference plan is a cache of compiled references: rebuilt on
-        # the next call, never pickled or copied.
+        # The inference plan and the step layout are caches of compiled
+        # references: rebuilt when next needed, never pickled or copied.
         state = dict(self.__dict__)
+        state.update((name, getattr(self, name)) for name in _CORE_STATE)
         state["_inference"] = None
         return state
+
+    def __setstate__(self, state: dict) -> None:
+        for name, value in state.items():
+            setattr(self, name, value)
 
     @property
     def training(self) -> bool:
@@ -196,6 +212,7 @@ class AgentCollector:
 
     def is_training(self, is_training: bool) -> None:
         self._is_training = is_training
+        self._set_layout(None)
 
     def is_empty(self) -> bool:
         """Whether no data has been added."""
@@ -213,6 +230,7 @@ class AgentCollector:
         """Starts the trajectory with the reset observation (at timestep t)."""
         self.episode_id = episode_id
         self._new_unroll()
+        self._set_layout(None)
         if isinstance(init_obs, list):
             init_obs = np.array(init_obs)
         if OBS not in self.buffers:
@@ -237,9 +255,11 @@ class AgentCollector:
         self.buffers[EPS_ID][0].append(self.episode_id)
         self.buffers[UNROLL_ID][0].append(self.unroll_id)
 
-    def add_action_reward_next_obs(self, input_values: Dict[str, Any]) -> None:
-        """Adds one step: the action, the reward, the done flags and the next
-        observation (key "new_obs"), and any other per-step columns."""
+    def _add_step(self, input_values: Dict[str, Any]) -> None:
+        # add_action_reward_next_obs of a step the compiled layout does not
+        # take: the general path, after which steps like this one take the
+        # layout it leaves.
+        self._set_layout(None)
         self._new_unroll()
         values = copy.copy(input_values)
         if OBS in values:
@@ -291,12 +311,43 @@ class AgentCollector:
                 self._keep_stand_ins()
                 break
         self.agent_steps += 1
+        self._offer_layout(input_values)
+
+    def _offer_layout(self, step: Any) -> None:
+        # The layout of steps like `step` (just taken, or the StepLayout of
+        # the steps before a fragment's end), for the compiled base: the same
+        # keys in the same order, the same state around them. Steps that
+        # check ids or carry what the general path rejects, and inference
+        # while zero rows are still in front, keep the general path.
+        if isinstance(step, StepLayout):
+            step = dict.fromkeys(step.keys, step)
+        if (type(step) is not dict or EPS_ID in step or UNROLL_ID in step or OBS in step
+                or (not self.training and any(self._pads.values()))):
+            return
+        entries = []
+        for key in step:
+            col = OBS if key == NEXT_OBS else key
+            if col not in self.buffers or col in self._fresh:
+                return
+            if not self._whole_items(col):
+                way = LEAVES
+            elif col == ACTIONS and not self.disable_action_flattening:
+                way = FLAT_ACTION
+            else:
+                way = WHOLE
+            entries.append((way, col, col in self.data_cols_with_dummy_values))
+        if T not in step and T in self._fresh:
+            return
+        self._set_layout(StepLayout(self, step, entries,
+                                    [entry[0] for entry in self._stand_ins], _flatten_action,
+                                    T in self.data_cols_with_dummy_values))
 
     def _settle(self, key: str) -> None:
         # The rows in front (often numpy zeros before the steps' Python
         # numbers) put a column's tracks on the object path, where each
         # build converts the whole track: typed again (_typed_column), the
         # compiled gather reads just the rows a view needs.
+        self._set_layout(None)
         lead = self._pads.get(key, 0)
         tracks = self.buffers[key]
         for i, track in enumerate(tracks):
@@ -315,6 +366,7 @@ class AgentCollector:
         # left the typed path since (a row of another kind) gets the original
         # rows back, so that np.array of its items is RLlib's again. Entries
         # whose rows are gone (or whose track was replaced) are dropped.
+        self._set_layout(None)
         kept = []
         for entry in self._stand_ins:
             track, key, i, head = entry
@@ -349,6 +401,7 @@ class AgentCollector:
                 or (key == ACTIONS and not self.disable_action_flattening))
 
     def _build_buffers(self, first_row: Dict[str, Any]) -> None:
+        self._set_layout(None)
         for key, item in first_row.items():
             if key in self.buffers:
                 continue
@@ -402,16 +455,11 @@ class AgentCollector:
             return data[0]
         return _unflatten_leaves(self.buffer_structs[data_col], data)
 
-    def build_for_inference(self) -> TrainingBatch:
-        """The input of the next forward pass: each view used for computing
-        actions at the last timestep, with a batch axis of one."""
-        # Samplers call this once per agent and step: the views are resolved
-        # once (_plan_inference), then each call is one C pass (plan.batch).
+    def _build_for_inference(self) -> TrainingBatch:
+        # build_for_inference where the plan cannot answer alone (the
+        # compiled base asked it first): the plan is checked, made anew if
+        # the views or tracks changed, and told how batches are made.
         plan = self._inference
-        if plan is not None:
-            batch = plan.batch(self.view_requirements, self._is_training, self.buffers)
-            if batch is not None:
-                return batch
         columns = None
         if plan is not None and plan.fits(self.view_requirements, self._is_training):
             columns = plan.columns(self.buffers)
@@ -441,6 +489,7 @@ class AgentCollector:
             if data_col not in self.buffers:
                 self._fill_buffer_with_initial_values(data_col, vr, build_for_inference=True)
                 self.data_cols_with_dummy_values.add(data_col)
+                self._set_layout(None)
                 for track in self.buffers[data_col]:
                     track.append(track.get(-1))
             struct = self.buffer_structs.get(data_col)
@@ -453,6 +502,11 @@ class AgentCollector:
         """Every timestep collected so far, each view of `view_requirements`
         gathered at its shifts. A trajectory that has not ended keeps its
         last rows for the views of the next batch."""
+        # Pads, tracks and the unroll id change below: the steps' layout is
+        # decided again at the end (a sampler's next fragment takes the
+        # same steps).
+        layout = self._step_layout
+        self._set_layout(None)
         columns = {}
         cache: dict = {}
         for view_col, vr in view_requirements.items():
@@ -471,6 +525,7 @@ class AgentCollector:
                                             vr.batch_repeat_value, count))
             columns[view_col] = self._unflatten(data, data_col)
         batch = self._batch(columns)
+        self.unroll_id = None
 
         if (TERMINATEDS in self.buffers and not self.buffers[TERMINATEDS][0].get(-1)
                 and TRUNCATEDS in self.buffers and not self.buffers[TRUNCATEDS][0].get(-1)):
@@ -489,7 +544,8 @@ class AgentCollector:
                             entry[0] = tracks[entry[2]]
                 self._keep_stand_ins()
             self.agent_steps = 0
-        self.unroll_id = None
+            if layout is not None:
+                self._offer_layout(layout)
         return batch
 
     def _tail(self, track: Column) -> Column:

@@ -212,6 +212,8 @@ for t in range(3):
 collector_inputs: TrainingBatch = collector.build_for_inference()
 collector_batch: TrainingBatch = collector.build_for_training(views)
 collector_flags = (collector.is_empty(), collector.training)
+collector_state = (collector.buffers, collector.episode_id, collector.unroll_id,
+                   collector.agent_steps)
 collector.is_training(False)
 
 # -- VectorEpisodes ------------------------------------------------------------

@@ -451,38 +451,42 @@ def _views_training(cls: type) -> Round:
 
 def _ongoing_collectors(cls: type, is_training: bool) -> list:
     """64 ongoing collectors (RLlib's or ours), collector k 10 + k steps in,
-    with views for obs, prev_actions, prev_rewards and a 4-frame stack."""
+    with the views of a CartPole policy: obs, new_obs, actions, rewards,
+    prev_actions, prev_rewards and a 4-frame stack."""
     ViewRequirement = _view_requirement(cls)
     if _is_rllib(cls):
         from ray.rllib.evaluation.collectors.agent_collector import AgentCollector
     else:
         from episode.collector import AgentCollector
     box = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+    train_only = {"used_for_compute_actions": False}
     views = {"obs": ViewRequirement(space=box),
+             "new_obs": ViewRequirement("obs", shift=1, space=box, **train_only),
              "prev_actions": ViewRequirement("actions", shift=-1, space=gym.spaces.Discrete(2)),
              "prev_rewards": ViewRequirement("rewards", shift=-1),
              "frames": ViewRequirement("obs", shift="-3:0", space=box),
-             "actions": ViewRequirement(space=gym.spaces.Discrete(2),
-                                        used_for_compute_actions=False),
-             "rewards": ViewRequirement(used_for_compute_actions=False)}
+             "actions": ViewRequirement(space=gym.spaces.Discrete(2), **train_only),
+             "rewards": ViewRequirement(**train_only)}
     collectors = []
     for k in range(N_INFER):
         collector = AgentCollector(views, is_training=is_training)
         collector.add_init_obs(episode_id=k, agent_index=0, env_id=k,
                                init_obs=_cartpole().obs[0])
         for i in range(10 + k):
-            _collector_step(collector, i)
+            _collector_step(collector, _cartpole(), i, k)
         collectors.append(collector)
     return collectors
 
 
-def _collector_step(collector: Any, i: int) -> None:
-    # Step i of the CartPole-sized inputs (taken again from the start past their end).
-    steps = _cartpole()
+def _collector_step(collector: Any, steps: _Steps, i: int, env_id: int) -> None:
+    # Step i of the CartPole-sized inputs `steps` (taken again from the start
+    # past their end), as RLlib's old-stack sampler (EnvRunnerV2) hands it
+    # over: its own keys first, then the action its connectors add.
     i %= len(steps.actions)
     collector.add_action_reward_next_obs({
-        "new_obs": steps.obs[i + 1], "actions": steps.actions[i],
-        "rewards": steps.rewards[i], "terminateds": False, "truncateds": False})
+        "t": i, "env_id": env_id, "agent_index": 0, "rewards": steps.rewards[i],
+        "terminateds": False, "truncateds": False, "infos": {},
+        "new_obs": steps.obs[i + 1], "actions": steps.actions[i]})
 
 
 def _collector_inference(cls: type) -> Round:
@@ -494,27 +498,33 @@ def _collector_inference(cls: type) -> Round:
 
 
 def _collector_rhythm(is_training: bool) -> Callable[[type], Round]:
-    """The sampler's rhythm: before each round (not timed) every collector
-    takes its next step, then the round builds each one's inference input.
-    Training-mode collectors end a fragment (build_for_training of a
-    trajectory that goes on, not timed) every N_FRAGMENT steps, as a sampler
-    does, so that rounds keep reading trajectories of the same lengths."""
+    """The sampler's rhythm, timed whole: in each round every collector takes
+    its next step (add_action_reward_next_obs), then builds its inference
+    input. Training-mode collectors end a fragment (build_for_training of a
+    trajectory that goes on, before a round, not timed) every N_FRAGMENT
+    steps, as a sampler does, so that rounds keep reading trajectories of the
+    same lengths."""
     def prepare(cls: type) -> Round:
         collectors = _ongoing_collectors(cls, is_training)
         next_step = [10 + k for k in range(N_INFER)]
 
         def setup():
-            for k, collector in enumerate(collectors):
-                if is_training and collector.agent_steps >= N_FRAGMENT:
-                    collector.build_for_training(collector.view_requirements)
-                _collector_step(collector, next_step[k])
-                next_step[k] += 1
+            if is_training:
+                for collector in collectors:
+                    if collector.agent_steps >= N_FRAGMENT:
+                        collector.build_for_training(collector.view_requirements)
             return ()
 
         def run():
-            return [c.build_for_inference() for c in collectors]
+            batches = []
+            steps = _cartpole()
+            for k, collector in enumerate(collectors):
+                _collector_step(collector, steps, next_step[k], k)
+                next_step[k] += 1
+                batches.append(collector.build_for_inference())
+            return batches
 
-        return Round(run, setup)
+        return Round(run, setup if is_training else None)
     return prepare
 
 
@@ -948,17 +958,20 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in [
              "(RLlib: its AgentCollector)", 1, _views_training),
     Workload("collector_inference_64",
              "AgentCollector.build_for_inference, one call per collector on 64 ongoing "
-             "inference-mode collectors (10-73 steps in): obs, prev_actions, prev_rewards "
-             "and a 4-frame stack (items: calls)", N_INFER, _collector_inference),
+             "inference-mode collectors (10-73 steps in): obs, new_obs, actions, rewards, "
+             "prev_actions, prev_rewards and a 4-frame stack (items: calls)", N_INFER,
+             _collector_inference),
     Workload("collector_step_inference_64",
-             "the sampler's rhythm on collector_inference_64's collectors: before each round "
-             "each of the 64 takes one add_action_reward_next_obs (not timed), then one "
-             "build_for_inference call per collector (items: calls; each round is one step "
-             "further)", N_INFER, _collector_rhythm(is_training=False)),
+             "the sampler's rhythm on collector_inference_64's collectors, both timed: each "
+             "of the 64 takes one add_action_reward_next_obs (the step dict of RLlib's "
+             "old-stack sampler: t, env_id, agent_index, rewards, terminateds, truncateds, "
+             "infos, new_obs, actions), then one build_for_inference (items: step + build "
+             "per collector; each round is one step further)", N_INFER,
+             _collector_rhythm(is_training=False)),
     Workload("collector_step_inference_64_training",
              "the same rhythm on 64 training-mode collectors (AgentCollector's default, as "
              "RLlib's EpisodeV2 makes them), each ending a fragment every 100 steps "
-             "(build_for_training, not timed) (items: calls)", N_INFER,
+             "(build_for_training, not timed) (items: step + build per collector)", N_INFER,
              _collector_rhythm(is_training=True)),
     Workload("views_inference_64",
              "the inference input of 64 ongoing episodes (20-83 steps): obs, prev_obs and a "

@@ -389,6 +389,7 @@ cdef class Column:
     cdef int _set_row_shape(self, int ndim, cnp.npy_intp* dims) except -1
     cdef int _to_object_path(self) except -1
     cdef int _check_position(self, Py_ssize_t pos) except -1
+    cdef int remove(self, Py_ssize_t pos) except -1
     cdef object item(self, Py_ssize_t pos)
     cdef object row_view(self, Py_ssize_t pos)
     cdef object rows_view(self, Py_ssize_t first, Py_ssize_t count, Py_ssize_t step,

@@ -717,23 +717,28 @@ cdef class Column:
     def pop(self, Py_ssize_t pos):
         """Removes row `pos` (0 <= pos < len)."""
         self._check_position(pos)
+        self.remove(pos)
+
+    cdef int remove(self, Py_ssize_t pos) except -1:
+        # pop(pos) for a position already checked (0 <= pos < len).
         if self.kind == KIND_OBJECT:
-            self.items.pop(pos)
-            return
+            del self.items[pos]
+            return 0
         if self.kind == KIND_EMPTY_DICT:
             self.size -= 1
-            return
+            return 0
         if self.finalized:
             # New storage, as np.delete gives: views handed out earlier keep
             # their rows even when later appends reuse the freed slot.
             self._adopt_storage(np.delete(self.rows(0, self.size), pos, axis=0), self.size - 1)
-            return
+            return 0
         self._make_writable()
         if pos < self.size - 1:
             memmove(self.row_ptr(pos, self.size - pos - 1),
                     self.row_ptr(pos + 1, self.size - pos - 1),
                     (self.size - pos - 1) * self.row_bytes)
         self.size -= 1
+        return 0
 
     def finalize(self):
         """Switches to numpy semantics. Returns False if the caller must batch

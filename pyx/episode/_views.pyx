@@ -6,7 +6,8 @@
 
 cimport cython
 cimport numpy as cnp
-from cpython.dict cimport PyDict_Copy
+from cpython.dict cimport PyDict_Copy, PyDict_Update
+from cpython.object cimport PyObject, PyTypeObject
 from libc.string cimport memcpy, memset
 
 from episode._buffer cimport BufferCore
@@ -19,6 +20,12 @@ import sys
 import numpy as np
 
 cnp.import_array()
+
+cdef tuple EMPTY_TUPLE = ()
+
+cdef extern from "Python.h":
+    # obj.__dict__ = d, without the attribute lookup.
+    int PyObject_GenericSetDict(object o, object d, void* context) except -1
 
 cdef dict _modules = sys.modules
 
@@ -204,11 +211,14 @@ cdef class BatchMaker:
     it had one. Only for columns of the same layout as the example's."""
 
     cdef object cls
+    cdef bint dict_new    # cls.__new__ is dict's: its slot is called directly
     cdef dict attributes
     cdef list fresh       # (name, type) of the empty mutable attributes
 
     def __init__(self, object cls, object example):
         self.cls = cls
+        self.dict_new = (isinstance(cls, type) and issubclass(cls, dict)
+                         and cls.__new__ is dict.__new__)
         self.attributes = dict(vars(example))
         self.fresh = []
         for name, value in self.attributes.items():
@@ -218,12 +228,23 @@ cdef class BatchMaker:
                 self.fresh.append((name, type(value)))
 
     def __call__(self, dict columns):
-        batch = self.cls.__new__(self.cls)
-        dict.update(batch, columns)
-        cdef dict attributes = PyDict_Copy(self.attributes)
-        for name, kind in self.fresh:
-            attributes[name] = kind()
-        batch.__dict__ = attributes
+        return self.make(columns)
+
+    cdef object make(self, dict columns):
+        cdef dict attributes
+        cdef object batch
+        cdef tuple fresh
+        if self.dict_new:
+            batch = (<PyTypeObject*>self.cls).tp_new(<type>self.cls, <PyObject*>EMPTY_TUPLE, NULL)
+            PyDict_Update(batch, columns)
+        else:
+            batch = self.cls.__new__(self.cls)
+            dict.update(batch, columns)
+        attributes = PyDict_Copy(self.attributes)
+        for fresh in self.fresh:
+            kind = fresh[1]
+            attributes[fresh[0]] = set() if kind is set else {} if kind is dict else []
+        PyObject_GenericSetDict(batch, attributes, NULL)
         return batch
 
 
@@ -245,7 +266,7 @@ cdef class InferencePlan:
     cdef object unflatten
     cdef bint ready       # set_batches() was called
     cdef object batch_module  # RLlib's sample_batch module then (None: plain dicts)
-    cdef object maker     # a BatchMaker for that module's SampleBatch
+    cdef BatchMaker maker  # a BatchMaker for that module's SampleBatch
 
     def __init__(self, object view_requirements, bint training, list entries,
                  object fallback, object unflatten):
@@ -273,6 +294,9 @@ cdef class InferencePlan:
 
     def fits(self, object view_requirements, bint training):
         """Whether this plan was made for these views and mode."""
+        return self._fits(view_requirements, training)
+
+    cdef bint _fits(self, object view_requirements, bint training) except -1:
         return (view_requirements is self.view_requirements and training == self.training
                 and len(view_requirements) == self.n_views)
 
@@ -290,18 +314,21 @@ cdef class InferencePlan:
         """The whole build_for_inference, or None if the caller must take
         its general path (not ready, made for other views or tracks, or
         another sample_batch module loaded)."""
-        if not self.ready or not self.fits(view_requirements, training):
+        if not self.ready or not self._fits(view_requirements, training):
             return None
         if _modules.get("ray.rllib.policy.sample_batch") is not self.batch_module:
             return None
-        columns = self.columns(buffers)
+        columns = self._columns(buffers)
         if columns is None or self.maker is None:
             return columns
-        return self.maker(columns)
+        return self.maker.make(columns)
 
     def columns(self, dict buffers):
         """The views' arrays (view_col -> array or struct of arrays), or None
         if `buffers` no longer holds the tracks this plan was made for."""
+        return self._columns(buffers)
+
+    cdef object _columns(self, dict buffers):
         cdef dict out = {}
         cdef _View view
         cdef list leaves
@@ -310,9 +337,9 @@ cdef class InferencePlan:
             if buffers.get(view.data_col) is not view.tracks or len(view.tracks) != view.n_tracks:
                 return None
             if view.struct is None and view.n_tracks == 1:
-                out[view.view_col] = self._rows(<Column>view.tracks[0], view)
+                out[view.view_col] = self._rows(<Column?>view.tracks[0], view)
                 continue
-            leaves = [self._rows(<Column>view.tracks[i], view) for i in range(view.n_tracks)]
+            leaves = [self._rows(<Column?>view.tracks[i], view) for i in range(view.n_tracks)]
             out[view.view_col] = (leaves[0] if view.struct is None
                                   else self.unflatten(view.struct, leaves))
         return out
