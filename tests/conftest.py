@@ -48,7 +48,7 @@ SANITIZE = {
     "test_single_agent_episode_differences.py", "test_single_agent_episode_errors.py",
     "test_multi_agent_core.py", "test_multi_agent_pickling.py", "test_pickling.py",
     "test_one_hot.py", "test_space_checks.py", "test_checks.py", "test_views.py",
-    "test_episode_views.py", "test_sampling.py", "test_collector.py",
+    "test_episode_views.py", "test_sampling.py", "test_collector.py", "test_collector_steps.py",
     "test_replay.py", "test_replay_frames.py", "test_replay_transitions.py",
     "test_replay_kept.py",
     # the readers of files (datasets, Minari's, kept replay buffers)
