@@ -111,7 +111,6 @@ cdef class Store:
     cdef readonly object layout  # track name -> its leaves' numbers in its structure
     cdef readonly Py_ssize_t block_rows
     cdef readonly object storage # None: blocks in memory; else their files' folder
-    cdef Py_ssize_t file_seq
 
     cdef list blocks
     cdef int64_t first_block     # blocks[0]'s sequence number

@@ -20,9 +20,7 @@ calls in the same order: `Draws`) and hand back the drawn steps; `gather`
 copies their rows into batch arrays.
 """
 import copy
-import mmap as mmap_module
 import os
-import tempfile
 
 import numpy as np
 
@@ -43,6 +41,7 @@ from episode._column cimport (Column, KIND_ARRAY, KIND_BOOL, KIND_EMPTY, KIND_EM
 from episode._episode cimport EpisodeCore, own_extras
 from episode._frames cimport FramePool
 from episode import _frames
+from episode._pages cimport drop_pages, new_array
 from episode._priority cimport (Num, PriorityTrees, add, div, from_num, greater, mul, num,
                                 power, to_num)
 from episode._priority cimport TAG_F32, TAG_F64, TAG_FLOAT, TAG_INT
@@ -206,16 +205,10 @@ cdef class Block:
 
 
 cdef int _drop_pages(Block block) except -1:
-    # madvise(MADV_DONTNEED) on a file-backed block's mappings: the data stay
-    # in the files (shared mappings), the pages leave the resident set.
+    # A file-backed block's pages out of the resident set (see _pages).
     for col in block.cols:
-        if type(col) is not Column:
-            continue
-        owner = (<Column>col).owner
-        while owner is not None and getattr(owner, "_mmap", None) is None:
-            owner = getattr(owner, "base", None)
-        if owner is not None:
-            owner._mmap.madvise(mmap_module.MADV_DONTNEED)
+        if type(col) is Column:
+            drop_pages((<Column>col).owner)
     return 0
 
 
@@ -576,7 +569,7 @@ cdef class Store:
             if col is None:
                 continue
             shape, dtype = self._stored_layout(leaf)
-            grown = Column.from_array(np.zeros((cap,) + shape, dtype))
+            grown = Column.from_array(new_array((cap,) + shape, dtype, None))
             if self.ep_cap:
                 memcpy(grown.row_ptr(0, self.ep_cap), col.row_ptr(0, self.ep_cap),
                        self.ep_cap * self.stored_bytes[leaf])
@@ -637,7 +630,8 @@ cdef class Store:
             self.nleaves += 1
             if with_final and self.row_bytes[leaf]:
                 shape, dtype = self._stored_layout(leaf)
-                self.final.append(Column.from_array(np.zeros((self.ep_cap,) + shape, dtype)))
+                self.final.append(Column.from_array(new_array((self.ep_cap,) + shape, dtype,
+                                                              None)))
                 self.final_objects.append(None)
             elif with_final:
                 self.final.append(None)
@@ -812,20 +806,7 @@ cdef class Store:
         # An ndarray of `rows` rows for a numeric leaf: in memory, or in a
         # file of the storage folder (pages stay on disk until touched).
         row_shape, dtype = self._stored_layout(leaf)
-        shape = (rows,) + row_shape
-        if self.storage is None:
-            return np.zeros(shape, dtype)
-        # A name no other store (in this process or another) has: a saved
-        # buffer's folder is also its reopened buffers' storage.
-        self.file_seq += 1
-        fd, path = tempfile.mkstemp(prefix=f".scratch-{self.file_seq}-leaf-{leaf}-",
-                                    suffix=".bin", dir=self.storage)
-        try:
-            with os.fdopen(fd, "w+b") as f:
-                arr = np.memmap(f, dtype=dtype, mode="w+", shape=shape)
-        finally:
-            os.unlink(path)      # the mapping keeps the data; the file goes with it
-        return arr
+        return new_array((rows,) + row_shape, dtype, self.storage)
 
     cdef Block _tail_block(self, Py_ssize_t rows):
         # The block new rows go to, with room for at least one row (at most
