@@ -588,7 +588,7 @@ def build_store(Store store, dict state, list blocks, list pools=None):
     store.first_slot, store.last_slot = first_slot, last_slot
     store.num_episodes, store.num_evicted = num_episodes, num_evicted
     for slot in order:
-        store._insert(store.keys[slot], slot)
+        store.table.insert(store.keys[slot], slot, store.num_episodes)
     store.final = [None if x is None else Column.from_array(np.array(x)) for x in final]
     store.final_objects = [None if x is None else list(x) for x in final_objects]
     store.final_infos = dict(final_infos)

@@ -8,6 +8,7 @@ from episode._buffer cimport BufferCore
 from episode._column cimport Column
 from episode._episode cimport EpisodeCore
 from episode._frames cimport FramePool
+from episode._keys cimport KeyTable
 from episode._priority cimport Num, PriorityTrees
 
 
@@ -132,12 +133,7 @@ cdef class Store:
     cdef list ids                # slot -> episode id
     cdef list keys               # slot -> what the episode is found by (its id by default)
     cdef list meta               # slot -> EpisodeMeta
-    # key -> slot: an open-addressing table of (key hash, slot); the key
-    # itself is keys[slot] (a dict would cost a dict entry and an int object
-    # per stored episode)
-    cdef int64_t* table_hash
-    cdef int32_t* table_slot     # -1: empty, -2: deleted
-    cdef Py_ssize_t table_cap, table_used
+    cdef KeyTable table          # key -> slot (the key itself is keys[slot])
 
     cdef list final              # per numeric observation leaf: a Column, a row per slot
     cdef list final_objects      # per object observation leaf: a list by slot
@@ -156,9 +152,6 @@ cdef class Store:
     cdef list pools
     cdef Py_ssize_t* stored_bytes   # per leaf: a stored row's bytes (row_bytes, or the numbers')
 
-    cdef int32_t _find(self, object key) except -2
-    cdef int _insert(self, object key, int32_t slot) except -1
-    cdef int _remove(self, object key) except -1
     cdef int _reserve_runs(self, Py_ssize_t n) except -1
     cdef int _reserve_slots(self) except -1
     cdef int _grow_final(self, Py_ssize_t cap) except -1

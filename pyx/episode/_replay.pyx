@@ -40,6 +40,7 @@ from episode._column cimport (Column, KIND_ARRAY, KIND_BOOL, KIND_EMPTY, KIND_EM
                               empty_array)
 from episode._episode cimport EpisodeCore, own_extras
 from episode._frames cimport FramePool
+from episode._keys cimport KeyTable
 from episode import _frames
 from episode._pages cimport drop_pages, new_array
 from episode._priority cimport (Num, PriorityTrees, add, div, from_num, greater, mul, num,
@@ -383,6 +384,7 @@ cdef class Store:
                        else FileNotFoundError)(f"no storage folder {self.storage!r}")
         self.blocks = []
         self.first_block = 0
+        self.table = KeyTable()
         self.ids = []
         self.keys = []
         self.meta = []
@@ -406,92 +408,16 @@ cdef class Store:
         PyMem_Free(self.eps)
         PyMem_Free(self.free_slots)
         PyMem_Free(self.block_data)
-        PyMem_Free(self.table_hash)
-        PyMem_Free(self.table_slot)
 
     # -- finding episodes by key ------------------------------------------------------
 
-    cdef int32_t _find(self, object key) except -2:
-        """The slot of the episode stored under `key`, or -1."""
-        cdef int64_t h
-        cdef Py_ssize_t i, mask
-        cdef int32_t slot
-        if self.table_cap == 0:
-            return -1
-        h = hash(key)
-        mask = self.table_cap - 1
-        i = h & mask
-        while True:
-            slot = self.table_slot[i]
-            if slot == -1:
-                return -1
-            if slot >= 0 and self.table_hash[i] == h and (self.keys[slot] is key
-                                                          or self.keys[slot] == key):
-                return slot
-            i = (i + 1) & mask
-
-    cdef int _insert(self, object key, int32_t slot) except -1:
-        # (keys[slot] is key already.)
-        cdef int64_t h = hash(key)
-        cdef Py_ssize_t i, mask, cap, j
-        cdef int64_t* hashes
-        cdef int32_t* slots
-        if 4 * (self.table_used + 1) > 3 * self.table_cap:
-            # Grow (or just sweep out the deleted entries) and re-insert.
-            cap = 8
-            while 4 * (self.num_episodes + 1) > 3 * cap:
-                cap *= 2
-            hashes = <int64_t*>PyMem_Malloc(cap * sizeof(int64_t))
-            slots = <int32_t*>PyMem_Malloc(cap * sizeof(int32_t))
-            if hashes == NULL or slots == NULL:
-                PyMem_Free(hashes)
-                PyMem_Free(slots)
-                raise MemoryError()
-            for j in range(cap):
-                slots[j] = -1
-            for j in range(self.table_cap):
-                if self.table_slot[j] >= 0:
-                    i = self.table_hash[j] & (cap - 1)
-                    while slots[i] != -1:
-                        i = (i + 1) & (cap - 1)
-                    hashes[i] = self.table_hash[j]
-                    slots[i] = self.table_slot[j]
-            PyMem_Free(self.table_hash)
-            PyMem_Free(self.table_slot)
-            self.table_hash, self.table_slot, self.table_cap = hashes, slots, cap
-            self.table_used = self.num_episodes
-        mask = self.table_cap - 1
-        i = h & mask
-        while self.table_slot[i] >= 0:
-            i = (i + 1) & mask
-        if self.table_slot[i] == -1:
-            self.table_used += 1
-        self.table_hash[i] = h
-        self.table_slot[i] = slot
-        return 0
-
-    cdef int _remove(self, object key) except -1:
-        cdef int64_t h = hash(key)
-        cdef Py_ssize_t i, mask = self.table_cap - 1
-        cdef int32_t slot
-        i = h & mask
-        while True:
-            slot = self.table_slot[i]
-            if slot == -1:
-                raise SystemError("episode core: a stored episode missing from its table")
-            if slot >= 0 and self.table_hash[i] == h and (self.keys[slot] is key
-                                                          or self.keys[slot] == key):
-                self.table_slot[i] = -2
-                return 0
-            i = (i + 1) & mask
-
     def __contains__(self, key):
         """Whether an episode is stored under `key`."""
-        return self._find(key) >= 0
+        return self.table.find(key, self.keys) >= 0
 
     def slot_for(self, key):
         """The slot of the episode stored under `key` (KeyError if none)."""
-        cdef int32_t slot = self._find(key)
+        cdef int32_t slot = self.table.find(key, self.keys)
         if slot < 0:
             raise KeyError(key)
         return slot
@@ -1035,8 +961,8 @@ cdef class Store:
                              buffer_leaves(obs), obs._lookback):
                 raise AssertionError("the chunk's first observation is not the stored "
                                      "episode's last one")
-        elif self._find(key) >= 0:
-            slot = self._find(key)
+        elif self.table.find(key, self.keys) >= 0:
+            slot = self.table.find(key, self.keys)
             self._check_chunk(episode, self.eps[slot].t_started + self.eps[slot].length,
                               self.eps[slot].terminated or self.eps[slot].truncated,
                               (<EpisodeMeta>self.meta[slot]).extra_keys, extras, n)
@@ -1099,7 +1025,7 @@ cdef class Store:
         cdef object slot_obj
         if key is None:
             key = episode.id_
-        slot_obj = self._find(key)
+        slot_obj = self.table.find(key, self.keys)
         if slot_obj < 0:
             slot_obj = None
         cdef int32_t slot
@@ -1199,7 +1125,7 @@ cdef class Store:
         self.num_episodes += 1
         self.ids[slot] = id_
         self.keys[slot] = key
-        self._insert(key, slot)
+        self.table.insert(key, slot, self.num_episodes)
         return slot
 
     cdef int _append_run(self, int32_t slot, int64_t run) noexcept:
@@ -1453,7 +1379,7 @@ cdef class Store:
             lb, length, row = lookbacks_v[i], lengths_v[i], rows_v[i]
             if lb < 0 or length < 0 or row < 0 or row + lb + length >= nrows:
                 raise ValueError(f"episode {i}'s rows are not in the block of {nrows}")
-            if self._find(ids[i]) >= 0:
+            if self.table.find(ids[i], self.keys) >= 0:
                 raise ValueError(f"episode {ids[i]!r} is stored already")
             if type(metas[i]) is not EpisodeMeta:
                 raise TypeError("metas are EpisodeMeta objects")
@@ -1617,7 +1543,7 @@ cdef class Store:
         finally:
             self.restoring = False
         for e in range(n_eps):
-            self._restore_fields(self._find(keys[e]), episodes[e])
+            self._restore_fields(self.table.find(keys[e], self.keys), episodes[e])
         if self.priorities is None:
             return
         sum_values, min_values, free_nodes, max_idx = weights
@@ -1711,7 +1637,7 @@ cdef class Store:
                 run.ep = -1
                 seq = run.next
             self.eps[slot].live = 0
-            self._remove(self.keys[slot])
+            self.table.remove(self.keys[slot], self.keys)
             self.ids[slot] = None
             self.keys[slot] = None
             self.meta[slot] = None
@@ -2649,7 +2575,7 @@ cdef class Store:
             if e in seen:
                 raise ValueError(f"env {e} twice in one add_steps()")
             seen.add(e)
-            slot = self._find(keys[e])
+            slot = self.table.find(keys[e], self.keys)
             if slot >= 0:
                 ep = &self.eps[slot]
                 if ep.terminated or ep.truncated:
@@ -2665,7 +2591,7 @@ cdef class Store:
         # Changes.
         for i in range(count):
             e = env_of[i]
-            slot = self._find(keys[e])
+            slot = self.table.find(keys[e], self.keys)
             if slot < 0:
                 slot = self._new_slot(ids[e], keys[e], t0[e], 0, 0, True, NAN, NAN)
                 prev = self.eps[slot].prev
