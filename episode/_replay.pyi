@@ -4,17 +4,9 @@ from typing import Any, final
 import numpy as np
 from typing_extensions import Self, disjoint_base
 
+from episode._draws import Draws
 from episode._episode import EpisodeCore
 from episode._priority import PriorityTrees
-
-@final
-class Draws:
-    """Draws from a numpy Generator as its integers() and random() do."""
-    def __new__(cls, rng: np.random.Generator) -> Self: ...
-    def __enter__(self) -> Self: ...
-    def __exit__(self, *exc: object) -> None: ...
-    def draw_integers(self, low: int, high: int) -> int: ...
-    def draw_random(self) -> float: ...
 
 @disjoint_base
 class Block:

@@ -3968,6 +3968,12 @@ def _replay_modules():
     return _replay, _priority, replay
 
 
+def new_draws(rng):
+    from episode._draws import Draws
+
+    return Draws(rng)
+
+
 def _plain_rows(x):
     # rows_of's Columns (nested as the track is) as lists.
     if hasattr(x, "to_list"):
@@ -4113,7 +4119,7 @@ def probe_store(p, tag, store):
     p.run(f"{tag}.rows", view.rows)
     if not isinstance(store.live_steps, int) or not store.live_steps:
         return
-    draws = _replay.Draws(np.random.default_rng(0))
+    draws = new_draws(np.random.default_rng(0))
     p.run(f"{tag}.uniform_step", lambda: store.uniform_step(draws), data=False)
     picks = [p.run(f"{tag}.draw_uniform", lambda: store.draw_uniform(draws, 4, 0, 1, 0),
                    data=False),
@@ -4160,7 +4166,7 @@ def replay_gather_at_end_case(track):
         _allow_replay(p)
         store = _replay.Store(64)
         store.add(_replay_episode(impl, "box"))
-        picks = store.draw_transitions(_replay.Draws(np.random.default_rng(0)), 4, 1)
+        picks = store.draw_transitions(new_draws(np.random.default_rng(0)), 4, 1)
         store.locate_ends(picks)
         for leaf in _leaf_numbers(store.layout["extras"]["vf"] if track == "vf"
                                   else store.layout[track]):
@@ -4599,7 +4605,7 @@ def replay_draws_case(bit_generator):
         _replay, _, _ = _replay_modules()
         make = getattr(np.random, bit_generator)
         ours, theirs = np.random.Generator(make(7)), np.random.Generator(make(7))
-        draws = _replay.Draws(ours)
+        draws = new_draws(ours)
         for low, high in RANGES * 3:
             want = int(theirs.integers(low, high))
             p.run(f"integers({low},{high})", lambda: draws.draw_integers(low, high),
@@ -4636,7 +4642,7 @@ def replay_draws_rng_case(name):
     def run(impl, p):
         _replay, _, _ = _replay_modules()
         ok = None if name == "subclass" else [TypeError]
-        draws = p.run("Draws", lambda: _replay.Draws(NOT_GENERATORS[name]()), ok=ok, data=False)
+        draws = p.run("Draws", lambda: new_draws(NOT_GENERATORS[name]()), ok=ok, data=False)
         if draws is not None:
             p.run("draw_integers", lambda: draws.draw_integers(0, 10), data=False)
             p.run("draw_random", lambda: draws.draw_random(), data=False)

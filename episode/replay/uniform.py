@@ -8,7 +8,8 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
-from episode._replay import Draws, Store, episode_fields, live_slots, step_order
+from episode._draws import Draws
+from episode._replay import Store, episode_fields, live_slots, step_order
 from episode.lookback_buffer import InfiniteLookbackBuffer
 from episode.single_agent_episode import SingleAgentEpisode
 from episode.replay.draws import (_batch_size, _check_capacity, _check_gamma,

@@ -2,11 +2,11 @@
 # insertion order, and the draws and gathers that sample them.
 cimport cython
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
-from numpy.random cimport bitgen_t
 
 from episode._buffer cimport BufferCore
 from episode._column cimport Column
 from episode._episode cimport EpisodeCore
+from episode._draws cimport Draws
 from episode._frames cimport FramePool
 from episode._keys cimport KeyTable
 from episode._priority cimport Num, PriorityTrees
@@ -69,17 +69,6 @@ cdef class Picks:
     cdef int _reserve(self, Py_ssize_t n) except -1
     cdef int push(self, int64_t run, int32_t off, int32_t slot, int64_t ts, int64_t n,
                   int64_t end) except -1
-
-
-@cython.final
-cdef class Draws:
-    # A numpy Generator's bit generator, drawn from as Generator.integers()
-    # and Generator.random() draw: same numbers, same bits consumed.
-    cdef object bit_generator
-    cdef object lock
-    cdef bitgen_t* state
-    cdef int64_t integers(self, int64_t low, int64_t high) except? -1
-    cdef double random(self) noexcept
 
 
 cdef class Block:
