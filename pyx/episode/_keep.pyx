@@ -25,7 +25,8 @@ from episode._column cimport (Column, KIND_ARRAY, KIND_BOOL, KIND_FLOAT, KIND_IN
 from episode._frames cimport FramePool
 from episode._priority cimport Num, PriorityTrees, num
 from episode._priority cimport TAG_F32, TAG_FLOAT
-from episode._replay cimport Block, EpisodeMeta, Ep, Run, Store
+from episode._replay cimport Block, EpisodeMeta, Ep, Store
+from episode._runs cimport Run
 
 cnp.import_array()
 
@@ -64,7 +65,7 @@ def store_state(Store store):
     per block a dict of its `size`, `infos`, `leaf_of_row` (an int32 array,
     prioritized stores) and `leaves`: per leaf None (no rows yet), a list of
     objects, or (memoryview of the rows, the np.memmap they are in or None)."""
-    cdef Py_ssize_t leaf, i, n_runs = store.run_tail - store.run_head
+    cdef Py_ssize_t leaf, i, n_runs = store.runs.tail - store.runs.head
     cdef int64_t seq
     cdef Run* r
     cdef Ep* e
@@ -72,8 +73,8 @@ def store_state(Store store):
     cdef PriorityTrees trees = store.priorities
     runs = np.zeros(n_runs, RUN_DTYPE)
     for i in range(n_runs):
-        seq = store.run_head + i
-        r = &store.runs[seq & (store.run_cap - 1)]
+        seq = store.runs.head + i
+        r = store.runs.at(seq)
         runs[i] = (r.block, r.next, r.row, r.n, r.ep, r.ts)
     eps = np.zeros(store.ep_cap, EP_DTYPE)
     for i in range(store.ep_cap):
@@ -98,11 +99,11 @@ def store_state(Store store):
         "row_bytes": [store.row_bytes[leaf] for leaf in range(store.nleaves)],
         "kinds": [store.kinds[leaf] for leaf in range(store.nleaves)],
         "layout": store.layout, "first_block": store.first_block,
-        "run_cap": store.run_cap, "run_head": store.run_head, "runs": runs,
+        "run_cap": store.runs.cap, "run_head": store.runs.head, "runs": runs,
         "ep_cap": store.ep_cap, "eps": eps, "free_slots": free,
         "first_slot": store.first_slot, "last_slot": store.last_slot,
         "num_episodes": store.num_episodes, "num_evicted": store.num_evicted,
-        "live_steps": store.live_steps,
+        "live_steps": store.runs.live_steps,
         "ids": list(store.ids), "keys": list(store.keys), "meta": list(store.meta),
         "final": final, "final_objects": [None if x is None else list(x)
                                           for x in store.final_objects],
@@ -284,7 +285,7 @@ def build_store(Store store, dict state, list blocks, list pools=None):
     cdef Ep* e
     cdef Block block
     cdef PriorityTrees trees = store.priorities
-    if store.num_episodes or store.run_tail or store.nleaves or store.blocks:
+    if store.num_episodes or store.runs.tail or store.nleaves or store.blocks:
         raise RuntimeError("build_store() fills a new store")
     # -- the leaves ---------------------------------------------------------------------
     nleaves = _count(state.get("nleaves"), "the number of leaves", 0, 1 << 20)
@@ -613,17 +614,16 @@ def build_store(Store store, dict state, list blocks, list pools=None):
         store._refresh_pointers(block)
     store._sync_blocks()
     # Runs, in a ring of the saved size, and the Fenwick tree of their steps.
-    store.run_head = store.run_tail = run_head
-    store._reserve_runs(run_cap)
+    store.runs.head = store.runs.tail = run_head
+    store.runs.reserve(run_cap)
     for i in range(n_runs):
         seq = run_head + i
-        r = &store.runs[seq & (store.run_cap - 1)]
+        r = store.runs.at(seq)
         r.block, r.next, r.row, r.n = rb[i], rn[i], rr[i], rcount[i]
         r.ep, r.ts = rep[i], rts[i]
-        store.run_tail = seq + 1
+        store.runs.tail = seq + 1
         if r.ep >= 0 and r.ts >= 0:
-            store._fenwick_add(seq, r.n)
-            store.live_steps += r.n
+            store.runs.add_live(seq, r.n)
     # Priority trees: the leaves, their keys, the free queue; every node
     # above them recomputed from its children (as each update leaves it).
     if trees is not None:

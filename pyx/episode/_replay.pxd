@@ -10,19 +10,7 @@ from episode._draws cimport Draws
 from episode._frames cimport FramePool
 from episode._keys cimport KeyTable
 from episode._priority cimport Num, PriorityTrees
-
-
-# A run: consecutive steps of one stored episode, in consecutive rows of one
-# block. An episode's chunks (one per add() call) are runs in the order they
-# came; the runs of all episodes, in that order, are RLlib's list of
-# sampleable steps (`_indices`).
-cdef struct Run:
-    int64_t block        # the block's sequence number
-    int64_t next         # the episode's next run (its sequence number), -1: none yet
-    int32_t row          # the first step's row in the block
-    int32_t n            # steps
-    int32_t ep           # the episode's slot
-    int32_t ts           # the first step's index in the stored episode (< 0: lookback)
+from episode._runs cimport Run, Runs
 
 
 # A stored episode. Its steps' rows are in its runs; the observation and
@@ -106,11 +94,7 @@ cdef class Store:
     cdef int64_t first_block     # blocks[0]'s sequence number
     cdef char*** block_data      # each block's row pointers per leaf (Block.first_rows)
 
-    cdef Run* runs               # ring of run records, indexed by sequence number
-    cdef int64_t* tree           # Fenwick tree of the live steps per run slot
-    cdef Py_ssize_t run_cap      # a power of two
-    cdef int64_t run_head, run_tail
-    cdef readonly int64_t live_steps
+    cdef Runs runs               # the stored steps in insertion order
 
     cdef Ep* eps
     cdef Py_ssize_t ep_cap
@@ -141,7 +125,6 @@ cdef class Store:
     cdef list pools
     cdef Py_ssize_t* stored_bytes   # per leaf: a stored row's bytes (row_bytes, or the numbers')
 
-    cdef int _reserve_runs(self, Py_ssize_t n) except -1
     cdef int _reserve_slots(self) except -1
     cdef int _grow_final(self, Py_ssize_t cap) except -1
     cdef Py_ssize_t _add_leaves(self, list cols, bint with_final) except -1
@@ -153,14 +136,6 @@ cdef class Store:
     cdef Block _tail_block(self, Py_ssize_t rows)
     cdef int _resize_block(self, Block block, Py_ssize_t cap) except -1
     cdef int _ensure_leaf(self, Block block, Py_ssize_t leaf) except -1
-    cdef int64_t _new_run(self, Block block, int64_t block_seq, int32_t row, int32_t n,
-                          int32_t ep, int32_t ts) except -1
-    cdef int _fenwick_add(self, int64_t seq, int64_t delta) noexcept
-    cdef int64_t _prefix(self, Py_ssize_t slots) noexcept
-    cdef int _kth(self, int64_t k, int64_t* run, int32_t* off) except -1
-    cdef int _kth_group(self, Pick* picks, Py_ssize_t g, int64_t before_head) except -1
-    cdef int _kth_from(self, int64_t k, int64_t before_head, int64_t* run,
-                       int32_t* off) except -1
     cdef int32_t _new_slot(self, object id_, object key, int64_t t_started, Py_ssize_t lookback,
                            int64_t length, bint finalized, double start_time,
                            double last_step_time) except -1

@@ -300,7 +300,7 @@ cdef class Store:
         global last_key_tag
         last_key_tag = last_key_tag % 127 + 1
         self.key_tag = last_key_tag
-        self._reserve_runs(16)
+        self.runs = Runs()
         self.first_slot = -1
         self.last_slot = -1
 
@@ -308,8 +308,6 @@ cdef class Store:
         PyMem_Free(self.row_bytes)
         PyMem_Free(self.stored_bytes)
         PyMem_Free(self.kinds)
-        PyMem_Free(self.runs)
-        PyMem_Free(self.tree)
         PyMem_Free(self.eps)
         PyMem_Free(self.free_slots)
         PyMem_Free(self.block_data)
@@ -333,35 +331,10 @@ cdef class Store:
 
     # -- sizes ---------------------------------------------------------------------
 
-    cdef int _reserve_runs(self, Py_ssize_t n) except -1:
-        # Room for n more runs: the ring doubles, the records move to their
-        # slots in the larger ring and the Fenwick tree is rebuilt.
-        cdef Py_ssize_t cap = self.run_cap if self.run_cap else 16, i, j
-        cdef int64_t seq
-        cdef Run* runs
-        cdef int64_t* tree
-        if self.run_tail - self.run_head + n <= self.run_cap:
-            return 0
-        while cap < self.run_tail - self.run_head + n:
-            cap *= 2
-        runs = <Run*>PyMem_Malloc(cap * sizeof(Run))
-        tree = <int64_t*>PyMem_Malloc((cap + 1) * sizeof(int64_t))
-        if runs == NULL or tree == NULL:
-            PyMem_Free(runs)
-            PyMem_Free(tree)
-            raise MemoryError()
-        memset(tree, 0, (cap + 1) * sizeof(int64_t))
-        for seq in range(self.run_head, self.run_tail):
-            runs[seq & (cap - 1)] = self.runs[seq & (self.run_cap - 1)]
-        PyMem_Free(self.runs)
-        PyMem_Free(self.tree)
-        self.runs = runs
-        self.tree = tree
-        self.run_cap = cap
-        for seq in range(self.run_head, self.run_tail):
-            if self.runs[seq & (cap - 1)].ep >= 0 and self.runs[seq & (cap - 1)].ts >= 0:
-                self._fenwick_add(seq, self.runs[seq & (cap - 1)].n)
-        return 0
+    @property
+    def live_steps(self):
+        """The stored steps a draw may land on (lookback rows excluded)."""
+        return self.runs.live_steps
 
     cdef int _reserve_slots(self) except -1:
         # A free episode slot (the slot arrays and the final rows grow by 1/8).
@@ -740,108 +713,6 @@ cdef class Store:
             block.cols[leaf].extend([None] * (block.size - len(block.cols[leaf])))
         return 0
 
-    # -- runs -------------------------------------------------------------------------
-
-    cdef int64_t _new_run(self, Block block, int64_t block_seq, int32_t row, int32_t n,
-                          int32_t ep, int32_t ts) except -1:
-        cdef int64_t seq
-        cdef Run* run
-        self._reserve_runs(1)
-        seq = self.run_tail
-        run = &self.runs[seq & (self.run_cap - 1)]
-        run.block = block_seq
-        run.next = -1
-        run.row = row
-        run.n = n
-        run.ep = ep
-        run.ts = ts
-        self.run_tail += 1
-        if ts >= 0:
-            self._fenwick_add(seq, n)
-            self.live_steps += n
-        return seq
-
-    cdef int _fenwick_add(self, int64_t seq, int64_t delta) noexcept:
-        cdef Py_ssize_t i = (seq & (self.run_cap - 1)) + 1
-        if delta == 0:
-            return 0
-        while i <= self.run_cap:
-            self.tree[i] += delta
-            i += i & (-i)
-        return 0
-
-    cdef int64_t _prefix(self, Py_ssize_t slots) noexcept:
-        # Live steps in ring slots [0, slots).
-        cdef int64_t total = 0
-        while slots > 0:
-            total += self.tree[slots]
-            slots -= slots & (-slots)
-        return total
-
-    cdef int _kth(self, int64_t k, int64_t* run, int32_t* off) except -1:
-        """The k-th live step (0-based) in insertion order: its run and its
-        offset in the run."""
-        return self._kth_from(k, self._prefix(self.run_head & (self.run_cap - 1)), run, off)
-
-    cdef int _kth_from(self, int64_t k, int64_t before_head, int64_t* run,
-                       int32_t* off) except -1:
-        # _kth() given the live steps in the ring slots before the head's
-        # (the same for every draw of one sample call).
-        cdef Py_ssize_t head = self.run_head & (self.run_cap - 1), pos = 0, step
-        cdef int64_t target, v, go
-        if k < 0 or k >= self.live_steps:
-            raise IndexError(f"step {k} of {self.live_steps}")
-        if k < self.live_steps - before_head:
-            target = before_head + k
-        else:
-            target = k - (self.live_steps - before_head)
-        # Fenwick descent, branch-free (each comparison is a coin flip the
-        # branch predictor would miss): pos stays below run_cap since
-        # target < the total, so pos + step never passes it.
-        step = self.run_cap
-        while step:
-            v = self.tree[pos + step]
-            go = -<int64_t>(v <= target)        # all ones or zero
-            pos += step & go
-            target -= v & go
-            step >>= 1
-        # Ring slot `pos` holds the step; its sequence number follows from
-        # where the ring starts.
-        if pos >= head:
-            run[0] = self.run_head + (pos - head)
-        else:
-            run[0] = self.run_head + (self.run_cap - head) + pos
-        off[0] = <int32_t>target
-        return 0
-
-    cdef int _kth_group(self, Pick* picks, Py_ssize_t g, int64_t before_head) except -1:
-        # _kth_from() of picks[0 .. g) (g <= 16, their steps in .ts), the
-        # descents in lockstep: their reads of each tree level overlap
-        # instead of each waiting for the one before.
-        cdef Py_ssize_t head = self.run_head & (self.run_cap - 1), step, k
-        cdef Py_ssize_t pos[16]
-        cdef int64_t target[16]
-        cdef int64_t v, go, live = self.live_steps
-        for k in range(g):
-            if picks[k].ts < 0 or picks[k].ts >= live:
-                raise IndexError(f"step {picks[k].ts} of {live}")
-            target[k] = before_head + picks[k].ts if picks[k].ts < live - before_head \
-                else picks[k].ts - (live - before_head)
-            pos[k] = 0
-        step = self.run_cap
-        while step:
-            for k in range(g):
-                v = self.tree[pos[k] + step]
-                go = -<int64_t>(v <= target[k])
-                pos[k] += step & go
-                target[k] -= v & go
-            step >>= 1
-        for k in range(g):
-            picks[k].run = self.run_head + (pos[k] - head) if pos[k] >= head \
-                else self.run_head + (self.run_cap - head) + pos[k]
-            picks[k].off = <int32_t>target[k]
-        return 0
-
     # -- adding ------------------------------------------------------------------------
 
     def check(self, EpisodeCore episode, dict pending, key=None):
@@ -1037,7 +908,7 @@ cdef class Store:
         # The episode's runs are a list in the order they came.
         cdef Ep* ep = &self.eps[slot]
         if ep.last_run >= 0:
-            self.runs[ep.last_run & (self.run_cap - 1)].next = run
+            self.runs.at(ep.last_run).next = run
         else:
             ep.first_run = run
         ep.last_run = run
@@ -1122,8 +993,8 @@ cdef class Store:
             for source in tracks:
                 self._copy_rows(block, block.size, source, ts - origin, count)
             self._copy_infos(block, block.size, episode.infos, ts - origin, count)
-            run = self._new_run(block, block_seq, <int32_t>block.size, <int32_t>count, slot,
-                                <int32_t>ts)
+            run = self.runs.push(block_seq, <int32_t>block.size, <int32_t>count, slot,
+                                 <int32_t>ts)
             if self.priorities is not None and ts >= 0 and not self.restoring:
                 leaves = <int64_t*>PyMem_Malloc(count * sizeof(int64_t))
                 if leaves == NULL:
@@ -1349,8 +1220,8 @@ cdef class Store:
             # Its runs: the lookback rows (ts < 0), then its steps.
             for ts, count in ((-lb, lb), (0, length)):
                 if count:
-                    self._append_run(slot, self._new_run(
-                        block, block_seq, <int32_t>(row + lb + ts), <int32_t>count, slot,
+                    self._append_run(slot, self.runs.push(
+                        block_seq, <int32_t>(row + lb + ts), <int32_t>count, slot,
                         <int32_t>ts))
             for r in range(row, row + lb + length):
                 item = infos.get(r)
@@ -1402,7 +1273,7 @@ cdef class Store:
         cdef Run* r
         cdef Block block
         cdef Py_ssize_t k, i = 0
-        if self.num_episodes or self.num_evicted or self.run_tail:
+        if self.num_episodes or self.num_evicted or self.runs.tail:
             raise RuntimeError("restore() fills a new store")
         if evicted < 0:
             raise ValueError("_num_episodes_evicted must be >= 0")
@@ -1455,8 +1326,8 @@ cdef class Store:
         # (The trees' state may be of trees that doubled: restore() checks it.)
         tree_size = len(sum_values) // 2 if isinstance(sum_values, list) else 0
         pairs = []
-        for seq in range(self.run_head, self.run_tail):
-            r = &self.runs[seq & (self.run_cap - 1)]
+        for seq in range(self.runs.head, self.runs.tail):
+            r = self.runs.at(seq)
             if r.ep < 0 or r.ts < 0:
                 continue
             block = self._block(r.block)
@@ -1520,13 +1391,13 @@ cdef class Store:
             for slot in slots:
                 seq = self.eps[slot].first_run
                 while seq >= 0:
-                    if self.runs[seq & (self.run_cap - 1)].ts >= 0:
+                    if self.runs.at(seq).ts >= 0:
                         seqs.append(seq)
-                    seq = self.runs[seq & (self.run_cap - 1)].next
+                    seq = self.runs.at(seq).next
             seqs.sort()
             released = []
             for seq in seqs:
-                run = &self.runs[seq & (self.run_cap - 1)]
+                run = self.runs.at(seq)
                 block = self._block(run.block)
                 for k in range(run.n):
                     self.priorities.release_leaf(block.leaf_of_row[run.row + k])
@@ -1535,10 +1406,9 @@ cdef class Store:
         for slot in slots:
             seq = self.eps[slot].first_run
             while seq >= 0:
-                run = &self.runs[seq & (self.run_cap - 1)]
+                run = self.runs.at(seq)
                 if run.ts >= 0:
-                    self._fenwick_add(seq, -run.n)
-                    self.live_steps -= run.n
+                    self.runs.add_live(seq, -run.n)
                 run.ep = -1
                 seq = run.next
             self.eps[slot].live = 0
@@ -1563,11 +1433,10 @@ cdef class Store:
             self.num_episodes -= 1
             self.num_evicted += 1
         # Dead runs at the front go, then the blocks nothing refers to.
-        while self.run_head < self.run_tail and self.runs[self.run_head & (self.run_cap - 1)].ep < 0:
-            self.run_head += 1
+        self.runs.drop_dead()
         while len(self.blocks) > 1 and (
-                self.run_head == self.run_tail
-                or self.first_block < self.runs[self.run_head & (self.run_cap - 1)].block):
+                self.runs.head == self.runs.tail
+                or self.first_block < self.runs.at(self.runs.head).block):
             del self.blocks[0]
             self.first_block += 1
         self._sync_blocks()
@@ -1603,7 +1472,7 @@ cdef class Store:
         if ts < -ep.lookback or ts > ep.length:
             raise IndexError(f"step {ts} outside the stored episode")
         while seq >= 0:
-            r = &self.runs[seq & (self.run_cap - 1)]
+            r = self.runs.at(seq)
             if r.ts <= ts < r.ts + r.n:
                 run[0] = seq
                 off[0] = <int32_t>(ts - r.ts)
@@ -1619,7 +1488,7 @@ cdef class Store:
         while left > 0:
             if run[0] < 0:
                 raise IndexError("past the stored episode's end")
-            r = &self.runs[run[0] & (self.run_cap - 1)]
+            r = self.runs.at(run[0])
             if off[0] + left < r.n:
                 off[0] += <int32_t>left
                 return 0
@@ -1642,7 +1511,7 @@ cdef class Store:
                 raise ValueError(f"leaf {leaf} has no rows after an episode's last step "
                                  f"(observation leaves do)")
             return (<Column>self.final[leaf]).row_ptr(-1 - run, 1)
-        r = &self.runs[run & (self.run_cap - 1)]
+        r = self.runs.at(run)
         if CHECKED and not 0 <= r.block - self.first_block < len(self.blocks):
             raise SystemError("episode core: a run outside the blocks")
         base = self.block_data[r.block - self.first_block][leaf]
@@ -1706,21 +1575,21 @@ cdef class Store:
         cdef Run* r
         if run < 0:
             return self.final_objects[leaf][-1 - run]
-        r = &self.runs[run & (self.run_cap - 1)]
+        r = self.runs.at(run)
         return self._block(r.block).cols[leaf][r.row + off]
 
     cdef object _infos_at(self, int64_t run, int32_t off):
         cdef Run* r
         if run < 0:
             return self.final_infos.get(-1 - run, {})
-        r = &self.runs[run & (self.run_cap - 1)]
+        r = self.runs.at(run)
         return self._block(r.block).infos.get(r.row + off, {})
 
     # -- RLlib's draws -------------------------------------------------------------------
 
     cdef int _step_of(self, int64_t run, int32_t off, int32_t* slot,
                       int64_t* ts) noexcept:
-        cdef Run* r = &self.runs[run & (self.run_cap - 1)]
+        cdef Run* r = self.runs.at(run)
         slot[0] = r.ep
         ts[0] = r.ts + off
         return 0
@@ -1740,8 +1609,8 @@ cdef class Store:
         with draws:
             while B < batch_size_B:
                 count_draws(&tries, 1, limit)
-                k = draws.integers(0, self.live_steps)
-                self._kth(k, &run, &off)
+                k = draws.integers(0, self.runs.live_steps)
+                self.runs.kth(k, &run, &off)
                 self._step_of(run, off, &slot, &ts)
                 length = self.eps[slot].length
                 if not batch_length_T and random_n:
@@ -1772,8 +1641,8 @@ cdef class Store:
         with draws:
             while B < batch_size_B:
                 count_draws(&tries, 1, limit)
-                k = draws.integers(0, self.live_steps)
-                self._kth(k, &run, &off)
+                k = draws.integers(0, self.runs.live_steps)
+                self.runs.kth(k, &run, &off)
                 self._step_of(run, off, &slot, &ts)
                 if random_n:
                     n = draws.integers(lo, hi)
@@ -1795,7 +1664,7 @@ cdef class Store:
         cdef PriorityTrees trees = self.priorities
         cdef Picks picks = Picks()
         cdef int64_t B = 0, run, ts, n, lo = 0, hi = 0, leaf, key
-        cdef int64_t steps = self.live_steps if num_timesteps is None else num_timesteps
+        cdef int64_t steps = self.runs.live_steps if num_timesteps is None else num_timesteps
         cdef int32_t off, slot
         cdef bint random_n = n_step_range(n_step, &lo, &hi, &n)
         cdef Num total = trees.total(), N = num(<double>steps, TAG_INT)
@@ -1835,8 +1704,8 @@ cdef class Store:
         cdef int64_t k, run, ts
         cdef int32_t off, slot
         with draws:
-            k = draws.integers(0, self.live_steps)
-        self._kth(k, &run, &off)
+            k = draws.integers(0, self.runs.live_steps)
+        self.runs.kth(k, &run, &off)
         self._step_of(run, off, &slot, &ts)
         return slot, ts
 
@@ -1856,12 +1725,13 @@ cdef class Store:
         cdef bint random_n = n_step_range(n_step, &lo, &hi, &n)
         # The weights in the numbers RLlib's sample() computes them in (a
         # float32 tree's sums stay float32), so that both give the same.
-        cdef Num total, N = num(<double>self.live_steps, TAG_INT), neg_beta = num(-beta, TAG_FLOAT)
+        cdef Num total, N = num(<double>self.runs.live_steps, TAG_INT)
+        cdef Num neg_beta = num(-beta, TAG_FLOAT)
         cdef Num max_weight, one = num(1.0, TAG_INT)
         cdef Py_ssize_t i
-        if self.live_steps <= 0:
+        if self.runs.live_steps <= 0:
             raise ValueError("the buffer holds no timesteps to sample")
-        cdef int64_t before_head = self._prefix(self.run_head & (self.run_cap - 1))
+        cdef int64_t before_head = self.runs.before_head()
         if prioritized:
             total = trees.total()
             if not total.v > 0.0:
@@ -1870,7 +1740,8 @@ cdef class Store:
         cdef int64_t tries = 0, limit = draw_limit(batch_size)
         cdef Py_ssize_t start, j, g, k
         cdef double sums[16]
-        cdef int64_t found[16]
+        cdef int64_t found[16], steps[16]
+        cdef int32_t offs[16]
         cdef Pick* p
         picks._reserve(batch_size)
         # In rounds: the draws still missing, then where each lands, then
@@ -1888,7 +1759,7 @@ cdef class Store:
                     if prioritized:
                         p.weight = draws.random()
                     else:
-                        p.ts = draws.integers(0, self.live_steps)
+                        p.ts = draws.integers(0, self.runs.live_steps)
                     p.n = draws.integers(lo, hi) if random_n else n
             if prioritized:
                 for i in range(start, batch_size, 16):
@@ -1912,7 +1783,13 @@ cdef class Store:
                     p.leaf = p.ts
             if not prioritized:
                 for i in range(start, batch_size, 16):
-                    self._kth_group(&picks.items[i], min(16, batch_size - i), before_head)
+                    g = min(16, batch_size - i)
+                    for k in range(g):
+                        steps[k] = picks.items[i + k].ts
+                    self.runs.kth_group(steps, found, offs, g, before_head)
+                    for k in range(g):
+                        picks.items[i + k].run = found[k]
+                        picks.items[i + k].off = offs[k]
             j = start
             for i in range(start, batch_size):
                 p = &picks.items[i]
@@ -1967,11 +1844,11 @@ cdef class Store:
             return -2
         run = key >> 20
         off = <int32_t>(key & KEY_OFFSET_MASK)
-        if run >= self.run_tail:
+        if run >= self.runs.tail:
             return -2
-        if run < self.run_head:
+        if run < self.runs.head:
             return -1
-        r = &self.runs[run & (self.run_cap - 1)]
+        r = self.runs.at(run)
         if r.ep < 0:
             return -1
         if r.ts < 0 or off >= r.n:
@@ -2295,7 +2172,7 @@ cdef class Store:
             left = m
             j = 0
             while True:
-                r = &self.runs[run & (self.run_cap - 1)]
+                r = self.runs.at(run)
                 take = min(left, r.n - off)
                 base = self.block_data[r.block - self.first_block][leaf] + (r.row + off) * rb
                 for k in range(take):
@@ -2525,8 +2402,8 @@ cdef class Store:
             item = infos[e] if infos is not None else None
             if item is not None and (item or type(item) is not dict):
                 self.final_infos[slot] = copy.deepcopy(item)
-            run = self._new_run(block, self.first_block + len(self.blocks) - 1,
-                                <int32_t>row, 1, slot, <int32_t>self.eps[slot].length)
+            run = self.runs.push(self.first_block + len(self.blocks) - 1,
+                                 <int32_t>row, 1, slot, <int32_t>self.eps[slot].length)
             if self.priorities is not None:
                 if self.restoring:
                     block.leaf_of_row[row] = -1
@@ -2773,8 +2650,8 @@ def step_order(Store store):
     cdef Py_ssize_t k
     cdef Block block
     out = []
-    for seq in range(store.run_head, store.run_tail):
-        r = &store.runs[seq & (store.run_cap - 1)]
+    for seq in range(store.runs.head, store.runs.tail):
+        r = store.runs.at(seq)
         if r.ep < 0 or r.ts < 0:
             continue
         block = store._block(r.block)
