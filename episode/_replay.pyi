@@ -9,10 +9,6 @@ from episode._episode import EpisodeCore
 from episode._priority import PriorityTrees
 
 @disjoint_base
-class Block:
-    """Rows of consecutive stored steps."""
-
-@disjoint_base
 class EpisodeMeta:
     """What a stored episode keeps besides its rows."""
     @property

@@ -19,7 +19,8 @@ PACKAGE_DIR = pathlib.Path(episode.__file__).parent
 COMPILED = ["episode._buffer", "episode._column", "episode._episode", "episode._index", "episode._views", "episode._checks",
             "episode._multi", "episode._vector", "episode._priority", "episode._replay",
             "episode._dataset", "episode._frames", "episode._keep", "episode._pages",
-            "episode._keys", "episode._draws", "episode._runs"]
+            "episode._keys", "episode._draws", "episode._runs",
+            "episode._blocks"]
 
 # Expressions appended to tests/typing_sample.py in assert_type() calls, with
 # the type mypy must infer for each (as the sample's own names spell it).

@@ -3,6 +3,7 @@
 cimport cython
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 
+from episode._blocks cimport Block, Blocks
 from episode._buffer cimport BufferCore
 from episode._column cimport Column
 from episode._episode cimport EpisodeCore
@@ -59,16 +60,6 @@ cdef class Picks:
                   int64_t end) except -1
 
 
-cdef class Block:
-    # Rows of consecutive steps: one Column per leaf (an ndarray it adopts,
-    # in RAM or a file), infos that are not empty by row.
-    cdef list cols               # Column per numeric leaf; a list of items per object leaf
-    cdef char** first_rows       # each numeric leaf's first row (NULL: an object leaf)
-    cdef dict infos              # row -> infos (non-empty ones only)
-    cdef int32_t* leaf_of_row    # prioritized stores: each row's tree leaf
-    cdef Py_ssize_t size, capacity
-
-
 cdef class EpisodeMeta:
     # What a stored episode keeps besides its rows.
     cdef readonly object agent_id, module_id, multi_agent_episode_id
@@ -90,9 +81,7 @@ cdef class Store:
     cdef readonly Py_ssize_t block_rows
     cdef readonly object storage # None: blocks in memory; else their files' folder
 
-    cdef list blocks
-    cdef int64_t first_block     # blocks[0]'s sequence number
-    cdef char*** block_data      # each block's row pointers per leaf (Block.first_rows)
+    cdef Blocks blocks           # the stored rows
 
     cdef Runs runs               # the stored steps in insertion order
 
@@ -123,19 +112,11 @@ cdef class Store:
     cdef readonly Py_ssize_t frame_stack
     cdef readonly object frame_axis
     cdef list pools
-    cdef Py_ssize_t* stored_bytes   # per leaf: a stored row's bytes (row_bytes, or the numbers')
 
     cdef int _reserve_slots(self) except -1
     cdef int _grow_final(self, Py_ssize_t cap) except -1
     cdef Py_ssize_t _add_leaves(self, list cols, bint with_final) except -1
     cdef object _track_layout(self, BufferCore buf, object known, bint with_final, str what)
-    cdef int _refresh_pointers(self, Block block) except -1
-    cdef int _sync_blocks(self) except -1
-    cdef Block _block(self, int64_t seq)
-    cdef object _new_storage(self, Py_ssize_t leaf, Py_ssize_t rows)
-    cdef Block _tail_block(self, Py_ssize_t rows)
-    cdef int _resize_block(self, Block block, Py_ssize_t cap) except -1
-    cdef int _ensure_leaf(self, Block block, Py_ssize_t leaf) except -1
     cdef int32_t _new_slot(self, object id_, object key, int64_t t_started, Py_ssize_t lookback,
                            int64_t length, bint finalized, double start_time,
                            double last_step_time) except -1

@@ -33,6 +33,7 @@ from libc.string cimport memcmp, memcpy, memset
 
 from episode._column cimport CHECKED
 
+from episode._blocks cimport Block, Blocks
 from episode._buffer cimport BufferCore
 from episode._column cimport (Column, KIND_ARRAY, KIND_BOOL, KIND_EMPTY, KIND_EMPTY_DICT,
                               KIND_FLOAT, KIND_INT, KIND_OBJECT, KIND_SCALAR, array_bytes,
@@ -67,11 +68,10 @@ cdef cnp.ndarray flat_array(Py_ssize_t n, int type_num):
     dims[0] = n
     return cnp.PyArray_EMPTY(1, dims, type_num, 0)
 
-# Rows a block holds at most (a tree leaf's key keeps a row offset in 20 bits),
-# and the bytes it spans at most (a block is one allocation, or one file).
+# Rows a block holds: a sixteenth of the capacity, at least 64 and at most
+# 2^20 (a tree leaf's key keeps a row offset in 20 bits).
+cdef Py_ssize_t MIN_BLOCK_ROWS = 64
 cdef Py_ssize_t MAX_BLOCK_ROWS = 1 << 20
-cdef Py_ssize_t MAX_BLOCK_BYTES = 64 << 20
-cdef Py_ssize_t FIRST_BLOCK_ROWS = 64
 
 cdef int64_t KEY_OFFSET_MASK = (1 << 20) - 1   # a tree leaf's key: run << 20 | offset
 # The keys sample_batch() hands out as `indices` carry their store's tag in
@@ -97,25 +97,6 @@ cdef inline void copy_row(char* dst, const char* src, Py_ssize_t row_bytes) noex
         dst[0] = src[0]
     else:
         memcpy(dst, src, row_bytes)
-
-
-# -- blocks --------------------------------------------------------------------------
-
-
-cdef class Block:
-    """Rows of consecutive steps (see the Store)."""
-
-    def __dealloc__(self):
-        PyMem_Free(self.first_rows)
-        PyMem_Free(self.leaf_of_row)
-
-
-cdef int _drop_pages(Block block) except -1:
-    # A file-backed block's pages out of the resident set (see _pages).
-    for col in block.cols:
-        if type(col) is Column:
-            drop_pages((<Column>col).owner)
-    return 0
 
 
 cdef inline bint is_pod_leaf(Column col):
@@ -279,7 +260,7 @@ cdef class Store:
         self.dtypes = []
         self.shapes = []
         self.layout = {"obs": None, "actions": None, "rewards": None, "extras": {}}
-        self.block_rows = max(FIRST_BLOCK_ROWS, min(MAX_BLOCK_ROWS, capacity // 16))
+        self.block_rows = max(MIN_BLOCK_ROWS, min(MAX_BLOCK_ROWS, capacity // 16))
         self.storage = None
         if storage is not None:
             # Checked here: a folder that fails later fails an add() half done.
@@ -287,8 +268,7 @@ cdef class Store:
             if not os.path.isdir(self.storage):
                 raise (NotADirectoryError if os.path.exists(self.storage)
                        else FileNotFoundError)(f"no storage folder {self.storage!r}")
-        self.blocks = []
-        self.first_block = 0
+        self.blocks = Blocks(self.block_rows, self.storage, prioritized)
         self.table = KeyTable()
         self.ids = []
         self.keys = []
@@ -306,11 +286,9 @@ cdef class Store:
 
     def __dealloc__(self):
         PyMem_Free(self.row_bytes)
-        PyMem_Free(self.stored_bytes)
         PyMem_Free(self.kinds)
         PyMem_Free(self.eps)
         PyMem_Free(self.free_slots)
-        PyMem_Free(self.block_data)
 
     # -- finding episodes by key ------------------------------------------------------
 
@@ -376,7 +354,7 @@ cdef class Store:
             grown = Column.from_array(new_array((cap,) + shape, dtype, None))
             if self.ep_cap:
                 memcpy(grown.row_ptr(0, self.ep_cap), col.row_ptr(0, self.ep_cap),
-                       self.ep_cap * self.stored_bytes[leaf])
+                       self.ep_cap * self.blocks.row_bytes[leaf])
             self.final[leaf] = grown
         for leaf in range(len(self.final_objects)):
             if self.final_objects[leaf] is not None:
@@ -401,11 +379,6 @@ cdef class Store:
         if row_bytes == NULL:
             raise MemoryError()
         self.row_bytes = row_bytes
-        row_bytes = <Py_ssize_t*>PyMem_Realloc(self.stored_bytes,
-                                                (self.nleaves + len(cols)) * sizeof(Py_ssize_t))
-        if row_bytes == NULL:
-            raise MemoryError()
-        self.stored_bytes = row_bytes
         kinds = <unsigned char*>PyMem_Realloc(self.kinds, self.nleaves + len(cols))
         if kinds == NULL:
             raise MemoryError()
@@ -423,15 +396,15 @@ cdef class Store:
                 self.shapes.append(None)
                 self.row_bytes[leaf] = 0
                 self.kinds[leaf] = KIND_OBJECT
-            self.stored_bytes[leaf] = self.row_bytes[leaf]
             if axes[k] >= 0:
                 pool = FramePool(self.shapes[leaf], self.dtypes[leaf], self.frame_stack,
                                  axes[k], self.block_rows * 16, self.storage)
                 self.pools.append(pool)
-                self.stored_bytes[leaf] = self.frame_stack * sizeof(int64_t)
             else:
                 self.pools.append(None)
             self.nleaves += 1
+            shape, dtype = self._stored_layout(leaf)
+            self.blocks.add_leaf(shape, dtype)
             if with_final and self.row_bytes[leaf]:
                 shape, dtype = self._stored_layout(leaf)
                 self.final.append(Column.from_array(new_array((self.ep_cap,) + shape, dtype,
@@ -443,9 +416,6 @@ cdef class Store:
             else:
                 self.final.append(None)
                 self.final_objects.append(None)
-            for block in self.blocks:
-                (<Block>block).cols.append(None)
-                self._refresh_pointers(<Block>block)
         return first
 
     cdef object _stack_axes(self, list cols):
@@ -577,81 +547,6 @@ cdef class Store:
                     f"({self.dtypes[leaf]}, rows of shape {self.shapes[leaf]})")
         return known
 
-    cdef int _refresh_pointers(self, Block block) except -1:
-        cdef Py_ssize_t leaf
-        cdef char** rows = <char**>PyMem_Realloc(block.first_rows,
-                                                 max(1, self.nleaves) * sizeof(char*))
-        if rows == NULL:
-            raise MemoryError()
-        block.first_rows = rows
-        for leaf in range(self.nleaves):
-            col = block.cols[leaf]
-            block.first_rows[leaf] = (<Column>col).row_ptr(0, 0) if type(col) is Column else NULL
-        return self._sync_blocks()
-
-    cdef int _sync_blocks(self) except -1:
-        # The table of the blocks' row pointers that the gathers read
-        # (rebuilt whenever a block comes, goes or moves its rows).
-        cdef Py_ssize_t i, n = len(self.blocks)
-        cdef char*** table = <char***>PyMem_Realloc(self.block_data, max(1, n) * sizeof(char**))
-        if table == NULL:
-            raise MemoryError()
-        self.block_data = table
-        for i in range(n):
-            self.block_data[i] = (<Block>self.blocks[i]).first_rows
-        return 0
-
-    # -- blocks --------------------------------------------------------------------
-
-    cdef Block _block(self, int64_t seq):
-        return <Block>self.blocks[seq - self.first_block]
-
-    cdef object _new_storage(self, Py_ssize_t leaf, Py_ssize_t rows):
-        # An ndarray of `rows` rows for a numeric leaf: in memory, or in a
-        # file of the storage folder (pages stay on disk until touched).
-        row_shape, dtype = self._stored_layout(leaf)
-        return new_array((rows,) + row_shape, dtype, self.storage)
-
-    cdef Block _tail_block(self, Py_ssize_t rows):
-        # The block new rows go to, with room for at least one row (at most
-        # `rows` are asked for): the last block, grown by an eighth while it
-        # is below block_rows (in memory), or a new one.
-        cdef Block block = self.blocks[len(self.blocks) - 1] if self.blocks else None
-        cdef Py_ssize_t cap, leaf
-        cdef Column col
-        if block is not None and block.size < block.capacity:
-            return block
-        if block is not None and block.capacity < self.block_rows and self.storage is None:
-            cap = min(self.block_rows, max(block.capacity + block.capacity // 8,
-                                           block.size + min(rows, self.block_rows)))
-            self._resize_block(block, cap)
-            return block
-        if block is not None and self.storage is not None:
-            _drop_pages(block)           # full: its pages go back to its files
-        block = Block.__new__(Block)
-        block.cols = [None] * self.nleaves
-        block.infos = {}
-        block.size = 0
-        if self.storage is None:
-            block.capacity = min(self.block_rows, max(FIRST_BLOCK_ROWS, rows))
-        else:
-            block.capacity = self.block_rows
-        for leaf in range(self.nleaves):
-            if self.row_bytes[leaf]:
-                block.cols[leaf] = Column.from_array(self._new_storage(leaf, block.capacity))
-            else:
-                block.cols[leaf] = []
-        if self.priorities is not None:
-            block.leaf_of_row = <int32_t*>PyMem_Malloc(block.capacity * sizeof(int32_t))
-            if block.leaf_of_row == NULL:
-                raise MemoryError()
-        self._refresh_pointers(block)
-        if not self.blocks:
-            self.first_block = 0
-        self.blocks.append(block)
-        self._sync_blocks()
-        return block
-
     def bytes_per_step(self):
         """Bytes of a stored step's numeric rows."""
         cdef Py_ssize_t leaf, total = 0
@@ -670,48 +565,12 @@ cdef class Store:
         this process's memory (they stay in their files and come back when
         read), so that the resident size stays bounded while the buffer
         grows past memory. Does nothing for blocks in memory."""
-        cdef Py_ssize_t i
         if self.storage is None:
             return
-        for i in range(len(self.blocks) - 1):
-            _drop_pages(<Block>self.blocks[i])
+        self.blocks.release_pages()
         for pool in self.pools:
             if pool is not None:
                 (<FramePool>pool).release_pages()
-
-    cdef int _resize_block(self, Block block, Py_ssize_t cap) except -1:
-        cdef Py_ssize_t leaf
-        cdef Column col, grown
-        cdef int32_t* rows_leaves
-        for leaf in range(self.nleaves):
-            col = block.cols[leaf] if type(block.cols[leaf]) is Column else None
-            if col is not None:
-                grown = Column.from_array(self._new_storage(leaf, cap))
-                if block.size:
-                    memcpy(grown.row_ptr(0, block.size), col.row_ptr(0, block.size),
-                           block.size * self.stored_bytes[leaf])
-                block.cols[leaf] = grown
-        if self.priorities is not None:
-            rows_leaves = <int32_t*>PyMem_Realloc(block.leaf_of_row, cap * sizeof(int32_t))
-            if rows_leaves == NULL:
-                raise MemoryError()
-            block.leaf_of_row = rows_leaves
-        block.capacity = cap
-        self._refresh_pointers(block)
-        return 0
-
-    cdef int _ensure_leaf(self, Block block, Py_ssize_t leaf) except -1:
-        # A leaf that came after the block was made (an extra model output
-        # seen later) gets its Column on first use.
-        if block.cols[leaf] is None:
-            if self.row_bytes[leaf]:
-                block.cols[leaf] = Column.from_array(self._new_storage(leaf, block.capacity))
-            else:
-                block.cols[leaf] = [None] * block.size
-            self._refresh_pointers(block)
-        elif not self.row_bytes[leaf] and len(block.cols[leaf]) < block.size:
-            block.cols[leaf].extend([None] * (block.size - len(block.cols[leaf])))
-        return 0
 
     # -- adding ------------------------------------------------------------------------
 
@@ -987,9 +846,9 @@ cdef class Store:
             ts = first_ts + done
             # A lookback run ends at step 0.
             count = total - done if ts >= 0 else min(total - done, -ts)
-            block = self._tail_block(count)
+            block = self.blocks.tail(count)
             count = min(count, block.capacity - block.size)
-            block_seq = self.first_block + len(self.blocks) - 1
+            block_seq = self.blocks.last()
             for source in tracks:
                 self._copy_rows(block, block.size, source, ts - origin, count)
             self._copy_infos(block, block.size, episode.infos, ts - origin, count)
@@ -1041,7 +900,7 @@ cdef class Store:
         for k in range(len(cols)):
             col = cols[k]
             leaf = leaves[k]
-            self._ensure_leaf(block, leaf)
+            self.blocks.ensure_leaf(block, leaf)
             pool = self.pools[leaf]
             if pool is not None:
                 for i in range(count):
@@ -1201,12 +1060,8 @@ cdef class Store:
         block.cols = cols
         block.infos = {}
         block.size = block.capacity = nrows
-        self._refresh_pointers(block)
-        if not self.blocks:
-            self.first_block = 0
         self.blocks.append(block)
-        self._sync_blocks()
-        block_seq = self.first_block + len(self.blocks) - 1
+        block_seq = self.blocks.last()
         obs_leaves = store_leaves[("obs", None)]
         finalized = first.observations.is_finalized()
         for i in range(n):
@@ -1232,7 +1087,7 @@ cdef class Store:
             for leaf in obs_leaves:
                 if self.row_bytes[leaf]:
                     memcpy((<Column>self.final[leaf]).row_ptr(slot, 1),
-                           (<Column>cols[leaf]).row_ptr(final_row, 1), self.stored_bytes[leaf])
+                           (<Column>cols[leaf]).row_ptr(final_row, 1), self.blocks.row_bytes[leaf])
                 else:
                     self.final_objects[leaf][slot] = cols[leaf][final_row]
             item = infos.get(final_row)
@@ -1330,7 +1185,7 @@ cdef class Store:
             r = self.runs.at(seq)
             if r.ep < 0 or r.ts < 0:
                 continue
-            block = self._block(r.block)
+            block = self.blocks.at(r.block)
             for k in range(r.n):
                 leaf = leaves[i]
                 i += 1
@@ -1398,7 +1253,7 @@ cdef class Store:
             released = []
             for seq in seqs:
                 run = self.runs.at(seq)
-                block = self._block(run.block)
+                block = self.blocks.at(run.block)
                 for k in range(run.n):
                     self.priorities.release_leaf(block.leaf_of_row[run.row + k])
                     released.append(block.leaf_of_row[run.row + k])
@@ -1434,12 +1289,8 @@ cdef class Store:
             self.num_evicted += 1
         # Dead runs at the front go, then the blocks nothing refers to.
         self.runs.drop_dead()
-        while len(self.blocks) > 1 and (
-                self.runs.head == self.runs.tail
-                or self.first_block < self.runs.at(self.runs.head).block):
-            del self.blocks[0]
-            self.first_block += 1
-        self._sync_blocks()
+        self.blocks.drop_before(self.runs.at(self.runs.head).block
+                                if self.runs.head < self.runs.tail else self.blocks.last())
         if self.frame_stack:
             self._release_frames()
         return 0
@@ -1512,12 +1363,12 @@ cdef class Store:
                                  f"(observation leaves do)")
             return (<Column>self.final[leaf]).row_ptr(-1 - run, 1)
         r = self.runs.at(run)
-        if CHECKED and not 0 <= r.block - self.first_block < len(self.blocks):
+        if CHECKED and not 0 <= r.block - self.blocks.first < len(self.blocks.items):
             raise SystemError("episode core: a run outside the blocks")
-        base = self.block_data[r.block - self.first_block][leaf]
+        base = self.blocks.data[r.block - self.blocks.first][leaf]
         if base == NULL:
             raise SystemError("episode core: a leaf without storage in its block")
-        return base + (r.row + off) * self.stored_bytes[leaf]
+        return base + (r.row + off) * self.blocks.row_bytes[leaf]
 
     cdef int _gather_rows(self, Picks picks, Py_ssize_t leaf, char* at_step, char* at_end,
                           Py_ssize_t stride) except -1:
@@ -1576,14 +1427,14 @@ cdef class Store:
         if run < 0:
             return self.final_objects[leaf][-1 - run]
         r = self.runs.at(run)
-        return self._block(r.block).cols[leaf][r.row + off]
+        return self.blocks.at(r.block).cols[leaf][r.row + off]
 
     cdef object _infos_at(self, int64_t run, int32_t off):
         cdef Run* r
         if run < 0:
             return self.final_infos.get(-1 - run, {})
         r = self.runs.at(run)
-        return self._block(r.block).infos.get(r.row + off, {})
+        return self.blocks.at(r.block).infos.get(r.row + off, {})
 
     # -- RLlib's draws -------------------------------------------------------------------
 
@@ -1853,7 +1704,7 @@ cdef class Store:
             return -1
         if r.ts < 0 or off >= r.n:
             return -2
-        leaf = self._block(r.block).leaf_of_row[r.row + off]
+        leaf = self.blocks.at(r.block).leaf_of_row[r.row + off]
         return leaf if self.priorities.key_of(leaf) == key else -1
 
     def set_priorities(self, keys, values, alpha, max_priority, bint public=True):
@@ -2174,7 +2025,7 @@ cdef class Store:
             while True:
                 r = self.runs.at(run)
                 take = min(left, r.n - off)
-                base = self.block_data[r.block - self.first_block][leaf] + (r.row + off) * rb
+                base = self.blocks.data[r.block - self.blocks.first][leaf] + (r.row + off) * rb
                 for k in range(take):
                     values[j + k] = read_real(base + k * rb, type_num)
                 j += take
@@ -2382,7 +2233,7 @@ cdef class Store:
                 new += 1
                 if first_infos is not None and first_infos[e]:
                     self.final_infos[slot] = copy.deepcopy(first_infos[e])
-            block = self._tail_block(1)
+            block = self.blocks.tail(1)
             row = block.size
             for name, leaf, arr in parts:
                 if name == "next_obs":
@@ -2390,7 +2241,7 @@ cdef class Store:
                            array_bytes(arr, n * self.row_bytes[leaf]) + e * self.row_bytes[leaf],
                            self.row_bytes[leaf])
                 else:
-                    self._ensure_leaf(block, leaf)
+                    self.blocks.ensure_leaf(block, leaf)
                     memcpy((<Column>block.cols[leaf]).row_ptr(row, 1),
                            array_bytes(arr, n * self.row_bytes[leaf]) + e * self.row_bytes[leaf],
                            self.row_bytes[leaf])
@@ -2402,7 +2253,7 @@ cdef class Store:
             item = infos[e] if infos is not None else None
             if item is not None and (item or type(item) is not dict):
                 self.final_infos[slot] = copy.deepcopy(item)
-            run = self.runs.push(self.first_block + len(self.blocks) - 1,
+            run = self.runs.push(self.blocks.last(),
                                  <int32_t>row, 1, slot, <int32_t>self.eps[slot].length)
             if self.priorities is not None:
                 if self.restoring:
@@ -2654,7 +2505,7 @@ def step_order(Store store):
         r = store.runs.at(seq)
         if r.ep < 0 or r.ts < 0:
             continue
-        block = store._block(r.block)
+        block = store.blocks.at(r.block)
         for k in range(r.n):
             out.append((r.ep, r.ts + k,
                         block.leaf_of_row[r.row + k] if store.priorities is not None else -1))
