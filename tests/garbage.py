@@ -3968,6 +3968,12 @@ def _replay_modules():
     return _replay, _priority, replay
 
 
+def _gather_module():
+    from episode import _gather
+
+    return _gather
+
+
 def new_draws(rng):
     from episode._draws import Draws
 
@@ -4113,6 +4119,7 @@ def _make_replay_episode(impl, kind):
 def probe_store(p, tag, store):
     """Draws, gathers and reads on `store`; none may crash or hand out
     memory nobody wrote."""
+    _gather = _gather_module()
     _replay, _, _ = _replay_modules()
     view = StoreView(store)
     p.run(f"{tag}.view", view.get_state, data=False)
@@ -4133,18 +4140,18 @@ def probe_store(p, tag, store):
     for k, pick in enumerate(picks):
         if pick is None:
             continue
-        p.run(f"{tag}.pick_fields#{k}", lambda: store.pick_fields(pick), data=False)
-        p.run(f"{tag}.locate_ends#{k}", lambda: store.locate_ends(pick), data=False)
+        p.run(f"{tag}.pick_fields#{k}", lambda: _gather.pick_fields(store, pick), data=False)
+        p.run(f"{tag}.locate_ends#{k}", lambda: _gather.locate_ends(store, pick), data=False)
         for leaf in range(store.nleaves):
-            p.run(f"{tag}.gather#{k}({leaf})", lambda: store.gather(pick, leaf))
+            p.run(f"{tag}.gather#{k}({leaf})", lambda: _gather.gather(store, pick, leaf))
         for leaf in _leaf_numbers(store.layout["obs"]):
             # (The rows after a transition's last step: observations only.)
-            p.run(f"{tag}.gather#{k}({leaf},end)", lambda: store.gather(pick, leaf, True))
+            p.run(f"{tag}.gather#{k}({leaf},end)", lambda: _gather.gather(store, pick, leaf, True))
         for leaf in (-1, store.nleaves, 2**62):
-            p.run(f"{tag}.gather#{k}({leaf})", lambda: store.gather(pick, leaf),
+            p.run(f"{tag}.gather#{k}({leaf})", lambda: _gather.gather(store, pick, leaf),
                   ok=[IndexError, OverflowError])
-        p.run(f"{tag}.gather_infos#{k}", lambda: store.gather_infos(pick, True))
-        p.run(f"{tag}.returns#{k}", lambda: store.returns(pick, 0.9), data=False)
+        p.run(f"{tag}.gather_infos#{k}", lambda: _gather.gather_infos(store, pick, True))
+        p.run(f"{tag}.returns#{k}", lambda: _gather.returns(store, pick, 0.9), data=False)
     p.run(f"{tag}.evict_oldest(1)", lambda: store.evict_oldest(1), data=False)
     p.run(f"{tag}.view after evict", view.get_state, data=False)
     p.run(f"{tag}.rows after evict", view.rows)
@@ -4163,14 +4170,15 @@ def replay_gather_at_end_case(track):
 
     def run(impl, p):
         _replay, _, _ = _replay_modules()
+        _gather = _gather_module()
         _allow_replay(p)
         store = _replay.Store(64)
         store.add(_replay_episode(impl, "box"))
         picks = store.draw_transitions(new_draws(np.random.default_rng(0)), 4, 1)
-        store.locate_ends(picks)
+        _gather.locate_ends(store, picks)
         for leaf in _leaf_numbers(store.layout["extras"]["vf"] if track == "vf"
                                   else store.layout[track]):
-            p.run(f"gather({leaf},end)", lambda: store.gather(picks, leaf, True))
+            p.run(f"gather({leaf},end)", lambda: _gather.gather(store, picks, leaf, True))
 
     return run
 

@@ -145,8 +145,6 @@ cdef class Store:
     cdef int _advance(self, int64_t* run, int32_t* off, int64_t steps) except -1
     cdef char* _row_ptr(self, int64_t run, int32_t off, Py_ssize_t leaf) except NULL
     cdef int _read_row(self, char* dst, int64_t run, int32_t off, Py_ssize_t leaf) except -1
-    cdef int _gather_rows(self, Picks picks, Py_ssize_t leaf, char* at_step, char* at_end,
-                          Py_ssize_t stride) except -1
     cdef object _stack_axes(self, list cols)
     cdef tuple _stored_layout(self, Py_ssize_t leaf)
     cdef int _begin_frames(self, int32_t slot, bint is_new) except -1
@@ -157,10 +155,4 @@ cdef class Store:
                               int64_t[::1] lengths)
     cdef object _row_object(self, int64_t run, int32_t off, Py_ssize_t leaf)
     cdef object _infos_at(self, int64_t run, int32_t off)
-    cdef object _gather_leaf(self, Picks picks, Py_ssize_t leaf, bint at_end)
-    cdef object _gather_track(self, Picks picks, object structure, bint at_end)
-    cdef tuple _gather_both(self, Picks picks, object structure)
     cdef int _step_of(self, int64_t run, int32_t off, int32_t* slot, int64_t* ts) noexcept
-    cdef object _returns_and_ends(self, Picks picks, double gamma)
-    cdef double _long_return(self, int64_t run, int32_t off, int64_t m, double gamma,
-                             int type_num, Py_ssize_t leaf) except? -1

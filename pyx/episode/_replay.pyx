@@ -1,8 +1,9 @@
 """Replay storage: the stored episodes' rows, and their sampling in C.
 
-A Store keeps every stored step once, in insertion order: blocks of rows,
-one Column per leaf (observations, actions, rewards, each extra model
-output; Dict/Tuple items a Column per leaf) and the non-empty infos by row.
+A Store keeps every stored step once, in insertion order: blocks of rows
+(episode._blocks), one Column per leaf (observations, actions, rewards,
+each extra model output; Dict/Tuple items a Column per leaf) and the
+non-empty infos by row; its episodes are found by key (episode._keys).
 A step's row holds its observation, its action, its reward; the observation
 after an episode's last step (and its infos) sits in the episode's `final`
 row until the next chunk of the episode arrives, whose first step then holds
@@ -10,14 +11,14 @@ it. So each observation is stored once, `new_obs` of a step is the next
 step's row, and an n-step transition or a sequence is a walk along rows.
 
 The steps of all episodes in the order they were added are runs (one per
-chunk, cut where a block ends): that order is RLlib's list of sampleable
-steps, the k-th of which a uniform draw picks (a Fenwick tree over the
-runs' live step counts finds it). Evicting the oldest episode marks its
-runs dead; a block is freed once every run in it is dead.
+chunk, cut where a block ends; episode._runs): that order is RLlib's list
+of sampleable steps, the k-th of which a uniform draw picks. Evicting the
+oldest episode marks its runs dead; a block is freed once every run in it
+is dead.
 
 The sampling loops reproduce RLlib's buffers draw for draw (same Generator
-calls in the same order: episode._draws) and hand back the drawn steps; `gather`
-copies their rows into batch arrays.
+calls in the same order: episode._draws) and hand back the drawn steps;
+episode._gather copies their rows into batch arrays.
 """
 import copy
 import os
@@ -33,11 +34,11 @@ from libc.string cimport memcmp, memcpy, memset
 
 from episode._column cimport CHECKED
 
+from episode._arrays cimport copy_row, flat_array
 from episode._blocks cimport Block, Blocks
 from episode._buffer cimport BufferCore
 from episode._column cimport (Column, KIND_ARRAY, KIND_BOOL, KIND_EMPTY, KIND_EMPTY_DICT,
-                              KIND_FLOAT, KIND_INT, KIND_OBJECT, KIND_SCALAR, array_bytes,
-                              empty_array)
+                              KIND_FLOAT, KIND_INT, KIND_OBJECT, KIND_SCALAR, array_bytes)
 from episode._episode cimport EpisodeCore, own_extras
 from episode._draws cimport Draws
 from episode._frames cimport FramePool
@@ -49,24 +50,6 @@ from episode._priority cimport (Num, PriorityTrees, add, div, from_num, greater,
 from episode._priority cimport TAG_F32, TAG_F64, TAG_FLOAT, TAG_INT
 
 cnp.import_array()
-
-cdef cnp.ndarray rows_array(Py_ssize_t n, tuple row_shape, object dtype):
-    # np.empty((n,) + row_shape, dtype) without the Python call: the draws'
-    # output arrays, several per call of a few hundred rows.
-    cdef cnp.npy_intp dims[cnp.NPY_MAXDIMS]
-    cdef Py_ssize_t k, nd = len(row_shape) + 1
-    if nd > cnp.NPY_MAXDIMS:
-        raise ValueError(f"rows of {nd - 1} dimensions")
-    dims[0] = n
-    for k in range(nd - 1):
-        dims[k + 1] = row_shape[k]
-    return empty_array(<int>nd, dims, dtype)
-
-
-cdef cnp.ndarray flat_array(Py_ssize_t n, int type_num):
-    cdef cnp.npy_intp dims[1]
-    dims[0] = n
-    return cnp.PyArray_EMPTY(1, dims, type_num, 0)
 
 # Rows a block holds: a sixteenth of the capacity, at least 64 and at most
 # 2^20 (a tree leaf's key keeps a row offset in 20 bits).
@@ -82,21 +65,6 @@ cdef int64_t KEY_STEP_MASK = ((<int64_t>1) << 56) - 1
 cdef int64_t last_key_tag = 0
 cdef object F32_DTYPE = np.dtype(np.float32)
 cdef object F64_DTYPE = np.dtype(np.float64)
-
-
-cdef inline void copy_row(char* dst, const char* src, Py_ssize_t row_bytes) noexcept:
-    # One row: the usual small sizes as fixed-size copies the compiler
-    # inlines (a memcpy call per row costs more than the copy).
-    if row_bytes == 8:
-        memcpy(dst, src, 8)
-    elif row_bytes == 16:
-        memcpy(dst, src, 16)
-    elif row_bytes == 4:
-        memcpy(dst, src, 4)
-    elif row_bytes == 1:
-        dst[0] = src[0]
-    else:
-        memcpy(dst, src, row_bytes)
 
 
 cdef inline bint is_pod_leaf(Column col):
@@ -1370,48 +1338,6 @@ cdef class Store:
             raise SystemError("episode core: a leaf without storage in its block")
         return base + (r.row + off) * self.blocks.row_bytes[leaf]
 
-    cdef int _gather_rows(self, Picks picks, Py_ssize_t leaf, char* at_step, char* at_end,
-                          Py_ssize_t stride) except -1:
-        # A numeric leaf's row of each pick i at its step into at_step +
-        # i * stride and at its end step into at_end + i * stride (either
-        # may be NULL), a pick's two rows one after the other: for 1-step
-        # transitions of stacked frames they share all but one frame, which
-        # the second read then finds in cache.
-        cdef Py_ssize_t i, n = 0, rb = self.row_bytes[leaf]
-        cdef Pick* p
-        cdef int64_t** refs
-        cdef char** dsts
-        if self.pools[leaf] is None:
-            for i in range(picks.size):
-                p = &picks.items[i]
-                if at_step != NULL:
-                    copy_row(at_step + i * stride, self._row_ptr(p.run, p.off, leaf), rb)
-                if at_end != NULL:
-                    copy_row(at_end + i * stride, self._row_ptr(p.end_run, p.end_off, leaf), rb)
-            return 0
-        # Frame-stacked: the batch's frame numbers first, so that the pool
-        # reads them a row or two ahead (FramePool.assemble_rows).
-        refs = <int64_t**>PyMem_Malloc(max(1, 2 * picks.size) * sizeof(int64_t*))
-        dsts = <char**>PyMem_Malloc(max(1, 2 * picks.size) * sizeof(char*))
-        try:
-            if refs == NULL or dsts == NULL:
-                raise MemoryError()
-            for i in range(picks.size):
-                p = &picks.items[i]
-                if at_step != NULL:
-                    refs[n] = <int64_t*>self._row_ptr(p.run, p.off, leaf)
-                    dsts[n] = at_step + i * stride
-                    n += 1
-                if at_end != NULL:
-                    refs[n] = <int64_t*>self._row_ptr(p.end_run, p.end_off, leaf)
-                    dsts[n] = at_end + i * stride
-                    n += 1
-            (<FramePool>self.pools[leaf]).assemble_rows(dsts, refs, n)
-        finally:
-            PyMem_Free(refs)
-            PyMem_Free(dsts)
-        return 0
-
     cdef int _read_row(self, char* dst, int64_t run, int32_t off, Py_ssize_t leaf) except -1:
         # A numeric leaf's row into `dst` (row_bytes), rebuilt from its
         # frames where the leaf is frame-stacked.
@@ -1855,276 +1781,6 @@ cdef class Store:
                     self._advance(&run, &off, 1)
         return out, mask
 
-    # -- gathers ------------------------------------------------------------------------
-
-    def locate_ends(self, Picks picks):
-        """Finds where each pick's `end` step is (the rows new_obs come from)."""
-        cdef Py_ssize_t i
-        cdef Pick* p
-        for i in range(picks.size):
-            p = &picks.items[i]
-            p.end_run = p.run
-            p.end_off = p.off
-            self._advance(&p.end_run, &p.end_off, p.end - p.ts)
-
-    def gather(self, Picks picks, Py_ssize_t leaf, bint at_end=False):
-        """Leaf `leaf` of each pick's step (or of its end step): an array of
-        rows for a numeric leaf, a list for an object leaf."""
-        if not 0 <= leaf < self.nleaves:
-            raise IndexError(f"no leaf {leaf}")
-        if at_end and (self.final[leaf] if self.row_bytes[leaf]
-                       else self.final_objects[leaf]) is None:
-            raise ValueError(f"leaf {leaf} has no rows after an episode's last step "
-                             f"(observation leaves do)")
-        return self._gather_leaf(picks, leaf, at_end)
-
-    cdef object _gather_leaf(self, Picks picks, Py_ssize_t leaf, bint at_end):
-        cdef Py_ssize_t i, rb = self.row_bytes[leaf]
-        cdef cnp.ndarray out
-        cdef char* dst
-        cdef Pick* p
-        if rb == 0:
-            return [self._row_object(picks.items[i].end_run if at_end else picks.items[i].run,
-                                     picks.items[i].end_off if at_end else picks.items[i].off,
-                                     leaf)
-                    for i in range(picks.size)]
-        out = rows_array(picks.size, self.shapes[leaf], self.dtypes[leaf])
-        dst = array_bytes(out, picks.size * rb)
-        self._gather_rows(picks, leaf, NULL if at_end else dst, dst if at_end else NULL, rb)
-        return out
-        for i in range(picks.size):
-            p = &picks.items[i]
-            if at_end:
-                copy_row(dst + i * rb, self._row_ptr(p.end_run, p.end_off, leaf), rb)
-            else:
-                copy_row(dst + i * rb, self._row_ptr(p.run, p.off, leaf), rb)
-        return out
-
-    cdef object _gather_track(self, Picks picks, object structure, bint at_end):
-        # A track's rows for each pick, nested as the track is.
-        if structure is None:
-            return None
-        if type(structure) is int:
-            return self._gather_leaf(picks, structure, at_end)
-        if isinstance(structure, dict):
-            return {k: self._gather_track(picks, v, at_end) for k, v in structure.items()}
-        return tuple(self._gather_track(picks, v, at_end) for v in structure)
-
-    cdef tuple _gather_both(self, Picks picks, object structure):
-        # A track's rows at each pick's step and at its end step, as two
-        # trees nested as the track is, read pick by pick (_gather_rows).
-        cdef Py_ssize_t leaf, rb
-        cdef cnp.ndarray first, last
-        if type(structure) is int:
-            leaf = structure
-            rb = self.row_bytes[leaf]
-            if rb == 0:
-                return (self._gather_leaf(picks, leaf, False),
-                        self._gather_leaf(picks, leaf, True))
-            first = rows_array(picks.size, self.shapes[leaf], self.dtypes[leaf])
-            last = rows_array(picks.size, self.shapes[leaf], self.dtypes[leaf])
-            self._gather_rows(picks, leaf, array_bytes(first, picks.size * rb),
-                              array_bytes(last, picks.size * rb), rb)
-            return first, last
-        if isinstance(structure, dict):
-            pairs = {k: self._gather_both(picks, v) for k, v in structure.items()}
-            return ({k: v[0] for k, v in pairs.items()}, {k: v[1] for k, v in pairs.items()})
-        pairs = [self._gather_both(picks, v) for v in structure]
-        return tuple([v[0] for v in pairs]), tuple([v[1] for v in pairs])
-
-    def native_transitions(self, Picks picks, double gamma, bint extras):
-        """sample_batch()'s transition batch for drawn picks: obs, actions,
-        rewards (discounted over the steps taken), new_obs, terminateds,
-        truncateds, n_step, weights, indices (see native_fields()), and with
-        `extras` each extra model output at the step."""
-        cdef dict batch
-        returns = self._returns_and_ends(picks, gamma)
-        steps, weights, indices, terminateds, truncateds = self.native_fields(picks)
-        obs, new_obs = self._gather_both(picks, self.layout["obs"])
-        batch = {"obs": obs,
-                 "actions": self._gather_track(picks, self.layout["actions"], False),
-                 "rewards": returns,
-                 "new_obs": new_obs}
-        if extras:
-            for key, structure in self.layout["extras"].items():
-                batch[key] = self._gather_track(picks, structure, False)
-        batch["terminateds"] = terminateds
-        batch["truncateds"] = truncateds
-        batch["n_step"] = steps
-        batch["weights"] = weights
-        batch["indices"] = indices
-        return batch
-
-    def gather_both(self, Picks picks, Py_ssize_t leaf):
-        """Leaf `leaf` at each pick's step and at its end step: two arrays
-        of rows for a numeric leaf (read pick by pick), two lists for an
-        object leaf."""
-        if not 0 <= leaf < self.nleaves:
-            raise IndexError(f"no leaf {leaf}")
-        return self._gather_both(picks, leaf)
-
-    def gather_pairs(self, Picks picks, Py_ssize_t leaf):
-        """Leaf `leaf` at each pick's step and at its end step, interleaved:
-        rows 2i and 2i + 1 are pick i's (a list for an object leaf)."""
-        cdef Py_ssize_t i, rb = self.row_bytes[leaf] if 0 <= leaf < self.nleaves else -1
-        cdef cnp.ndarray out
-        cdef char* dst
-        cdef Pick* p
-        if rb < 0:
-            raise IndexError(f"no leaf {leaf}")
-        if rb == 0:
-            out_list = []
-            for i in range(picks.size):
-                p = &picks.items[i]
-                out_list.append(self._row_object(p.run, p.off, leaf))
-                out_list.append(self._row_object(p.end_run, p.end_off, leaf))
-            return out_list
-        out = rows_array(2 * picks.size, self.shapes[leaf], self.dtypes[leaf])
-        dst = array_bytes(out, 2 * picks.size * rb)
-        self._gather_rows(picks, leaf, dst, dst + rb, 2 * rb)
-        return out
-        for i in range(picks.size):
-            p = &picks.items[i]
-            copy_row(dst + 2 * i * rb, self._row_ptr(p.run, p.off, leaf), rb)
-            copy_row(dst + (2 * i + 1) * rb, self._row_ptr(p.end_run, p.end_off, leaf), rb)
-        return out
-
-    def gather_infos(self, Picks picks, bint at_end=False):
-        cdef Py_ssize_t i
-        return [self._infos_at(picks.items[i].end_run if at_end else picks.items[i].run,
-                               picks.items[i].end_off if at_end else picks.items[i].off)
-                for i in range(picks.size)]
-
-    cdef object _returns_and_ends(self, Picks picks, double gamma):
-        # returns() and locate_ends() in one walk along each pick's rows:
-        # the rewards of a run are consecutive rows.
-        cdef Py_ssize_t i, leaf = self.layout["rewards"], rb = self.row_bytes[leaf]
-        cdef cnp.ndarray out = flat_array(picks.size, cnp.NPY_FLOAT64)
-        cdef double* dst = <double*>array_bytes(out, picks.size * sizeof(double))
-        cdef double acc
-        cdef double values[64]
-        cdef Pick* p
-        cdef Run* r
-        cdef int64_t run, j, m, left, take, k
-        cdef int32_t off
-        cdef char* base
-        cdef int type_num = (<cnp.dtype>self.dtypes[leaf]).type_num
-        for i in range(picks.size):
-            p = &picks.items[i]
-            m = p.end - p.ts
-            if m <= 0 or m > 64:
-                p.end_run, p.end_off = p.run, p.off
-                self._advance(&p.end_run, &p.end_off, m)
-                dst[i] = self._long_return(p.run, p.off, m, gamma, type_num, leaf) if m > 0 \
-                    else 0.0
-                continue
-            run = p.run
-            off = p.off
-            left = m
-            j = 0
-            while True:
-                r = self.runs.at(run)
-                take = min(left, r.n - off)
-                base = self.blocks.data[r.block - self.blocks.first][leaf] + (r.row + off) * rb
-                for k in range(take):
-                    values[j + k] = read_real(base + k * rb, type_num)
-                j += take
-                left -= take
-                off += <int32_t>take
-                if off == r.n:
-                    # Past the run: its episode's next run, or the final row.
-                    if r.next >= 0:
-                        run = r.next
-                        off = 0
-                    else:
-                        run = -1 - r.ep
-                        off = 0
-                if left == 0:
-                    break
-                if run < 0:
-                    raise IndexError("past the stored episode's end")
-            p.end_run = run
-            p.end_off = off
-            acc = 0.0 + values[m - 1]
-            for j in range(m - 2, -1, -1):
-                acc = (-gamma) * acc
-                acc = values[j] - acc
-            dst[i] = acc
-        if self.layout["rewards"] is not None and \
-                self.dtypes[self.layout["rewards"]] == np.float32:
-            return out.astype(np.float32)
-        return out
-
-    def returns(self, Picks picks, double gamma):
-        """Each pick's discounted reward sum over steps ts .. end - 1, as
-        scipy.signal.lfilter([1], [1, -gamma], rewards[::-1])[-1] computes
-        it (float64)."""
-        cdef Py_ssize_t i, leaf = self.layout["rewards"]
-        cdef cnp.ndarray out = flat_array(picks.size, cnp.NPY_FLOAT64)
-        cdef double* dst = <double*>array_bytes(out, picks.size * sizeof(double))
-        cdef double acc, values[64]
-        cdef Pick* p
-        cdef int64_t run, j, m
-        cdef int32_t off
-        cdef int type_num = (<cnp.dtype>self.dtypes[leaf]).type_num
-        for i in range(picks.size):
-            p = &picks.items[i]
-            m = p.end - p.ts
-            if m <= 0:
-                dst[i] = 0.0          # lfilter of nothing: RLlib's [-1] fails before this
-                continue
-            # The rewards come in order, the filter runs over them backwards.
-            run = p.run
-            off = p.off
-            acc = 0.0
-            if m <= 64:
-                for j in range(m):
-                    values[j] = read_real(self._row_ptr(run, off, leaf), type_num)
-                    if j + 1 < m:
-                        self._advance(&run, &off, 1)
-                acc = 0.0 + values[m - 1]
-                for j in range(m - 2, -1, -1):
-                    acc = (-gamma) * acc
-                    acc = values[j] - acc
-            else:
-                acc = self._long_return(run, off, m, gamma, type_num, leaf)
-            dst[i] = acc
-        return out
-
-    cdef double _long_return(self, int64_t run, int32_t off, int64_t m, double gamma,
-                             int type_num, Py_ssize_t leaf) except? -1:
-        cdef cnp.ndarray values = np.empty(m, np.float64)
-        cdef double* v = <double*>array_bytes(values, m * sizeof(double))
-        cdef double acc
-        cdef int64_t j
-        for j in range(m):
-            v[j] = read_real(self._row_ptr(run, off, leaf), type_num)
-            if j + 1 < m:
-                self._advance(&run, &off, 1)
-        acc = 0.0 + v[m - 1]
-        for j in range(m - 2, -1, -1):
-            acc = (-gamma) * acc
-            acc = v[j] - acc
-        return acc
-
-    def pick_fields(self, Picks picks):
-        """(slot, ts, n, end) of each pick, as int64 arrays."""
-        cdef Py_ssize_t i
-        cdef cnp.ndarray slots = flat_array(picks.size, cnp.NPY_INT64)
-        cdef cnp.ndarray ts = flat_array(picks.size, cnp.NPY_INT64)
-        cdef cnp.ndarray n = flat_array(picks.size, cnp.NPY_INT64)
-        cdef cnp.ndarray end = flat_array(picks.size, cnp.NPY_INT64)
-        cdef int64_t* a = <int64_t*>array_bytes(slots, picks.size * 8)
-        cdef int64_t* b = <int64_t*>array_bytes(ts, picks.size * 8)
-        cdef int64_t* c = <int64_t*>array_bytes(n, picks.size * 8)
-        cdef int64_t* d = <int64_t*>array_bytes(end, picks.size * 8)
-        for i in range(picks.size):
-            a[i] = picks.items[i].slot
-            b[i] = picks.items[i].ts
-            c[i] = picks.items[i].n
-            d[i] = picks.items[i].end
-        return slots, ts, n, end
-
     # -- one step per env, without episode objects ----------------------------------------
 
     def add_steps(self, list keys, list ids, object t_started, list obs, list next_obs,
@@ -2315,7 +1971,6 @@ cdef bint n_step_range(object n_step, int64_t* lo, int64_t* hi, int64_t* n) exce
     return False
 
 
-
 cdef int check_steps(EpisodeCore episode, object extras, Py_ssize_t n) except -1:
     # Every track is read at its lookback + step: each must hold the n steps
     # (one more observation and info). An unpickled episode is not
@@ -2343,21 +1998,6 @@ cdef int _check_rewards(BufferCore rewards) except -1:
 
 cdef tuple REWARD_TYPES = (cnp.NPY_DOUBLE, cnp.NPY_FLOAT, cnp.NPY_INT64, cnp.NPY_INT32,
                            cnp.NPY_BOOL)
-
-
-cdef double read_real(const char* p, int type_num) except? -1:
-    # A stored reward as float64 (what lfilter computes in).
-    if type_num == cnp.NPY_DOUBLE:
-        return (<const double*>p)[0]
-    if type_num == cnp.NPY_FLOAT:
-        return (<const float*>p)[0]
-    if type_num == cnp.NPY_INT64:
-        return <double>(<const int64_t*>p)[0]
-    if type_num == cnp.NPY_INT32:
-        return (<const int32_t*>p)[0]
-    if type_num == cnp.NPY_BOOL:
-        return (<const unsigned char*>p)[0] != 0
-    raise TypeError("rewards must be float64, float32, int64, int32 or bool numbers")
 
 
 @cython.final
