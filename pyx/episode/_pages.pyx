@@ -29,6 +29,12 @@ cdef extern from "Python.h":
 # The tracemalloc domain of the pages ("epis").
 cdef unsigned int TRACE_DOMAIN = 0x65706973
 
+# Arrays in memory of this many bytes or more are mapped: glibc's own mmap
+# threshold before anything raises it. Smaller ones come from malloc (a
+# mapping each would cost a system call and fresh pages for the small
+# blocks a buffer of small rows grows through).
+cdef Py_ssize_t PAGES_FROM = 128 << 10
+
 # page_alloc()'s header before the memory it hands out: the mapping's length
 # (a cache line, so that the memory stays as aligned as malloc's).
 cdef size_t HEADER = 64
@@ -36,7 +42,7 @@ cdef size_t HEADER = 64
 
 cdef object new_array(tuple shape, object dtype, object folder):
     """A zeroed, writable array of `shape` and `dtype`: in memory (`folder`
-    None), or in a file of `folder` whose name no other store has (the
+    None; mapped from PAGES_FROM bytes on), or in a file of `folder` whose name no other store has (the
     file is unlinked at once: the mapping keeps its data, and the file goes
     when the array does)."""
     if folder is None:
@@ -44,6 +50,8 @@ cdef object new_array(tuple shape, object dtype, object folder):
         nbytes = np.dtype(dtype).itemsize
         for n in shape:
             nbytes *= n
+        if nbytes < PAGES_FROM:
+            return np.zeros(shape, dtype)
         return np.ndarray(shape, dtype, buffer=Pages(nbytes))
     fd, path = tempfile.mkstemp(prefix=".scratch-", suffix=".bin", dir=folder)
     try:
