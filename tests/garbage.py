@@ -3968,6 +3968,18 @@ def _replay_modules():
     return _replay, _priority, replay
 
 
+def _gather_module():
+    from episode import _gather
+
+    return _gather
+
+
+def new_draws(rng):
+    from episode._draws import Draws
+
+    return Draws(rng)
+
+
 def _plain_rows(x):
     # rows_of's Columns (nested as the track is) as lists.
     if hasattr(x, "to_list"):
@@ -4107,13 +4119,14 @@ def _make_replay_episode(impl, kind):
 def probe_store(p, tag, store):
     """Draws, gathers and reads on `store`; none may crash or hand out
     memory nobody wrote."""
+    _gather = _gather_module()
     _replay, _, _ = _replay_modules()
     view = StoreView(store)
     p.run(f"{tag}.view", view.get_state, data=False)
     p.run(f"{tag}.rows", view.rows)
     if not isinstance(store.live_steps, int) or not store.live_steps:
         return
-    draws = _replay.Draws(np.random.default_rng(0))
+    draws = new_draws(np.random.default_rng(0))
     p.run(f"{tag}.uniform_step", lambda: store.uniform_step(draws), data=False)
     picks = [p.run(f"{tag}.draw_uniform", lambda: store.draw_uniform(draws, 4, 0, 1, 0),
                    data=False),
@@ -4127,18 +4140,18 @@ def probe_store(p, tag, store):
     for k, pick in enumerate(picks):
         if pick is None:
             continue
-        p.run(f"{tag}.pick_fields#{k}", lambda: store.pick_fields(pick), data=False)
-        p.run(f"{tag}.locate_ends#{k}", lambda: store.locate_ends(pick), data=False)
+        p.run(f"{tag}.pick_fields#{k}", lambda: _gather.pick_fields(store, pick), data=False)
+        p.run(f"{tag}.locate_ends#{k}", lambda: _gather.locate_ends(store, pick), data=False)
         for leaf in range(store.nleaves):
-            p.run(f"{tag}.gather#{k}({leaf})", lambda: store.gather(pick, leaf))
+            p.run(f"{tag}.gather#{k}({leaf})", lambda: _gather.gather(store, pick, leaf))
         for leaf in _leaf_numbers(store.layout["obs"]):
             # (The rows after a transition's last step: observations only.)
-            p.run(f"{tag}.gather#{k}({leaf},end)", lambda: store.gather(pick, leaf, True))
+            p.run(f"{tag}.gather#{k}({leaf},end)", lambda: _gather.gather(store, pick, leaf, True))
         for leaf in (-1, store.nleaves, 2**62):
-            p.run(f"{tag}.gather#{k}({leaf})", lambda: store.gather(pick, leaf),
+            p.run(f"{tag}.gather#{k}({leaf})", lambda: _gather.gather(store, pick, leaf),
                   ok=[IndexError, OverflowError])
-        p.run(f"{tag}.gather_infos#{k}", lambda: store.gather_infos(pick, True))
-        p.run(f"{tag}.returns#{k}", lambda: store.returns(pick, 0.9), data=False)
+        p.run(f"{tag}.gather_infos#{k}", lambda: _gather.gather_infos(store, pick, True))
+        p.run(f"{tag}.returns#{k}", lambda: _gather.returns(store, pick, 0.9), data=False)
     p.run(f"{tag}.evict_oldest(1)", lambda: store.evict_oldest(1), data=False)
     p.run(f"{tag}.view after evict", view.get_state, data=False)
     p.run(f"{tag}.rows after evict", view.rows)
@@ -4157,14 +4170,15 @@ def replay_gather_at_end_case(track):
 
     def run(impl, p):
         _replay, _, _ = _replay_modules()
+        _gather = _gather_module()
         _allow_replay(p)
         store = _replay.Store(64)
         store.add(_replay_episode(impl, "box"))
-        picks = store.draw_transitions(_replay.Draws(np.random.default_rng(0)), 4, 1)
-        store.locate_ends(picks)
+        picks = store.draw_transitions(new_draws(np.random.default_rng(0)), 4, 1)
+        _gather.locate_ends(store, picks)
         for leaf in _leaf_numbers(store.layout["extras"]["vf"] if track == "vf"
                                   else store.layout[track]):
-            p.run(f"gather({leaf},end)", lambda: store.gather(picks, leaf, True))
+            p.run(f"gather({leaf},end)", lambda: _gather.gather(store, picks, leaf, True))
 
     return run
 
@@ -4599,7 +4613,7 @@ def replay_draws_case(bit_generator):
         _replay, _, _ = _replay_modules()
         make = getattr(np.random, bit_generator)
         ours, theirs = np.random.Generator(make(7)), np.random.Generator(make(7))
-        draws = _replay.Draws(ours)
+        draws = new_draws(ours)
         for low, high in RANGES * 3:
             want = int(theirs.integers(low, high))
             p.run(f"integers({low},{high})", lambda: draws.draw_integers(low, high),
@@ -4636,7 +4650,7 @@ def replay_draws_rng_case(name):
     def run(impl, p):
         _replay, _, _ = _replay_modules()
         ok = None if name == "subclass" else [TypeError]
-        draws = p.run("Draws", lambda: _replay.Draws(NOT_GENERATORS[name]()), ok=ok, data=False)
+        draws = p.run("Draws", lambda: new_draws(NOT_GENERATORS[name]()), ok=ok, data=False)
         if draws is not None:
             p.run("draw_integers", lambda: draws.draw_integers(0, 10), data=False)
             p.run("draw_random", lambda: draws.draw_random(), data=False)

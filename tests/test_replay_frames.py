@@ -6,14 +6,18 @@ a stack does are stored whole; the memory is a frame per step."""
 from __future__ import annotations
 
 import gc
+import json
 import os
 import pickle
+import subprocess
+import sys
 import tracemalloc
 
 import gymnasium as gym
 import numpy as np
 import pytest
 
+from children import UNDER_ASAN
 from difftools import compare
 from replay_tools import (chunk_episode, chunked_stream, episode_view, module_of, plain_state,
                          single_agent_stream, state_view)
@@ -417,6 +421,94 @@ def test_a_frame_stacked_atari_buffer_holds_a_frame_a_step():
 def test_whole_rows_take_four_times_the_memory():
     # (The figure the frame-stacked buffer is measured against.)
     assert _traced_bytes_of_filled_buffer(None) > 2400 * 84 * 84 * 4 * 0.95
+
+
+# The resident size of a frame-stacked Atari buffer, in a process of its own:
+# random 84x84 frames, a fresh one a step, stacked 4 deep on the last axis
+# (the reset observation repeats its frame, as RLlib's FrameStack does);
+# episode lengths drawn around `length` (half to one and a half times it);
+# each episode's arrays alive while add() runs, as a sampler's are. Prints
+# the resident bytes added by the fill (after one episode was made and
+# dropped: the allocator's state once it has seen one), the steps and the
+# episodes.
+_RESIDENT_CHILD = """
+import gc, json, os, sys
+import numpy as np
+from episode import SingleAgentEpisode
+from episode.replay import EpisodeReplayBuffer, PrioritizedEpisodeReplayBuffer
+
+def resident():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+def episode(rng, length):
+    frames = rng.integers(0, 256, (length + 1, 84, 84, 1), dtype=np.uint8)
+    padded = np.concatenate([frames[:1]] * 3 + [frames])
+    obs = np.concatenate([padded[j:j + length + 1] for j in range(4)], axis=-1)
+    return obs, SingleAgentEpisode(observations=list(obs), actions=[1] * length,
+                                   rewards=[0.5] * length, terminated=True,
+                                   len_lookback_buffer=0).to_numpy()
+
+length, steps, prioritized = (int(a) for a in sys.argv[1:])
+rng = np.random.default_rng(0)
+cls = PrioritizedEpisodeReplayBuffer if prioritized else EpisodeReplayBuffer
+buffer = cls(capacity=steps, frame_stack=4)
+episode(rng, length)
+gc.collect()
+base, added, episodes = resident(), 0, 0
+while added < steps:
+    obs, ep = episode(rng, min(int(rng.integers(length // 2, length * 3 // 2 + 1)),
+                               steps - added))
+    buffer.add(ep)
+    added, episodes = added + len(ep), episodes + 1
+    del obs, ep
+gc.collect()
+print(json.dumps([resident() - base, len(buffer), episodes]))
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm") or UNDER_ASAN,
+                    reason="reads /proc/self/statm; measures the C allocator's heap")
+@pytest.mark.parametrize("length,prioritized", [(100, False), (1_000, False), (1_000, True),
+                                                (10_000, False)])
+def test_a_frame_stacked_atari_buffer_is_resident_as_its_data(length, prioritized):
+    # Each episode's frames (its steps and its first observation: the reset
+    # repeats its frame) and the per-step action and reward, within 5%,
+    # plus what glibc's malloc keeps at the top of its heap from the
+    # episodes that passed through (up to twice its largest mmap threshold,
+    # 2 x 32 MB, whatever the buffer's size). The buffer's own storage is
+    # mapped page by page: from the heap, it was laid among the episodes'
+    # freed arrays and kept those resident, 1-2 MB per 1,000-step episode.
+    steps = 60_000
+    # (Run in tests/: from the checkout's root the source folder would
+    # shadow the installed package.)
+    out = subprocess.run([sys.executable, "-c", _RESIDENT_CHILD, str(length), str(steps),
+                          str(int(prioritized))], capture_output=True, text=True, check=True,
+                         cwd=os.path.dirname(os.path.abspath(__file__)))
+    resident, stored, episodes = json.loads(out.stdout)
+    assert stored == steps
+    data = (steps + episodes) * 84 * 84 + steps * (8 + 8)
+    assert resident <= 1.05 * data + (64 << 20), (resident / steps, data / steps)
+
+
+def test_mapped_pages_are_zeroed_writable_and_traced():
+    # (The store's memory: tracemalloc sees it as it sees numpy's arrays.)
+    from episode._pages import Pages
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        pages = np.frombuffer(Pages(1 << 20), np.uint8)
+        assert tracemalloc.get_traced_memory()[0] - before >= 1 << 20
+        assert not pages.any() and pages.flags.writeable
+        pages[-1] = 7
+        assert pages[-1] == 7
+        del pages
+        assert tracemalloc.get_traced_memory()[0] - before < 1 << 10
+    finally:
+        tracemalloc.stop()
+    with pytest.raises(ValueError):
+        Pages(-1)
 
 
 # -- RLlib's buffers ---------------------------------------------------------------------

@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
+from episode import _gather
 from episode._replay import (Store, make_transitions,
                               shares_batch)
 from episode.single_agent_episode import SingleAgentEpisode
@@ -138,17 +139,17 @@ def _transitions(store: Store, picks, slots, ts, ns, ends, gamma, *, include_inf
     stored episode's ids with `stored_ids`. Their data are read in place
     from one batch array per leaf."""
     layout = store.layout
-    obs_pairs = {leaf: store.gather_pairs(picks, leaf) for leaf in _leaves_of(layout["obs"])}
-    actions = {leaf: store.gather(picks, leaf) for leaf in _leaves_of(layout["actions"])}
+    obs_pairs = {leaf: _gather.gather_pairs(store, picks, leaf) for leaf in _leaves_of(layout["obs"])}
+    actions = {leaf: _gather.gather(store, picks, leaf) for leaf in _leaves_of(layout["actions"])}
     extra_arrays = {}
     if extras:
         for key, structure in layout["extras"].items():
-            extra_arrays[key] = {leaf: store.gather(picks, leaf) for leaf in _leaves_of(structure)}
+            extra_arrays[key] = {leaf: _gather.gather(store, picks, leaf) for leaf in _leaves_of(structure)}
     infos = None
     if include_infos:
-        first, last = store.gather_infos(picks), store.gather_infos(picks, True)
+        first, last = _gather.gather_infos(store, picks), _gather.gather_infos(store, picks, True)
         infos = [x for pair in zip(first, last) for x in pair]
-    returns = store.returns(picks, float(gamma))
+    returns = _gather.returns(store, picks, float(gamma))
     # The oldest recent draw hands over the episodes no one holds any more.
     spent = _RECENT.popleft().episodes if len(_RECENT) == _RECENT.maxlen else None
     episodes = make_transitions(SingleAgentEpisode, store, picks, obs_pairs, actions, returns,

@@ -9,6 +9,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
+from episode import _gather
 from episode._replay import Store, episode_fields, step_order
 from episode.single_agent_episode import SingleAgentEpisode
 from episode.replay.draws import (_batch_size, _check_gamma, _checked_n_step, _discounted,
@@ -379,8 +380,8 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
             store = self._module_store(module_id)
             picks, weights = self._draw_module(module_id, store, draws, batch_size_B, n_step,
                                                beta)
-            slots, ts, ns, ends = store.pick_fields(picks)
-            store.locate_ends(picks)
+            slots, ts, ns, ends = _gather.pick_fields(store, picks)
+            _gather.locate_ends(store, picks)
             sampled = _transitions(store, picks, slots, ts, ns, ends, gamma,
                                    include_infos=include_infos, stored_ids=True,
                                    extras=include_extra_model_outputs,

@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
+from episode import _gather
 from episode._priority import pack_runs, pack_values, unpack_runs, unpack_values
 from episode._replay import Store, episode_fields, step_order
 from episode.single_agent_episode import SingleAgentEpisode
@@ -215,8 +216,8 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
         self._last_leaves = picks.leaves
         self._last_keys = store.priorities.keys_of(picks.leaves)
         self._last_keys_public = False
-        slots, ts, ns, ends = store.pick_fields(picks)
-        store.locate_ends(picks)
+        slots, ts, ns, ends = _gather.pick_fields(store, picks)
+        _gather.locate_ends(store, picks)
         episodes = _transitions(store, picks, slots, ts, ns, ends, gamma,
                                 include_infos=include_infos, stored_ids=False,
                                 extras=include_extra_model_outputs, weights=picks.weights)

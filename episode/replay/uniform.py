@@ -8,7 +8,9 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
-from episode._replay import Draws, Store, episode_fields, live_slots, step_order
+from episode import _gather
+from episode._draws import Draws
+from episode._replay import Store, episode_fields, live_slots, step_order
 from episode.lookback_buffer import InfiniteLookbackBuffer
 from episode.single_agent_episode import SingleAgentEpisode
 from episode.replay.draws import (_batch_size, _check_capacity, _check_gamma,
@@ -432,7 +434,7 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
                 episode.extra_model_outputs["weights"] = InfiniteLookbackBuffer(
                     np.ones((rows,)), lookback=lookback)
         else:
-            store.locate_ends(picks)
+            _gather.locate_ends(store, picks)
             episodes = _transitions(store, picks, slots, ts, ns, ends, gamma,
                                     include_infos=True, stored_ids=True,
                                     extras=include_extra_model_outputs, weights=None,
@@ -444,7 +446,7 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
         # _sample_episodes()' draw: the picks and their (slots, ts, n-steps, ends).
         picks = self._store.draw_uniform(self._draws(), num_items, T, n_step,
                                          min_batch_length_T)
-        return picks, self._store.pick_fields(picks)
+        return picks, _gather.pick_fields(self._store, picks)
 
     def _count_draw(self, num_items: int, returned: int, slots, ts, ns) -> None:
         # What _sample_episodes() counts and logs of a draw: RLlib counts
@@ -475,12 +477,12 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
             return None
         picks, (slots, ts, ns, ends) = self._draw_uniform(num_items, 0, n_step,
                                                           min_batch_length_T)
-        store.locate_ends(picks)
-        obs, new_obs = store.gather_both(picks, leaves[0])
+        _gather.locate_ends(store, picks)
+        obs, new_obs = _gather.gather_both(store, picks, leaves[0])
         _, _, _, terminated, truncated = store.native_fields(picks)
         exact = ts + ns == ends         # (the plain buffer's rule for done)
-        columns = {"obs": obs, "new_obs": new_obs, "actions": store.gather(picks, leaves[1]),
-                   "rewards": store.returns(picks, float(gamma)),
+        columns = {"obs": obs, "new_obs": new_obs, "actions": _gather.gather(store, picks, leaves[1]),
+                   "rewards": _gather.returns(store, picks, float(gamma)),
                    "terminateds": terminated & exact, "truncateds": truncated & exact,
                    "n_step": ns, "weights": np.ones(len(ns))}
         self._count_draw(num_items, len(ns), slots, ts, ns)
@@ -554,7 +556,7 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
         picks = store.draw_native(self._draws(), args.batch_size, args.n_step,
                                   store.priorities is not None, args.beta, args.T, args.min_T)
         if not args.T:
-            return store.native_transitions(picks, args.gamma, args.extras)
+            return _gather.native_transitions(store, picks, args.gamma, args.extras)
         steps, weights, indices, _, _ = store.native_fields(picks)
         batch = self._sequence_batch(store, picks, args.lookback, args.T, args.extras)
         batch["lengths"] = steps
@@ -579,7 +581,7 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
             for key, structure in layout["extras"].items():
                 batch[key] = _track(structure, rows)
         mask = masks[0]
-        slots, ts, _, ends = store.pick_fields(picks)
+        slots, ts, _, ends = _gather.pick_fields(store, picks)
         terminateds = np.zeros(mask.shape, np.bool_)
         truncateds = np.zeros(mask.shape, np.bool_)
         for i, (slot, t, end) in enumerate(zip(slots.tolist(), ts.tolist(), ends.tolist())):

@@ -17,7 +17,6 @@ cdef class FramePool:
     cdef readonly Py_ssize_t frame_bytes
     cdef readonly Py_ssize_t row_bytes
     cdef object storage                  # None: chunks in memory; else their files' folder
-    cdef Py_ssize_t file_seq
     cdef int chunk_shift
     cdef list chunks                     # ndarray per chunk, oldest first
     cdef char** chunk_data               # each chunk's first byte

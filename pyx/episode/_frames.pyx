@@ -15,9 +15,6 @@ Frames are freed in the order they were written (the Store evicts its
 oldest episodes first): release_before(f) drops the chunks whose frames
 all come before frame f.
 """
-import mmap as mmap_module
-import os
-
 import numpy as np
 
 cimport cython
@@ -27,6 +24,7 @@ from libc.stdint cimport int64_t
 from libc.string cimport memmove
 
 from episode._column cimport CHECKED, array_bytes
+from episode._pages cimport drop_pages, new_array
 
 cnp.import_array()
 
@@ -418,23 +416,12 @@ cdef class FramePool:
         return f
 
     cdef cnp.ndarray _new_chunk(self):
-        shape = (1 << self.chunk_shift, self.frame_bytes)
-        if self.storage is None:
-            return np.empty(shape, np.uint8)
-        self.file_seq += 1
-        path = os.path.join(self.storage, f"frames-{id(self):x}-{self.file_seq}.bin")
-        arr = np.memmap(path, dtype=np.uint8, mode="w+", shape=shape)
-        os.unlink(path)          # the mapping keeps the data; the file goes with it
-        return arr
+        return new_array((1 << self.chunk_shift, self.frame_bytes), np.uint8, self.storage)
 
     cdef int _drop_pages(self, Py_ssize_t c) except -1:
         # A file-backed chunk's pages out of the resident set (its data stay
-        # in its file, read back when touched). (A chunk adopted from memory
-        # has none.)
-        mapping = getattr(self.chunks[c], "_mmap", None)
-        if mapping is not None:
-            mapping.madvise(mmap_module.MADV_DONTNEED)
-        return 0
+        # in its file, read back when touched).
+        return drop_pages(self.chunks[c])
 
     def release_pages(self):
         """With file-backed chunks: drops the pages of every full chunk from
@@ -508,7 +495,9 @@ cdef class FramePool:
             # (Frames go on into the last chunk: a copy of the pool's own, in
             # memory, so that a pool adopted from a folder it cannot write
             # needs nothing there until its next chunk.)
-            chunks[n - 1] = np.array(chunks[n - 1], np.uint8, order="C")
+            last = new_array((size, self.frame_bytes), np.uint8, None)
+            last[...] = chunks[n - 1]
+            chunks[n - 1] = last
         table = <char**>PyMem_Malloc(max(1, n) * sizeof(char*))
         if table == NULL:
             raise MemoryError()

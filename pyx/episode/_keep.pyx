@@ -25,7 +25,9 @@ from episode._column cimport (Column, KIND_ARRAY, KIND_BOOL, KIND_FLOAT, KIND_IN
 from episode._frames cimport FramePool
 from episode._priority cimport Num, PriorityTrees, num
 from episode._priority cimport TAG_F32, TAG_FLOAT
-from episode._replay cimport Block, EpisodeMeta, Ep, Run, Store
+from episode._blocks cimport Block
+from episode._replay cimport EpisodeMeta, Ep, Store
+from episode._runs cimport Run
 
 cnp.import_array()
 
@@ -64,7 +66,7 @@ def store_state(Store store):
     per block a dict of its `size`, `infos`, `leaf_of_row` (an int32 array,
     prioritized stores) and `leaves`: per leaf None (no rows yet), a list of
     objects, or (memoryview of the rows, the np.memmap they are in or None)."""
-    cdef Py_ssize_t leaf, i, n_runs = store.run_tail - store.run_head
+    cdef Py_ssize_t leaf, i, n_runs = store.runs.tail - store.runs.head
     cdef int64_t seq
     cdef Run* r
     cdef Ep* e
@@ -72,8 +74,8 @@ def store_state(Store store):
     cdef PriorityTrees trees = store.priorities
     runs = np.zeros(n_runs, RUN_DTYPE)
     for i in range(n_runs):
-        seq = store.run_head + i
-        r = &store.runs[seq & (store.run_cap - 1)]
+        seq = store.runs.head + i
+        r = store.runs.at(seq)
         runs[i] = (r.block, r.next, r.row, r.n, r.ep, r.ts)
     eps = np.zeros(store.ep_cap, EP_DTYPE)
     for i in range(store.ep_cap):
@@ -90,19 +92,19 @@ def store_state(Store store):
         # (A frame-stacked leaf's final rows are its frames' numbers.)
         dtype, shape = _stored_layout(store, leaf)
         final.append(None if col is None else np.frombuffer(
-            _rows_memory(<Column>col, store.ep_cap, store.stored_bytes[leaf]),
+            _rows_memory(<Column>col, store.ep_cap, store.blocks.row_bytes[leaf]),
             dtype).reshape((store.ep_cap,) + shape).copy())
     state = {
         "block_rows": store.block_rows, "nleaves": store.nleaves,
         "dtypes": list(store.dtypes), "shapes": list(store.shapes),
         "row_bytes": [store.row_bytes[leaf] for leaf in range(store.nleaves)],
         "kinds": [store.kinds[leaf] for leaf in range(store.nleaves)],
-        "layout": store.layout, "first_block": store.first_block,
-        "run_cap": store.run_cap, "run_head": store.run_head, "runs": runs,
+        "layout": store.layout, "first_block": store.blocks.first,
+        "run_cap": store.runs.cap, "run_head": store.runs.head, "runs": runs,
         "ep_cap": store.ep_cap, "eps": eps, "free_slots": free,
         "first_slot": store.first_slot, "last_slot": store.last_slot,
         "num_episodes": store.num_episodes, "num_evicted": store.num_evicted,
-        "live_steps": store.live_steps,
+        "live_steps": store.runs.live_steps,
         "ids": list(store.ids), "keys": list(store.keys), "meta": list(store.meta),
         "final": final, "final_objects": [None if x is None else list(x)
                                           for x in store.final_objects],
@@ -121,12 +123,12 @@ def store_state(Store store):
                                for i in range(trees.queue_len)], np.int64),
             "fresh": trees.fresh, "max_leaf": trees.max_leaf}
     blocks = []
-    for block in store.blocks:
+    for block in store.blocks.items:
         leaves = []
         for leaf in range(store.nleaves):
             col = block.cols[leaf]
             if type(col) is Column:
-                leaves.append((_rows_memory(<Column>col, block.size, store.stored_bytes[leaf]),
+                leaves.append((_rows_memory(<Column>col, block.size, store.blocks.row_bytes[leaf]),
                                _mapped_file(<Column>col)))
             elif col is None:
                 leaves.append(None)
@@ -278,13 +280,12 @@ def build_store(Store store, dict state, list blocks, list pools=None):
     cdef int64_t run_head, run_cap, first_block, seq, ts, steps, live_steps = 0, tree_leaf
     cdef int32_t slot, prev
     cdef Py_ssize_t* row_bytes = NULL
-    cdef Py_ssize_t* stored_bytes = NULL
     cdef unsigned char* kinds = NULL
     cdef Run* r
     cdef Ep* e
     cdef Block block
     cdef PriorityTrees trees = store.priorities
-    if store.num_episodes or store.run_tail or store.nleaves or store.blocks:
+    if store.num_episodes or store.runs.tail or store.nleaves or store.blocks.items:
         raise RuntimeError("build_store() fills a new store")
     # -- the leaves ---------------------------------------------------------------------
     nleaves = _count(state.get("nleaves"), "the number of leaves", 0, 1 << 20)
@@ -549,27 +550,25 @@ def build_store(Store store, dict state, list blocks, list pools=None):
                "a free tree leaf holds a priority")
     # -- installing (nothing above changed the store) -----------------------------------
     row_bytes = <Py_ssize_t*>PyMem_Malloc(max(1, nleaves) * sizeof(Py_ssize_t))
-    stored_bytes = <Py_ssize_t*>PyMem_Malloc(max(1, nleaves) * sizeof(Py_ssize_t))
     kinds = <unsigned char*>PyMem_Malloc(max(1, nleaves))
-    if row_bytes == NULL or stored_bytes == NULL or kinds == NULL:
+    if row_bytes == NULL or kinds == NULL:
         PyMem_Free(row_bytes)
-        PyMem_Free(stored_bytes)
         PyMem_Free(kinds)
         raise MemoryError()
     for leaf in range(nleaves):
-        row_bytes[leaf] = stored_bytes[leaf] = row_list[leaf]
-        if built_pools[leaf] is not None:
-            stored_bytes[leaf] = store.frame_stack * sizeof(int64_t)
+        row_bytes[leaf] = row_list[leaf]
         kinds[leaf] = kind_list[leaf]
     PyMem_Free(store.row_bytes)
-    PyMem_Free(store.stored_bytes)
     PyMem_Free(store.kinds)
-    store.row_bytes, store.stored_bytes, store.kinds = row_bytes, stored_bytes, kinds
+    store.row_bytes, store.kinds = row_bytes, kinds
     store.pools = built_pools
     store.nleaves = nleaves
     store.dtypes = list(dtypes)
     store.shapes = list(shapes)
     store.layout = layout
+    for leaf in range(nleaves):
+        shape, dtype = store._stored_layout(leaf)
+        store.blocks.add_leaf(shape, dtype)
     # Episodes (their slots as they were; the key table is made anew).
     _resize_slots(store, ep_cap)
     for i in range(ep_cap):
@@ -588,12 +587,12 @@ def build_store(Store store, dict state, list blocks, list pools=None):
     store.first_slot, store.last_slot = first_slot, last_slot
     store.num_episodes, store.num_evicted = num_episodes, num_evicted
     for slot in order:
-        store._insert(store.keys[slot], slot)
+        store.table.insert(store.keys[slot], slot, store.num_episodes)
     store.final = [None if x is None else Column.from_array(np.array(x)) for x in final]
     store.final_objects = [None if x is None else list(x) for x in final_objects]
     store.final_infos = dict(final_infos)
     # Blocks over the given rows.
-    store.first_block = first_block
+    store.blocks.first = first_block
     for k in range(nblocks):
         b = blocks[k]
         block = Block.__new__(Block)
@@ -610,20 +609,17 @@ def build_store(Store store, dict state, list blocks, list pools=None):
             for i in range(block.size):
                 block.leaf_of_row[i] = lor[i]
         store.blocks.append(block)
-        store._refresh_pointers(block)
-    store._sync_blocks()
     # Runs, in a ring of the saved size, and the Fenwick tree of their steps.
-    store.run_head = store.run_tail = run_head
-    store._reserve_runs(run_cap)
+    store.runs.head = store.runs.tail = run_head
+    store.runs.reserve(run_cap)
     for i in range(n_runs):
         seq = run_head + i
-        r = &store.runs[seq & (store.run_cap - 1)]
+        r = store.runs.at(seq)
         r.block, r.next, r.row, r.n = rb[i], rn[i], rr[i], rcount[i]
         r.ep, r.ts = rep[i], rts[i]
-        store.run_tail = seq + 1
+        store.runs.tail = seq + 1
         if r.ep >= 0 and r.ts >= 0:
-            store._fenwick_add(seq, r.n)
-            store.live_steps += r.n
+            store.runs.add_live(seq, r.n)
     # Priority trees: the leaves, their keys, the free queue; every node
     # above them recomputed from its children (as each update leaves it).
     if trees is not None:

@@ -29,6 +29,7 @@ cimport numpy as cnp
 from cpython.object cimport PyObject
 
 from episode._column cimport array_bytes
+from episode._pages cimport page_alloc, page_free
 
 cdef extern from "numpy/arrayobject.h":
     object PyArray_Scalar(void* data, cnp.PyArray_Descr* descr, PyObject* base)
@@ -219,12 +220,8 @@ cdef class PriorityTrees:
         self._grow(0)
 
     def __dealloc__(self):
-        PyMem_Free(self.sum_v)
-        PyMem_Free(self.sum_t)
-        PyMem_Free(self.min_v)
-        PyMem_Free(self.min_t)
-        PyMem_Free(self.owner)
-        PyMem_Free(self.queue)
+        page_free(self.sum_v)       # (the trees' one allocation: see _grow)
+        page_free(self.queue)
 
     cdef int _grow(self, Py_ssize_t leaf) except -1:
         # Allocates the leaves up to `leaf` (doubling): the old subtree
@@ -238,18 +235,14 @@ cdef class PriorityTrees:
             raise IndexError(f"leaf {leaf} is outside a tree of {self.size} leaves")
         if old and levels == 0:
             return 0
-        cdef double* sum_v = <double*>PyMem_Malloc(2 * new * sizeof(double))
-        cdef unsigned char* sum_t = <unsigned char*>PyMem_Malloc(2 * new)
-        cdef double* min_v = <double*>PyMem_Malloc(2 * new * sizeof(double))
-        cdef unsigned char* min_t = <unsigned char*>PyMem_Malloc(2 * new)
-        cdef int64_t* owner = <int64_t*>PyMem_Malloc(new * sizeof(int64_t))
-        if not (sum_v and sum_t and min_v and min_t and owner):
-            PyMem_Free(sum_v)
-            PyMem_Free(sum_t)
-            PyMem_Free(min_v)
-            PyMem_Free(min_t)
-            PyMem_Free(owner)
-            raise MemoryError()
+        # One allocation for the five arrays, the widest values first: it
+        # lives as long as the buffer, on pages of its own (see _pages).
+        cdef double* sum_v = <double*>page_alloc(new * (2 * sizeof(double) * 2 +
+                                                        sizeof(int64_t) + 2 * 2))
+        cdef double* min_v = sum_v + 2 * new
+        cdef int64_t* owner = <int64_t*>(min_v + 2 * new)
+        cdef unsigned char* sum_t = <unsigned char*>(owner + new)
+        cdef unsigned char* min_t = sum_t + 2 * new
         for j in range(2 * new):
             sum_v[j] = 0.0
             sum_t[j] = TAG_FLOAT
@@ -273,11 +266,7 @@ cdef class PriorityTrees:
             while node > 1:
                 node //= 2
                 combine(sum_v, sum_t, min_v, min_t, node)
-        PyMem_Free(self.sum_v)
-        PyMem_Free(self.sum_t)
-        PyMem_Free(self.min_v)
-        PyMem_Free(self.min_t)
-        PyMem_Free(self.owner)
+        page_free(self.sum_v)
         self.sum_v = sum_v
         self.sum_t = sum_t
         self.min_v = min_v
@@ -414,12 +403,10 @@ cdef class PriorityTrees:
         cdef Py_ssize_t i, cap = 2 * self.queue_cap + 16
         if self.queue_len < self.queue_cap:
             return 0
-        grown = <int64_t*>PyMem_Malloc(cap * sizeof(int64_t))
-        if grown == NULL:
-            raise MemoryError()
+        grown = <int64_t*>page_alloc(cap * sizeof(int64_t))
         for i in range(self.queue_len):
             grown[i] = self.queue[(self.queue_head + i) % self.queue_cap]
-        PyMem_Free(self.queue)
+        page_free(self.queue)
         self.queue = grown
         self.queue_cap = cap
         self.queue_head = 0

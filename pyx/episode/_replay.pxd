@@ -2,26 +2,16 @@
 # insertion order, and the draws and gathers that sample them.
 cimport cython
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
-from numpy.random cimport bitgen_t
 
+from episode._blocks cimport Block, Blocks
 from episode._buffer cimport BufferCore
 from episode._column cimport Column
 from episode._episode cimport EpisodeCore
+from episode._draws cimport Draws
 from episode._frames cimport FramePool
+from episode._keys cimport KeyTable
 from episode._priority cimport Num, PriorityTrees
-
-
-# A run: consecutive steps of one stored episode, in consecutive rows of one
-# block. An episode's chunks (one per add() call) are runs in the order they
-# came; the runs of all episodes, in that order, are RLlib's list of
-# sampleable steps (`_indices`).
-cdef struct Run:
-    int64_t block        # the block's sequence number
-    int64_t next         # the episode's next run (its sequence number), -1: none yet
-    int32_t row          # the first step's row in the block
-    int32_t n            # steps
-    int32_t ep           # the episode's slot
-    int32_t ts           # the first step's index in the stored episode (< 0: lookback)
+from episode._runs cimport Run, Runs
 
 
 # A stored episode. Its steps' rows are in its runs; the observation and
@@ -70,27 +60,6 @@ cdef class Picks:
                   int64_t end) except -1
 
 
-@cython.final
-cdef class Draws:
-    # A numpy Generator's bit generator, drawn from as Generator.integers()
-    # and Generator.random() draw: same numbers, same bits consumed.
-    cdef object bit_generator
-    cdef object lock
-    cdef bitgen_t* state
-    cdef int64_t integers(self, int64_t low, int64_t high) except? -1
-    cdef double random(self) noexcept
-
-
-cdef class Block:
-    # Rows of consecutive steps: one Column per leaf (an ndarray it adopts,
-    # in RAM or a file), infos that are not empty by row.
-    cdef list cols               # Column per numeric leaf; a list of items per object leaf
-    cdef char** first_rows       # each numeric leaf's first row (NULL: an object leaf)
-    cdef dict infos              # row -> infos (non-empty ones only)
-    cdef int32_t* leaf_of_row    # prioritized stores: each row's tree leaf
-    cdef Py_ssize_t size, capacity
-
-
 cdef class EpisodeMeta:
     # What a stored episode keeps besides its rows.
     cdef readonly object agent_id, module_id, multi_agent_episode_id
@@ -111,17 +80,10 @@ cdef class Store:
     cdef readonly object layout  # track name -> its leaves' numbers in its structure
     cdef readonly Py_ssize_t block_rows
     cdef readonly object storage # None: blocks in memory; else their files' folder
-    cdef Py_ssize_t file_seq
 
-    cdef list blocks
-    cdef int64_t first_block     # blocks[0]'s sequence number
-    cdef char*** block_data      # each block's row pointers per leaf (Block.first_rows)
+    cdef Blocks blocks           # the stored rows
 
-    cdef Run* runs               # ring of run records, indexed by sequence number
-    cdef int64_t* tree           # Fenwick tree of the live steps per run slot
-    cdef Py_ssize_t run_cap      # a power of two
-    cdef int64_t run_head, run_tail
-    cdef readonly int64_t live_steps
+    cdef Runs runs               # the stored steps in insertion order
 
     cdef Ep* eps
     cdef Py_ssize_t ep_cap
@@ -133,12 +95,7 @@ cdef class Store:
     cdef list ids                # slot -> episode id
     cdef list keys               # slot -> what the episode is found by (its id by default)
     cdef list meta               # slot -> EpisodeMeta
-    # key -> slot: an open-addressing table of (key hash, slot); the key
-    # itself is keys[slot] (a dict would cost a dict entry and an int object
-    # per stored episode)
-    cdef int64_t* table_hash
-    cdef int32_t* table_slot     # -1: empty, -2: deleted
-    cdef Py_ssize_t table_cap, table_used
+    cdef KeyTable table          # key -> slot (the key itself is keys[slot])
 
     cdef list final              # per numeric observation leaf: a Column, a row per slot
     cdef list final_objects      # per object observation leaf: a list by slot
@@ -155,31 +112,11 @@ cdef class Store:
     cdef readonly Py_ssize_t frame_stack
     cdef readonly object frame_axis
     cdef list pools
-    cdef Py_ssize_t* stored_bytes   # per leaf: a stored row's bytes (row_bytes, or the numbers')
 
-    cdef int32_t _find(self, object key) except -2
-    cdef int _insert(self, object key, int32_t slot) except -1
-    cdef int _remove(self, object key) except -1
-    cdef int _reserve_runs(self, Py_ssize_t n) except -1
     cdef int _reserve_slots(self) except -1
     cdef int _grow_final(self, Py_ssize_t cap) except -1
     cdef Py_ssize_t _add_leaves(self, list cols, bint with_final) except -1
     cdef object _track_layout(self, BufferCore buf, object known, bint with_final, str what)
-    cdef int _refresh_pointers(self, Block block) except -1
-    cdef int _sync_blocks(self) except -1
-    cdef Block _block(self, int64_t seq)
-    cdef object _new_storage(self, Py_ssize_t leaf, Py_ssize_t rows)
-    cdef Block _tail_block(self, Py_ssize_t rows)
-    cdef int _resize_block(self, Block block, Py_ssize_t cap) except -1
-    cdef int _ensure_leaf(self, Block block, Py_ssize_t leaf) except -1
-    cdef int64_t _new_run(self, Block block, int64_t block_seq, int32_t row, int32_t n,
-                          int32_t ep, int32_t ts) except -1
-    cdef int _fenwick_add(self, int64_t seq, int64_t delta) noexcept
-    cdef int64_t _prefix(self, Py_ssize_t slots) noexcept
-    cdef int _kth(self, int64_t k, int64_t* run, int32_t* off) except -1
-    cdef int _kth_group(self, Pick* picks, Py_ssize_t g, int64_t before_head) except -1
-    cdef int _kth_from(self, int64_t k, int64_t before_head, int64_t* run,
-                       int32_t* off) except -1
     cdef int32_t _new_slot(self, object id_, object key, int64_t t_started, Py_ssize_t lookback,
                            int64_t length, bint finalized, double start_time,
                            double last_step_time) except -1
@@ -208,8 +145,6 @@ cdef class Store:
     cdef int _advance(self, int64_t* run, int32_t* off, int64_t steps) except -1
     cdef char* _row_ptr(self, int64_t run, int32_t off, Py_ssize_t leaf) except NULL
     cdef int _read_row(self, char* dst, int64_t run, int32_t off, Py_ssize_t leaf) except -1
-    cdef int _gather_rows(self, Picks picks, Py_ssize_t leaf, char* at_step, char* at_end,
-                          Py_ssize_t stride) except -1
     cdef object _stack_axes(self, list cols)
     cdef tuple _stored_layout(self, Py_ssize_t leaf)
     cdef int _begin_frames(self, int32_t slot, bint is_new) except -1
@@ -220,10 +155,4 @@ cdef class Store:
                               int64_t[::1] lengths)
     cdef object _row_object(self, int64_t run, int32_t off, Py_ssize_t leaf)
     cdef object _infos_at(self, int64_t run, int32_t off)
-    cdef object _gather_leaf(self, Picks picks, Py_ssize_t leaf, bint at_end)
-    cdef object _gather_track(self, Picks picks, object structure, bint at_end)
-    cdef tuple _gather_both(self, Picks picks, object structure)
     cdef int _step_of(self, int64_t run, int32_t off, int32_t* slot, int64_t* ts) noexcept
-    cdef object _returns_and_ends(self, Picks picks, double gamma)
-    cdef double _long_return(self, int64_t run, int32_t off, int64_t m, double gamma,
-                             int type_num, Py_ssize_t leaf) except? -1

@@ -1,8 +1,9 @@
 """Replay storage: the stored episodes' rows, and their sampling in C.
 
-A Store keeps every stored step once, in insertion order: blocks of rows,
-one Column per leaf (observations, actions, rewards, each extra model
-output; Dict/Tuple items a Column per leaf) and the non-empty infos by row.
+A Store keeps every stored step once, in insertion order: blocks of rows
+(episode._blocks), one Column per leaf (observations, actions, rewards,
+each extra model output; Dict/Tuple items a Column per leaf) and the
+non-empty infos by row; its episodes are found by key (episode._keys).
 A step's row holds its observation, its action, its reward; the observation
 after an episode's last step (and its infos) sits in the episode's `final`
 row until the next chunk of the episode arrives, whose first step then holds
@@ -10,94 +11,51 @@ it. So each observation is stored once, `new_obs` of a step is the next
 step's row, and an n-step transition or a sequence is a walk along rows.
 
 The steps of all episodes in the order they were added are runs (one per
-chunk, cut where a block ends): that order is RLlib's list of sampleable
-steps, the k-th of which a uniform draw picks (a Fenwick tree over the
-runs' live step counts finds it). Evicting the oldest episode marks its
-runs dead; a block is freed once every run in it is dead.
+chunk, cut where a block ends; episode._runs): that order is RLlib's list
+of sampleable steps, the k-th of which a uniform draw picks. Evicting the
+oldest episode marks its runs dead; a block is freed once every run in it
+is dead.
 
 The sampling loops reproduce RLlib's buffers draw for draw (same Generator
-calls in the same order: `Draws`) and hand back the drawn steps; `gather`
-copies their rows into batch arrays.
+calls in the same order: episode._draws) and hand back the drawn steps;
+episode._gather copies their rows into batch arrays.
 """
 import copy
-import mmap as mmap_module
 import os
-import tempfile
 
 import numpy as np
 
 cimport cython
 cimport numpy as cnp
 from cpython.mem cimport PyMem_Free, PyMem_Malloc, PyMem_Realloc
-from cpython.pycapsule cimport PyCapsule_GetPointer
 from libc.math cimport INFINITY, NAN, isnan
 from libc.stdint cimport INT32_MAX, int32_t, int64_t, uint32_t, uint64_t
 from libc.string cimport memcmp, memcpy, memset
 
 from episode._column cimport CHECKED
 
+from episode._arrays cimport copy_row, flat_array
+from episode._blocks cimport Block, Blocks
 from episode._buffer cimport BufferCore
 from episode._column cimport (Column, KIND_ARRAY, KIND_BOOL, KIND_EMPTY, KIND_EMPTY_DICT,
-                              KIND_FLOAT, KIND_INT, KIND_OBJECT, KIND_SCALAR, array_bytes,
-                              empty_array)
+                              KIND_FLOAT, KIND_INT, KIND_OBJECT, KIND_SCALAR, array_bytes)
 from episode._episode cimport EpisodeCore, own_extras
+from episode._draws cimport Draws
 from episode._frames cimport FramePool
+from episode._keys cimport KeyTable
 from episode import _frames
+from episode._pages cimport drop_pages, new_array
 from episode._priority cimport (Num, PriorityTrees, add, div, from_num, greater, mul, num,
                                 power, to_num)
 from episode._priority cimport TAG_F32, TAG_F64, TAG_FLOAT, TAG_INT
 
 cnp.import_array()
 
-cdef cnp.ndarray rows_array(Py_ssize_t n, tuple row_shape, object dtype):
-    # np.empty((n,) + row_shape, dtype) without the Python call: the draws'
-    # output arrays, several per call of a few hundred rows.
-    cdef cnp.npy_intp dims[cnp.NPY_MAXDIMS]
-    cdef Py_ssize_t k, nd = len(row_shape) + 1
-    if nd > cnp.NPY_MAXDIMS:
-        raise ValueError(f"rows of {nd - 1} dimensions")
-    dims[0] = n
-    for k in range(nd - 1):
-        dims[k + 1] = row_shape[k]
-    return empty_array(<int>nd, dims, dtype)
-
-
-cdef cnp.ndarray flat_array(Py_ssize_t n, int type_num):
-    cdef cnp.npy_intp dims[1]
-    dims[0] = n
-    return cnp.PyArray_EMPTY(1, dims, type_num, 0)
-
-cdef extern from *:
-    """
-    #if defined(__SIZEOF_INT128__)
-    static inline uint64_t episode_mulhi64(uint64_t a, uint64_t b, uint64_t* lo) {
-        __uint128_t m = (__uint128_t)a * b;
-        *lo = (uint64_t)m;
-        return (uint64_t)(m >> 64);
-    }
-    #else
-    static inline uint64_t episode_mulhi64(uint64_t a, uint64_t b, uint64_t* lo) {
-        uint64_t a_lo = (uint32_t)a, a_hi = a >> 32, b_lo = (uint32_t)b, b_hi = b >> 32;
-        uint64_t p0 = a_lo * b_lo, p1 = a_lo * b_hi, p2 = a_hi * b_lo, p3 = a_hi * b_hi;
-        uint64_t mid = (p0 >> 32) + (uint32_t)p1 + (uint32_t)p2;
-        *lo = (mid << 32) | (uint32_t)p0;
-        return p3 + (p1 >> 32) + (p2 >> 32) + (mid >> 32);
-    }
-    #endif
-    """
-    uint64_t mulhi64 "episode_mulhi64"(uint64_t a, uint64_t b, uint64_t* lo) noexcept
-
-# Rows a block holds at most (a tree leaf's key keeps a row offset in 20 bits),
-# and the bytes it spans at most (a block is one allocation, or one file).
+# Rows a block holds: a sixteenth of the capacity, at least 64 and at most
+# 2^20 (a tree leaf's key keeps a row offset in 20 bits).
+cdef Py_ssize_t MIN_BLOCK_ROWS = 64
 cdef Py_ssize_t MAX_BLOCK_ROWS = 1 << 20
-cdef Py_ssize_t MAX_BLOCK_BYTES = 64 << 20
-cdef Py_ssize_t FIRST_BLOCK_ROWS = 64
 
-cdef object Generator = np.random.Generator
-# (Typed: a literal this large would be a Python int, and every comparison
-# with it a Python call.)
-cdef uint64_t U32_MAX = 0xFFFFFFFFu
-cdef uint64_t U64_MAX = 0xFFFFFFFFFFFFFFFFu
 cdef int64_t KEY_OFFSET_MASK = (1 << 20) - 1   # a tree leaf's key: run << 20 | offset
 # The keys sample_batch() hands out as `indices` carry their store's tag in
 # bits 56-62, so that update_priorities() can tell them from another
@@ -107,116 +65,6 @@ cdef int64_t KEY_STEP_MASK = ((<int64_t>1) << 56) - 1
 cdef int64_t last_key_tag = 0
 cdef object F32_DTYPE = np.dtype(np.float32)
 cdef object F64_DTYPE = np.dtype(np.float64)
-
-
-cdef inline void copy_row(char* dst, const char* src, Py_ssize_t row_bytes) noexcept:
-    # One row: the usual small sizes as fixed-size copies the compiler
-    # inlines (a memcpy call per row costs more than the copy).
-    if row_bytes == 8:
-        memcpy(dst, src, 8)
-    elif row_bytes == 16:
-        memcpy(dst, src, 16)
-    elif row_bytes == 4:
-        memcpy(dst, src, 4)
-    elif row_bytes == 1:
-        dst[0] = src[0]
-    else:
-        memcpy(dst, src, row_bytes)
-
-
-# -- draws ---------------------------------------------------------------------------
-
-
-@cython.final
-cdef class Draws:
-    """Draws from `rng` (a numpy Generator) as its integers(low, high) and
-    random() do: the same values from the same bits."""
-
-    def __cinit__(self, rng):
-        if not isinstance(rng, Generator):
-            raise TypeError(f"the buffer's rng must be a numpy Generator "
-                            f"(np.random.default_rng()), not {type(rng).__name__}")
-        self.bit_generator = rng.bit_generator
-        self.lock = self.bit_generator.lock
-        self.state = <bitgen_t*>PyCapsule_GetPointer(self.bit_generator.capsule, "BitGenerator")
-
-    def __enter__(self):
-        self.lock.acquire()
-        return self
-
-    def __exit__(self, *exc):
-        self.lock.release()
-
-    cdef int64_t integers(self, int64_t low, int64_t high) except? -1:
-        """Generator.integers(low, high): numpy's Lemire draw on [low, high)."""
-        cdef uint64_t rng, m, threshold, lo
-        cdef uint32_t rng32, excl32, leftover32
-        cdef uint64_t m32
-        if high <= low:
-            raise ValueError("low >= high" if low else "high <= 0")
-        rng = <uint64_t>(high - 1) - <uint64_t>low
-        if rng == 0:
-            return low
-        if rng <= U32_MAX:
-            if rng == U32_MAX:
-                return <int64_t>(<uint64_t>low + self.state.next_uint32(self.state.state))
-            rng32 = <uint32_t>rng
-            excl32 = rng32 + 1
-            m32 = <uint64_t>self.state.next_uint32(self.state.state) * excl32
-            leftover32 = <uint32_t>m32
-            if leftover32 < excl32:
-                threshold = (U32_MAX - rng32) % excl32
-                while leftover32 < threshold:
-                    m32 = <uint64_t>self.state.next_uint32(self.state.state) * excl32
-                    leftover32 = <uint32_t>m32
-            return <int64_t>(<uint64_t>low + (m32 >> 32))
-        if rng == U64_MAX:
-            return <int64_t>(<uint64_t>low + self.state.next_uint64(self.state.state))
-        m = mulhi64(self.state.next_uint64(self.state.state), rng + 1, &lo)
-        if lo < rng + 1:
-            threshold = (U64_MAX - rng) % (rng + 1)
-            while lo < threshold:
-                m = mulhi64(self.state.next_uint64(self.state.state), rng + 1, &lo)
-        return <int64_t>(<uint64_t>low + m)   # (unsigned: numpy's wrap-around)
-
-    cdef double random(self) noexcept:
-        """Generator.random()."""
-        return self.state.next_double(self.state.state)
-
-    def draw_integers(self, int64_t low, int64_t high):
-        """integers(low, high), for the tests."""
-        with self:
-            return self.integers(low, high)
-
-    def draw_random(self):
-        """random(), for the tests."""
-        with self:
-            return self.random()
-
-
-# -- blocks --------------------------------------------------------------------------
-
-
-cdef class Block:
-    """Rows of consecutive steps (see the Store)."""
-
-    def __dealloc__(self):
-        PyMem_Free(self.first_rows)
-        PyMem_Free(self.leaf_of_row)
-
-
-cdef int _drop_pages(Block block) except -1:
-    # madvise(MADV_DONTNEED) on a file-backed block's mappings: the data stay
-    # in the files (shared mappings), the pages leave the resident set.
-    for col in block.cols:
-        if type(col) is not Column:
-            continue
-        owner = (<Column>col).owner
-        while owner is not None and getattr(owner, "_mmap", None) is None:
-            owner = getattr(owner, "base", None)
-        if owner is not None:
-            owner._mmap.madvise(mmap_module.MADV_DONTNEED)
-    return 0
 
 
 cdef inline bint is_pod_leaf(Column col):
@@ -380,7 +228,7 @@ cdef class Store:
         self.dtypes = []
         self.shapes = []
         self.layout = {"obs": None, "actions": None, "rewards": None, "extras": {}}
-        self.block_rows = max(FIRST_BLOCK_ROWS, min(MAX_BLOCK_ROWS, capacity // 16))
+        self.block_rows = max(MIN_BLOCK_ROWS, min(MAX_BLOCK_ROWS, capacity // 16))
         self.storage = None
         if storage is not None:
             # Checked here: a folder that fails later fails an add() half done.
@@ -388,8 +236,8 @@ cdef class Store:
             if not os.path.isdir(self.storage):
                 raise (NotADirectoryError if os.path.exists(self.storage)
                        else FileNotFoundError)(f"no storage folder {self.storage!r}")
-        self.blocks = []
-        self.first_block = 0
+        self.blocks = Blocks(self.block_rows, self.storage, prioritized)
+        self.table = KeyTable()
         self.ids = []
         self.keys = []
         self.meta = []
@@ -400,105 +248,25 @@ cdef class Store:
         global last_key_tag
         last_key_tag = last_key_tag % 127 + 1
         self.key_tag = last_key_tag
-        self._reserve_runs(16)
+        self.runs = Runs()
         self.first_slot = -1
         self.last_slot = -1
 
     def __dealloc__(self):
         PyMem_Free(self.row_bytes)
-        PyMem_Free(self.stored_bytes)
         PyMem_Free(self.kinds)
-        PyMem_Free(self.runs)
-        PyMem_Free(self.tree)
         PyMem_Free(self.eps)
         PyMem_Free(self.free_slots)
-        PyMem_Free(self.block_data)
-        PyMem_Free(self.table_hash)
-        PyMem_Free(self.table_slot)
 
     # -- finding episodes by key ------------------------------------------------------
 
-    cdef int32_t _find(self, object key) except -2:
-        """The slot of the episode stored under `key`, or -1."""
-        cdef int64_t h
-        cdef Py_ssize_t i, mask
-        cdef int32_t slot
-        if self.table_cap == 0:
-            return -1
-        h = hash(key)
-        mask = self.table_cap - 1
-        i = h & mask
-        while True:
-            slot = self.table_slot[i]
-            if slot == -1:
-                return -1
-            if slot >= 0 and self.table_hash[i] == h and (self.keys[slot] is key
-                                                          or self.keys[slot] == key):
-                return slot
-            i = (i + 1) & mask
-
-    cdef int _insert(self, object key, int32_t slot) except -1:
-        # (keys[slot] is key already.)
-        cdef int64_t h = hash(key)
-        cdef Py_ssize_t i, mask, cap, j
-        cdef int64_t* hashes
-        cdef int32_t* slots
-        if 4 * (self.table_used + 1) > 3 * self.table_cap:
-            # Grow (or just sweep out the deleted entries) and re-insert.
-            cap = 8
-            while 4 * (self.num_episodes + 1) > 3 * cap:
-                cap *= 2
-            hashes = <int64_t*>PyMem_Malloc(cap * sizeof(int64_t))
-            slots = <int32_t*>PyMem_Malloc(cap * sizeof(int32_t))
-            if hashes == NULL or slots == NULL:
-                PyMem_Free(hashes)
-                PyMem_Free(slots)
-                raise MemoryError()
-            for j in range(cap):
-                slots[j] = -1
-            for j in range(self.table_cap):
-                if self.table_slot[j] >= 0:
-                    i = self.table_hash[j] & (cap - 1)
-                    while slots[i] != -1:
-                        i = (i + 1) & (cap - 1)
-                    hashes[i] = self.table_hash[j]
-                    slots[i] = self.table_slot[j]
-            PyMem_Free(self.table_hash)
-            PyMem_Free(self.table_slot)
-            self.table_hash, self.table_slot, self.table_cap = hashes, slots, cap
-            self.table_used = self.num_episodes
-        mask = self.table_cap - 1
-        i = h & mask
-        while self.table_slot[i] >= 0:
-            i = (i + 1) & mask
-        if self.table_slot[i] == -1:
-            self.table_used += 1
-        self.table_hash[i] = h
-        self.table_slot[i] = slot
-        return 0
-
-    cdef int _remove(self, object key) except -1:
-        cdef int64_t h = hash(key)
-        cdef Py_ssize_t i, mask = self.table_cap - 1
-        cdef int32_t slot
-        i = h & mask
-        while True:
-            slot = self.table_slot[i]
-            if slot == -1:
-                raise SystemError("episode core: a stored episode missing from its table")
-            if slot >= 0 and self.table_hash[i] == h and (self.keys[slot] is key
-                                                          or self.keys[slot] == key):
-                self.table_slot[i] = -2
-                return 0
-            i = (i + 1) & mask
-
     def __contains__(self, key):
         """Whether an episode is stored under `key`."""
-        return self._find(key) >= 0
+        return self.table.find(key, self.keys) >= 0
 
     def slot_for(self, key):
         """The slot of the episode stored under `key` (KeyError if none)."""
-        cdef int32_t slot = self._find(key)
+        cdef int32_t slot = self.table.find(key, self.keys)
         if slot < 0:
             raise KeyError(key)
         return slot
@@ -509,35 +277,10 @@ cdef class Store:
 
     # -- sizes ---------------------------------------------------------------------
 
-    cdef int _reserve_runs(self, Py_ssize_t n) except -1:
-        # Room for n more runs: the ring doubles, the records move to their
-        # slots in the larger ring and the Fenwick tree is rebuilt.
-        cdef Py_ssize_t cap = self.run_cap if self.run_cap else 16, i, j
-        cdef int64_t seq
-        cdef Run* runs
-        cdef int64_t* tree
-        if self.run_tail - self.run_head + n <= self.run_cap:
-            return 0
-        while cap < self.run_tail - self.run_head + n:
-            cap *= 2
-        runs = <Run*>PyMem_Malloc(cap * sizeof(Run))
-        tree = <int64_t*>PyMem_Malloc((cap + 1) * sizeof(int64_t))
-        if runs == NULL or tree == NULL:
-            PyMem_Free(runs)
-            PyMem_Free(tree)
-            raise MemoryError()
-        memset(tree, 0, (cap + 1) * sizeof(int64_t))
-        for seq in range(self.run_head, self.run_tail):
-            runs[seq & (cap - 1)] = self.runs[seq & (self.run_cap - 1)]
-        PyMem_Free(self.runs)
-        PyMem_Free(self.tree)
-        self.runs = runs
-        self.tree = tree
-        self.run_cap = cap
-        for seq in range(self.run_head, self.run_tail):
-            if self.runs[seq & (cap - 1)].ep >= 0 and self.runs[seq & (cap - 1)].ts >= 0:
-                self._fenwick_add(seq, self.runs[seq & (cap - 1)].n)
-        return 0
+    @property
+    def live_steps(self):
+        """The stored steps a draw may land on (lookback rows excluded)."""
+        return self.runs.live_steps
 
     cdef int _reserve_slots(self) except -1:
         # A free episode slot (the slot arrays and the final rows grow by 1/8).
@@ -576,10 +319,10 @@ cdef class Store:
             if col is None:
                 continue
             shape, dtype = self._stored_layout(leaf)
-            grown = Column.from_array(np.zeros((cap,) + shape, dtype))
+            grown = Column.from_array(new_array((cap,) + shape, dtype, None))
             if self.ep_cap:
                 memcpy(grown.row_ptr(0, self.ep_cap), col.row_ptr(0, self.ep_cap),
-                       self.ep_cap * self.stored_bytes[leaf])
+                       self.ep_cap * self.blocks.row_bytes[leaf])
             self.final[leaf] = grown
         for leaf in range(len(self.final_objects)):
             if self.final_objects[leaf] is not None:
@@ -604,11 +347,6 @@ cdef class Store:
         if row_bytes == NULL:
             raise MemoryError()
         self.row_bytes = row_bytes
-        row_bytes = <Py_ssize_t*>PyMem_Realloc(self.stored_bytes,
-                                                (self.nleaves + len(cols)) * sizeof(Py_ssize_t))
-        if row_bytes == NULL:
-            raise MemoryError()
-        self.stored_bytes = row_bytes
         kinds = <unsigned char*>PyMem_Realloc(self.kinds, self.nleaves + len(cols))
         if kinds == NULL:
             raise MemoryError()
@@ -626,18 +364,19 @@ cdef class Store:
                 self.shapes.append(None)
                 self.row_bytes[leaf] = 0
                 self.kinds[leaf] = KIND_OBJECT
-            self.stored_bytes[leaf] = self.row_bytes[leaf]
             if axes[k] >= 0:
                 pool = FramePool(self.shapes[leaf], self.dtypes[leaf], self.frame_stack,
                                  axes[k], self.block_rows * 16, self.storage)
                 self.pools.append(pool)
-                self.stored_bytes[leaf] = self.frame_stack * sizeof(int64_t)
             else:
                 self.pools.append(None)
             self.nleaves += 1
+            shape, dtype = self._stored_layout(leaf)
+            self.blocks.add_leaf(shape, dtype)
             if with_final and self.row_bytes[leaf]:
                 shape, dtype = self._stored_layout(leaf)
-                self.final.append(Column.from_array(np.zeros((self.ep_cap,) + shape, dtype)))
+                self.final.append(Column.from_array(new_array((self.ep_cap,) + shape, dtype,
+                                                              None)))
                 self.final_objects.append(None)
             elif with_final:
                 self.final.append(None)
@@ -645,9 +384,6 @@ cdef class Store:
             else:
                 self.final.append(None)
                 self.final_objects.append(None)
-            for block in self.blocks:
-                (<Block>block).cols.append(None)
-                self._refresh_pointers(<Block>block)
         return first
 
     cdef object _stack_axes(self, list cols):
@@ -779,94 +515,6 @@ cdef class Store:
                     f"({self.dtypes[leaf]}, rows of shape {self.shapes[leaf]})")
         return known
 
-    cdef int _refresh_pointers(self, Block block) except -1:
-        cdef Py_ssize_t leaf
-        cdef char** rows = <char**>PyMem_Realloc(block.first_rows,
-                                                 max(1, self.nleaves) * sizeof(char*))
-        if rows == NULL:
-            raise MemoryError()
-        block.first_rows = rows
-        for leaf in range(self.nleaves):
-            col = block.cols[leaf]
-            block.first_rows[leaf] = (<Column>col).row_ptr(0, 0) if type(col) is Column else NULL
-        return self._sync_blocks()
-
-    cdef int _sync_blocks(self) except -1:
-        # The table of the blocks' row pointers that the gathers read
-        # (rebuilt whenever a block comes, goes or moves its rows).
-        cdef Py_ssize_t i, n = len(self.blocks)
-        cdef char*** table = <char***>PyMem_Realloc(self.block_data, max(1, n) * sizeof(char**))
-        if table == NULL:
-            raise MemoryError()
-        self.block_data = table
-        for i in range(n):
-            self.block_data[i] = (<Block>self.blocks[i]).first_rows
-        return 0
-
-    # -- blocks --------------------------------------------------------------------
-
-    cdef Block _block(self, int64_t seq):
-        return <Block>self.blocks[seq - self.first_block]
-
-    cdef object _new_storage(self, Py_ssize_t leaf, Py_ssize_t rows):
-        # An ndarray of `rows` rows for a numeric leaf: in memory, or in a
-        # file of the storage folder (pages stay on disk until touched).
-        row_shape, dtype = self._stored_layout(leaf)
-        shape = (rows,) + row_shape
-        if self.storage is None:
-            return np.zeros(shape, dtype)
-        # A name no other store (in this process or another) has: a saved
-        # buffer's folder is also its reopened buffers' storage.
-        self.file_seq += 1
-        fd, path = tempfile.mkstemp(prefix=f".scratch-{self.file_seq}-leaf-{leaf}-",
-                                    suffix=".bin", dir=self.storage)
-        try:
-            with os.fdopen(fd, "w+b") as f:
-                arr = np.memmap(f, dtype=dtype, mode="w+", shape=shape)
-        finally:
-            os.unlink(path)      # the mapping keeps the data; the file goes with it
-        return arr
-
-    cdef Block _tail_block(self, Py_ssize_t rows):
-        # The block new rows go to, with room for at least one row (at most
-        # `rows` are asked for): the last block, grown by an eighth while it
-        # is below block_rows (in memory), or a new one.
-        cdef Block block = self.blocks[len(self.blocks) - 1] if self.blocks else None
-        cdef Py_ssize_t cap, leaf
-        cdef Column col
-        if block is not None and block.size < block.capacity:
-            return block
-        if block is not None and block.capacity < self.block_rows and self.storage is None:
-            cap = min(self.block_rows, max(block.capacity + block.capacity // 8,
-                                           block.size + min(rows, self.block_rows)))
-            self._resize_block(block, cap)
-            return block
-        if block is not None and self.storage is not None:
-            _drop_pages(block)           # full: its pages go back to its files
-        block = Block.__new__(Block)
-        block.cols = [None] * self.nleaves
-        block.infos = {}
-        block.size = 0
-        if self.storage is None:
-            block.capacity = min(self.block_rows, max(FIRST_BLOCK_ROWS, rows))
-        else:
-            block.capacity = self.block_rows
-        for leaf in range(self.nleaves):
-            if self.row_bytes[leaf]:
-                block.cols[leaf] = Column.from_array(self._new_storage(leaf, block.capacity))
-            else:
-                block.cols[leaf] = []
-        if self.priorities is not None:
-            block.leaf_of_row = <int32_t*>PyMem_Malloc(block.capacity * sizeof(int32_t))
-            if block.leaf_of_row == NULL:
-                raise MemoryError()
-        self._refresh_pointers(block)
-        if not self.blocks:
-            self.first_block = 0
-        self.blocks.append(block)
-        self._sync_blocks()
-        return block
-
     def bytes_per_step(self):
         """Bytes of a stored step's numeric rows."""
         cdef Py_ssize_t leaf, total = 0
@@ -885,150 +533,12 @@ cdef class Store:
         this process's memory (they stay in their files and come back when
         read), so that the resident size stays bounded while the buffer
         grows past memory. Does nothing for blocks in memory."""
-        cdef Py_ssize_t i
         if self.storage is None:
             return
-        for i in range(len(self.blocks) - 1):
-            _drop_pages(<Block>self.blocks[i])
+        self.blocks.release_pages()
         for pool in self.pools:
             if pool is not None:
                 (<FramePool>pool).release_pages()
-
-    cdef int _resize_block(self, Block block, Py_ssize_t cap) except -1:
-        cdef Py_ssize_t leaf
-        cdef Column col, grown
-        cdef int32_t* rows_leaves
-        for leaf in range(self.nleaves):
-            col = block.cols[leaf] if type(block.cols[leaf]) is Column else None
-            if col is not None:
-                grown = Column.from_array(self._new_storage(leaf, cap))
-                if block.size:
-                    memcpy(grown.row_ptr(0, block.size), col.row_ptr(0, block.size),
-                           block.size * self.stored_bytes[leaf])
-                block.cols[leaf] = grown
-        if self.priorities is not None:
-            rows_leaves = <int32_t*>PyMem_Realloc(block.leaf_of_row, cap * sizeof(int32_t))
-            if rows_leaves == NULL:
-                raise MemoryError()
-            block.leaf_of_row = rows_leaves
-        block.capacity = cap
-        self._refresh_pointers(block)
-        return 0
-
-    cdef int _ensure_leaf(self, Block block, Py_ssize_t leaf) except -1:
-        # A leaf that came after the block was made (an extra model output
-        # seen later) gets its Column on first use.
-        if block.cols[leaf] is None:
-            if self.row_bytes[leaf]:
-                block.cols[leaf] = Column.from_array(self._new_storage(leaf, block.capacity))
-            else:
-                block.cols[leaf] = [None] * block.size
-            self._refresh_pointers(block)
-        elif not self.row_bytes[leaf] and len(block.cols[leaf]) < block.size:
-            block.cols[leaf].extend([None] * (block.size - len(block.cols[leaf])))
-        return 0
-
-    # -- runs -------------------------------------------------------------------------
-
-    cdef int64_t _new_run(self, Block block, int64_t block_seq, int32_t row, int32_t n,
-                          int32_t ep, int32_t ts) except -1:
-        cdef int64_t seq
-        cdef Run* run
-        self._reserve_runs(1)
-        seq = self.run_tail
-        run = &self.runs[seq & (self.run_cap - 1)]
-        run.block = block_seq
-        run.next = -1
-        run.row = row
-        run.n = n
-        run.ep = ep
-        run.ts = ts
-        self.run_tail += 1
-        if ts >= 0:
-            self._fenwick_add(seq, n)
-            self.live_steps += n
-        return seq
-
-    cdef int _fenwick_add(self, int64_t seq, int64_t delta) noexcept:
-        cdef Py_ssize_t i = (seq & (self.run_cap - 1)) + 1
-        if delta == 0:
-            return 0
-        while i <= self.run_cap:
-            self.tree[i] += delta
-            i += i & (-i)
-        return 0
-
-    cdef int64_t _prefix(self, Py_ssize_t slots) noexcept:
-        # Live steps in ring slots [0, slots).
-        cdef int64_t total = 0
-        while slots > 0:
-            total += self.tree[slots]
-            slots -= slots & (-slots)
-        return total
-
-    cdef int _kth(self, int64_t k, int64_t* run, int32_t* off) except -1:
-        """The k-th live step (0-based) in insertion order: its run and its
-        offset in the run."""
-        return self._kth_from(k, self._prefix(self.run_head & (self.run_cap - 1)), run, off)
-
-    cdef int _kth_from(self, int64_t k, int64_t before_head, int64_t* run,
-                       int32_t* off) except -1:
-        # _kth() given the live steps in the ring slots before the head's
-        # (the same for every draw of one sample call).
-        cdef Py_ssize_t head = self.run_head & (self.run_cap - 1), pos = 0, step
-        cdef int64_t target, v, go
-        if k < 0 or k >= self.live_steps:
-            raise IndexError(f"step {k} of {self.live_steps}")
-        if k < self.live_steps - before_head:
-            target = before_head + k
-        else:
-            target = k - (self.live_steps - before_head)
-        # Fenwick descent, branch-free (each comparison is a coin flip the
-        # branch predictor would miss): pos stays below run_cap since
-        # target < the total, so pos + step never passes it.
-        step = self.run_cap
-        while step:
-            v = self.tree[pos + step]
-            go = -<int64_t>(v <= target)        # all ones or zero
-            pos += step & go
-            target -= v & go
-            step >>= 1
-        # Ring slot `pos` holds the step; its sequence number follows from
-        # where the ring starts.
-        if pos >= head:
-            run[0] = self.run_head + (pos - head)
-        else:
-            run[0] = self.run_head + (self.run_cap - head) + pos
-        off[0] = <int32_t>target
-        return 0
-
-    cdef int _kth_group(self, Pick* picks, Py_ssize_t g, int64_t before_head) except -1:
-        # _kth_from() of picks[0 .. g) (g <= 16, their steps in .ts), the
-        # descents in lockstep: their reads of each tree level overlap
-        # instead of each waiting for the one before.
-        cdef Py_ssize_t head = self.run_head & (self.run_cap - 1), step, k
-        cdef Py_ssize_t pos[16]
-        cdef int64_t target[16]
-        cdef int64_t v, go, live = self.live_steps
-        for k in range(g):
-            if picks[k].ts < 0 or picks[k].ts >= live:
-                raise IndexError(f"step {picks[k].ts} of {live}")
-            target[k] = before_head + picks[k].ts if picks[k].ts < live - before_head \
-                else picks[k].ts - (live - before_head)
-            pos[k] = 0
-        step = self.run_cap
-        while step:
-            for k in range(g):
-                v = self.tree[pos[k] + step]
-                go = -<int64_t>(v <= target[k])
-                pos[k] += step & go
-                target[k] -= v & go
-            step >>= 1
-        for k in range(g):
-            picks[k].run = self.run_head + (pos[k] - head) if pos[k] >= head \
-                else self.run_head + (self.run_cap - head) + pos[k]
-            picks[k].off = <int32_t>target[k]
-        return 0
 
     # -- adding ------------------------------------------------------------------------
 
@@ -1054,8 +564,8 @@ cdef class Store:
                              buffer_leaves(obs), obs._lookback):
                 raise AssertionError("the chunk's first observation is not the stored "
                                      "episode's last one")
-        elif self._find(key) >= 0:
-            slot = self._find(key)
+        elif self.table.find(key, self.keys) >= 0:
+            slot = self.table.find(key, self.keys)
             self._check_chunk(episode, self.eps[slot].t_started + self.eps[slot].length,
                               self.eps[slot].terminated or self.eps[slot].truncated,
                               (<EpisodeMeta>self.meta[slot]).extra_keys, extras, n)
@@ -1118,7 +628,7 @@ cdef class Store:
         cdef object slot_obj
         if key is None:
             key = episode.id_
-        slot_obj = self._find(key)
+        slot_obj = self.table.find(key, self.keys)
         if slot_obj < 0:
             slot_obj = None
         cdef int32_t slot
@@ -1218,14 +728,14 @@ cdef class Store:
         self.num_episodes += 1
         self.ids[slot] = id_
         self.keys[slot] = key
-        self._insert(key, slot)
+        self.table.insert(key, slot, self.num_episodes)
         return slot
 
     cdef int _append_run(self, int32_t slot, int64_t run) noexcept:
         # The episode's runs are a list in the order they came.
         cdef Ep* ep = &self.eps[slot]
         if ep.last_run >= 0:
-            self.runs[ep.last_run & (self.run_cap - 1)].next = run
+            self.runs.at(ep.last_run).next = run
         else:
             ep.first_run = run
         ep.last_run = run
@@ -1304,14 +814,14 @@ cdef class Store:
             ts = first_ts + done
             # A lookback run ends at step 0.
             count = total - done if ts >= 0 else min(total - done, -ts)
-            block = self._tail_block(count)
+            block = self.blocks.tail(count)
             count = min(count, block.capacity - block.size)
-            block_seq = self.first_block + len(self.blocks) - 1
+            block_seq = self.blocks.last()
             for source in tracks:
                 self._copy_rows(block, block.size, source, ts - origin, count)
             self._copy_infos(block, block.size, episode.infos, ts - origin, count)
-            run = self._new_run(block, block_seq, <int32_t>block.size, <int32_t>count, slot,
-                                <int32_t>ts)
+            run = self.runs.push(block_seq, <int32_t>block.size, <int32_t>count, slot,
+                                 <int32_t>ts)
             if self.priorities is not None and ts >= 0 and not self.restoring:
                 leaves = <int64_t*>PyMem_Malloc(count * sizeof(int64_t))
                 if leaves == NULL:
@@ -1358,7 +868,7 @@ cdef class Store:
         for k in range(len(cols)):
             col = cols[k]
             leaf = leaves[k]
-            self._ensure_leaf(block, leaf)
+            self.blocks.ensure_leaf(block, leaf)
             pool = self.pools[leaf]
             if pool is not None:
                 for i in range(count):
@@ -1472,7 +982,7 @@ cdef class Store:
             lb, length, row = lookbacks_v[i], lengths_v[i], rows_v[i]
             if lb < 0 or length < 0 or row < 0 or row + lb + length >= nrows:
                 raise ValueError(f"episode {i}'s rows are not in the block of {nrows}")
-            if self._find(ids[i]) >= 0:
+            if self.table.find(ids[i], self.keys) >= 0:
                 raise ValueError(f"episode {ids[i]!r} is stored already")
             if type(metas[i]) is not EpisodeMeta:
                 raise TypeError("metas are EpisodeMeta objects")
@@ -1518,12 +1028,8 @@ cdef class Store:
         block.cols = cols
         block.infos = {}
         block.size = block.capacity = nrows
-        self._refresh_pointers(block)
-        if not self.blocks:
-            self.first_block = 0
         self.blocks.append(block)
-        self._sync_blocks()
-        block_seq = self.first_block + len(self.blocks) - 1
+        block_seq = self.blocks.last()
         obs_leaves = store_leaves[("obs", None)]
         finalized = first.observations.is_finalized()
         for i in range(n):
@@ -1537,8 +1043,8 @@ cdef class Store:
             # Its runs: the lookback rows (ts < 0), then its steps.
             for ts, count in ((-lb, lb), (0, length)):
                 if count:
-                    self._append_run(slot, self._new_run(
-                        block, block_seq, <int32_t>(row + lb + ts), <int32_t>count, slot,
+                    self._append_run(slot, self.runs.push(
+                        block_seq, <int32_t>(row + lb + ts), <int32_t>count, slot,
                         <int32_t>ts))
             for r in range(row, row + lb + length):
                 item = infos.get(r)
@@ -1549,7 +1055,7 @@ cdef class Store:
             for leaf in obs_leaves:
                 if self.row_bytes[leaf]:
                     memcpy((<Column>self.final[leaf]).row_ptr(slot, 1),
-                           (<Column>cols[leaf]).row_ptr(final_row, 1), self.stored_bytes[leaf])
+                           (<Column>cols[leaf]).row_ptr(final_row, 1), self.blocks.row_bytes[leaf])
                 else:
                     self.final_objects[leaf][slot] = cols[leaf][final_row]
             item = infos.get(final_row)
@@ -1590,7 +1096,7 @@ cdef class Store:
         cdef Run* r
         cdef Block block
         cdef Py_ssize_t k, i = 0
-        if self.num_episodes or self.num_evicted or self.run_tail:
+        if self.num_episodes or self.num_evicted or self.runs.tail:
             raise RuntimeError("restore() fills a new store")
         if evicted < 0:
             raise ValueError("_num_episodes_evicted must be >= 0")
@@ -1636,18 +1142,18 @@ cdef class Store:
         finally:
             self.restoring = False
         for e in range(n_eps):
-            self._restore_fields(self._find(keys[e]), episodes[e])
+            self._restore_fields(self.table.find(keys[e], self.keys), episodes[e])
         if self.priorities is None:
             return
         sum_values, min_values, free_nodes, max_idx = weights
         # (The trees' state may be of trees that doubled: restore() checks it.)
         tree_size = len(sum_values) // 2 if isinstance(sum_values, list) else 0
         pairs = []
-        for seq in range(self.run_head, self.run_tail):
-            r = &self.runs[seq & (self.run_cap - 1)]
+        for seq in range(self.runs.head, self.runs.tail):
+            r = self.runs.at(seq)
             if r.ep < 0 or r.ts < 0:
                 continue
-            block = self._block(r.block)
+            block = self.blocks.at(r.block)
             for k in range(r.n):
                 leaf = leaves[i]
                 i += 1
@@ -1708,14 +1214,14 @@ cdef class Store:
             for slot in slots:
                 seq = self.eps[slot].first_run
                 while seq >= 0:
-                    if self.runs[seq & (self.run_cap - 1)].ts >= 0:
+                    if self.runs.at(seq).ts >= 0:
                         seqs.append(seq)
-                    seq = self.runs[seq & (self.run_cap - 1)].next
+                    seq = self.runs.at(seq).next
             seqs.sort()
             released = []
             for seq in seqs:
-                run = &self.runs[seq & (self.run_cap - 1)]
-                block = self._block(run.block)
+                run = self.runs.at(seq)
+                block = self.blocks.at(run.block)
                 for k in range(run.n):
                     self.priorities.release_leaf(block.leaf_of_row[run.row + k])
                     released.append(block.leaf_of_row[run.row + k])
@@ -1723,14 +1229,13 @@ cdef class Store:
         for slot in slots:
             seq = self.eps[slot].first_run
             while seq >= 0:
-                run = &self.runs[seq & (self.run_cap - 1)]
+                run = self.runs.at(seq)
                 if run.ts >= 0:
-                    self._fenwick_add(seq, -run.n)
-                    self.live_steps -= run.n
+                    self.runs.add_live(seq, -run.n)
                 run.ep = -1
                 seq = run.next
             self.eps[slot].live = 0
-            self._remove(self.keys[slot])
+            self.table.remove(self.keys[slot], self.keys)
             self.ids[slot] = None
             self.keys[slot] = None
             self.meta[slot] = None
@@ -1751,14 +1256,9 @@ cdef class Store:
             self.num_episodes -= 1
             self.num_evicted += 1
         # Dead runs at the front go, then the blocks nothing refers to.
-        while self.run_head < self.run_tail and self.runs[self.run_head & (self.run_cap - 1)].ep < 0:
-            self.run_head += 1
-        while len(self.blocks) > 1 and (
-                self.run_head == self.run_tail
-                or self.first_block < self.runs[self.run_head & (self.run_cap - 1)].block):
-            del self.blocks[0]
-            self.first_block += 1
-        self._sync_blocks()
+        self.runs.drop_dead()
+        self.blocks.drop_before(self.runs.at(self.runs.head).block
+                                if self.runs.head < self.runs.tail else self.blocks.last())
         if self.frame_stack:
             self._release_frames()
         return 0
@@ -1791,7 +1291,7 @@ cdef class Store:
         if ts < -ep.lookback or ts > ep.length:
             raise IndexError(f"step {ts} outside the stored episode")
         while seq >= 0:
-            r = &self.runs[seq & (self.run_cap - 1)]
+            r = self.runs.at(seq)
             if r.ts <= ts < r.ts + r.n:
                 run[0] = seq
                 off[0] = <int32_t>(ts - r.ts)
@@ -1807,7 +1307,7 @@ cdef class Store:
         while left > 0:
             if run[0] < 0:
                 raise IndexError("past the stored episode's end")
-            r = &self.runs[run[0] & (self.run_cap - 1)]
+            r = self.runs.at(run[0])
             if off[0] + left < r.n:
                 off[0] += <int32_t>left
                 return 0
@@ -1830,55 +1330,13 @@ cdef class Store:
                 raise ValueError(f"leaf {leaf} has no rows after an episode's last step "
                                  f"(observation leaves do)")
             return (<Column>self.final[leaf]).row_ptr(-1 - run, 1)
-        r = &self.runs[run & (self.run_cap - 1)]
-        if CHECKED and not 0 <= r.block - self.first_block < len(self.blocks):
+        r = self.runs.at(run)
+        if CHECKED and not 0 <= r.block - self.blocks.first < len(self.blocks.items):
             raise SystemError("episode core: a run outside the blocks")
-        base = self.block_data[r.block - self.first_block][leaf]
+        base = self.blocks.data[r.block - self.blocks.first][leaf]
         if base == NULL:
             raise SystemError("episode core: a leaf without storage in its block")
-        return base + (r.row + off) * self.stored_bytes[leaf]
-
-    cdef int _gather_rows(self, Picks picks, Py_ssize_t leaf, char* at_step, char* at_end,
-                          Py_ssize_t stride) except -1:
-        # A numeric leaf's row of each pick i at its step into at_step +
-        # i * stride and at its end step into at_end + i * stride (either
-        # may be NULL), a pick's two rows one after the other: for 1-step
-        # transitions of stacked frames they share all but one frame, which
-        # the second read then finds in cache.
-        cdef Py_ssize_t i, n = 0, rb = self.row_bytes[leaf]
-        cdef Pick* p
-        cdef int64_t** refs
-        cdef char** dsts
-        if self.pools[leaf] is None:
-            for i in range(picks.size):
-                p = &picks.items[i]
-                if at_step != NULL:
-                    copy_row(at_step + i * stride, self._row_ptr(p.run, p.off, leaf), rb)
-                if at_end != NULL:
-                    copy_row(at_end + i * stride, self._row_ptr(p.end_run, p.end_off, leaf), rb)
-            return 0
-        # Frame-stacked: the batch's frame numbers first, so that the pool
-        # reads them a row or two ahead (FramePool.assemble_rows).
-        refs = <int64_t**>PyMem_Malloc(max(1, 2 * picks.size) * sizeof(int64_t*))
-        dsts = <char**>PyMem_Malloc(max(1, 2 * picks.size) * sizeof(char*))
-        try:
-            if refs == NULL or dsts == NULL:
-                raise MemoryError()
-            for i in range(picks.size):
-                p = &picks.items[i]
-                if at_step != NULL:
-                    refs[n] = <int64_t*>self._row_ptr(p.run, p.off, leaf)
-                    dsts[n] = at_step + i * stride
-                    n += 1
-                if at_end != NULL:
-                    refs[n] = <int64_t*>self._row_ptr(p.end_run, p.end_off, leaf)
-                    dsts[n] = at_end + i * stride
-                    n += 1
-            (<FramePool>self.pools[leaf]).assemble_rows(dsts, refs, n)
-        finally:
-            PyMem_Free(refs)
-            PyMem_Free(dsts)
-        return 0
+        return base + (r.row + off) * self.blocks.row_bytes[leaf]
 
     cdef int _read_row(self, char* dst, int64_t run, int32_t off, Py_ssize_t leaf) except -1:
         # A numeric leaf's row into `dst` (row_bytes), rebuilt from its
@@ -1894,21 +1352,21 @@ cdef class Store:
         cdef Run* r
         if run < 0:
             return self.final_objects[leaf][-1 - run]
-        r = &self.runs[run & (self.run_cap - 1)]
-        return self._block(r.block).cols[leaf][r.row + off]
+        r = self.runs.at(run)
+        return self.blocks.at(r.block).cols[leaf][r.row + off]
 
     cdef object _infos_at(self, int64_t run, int32_t off):
         cdef Run* r
         if run < 0:
             return self.final_infos.get(-1 - run, {})
-        r = &self.runs[run & (self.run_cap - 1)]
-        return self._block(r.block).infos.get(r.row + off, {})
+        r = self.runs.at(run)
+        return self.blocks.at(r.block).infos.get(r.row + off, {})
 
     # -- RLlib's draws -------------------------------------------------------------------
 
     cdef int _step_of(self, int64_t run, int32_t off, int32_t* slot,
                       int64_t* ts) noexcept:
-        cdef Run* r = &self.runs[run & (self.run_cap - 1)]
+        cdef Run* r = self.runs.at(run)
         slot[0] = r.ep
         ts[0] = r.ts + off
         return 0
@@ -1928,8 +1386,8 @@ cdef class Store:
         with draws:
             while B < batch_size_B:
                 count_draws(&tries, 1, limit)
-                k = draws.integers(0, self.live_steps)
-                self._kth(k, &run, &off)
+                k = draws.integers(0, self.runs.live_steps)
+                self.runs.kth(k, &run, &off)
                 self._step_of(run, off, &slot, &ts)
                 length = self.eps[slot].length
                 if not batch_length_T and random_n:
@@ -1960,8 +1418,8 @@ cdef class Store:
         with draws:
             while B < batch_size_B:
                 count_draws(&tries, 1, limit)
-                k = draws.integers(0, self.live_steps)
-                self._kth(k, &run, &off)
+                k = draws.integers(0, self.runs.live_steps)
+                self.runs.kth(k, &run, &off)
                 self._step_of(run, off, &slot, &ts)
                 if random_n:
                     n = draws.integers(lo, hi)
@@ -1983,7 +1441,7 @@ cdef class Store:
         cdef PriorityTrees trees = self.priorities
         cdef Picks picks = Picks()
         cdef int64_t B = 0, run, ts, n, lo = 0, hi = 0, leaf, key
-        cdef int64_t steps = self.live_steps if num_timesteps is None else num_timesteps
+        cdef int64_t steps = self.runs.live_steps if num_timesteps is None else num_timesteps
         cdef int32_t off, slot
         cdef bint random_n = n_step_range(n_step, &lo, &hi, &n)
         cdef Num total = trees.total(), N = num(<double>steps, TAG_INT)
@@ -2023,8 +1481,8 @@ cdef class Store:
         cdef int64_t k, run, ts
         cdef int32_t off, slot
         with draws:
-            k = draws.integers(0, self.live_steps)
-        self._kth(k, &run, &off)
+            k = draws.integers(0, self.runs.live_steps)
+        self.runs.kth(k, &run, &off)
         self._step_of(run, off, &slot, &ts)
         return slot, ts
 
@@ -2044,12 +1502,13 @@ cdef class Store:
         cdef bint random_n = n_step_range(n_step, &lo, &hi, &n)
         # The weights in the numbers RLlib's sample() computes them in (a
         # float32 tree's sums stay float32), so that both give the same.
-        cdef Num total, N = num(<double>self.live_steps, TAG_INT), neg_beta = num(-beta, TAG_FLOAT)
+        cdef Num total, N = num(<double>self.runs.live_steps, TAG_INT)
+        cdef Num neg_beta = num(-beta, TAG_FLOAT)
         cdef Num max_weight, one = num(1.0, TAG_INT)
         cdef Py_ssize_t i
-        if self.live_steps <= 0:
+        if self.runs.live_steps <= 0:
             raise ValueError("the buffer holds no timesteps to sample")
-        cdef int64_t before_head = self._prefix(self.run_head & (self.run_cap - 1))
+        cdef int64_t before_head = self.runs.before_head()
         if prioritized:
             total = trees.total()
             if not total.v > 0.0:
@@ -2058,7 +1517,8 @@ cdef class Store:
         cdef int64_t tries = 0, limit = draw_limit(batch_size)
         cdef Py_ssize_t start, j, g, k
         cdef double sums[16]
-        cdef int64_t found[16]
+        cdef int64_t found[16], steps[16]
+        cdef int32_t offs[16]
         cdef Pick* p
         picks._reserve(batch_size)
         # In rounds: the draws still missing, then where each lands, then
@@ -2076,7 +1536,7 @@ cdef class Store:
                     if prioritized:
                         p.weight = draws.random()
                     else:
-                        p.ts = draws.integers(0, self.live_steps)
+                        p.ts = draws.integers(0, self.runs.live_steps)
                     p.n = draws.integers(lo, hi) if random_n else n
             if prioritized:
                 for i in range(start, batch_size, 16):
@@ -2100,7 +1560,13 @@ cdef class Store:
                     p.leaf = p.ts
             if not prioritized:
                 for i in range(start, batch_size, 16):
-                    self._kth_group(&picks.items[i], min(16, batch_size - i), before_head)
+                    g = min(16, batch_size - i)
+                    for k in range(g):
+                        steps[k] = picks.items[i + k].ts
+                    self.runs.kth_group(steps, found, offs, g, before_head)
+                    for k in range(g):
+                        picks.items[i + k].run = found[k]
+                        picks.items[i + k].off = offs[k]
             j = start
             for i in range(start, batch_size):
                 p = &picks.items[i]
@@ -2155,16 +1621,16 @@ cdef class Store:
             return -2
         run = key >> 20
         off = <int32_t>(key & KEY_OFFSET_MASK)
-        if run >= self.run_tail:
+        if run >= self.runs.tail:
             return -2
-        if run < self.run_head:
+        if run < self.runs.head:
             return -1
-        r = &self.runs[run & (self.run_cap - 1)]
+        r = self.runs.at(run)
         if r.ep < 0:
             return -1
         if r.ts < 0 or off >= r.n:
             return -2
-        leaf = self._block(r.block).leaf_of_row[r.row + off]
+        leaf = self.blocks.at(r.block).leaf_of_row[r.row + off]
         return leaf if self.priorities.key_of(leaf) == key else -1
 
     def set_priorities(self, keys, values, alpha, max_priority, bint public=True):
@@ -2315,276 +1781,6 @@ cdef class Store:
                     self._advance(&run, &off, 1)
         return out, mask
 
-    # -- gathers ------------------------------------------------------------------------
-
-    def locate_ends(self, Picks picks):
-        """Finds where each pick's `end` step is (the rows new_obs come from)."""
-        cdef Py_ssize_t i
-        cdef Pick* p
-        for i in range(picks.size):
-            p = &picks.items[i]
-            p.end_run = p.run
-            p.end_off = p.off
-            self._advance(&p.end_run, &p.end_off, p.end - p.ts)
-
-    def gather(self, Picks picks, Py_ssize_t leaf, bint at_end=False):
-        """Leaf `leaf` of each pick's step (or of its end step): an array of
-        rows for a numeric leaf, a list for an object leaf."""
-        if not 0 <= leaf < self.nleaves:
-            raise IndexError(f"no leaf {leaf}")
-        if at_end and (self.final[leaf] if self.row_bytes[leaf]
-                       else self.final_objects[leaf]) is None:
-            raise ValueError(f"leaf {leaf} has no rows after an episode's last step "
-                             f"(observation leaves do)")
-        return self._gather_leaf(picks, leaf, at_end)
-
-    cdef object _gather_leaf(self, Picks picks, Py_ssize_t leaf, bint at_end):
-        cdef Py_ssize_t i, rb = self.row_bytes[leaf]
-        cdef cnp.ndarray out
-        cdef char* dst
-        cdef Pick* p
-        if rb == 0:
-            return [self._row_object(picks.items[i].end_run if at_end else picks.items[i].run,
-                                     picks.items[i].end_off if at_end else picks.items[i].off,
-                                     leaf)
-                    for i in range(picks.size)]
-        out = rows_array(picks.size, self.shapes[leaf], self.dtypes[leaf])
-        dst = array_bytes(out, picks.size * rb)
-        self._gather_rows(picks, leaf, NULL if at_end else dst, dst if at_end else NULL, rb)
-        return out
-        for i in range(picks.size):
-            p = &picks.items[i]
-            if at_end:
-                copy_row(dst + i * rb, self._row_ptr(p.end_run, p.end_off, leaf), rb)
-            else:
-                copy_row(dst + i * rb, self._row_ptr(p.run, p.off, leaf), rb)
-        return out
-
-    cdef object _gather_track(self, Picks picks, object structure, bint at_end):
-        # A track's rows for each pick, nested as the track is.
-        if structure is None:
-            return None
-        if type(structure) is int:
-            return self._gather_leaf(picks, structure, at_end)
-        if isinstance(structure, dict):
-            return {k: self._gather_track(picks, v, at_end) for k, v in structure.items()}
-        return tuple(self._gather_track(picks, v, at_end) for v in structure)
-
-    cdef tuple _gather_both(self, Picks picks, object structure):
-        # A track's rows at each pick's step and at its end step, as two
-        # trees nested as the track is, read pick by pick (_gather_rows).
-        cdef Py_ssize_t leaf, rb
-        cdef cnp.ndarray first, last
-        if type(structure) is int:
-            leaf = structure
-            rb = self.row_bytes[leaf]
-            if rb == 0:
-                return (self._gather_leaf(picks, leaf, False),
-                        self._gather_leaf(picks, leaf, True))
-            first = rows_array(picks.size, self.shapes[leaf], self.dtypes[leaf])
-            last = rows_array(picks.size, self.shapes[leaf], self.dtypes[leaf])
-            self._gather_rows(picks, leaf, array_bytes(first, picks.size * rb),
-                              array_bytes(last, picks.size * rb), rb)
-            return first, last
-        if isinstance(structure, dict):
-            pairs = {k: self._gather_both(picks, v) for k, v in structure.items()}
-            return ({k: v[0] for k, v in pairs.items()}, {k: v[1] for k, v in pairs.items()})
-        pairs = [self._gather_both(picks, v) for v in structure]
-        return tuple([v[0] for v in pairs]), tuple([v[1] for v in pairs])
-
-    def native_transitions(self, Picks picks, double gamma, bint extras):
-        """sample_batch()'s transition batch for drawn picks: obs, actions,
-        rewards (discounted over the steps taken), new_obs, terminateds,
-        truncateds, n_step, weights, indices (see native_fields()), and with
-        `extras` each extra model output at the step."""
-        cdef dict batch
-        returns = self._returns_and_ends(picks, gamma)
-        steps, weights, indices, terminateds, truncateds = self.native_fields(picks)
-        obs, new_obs = self._gather_both(picks, self.layout["obs"])
-        batch = {"obs": obs,
-                 "actions": self._gather_track(picks, self.layout["actions"], False),
-                 "rewards": returns,
-                 "new_obs": new_obs}
-        if extras:
-            for key, structure in self.layout["extras"].items():
-                batch[key] = self._gather_track(picks, structure, False)
-        batch["terminateds"] = terminateds
-        batch["truncateds"] = truncateds
-        batch["n_step"] = steps
-        batch["weights"] = weights
-        batch["indices"] = indices
-        return batch
-
-    def gather_both(self, Picks picks, Py_ssize_t leaf):
-        """Leaf `leaf` at each pick's step and at its end step: two arrays
-        of rows for a numeric leaf (read pick by pick), two lists for an
-        object leaf."""
-        if not 0 <= leaf < self.nleaves:
-            raise IndexError(f"no leaf {leaf}")
-        return self._gather_both(picks, leaf)
-
-    def gather_pairs(self, Picks picks, Py_ssize_t leaf):
-        """Leaf `leaf` at each pick's step and at its end step, interleaved:
-        rows 2i and 2i + 1 are pick i's (a list for an object leaf)."""
-        cdef Py_ssize_t i, rb = self.row_bytes[leaf] if 0 <= leaf < self.nleaves else -1
-        cdef cnp.ndarray out
-        cdef char* dst
-        cdef Pick* p
-        if rb < 0:
-            raise IndexError(f"no leaf {leaf}")
-        if rb == 0:
-            out_list = []
-            for i in range(picks.size):
-                p = &picks.items[i]
-                out_list.append(self._row_object(p.run, p.off, leaf))
-                out_list.append(self._row_object(p.end_run, p.end_off, leaf))
-            return out_list
-        out = rows_array(2 * picks.size, self.shapes[leaf], self.dtypes[leaf])
-        dst = array_bytes(out, 2 * picks.size * rb)
-        self._gather_rows(picks, leaf, dst, dst + rb, 2 * rb)
-        return out
-        for i in range(picks.size):
-            p = &picks.items[i]
-            copy_row(dst + 2 * i * rb, self._row_ptr(p.run, p.off, leaf), rb)
-            copy_row(dst + (2 * i + 1) * rb, self._row_ptr(p.end_run, p.end_off, leaf), rb)
-        return out
-
-    def gather_infos(self, Picks picks, bint at_end=False):
-        cdef Py_ssize_t i
-        return [self._infos_at(picks.items[i].end_run if at_end else picks.items[i].run,
-                               picks.items[i].end_off if at_end else picks.items[i].off)
-                for i in range(picks.size)]
-
-    cdef object _returns_and_ends(self, Picks picks, double gamma):
-        # returns() and locate_ends() in one walk along each pick's rows:
-        # the rewards of a run are consecutive rows.
-        cdef Py_ssize_t i, leaf = self.layout["rewards"], rb = self.row_bytes[leaf]
-        cdef cnp.ndarray out = flat_array(picks.size, cnp.NPY_FLOAT64)
-        cdef double* dst = <double*>array_bytes(out, picks.size * sizeof(double))
-        cdef double acc
-        cdef double values[64]
-        cdef Pick* p
-        cdef Run* r
-        cdef int64_t run, j, m, left, take, k
-        cdef int32_t off
-        cdef char* base
-        cdef int type_num = (<cnp.dtype>self.dtypes[leaf]).type_num
-        for i in range(picks.size):
-            p = &picks.items[i]
-            m = p.end - p.ts
-            if m <= 0 or m > 64:
-                p.end_run, p.end_off = p.run, p.off
-                self._advance(&p.end_run, &p.end_off, m)
-                dst[i] = self._long_return(p.run, p.off, m, gamma, type_num, leaf) if m > 0 \
-                    else 0.0
-                continue
-            run = p.run
-            off = p.off
-            left = m
-            j = 0
-            while True:
-                r = &self.runs[run & (self.run_cap - 1)]
-                take = min(left, r.n - off)
-                base = self.block_data[r.block - self.first_block][leaf] + (r.row + off) * rb
-                for k in range(take):
-                    values[j + k] = read_real(base + k * rb, type_num)
-                j += take
-                left -= take
-                off += <int32_t>take
-                if off == r.n:
-                    # Past the run: its episode's next run, or the final row.
-                    if r.next >= 0:
-                        run = r.next
-                        off = 0
-                    else:
-                        run = -1 - r.ep
-                        off = 0
-                if left == 0:
-                    break
-                if run < 0:
-                    raise IndexError("past the stored episode's end")
-            p.end_run = run
-            p.end_off = off
-            acc = 0.0 + values[m - 1]
-            for j in range(m - 2, -1, -1):
-                acc = (-gamma) * acc
-                acc = values[j] - acc
-            dst[i] = acc
-        if self.layout["rewards"] is not None and \
-                self.dtypes[self.layout["rewards"]] == np.float32:
-            return out.astype(np.float32)
-        return out
-
-    def returns(self, Picks picks, double gamma):
-        """Each pick's discounted reward sum over steps ts .. end - 1, as
-        scipy.signal.lfilter([1], [1, -gamma], rewards[::-1])[-1] computes
-        it (float64)."""
-        cdef Py_ssize_t i, leaf = self.layout["rewards"]
-        cdef cnp.ndarray out = flat_array(picks.size, cnp.NPY_FLOAT64)
-        cdef double* dst = <double*>array_bytes(out, picks.size * sizeof(double))
-        cdef double acc, values[64]
-        cdef Pick* p
-        cdef int64_t run, j, m
-        cdef int32_t off
-        cdef int type_num = (<cnp.dtype>self.dtypes[leaf]).type_num
-        for i in range(picks.size):
-            p = &picks.items[i]
-            m = p.end - p.ts
-            if m <= 0:
-                dst[i] = 0.0          # lfilter of nothing: RLlib's [-1] fails before this
-                continue
-            # The rewards come in order, the filter runs over them backwards.
-            run = p.run
-            off = p.off
-            acc = 0.0
-            if m <= 64:
-                for j in range(m):
-                    values[j] = read_real(self._row_ptr(run, off, leaf), type_num)
-                    if j + 1 < m:
-                        self._advance(&run, &off, 1)
-                acc = 0.0 + values[m - 1]
-                for j in range(m - 2, -1, -1):
-                    acc = (-gamma) * acc
-                    acc = values[j] - acc
-            else:
-                acc = self._long_return(run, off, m, gamma, type_num, leaf)
-            dst[i] = acc
-        return out
-
-    cdef double _long_return(self, int64_t run, int32_t off, int64_t m, double gamma,
-                             int type_num, Py_ssize_t leaf) except? -1:
-        cdef cnp.ndarray values = np.empty(m, np.float64)
-        cdef double* v = <double*>array_bytes(values, m * sizeof(double))
-        cdef double acc
-        cdef int64_t j
-        for j in range(m):
-            v[j] = read_real(self._row_ptr(run, off, leaf), type_num)
-            if j + 1 < m:
-                self._advance(&run, &off, 1)
-        acc = 0.0 + v[m - 1]
-        for j in range(m - 2, -1, -1):
-            acc = (-gamma) * acc
-            acc = v[j] - acc
-        return acc
-
-    def pick_fields(self, Picks picks):
-        """(slot, ts, n, end) of each pick, as int64 arrays."""
-        cdef Py_ssize_t i
-        cdef cnp.ndarray slots = flat_array(picks.size, cnp.NPY_INT64)
-        cdef cnp.ndarray ts = flat_array(picks.size, cnp.NPY_INT64)
-        cdef cnp.ndarray n = flat_array(picks.size, cnp.NPY_INT64)
-        cdef cnp.ndarray end = flat_array(picks.size, cnp.NPY_INT64)
-        cdef int64_t* a = <int64_t*>array_bytes(slots, picks.size * 8)
-        cdef int64_t* b = <int64_t*>array_bytes(ts, picks.size * 8)
-        cdef int64_t* c = <int64_t*>array_bytes(n, picks.size * 8)
-        cdef int64_t* d = <int64_t*>array_bytes(end, picks.size * 8)
-        for i in range(picks.size):
-            a[i] = picks.items[i].slot
-            b[i] = picks.items[i].ts
-            c[i] = picks.items[i].n
-            d[i] = picks.items[i].end
-        return slots, ts, n, end
-
     # -- one step per env, without episode objects ----------------------------------------
 
     def add_steps(self, list keys, list ids, object t_started, list obs, list next_obs,
@@ -2668,7 +1864,7 @@ cdef class Store:
             if e in seen:
                 raise ValueError(f"env {e} twice in one add_steps()")
             seen.add(e)
-            slot = self._find(keys[e])
+            slot = self.table.find(keys[e], self.keys)
             if slot >= 0:
                 ep = &self.eps[slot]
                 if ep.terminated or ep.truncated:
@@ -2684,7 +1880,7 @@ cdef class Store:
         # Changes.
         for i in range(count):
             e = env_of[i]
-            slot = self._find(keys[e])
+            slot = self.table.find(keys[e], self.keys)
             if slot < 0:
                 slot = self._new_slot(ids[e], keys[e], t0[e], 0, 0, True, NAN, NAN)
                 prev = self.eps[slot].prev
@@ -2693,7 +1889,7 @@ cdef class Store:
                 new += 1
                 if first_infos is not None and first_infos[e]:
                     self.final_infos[slot] = copy.deepcopy(first_infos[e])
-            block = self._tail_block(1)
+            block = self.blocks.tail(1)
             row = block.size
             for name, leaf, arr in parts:
                 if name == "next_obs":
@@ -2701,7 +1897,7 @@ cdef class Store:
                            array_bytes(arr, n * self.row_bytes[leaf]) + e * self.row_bytes[leaf],
                            self.row_bytes[leaf])
                 else:
-                    self._ensure_leaf(block, leaf)
+                    self.blocks.ensure_leaf(block, leaf)
                     memcpy((<Column>block.cols[leaf]).row_ptr(row, 1),
                            array_bytes(arr, n * self.row_bytes[leaf]) + e * self.row_bytes[leaf],
                            self.row_bytes[leaf])
@@ -2713,8 +1909,8 @@ cdef class Store:
             item = infos[e] if infos is not None else None
             if item is not None and (item or type(item) is not dict):
                 self.final_infos[slot] = copy.deepcopy(item)
-            run = self._new_run(block, self.first_block + len(self.blocks) - 1,
-                                <int32_t>row, 1, slot, <int32_t>self.eps[slot].length)
+            run = self.runs.push(self.blocks.last(),
+                                 <int32_t>row, 1, slot, <int32_t>self.eps[slot].length)
             if self.priorities is not None:
                 if self.restoring:
                     block.leaf_of_row[row] = -1
@@ -2775,7 +1971,6 @@ cdef bint n_step_range(object n_step, int64_t* lo, int64_t* hi, int64_t* n) exce
     return False
 
 
-
 cdef int check_steps(EpisodeCore episode, object extras, Py_ssize_t n) except -1:
     # Every track is read at its lookback + step: each must hold the n steps
     # (one more observation and info). An unpickled episode is not
@@ -2803,21 +1998,6 @@ cdef int _check_rewards(BufferCore rewards) except -1:
 
 cdef tuple REWARD_TYPES = (cnp.NPY_DOUBLE, cnp.NPY_FLOAT, cnp.NPY_INT64, cnp.NPY_INT32,
                            cnp.NPY_BOOL)
-
-
-cdef double read_real(const char* p, int type_num) except? -1:
-    # A stored reward as float64 (what lfilter computes in).
-    if type_num == cnp.NPY_DOUBLE:
-        return (<const double*>p)[0]
-    if type_num == cnp.NPY_FLOAT:
-        return (<const float*>p)[0]
-    if type_num == cnp.NPY_INT64:
-        return <double>(<const int64_t*>p)[0]
-    if type_num == cnp.NPY_INT32:
-        return (<const int32_t*>p)[0]
-    if type_num == cnp.NPY_BOOL:
-        return (<const unsigned char*>p)[0] != 0
-    raise TypeError("rewards must be float64, float32, int64, int32 or bool numbers")
 
 
 @cython.final
@@ -2961,11 +2141,11 @@ def step_order(Store store):
     cdef Py_ssize_t k
     cdef Block block
     out = []
-    for seq in range(store.run_head, store.run_tail):
-        r = &store.runs[seq & (store.run_cap - 1)]
+    for seq in range(store.runs.head, store.runs.tail):
+        r = store.runs.at(seq)
         if r.ep < 0 or r.ts < 0:
             continue
-        block = store._block(r.block)
+        block = store.blocks.at(r.block)
         for k in range(r.n):
             out.append((r.ep, r.ts + k,
                         block.leaf_of_row[r.row + k] if store.priorities is not None else -1))
