@@ -8,16 +8,21 @@ from episode._draws import Draws
 from episode._replay import Store
 
 
-@pytest.mark.parametrize("n_step", [1, 3, (1, 5)])
-def test_gathered_rows_and_returns_are_the_episodes(n_step):
-    obs = np.arange(11 * 3, dtype=np.float32).reshape(11, 3)
-    rewards = [float(r) for r in range(1, 11)]
-    store = Store(64)
-    store.add(SingleAgentEpisode(observations=list(obs), actions=list(range(10)),
-                                 rewards=rewards, terminated=True, len_lookback_buffer=0))
+# n-steps of more than 64 sum their rewards through another buffer; the
+# 150-step episode is added in chunks, so that they cross runs.
+@pytest.mark.parametrize("n_step, steps", [(1, 10), (3, 10), ((1, 5), 10), (100, 150)])
+def test_gathered_rows_and_returns_are_the_episodes(n_step, steps):
+    obs = np.arange((steps + 1) * 3, dtype=np.float32).reshape(steps + 1, 3)
+    rewards = [float(r) for r in range(1, steps + 1)]
+    store = Store(1024)
+    episode = SingleAgentEpisode(observations=list(obs), actions=list(range(steps)),
+                                 rewards=rewards, terminated=True, len_lookback_buffer=0)
+    chunk = 64
+    for start in range(0, steps, chunk):
+        store.add(episode[start:start + chunk])
     picks = store.draw_transitions(Draws(np.random.default_rng(0)), 32, n_step)
     slots, ts, ns, ends = _gather.pick_fields(store, picks)
-    assert (slots == 0).all() and (ends == np.minimum(ts + ns, 10)).all()
+    assert (slots == 0).all() and (ends == np.minimum(ts + ns, steps)).all()
     _gather.locate_ends(store, picks)
     first, last = _gather.gather_both(store, picks, store.layout["obs"])
     np.testing.assert_array_equal(first, obs[ts])

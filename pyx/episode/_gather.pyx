@@ -296,40 +296,34 @@ def returns(Store store, Picks picks, double gamma):
     cdef Py_ssize_t i, leaf = store.layout["rewards"]
     cdef cnp.ndarray out = flat_array(picks.size, cnp.NPY_FLOAT64)
     cdef double* dst = <double*>array_bytes(out, picks.size * sizeof(double))
-    cdef double acc, values[64]
+    cdef double values[64]
     cdef Pick* p
-    cdef int64_t run, j, m
-    cdef int32_t off
+    cdef int64_t m
     cdef int type_num = (<cnp.dtype>store.dtypes[leaf]).type_num
     for i in range(picks.size):
         p = &picks.items[i]
         m = p.end - p.ts
         if m <= 0:
             dst[i] = 0.0          # lfilter of nothing: RLlib's [-1] fails before this
-            continue
-        # The rewards come in order, the filter runs over them backwards.
-        run = p.run
-        off = p.off
-        acc = 0.0
-        if m <= 64:
-            for j in range(m):
-                values[j] = read_real(store._row_ptr(run, off, leaf), type_num)
-                if j + 1 < m:
-                    store._advance(&run, &off, 1)
-            acc = 0.0 + values[m - 1]
-            for j in range(m - 2, -1, -1):
-                acc = (-gamma) * acc
-                acc = values[j] - acc
+        elif m <= 64:
+            dst[i] = _discounted(store, p.run, p.off, m, gamma, type_num, leaf, values)
         else:
-            acc = _long_return(store, run, off, m, gamma, type_num, leaf)
-        dst[i] = acc
+            dst[i] = _long_return(store, p.run, p.off, m, gamma, type_num, leaf)
     return out
 
 
 cdef double _long_return(Store store, int64_t run, int32_t off, int64_t m, double gamma,
                          int type_num, Py_ssize_t leaf) except? -1:
+    # More rewards than the callers' 64 on the stack.
     cdef cnp.ndarray values = np.empty(m, np.float64)
-    cdef double* v = <double*>array_bytes(values, m * sizeof(double))
+    return _discounted(store, run, off, m, gamma, type_num, leaf,
+                       <double*>array_bytes(values, m * sizeof(double)))
+
+
+cdef double _discounted(Store store, int64_t run, int32_t off, int64_t m, double gamma,
+                        int type_num, Py_ssize_t leaf, double* v) except? -1:
+    """The m rewards from (run, off) read into v (room for m), then filtered
+    backwards, in lfilter's order of operations."""
     cdef double acc
     cdef int64_t j
     for j in range(m):
