@@ -20,7 +20,7 @@ cdef class Blocks:
     # what a stored row of each leaf is.
     cdef list items
     cdef readonly int64_t first
-    cdef char*** data                # each block's first_rows, for the gathers
+    cdef char*** row_tables          # each block's first_rows, for the gathers
     cdef readonly Py_ssize_t rows    # a full block's rows
     cdef readonly object storage     # None: in memory; else the files' folder
     cdef bint tree_leaves            # each row keeps its priority tree leaf

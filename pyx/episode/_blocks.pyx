@@ -53,7 +53,7 @@ cdef class Blocks:
         self.dtypes = []
 
     def __dealloc__(self):
-        PyMem_Free(self.data)
+        PyMem_Free(self.row_tables)
         PyMem_Free(self.row_bytes)
 
     def __len__(self):
@@ -156,12 +156,12 @@ cdef class Blocks:
         # The table of the blocks' row pointers that the gathers read
         # (rebuilt whenever a block comes, goes or moves its rows).
         cdef Py_ssize_t i, n = len(self.items)
-        cdef char*** table = <char***>PyMem_Realloc(self.data, max(1, n) * sizeof(char**))
+        cdef char*** table = <char***>PyMem_Realloc(self.row_tables, max(1, n) * sizeof(char**))
         if table == NULL:
             raise MemoryError()
-        self.data = table
+        self.row_tables = table
         for i in range(n):
-            self.data[i] = (<Block>self.items[i]).first_rows
+            self.row_tables[i] = (<Block>self.items[i]).first_rows
         return 0
 
     cdef int _resize(self, Block block, Py_ssize_t cap) except -1:

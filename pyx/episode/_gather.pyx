@@ -258,7 +258,7 @@ cdef object _returns_and_ends(Store store, Picks picks, double gamma):
         while True:
             r = store.runs.at(run)
             take = min(left, r.n - off)
-            base = store.blocks.data[r.block - store.blocks.first][leaf] + (r.row + off) * rb
+            base = store.blocks.row_tables[r.block - store.blocks.first][leaf] + (r.row + off) * rb
             for k in range(take):
                 values[j + k] = read_real(base + k * rb, type_num)
             j += take

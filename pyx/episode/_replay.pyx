@@ -1333,7 +1333,7 @@ cdef class Store:
         r = self.runs.at(run)
         if CHECKED and not 0 <= r.block - self.blocks.first < len(self.blocks.items):
             raise SystemError("episode core: a run outside the blocks")
-        base = self.blocks.data[r.block - self.blocks.first][leaf]
+        base = self.blocks.row_tables[r.block - self.blocks.first][leaf]
         if base == NULL:
             raise SystemError("episode core: a leaf without storage in its block")
         return base + (r.row + off) * self.blocks.row_bytes[leaf]
