@@ -6,11 +6,13 @@ with ours), with a fixed hash seed so that RLlib's own runs repeat exactly.
 from __future__ import annotations
 
 import atexit
+import fcntl
 import functools
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -63,7 +65,29 @@ def _stop_runs() -> None:
 @functools.lru_cache(maxsize=None)
 def _run(algo: str, classes: str, iterations: int) -> dict:
     """rllib_runs.py's result (each run once per test session: the tests of
-    episode.rllib.runners compare with the same RLlib runs)."""
+    episode.rllib.runners compare with the same RLlib runs). Under
+    pytest-xdist the workers share the results through files, one lock per
+    algorithm: this module and test_rllib_runners.py may run in two."""
+    shared = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if not shared or algo not in SIDE_BY_SIDE:
+        return _run_here(algo, classes, iterations)
+    folder = Path(tempfile.gettempdir()) / f"episode-rllib-runs-{shared}"
+    folder.mkdir(exist_ok=True)
+    result = folder / f"{algo}-{classes}-{iterations}.json"
+    with open(folder / f"{algo}-{iterations}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not result.exists():
+            # The side-by-side runs all end here, their results kept for the
+            # tests that ask next (in this worker or the other).
+            for other in SIDE_BY_SIDE[algo]:
+                done = _run_here(algo, other, iterations)
+                part = folder / f"{algo}-{other}-{iterations}.json.part"
+                part.write_text(json.dumps(done))
+                part.replace(folder / f"{algo}-{other}-{iterations}.json")
+        return json.loads(result.read_text())
+
+
+def _run_here(algo: str, classes: str, iterations: int) -> dict:
     for other in SIDE_BY_SIDE.get(algo, ()):
         _start(algo, other, iterations)
     proc = _start(algo, classes, iterations)
