@@ -50,7 +50,7 @@ SANITIZE = {
     "test_one_hot.py", "test_space_checks.py", "test_checks.py", "test_views.py",
     "test_episode_views.py", "test_sampling.py", "test_collector.py", "test_collector_steps.py",
     "test_replay.py", "test_replay_frames.py", "test_replay_transitions.py",
-    "test_replay_runs.py", "test_replay_gather.py",
+    "test_replay_runs.py", "test_replay_gather.py", "test_replay_picks.py",
     "test_replay_kept.py",
     # the readers of files (datasets, Minari's, kept replay buffers)
     "test_offline_dataset.py", "test_offline_faults.py", "test_offline_minari_damaged.py",

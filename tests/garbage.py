@@ -3974,6 +3974,12 @@ def _gather_module():
     return _gather
 
 
+def _picks_module():
+    from episode import _picks
+
+    return _picks
+
+
 def new_draws(rng):
     from episode._draws import Draws
 
@@ -4120,6 +4126,7 @@ def probe_store(p, tag, store):
     """Draws, gathers and reads on `store`; none may crash or hand out
     memory nobody wrote."""
     _gather = _gather_module()
+    _picks = _picks_module()
     _replay, _, _ = _replay_modules()
     view = StoreView(store)
     p.run(f"{tag}.view", view.get_state, data=False)
@@ -4127,16 +4134,16 @@ def probe_store(p, tag, store):
     if not isinstance(store.live_steps, int) or not store.live_steps:
         return
     draws = new_draws(np.random.default_rng(0))
-    p.run(f"{tag}.uniform_step", lambda: store.uniform_step(draws), data=False)
-    picks = [p.run(f"{tag}.draw_uniform", lambda: store.draw_uniform(draws, 4, 0, 1, 0),
+    p.run(f"{tag}.uniform_step", lambda: _picks.uniform_step(store, draws), data=False)
+    picks = [p.run(f"{tag}.draw_uniform", lambda: _picks.draw_uniform(store, draws, 4, 0, 1, 0),
                    data=False),
-             p.run(f"{tag}.draw_uniform(T=3)", lambda: store.draw_uniform(draws, 4, 3, 1, 0),
+             p.run(f"{tag}.draw_uniform(T=3)", lambda: _picks.draw_uniform(store, draws, 4, 3, 1, 0),
                    data=False),
-             p.run(f"{tag}.draw_transitions", lambda: store.draw_transitions(draws, 4, 1),
+             p.run(f"{tag}.draw_transitions", lambda: _picks.draw_transitions(store, draws, 4, 1),
                    data=False)]
     if store.priorities is not None:
         picks.append(p.run(f"{tag}.draw_prioritized",
-                           lambda: store.draw_prioritized(draws, 4, 1, 0.5), data=False))
+                           lambda: _picks.draw_prioritized(store, draws, 4, 1, 0.5), data=False))
     for k, pick in enumerate(picks):
         if pick is None:
             continue
@@ -4174,7 +4181,7 @@ def replay_gather_at_end_case(track):
         _allow_replay(p)
         store = _replay.Store(64)
         store.add(_replay_episode(impl, "box"))
-        picks = store.draw_transitions(new_draws(np.random.default_rng(0)), 4, 1)
+        picks = _picks_module().draw_transitions(store, new_draws(np.random.default_rng(0)), 4, 1)
         _gather.locate_ends(store, picks)
         for leaf in _leaf_numbers(store.layout["extras"]["vf"] if track == "vf"
                                   else store.layout[track]):

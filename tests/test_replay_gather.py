@@ -3,7 +3,7 @@ step's rows and its discounted return are the stored episode's."""
 import numpy as np
 import pytest
 
-from episode import SingleAgentEpisode, _gather
+from episode import SingleAgentEpisode, _gather, _picks
 from episode._draws import Draws
 from episode._replay import Store
 
@@ -20,7 +20,7 @@ def test_gathered_rows_and_returns_are_the_episodes(n_step, steps):
     chunk = 64
     for start in range(0, steps, chunk):
         store.add(episode[start:start + chunk])
-    picks = store.draw_transitions(Draws(np.random.default_rng(0)), 32, n_step)
+    picks = _picks.draw_transitions(store, Draws(np.random.default_rng(0)), 32, n_step)
     slots, ts, ns, ends = _gather.pick_fields(store, picks)
     assert (slots == 0).all() and (ends == np.minimum(ts + ns, steps)).all()
     _gather.locate_ends(store, picks)
@@ -40,7 +40,7 @@ def test_a_leaf_that_is_not_there_is_refused():
     store = Store(64)
     store.add(SingleAgentEpisode(observations=[0.0, 1.0], actions=[0], rewards=[1.0],
                                  len_lookback_buffer=0))
-    picks = store.draw_transitions(Draws(np.random.default_rng(0)), 2, 1)
+    picks = _picks.draw_transitions(store, Draws(np.random.default_rng(0)), 2, 1)
     for leaf in (-1, store.nleaves):
         with pytest.raises(IndexError):
             _gather.gather(store, picks, leaf)

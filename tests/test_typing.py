@@ -20,7 +20,7 @@ COMPILED = ["episode._buffer", "episode._column", "episode._episode", "episode._
             "episode._multi", "episode._vector", "episode._priority", "episode._replay",
             "episode._dataset", "episode._frames", "episode._keep", "episode._collect",
             "episode._pages", "episode._keys", "episode._draws", "episode._runs",
-            "episode._blocks", "episode._gather"]
+            "episode._blocks", "episode._gather", "episode._picks"]
 
 # Expressions appended to tests/typing_sample.py in assert_type() calls, with
 # the type mypy must infer for each (as the sample's own names spell it).

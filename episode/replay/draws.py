@@ -13,8 +13,8 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from episode import _gather
-from episode._replay import (Store, make_transitions,
-                              shares_batch)
+from episode._gather import make_transitions
+from episode._replay import Store, shares_batch
 from episode.single_agent_episode import SingleAgentEpisode
 
 

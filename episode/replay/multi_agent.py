@@ -9,7 +9,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
-from episode import _gather
+from episode import _gather, _picks
 from episode._replay import Store, episode_fields, step_order
 from episode.single_agent_episode import SingleAgentEpisode
 from episode.replay.draws import (_batch_size, _check_gamma, _checked_n_step, _discounted,
@@ -361,7 +361,7 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
         """What a prioritized buffer keeps of a module's sample_batch()."""
 
     def _draw_module(self, module_id, store, draws, batch_size_B, n_step, beta):
-        return store.draw_transitions(draws, batch_size_B, n_step), None
+        return _picks.draw_transitions(store, draws, batch_size_B, n_step), None
 
     def _sample_independent(self, batch_size_B, batch_length_T, n_step, gamma, include_infos,
                             include_extra_model_outputs, modules_to_sample, beta=None):
@@ -465,7 +465,7 @@ class MultiAgentEpisodeReplayBuffer(EpisodeReplayBuffer):
             if tries > 1_000_000 + 100 * batch_size_B:
                 raise ValueError(f"no item after {tries - 1} draws: no stored env step has "
                                  f"n-step transitions of its agents")
-            slot, ts = self._store.uniform_step(draws)
+            slot, ts = _picks.uniform_step(self._store, draws)
             if random_n:
                 n = draws.draw_integers(*n_step)
             if ts - n < 0:

@@ -7,6 +7,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
+from episode import _picks
 from episode._replay import Store, step_order
 from episode.replay.draws import _batch_size, _check_gamma, _warn_misspelt
 from episode.replay.frames import store_args
@@ -112,7 +113,7 @@ class MultiAgentPrioritizedEpisodeReplayBuffer(MultiAgentEpisodeReplayBuffer,
             modules_to_sample=modules_to_sample)
 
     def _draw_module(self, module_id, store, draws, batch_size_B, n_step, beta):
-        picks = store.draw_prioritized(draws, batch_size_B, n_step, beta,
+        picks = _picks.draw_prioritized(store, draws, batch_size_B, n_step, beta,
                                        self.get_num_timesteps(module_id))
         self._module_to_last_sampled_indices[module_id].extend(picks.leaves)
         self._module_to_last_sampled_keys[module_id].extend(

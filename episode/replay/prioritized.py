@@ -10,7 +10,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
-from episode import _gather
+from episode import _gather, _picks
 from episode._priority import pack_runs, pack_values, unpack_runs, unpack_values
 from episode._replay import Store, episode_fields, step_order
 from episode.single_agent_episode import SingleAgentEpisode
@@ -212,7 +212,7 @@ class PrioritizedEpisodeReplayBuffer(EpisodeReplayBuffer):
         n_step = _checked_n_step(n_step or 1)
         store = self._store
         _check_not_empty(store, ZeroDivisionError)     # (RLlib's: its p_min / 0.0)
-        picks = store.draw_prioritized(self._draws(), batch_size_B, n_step, beta)
+        picks = _picks.draw_prioritized(store, self._draws(), batch_size_B, n_step, beta)
         self._last_leaves = picks.leaves
         self._last_keys = store.priorities.keys_of(picks.leaves)
         self._last_keys_public = False

@@ -8,7 +8,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
-from episode import _gather
+from episode import _gather, _picks
 from episode._draws import Draws
 from episode._replay import Store, episode_fields, live_slots, step_order
 from episode.lookback_buffer import InfiniteLookbackBuffer
@@ -377,7 +377,7 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
         B = T = 0
         draws = self._draws()
         while B < batch_size_B:
-            slot, ts = store.uniform_step(draws)
+            slot, ts = _picks.uniform_step(store, draws)
             episode = _stored_episode(store, slot)
             flags["is_first"][B][T] = True
             if not rewards[B]:
@@ -444,7 +444,7 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
 
     def _draw_uniform(self, num_items: int, T: int, n_step, min_batch_length_T: int):
         # _sample_episodes()' draw: the picks and their (slots, ts, n-steps, ends).
-        picks = self._store.draw_uniform(self._draws(), num_items, T, n_step,
+        picks = _picks.draw_uniform(self._store, self._draws(), num_items, T, n_step,
                                          min_batch_length_T)
         return picks, _gather.pick_fields(self._store, picks)
 
@@ -479,7 +479,7 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
                                                           min_batch_length_T)
         _gather.locate_ends(store, picks)
         obs, new_obs = _gather.gather_both(store, picks, leaves[0])
-        _, _, _, terminated, truncated = store.native_fields(picks)
+        _, _, _, terminated, truncated = _gather.native_fields(store, picks)
         exact = ts + ns == ends         # (the plain buffer's rule for done)
         columns = {"obs": obs, "new_obs": new_obs, "actions": _gather.gather(store, picks, leaves[1]),
                    "rewards": _gather.returns(store, picks, float(gamma)),
@@ -553,11 +553,11 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
 
     def _native_batch(self, store: Store, args: _NativeArgs) -> Dict[str, Any]:
         # sample_batch() from one store, its arguments checked.
-        picks = store.draw_native(self._draws(), args.batch_size, args.n_step,
+        picks = _picks.draw_native(store, self._draws(), args.batch_size, args.n_step,
                                   store.priorities is not None, args.beta, args.T, args.min_T)
         if not args.T:
             return _gather.native_transitions(store, picks, args.gamma, args.extras)
-        steps, weights, indices, _, _ = store.native_fields(picks)
+        steps, weights, indices, _, _ = _gather.native_fields(store, picks)
         batch = self._sequence_batch(store, picks, args.lookback, args.T, args.extras)
         batch["lengths"] = steps
         batch["weights"] = weights
@@ -569,7 +569,7 @@ class EpisodeReplayBuffer(metaclass=_BufferClass):
         masks = []
 
         def rows(leaf, next_rows=False):
-            values, mask = store.gather_sequences(picks, leaf, lookback, T, next_rows)
+            values, mask = _gather.gather_sequences(store, picks, leaf, lookback, T, next_rows)
             masks.append(mask)
             return values
 

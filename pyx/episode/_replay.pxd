@@ -1,13 +1,13 @@
 # Replay storage: stored episodes' rows in blocks of Columns, their steps in
-# insertion order, and the draws and gathers that sample them.
+# insertion order.
 cimport cython
+cimport numpy as cnp
 from libc.stdint cimport int32_t, int64_t, uint32_t, uint64_t
 
 from episode._blocks cimport Block, Blocks
 from episode._buffer cimport BufferCore
 from episode._column cimport Column
 from episode._episode cimport EpisodeCore
-from episode._draws cimport Draws
 from episode._frames cimport FramePool
 from episode._keys cimport KeyTable
 from episode._priority cimport Num, PriorityTrees
@@ -33,31 +33,11 @@ cdef struct Ep:
     double last_step_time
 
 
-# A drawn step: where it is, and what the draw made of it.
-cdef struct Pick:
-    int64_t run          # the step's run and offset in it
-    int32_t off
-    int32_t slot         # its episode
-    int64_t ts           # its index in the stored episode
-    int64_t n            # the n-step drawn (or asked for)
-    int64_t end          # the step the transition or sequence ends at (exclusive)
-    int64_t end_run      # where step `end` is (run < 0: the final row)
-    int32_t end_off
-    double weight        # the native sampler's importance weight
-    int64_t leaf         # its priority tree leaf (-1: none)
-
-
-@cython.final
-cdef class Picks:
-    cdef Pick* items
-    cdef Py_ssize_t size, cap
-    cdef public list weights     # prioritized: each pick's weight (RLlib's object)
-    cdef public list leaves      # prioritized: each pick's tree leaf
-    cdef public int64_t resamples
-    cdef public list rejected    # the episode slot of each draw made again
-    cdef int _reserve(self, Py_ssize_t n) except -1
-    cdef int push(self, int64_t run, int32_t off, int32_t slot, int64_t ts, int64_t n,
-                  int64_t end) except -1
+# A tree leaf's key: run << 20 | offset; the keys sample_batch() hands out
+# carry their store's tag from bit 56 (see _replay.pyx).
+cdef enum:
+    KEY_OFFSET_MASK = (1 << 20) - 1
+    KEY_TAG_SHIFT = 56
 
 
 cdef class EpisodeMeta:
@@ -155,4 +135,12 @@ cdef class Store:
                               int64_t[::1] lengths)
     cdef object _row_object(self, int64_t run, int32_t off, Py_ssize_t leaf)
     cdef object _infos_at(self, int64_t run, int32_t off)
-    cdef int _step_of(self, int64_t run, int32_t off, int32_t* slot, int64_t* ts) noexcept
+
+
+# A drawn batch's rows as episodes' tracks, read in place (make_transitions,
+# in _gather, builds its one-step episodes of them).
+cdef Column shared_rows(cnp.ndarray arr, Py_ssize_t first, Py_ssize_t rows, unsigned char kind)
+cdef object shared_tree(object structure, dict arrays, Py_ssize_t first, Py_ssize_t rows,
+                        list kinds)
+cdef BufferCore track_buffer(object storage, object space)
+cdef BufferCore empty_dicts_buffer(Py_ssize_t count)

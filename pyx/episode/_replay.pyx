@@ -16,9 +16,9 @@ of sampleable steps, the k-th of which a uniform draw picks. Evicting the
 oldest episode marks its runs dead; a block is freed once every run in it
 is dead.
 
-The sampling loops reproduce RLlib's buffers draw for draw (same Generator
-calls in the same order: episode._draws) and hand back the drawn steps;
-episode._gather copies their rows into batch arrays.
+The draws (episode._picks) reproduce RLlib's buffers draw for draw (same
+Generator calls in the same order: episode._draws) and hand back the drawn
+steps; episode._gather copies their rows into batch arrays.
 """
 import copy
 import os
@@ -34,13 +34,12 @@ from libc.string cimport memcmp, memcpy, memset
 
 from episode._column cimport CHECKED
 
-from episode._arrays cimport copy_row, flat_array
+from episode._arrays cimport copy_row
 from episode._blocks cimport Block, Blocks
 from episode._buffer cimport BufferCore
 from episode._column cimport (Column, KIND_ARRAY, KIND_BOOL, KIND_EMPTY, KIND_EMPTY_DICT,
-                              KIND_FLOAT, KIND_INT, KIND_OBJECT, KIND_SCALAR, array_bytes)
+                              KIND_OBJECT, KIND_SCALAR, array_bytes)
 from episode._episode cimport EpisodeCore, own_extras
-from episode._draws cimport Draws
 from episode._frames cimport FramePool
 from episode._keys cimport KeyTable
 from episode import _frames
@@ -56,11 +55,10 @@ cnp.import_array()
 cdef Py_ssize_t MIN_BLOCK_ROWS = 64
 cdef Py_ssize_t MAX_BLOCK_ROWS = 1 << 20
 
-cdef int64_t KEY_OFFSET_MASK = (1 << 20) - 1   # a tree leaf's key: run << 20 | offset
+# A tree leaf's key: run << 20 | offset (KEY_OFFSET_MASK, in _replay.pxd).
 # The keys sample_batch() hands out as `indices` carry their store's tag in
-# bits 56-62, so that update_priorities() can tell them from another
-# store's (or another buffer's before a set_state()).
-cdef int KEY_TAG_SHIFT = 56
+# bits 56-62 (KEY_TAG_SHIFT), so that update_priorities() can tell them from
+# another store's (or another buffer's before a set_state()).
 cdef int64_t KEY_STEP_MASK = ((<int64_t>1) << 56) - 1
 cdef int64_t last_key_tag = 0
 cdef object F32_DTYPE = np.dtype(np.float32)
@@ -1362,235 +1360,6 @@ cdef class Store:
         r = self.runs.at(run)
         return self.blocks.at(r.block).infos.get(r.row + off, {})
 
-    # -- RLlib's draws -------------------------------------------------------------------
-
-    cdef int _step_of(self, int64_t run, int32_t off, int32_t* slot,
-                      int64_t* ts) noexcept:
-        cdef Run* r = self.runs.at(run)
-        slot[0] = r.ep
-        ts[0] = r.ts + off
-        return 0
-
-    def draw_uniform(self, Draws draws, Py_ssize_t batch_size_B, Py_ssize_t batch_length_T,
-                     n_step, Py_ssize_t min_batch_length_T):
-        """EpisodeReplayBuffer._sample_episodes' draws: a uniform step per
-        draw (and a random n-step per draw for a range), skipping steps
-        within min_batch_length_T of their episode's end, until the counted
-        timesteps reach batch_size_B (RLlib's count: a sequence counts its
-        length plus one, a transition one)."""
-        cdef Picks picks = Picks()
-        cdef int64_t B = 0, k, run, ts, n, lo = 0, hi = 0, end, length, grow
-        cdef int32_t off, slot
-        cdef bint random_n = n_step_range(n_step, &lo, &hi, &n)
-        cdef int64_t tries = 0, limit = draw_limit(batch_size_B)
-        with draws:
-            while B < batch_size_B:
-                count_draws(&tries, 1, limit)
-                k = draws.integers(0, self.runs.live_steps)
-                self.runs.kth(k, &run, &off)
-                self._step_of(run, off, &slot, &ts)
-                length = self.eps[slot].length
-                if not batch_length_T and random_n:
-                    n = draws.integers(lo, hi)
-                if min_batch_length_T > 0 and ts + min_batch_length_T >= length:
-                    continue
-                if ts + batch_length_T + (n - 1) > length:
-                    end = length
-                else:
-                    end = ts + batch_length_T + n - 1
-                # The data: a transition's n steps (cut at the episode's
-                # end), or the sequence up to `end`.
-                picks.push(run, off, slot, ts, n,
-                           end if batch_length_T else min(ts + n, length))
-                grow = end - ts - (n - 1) + 1
-                B += grow if grow else 1
-        return picks
-
-    def draw_transitions(self, Draws draws, Py_ssize_t batch_size_B, n_step):
-        """The multi-agent buffer's uniform draws (per module): a uniform
-        step per draw, a random n-step per draw for a range; a step within n
-        of its episode's end is drawn again (counted in `resamples`)."""
-        cdef Picks picks = Picks()
-        cdef int64_t B = 0, k, run, ts, n, lo = 0, hi = 0
-        cdef int32_t off, slot
-        cdef bint random_n = n_step_range(n_step, &lo, &hi, &n)
-        cdef int64_t tries = 0, limit = draw_limit(batch_size_B)
-        with draws:
-            while B < batch_size_B:
-                count_draws(&tries, 1, limit)
-                k = draws.integers(0, self.runs.live_steps)
-                self.runs.kth(k, &run, &off)
-                self._step_of(run, off, &slot, &ts)
-                if random_n:
-                    n = draws.integers(lo, hi)
-                if ts + n > self.eps[slot].length:
-                    picks.resamples += 1
-                    picks.rejected.append(slot)
-                    continue
-                picks.push(run, off, slot, ts, n, ts + n)
-                B += 1
-        return picks
-
-    def draw_prioritized(self, Draws draws, Py_ssize_t batch_size_B, n_step, beta,
-                         num_timesteps=None):
-        """PrioritizedEpisodeReplayBuffer.sample's draws, on its numbers:
-        a prefix sum per draw, the step at that tree leaf, its importance
-        weight (with `num_timesteps` as the buffer's size, the stored steps
-        by default), a random n-step per draw for a range; a step within n
-        of its episode's end is drawn again (counted in `resamples`)."""
-        cdef PriorityTrees trees = self.priorities
-        cdef Picks picks = Picks()
-        cdef int64_t B = 0, run, ts, n, lo = 0, hi = 0, leaf, key
-        cdef int64_t steps = self.runs.live_steps if num_timesteps is None else num_timesteps
-        cdef int32_t off, slot
-        cdef bint random_n = n_step_range(n_step, &lo, &hi, &n)
-        cdef Num total = trees.total(), N = num(<double>steps, TAG_INT)
-        cdef Num neg_beta = to_num(beta), p_min, max_weight, weight
-        neg_beta.v = -neg_beta.v
-        p_min = div(trees.minimum(), total)
-        max_weight = power(mul(p_min, N), neg_beta)
-        cdef int64_t tries = 0, limit = draw_limit(batch_size_B)
-        picks.weights = []
-        picks.leaves = []
-        with draws:
-            while B < batch_size_B:
-                count_draws(&tries, 1, limit)
-                leaf = trees.find(mul(num(draws.random(), TAG_FLOAT), trees.total()))
-                weight = power(mul(div(trees.leaf_sum(leaf), total), N), neg_beta)
-                key = trees.key_of(leaf)
-                if key < 0:
-                    raise KeyError(leaf)
-                run = key >> 20
-                off = <int32_t>(key & KEY_OFFSET_MASK)
-                self._step_of(run, off, &slot, &ts)
-                if random_n:
-                    n = draws.integers(lo, hi)
-                if ts + n > self.eps[slot].length:
-                    picks.resamples += 1
-                    picks.rejected.append(slot)
-                    continue
-                picks.push(run, off, slot, ts, n, ts + n)
-                picks.weights.append(from_num(mul(div(weight, max_weight), num(1.0, TAG_INT))))
-                picks.leaves.append(leaf)
-                B += 1
-        return picks
-
-    def uniform_step(self, Draws draws):
-        """One uniform draw of a stored step (RLlib's `self._indices[
-        self.rng.integers(len(self._indices))]`): its (slot, index)."""
-        cdef int64_t k, run, ts
-        cdef int32_t off, slot
-        with draws:
-            k = draws.integers(0, self.runs.live_steps)
-        self.runs.kth(k, &run, &off)
-        self._step_of(run, off, &slot, &ts)
-        return slot, ts
-
-    # -- the native sampler ------------------------------------------------------------
-
-    def draw_native(self, Draws draws, Py_ssize_t batch_size, n_step, bint prioritized,
-                    double beta, Py_ssize_t batch_length_T, Py_ssize_t min_batch_length_T):
-        """sample_batch()'s draws: `batch_size` steps, uniform or by priority
-        (then with importance weights (p * N) ** -beta over their largest),
-        each with its n-step (an int, or drawn from a (low, high) range) cut
-        at its episode's end, or a sequence of up to batch_length_T steps;
-        steps within min_batch_length_T of their episode's end are drawn
-        again."""
-        cdef Picks picks = Picks()
-        cdef PriorityTrees trees = self.priorities
-        cdef int64_t n, lo = 0, hi = 0, key, length
-        cdef bint random_n = n_step_range(n_step, &lo, &hi, &n)
-        # The weights in the numbers RLlib's sample() computes them in (a
-        # float32 tree's sums stay float32), so that both give the same.
-        cdef Num total, N = num(<double>self.runs.live_steps, TAG_INT)
-        cdef Num neg_beta = num(-beta, TAG_FLOAT)
-        cdef Num max_weight, one = num(1.0, TAG_INT)
-        cdef Py_ssize_t i
-        if self.runs.live_steps <= 0:
-            raise ValueError("the buffer holds no timesteps to sample")
-        cdef int64_t before_head = self.runs.before_head()
-        if prioritized:
-            total = trees.total()
-            if not total.v > 0.0:
-                raise ValueError("the priorities sum to zero")
-            max_weight = power(mul(div(trees.minimum(), total), N), neg_beta)
-        cdef int64_t tries = 0, limit = draw_limit(batch_size)
-        cdef Py_ssize_t start, j, g, k
-        cdef double sums[16]
-        cdef int64_t found[16], steps[16]
-        cdef int32_t offs[16]
-        cdef Pick* p
-        picks._reserve(batch_size)
-        # In rounds: the draws still missing, then where each lands, then
-        # its step (a step too near its episode's end, or a free tree leaf,
-        # is dropped for the next round). Each phase on its own lets the
-        # memory reads of several draws overlap instead of waiting in turn.
-        # Each candidate takes its random numbers (where, then its n-step)
-        # in turn, as a draw-by-draw loop would.
-        while picks.size < batch_size:
-            start = picks.size
-            count_draws(&tries, batch_size - start, limit)
-            with draws:
-                for i in range(start, batch_size):
-                    p = &picks.items[i]
-                    if prioritized:
-                        p.weight = draws.random()
-                    else:
-                        p.ts = draws.integers(0, self.runs.live_steps)
-                    p.n = draws.integers(lo, hi) if random_n else n
-            if prioritized:
-                for i in range(start, batch_size, 16):
-                    g = min(16, batch_size - i)
-                    for k in range(g):
-                        sums[k] = mul(num(picks.items[i + k].weight, TAG_FLOAT), total).v
-                    trees.find_group(sums, found, g)
-                    for k in range(g):
-                        picks.items[i + k].leaf = found[k]
-            for i in range(start, batch_size):
-                p = &picks.items[i]
-                p.slot = 0
-                if prioritized:
-                    key = trees.key_of(p.leaf)
-                    if key < 0:
-                        p.slot = -1
-                        continue
-                    p.run = key >> 20
-                    p.off = <int32_t>(key & KEY_OFFSET_MASK)
-                else:
-                    p.leaf = p.ts
-            if not prioritized:
-                for i in range(start, batch_size, 16):
-                    g = min(16, batch_size - i)
-                    for k in range(g):
-                        steps[k] = picks.items[i + k].ts
-                    self.runs.kth_group(steps, found, offs, g, before_head)
-                    for k in range(g):
-                        picks.items[i + k].run = found[k]
-                        picks.items[i + k].off = offs[k]
-            j = start
-            for i in range(start, batch_size):
-                p = &picks.items[i]
-                if p.slot < 0:
-                    continue
-                self._step_of(p.run, p.off, &p.slot, &p.ts)
-                length = self.eps[p.slot].length
-                if min_batch_length_T > 0 and p.ts + min_batch_length_T >= length:
-                    continue
-                p.end = min(p.ts + (batch_length_T if batch_length_T else p.n), length)
-                p.end_run = -1
-                p.end_off = 0
-                if prioritized:
-                    # (p * N) ** -beta, normalized by the largest possible weight.
-                    p.weight = mul(div(power(mul(div(trees.leaf_sum(p.leaf), total), N),
-                                             neg_beta), max_weight), one).v
-                else:
-                    p.weight = 1.0
-                if j != i:
-                    picks.items[j] = p[0]
-                j += 1
-            picks.size = j
-        return picks
-
     def leaves_of(self, keys):
         """The tree leaf of each step's key as native_fields() hands them
         out (`indices`); -1 for a step no longer stored, or a key this store
@@ -1715,71 +1484,6 @@ cdef class Store:
             PyMem_Free(leaves)
             PyMem_Free(nums)
         return from_num(top) if raised else max_priority
-
-    def native_fields(self, Picks picks):
-        """(n-steps taken, weights, indices (each step's key: the store's tag
-        << 56 | run << 20 | offset, which stays its own while it is stored),
-        terminated,
-        truncated) per pick, as arrays: a pick is terminated (truncated)
-        when it reaches the end of a terminated (truncated) episode."""
-        cdef Py_ssize_t i
-        cdef cnp.ndarray n = flat_array(picks.size, cnp.NPY_INT64)
-        cdef cnp.ndarray w = flat_array(picks.size, cnp.NPY_FLOAT32)
-        cdef cnp.ndarray leaves = flat_array(picks.size, cnp.NPY_INT64)
-        cdef cnp.ndarray term = flat_array(picks.size, cnp.NPY_BOOL)
-        cdef cnp.ndarray trunc = flat_array(picks.size, cnp.NPY_BOOL)
-        cdef int64_t* nd = <int64_t*>array_bytes(n, picks.size * 8)
-        cdef float* wd = <float*>array_bytes(w, picks.size * 4)
-        cdef int64_t* ld = <int64_t*>array_bytes(leaves, picks.size * 8)
-        cdef cnp.npy_bool* td = <cnp.npy_bool*>array_bytes(term, picks.size)
-        cdef cnp.npy_bool* rd = <cnp.npy_bool*>array_bytes(trunc, picks.size)
-        cdef Pick* p
-        cdef Ep* ep
-        for i in range(picks.size):
-            p = &picks.items[i]
-            ep = &self.eps[p.slot]
-            nd[i] = p.end - p.ts
-            wd[i] = <float>p.weight
-            ld[i] = (<int64_t>self.key_tag << KEY_TAG_SHIFT) | (p.run << 20) | p.off
-            td[i] = p.end == ep.length and ep.terminated
-            rd[i] = p.end == ep.length and ep.truncated
-        return n, w, leaves, term, trunc
-
-    def gather_sequences(self, Picks picks, Py_ssize_t leaf, Py_ssize_t lookback,
-                         Py_ssize_t T, bint next_rows):
-        """Leaf `leaf` for each pick's window of rows: `lookback` steps before
-        its step, then up to T steps to its `end` (with `next_rows`, each
-        step's next observation instead); zeros where the window leaves the
-        stored episode. (B, lookback + T, ...) array, and the (B, lookback +
-        T) mask of the rows that hold data."""
-        cdef Py_ssize_t i, j, width = lookback + T, rb = self.row_bytes[leaf]
-        cdef cnp.ndarray out, mask
-        cdef char* dst
-        cdef cnp.npy_bool* md
-        cdef Pick* p
-        cdef Ep* ep
-        cdef int64_t first, run, s
-        cdef int32_t off
-        if rb == 0:
-            raise TypeError("sequences of non-numeric leaves are not supported")
-        out = np.zeros((picks.size, width) + self.shapes[leaf], self.dtypes[leaf])
-        mask = np.zeros((picks.size, width), np.bool_)
-        dst = array_bytes(out, picks.size * width * rb)
-        md = <cnp.npy_bool*>array_bytes(mask, picks.size * width)
-        for i in range(picks.size):
-            p = &picks.items[i]
-            ep = &self.eps[p.slot]
-            first = max(p.ts - lookback, -<int64_t>ep.lookback)
-            if first >= p.end:
-                continue
-            self._locate(p.slot, first + next_rows, &run, &off)
-            for s in range(first, p.end):
-                j = s - (p.ts - lookback)
-                self._read_row(dst + (i * width + j) * rb, run, off, leaf)
-                md[i * width + j] = True
-                if s + 1 < p.end:
-                    self._advance(&run, &off, 1)
-        return out, mask
 
     # -- one step per env, without episode objects ----------------------------------------
 
@@ -1943,34 +1647,6 @@ cdef cnp.ndarray _flat_of(object values, object dtype, Py_ssize_t n, str what):
     return arr
 
 
-cdef int64_t draw_limit(Py_ssize_t batch_size) noexcept:
-    # Draws a sample() may take before it gives up: RLlib's loops draw again
-    # without end when no stored step can give an item (episodes shorter
-    # than the n-step, every long one of zero priority).
-    return 1000000 + 100 * <int64_t>batch_size
-
-
-cdef int count_draws(int64_t* tries, int64_t count, int64_t limit) except -1:
-    # `count` more draws; ValueError once there have been more than `limit`.
-    tries[0] += count
-    if tries[0] > limit:
-        raise ValueError(f"no item after {tries[0] - count} draws: no stored step can give "
-                         f"one (episodes shorter than the n-step, or steps too near their "
-                         f"episode's end)")
-    return 0
-
-
-cdef bint n_step_range(object n_step, int64_t* lo, int64_t* hi, int64_t* n) except -1:
-    # A draw's n-step (checked by the caller): an int, or a (low, high)
-    # range drawn from per item (then `n` starts at low). True for a range.
-    if isinstance(n_step, tuple):
-        lo[0], hi[0] = n_step
-        n[0] = lo[0]
-        return True
-    n[0] = n_step
-    return False
-
-
 cdef int check_steps(EpisodeCore episode, object extras, Py_ssize_t n) except -1:
     # Every track is read at its lookback + step: each must hold the n steps
     # (one more observation and info). An unpickled episode is not
@@ -1998,51 +1674,6 @@ cdef int _check_rewards(BufferCore rewards) except -1:
 
 cdef tuple REWARD_TYPES = (cnp.NPY_DOUBLE, cnp.NPY_FLOAT, cnp.NPY_INT64, cnp.NPY_INT32,
                            cnp.NPY_BOOL)
-
-
-@cython.final
-cdef class Picks:
-    """The steps a draw picked (see Pick)."""
-
-    def __cinit__(self):
-        self.resamples = 0
-        self.rejected = []
-
-    def __dealloc__(self):
-        PyMem_Free(self.items)
-
-    def __len__(self):
-        return self.size
-
-    cdef int _reserve(self, Py_ssize_t n) except -1:
-        # Room for n picks in all.
-        cdef Pick* grown
-        if n > self.cap:
-            grown = <Pick*>PyMem_Realloc(self.items, n * sizeof(Pick))
-            if grown == NULL:
-                raise MemoryError()
-            self.items = grown
-            self.cap = n
-        return 0
-
-    cdef int push(self, int64_t run, int32_t off, int32_t slot, int64_t ts, int64_t n,
-                  int64_t end) except -1:
-        cdef Pick* p
-        if self.size == self.cap:
-            self._reserve(2 * self.cap + 32)
-        p = &self.items[self.size]
-        p.run = run
-        p.off = off
-        p.slot = slot
-        p.ts = ts
-        p.n = n
-        p.end = end
-        p.end_run = -1
-        p.end_off = 0
-        p.weight = 1.0
-        p.leaf = -1
-        self.size += 1
-        return 0
 
 
 cdef Column list_column(cnp.ndarray rows, unsigned char kind):
@@ -2155,8 +1786,7 @@ def step_order(Store store):
 # -- sampled episodes ----------------------------------------------------------------------
 
 from episode._buffer cimport empty_buffer
-from episode._episode cimport buffer_class, new_id
-from episode._episode import REWARDS_SPACE
+from episode._episode cimport buffer_class
 from episode.spaces import base_struct
 import gymnasium as gym
 
@@ -2200,18 +1830,6 @@ cdef BufferCore track_buffer(object storage, object space):
     return buf
 
 
-cdef BufferCore numpy_buffer(cnp.ndarray arr, Py_ssize_t first, Py_ssize_t rows,
-                             Py_ssize_t lookback):
-    # InfiniteLookbackBuffer(arr[first:first + rows], lookback=lookback): a
-    # numpy'ized buffer reading its rows in place.
-    cdef Column col = shared_rows(arr, first, rows, KIND_ARRAY)
-    cdef BufferCore buf
-    col.finalized = True
-    buf = track_buffer(col, None)
-    buf.lookback = lookback
-    return buf
-
-
 cdef BufferCore empty_dicts_buffer(Py_ssize_t count):
     # InfiniteLookbackBuffer([{}] * count): a count.
     cdef BufferCore buf = empty_buffer(buffer_class(), None, None)
@@ -2221,170 +1839,6 @@ cdef BufferCore empty_dicts_buffer(Py_ssize_t count):
     buf.set_storage(col)
     buf.untrack()
     return buf
-
-
-cdef BufferCore items_buffer(list items):
-    # InfiniteLookbackBuffer(items): empty dicts (an episode's usual infos)
-    # counted, anything else pushed as the constructor would.
-    cdef BufferCore buf
-    for item in items:
-        if type(item) is not dict or item:
-            break
-    else:
-        return empty_dicts_buffer(len(items))
-    buf = empty_buffer(buffer_class(), None, None)
-    for item in items:
-        buf.push(item)
-    return buf
-
-
-cdef object scalar_column_array(list values):
-    # One row per value of a list of same-type numbers (Python float/int,
-    # numpy scalars): the array and the kind its items come back as; None
-    # for mixed types.
-    cdef object t = type(values[0]) if values else float
-    for v in values:
-        if type(v) is not t:
-            return None
-    if t is float:
-        return np.array(values, np.float64), KIND_FLOAT
-    if t is int:
-        return np.array(values, np.int64), KIND_INT
-    if issubclass(t, np.generic):
-        return np.array(values, t), KIND_SCALAR
-    return None
-
-
-cdef extern from "Python.h":
-    Py_ssize_t Py_REFCNT(object obj)
-
-
-cdef object reclaimed(list spent, Py_ssize_t* cursor, type cls):
-    """The next episode of class `cls` in `spent` that only `spent` holds (no
-    one else can see it: it may be made over), taken out of the list; None
-    when there is none left. `spent` is a private list of an earlier draw's
-    episodes (see draws._Replayed)."""
-    cdef Py_ssize_t i
-    cdef object episode
-    for i in range(cursor[0], len(spent)):
-        episode = spent[i]
-        # Two references: the list's and this variable's.
-        if type(episode) is cls and Py_REFCNT(episode) == 2:
-            spent[i] = None
-            cursor[0] = i + 1
-            return episode
-    cursor[0] = len(spent)
-    return None
-
-
-def make_transitions(type cls, Store store, Picks picks, dict obs_pairs, dict actions,
-                     cnp.ndarray returns, dict extras, list infos, list weights, bint stored_ids,
-                     bint exact_end, Py_ssize_t outputs_lookback=-1, list spent=None):
-    """One-step episodes of class `cls` for the picked n-step transitions,
-    as RLlib's buffers build them (see replay._transitions): their data read
-    in place from the batch arrays (`obs_pairs`: per observation leaf, rows
-    [obs(ts), obs(end)] of each pick; `actions`, `extras[key]`: per leaf a
-    row per pick; `returns`: the discounted sums). With `weights`, "weights"
-    and "n_step" lead their extra model outputs (the prioritized and
-    multi-agent buffers'); else with `outputs_lookback` >= 0 they follow
-    them, as numpy'ized buffers of that lookback plus the step (the plain
-    buffer's: n-step, and weights of 1.0).
-
-    Episodes of an earlier draw in `spent` that no one else holds are made
-    over instead of new ones (with their extra outputs' dict): a draw then
-    adds no objects for the cyclic garbage collector to track (a draw's
-    new episodes, kept through a learner update, are what brought its full
-    collections on). Every field is set either way."""
-    cdef Py_ssize_t i, B = picks.size, rows = outputs_lookback + 1, cursor = 0
-    cdef Pick* p
-    cdef Ep* ep
-    cdef EpisodeCore episode
-    cdef EpisodeMeta meta
-    cdef list out = []
-    # (An object leaf's shape is None: its rows come as lists, kinds unused.)
-    cdef list numpy_kinds = [KIND_ARRAY if self_shape else KIND_SCALAR
-                             for self_shape in store.shapes]
-    cdef list list_kinds = [store.kinds[i] for i in range(store.nleaves)]
-    cdef cnp.ndarray n_rows = flat_array(B, cnp.NPY_INT64)
-    cdef int64_t* n_data = <int64_t*>array_bytes(n_rows, B * 8)
-    layout = store.layout
-    obs_structure = layout["obs"]
-    action_structure = layout["actions"]
-    weight_rows = scalar_column_array(weights) if weights is not None else None
-    cdef cnp.ndarray n_lookback_rows, ones
-    cdef int64_t* nl
-    if weights is None and outputs_lookback >= 0:
-        n_lookback_rows = flat_array(B * rows, cnp.NPY_INT64)
-        nl = <int64_t*>array_bytes(n_lookback_rows, B * rows * 8)
-        for i in range(B * rows):
-            nl[i] = picks.items[i // rows].n
-        ones = np.ones(B * rows, np.float64)
-    for i in range(B):
-        n_data[i] = picks.items[i].n
-    for i in range(B):
-        p = &picks.items[i]
-        ep = &store.eps[p.slot]
-        meta = store.meta[p.slot]
-        kinds = numpy_kinds if ep.finalized else list_kinds
-        made_over = reclaimed(spent, &cursor, cls) if spent is not None else None
-        if made_over is None:
-            episode = EpisodeCore.__new__(cls)
-            outputs = {}
-        else:
-            episode = made_over
-            outputs = episode._extras
-            if type(outputs) is dict and Py_REFCNT(outputs) == 2:   # (the episode's, this)
-                outputs.clear()
-            else:
-                outputs = {}
-            episode.custom_data_ = None
-        if stored_ids:
-            episode.id_ = store.ids[p.slot]
-            episode.agent_id = meta.agent_id
-            episode.module_id = meta.module_id
-        else:
-            episode.id_ = new_id()
-            episode.agent_id = None
-            episode.module_id = None
-        episode.multi_agent_episode_id = None
-        episode.observations = track_buffer(shared_tree(obs_structure, obs_pairs, 2 * i, 2, kinds),
-                                            meta.observation_space)
-        episode._observation_space = meta.observation_space
-        if infos is None:
-            episode.infos = empty_dicts_buffer(2)
-        else:
-            episode.infos = items_buffer([infos[2 * i], infos[2 * i + 1]])
-        episode.actions = track_buffer(shared_tree(action_structure, actions, i, 1, kinds),
-                                       meta.action_space)
-        episode._action_space = meta.action_space
-        episode.rewards = track_buffer(shared_rows(returns, i, 1, KIND_SCALAR), REWARDS_SPACE)
-        if weights is not None:
-            if weight_rows is not None:
-                outputs["weights"] = track_buffer(
-                    shared_rows(weight_rows[0], i, 1, weight_rows[1]), None)
-            else:
-                outputs["weights"] = items_buffer([weights[i]])
-            outputs["n_step"] = track_buffer(shared_rows(n_rows, i, 1, KIND_INT), None)
-        for key, arrays in extras.items():
-            if key in meta.extra_keys:
-                outputs[key] = track_buffer(
-                    shared_tree(layout["extras"][key], arrays, i, 1, kinds), None)
-        if weights is None and outputs_lookback >= 0:
-            outputs["n_step"] = numpy_buffer(n_lookback_rows, i * rows, rows, outputs_lookback)
-            outputs["weights"] = numpy_buffer(ones, i * rows, rows, outputs_lookback)
-        episode._extras = outputs
-        reaches_end = (p.ts + p.n == ep.length) if exact_end else p.end >= ep.length
-        episode.is_terminated = bool(ep.terminated) if reaches_end else False
-        episode.is_truncated = bool(ep.truncated) if reaches_end else False
-        episode.t_started = p.ts
-        episode.t = p.ts + 1
-        episode.start_time = NAN
-        episode.last_step_time = NAN
-        episode.last_observation = None
-        episode.last_row_observed = False
-        episode.last_infos = None
-        out.append(episode)
-    return out
 
 
 cdef bint _reads_rows(object holder, list leaves, dict arrays, Py_ssize_t first,
