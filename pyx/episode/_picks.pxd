@@ -2,6 +2,7 @@
 cimport cython
 from libc.stdint cimport int32_t, int64_t
 
+from episode._draws cimport Draws
 from episode._replay cimport Store
 from episode._runs cimport Run
 
@@ -39,4 +40,12 @@ cdef inline int step_of(Store store, int64_t run, int32_t off, int32_t* slot,
     cdef Run* r = store.runs.at(run)
     slot[0] = r.ep
     ts[0] = r.ts + off
+    return 0
+
+
+cdef inline int uniform_pick(Store store, Draws draws, int64_t* run, int32_t* off,
+                             int32_t* slot, int64_t* ts) except -1:
+    # A stored step drawn uniformly: its run, offset, episode slot and index.
+    store.runs.kth(draws.integers(0, store.runs.live_steps), run, off)
+    step_of(store, run[0], off[0], slot, ts)
     return 0

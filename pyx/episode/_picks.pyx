@@ -11,7 +11,6 @@ cimport cython
 from cpython.mem cimport PyMem_Free, PyMem_Realloc
 from libc.stdint cimport int32_t, int64_t
 
-from episode._draws cimport Draws
 from episode._priority cimport (Num, PriorityTrees, div, from_num, mul, num, power, to_num,
                                 TAG_FLOAT, TAG_INT)
 from episode._replay cimport KEY_OFFSET_MASK, Store
@@ -100,16 +99,14 @@ def draw_uniform(Store store, Draws draws, Py_ssize_t batch_size_B, Py_ssize_t b
     timesteps reach batch_size_B (RLlib's count: a sequence counts its
     length plus one, a transition one)."""
     cdef Picks picks = Picks()
-    cdef int64_t B = 0, k, run, ts, n, lo = 0, hi = 0, end, length, grow
+    cdef int64_t B = 0, run, ts, n, lo = 0, hi = 0, end, length, grow
     cdef int32_t off, slot
     cdef bint random_n = n_step_range(n_step, &lo, &hi, &n)
     cdef int64_t tries = 0, limit = draw_limit(batch_size_B)
     with draws:
         while B < batch_size_B:
             count_draws(&tries, 1, limit)
-            k = draws.integers(0, store.runs.live_steps)
-            store.runs.kth(k, &run, &off)
-            step_of(store, run, off, &slot, &ts)
+            uniform_pick(store, draws, &run, &off, &slot, &ts)
             length = store.eps[slot].length
             if not batch_length_T and random_n:
                 n = draws.integers(lo, hi)
@@ -132,16 +129,14 @@ def draw_transitions(Store store, Draws draws, Py_ssize_t batch_size_B, n_step):
     step per draw, a random n-step per draw for a range; a step within n
     of its episode's end is drawn again (counted in `resamples`)."""
     cdef Picks picks = Picks()
-    cdef int64_t B = 0, k, run, ts, n, lo = 0, hi = 0
+    cdef int64_t B = 0, run, ts, n, lo = 0, hi = 0
     cdef int32_t off, slot
     cdef bint random_n = n_step_range(n_step, &lo, &hi, &n)
     cdef int64_t tries = 0, limit = draw_limit(batch_size_B)
     with draws:
         while B < batch_size_B:
             count_draws(&tries, 1, limit)
-            k = draws.integers(0, store.runs.live_steps)
-            store.runs.kth(k, &run, &off)
-            step_of(store, run, off, &slot, &ts)
+            uniform_pick(store, draws, &run, &off, &slot, &ts)
             if random_n:
                 n = draws.integers(lo, hi)
             if ts + n > store.eps[slot].length:
@@ -199,12 +194,10 @@ def draw_prioritized(Store store, Draws draws, Py_ssize_t batch_size_B, n_step, 
 def uniform_step(Store store, Draws draws):
     """One uniform draw of a stored step (RLlib's `self._indices[
     self.rng.integers(len(self._indices))]`): its (slot, index)."""
-    cdef int64_t k, run, ts
+    cdef int64_t run, ts
     cdef int32_t off, slot
     with draws:
-        k = draws.integers(0, store.runs.live_steps)
-    store.runs.kth(k, &run, &off)
-    step_of(store, run, off, &slot, &ts)
+        uniform_pick(store, draws, &run, &off, &slot, &ts)
     return slot, ts
 
 
