@@ -469,9 +469,16 @@ print(json.dumps([resident() - base, len(buffer), episodes]))
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/statm") or UNDER_ASAN,
                     reason="reads /proc/self/statm; measures the C allocator's heap")
-@pytest.mark.parametrize("length,prioritized", [(100, False), (1_000, False), (1_000, True),
-                                                (10_000, False)])
-def test_a_frame_stacked_atari_buffer_is_resident_as_its_data(length, prioritized):
+# The bound at 1,000-step episodes is looser than the 1.05x (and
+# has no allowance for the heap's top): there glibc keeps more of the freed
+# episode arrays, by the process's surroundings (2026-12-07: 1.07x alone,
+# 1.23-1.25x in a CI run beside other work); without the mapped pages it
+# was 1.34-1.35x.
+@pytest.mark.parametrize("length,prioritized,bound,allowance", [
+    (100, False, 1.05, 64 << 20), (1_000, False, 1.30, 0), (1_000, True, 1.30, 0),
+    (10_000, False, 1.05, 64 << 20)])
+def test_a_frame_stacked_atari_buffer_is_resident_as_its_data(length, prioritized, bound,
+                                                              allowance):
     # Each episode's frames (its steps and its first observation: the reset
     # repeats its frame) and the per-step action and reward, within 5%,
     # plus what glibc's malloc keeps at the top of its heap from the
@@ -488,7 +495,7 @@ def test_a_frame_stacked_atari_buffer_is_resident_as_its_data(length, prioritize
     resident, stored, episodes = json.loads(out.stdout)
     assert stored == steps
     data = (steps + episodes) * 84 * 84 + steps * (8 + 8)
-    assert resident <= 1.05 * data + (64 << 20), (resident / steps, data / steps)
+    assert resident <= bound * data + allowance, (resident / steps, data / steps)
 
 
 def test_mapped_pages_are_zeroed_writable_and_traced():
