@@ -352,15 +352,19 @@ def test_collecting_cycles_through_typed_storage_frees_each_block_once(storage):
     by its owner, exactly once (the sanitizer build checks it)."""
     import gc
 
+    # Twenty cycles, one collection (a full collection costs about a second
+    # in a process that has imported Ray and torch).
+    views = []
     for _ in range(20):
         if storage == "adopted array":
             col = Column.from_array(np.arange(12.0).reshape(6, 2))
         else:
             col = Column.from_list([np.full(2, i, np.float64) for i in range(6)])
-        view = col.view() if storage == "shared block" else None
+        views.append(col.view() if storage == "shared block" else None)
         cycle = [col]
         cycle.append(cycle)
         del col, cycle
-        gc.collect()
+    assert gc.collect() >= 20
+    for view in views:
         if view is not None:
             np.testing.assert_array_equal(view, np.repeat(np.arange(6.0), 2).reshape(6, 2))
