@@ -410,7 +410,11 @@ def mutations(data, kind, seed):
             for pos in range(start - start % 4, stop - 4, 4):
                 for value in LIES:
                     for width, pack in ((4, _i32), (8, _i64)):
-                        if pos + width > len(data) or (width == 4 and abs(value) >= 2 ** 32):
+                        # (An int64 field of the metadata is 8-aligned in the
+                        # file; the int32 of 2**32 - 1 is that of -1.)
+                        if pos + width > len(data) or pos % width:
+                            continue
+                        if width == 4 and (abs(value) >= 2 ** 32 or value == 2 ** 32 - 1):
                             continue
                         if width == 4 and value >= 2 ** 31:
                             value = value - 2 ** 32
