@@ -59,6 +59,19 @@ SANITIZE = {
     "test_garbage_input.py", "test_replay_bad_input.py",
 }
 
+# The files that take longest, longest first (CI's run of 2026-12-07): they
+# run first. pytest-xdist (--dist loadfile) hands each worker one file at a
+# time in collection order, so a long file collected last keeps one worker
+# busy while the other has nothing left.
+SLOW_FIRST = [
+    "test_rllib_install.py", "test_rllib_offline.py", "test_offline_minari_damaged.py",
+    "test_rllib_runners.py", "test_typing.py", "test_docs.py", "test_offline_faults.py",
+    "test_memory.py", "test_distributed.py", "test_offline_rllib_format.py",
+    "test_single_agent_episode_rllib.py", "test_cli.py", "test_garbage_input.py",
+    "test_multi_agent_episode_rllib.py", "test_replay_kept_more.py",
+    "test_offline_rllib_recorded.py",
+]
+
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "install_check: CI's check of the wheel and conda package")
@@ -72,3 +85,5 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.install_check)
         if name in SANITIZE:
             item.add_marker(pytest.mark.sanitize)
+    rank = {name: i for i, name in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_FIRST)))

@@ -1,5 +1,6 @@
-"""CI's marked subsets (tests/conftest.py) name test files that exist: a
-renamed file would otherwise drop out of the sanitizer's run unseen."""
+"""CI's marked subsets and the slow files run first (tests/conftest.py) name
+test files that exist: a renamed file would otherwise drop out of the
+sanitizer's run unseen."""
 from pathlib import Path
 
 import conftest
@@ -8,7 +9,7 @@ HERE = Path(__file__).resolve().parent
 
 
 def test_the_subsets_name_existing_test_files():
-    for subset in (conftest.INSTALL_CHECK, conftest.SANITIZE):
+    for subset in (conftest.INSTALL_CHECK, conftest.SANITIZE, set(conftest.SLOW_FIRST)):
         assert subset and all((HERE / name).is_file() for name in subset), \
             sorted(name for name in subset if not (HERE / name).is_file())
 
