@@ -142,14 +142,20 @@ def test_install_swaps_every_loaded_module_and_uninstall_puts_them_back():
             assert runner.SingleAgentEpisode is episode.SingleAgentEpisode
             assert mae.MultiAgentEpisode is episode.MultiAgentEpisode
             assert ilb.InfiniteLookbackBuffer is episode.InfiniteLookbackBuffer
-            # A module imported afterwards gets ours.
             from ray.rllib.utils.replay_buffers import episode_replay_buffer as erb
             assert erb.InfiniteLookbackBuffer is episode.InfiniteLookbackBuffer
             assert erb.SingleAgentEpisode is episode.SingleAgentEpisode
+            # A module first imported now gets ours, and uninstall() puts
+            # RLlib's back there too.
+            late = "ray.rllib.connectors.env_to_module.observation_preprocessor"
+            assert late not in sys.modules
+            import ray.rllib.connectors.env_to_module.observation_preprocessor as pre
+            assert pre.SingleAgentEpisode is episode.SingleAgentEpisode
         assert not er.is_installed()
         assert (sae.SingleAgentEpisode, mae.MultiAgentEpisode,
                 ilb.InfiniteLookbackBuffer) == theirs
         assert runner.SingleAgentEpisode is theirs[0] and erb.SingleAgentEpisode is theirs[0]
+        assert pre.SingleAgentEpisode is theirs[0]
         print("ok")
     """)
     assert out == "ok"

@@ -43,7 +43,7 @@ CLASSES = (
 # Our runner that records multi-agent episodes (module, class name).
 RECORDING_RUNNER = ("episode.rllib.offline.recording", "OfflineMultiAgentEnvRunner")
 
-# What install() changed, to be undone: (module, attribute, RLlib's class).
+# The methods install() replaced, to be put back: (class, name, RLlib's).
 _replaced: list = []
 # RLlib's class -> ours, while installed.
 _swap: dict = {}
@@ -61,7 +61,7 @@ def install() -> None:
     they already do). RuntimeError, changing nothing, while an episode or
     buffer of RLlib's classes is alive; ImportError without ray[rllib]."""
     if _swap:
-        _patch_loaded_modules()       # modules imported since
+        # (A module imported since takes ours from the modules patched.)
         return
     swap = {}
     for rllib_module, name, our_module in CLASSES:
@@ -79,7 +79,7 @@ def install() -> None:
             f"exist already; RLlib tells episodes apart by class, so one process cannot mix "
             f"them. Install before anything makes an episode (before building the algorithm).")
     _swap.update(swap)
-    _patch_loaded_modules()
+    _swap_in_loaded_modules(_swap)
     _patch_learner_connectors()
     _patch_recording_runner_choice()
     _hook_ray_init()
@@ -91,12 +91,14 @@ def _ours(module: str, name: str) -> type:
 
 
 def uninstall() -> None:
-    """Puts RLlib's own classes back where install() replaced them (does
-    nothing if not installed). Worker processes already started keep ours."""
+    """Puts RLlib's own classes back where install() put ours, in modules
+    imported since too (does nothing if not installed). Worker processes
+    already started keep ours."""
     global _ray_init
-    for module, attribute, theirs in reversed(_replaced):
-        setattr(module, attribute, theirs)
+    for owner, attribute, theirs in reversed(_replaced):
+        setattr(owner, attribute, theirs)
     _replaced.clear()
+    _swap_in_loaded_modules({ours: theirs for theirs, ours in _swap.items()})
     _swap.clear()
     if _ray_init is not None:
         import ray
@@ -118,9 +120,10 @@ def installed() -> Iterator[None]:
             uninstall()
 
 
-def _patch_loaded_modules() -> None:
-    # Every attribute of a loaded ray.rllib module that is one of RLlib's
-    # classes becomes ours.
+def _swap_in_loaded_modules(swap: dict) -> None:
+    # Every attribute of a loaded ray.rllib module that is a class in `swap`
+    # becomes the class it maps to. (A module imported while installed takes
+    # ours from the modules already swapped; uninstall() swaps it back too.)
     for module_name, module in list(sys.modules.items()):
         if module is None or not (module_name == "ray.rllib"
                                   or module_name.startswith("ray.rllib.")):
@@ -129,10 +132,9 @@ def _patch_loaded_modules() -> None:
         if not isinstance(namespace, dict):
             continue
         for attribute, value in list(namespace.items()):
-            ours = _swap.get(value) if isinstance(value, type) else None
-            if ours is not None:
-                setattr(module, attribute, ours)
-                _replaced.append((module, attribute, value))
+            other = swap.get(value) if isinstance(value, type) else None
+            if other is not None:
+                setattr(module, attribute, other)
 
 
 def _patch_learner_connectors() -> None:
