@@ -547,23 +547,49 @@ def _ends_without_last_observation(ep: Any, args: tuple, kwargs: dict) -> bool:
     return False
 
 
-def _slice_put_right(before: Any, result: Any) -> None:
+def _slice_put_right(before: Any, args: tuple, kwargs: dict, result: Any) -> None:
     """RLlib's piece with the infos of the episode it was sliced from (RLlib
-    passes none: its piece holds {} for each), and that episode's mapping of
-    agents to modules as before (RLlib hands its dict to the piece, which
-    drops the agents it has no data of)."""
+    passes none: its piece holds {} for each), each with the observation it
+    came with, and that episode's mapping of agents to modules as before
+    (RLlib hands its dict to the piece, which drops the agents it has no
+    data of)."""
+    observed = _observed_steps(before, args, kwargs)
     for agent_id, piece in result.agent_episodes.items():
         source = before.agent_episodes.get(agent_id)
         if source is None:
             continue
-        first = piece.t_started - piece.infos.lookback
-        at = [source.infos.lookback + t - source.t_started
-              for t in range(first, first + len(piece.infos.data))]
+        at = observed.get(agent_id)
+        if at is None or len(at) != len(piece.infos.data):
+            first = piece.t_started - piece.infos.lookback
+            at = [source.infos.lookback + t - source.t_started
+                  for t in range(first, first + len(piece.infos.data))]
+        else:
+            at = [i + source.infos.lookback - source.observations.lookback for i in at]
         if all(0 <= i < len(source.infos.data) for i in at):
             piece.infos.data = [copy.deepcopy(source.infos.data[i]) for i in at]
 
 
-def put_right(method: str, before: Any, args: tuple, ep: Any, result: Any) -> None:
+def _observed_steps(before: Any, args: tuple, kwargs: dict) -> dict:
+    """Per agent, the positions in RLlib's `before` of the observations its
+    slice(*args, **kwargs) holds: the same slice of a copy whose observations
+    are their own positions. (Where an agent has only lookback observations
+    in the piece, RLlib's t_started is past them, and observations of equal
+    values would not tell where they came from.)"""
+    marked = copy.deepcopy(before)
+    for episode in marked.agent_episodes.values():
+        n = len(episode.observations.data)
+        episode.observations.data = np.arange(n) if episode.observations.finalized \
+            else list(range(n))
+    try:
+        piece = marked.slice(*args, **kwargs)
+        return {agent_id: [int(i) for i in episode.observations.data]
+                for agent_id, episode in piece.agent_episodes.items()}
+    except Exception:  # noqa: BLE001 - then t_started says where they are
+        return {}
+
+
+def put_right(method: str, before: Any, args: tuple, kwargs: dict, ep: Any,
+              result: Any) -> None:
     """RLlib's episode `ep` (and `result`) after `method`, with what the
     differences page lists put right, so that the rest is still compared
     (each difference is pinned in test_multi_agent_episode_rllib.py):
@@ -574,7 +600,7 @@ def put_right(method: str, before: Any, args: tuple, ep: Any, result: Any) -> No
     * concat_episode(): the concatenation is the uncut episode (see
       _concat_put_right)."""
     if method in ("slice", "__getitem__") and is_ma_episode(result):
-        _slice_put_right(before, result)
+        _slice_put_right(before, args, kwargs, result)
         ep._agent_to_module_mapping = dict(before._agent_to_module_mapping)
     if method == "cut" and is_ma_episode(result):
         for agent_id, agent_episode in result.agent_episodes.items():
@@ -1024,7 +1050,8 @@ class MATwin:
         if leaves_buffers(backup_theirs, method, args, kwargs) and not selftest():
             self.theirs = backup_theirs
         if not selftest():
-            put_right(method, backup_theirs, _resolve(args, "theirs"), self.theirs, r_theirs)
+            put_right(method, backup_theirs, _resolve(args, "theirs"), kwargs, self.theirs,
+                      r_theirs)
         try:
             if result_check is not None:
                 result_check(r_ours, r_theirs)
