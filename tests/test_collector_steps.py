@@ -377,3 +377,35 @@ def test_a_track_that_is_not_a_column_raises(junk):
         collector.build_for_inference()
     with pytest.raises((TypeError, AttributeError)):
         collector.add_action_reward_next_obs(sampler_step(6))
+
+
+@pytest.mark.parametrize("junk", [None, ["obs"], "buffers", 5])
+def test_buffers_replaced_by_junk_raise_rllibs_error(junk):
+    """A collector's buffers replaced from outside by what is not a dict:
+    the inference input and the step raise the class RLlib raises."""
+    twins = Twins(cartpole_views, is_training=False)
+    for i in range(6):
+        twins.step(sampler_step(i))
+    for side in twins.sides:
+        side.buffers = junk
+    twins.raises(sampler_step(6))
+    raised = []
+    for side in twins.sides:
+        with pytest.raises(Exception) as info:
+            side.build_for_inference()
+        raised.append(type(info.value))
+    assert raised[0] is raised[1], raised
+
+
+def test_batches_are_made_only_as_dicts():
+    """The inference answer writes its columns into the batch as into a dict:
+    a batch class that is not a dict is refused when the maker is made."""
+    from episode._collect import BatchMaker
+
+    class NotADict:
+        pass
+
+    with pytest.raises(TypeError):
+        BatchMaker(NotADict, NotADict())
+    with pytest.raises(TypeError):
+        BatchMaker(len, NotADict())
