@@ -18,9 +18,9 @@ from typing import Any, Dict, List, Optional
 import gymnasium as gym
 import numpy as np
 
-from episode._collect import FLAT_ACTION, LEAVES, WHOLE, CollectorCore, StepLayout
+from episode._collect import (FLAT_ACTION, LEAVES, WHOLE, BatchMaker, CollectorCore,
+                              InferencePlan, StepLayout)
 from episode._column import Column
-from episode._views import BatchMaker, InferencePlan
 from episode.spaces import _nested_leaves, _nested_like, fill_batch, is_nesting
 from episode.typing import TrainingBatch
 from episode.views import check_causal, column_rows, gather_inference, gather_training

@@ -106,7 +106,7 @@ def test_inference_over_tracks_cut_short_reads_as_numpy_indexes(rows):
 
 
 def test_inference_plan_takes_only_lists_of_columns():
-    from episode._views import InferencePlan
+    from episode._collect import InferencePlan
     shifts = np.zeros(1, np.int64)
     for tracks in (None, [None], [np.zeros(3)], ("not", "a list")):
         with pytest.raises(TypeError):

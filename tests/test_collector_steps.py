@@ -377,3 +377,66 @@ def test_a_track_that_is_not_a_column_raises(junk):
         collector.build_for_inference()
     with pytest.raises((TypeError, AttributeError)):
         collector.add_action_reward_next_obs(sampler_step(6))
+
+
+@pytest.mark.parametrize("junk", [None, ["obs"], "buffers", 5])
+def test_buffers_replaced_by_junk_raise_rllibs_error(junk):
+    """A collector's buffers replaced from outside by what is not a dict:
+    the inference input and the step raise the class RLlib raises."""
+    twins = Twins(cartpole_views, is_training=False)
+    for i in range(6):
+        twins.step(sampler_step(i))
+    for side in twins.sides:
+        side.buffers = junk
+    twins.raises(sampler_step(6))
+    raised = []
+    for side in twins.sides:
+        with pytest.raises(Exception) as info:
+            side.build_for_inference()
+        raised.append(type(info.value))
+    assert raised[0] is raised[1], raised
+
+
+def test_batches_are_made_only_as_dicts():
+    """The inference answer writes its columns into the batch as into a dict:
+    a batch class that is not a dict is refused when the maker is made."""
+    from episode._collect import BatchMaker
+
+    class NotADict:
+        pass
+
+    with pytest.raises(TypeError):
+        BatchMaker(NotADict, NotADict())
+    with pytest.raises(TypeError):
+        BatchMaker(len, NotADict())
+
+
+@pytest.mark.parametrize("training", [False, True])
+@pytest.mark.parametrize("odd", [np.zeros(3, np.float32), np.zeros((2, 4), np.float32), "str",
+                                 None, 1.5, [1, 2, 3, 4], np.zeros(4, np.int64)])
+def test_an_observation_of_another_shape_after_the_plan(odd, training):
+    """Once the step layout and the inference plan are made, a next
+    observation of another shape or kind: the step is taken as RLlib takes
+    it, and the inference input (and the training batch) is RLlib's batch
+    or raises RLlib's class."""
+    twins = Twins(cartpole_views, is_training=training)
+    for i in range(6):
+        twins.step(sampler_step(i), label=f"step {i}")
+    for side in twins.sides:
+        side.add_action_reward_next_obs(sampler_step(6, new_obs=copy.deepcopy(odd)))
+    builds = [("inference", lambda side: side.build_for_inference())]
+    if training:
+        builds.append(("training",
+                       lambda side: side.build_for_training(side.view_requirements)))
+    for label, build in builds:
+        outcomes = []
+        for side in twins.sides:
+            try:
+                outcomes.append(build(side))
+            except Exception as e:  # noqa: BLE001 - the class is compared
+                outcomes.append(type(e))
+        theirs, ours = outcomes
+        if isinstance(theirs, type):
+            assert ours is theirs, label
+        else:
+            compare_batches(ours, theirs, f"{label} after the odd step")

@@ -1,18 +1,24 @@
-# The per-step half of AgentCollector (episode/collector.py): a step dict's
-# layout (which keys it has, which of their values nest and how, which
-# tracks each leaf goes to) is decided once, from a step the Python path
-# took; each later step of the same layout is then checked and appended here.
+# AgentCollector's compiled core (episode/collector.py). Its steps: a step
+# dict's layout (which keys it has, which of their values nest and how,
+# which tracks each leaf goes to) is decided once, from a step the Python
+# path took; each later step of the same layout is then checked and appended
+# here. Its inference input: the views resolved once (InferencePlan), each
+# build_for_inference is then one C pass that gathers the rows of every view
+# straight into the batch.
 cimport cython
 cimport numpy as cnp
-from cpython.dict cimport PyDict_GetItem, PyDict_Next, PyDict_Size
+from cpython.dict cimport PyDict_Copy, PyDict_GetItem, PyDict_Next, PyDict_SetItem, PyDict_Size
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.number cimport PyNumber_Add
-from cpython.object cimport PyObject, PyObject_RichCompareBool, Py_EQ
+from cpython.object cimport PyObject, PyObject_RichCompareBool, PyTypeObject, Py_EQ
 from cpython.ref cimport Py_XDECREF, Py_XINCREF
 from cpython.tuple cimport PyTuple_GET_ITEM
+from libc.string cimport memcpy
 
-from episode._column cimport KIND_OBJECT, Column
+from episode._column cimport KIND_EMPTY_DICT, KIND_OBJECT, Column, array_bytes, empty_array
+
+import sys
 
 import numpy as np
 
@@ -21,6 +27,13 @@ from episode.spaces import _nested_leaves
 cnp.import_array()
 
 cdef object np_array = np.array
+cdef tuple EMPTY_TUPLE = ()
+cdef dict _modules = sys.modules
+cdef str SAMPLE_BATCH = "ray.rllib.policy.sample_batch"
+
+cdef extern from "Python.h":
+    # obj.__dict__ = d, without the attribute lookup.
+    int PyObject_GenericSetDict(object o, object d, void* context) except -1
 cdef object DECLINE = object()   # resolve()'s answer where the Python path takes the step
 
 # How a step's value goes into its column's tracks.
@@ -125,6 +138,217 @@ cdef class _Entry:
     cdef bint dummy       # the tracks end with a placeholder row that stays last
 
 
+# -- the inference input -------------------------------------------------------
+
+cdef cnp.dtype FLOAT32 = np.dtype(np.float32)
+
+
+cdef object last_rows(Column col, const long long* shift, Py_ssize_t n):
+    # Rows len - 1 + shift[j] (j < n) of `col` with a batch axis of one, as
+    # views.gather_inference gives them from views.column_rows (float64
+    # narrowed to float32); None if the Column does not fit here (no typed
+    # rows, or a position outside them: numpy's indexing decides those).
+    cdef Py_ssize_t rows = col.size, row_bytes = col.row_bytes, j, k, pos
+    cdef cnp.npy_intp dims[cnp.NPY_MAXDIMS]
+    cdef int nd = 1, d
+    cdef bint narrow
+    cdef cnp.dtype descr = col.descr
+    cdef cnp.ndarray out
+    cdef char* dst
+    cdef const double* src
+    if (col.kind == KIND_OBJECT or col.kind == KIND_EMPTY_DICT or descr is None
+            or not col.pod or col.row_type_open or rows == 0
+            or col.row_ndim + 2 > cnp.NPY_MAXDIMS):
+        return None
+    for j in range(n):
+        if not 0 <= shift[j] + (rows - 1) < rows:
+            return None
+    narrow = descr.type_num == cnp.NPY_DOUBLE and cnp.PyDataType_ISNOTSWAPPED(descr)
+    dims[0] = 1
+    if n != 1:
+        dims[1] = n
+        nd = 2
+    for d in range(col.row_ndim):
+        dims[nd + d] = col.row_shape[d]
+    out = empty_array(nd + col.row_ndim, dims, FLOAT32 if narrow else descr)
+    dst = array_bytes(out, n * (row_bytes // 2 if narrow else row_bytes))
+    for j in range(n):
+        pos = shift[j] + (rows - 1)
+        if narrow:
+            src = <const double*>col.row_ptr(pos, 1)
+            for k in range(row_bytes // 8):
+                (<float*>dst)[k] = <float>src[k]
+            dst += row_bytes // 2
+        else:
+            memcpy(dst, col.row_ptr(pos, 1), row_bytes)
+            dst += row_bytes
+    return out
+
+
+@cython.final
+cdef class _View:
+    # One view of an InferencePlan: its data column's tracks and its shifts.
+    cdef str view_col, data_col
+    cdef list tracks
+    cdef Py_ssize_t n_tracks, n_shifts
+    cdef cnp.ndarray shifts    # int64, contiguous, kept alive for `shift`
+    cdef const long long* shift
+    cdef object struct
+
+
+@cython.final
+cdef class BatchMaker:
+    """Makes batches of class `cls` (RLlib's SampleBatch, a dict) the way
+    one real `cls(columns, **kwargs)` made `example`, without running its
+    constructor again: the example's attributes, with a fresh empty
+    set/dict/list where it had one. Only for columns of the same layout as
+    the example's."""
+
+    cdef object cls
+    cdef bint dict_new    # cls.__new__ is dict's: its slot is called directly
+    cdef dict attributes
+    cdef list fresh       # (name, type) of the empty mutable attributes
+
+    def __init__(self, object cls, object example):
+        if not (isinstance(cls, type) and issubclass(cls, dict)):
+            raise TypeError("batches are dicts")
+        self.cls = cls
+        self.dict_new = cls.__new__ is dict.__new__
+        self.attributes = dict(vars(example))
+        self.fresh = []
+        for name, value in self.attributes.items():
+            if type(value) in (set, dict, list):
+                if len(value):
+                    raise ValueError(f"attribute {name!r} is not empty: not a template")
+                self.fresh.append((name, type(value)))
+
+    cdef object empty(self):
+        # A batch with the example's attributes and no columns yet.
+        cdef dict attributes
+        cdef object batch
+        cdef tuple fresh
+        if self.dict_new:
+            batch = (<PyTypeObject*>self.cls).tp_new(<type>self.cls, <PyObject*>EMPTY_TUPLE, NULL)
+        else:
+            batch = self.cls.__new__(self.cls)
+            if not isinstance(batch, dict):
+                raise TypeError("batches are dicts")
+        attributes = PyDict_Copy(self.attributes)
+        for fresh in self.fresh:
+            kind = fresh[1]
+            attributes[fresh[0]] = set() if kind is set else {} if kind is dict else []
+        PyObject_GenericSetDict(batch, attributes, NULL)
+        return batch
+
+
+@cython.final
+cdef class InferencePlan:
+    """What one AgentCollector's build_for_inference reads, resolved once:
+    per view, its data column's tracks and shifts (collector.py makes it and
+    keeps it while the collector's layout stays). `columns()` then gathers
+    every view in one pass; a track that does not fit the C gather takes
+    `fallback(track, shifts)`, and struct views are rebuilt by
+    `unflatten(struct, leaves)`. Once told how its batches are made
+    (`set_batches`), CollectorCore.build_for_inference takes its answer
+    (`answer()`) without a Python call."""
+
+    cdef readonly object view_requirements
+    cdef readonly Py_ssize_t n_views
+    cdef readonly bint training
+    cdef list views       # _View
+    cdef object fallback
+    cdef object unflatten
+    cdef bint ready       # set_batches() was called
+    cdef object batch_module  # RLlib's sample_batch module then (None: plain dicts)
+    cdef BatchMaker maker  # a BatchMaker for that module's SampleBatch
+
+    def __init__(self, object view_requirements, bint training, list entries,
+                 object fallback, object unflatten):
+        cdef _View view
+        self.views = []
+        for view_col, data_col, tracks, shifts, struct in entries:
+            if not isinstance(tracks, list) or not all(isinstance(t, Column) for t in tracks):
+                raise TypeError("a view's tracks are a list of Columns")
+            view = _View()
+            view.view_col = view_col
+            view.data_col = data_col
+            view.tracks = tracks
+            view.n_tracks = len(tracks)
+            view.shifts = np.ascontiguousarray(shifts, dtype=np.int64).reshape(-1)
+            view.n_shifts = cnp.PyArray_SIZE(view.shifts)
+            view.shift = <const long long*>array_bytes(
+                view.shifts, view.n_shifts * <Py_ssize_t>sizeof(long long))
+            view.struct = struct
+            self.views.append(view)
+        self.view_requirements = view_requirements
+        self.n_views = len(view_requirements)
+        self.training = training
+        self.fallback = fallback
+        self.unflatten = unflatten
+
+    def fits(self, object view_requirements, bint training):
+        """Whether this plan was made for these views and mode."""
+        return self._fits(view_requirements, training)
+
+    cdef bint _fits(self, object view_requirements, bint training) except -1:
+        return (view_requirements is self.view_requirements and training == self.training
+                and len(view_requirements) == self.n_views)
+
+    def set_batches(self, object batch_module, BatchMaker maker):
+        """From now on batch() answers while `batch_module` (RLlib's
+        sample_batch module, or None) is the one loaded: plain dicts of the
+        columns without it, `maker`'s batches with it."""
+        if batch_module is not None and maker is None:
+            raise TypeError("a SampleBatch needs its BatchMaker")
+        self.batch_module = batch_module
+        self.maker = maker
+        self.ready = True
+
+    cdef object answer(self, object view_requirements, bint training, object buffers):
+        # The whole build_for_inference, or None where the caller takes its
+        # general path (not ready, made for other views or tracks, or
+        # another sample_batch module loaded).
+        cdef object batch
+        if (not self.ready or not self._fits(view_requirements, training)
+                or type(buffers) is not dict):
+            return None
+        if _modules.get(SAMPLE_BATCH) is not self.batch_module:
+            return None
+        # The columns go straight into the batch (no dict of them first).
+        batch = {} if self.maker is None else self.maker.empty()
+        return batch if self._fill(batch, <dict>buffers) else None
+
+    def columns(self, dict buffers not None):
+        """The views' arrays (view_col -> array or struct of arrays), or None
+        if `buffers` no longer holds the tracks this plan was made for."""
+        cdef dict out = {}
+        return out if self._fill(out, buffers) else None
+
+    cdef bint _fill(self, object out, dict buffers) except -1:
+        # Each view's rows into `out` (a dict or a dict subclass, written as
+        # a dict); False if `buffers` no longer holds the plan's tracks.
+        cdef _View view
+        cdef list leaves
+        cdef Py_ssize_t i
+        for view in self.views:
+            if buffers.get(view.data_col) is not view.tracks or len(view.tracks) != view.n_tracks:
+                return False
+            if view.struct is None and view.n_tracks == 1:
+                PyDict_SetItem(out, view.view_col, self._rows(<Column?>view.tracks[0], view))
+                continue
+            leaves = [self._rows(<Column?>view.tracks[i], view) for i in range(view.n_tracks)]
+            PyDict_SetItem(out, view.view_col,
+                           leaves[0] if view.struct is None
+                           else self.unflatten(view.struct, leaves))
+        return True
+
+    cdef object _rows(self, Column track, _View view):
+        rows = last_rows(track, view.shift, view.n_shifts)
+        return self.fallback(track, view.shifts) if rows is None else rows
+
+
+# -- the collector and its steps -----------------------------------------------
+
 @cython.auto_pickle(False)
 cdef class CollectorCore:
     """AgentCollector's compiled base: the state a step reads and writes,
@@ -155,8 +379,10 @@ cdef class CollectorCore:
         # Samplers call this once per agent and step: the views are resolved
         # once (the facade's _plan_inference), then each call is one C pass.
         cdef object plan = self._inference
-        if plan is not None:
-            batch = plan.batch(self.view_requirements, self._is_training, self.buffers)
+        cdef object batch
+        if type(plan) is InferencePlan:
+            batch = (<InferencePlan>plan).answer(self.view_requirements, self._is_training,
+                                                 self.buffers)
             if batch is not None:
                 return batch
         return self._build_for_inference()
