@@ -131,8 +131,8 @@ def gather_training(track: np.ndarray, first: int, shift_arr: np.ndarray, repeat
         return np.array([])
     positions = (first + np.arange(0, count * repeat, repeat))[:, None] + shift_arr[None, :]
     n = len(track)
-    if track.dtype == object and positions.max() >= n:
-        return _gather_padded_objects(track, positions)
+    if track.dtype.kind in "OUS":
+        return _gather_items(track, positions)
     if positions.max() < n:
         out = track[positions]
     else:
@@ -141,9 +141,16 @@ def gather_training(track: np.ndarray, first: int, shift_arr: np.ndarray, repeat
     return out[:, 0] if positions.shape[1] == 1 else out
 
 
-def _gather_padded_objects(track: np.ndarray, positions: np.ndarray) -> np.ndarray:
-    # Object rows (infos) padded past the end: the pad is the last item with
-    # each leaf zeroed, stacked with the others as numpy stacks objects.
+def _gather_items(track: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    # Rows of objects or strings, as RLlib's collector gathers them: each
+    # timestep's rows (one shift: its item) stacked by numpy, which makes
+    # an array of numbers of 0-d arrays and fits strings to the longest one
+    # gathered; past the end, the last item with each leaf zeroed.
+    if positions.max() < len(track):
+        out = track[positions]
+        if positions.shape[1] > 1:
+            return out
+        return _stacked(out[:, 0])
     pad = _zeros_like_leaves(track[-1])
     rows = []
     for pos in positions:
@@ -153,6 +160,15 @@ def _gather_padded_objects(track: np.ndarray, positions: np.ndarray) -> np.ndarr
             row = np.stack([track[p] if p < len(track) else pad for p in pos])
         rows.append(row[0] if len(pos) == 1 else row)
     return np.stack(rows, 0)
+
+
+def _stacked(items: np.ndarray) -> np.ndarray:
+    """A view's items of objects or strings (one shift) as RLlib's collector
+    stacks them, item by item: 0-d arrays among objects make an array of
+    numbers, strings take the longest one's width."""
+    if not len(items) or (items.dtype == object and all(type(x) is dict for x in items)):
+        return items          # (dicts, infos' items, stack as themselves)
+    return np.stack(list(items), 0)
 
 
 def _zeros_like_leaves(item: Any) -> Any:
@@ -275,8 +291,10 @@ def _gather(track: np.ndarray, positions: np.ndarray, zeros_before: bool) -> np.
         out = track[np.clip(positions, 0, n - 1)]
         outside = (positions >= n) | (positions < 0) if zeros_before else positions >= n
         if outside.any():
-            out[outside] = 0
-    return out[:, 0] if positions.shape[1] == 1 else out
+            out[outside] = np.zeros((), track.dtype)      # ('' for strings)
+    if positions.shape[1] > 1:
+        return out
+    return _stacked(out[:, 0]) if track.dtype.kind in "OUS" else out[:, 0]
 
 
 def _gather_episodes(leaves: tuple, lookbacks: np.ndarray, steps: np.ndarray,
@@ -305,8 +323,10 @@ def _gather_episodes(leaves: tuple, lookbacks: np.ndarray, steps: np.ndarray,
     if zeros_before:
         outside |= positions < low
     if outside.any():
-        out[outside] = 0
-    return out[:, 0] if positions.shape[1] == 1 else out
+        out[outside] = np.zeros((), track.dtype)          # ('' for strings)
+    if positions.shape[1] > 1:
+        return out
+    return _stacked(out[:, 0]) if track.dtype.kind in "US" else out[:, 0]
 
 
 def _episode_view(tracks: _Tracks, data_col: str, vr: "ViewRequirement",

@@ -440,3 +440,30 @@ def test_an_observation_of_another_shape_after_the_plan(odd, training):
             assert ours is theirs, label
         else:
             compare_batches(ours, theirs, f"{label} after the odd step")
+
+
+@pytest.mark.parametrize("reward", [None, "x", "a longer one", 1.5, np.float64(2.0), 3,
+                                    np.array(0.5, np.float32), True])
+@pytest.mark.parametrize("steps", [1, 3])
+def test_rewards_of_any_kind_gather_as_rllibs(reward, steps):
+    """Each timestep's item stacked as RLlib's collector stacks it: a 0-d
+    pad among objects gathers as numbers, strings fit the longest gathered
+    (prev_rewards of a None or str reward were a 0-d array in an object
+    array and '<U32' strings), and a string past the end pads as ''
+    (it was '0')."""
+    out = []
+    for AC, VR in (OURS, RLLIB):
+        views = {"obs": VR(), "rewards": VR(), "infos": VR(),
+                 "prev_rewards": VR(data_col="rewards", shift=-1),
+                 "next_infos": VR(data_col="infos", shift=1, used_for_compute_actions=False),
+                 "next_id": VR(data_col="eps_id", shift=1, used_for_compute_actions=False)}
+        collector = AC(views, max_seq_len=1, is_policy_recurrent=False, is_training=True)
+        collector.add_init_obs(episode_id="an id", agent_index=0, env_id=0,
+                               init_obs=np.zeros(2, np.float32), init_infos={"k": 0}, t=-1)
+        for t in range(steps):
+            collector.add_action_reward_next_obs({
+                "t": t, "env_id": 0, "agent_index": 0, "rewards": reward,
+                "new_obs": np.full(2, t, np.float32), "actions": 0, "terminateds": False,
+                "truncateds": False, "infos": {"k": t + 1}})
+        out.append(collector.build_for_training(views))
+    compare_batches(out[0], out[1], f"reward {reward!r}")
