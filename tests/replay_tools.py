@@ -219,8 +219,13 @@ def plain_state(state: Any) -> Any:
     if isinstance(state, dict):
         return {k: plain_state(v) for k, v in state.items()}
     if type(state) in (list, tuple):
+        if set(map(type, state)) <= _NUMBERS:
+            return state          # (a tree's nodes: millions of them in a 1M buffer)
         return type(state)(plain_state(v) for v in state)
     return plain_state(state.get_state()) if hasattr(state, "get_state") else state
+
+
+_NUMBERS = {int, float, bool, type(None)}
 
 
 def unmapped(state: Any) -> Any:
