@@ -489,7 +489,7 @@ def test_bench_quick_writes_json(capsys, tmp_path):
     # A workload of each layer (what each does, and RLlib's agreement, are
     # tests/test_workloads.py's, once per workload).
     names = ["get_observations_last", "slice_64", "ma_add_env_step_2", "vector_append_64",
-             "collector_build_for_training", "replay_add"]
+             "collector_build_for_training", "replay_sample_prioritized"]
     assert cli.main(["bench", "--quick", "--rounds", "1", "--workloads", ",".join(names),
                      "--json", str(path)]) == 0
     with_rllib = rllib_class() is not None
