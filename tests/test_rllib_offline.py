@@ -562,11 +562,12 @@ print(json.dumps(out))
         assert r[5] == list(e.get_actions()) and r[6] == list(e.get_rewards())
 
 
-@pytest.mark.parametrize("kind", sorted(RLLIB_FORMATS))
-def test_rllib_trains_on_our_recordings(our_recordings, kind):
-    """BC on RLlib's own classes (no install(), its Ray Data path) trains on
-    what ours recorded, in either format."""
-    folder, _ = our_recordings[kind]
+@pytest.fixture(scope="module")
+def rllib_losses_on_ours(our_recordings):
+    """BC on RLlib's own classes (no install(), its Ray Data path), two
+    iterations on each format that ours recorded: the losses, by format
+    (both in one process: a Ray start and RLlib's imports each)."""
+    folders = {kind: str(folder) for kind, (folder, _) in our_recordings.items()}
     code = f"""
 import json, logging
 logging.disable(logging.WARNING)
@@ -574,18 +575,26 @@ import gymnasium as gym, ray
 ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
 from ray.rllib.algorithms.bc import BCConfig
 env = gym.make("CartPole-v1")
-algo = (BCConfig().environment(observation_space=env.observation_space,
-                               action_space=env.action_space)
-        .learners(num_learners=0).training(train_batch_size_per_learner=32)
-        .offline_data(input_={str(folder)!r}, input_read_episodes={kind == "episodes"},
-                      dataset_num_iters_per_learner=1,
-                      map_batches_kwargs={{"concurrency": 1, "num_cpus": 0.5}})
-        .build_algo())
-losses = [algo.train()["learners"]["default_policy"]["policy_loss"] for _ in range(2)]
-algo.stop()
-print(json.dumps(losses))
+out = {{}}
+for kind, folder in {folders!r}.items():
+    algo = (BCConfig().environment(observation_space=env.observation_space,
+                                   action_space=env.action_space)
+            .learners(num_learners=0).training(train_batch_size_per_learner=32)
+            .offline_data(input_=folder, input_read_episodes=kind == "episodes",
+                          dataset_num_iters_per_learner=1,
+                          map_batches_kwargs={{"concurrency": 1, "num_cpus": 0.5}})
+            .build_algo())
+    out[kind] = [algo.train()["learners"]["default_policy"]["policy_loss"] for _ in range(2)]
+    algo.stop()
+print(json.dumps(out))
 """
-    losses = _rllib_subprocess(code)
+    return _rllib_subprocess(code)
+
+
+@pytest.mark.parametrize("kind", sorted(RLLIB_FORMATS))
+def test_rllib_trains_on_our_recordings(rllib_losses_on_ours, kind):
+    """RLlib's BC trains on what ours recorded, in either format."""
+    losses = rllib_losses_on_ours[kind]
     assert len(losses) == 2 and all(np.isfinite(losses))
 
 
