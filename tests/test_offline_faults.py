@@ -128,17 +128,21 @@ READER = textwrap.dedent("""
     import pickle
     import sys
     from episode.offline import DatasetError, read_episodes
-    try:
-        ds = read_episodes(sys.argv[1], verify=sys.argv[2] == "verify")
-        digest = hashlib.sha256()
-        for episode in ds:
-            digest.update(pickle.dumps((
-                episode.get_observations(), episode.get_actions(), episode.get_rewards(),
-                episode.get_infos(), episode.get_extra_model_outputs("logp"))))
-        print("read", digest.hexdigest(), flush=True)
-    except (DatasetError, ValueError, TypeError, KeyError, OSError, AssertionError,
-            IndexError, UnicodeDecodeError, OverflowError, MemoryError) as error:
-        print("refused", type(error).__name__, flush=True)
+    verify = sys.argv[1] == "verify"
+    for k, path in enumerate(sys.argv[2:]):
+        # (Named before it reads: a crash is then this case's.)
+        print("case", k, end=" ", flush=True)
+        try:
+            ds = read_episodes(path, verify=verify)
+            digest = hashlib.sha256()
+            for episode in ds:
+                digest.update(pickle.dumps((
+                    episode.get_observations(), episode.get_actions(), episode.get_rewards(),
+                    episode.get_infos(), episode.get_extra_model_outputs("logp"))))
+            print("read", digest.hexdigest(), flush=True)
+        except (DatasetError, ValueError, TypeError, KeyError, OSError, AssertionError,
+                IndexError, UnicodeDecodeError, OverflowError, MemoryError) as error:
+            print("refused", type(error).__name__, flush=True)
 """)
 
 
@@ -167,20 +171,23 @@ def _dataset(path, format):
 
 
 def _damaged_reads(tmp_path, format, cases, verify="verify"):
-    """Runs the reader on each damaged copy in its own child process."""
-    results = []
+    """Runs the reader on each damaged copy, one after the other in one
+    child process (a crash of a case fails the test, naming the case)."""
+    paths = []
     for k, damage in enumerate(cases):
         path = tmp_path / f"case{k}"
-        files = _dataset(path, format)
-        damage(files)
-        proc = subprocess.run([sys.executable, "-c", READER, str(path), verify],
-                              capture_output=True, timeout=120,
-                              env=dict(os.environ, PYTHONFAULTHANDLER="1"), cwd=HERE)
-        assert proc.returncode == 0, (f"case {k}: the reader crashed ({proc.returncode})\n"
-                                      + proc.stderr.decode()[-3000:])
-        out = proc.stdout.decode().split()
-        assert out and out[0] in ("read", "refused"), proc.stdout + proc.stderr
-        results.append(out)
+        damage(_dataset(path, format))
+        paths.append(str(path))
+    proc = subprocess.run([sys.executable, "-c", READER, verify, *paths],
+                          capture_output=True, timeout=600,
+                          env=dict(os.environ, PYTHONFAULTHANDLER="1"), cwd=HERE)
+    lines = proc.stdout.decode().splitlines()
+    assert proc.returncode == 0, (f"the reader crashed ({proc.returncode}) in "
+                                  f"{lines[-1] if lines else 'its start'}\n"
+                                  + proc.stderr.decode()[-3000:])
+    results = [line.split()[2:] for line in lines]
+    assert len(results) == len(cases), proc.stdout + proc.stderr
+    assert all(out and out[0] in ("read", "refused") for out in results), proc.stdout
     return results
 
 
