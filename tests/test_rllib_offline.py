@@ -319,9 +319,9 @@ def test_bc_on_a_remote_learner_reads_through_ray_data(native_recording):
                         map_batches_kwargs={"concurrency": 1, "num_cpus": 0.25})
     algo = config.build_algo()
     try:
-        losses = [_loss(algo.train()) for _ in range(2)]
+        # (One iteration: the learner actor's start is most of the time.)
+        assert np.isfinite(_loss(algo.train()))
         assert algo.offline_data.data_is_mapped and algo.offline_data._data is not None
-        assert all(np.isfinite(losses))
     finally:
         algo.stop()
 
