@@ -1691,7 +1691,7 @@ def rows_of(Store store, Py_ssize_t slot, track, int64_t start, int64_t stop, bi
     Columns with `numpy`, else list-mode ones whose items come back as
     the added ones did. Step `length` is the final observation/infos."""
     cdef Ep* ep
-    cdef int64_t run, count = stop - start
+    cdef int64_t run, count
     cdef int32_t off
     cdef Py_ssize_t i, leaf, rb
     cdef cnp.ndarray arr
@@ -1700,8 +1700,10 @@ def rows_of(Store store, Py_ssize_t slot, track, int64_t start, int64_t stop, bi
         raise IndexError(f"no stored episode in slot {slot}")
     ep = &store.eps[slot]
     last = ep.length + 1 if track in ("obs", "infos") else ep.length
-    if start < -ep.lookback or stop > last or count < 0:
+    # (The bounds first: stop - start of arbitrary int64s could overflow.)
+    if start < -ep.lookback or stop > last or stop < start:
         raise IndexError(f"steps {start}..{stop} outside the stored episode")
+    count = stop - start
     positions = []
     if count:
         store._locate(<int32_t>slot, start, &run, &off)
