@@ -219,13 +219,14 @@ def plain_state(state: Any) -> Any:
     if isinstance(state, dict):
         return {k: plain_state(v) for k, v in state.items()}
     if type(state) in (list, tuple):
-        if set(map(type, state)) <= _NUMBERS:
+        if set(map(type, state)) <= PLAIN_NUMBERS:
             return state          # (a tree's nodes: millions of them in a 1M buffer)
         return type(state)(plain_state(v) for v in state)
     return plain_state(state.get_state()) if hasattr(state, "get_state") else state
 
 
-_NUMBERS = {int, float, bool, type(None)}
+# The item types of a list that plain_state() passes on whole.
+PLAIN_NUMBERS = {int, float, bool, type(None)}
 
 
 def unmapped(state: Any) -> Any:

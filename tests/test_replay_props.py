@@ -35,8 +35,8 @@ from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, p
                                  rule, run_state_machine_as_test)
 
 from difftools import compare
-from replay_tools import (chunk_episode, episode_view, multi_agent_stream, numbered_episode,
-                          plain_state, single_agent_stream, state_view)
+from replay_tools import (PLAIN_NUMBERS, chunk_episode, episode_view, multi_agent_stream,
+                          numbered_episode, plain_state, single_agent_stream, state_view)
 
 from episode import MultiAgentEpisode, SingleAgentEpisode
 from episode.replay import (EpisodeReplayBuffer, MultiAgentEpisodeReplayBuffer,
@@ -1080,7 +1080,7 @@ def _compare_long(ours, theirs, path):
     # compare(), with a long list of plain numbers checked whole: each
     # item's value and type (compare() walks 2M items in seconds).
     if type(ours) is list and type(theirs) is list and len(theirs) > 1000 \
-            and set(map(type, theirs)) <= {int, float, bool}:
+            and set(map(type, theirs)) <= PLAIN_NUMBERS:
         assert ours == theirs and list(map(type, ours)) == list(map(type, theirs)), path
     elif type(ours) is dict and type(theirs) is dict:
         assert list(ours) == list(theirs), f"{path}: keys {list(ours)} != {list(theirs)}"
