@@ -82,6 +82,9 @@ SLOW_FIRST = [
 
 
 def pytest_configure(config):
+    # Registered here, not in pyproject.toml: the conda recipe's tests run a
+    # copy of tests/ without it.
+    config.addinivalue_line("markers", "rllib: compares against RLlib 2.60 itself (needs ray[rllib])")
     config.addinivalue_line("markers", "install_check: CI's check of the wheel and conda package")
     config.addinivalue_line("markers", "sanitize: CI's AddressSanitizer build runs these")
 
