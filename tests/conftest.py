@@ -12,7 +12,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 # Ray starts its workers at nice 15. On a machine whose cores are all busy
-# (CI runs this suite beside three builds) they then get a few percent of a
+# (CI runs this suite beside its other builds) they then get a few percent of a
 # core, and a test that reads through Ray Data took 10x its quiet time while
 # the processes waiting for it kept polling. At 0 they get their share. (Set
 # here, before any ray.init(): the tests' children and Ray's inherit it.)

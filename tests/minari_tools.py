@@ -102,12 +102,30 @@ def episode_buffers(case: str, lengths, seed: int = 0):
     return obs_space, act_space, buffers
 
 
+# What every child does after its script: frees the script's objects (ours
+# among them) while pyarrow and h5py are whole, says DONE, and leaves without
+# the interpreter's teardown. Past that point only pyarrow's own teardown
+# would run, and after a damaged file its thread pool can abort at exit now
+# and then (std::terminate on a joinable thread, apache/arrow#34314): not
+# what these children test.
+_CHILD_END = """
+import gc as _gc, os as _os
+for _name in [n for n in globals() if not n.startswith("_")]:
+    del globals()[_name]
+_gc.collect()
+print("DONE", flush=True)
+_os._exit(0)
+"""
+
+
 def run_child(script: str, arg, timeout: float) -> str:
     """The output of `script` run in a crash-test child (``python -c script
-    json(arg)``), which must exit 0 with "DONE" last: else the test fails
-    with the end of its output. The child runs in tests/ (from the
-    checkout's root the source folder would shadow the installed package)."""
-    proc = subprocess.run([sys.executable, "-c", script, json.dumps(arg)], env=child_env(),
+    json(arg)``), which must run to its end (then it prints "DONE" and
+    exits 0): else the test fails with the end of its output. The child
+    runs in tests/ (from the checkout's root the source folder would shadow
+    the installed package)."""
+    proc = subprocess.run([sys.executable, "-c", script + _CHILD_END, json.dumps(arg)],
+                          env=child_env(),
                           capture_output=True, text=True, timeout=timeout,
                           preexec_fn=limit_child, cwd=HERE)
     assert proc.returncode == 0 and proc.stdout.rstrip().endswith("DONE"), (
