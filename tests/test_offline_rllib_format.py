@@ -1080,7 +1080,7 @@ def test_rllib_reads_our_files_through_ray_data(tmp_path):
                    tmp_path / "episodes.parquet")
     pq.write_table(F.episode_rows(episodes), tmp_path / "rows.parquet")
     code = textwrap.dedent(f"""
-        import logging, pickle, sys
+        import logging, pickle
         import msgpack, msgpack_numpy as mnp, ray
         from types import SimpleNamespace
         from ray.rllib.algorithms.bc import BCConfig
@@ -1095,13 +1095,15 @@ def test_rllib_reads_our_files_through_ray_data(tmp_path):
         config = BCConfig().offline_data(input_compress_columns=["obs", "new_obs"])
         rows = OfflinePreLearner._map_to_episodes(SimpleNamespace(config=config), row_batch)
         states = [e.get_state() for e in episodes], [e.get_state() for e in rows["episodes"]]
-        sys.stdout.buffer.write(pickle.dumps(states))
+        # (A file, not stdout: Ray Data's progress output may reach stdout.)
+        with open({str(tmp_path / 'states.pickle')!r}, "wb") as f:
+            pickle.dump(states, f)
         ray.shutdown()
     """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=600,
                           check=False, cwd=HERE)
     assert proc.returncode == 0, proc.stderr.decode()[-3000:]
-    episode_states, row_states = pickle.loads(proc.stdout)
+    episode_states, row_states = pickle.loads((tmp_path / "states.pickle").read_bytes())
     for state, ours in zip(episode_states, episodes):
         compare_episodes(SingleAgentEpisode.from_state(ours.get_state()),
                          RLlibEpisode.from_state(state))
