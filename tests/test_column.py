@@ -368,3 +368,30 @@ def test_collecting_cycles_through_typed_storage_frees_each_block_once(storage):
     for view in views:
         if view is not None:
             np.testing.assert_array_equal(view, np.repeat(np.arange(6.0), 2).reshape(6, 2))
+
+
+@pytest.mark.parametrize("start", [0, 3])
+def test_a_view_outliving_its_column_grows_into_a_block_of_its_own(start):
+    """A finalized view of rows [start, stop) (an episode's slice) shares
+    its Column's block, kept alive by the block's Memory. Once the Column is
+    gone the view alone holds the block: its first growth may realloc the
+    block where the view starts at it, and must copy where it starts inside
+    it (a realloc of a pointer into a block corrupts the heap)."""
+    import gc
+
+    from episode import SingleAgentEpisode
+
+    episode = SingleAgentEpisode()
+    episode.add_env_reset(np.zeros(3, np.float32))
+    for t in range(9):
+        episode.add_env_step(np.full(3, t + 1, np.float32), t, float(t))
+    episode.to_numpy()
+    view = episode.slice(slice(start, start + 4), len_lookback_buffer=0)
+    expected = episode.get_observations(slice(start, start + 5)).copy()
+    del episode
+    gc.collect()
+    for t in range(100):
+        view.add_env_step(np.full(3, -t, np.float32), 0, 0.0)
+    observations = view.get_observations()
+    np.testing.assert_array_equal(observations[:5], expected)
+    np.testing.assert_array_equal(observations[5:], -np.arange(100.0)[:, None] * np.ones(3))

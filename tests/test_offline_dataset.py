@@ -134,8 +134,9 @@ def test_episodes_round_trip_exactly(tmp_path_factory, format, batch):
     assert isinstance(ds, EpisodeDataset)
     assert len(ds) == len(batch)
     assert ds.num_steps == sum(len(e) for e in batch)
-    for read, written in zip(ds, batch):
+    for i, (read, written) in enumerate(zip(ds, batch)):
         assert_same(read, written)
+        assert_same(ds[i], written)      # iteration and indexing build alike
 
 
 @pytest.mark.parametrize("format", FORMATS)
@@ -610,6 +611,65 @@ def test_multi_agent_episodes_round_trip_exactly(tmp_path, format):
         except AssertionError as error:
             raise AssertionError(f"{name}: {error}") from None
         assert b.id_ == a.id_ and ds.num_steps >= len(a)
+
+
+def test_iteration_builds_what_indexing_builds(tmp_path):
+    """Iteration builds runs of plain single-agent episodes in one compiled
+    loop per step file, and everything else (joined chunks, multi-agent
+    episodes, episodes with details) as indexing does, in stored order,
+    part after part."""
+    whole = _cartpole(20)
+    first, rest = whole.slice(slice(0, 5)), whole.slice(slice(5, None), len_lookback_buffer=2)
+    flagged = _cartpole(21, steps=6)
+    flagged.is_terminated = np.True_          # numpy flags: kept in its details
+    numpyd = [_cartpole(s).to_numpy() for s in range(3)]
+    write_episodes([_cartpole(s) for s in range(3)] + [first, flagged] + numpyd, tmp_path)
+    write_episodes([_two_agents(1), rest, _cartpole(30), _cartpole(31).to_numpy()], tmp_path)
+    by_index = read_episodes(tmp_path)
+    expected = [by_index[i] for i in range(len(by_index))]
+    read = list(read_episodes(tmp_path))
+    assert len(read) == len(expected) == 11
+    for a, b in zip(read, expected):
+        assert type(a) is type(b)
+        compare(a.get_state(), b.get_state(), "get_state()")
+    assert any(len(e) == len(whole) and e.id_ == whole.id_ for e in read)
+    assert any(e.is_terminated is np.True_ for e in read)
+
+
+def test_an_episode_that_does_not_fit_its_rows_is_named_when_iterated(tmp_path):
+    """An episode table row whose steps do not fit its rows (read unchecked)
+    fails iteration with DatasetError naming the episode, after the
+    episodes before it; a length no file can hold fails the table."""
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    write_episodes([_cartpole(s).to_numpy() for s in range(4)], tmp_path)
+    table_path = next(str(p) for p in tmp_path.iterdir() if p.name.endswith(".episodes.arrow"))
+    with pa.memory_map(table_path) as source:
+        table = ipc.open_file(source).read_all()
+    lengths = table.column("length").to_pylist()
+    lengths[2] += 1
+    index = table.schema.get_field_index("length")
+    table = table.set_column(index, table.schema.field(index),
+                             pa.array(lengths, table.schema.field(index).type))
+    with ipc.new_file(table_path, table.schema) as sink:
+        sink.write_table(table)
+    ds = read_episodes(tmp_path, verify=False)
+    seen = []
+    with pytest.raises(DatasetError, match="episode 2 does not fit its step file"):
+        for episode in ds:
+            seen.append(episode)
+    assert len(seen) == 2
+    with pytest.raises(DatasetError, match="episode 2 does not fit its step file"):
+        ds[2]
+    assert len(ds[3]) == len(_cartpole(3))
+    lengths[2] = 1 << 62              # sums of it would overflow int64
+    table = table.set_column(index, table.schema.field(index),
+                             pa.array(lengths, table.schema.field(index).type))
+    with ipc.new_file(table_path, table.schema) as sink:
+        sink.write_table(table)
+    with pytest.raises(DatasetError, match="out of range"):
+        list(read_episodes(tmp_path, verify=False))
 
 
 def _two_agents(seed, steps=30):

@@ -439,3 +439,8 @@ def test_a_packed_cell_that_does_not_unpack_fails_its_episode_only(tmp_path, col
         assert len(dataset[i]) == 6
     with pytest.raises(DatasetError, match=f"column '{column}', episode 1: "):
         dataset[1]
+    read = []
+    with pytest.raises(DatasetError, match=f"column '{column}', episode 1: "):
+        for episode in dataset:
+            read.append(episode)
+    assert len(read) == 1

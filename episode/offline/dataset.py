@@ -11,7 +11,7 @@ from episode._column import KINDS
 from episode.offline import format as fmt
 from episode.offline.format import DatasetError
 from episode._dataset import LOOKBACK_COLUMNS as LOOKBACKS
-from episode._dataset import MULTI, SINGLE, TABLE_PACKED, Encoded, StepFile
+from episode._dataset import MULTI, SINGLE, TABLE_PACKED, Encoded, EpisodeRows, StepFile
 from episode.offline.writer import _pyarrow
 from episode.single_agent_episode import SingleAgentEpisode
 
@@ -33,6 +33,9 @@ _FIELDS = ("id_", "agent_id", "module_id", "multi_agent_episode_id", "custom_dat
 _FIELD_COLUMNS = ("id",) + _FIELDS[1:]
 
 _MISSING = object()
+
+# A done flag by its code: value + 2 where it was a numpy bool.
+_FLAGS = np.array([False, True, np.False_, np.True_], object)
 
 # Step files kept open (decoded Parquet, or memory-mapped Arrow) at once: at
 # most OPEN_FILES, and before another is opened, those open hold at most
@@ -99,6 +102,7 @@ class EpisodeDataset:
             _check_columns(self._columns, self._parts)
         self._index = _chunk_index(self._parts)
         self._entries = _join_chunks(self._index)
+        self._joined = len(self._entries) != len(self._index["id"])
         self._where: Optional[list] = None
         lengths = self._index["length"]
         self.num_steps = int(lengths.sum()) if len(lengths) else 0
@@ -109,8 +113,19 @@ class EpisodeDataset:
         return len(self._entries)
 
     def __iter__(self) -> Iterator["Episode"]:
-        for i in range(len(self._entries)):
-            yield self[i]
+        if self._memory is not None:
+            for entry in self._entries:
+                yield self._memory[entry[0]]
+            return
+        for part, group, rows, positions in self._runs():
+            if part is None:
+                for position in positions:
+                    yield self._entry(self._entries[position])
+            else:
+                # A run of one step file's plain episodes: built by one
+                # compiled loop, no Python between them.
+                yield from self._step_file(part, group).episodes(
+                    SingleAgentEpisode, part.episode_rows, rows, part.misfit)
 
     @overload
     def __getitem__(self, i: int) -> "Episode": ...
@@ -126,7 +141,10 @@ class EpisodeDataset:
         n = len(self._entries)
         if not -n <= i < n:
             raise IndexError(f"episode {i} of a dataset of {n}")
-        entry = self._entries[int(i) % n]
+        return self._entry(self._entries[int(i) % n])
+
+    def _entry(self, entry: tuple) -> "Episode":
+        # The episode of an entry: its chunks' numbers.
         if self._memory is not None:
             return self._memory[entry[0]]
         episode = self._chunk(entry[0])
@@ -372,6 +390,38 @@ class EpisodeDataset:
 
     # -- building one chunk ---------------------------------------------------------------
 
+    def _runs(self) -> Iterator[tuple]:
+        """The episodes in stored order, part by part, as runs: (part, step
+        file number, its rows, None) for single-agent episodes of one chunk
+        whose rows lie in that step file and need nothing but building,
+        (None, None, None, positions) for the others."""
+        entries, index = self._entries, self._index
+        n = len(entries)
+        if self._joined:
+            first = np.fromiter((entry[0] for entry in entries), np.int64, n)
+            plain = np.fromiter((len(entry) == 1 for entry in entries), np.bool_, n)
+        else:
+            first, plain = np.arange(n), np.ones(n, np.bool_)
+        parts, local = index["part"][first], index["local"][first]
+        cuts = [0] + (np.flatnonzero(parts[1:] != parts[:-1]) + 1).tolist() + [n]
+        for start, stop in zip(cuts[:-1], cuts[1:]):
+            if start == stop:
+                continue
+            part = self._parts[int(parts[start])]
+            if part.episode_rows is None:
+                part.make_episode_rows()
+            rows = local[start:stop]
+            ok = plain[start:stop] & (part.table["kind"][rows] == SINGLE)
+            if part.details:
+                ok &= ~np.isin(rows, np.fromiter(part.details, np.int64, len(part.details)))
+            key = np.where(ok, part.table["group"][rows], -1)
+            bounds = [0] + (np.flatnonzero(key[1:] != key[:-1]) + 1).tolist() + [len(key)]
+            for a, b in zip(bounds[:-1], bounds[1:]):
+                if key[a] >= 0:
+                    yield part, int(key[a]), rows[a:b], None
+                else:
+                    yield None, None, None, range(start + a, start + b)
+
     def _chunk(self, k: int, list_mode: bool = False) -> Any:
         if self._where is None:
             self._where = list(zip(self._index["part"].tolist(), self._index["local"].tolist()))
@@ -387,23 +437,24 @@ class EpisodeDataset:
                                  agents, f"{part.path}: episode {i}")
 
     def _single(self, part: "_Part", i: int, list_mode: bool = False) -> SingleAgentEpisode:
-        group, row, rows, length, lookbacks = part.place(i)
-        step_file = self._step_file(part, group, list_mode)
-        fields = part.fields(i)
-        details = fields.pop("details") or {}
+        table = part.episode_rows or part.make_episode_rows()
+        details = part.details.get(i)
+        step_file = self._step_file(part, table.group(i), list_mode)
         try:
-            if not isinstance(details, dict):
-                raise ValueError("malformed details")
-            fields["last_added"] = details.get("last_added", True)
-            episode = step_file.episode(SingleAgentEpisode, row, rows, length, lookbacks,
-                                        fields)
-            if "spaces" in details:
-                _set_buffer_spaces(episode, details["spaces"], part.path)
-            if "flags" in details:
-                episode.is_terminated, episode.is_truncated = details["flags"]
+            if details is not None:
+                if type(details) is _Unreadable:
+                    raise DatasetError(f"{part.path}: column {details.column!r}, episode {i}: "
+                                       f"{details.error}")
+                if not isinstance(details, dict):
+                    raise ValueError("malformed details")
+            episode = step_file.episode(SingleAgentEpisode, table, i)
+            if details is not None:
+                if "spaces" in details:
+                    _set_buffer_spaces(episode, details["spaces"], part.path)
+                if "flags" in details:
+                    episode.is_terminated, episode.is_truncated = details["flags"]
         except (ValueError, TypeError, AssertionError, KeyError) as error:
-            raise DatasetError(f"{part.path}: episode {i} does not fit its step file "
-                               f"({type(error).__name__}: {error})") from None
+            raise part.misfit(i, error) from None
         return episode
 
     def _no_room(self) -> bool:
@@ -618,6 +669,10 @@ class _Part:
         self._lookbacks: Optional[list] = None
         self._fields: Optional[list] = None
         self._unreadable: dict = {}         # row -> (column, error) of a packed cell
+        self.episode_rows: Optional[EpisodeRows] = None
+        # Episode -> what its read must do besides building it: its details
+        # other than the last added observation, or an _Unreadable cell.
+        self.details: dict = {}
 
     def rows_needed(self, group: int) -> int:
         """The rows the episodes in step file `group` take: its rows past
@@ -656,10 +711,16 @@ class _Part:
         values = self._values.get(name)
         if values is None:
             cells = self.cells(name)
-            try:
-                values = fmt.unpack_values(cells)
-            except ValueError:
-                values = [_unpacked(blob) for blob in cells]
+            if self.table[name].null_count == self.n:
+                values = cells
+            else:
+                try:
+                    values = fmt.unpack_values(cells)
+                except ValueError:
+                    values = [_unpacked(blob) for blob in cells]
+                    for j, value in enumerate(values):
+                        if type(value) is _Unreadable:
+                            self._unreadable.setdefault(j, (name, value.error))
             self._values[name] = values
         return values
 
@@ -679,6 +740,40 @@ class _Part:
             raise DatasetError(f"{self.path}: column {bad[0]!r}, episode {i}: {bad[1]}")
         return dict(zip(_FIELDS, [column[i] for column in columns]))
 
+    def make_episode_rows(self) -> EpisodeRows:
+        """The compiled table StepFile.episode() reads (made once)."""
+        columns = dict(zip(_FIELDS, self._fields or self._field_columns()))
+        last_added = []
+        for j, details in enumerate(columns["details"]):
+            if details is None:
+                last_added.append(True)
+                continue
+            if isinstance(details, dict):
+                last_added.append(details.get("last_added", True))
+                if set(details) <= {"last_added"}:
+                    continue
+            else:
+                last_added.append(True)
+            self.details[j] = details
+        for j, (name, error) in self._unreadable.items():
+            self.details[j] = _Unreadable(error, name)
+        t = self.table
+        try:
+            self.episode_rows = EpisodeRows(
+                t["group"], t["row"], t["rows"], t["length"], t["t_started"], self.lookbacks,
+                t["start_time"], t["last_step_time"], columns["id_"], columns["agent_id"],
+                columns["module_id"], columns["multi_agent_episode_id"],
+                columns["custom_data"], columns["terminated"], columns["truncated"],
+                columns["observation_space"], columns["action_space"], last_added)
+        except ValueError as error:
+            raise DatasetError(f"{self.path}: {error}") from None
+        return self.episode_rows
+
+    def misfit(self, i: int, error: Exception) -> DatasetError:
+        """The error for episode `i` that its step file's rows do not build."""
+        return DatasetError(f"{self.path}: episode {i} does not fit its step file "
+                            f"({type(error).__name__}: {error})")
+
     def _field_columns(self) -> list:
         # fields()' values, a list per field, made once per part: the
         # packed ones unpacked, flags of the type written, NaN times None.
@@ -686,39 +781,60 @@ class _Part:
         for name in _FIELD_COLUMNS:
             if name in _PACKED:
                 values = self._unpacked(name)
-                for j, value in enumerate(values):
-                    if type(value) is _Unreadable:
-                        self._unreadable.setdefault(j, (name, value.error))
             elif name.endswith("_space"):
-                values = [self._space(name, j) for j in range(self.n)]
+                values = self._spaces_of(name)
             elif name in ("terminated", "truncated"):
-                values = [np.bool_(x) if numpy else bool(x) for x, numpy in zip(
-                    self.cells(name), self.cells("numpy_flags"))]
+                # Python bools, or numpy's where the episode's flags were.
+                codes = self.table[name].astype(np.intp) + 2 * self.table["numpy_flags"]
+                values = _FLAGS[codes].tolist()
             elif name.endswith("_time"):
-                values = [_time(x) for x in self.cells(name)]
+                times = self.table[name]
+                values = times.astype(object)
+                values[np.isnan(times)] = None
+                values = values.tolist()
             else:
                 values = self.cells(name)
             columns.append(values)
         self._fields = columns
         return columns
 
-    def _space(self, name: str, i: int) -> Any:
+    def _spaces_of(self, name: str) -> list:
+        # Each episode's space in column `name` (a dictionary column of their
+        # texts: each text made a space once).
+        column = self.table[name]
+        column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+        if column.null_count or not hasattr(column, "indices"):
+            cells = self.cells(name)
+            spaces = {text: self._space_of_text(name, text) for text in set(cells)}
+            return [spaces[text] for text in cells]
+        indices = fmt.array_numbers(column.indices, np.dtype(
+            column.indices.type.to_pandas_dtype()), f"{self.path}: column {name!r}")
+        texts = column.dictionary.to_pylist()
+        if len(indices) and not 0 <= indices.min() <= indices.max() < len(texts):
+            raise DatasetError(f"{self.path}: column {name!r}: malformed dictionary indices")
+        by_number = np.empty(len(texts), object)
+        by_number[:] = [self._space_of_text(name, text) for text in texts]
+        return by_number[indices].tolist()
+
+    def _space_of_text(self, name: str, text: Optional[str]) -> Any:
         # The episodes of one space share its object, as a sampler's do.
-        text = self.cell(name, i)
         space = self._spaces.get(text, _MISSING)
         if space is _MISSING:
             space = self._spaces[text] = fmt.space_of(text, f"{self.path}: column {name!r}")
         return space
 
 
+
+
 class _Unreadable:
     """A packed cell that did not unpack: its error, raised when the
     episode holding it is read."""
 
-    __slots__ = ("error",)
+    __slots__ = ("error", "column")
 
-    def __init__(self, error: ValueError):
+    def __init__(self, error: ValueError, column: str = ""):
         self.error = error
+        self.column = column
 
 
 def _unpacked(blob: Any) -> Any:
@@ -735,10 +851,6 @@ def _plain_details(part: "_Part", i: int) -> bool:
     # store does not keep).
     details = part.value("details", i)
     return details is None or set(details) <= {"last_added"}
-
-
-def _time(value: float) -> Optional[float]:
-    return None if value != value else float(value)
 
 
 def _numbers(column, path: str, name: str) -> np.ndarray:
@@ -766,7 +878,7 @@ def _chunk_index(parts: list) -> dict:
         "length": column("length").astype(np.int64),
         "t_started": column("t_started").astype(np.int64),
         "done": column("terminated") | column("truncated"),
-        "id": [p.cell("id", int(i)) for p in parts for i in p.top],
+        "id": [cells[i] for p in parts for cells in [p.cells("id")] for i in p.top.tolist()],
     }
 
 

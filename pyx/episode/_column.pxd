@@ -407,3 +407,6 @@ cdef class Column:
 cdef tuple column_state(Column col, bint raw, dict dtype_texts)
 cdef Column column_from_state(object kind, object finalized, object row_type_open,
                               object payload)
+
+# A list-mode Column of n empty dicts (a count: an episode's usual infos).
+cdef Column empty_dicts(Py_ssize_t n)

@@ -513,9 +513,12 @@ cdef class Column:
 
     cdef bint _owns_block(self) noexcept:
         # Nothing but this Column uses its storage: a block it allocated, of
-        # which no view is out (every view holds the block's Memory as its base).
+        # which no view is out (every view holds the block's Memory as its
+        # base), and from its first byte (a view of later rows is not the
+        # block's start, whatever holds the block).
         return self.data != NULL and (self.owner is None or (
-            type(self.owner) is Memory and refcount(<PyObject*>self.owner) == 1))
+            type(self.owner) is Memory and refcount(<PyObject*>self.owner) == 1
+            and (<Memory>self.owner).ptr == self.data))
 
     cdef int _resize(self, Py_ssize_t new_capacity) except -1:
         """Moves plain-old-data storage to a block of `new_capacity` rows (at
@@ -794,8 +797,20 @@ cdef class Column:
         """A new finalized Column over rows [start, stop) of this finalized
         one, sharing its memory (it copies out on its first append)."""
         cdef Column out = Column.__new__(Column)
+        cdef Py_ssize_t n = stop - start
         self.check_range(start, stop)
-        out._adopt_storage(self.rows_view(start, stop - start, 1, True), stop - start)
+        if self.descr is None:
+            raise TypeError("the object path has no array view")
+        if n == 0 and self.pod:
+            # No rows to share: an empty block keeps nothing else alive.
+            out._adopt_block(0, self.descr, 0, self.row_ndim, self.row_shape, 0)
+        else:
+            # The rows in place, kept alive by this Column's view base (no
+            # ndarray per view: an episode read from a file makes several).
+            out._set_layout(self.descr, self.row_ndim, self.row_shape)
+            out._install(self._view_base(), n, n)
+            out.data = self.row_ptr(start, n) if n else self.data
+            out.read_only = self.read_only
         out.kind = KIND_ARRAY
         out.finalized = True
         return out
@@ -865,6 +880,16 @@ def _restore_column(version, kind, finalized, row_type_open, payload):
         raise ValueError(f"cannot restore a Column pickled in format {version!r}; "
                          f"this version of episode reads format {COLUMN_FORMAT}")
     return column_from_state(kind, finalized, row_type_open, payload)
+
+
+cdef Column empty_dicts(Py_ssize_t n):
+    # A list-mode Column of n empty dicts: a count (an episode's usual infos).
+    cdef Column col = Column.__new__(Column)
+    if n < 0:
+        raise ValueError(f"{n} empty dicts")
+    col.kind = KIND_EMPTY_DICT
+    col.size = n
+    return col
 
 
 cdef Column column_from_state(object kind, object finalized, object row_type_open,

@@ -16,16 +16,21 @@ from libc.stdint cimport int32_t, int64_t
 from libc.string cimport memcpy, memset
 
 from episode._buffer cimport BufferCore
-from episode._column cimport Column, KIND_EMPTY_DICT, KIND_OBJECT, array_bytes
-from episode._episode cimport EpisodeCore, own_extras
+from episode._column cimport Column, KIND_EMPTY_DICT, KIND_OBJECT, array_bytes, empty_dicts
+from episode._episode cimport EpisodeCore, build_episode, own_extras
 
-from episode._episode import REWARDS_SPACE, last_added, make_episode
+from episode._episode import REWARDS_SPACE, last_added
 
 cnp.import_array()
 
 # The tracks of a step file, in order, after which come the extra outputs.
 # (infos, the fifth lookback, are written apart: not a tree.)
 DEF N_TRACKS = 3
+
+# An episode's place in an EpisodeRows: its step file (group), first row, rows,
+# steps (length), t_started, then its five lookbacks (observations, infos,
+# actions, rewards, extras), as int64s.
+DEF PLACE = 10
 
 
 # -- signatures ---------------------------------------------------------------------------
@@ -644,7 +649,7 @@ cdef class StepFile:
             col._refs_changed()
             return col
         if kind == KIND_EMPTY_DICT:
-            return Column.from_rows(count, KIND_EMPTY_DICT)
+            return empty_dicts(count)
         if count:
             raise ValueError("a leaf without data holds rows")
         return Column.with_open_row_type() if numpy else Column()
@@ -689,48 +694,181 @@ cdef class StepFile:
                 out[i] = item
         return out
 
-    def episode(self, cls, Py_ssize_t row, Py_ssize_t rows, Py_ssize_t length,
-                tuple lookbacks, dict fields):
-        """The episode at rows [row, row + rows) (0 rows: not reset), of
-        `length` steps, with `lookbacks` (observations, infos, actions,
-        rewards, extras) and the other constructor fields in `fields`."""
-        cdef Py_ssize_t last = max(lookbacks), i, start, count
-        cdef Py_ssize_t lb
-        cdef list tracks = []
+    cdef object tree_rows(self, object tree, Py_ssize_t start, Py_ssize_t count):
+        if type(tree) is int:
+            return self.leaf_rows(<Py_ssize_t>tree, start, count)
+        return self.track(tree, start, count)
+
+    def episode(self, type cls, EpisodeRows table, Py_ssize_t i):
+        """Episode `i` of `table` (an episode table's, whose episode lies in
+        this file): an episode of `cls` over its rows [row, row + rows) (0
+        rows: not reset), checked (ValueError/TypeError/AssertionError)."""
+        if not issubclass(cls, EpisodeCore):
+            raise TypeError(f"cannot make an episode of {cls!r:.100}")
+        if not 0 <= i < table.n:
+            raise IndexError(f"episode {i} of a table of {table.n}")
+        return self.build(cls, table, i)
+
+    def episodes(self, type cls, EpisodeRows table, cnp.ndarray numbers, on_error):
+        """An iterator of the episodes `numbers` (int64) of `table` that lie
+        in this file, as episode() builds them, one per next(). A failed
+        build raises what on_error(number, error) returns."""
+        if not issubclass(cls, EpisodeCore):
+            raise TypeError(f"cannot make an episode of {cls!r:.100}")
+        numbers = np.ascontiguousarray(numbers, np.int64)
+        if len(numbers) and not (0 <= numbers.min() and numbers.max() < table.n):
+            raise IndexError(f"episodes {numbers.min()}..{numbers.max()} of a table of "
+                             f"{table.n}")
+        return new_run(self, table, cls, numbers, on_error)
+
+    cdef EpisodeCore build(self, type cls, EpisodeRows table, Py_ssize_t i):
+        # episode() of a checked class and episode number.
+        cdef Py_ssize_t row, rows, length, last, k, lb, start, count
+        cdef int64_t* place
+        cdef int64_t* lookbacks
         cdef Column infos
+        cdef dict extras = {}
+        place = &table.numbers[PLACE * i]
+        row, rows, length = place[1], place[2], place[3]
+        lookbacks = place + 5
+        last = max(lookbacks[0], lookbacks[1], lookbacks[2], lookbacks[3], lookbacks[4])
         if row < 0 or rows < 0 or row > self.nrows - rows or length < 0:
             raise ValueError(f"rows {row}..{row + rows} are not in the file's {self.nrows}")
         if rows and rows != last + length + 1:
             raise ValueError(f"{rows} rows for an episode of {length} steps and lookback "
                              f"{last}")
-        for i in range(len(self.trees)):
-            lb = lookbacks[0] if i == 0 else lookbacks[2] if i == 1 else \
-                lookbacks[3] if i == 2 else lookbacks[4]
-            count = (lb + length + (1 if i == 0 else 0)) if rows else 0
-            start = row + last - lb
-            tracks.append(self.track(self.trees[i], start, count))
-        lb = lookbacks[1]
-        count = lb + length + 1 if rows else 0
-        start = row + last - lb
-        if self.infos is None:
-            infos = Column.from_rows(count, KIND_EMPTY_DICT)
-        else:
-            items = [self.infos.value(start + i, EMPTY) for i in range(count)]
-            if all(item is EMPTY for item in items):
-                infos = Column.from_rows(count, KIND_EMPTY_DICT)
-            else:
+        if len(self.trees) != N_TRACKS + len(self.extra_keys):
+            raise ValueError("a step file's trees and extra outputs do not match")
+        # Each track's rows end where the episode's last row is (the
+        # observations') or one before it; they start `lookback` rows
+        # before step 0, which is `last` rows into the episode's rows.
+        start, count = row + last - lookbacks[0], (lookbacks[0] + length + 1 if rows else 0)
+        observations = self.tree_rows(self.trees[0], start, count)
+        start, count = row + last - lookbacks[2], (lookbacks[2] + length if rows else 0)
+        actions = self.tree_rows(self.trees[1], start, count)
+        start, count = row + last - lookbacks[3], (lookbacks[3] + length if rows else 0)
+        rewards = self.tree_rows(self.trees[2], start, count)
+        start, count = row + last - lookbacks[4], (lookbacks[4] + length if rows else 0)
+        for k in range(len(self.extra_keys)):
+            extras[self.extra_keys[k]] = self.tree_rows(self.trees[N_TRACKS + k], start, count)
+        start, count = row + last - lookbacks[1], (lookbacks[1] + length + 1 if rows else 0)
+        infos = self.infos_rows(start, count)
+        return build_episode(cls, table.ids[i], observations, infos, actions, rewards, extras,
+                             lookbacks[0], lookbacks[1], lookbacks[2], lookbacks[3],
+                             lookbacks[4], table.terminated[i], table.truncated[i],
+                             place[4], table.observation_spaces[i],
+                             table.action_spaces[i], table.agent_ids[i], table.module_ids[i],
+                             table.multi_agent_episode_ids[i], table.start_times[i],
+                             table.last_step_times[i], table.custom_data[i],
+                             self.extras_default, table.last_added[i])
+
+    cdef Column infos_rows(self, Py_ssize_t start, Py_ssize_t count):
+        # The infos of rows [start, start + count): empty dicts as a count
+        # (the usual infos), the decoded items otherwise.
+        cdef Column infos
+        cdef Py_ssize_t j
+        if self.infos is not None:
+            items = [self.infos.value(start + j, EMPTY) for j in range(count)]
+            if not all(item is EMPTY for item in items):
                 infos = Column.__new__(Column)
                 infos.kind = KIND_OBJECT
                 infos.items = [{} if item is EMPTY else item for item in items]
                 infos._refs_changed()
-        extras = dict(zip(self.extra_keys, tracks[N_TRACKS:]))
-        return make_episode(cls, fields["id_"], tracks[0], infos, tracks[1], tracks[2],
-                            extras, lookbacks, fields["terminated"], fields["truncated"],
-                            fields["t_started"], fields["observation_space"],
-                            fields["action_space"], fields["agent_id"], fields["module_id"],
-                            fields["multi_agent_episode_id"], fields["start_time"],
-                            fields["last_step_time"], fields["custom_data"],
-                            self.extras_default, fields["last_added"])
+                return infos
+        return empty_dicts(count)
+
+
+cdef class EpisodeRun:
+    """StepFile.episodes(): the episodes of a run of table rows, built one
+    per next() without Python between them."""
+    cdef StepFile file
+    cdef EpisodeRows table
+    cdef type cls
+    cdef object on_error
+    cdef cnp.ndarray _numbers
+    cdef int64_t* numbers
+    cdef Py_ssize_t n, pos
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        cdef Py_ssize_t i
+        if self.pos >= self.n:
+            raise StopIteration
+        i = self.numbers[self.pos]
+        self.pos += 1
+        try:
+            return self.file.build(self.cls, self.table, i)
+        except (ValueError, TypeError, AssertionError, KeyError) as error:
+            raise self.on_error(i, error) from None
+
+
+cdef EpisodeRun new_run(StepFile file, EpisodeRows table, type cls, cnp.ndarray numbers,
+                        object on_error):
+    # StepFile.episodes()' iterator (`numbers`: int64, C-contiguous, checked).
+    cdef EpisodeRun run = EpisodeRun.__new__(EpisodeRun)
+    run.file, run.table, run.cls, run.on_error = file, table, cls, on_error
+    run._numbers = numbers
+    run.numbers = <int64_t*>array_bytes(numbers, len(numbers) * sizeof(int64_t))
+    run.n = len(numbers)
+    run.pos = 0
+    return run
+
+
+cdef class EpisodeRows:
+    """An episode table's single-agent episodes as StepFile.episode() reads
+    them: where each one's rows are (int64 arrays) and its constructor
+    fields (lists), by episode number. Checked whole when made."""
+    cdef readonly Py_ssize_t n
+    cdef cnp.ndarray _numbers       # (n, PLACE) int64: an episode's place (see PLACE)
+    cdef int64_t* numbers
+    cdef cnp.ndarray _times         # (2, n) float64: start and last step times (NaN: None)
+    cdef double* start_times
+    cdef double* last_step_times
+    cdef list ids, agent_ids, module_ids, multi_agent_episode_ids, custom_data
+    cdef list terminated, truncated, observation_spaces, action_spaces, last_added
+
+    def __init__(self, group, row, rows, length, t_started, lookbacks, start_times,
+                 last_step_times, list ids, list agent_ids, list module_ids,
+                 list multi_agent_episode_ids, list custom_data, list terminated,
+                 list truncated, list observation_spaces, list action_spaces,
+                 list last_added):
+        """The columns of n episodes: numbers as arrays of n (`lookbacks`
+        n x 5), the rest lists of n."""
+        cdef Py_ssize_t n = len(ids)
+        numbers = np.empty((n, PLACE), np.int64)
+        for k, column in enumerate((group, row, rows, length, t_started)):
+            numbers[:, k] = np.asarray(column).reshape(n)
+        numbers[:, 5:] = np.asarray(lookbacks).reshape(n, 5)
+        # Bounded so that no sum of them that build() makes can overflow.
+        if n and (numbers[:, 1:4].min() < 0 or numbers[:, 5:].min() < 0
+                  or numbers[:, 1:].max() >= 1 << 60):
+            raise ValueError("rows, lengths or lookbacks out of range")
+        times = np.empty((2, n), np.float64)
+        times[0] = np.asarray(start_times).reshape(n)
+        times[1] = np.asarray(last_step_times).reshape(n)
+        lists = (agent_ids, module_ids, multi_agent_episode_ids, custom_data, terminated,
+                 truncated, observation_spaces, action_spaces, last_added)
+        if any(len(column) != n for column in lists):
+            raise ValueError("columns of different lengths")
+        self.n = n
+        self._numbers = np.ascontiguousarray(numbers)
+        self._times = np.ascontiguousarray(times)
+        self.numbers = <int64_t*>array_bytes(self._numbers, n * PLACE * sizeof(int64_t))
+        cdef double* times_base = <double*>array_bytes(self._times, 2 * n * sizeof(double))
+        self.start_times, self.last_step_times = times_base, times_base + n
+        self.ids, self.agent_ids, self.module_ids = ids, agent_ids, module_ids
+        self.multi_agent_episode_ids, self.custom_data = multi_agent_episode_ids, custom_data
+        self.terminated, self.truncated = terminated, truncated
+        self.observation_spaces, self.action_spaces = observation_spaces, action_spaces
+        self.last_added = last_added
+
+    def group(self, Py_ssize_t i):
+        """The step file (its number) episode `i` lies in."""
+        if not 0 <= i < self.n:
+            raise IndexError(f"episode {i} of a table of {self.n}")
+        return self.numbers[PLACE * i]
 
 
 cdef list sorted_leaves(object tree, list out):

@@ -88,6 +88,20 @@ cdef EpisodeCore start_episode(type cls, object observation_space, object action
 cdef EpisodeCore empty_episode(type cls, object observation_space, object action_space)
 
 
+# make_episode() with its class (an EpisodeCore subclass) and lookbacks
+# checked by the caller: an episode over ready storage, checked.
+cdef EpisodeCore build_episode(type cls, object id_, object observations, object infos,
+                               object actions, object rewards, dict extra_model_outputs,
+                               Py_ssize_t lb_obs, Py_ssize_t lb_infos, Py_ssize_t lb_actions,
+                               Py_ssize_t lb_rewards, Py_ssize_t lb_extras, object terminated,
+                               object truncated, Py_ssize_t t_started,
+                               object observation_space, object action_space,
+                               object agent_id, object module_id,
+                               object multi_agent_episode_id, double start_time,
+                               double last_step_time, object custom_data,
+                               bint defaultdict_extras, object last_added)
+
+
 # episode.extra_model_outputs, with any of RLlib's own buffers that RLlib code
 # put in it (its replay buffers do) replaced by ours.
 cdef object own_extras(EpisodeCore episode)

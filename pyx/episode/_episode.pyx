@@ -817,6 +817,20 @@ def last_added(EpisodeCore episode):
     return (episode._last_added_observation, episode._last_added_infos)
 
 
+cdef int set_track(BufferCore buf, object tree, Py_ssize_t lookback, object key) except -1:
+    # `tree` as the buffer's storage with `lookback` rows before step 0,
+    # checked (`key`: the extra output's, None for the other tracks).
+    buf.set_storage(tree)
+    if lookback > buf.first().nrows():
+        if key is None:
+            raise ValueError(f"a lookback of {lookback} rows in a track of "
+                             f"{buf.first().nrows()}")
+        raise ValueError(f"a lookback of {lookback} rows in {key!r}, which has "
+                         f"{buf.first().nrows()}")
+    buf._lookback = lookback
+    return 0
+
+
 def make_episode(cls, id_, observations, infos, actions, rewards, dict extra_model_outputs,
                  tuple lookbacks, terminated, truncated, Py_ssize_t t_started,
                  observation_space, action_space, agent_id=None, module_id=None,
@@ -831,39 +845,54 @@ def make_episode(cls, id_, observations, infos, actions, rewards, dict extra_mod
     the episode is handed out: ValueError/TypeError/AssertionError. With
     `defaultdict_extras` the extra outputs are a defaultdict, as from_state()
     makes them; `last_added` is what last_added() said of the episode."""
-    cdef EpisodeCore episode
-    cdef BufferCore buf
     if not (isinstance(cls, type) and issubclass(cls, EpisodeCore)):
         raise TypeError(f"cannot make an episode of {cls!r:.100}")
     if len(lookbacks) != 5:
         raise ValueError("lookbacks are (observations, infos, actions, rewards, extras)")
+    return build_episode(cls, id_, observations, infos, actions, rewards, extra_model_outputs,
+                         checked_lookback(lookbacks[0]), checked_lookback(lookbacks[1]),
+                         checked_lookback(lookbacks[2]), checked_lookback(lookbacks[3]),
+                         checked_lookback(lookbacks[4]), terminated, truncated, t_started,
+                         observation_space, action_space, agent_id, module_id,
+                         multi_agent_episode_id, state_time(start_time, "start_time"),
+                         state_time(last_step_time, "last_step_time"), custom_data,
+                         defaultdict_extras, last_added)
+
+
+cdef EpisodeCore build_episode(type cls, object id_, object observations, object infos,
+                               object actions, object rewards, dict extra_model_outputs,
+                               Py_ssize_t lb_obs, Py_ssize_t lb_infos, Py_ssize_t lb_actions,
+                               Py_ssize_t lb_rewards, Py_ssize_t lb_extras, object terminated,
+                               object truncated, Py_ssize_t t_started,
+                               object observation_space, object action_space,
+                               object agent_id, object module_id,
+                               object multi_agent_episode_id, double start_time,
+                               double last_step_time, object custom_data,
+                               bint defaultdict_extras, object last_added):
+    # The checked part of make_episode (its class and lookbacks checked by the caller).
+    cdef EpisodeCore episode
+    cdef BufferCore buf
     if type(infos) is not Column:
         raise TypeError(f"infos are one Column, not {type(infos).__name__}")
     episode = EpisodeCore.__new__(cls)
     init_empty(episode, id_, observation_space, action_space, terminated, truncated,
                t_started, agent_id, module_id, multi_agent_episode_id)
-    tracks = (episode.observations, episode.infos, episode.actions, episode.rewards)
-    for buf, tree, lookback in zip(tracks, (observations, infos, actions, rewards), lookbacks):
-        buf.set_storage(tree)
-        buf._lookback = checked_lookback(lookback)
-        if buf._lookback > buf.first().nrows():
-            raise ValueError(f"a lookback of {buf._lookback} rows in a track of "
-                             f"{buf.first().nrows()}")
+    set_track(episode.observations, observations, lb_obs, None)
+    set_track(episode.infos, infos, lb_infos, None)
+    set_track(episode.actions, actions, lb_actions, None)
+    set_track(episode.rewards, rewards, lb_rewards, None)
     extras = {}
     for key, tree in extra_model_outputs.items():
         buf = empty_buffer(Buffer, None, None)
-        buf.set_storage(tree)
-        buf._lookback = checked_lookback(lookbacks[4])
-        if buf._lookback > buf.first().nrows():
-            raise ValueError(f"a lookback of {buf._lookback} rows in {key!r}, which has "
-                             f"{buf.first().nrows()}")
+        set_track(buf, tree, lb_extras, key)
         extras[key] = buf
     if defaultdict_extras:
-        extras = defaultdict(partial(Buffer, lookback=lookbacks[0]), extras)
+        extras = defaultdict(partial(Buffer, lookback=lb_obs), extras)
     episode._extras = extras
-    episode.t = t_started + len(episode.rewards)  # Python ints: OverflowError, not a wrap
-    episode.start_time = state_time(start_time, "start_time")
-    episode.last_step_time = state_time(last_step_time, "last_step_time")
+    # Python ints: OverflowError, not a wrap.
+    episode.t = <object>t_started + (episode.rewards.len_incl_lookback() - lb_rewards)
+    episode.start_time = start_time
+    episode.last_step_time = last_step_time
     episode.custom_data_ = custom_data if custom_data else None
     episode.validate()
     if last_added is True:
