@@ -636,6 +636,29 @@ def test_iteration_builds_what_indexing_builds(tmp_path):
     assert any(e.is_terminated is np.True_ for e in read)
 
 
+def test_episodes_of_another_layout_go_to_a_step_file_of_their_own(tmp_path):
+    """The writer tells an episode of its last group's layout without making
+    its signature; any difference (dtype, row shape, mode, kind, extra
+    outputs' keys or their order, a defaultdict) still starts another group."""
+    def made(obs, extras=None, numpy=True, rewards=(1.0, 2.0)):
+        episode = SingleAgentEpisode()
+        episode.add_env_reset(obs)
+        for reward in rewards:
+            episode.add_env_step(obs, 1, reward, extra_model_outputs=extras)
+        return episode.to_numpy() if numpy else episode
+
+    f4 = np.zeros(4, np.float32)
+    batch = [made(f4), made(f4.astype(np.float64)), made(np.zeros(3, np.float32)),
+             made(f4, numpy=False), made(f4, rewards=(1, 2)),
+             made(f4, {"a": np.float32(0), "b": np.float32(1)}),
+             made(f4, {"b": np.float32(1), "a": np.float32(0)}),
+             SingleAgentEpisode.from_state(made(f4).get_state()), made(f4)]
+    files = write_episodes(batch, tmp_path)
+    assert sum(".steps-" in os.path.basename(f) for f in files) == 8
+    for read, written in zip(read_episodes(tmp_path), batch):
+        assert_same(read, written)
+
+
 def test_an_episode_that_does_not_fit_its_rows_is_named_when_iterated(tmp_path):
     """An episode table row whose steps do not fit its rows (read unchecked)
     fails iteration with DatasetError naming the episode, after the

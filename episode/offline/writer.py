@@ -377,7 +377,8 @@ def _step_table(group: GroupRows):
     arrays = iter([rows if rows is None or isinstance(rows, list) else rows.array()
                    for rows in group.leaves])
     columns = {name: _column(tree, arrays, n) for name, tree in zip(names, trees)}
-    columns[fmt.INFOS] = fmt.binaries(group.infos)
+    infos = group.infos()
+    columns[fmt.INFOS] = pa.nulls(n) if infos is None else fmt.binaries(infos)
     columns[fmt.TERMINATEDS] = fmt.numbers(group.terminateds.array())
     columns[fmt.TRUNCATEDS] = fmt.numbers(group.truncateds.array())
     sig = group.signature

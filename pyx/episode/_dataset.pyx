@@ -8,12 +8,14 @@ its arrays, and `episode()` builds an episode over rows of them (views for
 numpy'd episodes, copies for list-mode ones, which grow in place), checked
 before it is handed out.
 """
+from bisect import bisect_left
+
 import numpy as np
 
 cimport numpy as cnp
 from libc.math cimport NAN
 from libc.stdint cimport int32_t, int64_t
-from libc.string cimport memcpy, memset
+from libc.string cimport memcmp, memcpy, memset
 
 from episode._buffer cimport BufferCore
 from episode._column cimport Column, KIND_EMPTY_DICT, KIND_OBJECT, array_bytes, empty_dicts
@@ -66,29 +68,36 @@ def signature(EpisodeCore episode):
 
 cdef class Rows:
     """A growable block of fixed-size rows (one leaf of a group, or one
-    numeric column of the episode table)."""
-    cdef cnp.ndarray block
+    numeric column of the episode table): a Column's typed storage, grown
+    by realloc (pages moved, not copied) until array() hands out a view."""
+    cdef Column col
     cdef readonly Py_ssize_t size
     cdef Py_ssize_t row_bytes
 
     def __init__(self, dtype, tuple shape=()):
-        self.block = np.empty((16,) + shape, dtype)
+        cdef cnp.npy_intp dims[64]
+        cdef cnp.dtype descr = np.dtype(dtype)
+        cdef Py_ssize_t k
+        if len(shape) > 64:
+            raise ValueError("rows of more than 64 dimensions are not supported")
+        for k in range(len(shape)):
+            dims[k] = shape[k]
+            if dims[k] < 0:
+                raise ValueError(f"a row shape of {shape}")
+        self.col = Column.__new__(Column)
+        self.col._set_layout(descr, len(shape), dims)
+        self.col._adopt_block(16 * self.col.row_bytes, descr, 16, len(shape), dims, 0)
         self.size = 0
-        self.row_bytes = self.block.itemsize
-        for d in shape:
-            self.row_bytes *= d
+        self.row_bytes = self.col.row_bytes
 
     cdef char* reserve(self, Py_ssize_t n) except NULL:
-        cdef cnp.ndarray grown
-        cdef Py_ssize_t cap = self.block.shape[0]
+        cdef Py_ssize_t cap = self.col.capacity
         if self.size + n > cap:
             while cap < self.size + n:
                 cap *= 2
-            grown = np.empty((cap,) + (<object>self.block).shape[1:], self.block.dtype)
-            memcpy(array_bytes(grown, self.size * self.row_bytes),
-                   array_bytes(self.block, self.size * self.row_bytes), self.size * self.row_bytes)
-            self.block = grown
-        return array_bytes(self.block, (self.size + n) * self.row_bytes) + self.size * self.row_bytes
+            self.col.size = self.size       # the rows a copy (views out) keeps
+            self.col._resize(cap)
+        return self.col.row_ptr(self.size, n)
 
     cdef int zeros(self, Py_ssize_t n) except -1:
         if n > 0:
@@ -108,7 +117,7 @@ cdef class Rows:
         # Row `pos` (< size).
         if pos < 0 or pos >= self.size:
             raise IndexError(f"row {pos} of {self.size}")
-        return array_bytes(self.block, self.size * self.row_bytes) + pos * self.row_bytes
+        return self.col.row_ptr(pos, 1)
 
     cdef int push_int(self, int64_t value) except -1:
         (<int64_t*>self.reserve(1))[0] = value
@@ -131,8 +140,9 @@ cdef class Rows:
         return 0
 
     def array(self):
-        """The rows so far (a view)."""
-        return self.block[:self.size]
+        """The rows so far (a view; the block is copied, not realloc'd,
+        if it grows while a view is out)."""
+        return self.col.rows(0, self.size)
 
     @property
     def nbytes(self):
@@ -163,6 +173,25 @@ cdef list column_items(Column col):
     return list(col.rows(0, col.size))
 
 
+cdef bint same_layout(BufferCore buf, Column template) except -1:
+    # A buffer of one Column with the leaf signature `template` has.
+    cdef Column col
+    if type(buf._tree) is not Column:
+        return False
+    col = <Column>buf._tree
+    if (col.kind != template.kind or col.finalized != template.finalized
+            or col.row_type_open != template.row_type_open):
+        return False
+    if col.descr is None or template.descr is None:
+        return col.descr is None and template.descr is None
+    return ((col.descr is template.descr
+             or cnp.PyArray_EquivTypes(col.descr, template.descr))
+            and col.row_ndim == template.row_ndim
+            and (col.row_ndim == 0
+                 or memcmp(col.row_shape, template.row_shape,
+                           col.row_ndim * sizeof(cnp.npy_intp)) == 0))
+
+
 cdef class GroupRows:
     """The rows of one signature's episodes, as its step file will hold
     them: per leaf a `Rows` block (stored bytes), a list of items (encoded
@@ -171,12 +200,18 @@ cdef class GroupRows:
     signature order; `number` is the step file's number in its part."""
     cdef readonly object signature
     cdef readonly list leaves
-    cdef readonly list infos
+    cdef list info_rows              # the rows whose infos are not empty, ascending,
+    cdef list info_values            # and those infos, encoded
     cdef readonly Rows terminateds, truncateds
     cdef readonly Py_ssize_t number
     cdef readonly Py_ssize_t nrows
+    cdef readonly Py_ssize_t row_bytes   # of its fixed-size leaves, per row
     cdef Py_ssize_t rewards_leaf     # the plain-number rewards leaf summed into returns, or -1
     cdef public object spec          # the writer's description of the file (format trees)
+    cdef list templates              # per track a Column of its one leaf's layout (no rows),
+                                     # where every track is one Column; else None
+    cdef tuple extra_keys            # the extra outputs' keys, in order
+    cdef bint extras_default         # the extra outputs are a defaultdict
 
     def __init__(self, signature, Py_ssize_t number, list codecs, list dtypes, list shapes,
                  Py_ssize_t rewards_leaf):
@@ -190,11 +225,60 @@ cdef class GroupRows:
                 self.leaves.append([])
             else:
                 self.leaves.append(None)
-        self.infos = []
+        self.row_bytes = sum([(<Rows>leaf).row_bytes for leaf in self.leaves
+                              if type(leaf) is Rows])
+        self.info_rows = []
+        self.info_values = []
         self.terminateds = Rows(np.bool_)
         self.truncateds = Rows(np.bool_)
         self.nrows = 0
         self.rewards_leaf = rewards_leaf
+        self.templates = None
+
+    cdef int learn_layout(self, EpisodeCore episode) except -1:
+        # The templates that fits() compares episodes with: the layout of
+        # `episode`, which has this group's signature.
+        cdef list tracks = [episode.observations, episode.actions, episode.rewards]
+        cdef BufferCore buf
+        cdef Column col, template
+        extras = own_extras(episode)
+        tracks.extend(extras.values())
+        templates = []
+        for buf in tracks:
+            if type(buf._tree) is not Column:
+                return 0
+            col = <Column>buf._tree
+            template = Column.__new__(Column)
+            if col.descr is not None:
+                template._set_layout(col.descr, col.row_ndim, col.row_shape)
+            template.kind, template.finalized = col.kind, col.finalized
+            template.row_type_open = col.row_type_open
+            templates.append(template)
+        self.extra_keys = tuple(extras)
+        self.extras_default = type(extras) is not dict
+        self.templates = templates
+        return 0
+
+    cdef bint fits(self, EpisodeCore episode) except -1:
+        # Whether `episode` has this group's signature, without making it:
+        # known only for groups of one Column per track (else False).
+        cdef Py_ssize_t k = 0
+        cdef BufferCore buf
+        if self.templates is None:
+            return False
+        extras = own_extras(episode)
+        if ((type(extras) is not dict) != self.extras_default
+                or len(<dict>extras) != len(self.extra_keys)
+                or not same_layout(episode.observations, self.templates[0])
+                or not same_layout(episode.actions, self.templates[1])
+                or not same_layout(episode.rewards, self.templates[2])):
+            return False
+        for key, buf in (<dict>extras).items():
+            if not (key is self.extra_keys[k] or key == self.extra_keys[k]) or \
+                    not same_layout(buf, self.templates[N_TRACKS + k]):
+                return False
+            k += 1
+        return True
 
     cdef Py_ssize_t add(self, EpisodeCore episode, Py_ssize_t rows, Py_ssize_t last,
                         Py_ssize_t length, bint skip, object encode,
@@ -217,7 +301,17 @@ cdef class GroupRows:
     @property
     def nbytes(self):
         """The bytes of its fixed-size rows so far."""
-        return sum([(<Rows>leaf).nbytes for leaf in self.leaves if type(leaf) is Rows])
+        return self.nrows * self.row_bytes
+
+    def infos(self):
+        """Each row's infos, encoded (None: empty), or None where every
+        row's are empty."""
+        if not self.info_rows:
+            return None
+        out = [None] * self.nrows
+        for row, value in zip(self.info_rows, self.info_values):
+            out[row] = value
+        return out
 
     def truncate(self, Py_ssize_t nrows):
         """Drops the rows from `nrows` on (what add() kept since then)."""
@@ -226,7 +320,9 @@ cdef class GroupRows:
                 (<Rows>leaf).size = min((<Rows>leaf).size, nrows)
             elif leaf is not None:
                 del (<list>leaf)[nrows:]
-        del self.infos[nrows:]
+        k = bisect_left(self.info_rows, nrows)
+        del self.info_rows[k:]
+        del self.info_values[k:]
         self.terminateds.size = min(self.terminateds.size, nrows)
         self.truncateds.size = min(self.truncateds.size, nrows)
         self.nrows = min(self.nrows, nrows)
@@ -269,14 +365,12 @@ cdef class GroupRows:
         before = last - buf._lookback + off if count else rows
         if before < 0 or before + count > rows:
             raise ValueError("the infos do not fit the episode's rows (an inconsistent episode)")
-        self.infos.extend([None] * before)
-        if buf.flat() is not None and buf.flat().kind == KIND_EMPTY_DICT:
-            self.infos.extend([None] * count)
-        else:
+        if buf.flat() is None or buf.flat().kind != KIND_EMPTY_DICT:
             for i in range(off, off + count):
                 item = buf.item_at(i)
-                self.infos.append(None if type(item) is dict and not item else encode(item))
-        self.infos.extend([None] * (rows - before - count))
+                if not (type(item) is dict and not item):
+                    self.info_rows.append(start + before + i - off)
+                    self.info_values.append(encode(item))
         self.terminateds.zeros(rows)
         self.truncateds.zeros(rows)
         if length:
@@ -289,7 +383,7 @@ cdef class GroupRows:
 cdef double sum_rows(Rows block, Py_ssize_t first, Py_ssize_t count) except? -1:
     # The sum of plain-number rows first .. first + count - 1, in float64
     # (added in order; the usual reward dtypes here, numpy's for the rest).
-    cdef int type_num = cnp.PyArray_TYPE(block.block)
+    cdef int type_num = block.col.descr.type_num
     cdef char* data = block.row(first) if count else NULL
     cdef double total = 0.0
     cdef Py_ssize_t i
@@ -305,7 +399,7 @@ cdef double sum_rows(Rows block, Py_ssize_t first, Py_ssize_t count) except? -1:
         for i in range(count):
             total += (<int64_t*>data)[i]
     else:
-        return float(np.add.reduce(block.block[first:first + count], dtype=np.float64))
+        return float(np.add.reduce(block.col.rows(first, first + count), dtype=np.float64))
     return total
 
 
@@ -338,6 +432,7 @@ cdef class Recording:
     cdef object new_group, pack, details, space_text
     cdef readonly dict numbers       # column -> Rows
     cdef readonly dict packed        # column -> list of bytes (or None)
+    cdef list table_rows, table_packed  # the same Rows and lists, in their columns' order
     cdef dict ends                   # id -> where the written chunk ends (not done ones)
     cdef dict space_index            # id(space) -> (space, its number)
     cdef readonly list spaces        # the spaces' texts, by number
@@ -354,6 +449,8 @@ cdef class Recording:
         self.last_group = None
         self.numbers = {name: Rows(dtype, shape) for name, dtype, shape in TABLE_NUMBERS}
         self.packed = {name: [] for name in TABLE_PACKED}
+        self.table_rows = list(self.numbers.values())
+        self.table_packed = list(self.packed.values())
         self.space_index = {}
         self.spaces = []
         self.n = 0
@@ -362,34 +459,41 @@ cdef class Recording:
     @property
     def nbytes(self):
         """The bytes of its step files' fixed-size rows so far."""
-        return sum([(<GroupRows>g).nbytes for g in self.groups.values()])
+        cdef GroupRows group
+        total = 0
+        for group in self.groups.values():
+            total += group.nrows * group.row_bytes
+        return total
 
     def mark(self):
         """Where the recording is (see rollback)."""
-        return (self.n, len(self.groups), {sig: g.nrows for sig, g in self.groups.items()})
+        return (self.n, [(<GroupRows>g).nrows for g in self.groups.values()])
 
     def rollback(self, tuple mark):
         """Back to `mark`: what was added since is dropped."""
         cdef Py_ssize_t n = mark[0]
+        cdef list nrows = mark[1]
         cdef Rows rows
         for rows in self.numbers.values():
             rows.size = min(rows.size, n)
         for values in self.packed.values():
             del values[n:]
-        self.groups = {sig: g for sig, g in list(self.groups.items())[:mark[1]]}
-        for sig, nrows in mark[2].items():
-            (<GroupRows>self.groups[sig]).truncate(nrows)
+        self.groups = dict(list(self.groups.items())[:len(nrows)])
+        for group, count in zip(self.groups.values(), nrows):
+            (<GroupRows>group).truncate(count)
         self.last_group = None
         self.n = n
         self.steps = sum((<GroupRows>g).nrows for g in self.groups.values())
 
     cdef GroupRows group_of(self, EpisodeCore episode):
-        sig = signature(episode)
-        if self.last_group is not None and self.last_group.signature == sig:
+        cdef GroupRows group
+        if self.last_group is not None and self.last_group.fits(episode):
             return self.last_group
+        sig = signature(episode)
         group = self.groups.get(sig)
         if group is None:
             group = self.new_group(sig, len(self.groups))
+            group.learn_layout(episode)
             self.groups[sig] = group
         self.last_group = group
         return group
@@ -509,26 +613,29 @@ cdef class Recording:
                       object truncated, double start_time, double last_step_time,
                       double episode_return, tuple lookbacks, tuple spaces,
                       tuple values) except -1:
-        cdef dict c = self.numbers
-        (<Rows>c["kind"]).push_byte(kind)
-        (<Rows>c["parent"]).push_int(parent)
-        (<Rows>c["group"]).push_int32(<int32_t>group)
-        (<Rows>c["row"]).push_int(first)
-        (<Rows>c["rows"]).push_int(rows)
-        (<Rows>c["length"]).push_int(length)
-        (<Rows>c["t_started"]).push_int(t_started)
-        (<Rows>c["terminated"]).push_byte(bool(terminated))
-        (<Rows>c["truncated"]).push_byte(bool(truncated))
-        (<Rows>c["numpy_flags"]).push_byte(flag_type(terminated, truncated) == 1)
-        (<Rows>c["start_time"]).push_double(start_time)
-        (<Rows>c["last_step_time"]).push_double(last_step_time)
-        (<Rows>c["return"]).push_double(episode_return)
-        for name, value in zip(LOOKBACK_COLUMNS, lookbacks):
-            (<Rows>c[name]).push_int32(<int32_t>value)
-        (<Rows>c["observation_space"]).push_int32(spaces[0])
-        (<Rows>c["action_space"]).push_int32(spaces[1])
-        for name, value in zip(TABLE_PACKED, values):
-            (<list>self.packed[name]).append(value)
+        # The columns by position, in TABLE_NUMBERS' and TABLE_PACKED's order.
+        cdef list c = self.table_rows
+        cdef list p = self.table_packed
+        cdef Py_ssize_t k
+        (<Rows>c[0]).push_byte(kind)
+        (<Rows>c[1]).push_int(parent)
+        (<Rows>c[2]).push_int32(<int32_t>group)
+        (<Rows>c[3]).push_int(first)
+        (<Rows>c[4]).push_int(rows)
+        (<Rows>c[5]).push_int(length)
+        (<Rows>c[6]).push_int(t_started)
+        (<Rows>c[7]).push_byte(bool(terminated))
+        (<Rows>c[8]).push_byte(bool(truncated))
+        (<Rows>c[9]).push_byte(flag_type(terminated, truncated) == 1)
+        (<Rows>c[10]).push_double(start_time)
+        (<Rows>c[11]).push_double(last_step_time)
+        (<Rows>c[12]).push_double(episode_return)
+        for k in range(5):
+            (<Rows>c[13 + k]).push_int32(<int32_t>lookbacks[k])
+        (<Rows>c[18]).push_int32(spaces[0])
+        (<Rows>c[19]).push_int32(spaces[1])
+        for k in range(7):
+            (<list>p[k]).append(values[k])
         self.n += 1
         return 0
 
