@@ -583,6 +583,26 @@ def test_bad_episodes_are_refused_before_anything_is_kept(tmp_path):
     compare_episodes(ds[0], good)
 
 
+def test_a_bad_episode_in_a_run_keeps_those_before_it_and_nothing_of_it(tmp_path):
+    """write() adds runs of our single-agent episodes in one compiled loop:
+    a bad one there raises, and the writer keeps the episodes before it, in
+    order, and nothing of it, as one by one; multi-agent episodes between
+    runs keep their place."""
+    bad = _cartpole(3)
+    bad.infos.data.append({"x": object()})    # one info too many
+    batch = [_cartpole(0), _two_agents(1), _cartpole(1), _cartpole(2), bad, _cartpole(4)]
+    last = _cartpole(5)
+    with EpisodeWriter(tmp_path, rows_per_file=60) as writer:
+        with pytest.raises((TypeError, AssertionError)):
+            writer.write(batch)
+        writer.write(last)
+    kept = batch[:4] + [last]
+    assert [e.id_ for e in read_episodes(tmp_path)] == [e.id_ for e in kept]
+    for read, written in zip(read_episodes(tmp_path), kept):
+        if isinstance(written, SingleAgentEpisode):
+            compare_episodes(read, written)
+
+
 # -- multi-agent episodes ------------------------------------------------------------
 
 

@@ -3,17 +3,22 @@ from __future__ import annotations
 
 import collections.abc
 import json
+import math
 import os
 import re
 import secrets
 import socket
+import sys
+import threading
 import time
+import zlib
 from typing import Any, Iterable, Optional
 
 import numpy as np
 
 from episode._column import KINDS
 from episode._dataset import SINGLE, GroupRows, Recording
+from episode._episode import EpisodeCore
 from episode.offline import format as fmt
 
 __all__ = ["EpisodeWriter", "write_episodes"]
@@ -116,11 +121,26 @@ class EpisodeWriter:
             raise ValueError("write() on a closed EpisodeWriter")
         from episode.replay.stored import _as_ours, _as_ours_multi
 
-        for episode in _episode_list(episodes, "EpisodeWriter.write()"):
+        episodes = _episode_list(episodes, "EpisodeWriter.write()")
+        i = 0
+        while i < len(episodes):
+            episode = episodes[i]
             recording = self._recording       # a new one after each flush
+            if isinstance(episode, EpisodeCore) and not self._spaces:
+                # A run of our single-agent episodes, added in one compiled
+                # loop up to this part's limits.
+                if self._waiting_since is None:
+                    self._waiting_since = time.monotonic()
+                deadline = math.inf if self.seconds_per_file is None \
+                    else self._waiting_since + self.seconds_per_file
+                i = recording.add_run(episodes, i, min(self.rows_per_file, sys.maxsize),
+                                      min(self.bytes_per_file, sys.maxsize), deadline)
+                self._flush_if_due()
+                continue
+            i += 1
             mark = recording.mark()
             try:
-                if hasattr(episode, "agent_episodes"):
+                if not isinstance(episode, EpisodeCore) and hasattr(episode, "agent_episodes"):
                     episode = _as_ours_multi(episode)
                     episode.validate()
                     self._check_episodes(episode.agent_episodes.values())
@@ -134,13 +154,18 @@ class EpisodeWriter:
             except BaseException:
                 recording.rollback(mark)
                 raise
-            now = time.monotonic()
             if self._waiting_since is None:
-                self._waiting_since = now
-            if recording.steps >= self.rows_per_file or recording.nbytes >= self.bytes_per_file or (
-                    self.seconds_per_file is not None
-                    and now - self._waiting_since >= self.seconds_per_file):
-                self.flush()
+                self._waiting_since = time.monotonic()
+            self._flush_if_due()
+
+    def _flush_if_due(self) -> None:
+        # A part is written once its rows, bytes or the time its first
+        # episode has waited reach their limits.
+        recording = self._recording
+        if recording.steps >= self.rows_per_file or recording.nbytes >= self.bytes_per_file or (
+                self.seconds_per_file is not None and self._waiting_since is not None
+                and time.monotonic() - self._waiting_since >= self.seconds_per_file):
+            self.flush()
 
     def check_spaces(self, observation_space: Any, action_space: Any,
                      agent_id: Any = None) -> None:
@@ -177,15 +202,31 @@ class EpisodeWriter:
     def _write_part(self) -> None:
         recording = self._recording
         part = f"{self._name}-{self._parts:06d}"
-        names, sums = [], []
-        for group in recording.groups.values():
-            name = f"{part}.steps-{group.number}.{self.format}"
-            sums.append(self._write_file(name, _step_table(group)))
-            names.append(name)
-        table = _episode_table(recording, names, sums)
-        if self.format == "arrow":
-            table = _with_batches_crc(table, self._ipc_options())
-        self._write_file(f"{part}.episodes.{self.format}", table)
+        names, sums, written = [], [], []       # written: (temp, final), renamed in order
+        try:
+            for group in recording.groups.values():
+                name = f"{part}.steps-{group.number}.{self.format}"
+                sums.append(self._write_temp(name, _step_table(group), written))
+                names.append(name)
+            # The step files reach the disk while the episode table is made
+            # and written; every file is renamed into place once all are
+            # there, the episode table (which makes the part exist) last.
+            syncing = _Syncing([temp for temp, _ in written])
+            try:
+                table = _episode_table(recording, names, sums)
+                if self.format == "arrow":
+                    table = _with_batches_crc(table, self._ipc_options())
+                self._write_temp(f"{part}.episodes.{self.format}", table, written)
+                _fsync(written[-1][0])
+            finally:
+                syncing.wait()
+            for temp, final in written:
+                os.replace(temp, final)
+                self.files.append(final)
+        finally:
+            for temp, _ in written:
+                if os.path.exists(temp):
+                    os.remove(temp)
         self._parts += 1
         self._recording = self._new_recording()
         self._waiting_since = None
@@ -210,30 +251,87 @@ class EpisodeWriter:
     def _ipc_options(self):
         return _pyarrow().ipc.IpcWriteOptions(compression=self.compression)
 
-    def _write_file(self, name: str, table) -> list:
-        """Writes `table` as the file `name` (aside, then renamed into
-        place); returns its [size, CRC-32]."""
+    def _write_temp(self, name: str, table, written: list) -> list:
+        """Writes `table` aside, under a temporary name, for the file `name`
+        (appending (temp, final) to `written` first); returns its [size,
+        CRC-32], summed as it is written."""
         pa = _pyarrow()
-        final = os.path.join(self.path, name)
         temp = os.path.join(self.path, f".{name}.{secrets.token_hex(4)}.tmp")
-        try:
-            if self.format == "parquet":
-                import pyarrow.parquet as pq
+        written.append((temp, os.path.join(self.path, name)))
+        with open(temp, "wb", buffering=0) as raw:
+            summed = _Summed(raw)
+            with pa.PythonFile(summed, mode="w") as sink:
+                if self.format == "parquet":
+                    import pyarrow.parquet as pq
 
-                pq.write_table(table, temp, compression=self.compression or "none",
-                               row_group_size=max(1, table.num_rows), **fmt.PARQUET_WRITE)
-            else:
-                with pa.OSFile(temp, "wb") as sink:
+                    pq.write_table(table, sink, compression=self.compression or "none",
+                                   row_group_size=max(1, table.num_rows), **fmt.PARQUET_WRITE)
+                else:
                     _write_ipc(sink, table, self._ipc_options())
-            with open(temp, "rb") as f:
-                os.fsync(f.fileno())
-            checksum = fmt.file_checksum(temp)
-            os.replace(temp, final)
-        finally:
-            if os.path.exists(temp):
-                os.remove(temp)
-        self.files.append(final)
-        return checksum
+        return [summed.size, summed.crc]
+
+
+class _Summed:
+    """A binary file that sums (CRC-32) and counts the bytes written to it:
+    a written file's checksum without reading it back."""
+
+    def __init__(self, raw: Any):
+        self.raw = raw
+        self.size = 0
+        self.crc = 0
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        n = view.nbytes
+        self.crc = zlib.crc32(view, self.crc)
+        while view.nbytes:              # a raw file may write less than asked
+            view = view[self.raw.write(view):]
+        self.size += n
+        return n
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    @property
+    def closed(self) -> bool:
+        return self.raw.closed
+
+    def tell(self) -> int:
+        return self.size
+
+    def writable(self) -> bool:
+        return True
+
+
+def _fsync(path: str) -> None:
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+class _Syncing:
+    """fsync of `paths` in a thread (os.fsync lets go of the GIL), while the
+    caller writes the next file; wait() returns when they are on disk, or
+    raises the error one of them met."""
+
+    def __init__(self, paths: list):
+        self.error: Optional[BaseException] = None
+        self.thread = threading.Thread(target=self._run, args=(paths,), daemon=True)
+        self.thread.start()
+
+    def _run(self, paths: list) -> None:
+        try:
+            for path in paths:
+                _fsync(path)
+        except BaseException as error:  # noqa: BLE001 - handed to wait()
+            self.error = error
+
+    def wait(self) -> None:
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
 
 
 def _write_ipc(sink, table, options) -> None:
@@ -300,7 +398,7 @@ def _episode_list(episodes: Any, what: str) -> list:
     """`episodes` (one episode, or an iterable of them) as a list; TypeError
     for anything else."""
     def is_episode(e: Any) -> bool:
-        return hasattr(e, "agent_episodes") or (
+        return isinstance(e, EpisodeCore) or hasattr(e, "agent_episodes") or (
             hasattr(e, "get_state") and hasattr(e, "extra_model_outputs"))
 
     if is_episode(episodes):

@@ -13,13 +13,15 @@ from bisect import bisect_left
 import numpy as np
 
 cimport numpy as cnp
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 from libc.math cimport NAN
 from libc.stdint cimport int32_t, int64_t
 from libc.string cimport memcmp, memcpy, memset
 
 from episode._buffer cimport BufferCore
 from episode._column cimport Column, KIND_EMPTY_DICT, KIND_OBJECT, array_bytes, empty_dicts
-from episode._episode cimport EpisodeCore, build_episode, own_extras
+from episode._episode cimport EpisodeCore, build_episode, now, own_extras
 
 from episode._episode import REWARDS_SPACE, last_added
 
@@ -469,6 +471,35 @@ cdef class Recording:
         """Where the recording is (see rollback)."""
         return (self.n, [(<GroupRows>g).nrows for g in self.groups.values()])
 
+    def add_run(self, list episodes, Py_ssize_t start, Py_ssize_t max_steps,
+                Py_ssize_t max_bytes, double deadline):
+        """add() of episodes[start], episodes[start + 1], ... (single-agent
+        episodes of ours) in one loop, until one that is not, or until the
+        recording holds `max_steps` step rows or `max_bytes` bytes, or the
+        clock (time.monotonic()) reaches `deadline`. Returns the index after
+        the last one added. A bad episode raises, and leaves the recording as
+        it was before it (the ones before it are kept)."""
+        cdef Py_ssize_t i = start
+        cdef GroupRows group
+        cdef Py_ssize_t nbytes
+        while i < len(episodes):
+            episode = episodes[i]
+            if not isinstance(episode, EpisodeCore):
+                break
+            mark = self.mark()
+            try:
+                self.add(<EpisodeCore>episode)
+            except BaseException:
+                self.rollback(mark)
+                raise
+            i += 1
+            nbytes = 0
+            for group in self.groups.values():
+                nbytes += group.nrows * group.row_bytes
+            if self.steps >= max_steps or nbytes >= max_bytes or now() >= deadline:
+                break
+        return i
+
     def rollback(self, tuple mark):
         """Back to `mark`: what was added since is dropped."""
         cdef Py_ssize_t n = mark[0]
@@ -499,20 +530,29 @@ cdef class Recording:
         return group
 
     cdef object pack_id(self, object value):
-        # msgpack of a str made here (the usual id), anything else by `pack`.
-        cdef bytes text
-        cdef Py_ssize_t n
+        # msgpack of a str made here (the usual id: a fixstr or str8 header,
+        # then its UTF-8), anything else by `pack`.
+        cdef const char* text
+        cdef Py_ssize_t n, head
+        cdef bytes out
+        cdef char* data
         if value is None:
             return None
         if type(value) is not str:
             return self.pack(value)
-        text = (<str>value).encode("utf-8")
-        n = len(text)
+        text = PyUnicode_AsUTF8AndSize(value, &n)
+        if n >= 256:
+            return self.pack(value)
+        head = 1 if n < 32 else 2
+        out = PyBytes_FromStringAndSize(NULL, head + n)
+        data = PyBytes_AS_STRING(out)
         if n < 32:
-            return bytes([0xa0 | n]) + text
-        if n < 256:
-            return bytes([0xd9, n]) + text
-        return self.pack(value)
+            data[0] = <char>(0xa0 | n)
+        else:
+            data[0] = <char>0xd9
+            data[1] = <char>n
+        memcpy(data + head, text, n)
+        return out
 
     cdef int32_t space_number(self, object space) except -2:
         cdef tuple known

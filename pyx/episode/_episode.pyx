@@ -543,10 +543,10 @@ cdef class EpisodeCore:
         observation per info, and (once reset) one more observation than
         actions, rewards and each extra model output (none of any before)."""
         require_buffers(self)
-        cdef Py_ssize_t n_obs = len(self.observations)
-        cdef Py_ssize_t n_infos = len(self.infos)
-        cdef Py_ssize_t n_actions = len(self.actions)
-        cdef Py_ssize_t n_rewards = len(self.rewards)
+        cdef Py_ssize_t n_obs = rows_after_lookback(self.observations)
+        cdef Py_ssize_t n_infos = rows_after_lookback(self.infos)
+        cdef Py_ssize_t n_actions = rows_after_lookback(self.actions)
+        cdef Py_ssize_t n_rewards = rows_after_lookback(self.rewards)
         if n_obs != n_infos:
             inconsistent(f"one info per observation, got {n_obs} observations and "
                          f"{n_infos} infos")
