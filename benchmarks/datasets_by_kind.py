@@ -14,7 +14,8 @@ the sides taking turns round by round.
 Rows, per format of ours (Arrow IPC lz4: the default; zstd; uncompressed;
 Parquet zstd):
 - write: ``write_episodes`` of the numpy'd episodes into a fresh folder
-  (files fsync'd and checksummed, as always);
+  (files fsync'd and checksummed, as always; the last round's folder is
+  removed before the timer starts);
 - read: ``read_episodes`` and each episode's observations, actions and
   rewards taken (damage checks on, the default).
 RLlib 2.60's episode format, as its recorder makes it
@@ -100,12 +101,15 @@ def take(episode) -> int:
     return len(episode.get_observations())
 
 
-def timed(rounds: int, runs: dict) -> dict:
+def timed(rounds: int, runs: dict, prepare: dict = {}) -> dict:
     """{name: [seconds per round]}, the runs taking turns round by round
-    (one unrecorded warm-up round each first)."""
+    (one unrecorded warm-up round each first); `prepare[name]`, if given,
+    runs before each of its rounds, untimed."""
     times = {name: [] for name in runs}
     for r in range(rounds + 1):
         for name, run in runs.items():
+            if name in prepare:
+                prepare[name]()
             start = time.perf_counter()
             run()
             if r:
@@ -147,16 +151,21 @@ def main(kind: str, steps: int, rounds: int) -> None:
 
     def writer(name):
         def run():
-            shutil.rmtree(folders[name], ignore_errors=True)
             write_episodes(ours, folders[name], **FORMATS[name])
         return run
+
+    def clear(name):
+        # The last round's folder goes before the timer starts: a write's
+        # time is its own, not the removal of the files it replaces.
+        return lambda: shutil.rmtree(folders[name], ignore_errors=True)
 
     def reader(name):
         def run():
             assert sum(take(e) - 1 for e in read_episodes(folders[name])) == total
         return run
 
-    times = timed(rounds, {name: writer(name) for name in FORMATS})
+    times = timed(rounds, {name: writer(name) for name in FORMATS},
+                  {name: clear(name) for name in FORMATS})
     report(kind, "write", times, raw, {n: folder_bytes(f) for n, f in folders.items()})
     report(kind, "read", timed(rounds, {name: reader(name) for name in FORMATS}), raw)
 

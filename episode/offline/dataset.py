@@ -666,7 +666,6 @@ class _Part:
         self._spaces: dict = {}
         self._cells: dict = {}
         self._values: dict = {}
-        self._lookbacks: Optional[list] = None
         self._fields: Optional[list] = None
         self._unreadable: dict = {}         # row -> (column, error) of a packed cell
         self.episode_rows: Optional[EpisodeRows] = None
@@ -723,14 +722,6 @@ class _Part:
                             self._unreadable.setdefault(j, (name, value.error))
             self._values[name] = values
         return values
-
-    def place(self, i: int) -> tuple:
-        """Where episode `i`'s rows are: (step file, first row, rows, steps,
-        lookbacks as a tuple of ints)."""
-        if self._lookbacks is None:
-            self._lookbacks = [tuple(row) for row in self.lookbacks.tolist()]
-        return (self.cells("group")[i], self.cells("row")[i], self.cells("rows")[i],
-                self.cells("length")[i], self._lookbacks[i])
 
     def fields(self, i: int) -> dict:
         """make_episode's fields of episode `i`."""

@@ -21,7 +21,7 @@ from libc.string cimport memcmp, memcpy, memset
 
 from episode._buffer cimport BufferCore
 from episode._column cimport Column, KIND_EMPTY_DICT, KIND_OBJECT, array_bytes, empty_dicts
-from episode._episode cimport EpisodeCore, build_episode, now, own_extras
+from episode._episode cimport EpisodeCore, build_episode, now, own_extras, steps
 
 from episode._episode import REWARDS_SPACE, last_added
 
@@ -486,9 +486,9 @@ cdef class Recording:
             episode = episodes[i]
             if not isinstance(episode, EpisodeCore):
                 break
-            mark = self.mark()
+            mark = (self.n, [(<GroupRows>g).nrows for g in self.groups.values()])
             try:
-                self.add(<EpisodeCore>episode)
+                self.add_one(<EpisodeCore>episode, -1)
             except BaseException:
                 self.rollback(mark)
                 raise
@@ -593,8 +593,11 @@ cdef class Recording:
     def add(self, EpisodeCore episode, int64_t parent=-1):
         """Keeps a single-agent episode (checked first; nothing of it is kept
         if it fails part-way)."""
+        self.add_one(episode, parent)
+
+    cdef int add_one(self, EpisodeCore episode, int64_t parent) except -1:
         cdef GroupRows group
-        cdef Py_ssize_t rows, first, last, length, lb_extras
+        cdef Py_ssize_t rows, first, last, length, lb_extras, k
         cdef bint skip
         cdef double episode_return
         cdef BufferCore buf
@@ -608,11 +611,13 @@ cdef class Recording:
                 raise ValueError("the extra model outputs have different lookbacks")
         lookbacks = (episode.observations._lookback, episode.infos._lookback,
                      episode.actions._lookback, episode.rewards._lookback, lb_extras)
-        length = len(episode)
+        length = steps(episode)
         skip = parent < 0 and self.ends.get(episode.id_) == episode.t_started
         if skip:
             lookbacks = (0, 0, 0, 0, 0)
-        last = max(lookbacks)
+        last = 0
+        for k in range(5):
+            last = max(last, <Py_ssize_t>lookbacks[k])
         rows = last + length + 1 if episode.observations.len_incl_lookback() else 0
         # Everything that can refuse the episode runs before its rows are kept.
         group = self.group_of(episode)
@@ -634,6 +639,7 @@ cdef class Recording:
         self.push_row(SINGLE, parent, group.number, first, rows, length, episode.t_started,
                       episode.is_terminated, episode.is_truncated, episode.start_time,
                       episode.last_step_time, episode_return, lookbacks, spaces, values)
+        return 0
 
     def add_multi(self, object episode, bytes state):
         """Keeps the row of a multi-agent episode (its own fields packed in
