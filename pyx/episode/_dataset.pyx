@@ -70,36 +70,29 @@ def signature(EpisodeCore episode):
 
 cdef class Rows:
     """A growable block of fixed-size rows (one leaf of a group, or one
-    numeric column of the episode table): a Column's typed storage, grown
-    by realloc (pages moved, not copied) until array() hands out a view."""
-    cdef Column col
+    numeric column of the episode table)."""
+    cdef cnp.ndarray block
     cdef readonly Py_ssize_t size
     cdef Py_ssize_t row_bytes
 
     def __init__(self, dtype, tuple shape=()):
-        cdef cnp.npy_intp dims[64]
-        cdef cnp.dtype descr = np.dtype(dtype)
-        cdef Py_ssize_t k
-        if len(shape) > 64:
-            raise ValueError("rows of more than 64 dimensions are not supported")
-        for k in range(len(shape)):
-            dims[k] = shape[k]
-            if dims[k] < 0:
-                raise ValueError(f"a row shape of {shape}")
-        self.col = Column.__new__(Column)
-        self.col._set_layout(descr, len(shape), dims)
-        self.col._adopt_block(16 * self.col.row_bytes, descr, 16, len(shape), dims, 0)
+        self.block = np.empty((16,) + shape, dtype)
         self.size = 0
-        self.row_bytes = self.col.row_bytes
+        self.row_bytes = self.block.itemsize
+        for d in shape:
+            self.row_bytes *= d
 
     cdef char* reserve(self, Py_ssize_t n) except NULL:
-        cdef Py_ssize_t cap = self.col.capacity
+        cdef cnp.ndarray grown
+        cdef Py_ssize_t cap = self.block.shape[0]
         if self.size + n > cap:
             while cap < self.size + n:
                 cap *= 2
-            self.col.size = self.size       # the rows a copy (views out) keeps
-            self.col._resize(cap)
-        return self.col.row_ptr(self.size, n)
+            grown = np.empty((cap,) + (<object>self.block).shape[1:], self.block.dtype)
+            memcpy(array_bytes(grown, self.size * self.row_bytes),
+                   array_bytes(self.block, self.size * self.row_bytes), self.size * self.row_bytes)
+            self.block = grown
+        return array_bytes(self.block, (self.size + n) * self.row_bytes) + self.size * self.row_bytes
 
     cdef int zeros(self, Py_ssize_t n) except -1:
         if n > 0:
@@ -119,7 +112,7 @@ cdef class Rows:
         # Row `pos` (< size).
         if pos < 0 or pos >= self.size:
             raise IndexError(f"row {pos} of {self.size}")
-        return self.col.row_ptr(pos, 1)
+        return array_bytes(self.block, self.size * self.row_bytes) + pos * self.row_bytes
 
     cdef int push_int(self, int64_t value) except -1:
         (<int64_t*>self.reserve(1))[0] = value
@@ -142,9 +135,8 @@ cdef class Rows:
         return 0
 
     def array(self):
-        """The rows so far (a view; the block is copied, not realloc'd,
-        if it grows while a view is out)."""
-        return self.col.rows(0, self.size)
+        """The rows so far (a view)."""
+        return self.block[:self.size]
 
     @property
     def nbytes(self):
@@ -385,7 +377,7 @@ cdef class GroupRows:
 cdef double sum_rows(Rows block, Py_ssize_t first, Py_ssize_t count) except? -1:
     # The sum of plain-number rows first .. first + count - 1, in float64
     # (added in order; the usual reward dtypes here, numpy's for the rest).
-    cdef int type_num = block.col.descr.type_num
+    cdef int type_num = cnp.PyArray_TYPE(block.block)
     cdef char* data = block.row(first) if count else NULL
     cdef double total = 0.0
     cdef Py_ssize_t i
@@ -401,7 +393,7 @@ cdef double sum_rows(Rows block, Py_ssize_t first, Py_ssize_t count) except? -1:
         for i in range(count):
             total += (<int64_t*>data)[i]
     else:
-        return float(np.add.reduce(block.col.rows(first, first + count), dtype=np.float64))
+        return float(np.add.reduce(block.block[first:first + count], dtype=np.float64))
     return total
 
 
