@@ -453,14 +453,20 @@ cdef class Recording:
     @property
     def nbytes(self):
         """The bytes of its step files' fixed-size rows so far."""
+        return self.fixed_bytes()
+
+    cdef Py_ssize_t fixed_bytes(self) except -1:
         cdef GroupRows group
-        total = 0
+        cdef Py_ssize_t total = 0
         for group in self.groups.values():
             total += group.nrows * group.row_bytes
         return total
 
     def mark(self):
         """Where the recording is (see rollback)."""
+        return self.where()
+
+    cdef tuple where(self):
         return (self.n, [(<GroupRows>g).nrows for g in self.groups.values()])
 
     def add_run(self, list episodes, Py_ssize_t start, Py_ssize_t max_steps,
@@ -472,23 +478,19 @@ cdef class Recording:
         the last one added. A bad episode raises, and leaves the recording as
         it was before it (the ones before it are kept)."""
         cdef Py_ssize_t i = start
-        cdef GroupRows group
-        cdef Py_ssize_t nbytes
         while i < len(episodes):
             episode = episodes[i]
             if not isinstance(episode, EpisodeCore):
                 break
-            mark = (self.n, [(<GroupRows>g).nrows for g in self.groups.values()])
+            mark = self.where()
             try:
                 self.add_one(<EpisodeCore>episode, -1)
             except BaseException:
                 self.rollback(mark)
                 raise
             i += 1
-            nbytes = 0
-            for group in self.groups.values():
-                nbytes += group.nrows * group.row_bytes
-            if self.steps >= max_steps or nbytes >= max_bytes or now() >= deadline:
+            if (self.steps >= max_steps or self.fixed_bytes() >= max_bytes
+                    or now() >= deadline):
                 break
         return i
 
