@@ -290,10 +290,10 @@ class _Summed:
         return n
 
     def flush(self) -> None:
-        pass
+        self.raw.flush()
 
     def close(self) -> None:
-        pass
+        self.raw.close()
 
     @property
     def closed(self) -> bool:

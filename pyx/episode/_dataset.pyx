@@ -253,14 +253,14 @@ cdef class GroupRows:
         self.templates = templates
         return 0
 
-    cdef bint fits(self, EpisodeCore episode) except -1:
-        # Whether `episode` has this group's signature, without making it:
-        # known only for groups of one Column per track (else False).
+    cdef bint fits(self, EpisodeCore episode, object extras) except -1:
+        # Whether `episode` (`extras`: its own_extras()) has this group's
+        # signature, without making it: known only for groups of one Column
+        # per track (else False).
         cdef Py_ssize_t k = 0
         cdef BufferCore buf
         if self.templates is None:
             return False
-        extras = own_extras(episode)
         if ((type(extras) is not dict) != self.extras_default
                 or len(<dict>extras) != len(self.extra_keys)
                 or not same_layout(episode.observations, self.templates[0])
@@ -274,8 +274,8 @@ cdef class GroupRows:
             k += 1
         return True
 
-    cdef Py_ssize_t add(self, EpisodeCore episode, Py_ssize_t rows, Py_ssize_t last,
-                        Py_ssize_t length, bint skip, object encode,
+    cdef Py_ssize_t add(self, EpisodeCore episode, object extras, Py_ssize_t rows,
+                        Py_ssize_t last, Py_ssize_t length, bint skip, object encode,
                         double* episode_return) except -1:
         # Appends the episode's `rows` rows (0, or its largest lookback L +
         # its length + 1; `last` = L): each track at rows L - its lookback
@@ -285,7 +285,7 @@ cdef class GroupRows:
         # fails (an item `encode` refuses).
         cdef Py_ssize_t first = self.nrows
         try:
-            self._add(episode, rows, last, length, skip, encode, episode_return)
+            self._add(episode, extras, rows, last, length, skip, encode, episode_return)
         except BaseException:
             self.truncate(first)
             raise
@@ -321,7 +321,7 @@ cdef class GroupRows:
         self.truncateds.size = min(self.truncateds.size, nrows)
         self.nrows = min(self.nrows, nrows)
 
-    cdef int _add(self, EpisodeCore episode, Py_ssize_t rows, Py_ssize_t last,
+    cdef int _add(self, EpisodeCore episode, object extras, Py_ssize_t rows, Py_ssize_t last,
                   Py_ssize_t length, bint skip, object encode,
                   double* episode_return) except -1:
         cdef Py_ssize_t k = 0, before, count, i, start = self.nrows, off
@@ -330,7 +330,7 @@ cdef class GroupRows:
         cdef object leaf
         cdef Rows block
         cdef list tracks = [episode.observations, episode.actions, episode.rewards]
-        tracks.extend(own_extras(episode).values())
+        tracks.extend(extras.values())
         episode_return[0] = NAN if self.rewards_leaf < 0 else 0.0
         for buf in tracks:
             off = buf._lookback if skip else 0
@@ -510,9 +510,9 @@ cdef class Recording:
         self.n = n
         self.steps = sum((<GroupRows>g).nrows for g in self.groups.values())
 
-    cdef GroupRows group_of(self, EpisodeCore episode):
+    cdef GroupRows group_of(self, EpisodeCore episode, object extras):
         cdef GroupRows group
-        if self.last_group is not None and self.last_group.fits(episode):
+        if self.last_group is not None and self.last_group.fits(episode, extras):
             return self.last_group
         sig = signature(episode)
         group = self.groups.get(sig)
@@ -566,10 +566,10 @@ cdef class Recording:
         self.space_index[id(space)] = (space, number)
         return number
 
-    cdef bint usual(self, EpisodeCore episode) except -1:
+    cdef bint usual(self, EpisodeCore episode, object extras) except -1:
         # Nothing for `details`: plain bool done flags, the last added
         # observation and infos the last rows, the buffers' spaces the
-        # episode's own.
+        # episode's own (`extras`: its own_extras()).
         if flag_type(episode.is_terminated, episode.is_truncated) < 0:
             return False
         if last_added(episode) is not True:
@@ -579,7 +579,7 @@ cdef class Recording:
                 or episode.rewards._space is not REWARDS_SPACE
                 or episode.infos._space is not None):
             return False
-        for buf in own_extras(episode).values():
+        for buf in extras.values():
             if (<BufferCore>buf)._space is not None:
                 return False
         return True
@@ -614,14 +614,15 @@ cdef class Recording:
             last = max(last, <Py_ssize_t>lookbacks[k])
         rows = last + length + 1 if episode.observations.len_incl_lookback() else 0
         # Everything that can refuse the episode runs before its rows are kept.
-        group = self.group_of(episode)
+        group = self.group_of(episode, extras)
         values = (self.pack_id(episode.id_), self.pack_id(episode.agent_id),
                   self.pack_id(episode.module_id), self.pack_id(episode.multi_agent_episode_id),
                   self.pack(episode.custom_data_) if episode.custom_data_ else None,
-                  None if self.usual(episode) else self.pack(self.details(episode)), None)
+                  None if self.usual(episode, extras) else self.pack(self.details(episode)), None)
         spaces = (self.space_number(episode._observation_space),
                   self.space_number(episode._action_space))
-        first = group.add(episode, rows, last, length, skip, self.pack, &episode_return)
+        first = group.add(episode, extras, rows, last, length, skip, self.pack,
+                          &episode_return)
         self.steps += rows
         if parent < 0:
             if episode.is_terminated or episode.is_truncated:
