@@ -603,6 +603,31 @@ def test_a_bad_episode_in_a_run_keeps_those_before_it_and_nothing_of_it(tmp_path
             compare_episodes(read, written)
 
 
+@pytest.mark.parametrize("where", ["custom data", "infos"])
+def test_a_bad_episode_of_a_new_layout_leaves_no_step_file_behind(tmp_path, where):
+    """An episode refused after its rows' group was made for it (its layout
+    is new: float64 observations) or while its rows are copied (an info
+    that cannot be encoded) leaves no group and no rows: the part has the
+    step file of the good episodes only, and they read back exactly."""
+    good = [_cartpole(0), _cartpole(1)]
+    infos = [{}, {}, {}] if where == "custom data" else [{}, {}, {"x": object()}]
+    bad = SingleAgentEpisode(observations=[np.zeros(4), np.ones(4), np.ones(4)], infos=infos,
+                             actions=[0, 1], rewards=[1.0, 1.0], len_lookback_buffer=0)
+    if where == "custom data":
+        bad.custom_data["x"] = object()
+    after = _cartpole(3)
+    with EpisodeWriter(tmp_path) as writer:
+        with pytest.raises(TypeError):
+            writer.write(good + [bad, after])
+        writer.write(after)
+    steps = sorted(p.name for p in tmp_path.iterdir() if ".steps-" in p.name)
+    assert [name.rpartition(".steps-")[2] for name in steps] == ["0.arrow"]
+    read = read_episodes(tmp_path)
+    assert [e.id_ for e in read] == [e.id_ for e in good + [after]]
+    for a, b in zip(read, good + [after]):
+        compare_episodes(a, b)
+
+
 # -- multi-agent episodes ------------------------------------------------------------
 
 

@@ -10,20 +10,23 @@ before it is handed out.
 """
 from bisect import bisect_left
 
+cimport cython
+
 import numpy as np
 
 cimport numpy as cnp
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 from libc.math cimport NAN
-from libc.stdint cimport int32_t, int64_t
+from libc.stdint cimport INT32_MAX, int32_t, int64_t
 from libc.string cimport memcmp, memcpy, memset
 
 from episode._buffer cimport BufferCore
 from episode._column cimport Column, KIND_EMPTY_DICT, KIND_OBJECT, array_bytes, empty_dicts
-from episode._episode cimport EpisodeCore, build_episode, now, own_extras, steps
+from episode._episode cimport (EpisodeCore, build_episode, last_added, now, own_extras,
+                               steps)
 
-from episode._episode import REWARDS_SPACE, last_added
+from episode._episode import REWARDS_SPACE
 
 cnp.import_array()
 
@@ -68,10 +71,13 @@ def signature(EpisodeCore episode):
 # -- writing: a group's rows --------------------------------------------------------------
 
 
+@cython.final
 cdef class Rows:
     """A growable block of fixed-size rows (one leaf of a group, or one
     numeric column of the episode table)."""
     cdef cnp.ndarray block
+    cdef char* data                  # the block's first byte
+    cdef Py_ssize_t cap              # its rows
     cdef readonly Py_ssize_t size
     cdef Py_ssize_t row_bytes
 
@@ -81,18 +87,28 @@ cdef class Rows:
         self.row_bytes = self.block.itemsize
         for d in shape:
             self.row_bytes *= d
+        self.cap = 16
+        self.data = array_bytes(self.block, self.cap * self.row_bytes)
 
-    cdef char* reserve(self, Py_ssize_t n) except NULL:
+    cdef inline char* reserve(self, Py_ssize_t n) except NULL:
+        # Room for n (>= 0) more rows: where the first of them goes.
+        if n > self.cap - self.size:
+            self.grow(n)
+        return self.data + self.size * self.row_bytes
+
+    cdef int grow(self, Py_ssize_t n) except -1:
+        # Room for n more rows: twice the rows, or just enough if more.
         cdef cnp.ndarray grown
-        cdef Py_ssize_t cap = self.block.shape[0]
-        if self.size + n > cap:
-            while cap < self.size + n:
-                cap *= 2
-            grown = np.empty((cap,) + (<object>self.block).shape[1:], self.block.dtype)
-            memcpy(array_bytes(grown, self.size * self.row_bytes),
-                   array_bytes(self.block, self.size * self.row_bytes), self.size * self.row_bytes)
-            self.block = grown
-        return array_bytes(self.block, (self.size + n) * self.row_bytes) + self.size * self.row_bytes
+        cdef Py_ssize_t cap = max(2 * self.cap, self.size + n)
+        if n <= self.cap - self.size:
+            return 0
+        grown = np.empty((cap,) + (<object>self.block).shape[1:], self.block.dtype)
+        memcpy(array_bytes(grown, self.size * self.row_bytes), self.data,
+               self.size * self.row_bytes)
+        self.block = grown
+        self.cap = cap
+        self.data = array_bytes(grown, cap * self.row_bytes)
+        return 0
 
     cdef int zeros(self, Py_ssize_t n) except -1:
         if n > 0:
@@ -112,7 +128,7 @@ cdef class Rows:
         # Row `pos` (< size).
         if pos < 0 or pos >= self.size:
             raise IndexError(f"row {pos} of {self.size}")
-        return array_bytes(self.block, self.size * self.row_bytes) + pos * self.row_bytes
+        return self.data + pos * self.row_bytes
 
     cdef int push_int(self, int64_t value) except -1:
         (<int64_t*>self.reserve(1))[0] = value
@@ -199,6 +215,7 @@ cdef class GroupRows:
     cdef readonly Rows terminateds, truncateds
     cdef readonly Py_ssize_t number
     cdef readonly Py_ssize_t nrows
+    cdef Py_ssize_t room             # the rows its blocks hold (as told by expect())
     cdef readonly Py_ssize_t row_bytes   # of its fixed-size leaves, per row
     cdef Py_ssize_t rewards_leaf     # the plain-number rewards leaf summed into returns, or -1
     cdef public object spec          # the writer's description of the file (format trees)
@@ -292,6 +309,17 @@ cdef class GroupRows:
         self.nrows += rows
         return first
 
+    cdef int expect(self, Py_ssize_t n) except -1:
+        # Room for n more rows in its blocks at once (a run's rows, told
+        # before its first episode): no block copied as it grows.
+        for leaf in self.leaves:
+            if type(leaf) is Rows:
+                (<Rows>leaf).grow(n)
+        self.terminateds.grow(n)
+        self.truncateds.grow(n)
+        self.room = self.nrows + n
+        return 0
+
     @property
     def nbytes(self):
         """The bytes of its fixed-size rows so far."""
@@ -326,33 +354,12 @@ cdef class GroupRows:
                   double* episode_return) except -1:
         cdef Py_ssize_t k = 0, before, count, i, start = self.nrows, off
         cdef BufferCore buf
-        cdef Column col
-        cdef object leaf
-        cdef Rows block
-        cdef list tracks = [episode.observations, episode.actions, episode.rewards]
-        tracks.extend(extras.values())
         episode_return[0] = NAN if self.rewards_leaf < 0 else 0.0
-        for buf in tracks:
-            off = buf._lookback if skip else 0
-            count = buf.first().nrows() - off
-            before = last - buf._lookback + off if count else rows
-            if before < 0 or before + count > rows:
-                raise ValueError("a track's rows do not fit the episode's (an inconsistent "
-                                 "episode)")
-            for col in tree_columns(buf._tree, []):
-                leaf = self.leaves[k]
-                if type(leaf) is Rows:
-                    block = <Rows>leaf
-                    block.zeros(before)
-                    block.copy(col, off, count)
-                    block.zeros(rows - before - count)
-                    if k == self.rewards_leaf and length:
-                        episode_return[0] = sum_rows(block, start + last, length)
-                elif leaf is not None:
-                    (<list>leaf).extend([None] * before)
-                    (<list>leaf).extend(column_items(col)[off:])
-                    (<list>leaf).extend([None] * (rows - before - count))
-                k += 1
+        k = self.add_track(episode.observations, k, rows, last, length, skip, episode_return)
+        k = self.add_track(episode.actions, k, rows, last, length, skip, episode_return)
+        k = self.add_track(episode.rewards, k, rows, last, length, skip, episode_return)
+        for buf in (<dict>extras).values():
+            k = self.add_track(buf, k, rows, last, length, skip, episode_return)
         buf = episode.infos
         off = buf._lookback if skip else 0
         count = buf.len_incl_lookback() - off
@@ -371,6 +378,47 @@ cdef class GroupRows:
             # The flags of a done episode's last step (RLlib's row format's).
             self.terminateds.row(start + last + length - 1)[0] = bool(episode.is_terminated)
             self.truncateds.row(start + last + length - 1)[0] = bool(episode.is_truncated)
+        return 0
+
+    cdef Py_ssize_t add_track(self, BufferCore buf, Py_ssize_t k, Py_ssize_t rows,
+                              Py_ssize_t last, Py_ssize_t length, bint skip,
+                              double* episode_return) except -1:
+        # A track's leaves (this group's leaves k on) into the episode's rows
+        # (see add()); returns the number of the next track's first leaf.
+        cdef Py_ssize_t off = buf._lookback if skip else 0
+        cdef Py_ssize_t count = buf.first().nrows() - off
+        cdef Py_ssize_t before = last - buf._lookback + off if count else rows
+        cdef Column col
+        if before < 0 or before + count > rows:
+            raise ValueError("a track's rows do not fit the episode's (an inconsistent "
+                             "episode)")
+        if type(buf._tree) is Column:     # (the usual track: no list of its leaves)
+            self.add_leaf(<Column>buf._tree, k, rows, before, off, count, last, length,
+                          episode_return)
+            return k + 1
+        for col in tree_columns(buf._tree, []):
+            self.add_leaf(col, k, rows, before, off, count, last, length, episode_return)
+            k += 1
+        return k
+
+    cdef int add_leaf(self, Column col, Py_ssize_t k, Py_ssize_t rows, Py_ssize_t before,
+                      Py_ssize_t off, Py_ssize_t count, Py_ssize_t last, Py_ssize_t length,
+                      double* episode_return) except -1:
+        # The column's rows off .. off + count - 1 into leaf k, `before`
+        # padding rows before them and the rest of `rows` after.
+        cdef Rows block
+        leaf = self.leaves[k]
+        if type(leaf) is Rows:
+            block = <Rows>leaf
+            block.zeros(before)
+            block.copy(col, off, count)
+            block.zeros(rows - before - count)
+            if k == self.rewards_leaf and length:
+                episode_return[0] = sum_rows(block, self.nrows + last, length)
+        elif leaf is not None:
+            (<list>leaf).extend([None] * before)
+            (<list>leaf).extend(column_items(col)[off:])
+            (<list>leaf).extend([None] * (rows - before - count))
         return 0
 
 
@@ -432,6 +480,8 @@ cdef class Recording:
     cdef readonly list spaces        # the spaces' texts, by number
     cdef readonly Py_ssize_t n       # episode table rows
     cdef readonly Py_ssize_t steps   # step file rows, all groups
+    cdef Py_ssize_t expected         # the rows add_run() still expects (0: outside one)
+    cdef Py_ssize_t byte_limit       # and the most bytes it lets the groups hold
 
     def __init__(self, new_group, pack, details, space_text, dict ends):
         self.new_group = new_group
@@ -477,38 +527,58 @@ cdef class Recording:
         clock (time.monotonic()) reaches `deadline`. Returns the index after
         the last one added. A bad episode raises, and leaves the recording as
         it was before it (the ones before it are kept)."""
-        cdef Py_ssize_t i = start
-        while i < len(episodes):
-            episode = episodes[i]
-            if not isinstance(episode, EpisodeCore):
-                break
-            mark = self.where()
-            try:
-                self.add_one(<EpisodeCore>episode, -1)
-            except BaseException:
-                self.rollback(mark)
-                raise
-            i += 1
-            if (self.steps >= max_steps or self.fixed_bytes() >= max_bytes
-                    or now() >= deadline):
-                break
+        cdef Py_ssize_t i = start, end = start, rows = 0
+        cdef Rows column
+        # The run's rows, about (its observations'), so that each block is
+        # sized once instead of copied as it doubles (see add_one).
+        while end < len(episodes) and isinstance(episodes[end], EpisodeCore):
+            rows += (<EpisodeCore>episodes[end]).observations.len_incl_lookback()
+            end += 1
+        for column in self.table_rows:
+            column.grow(end - start)
+        self.expected = max(0, min(rows, max_steps - self.steps))
+        self.byte_limit = max_bytes
+        try:
+            while i < end:
+                self.add_one(<EpisodeCore>episodes[i], -1)
+                i += 1
+                if (self.steps >= max_steps or self.fixed_bytes() >= max_bytes
+                        or now() >= deadline):
+                    break
+        finally:
+            self.expected = 0
         return i
 
     def rollback(self, tuple mark):
         """Back to `mark`: what was added since is dropped."""
-        cdef Py_ssize_t n = mark[0]
         cdef list nrows = mark[1]
-        cdef Rows rows
-        for rows in self.numbers.values():
-            rows.size = min(rows.size, n)
-        for values in self.packed.values():
-            del values[n:]
-        self.groups = dict(list(self.groups.items())[:len(nrows)])
         for group, count in zip(self.groups.values(), nrows):
             (<GroupRows>group).truncate(count)
+        self.restore(mark[0], len(nrows))
+
+    cdef int restore(self, Py_ssize_t n, Py_ssize_t ngroups) except -1:
+        # Back to `n` episode table rows and the first `ngroups` groups (whose
+        # rows the caller has truncated).
+        cdef Rows rows
+        for rows in self.table_rows:
+            rows.size = min(rows.size, n)
+        for values in self.table_packed:
+            del (<list>values)[n:]
+        if len(self.groups) > ngroups:
+            self.groups = dict(list(self.groups.items())[:ngroups])
         self.last_group = None
         self.n = n
-        self.steps = sum((<GroupRows>g).nrows for g in self.groups.values())
+        self.steps = sum([(<GroupRows>g).nrows for g in self.groups.values()])
+        return 0
+
+    cdef int make_room(self, GroupRows group, Py_ssize_t rows) except -1:
+        # Room in `group` for the rows the run is still expected to bring,
+        # within the part's byte limit (blocks are allocated, not touched:
+        # room not used costs address space only).
+        cdef Py_ssize_t n = max(self.expected, rows)
+        if group.row_bytes:
+            n = min(n, max(0, self.byte_limit - self.fixed_bytes()) // group.row_bytes + rows)
+        return group.expect(n)
 
     cdef GroupRows group_of(self, EpisodeCore episode, object extras):
         cdef GroupRows group
@@ -590,69 +660,91 @@ cdef class Recording:
         self.add_one(episode, parent)
 
     cdef int add_one(self, EpisodeCore episode, int64_t parent) except -1:
-        cdef GroupRows group
-        cdef Py_ssize_t rows, first, last, length, lb_extras, k
+        # Keeps the episode whole, or (it raises) nothing of it.
+        cdef Py_ssize_t n = self.n, ngroups = len(self.groups), first = -1
+        cdef GroupRows group = None
+        cdef Py_ssize_t rows, last = 0, length, lb_extras, k
+        cdef Py_ssize_t lookbacks[5]
+        cdef int32_t observation_space, action_space
         cdef bint skip
         cdef double episode_return
         cdef BufferCore buf
-        episode.validate()
-        extras = own_extras(episode)
-        lb_extras = episode.actions._lookback
-        for i, buf in enumerate(extras.values()):
-            if i == 0:
-                lb_extras = buf._lookback
-            elif buf._lookback != lb_extras:
-                raise ValueError("the extra model outputs have different lookbacks")
-        lookbacks = (episode.observations._lookback, episode.infos._lookback,
-                     episode.actions._lookback, episode.rewards._lookback, lb_extras)
-        length = steps(episode)
-        skip = parent < 0 and self.ends.get(episode.id_) == episode.t_started
-        if skip:
-            lookbacks = (0, 0, 0, 0, 0)
-        last = 0
-        for k in range(5):
-            last = max(last, <Py_ssize_t>lookbacks[k])
-        rows = last + length + 1 if episode.observations.len_incl_lookback() else 0
-        # Everything that can refuse the episode runs before its rows are kept.
-        group = self.group_of(episode, extras)
-        values = (self.pack_id(episode.id_), self.pack_id(episode.agent_id),
-                  self.pack_id(episode.module_id), self.pack_id(episode.multi_agent_episode_id),
-                  self.pack(episode.custom_data_) if episode.custom_data_ else None,
-                  None if self.usual(episode, extras) else self.pack(self.details(episode)), None)
-        spaces = (self.space_number(episode._observation_space),
-                  self.space_number(episode._action_space))
-        first = group.add(episode, extras, rows, last, length, skip, self.pack,
-                          &episode_return)
-        self.steps += rows
-        if parent < 0:
-            if episode.is_terminated or episode.is_truncated:
-                self.ends.pop(episode.id_, None)
+        try:
+            episode.validate()
+            extras = own_extras(episode)
+            lb_extras = episode.actions._lookback
+            k = 0
+            for buf in extras.values():
+                if k == 0:
+                    lb_extras = buf._lookback
+                elif buf._lookback != lb_extras:
+                    raise ValueError("the extra model outputs have different lookbacks")
+                k += 1
+            length = steps(episode)
+            skip = parent < 0 and self.ends.get(episode.id_) == episode.t_started
+            if skip:
+                lookbacks[:] = [0, 0, 0, 0, 0]
             else:
-                if len(self.ends) >= 1 << 20:
-                    self.ends.clear()      # a bound: only fewer lookbacks are skipped
-                self.ends[episode.id_] = episode.t
-        self.push_row(SINGLE, parent, group.number, first, rows, length, episode.t_started,
-                      episode.is_terminated, episode.is_truncated, episode.start_time,
-                      episode.last_step_time, episode_return, lookbacks, spaces, values)
+                lookbacks[:] = [episode.observations._lookback, episode.infos._lookback,
+                                episode.actions._lookback, episode.rewards._lookback,
+                                lb_extras]
+            for k in range(5):
+                last = max(last, lookbacks[k])
+            rows = last + length + 1 if episode.observations.len_incl_lookback() else 0
+            # Everything that can refuse the episode runs before its rows are kept.
+            group = self.group_of(episode, extras)
+            if self.expected and group.nrows + rows > group.room:
+                self.make_room(group, rows)
+            values = (self.pack_id(episode.id_), self.pack_id(episode.agent_id),
+                      self.pack_id(episode.module_id),
+                      self.pack_id(episode.multi_agent_episode_id),
+                      self.pack(episode.custom_data_) if episode.custom_data_ else None,
+                      None if self.usual(episode, extras)
+                      else self.pack(self.details(episode)), None)
+            observation_space = self.space_number(episode._observation_space)
+            action_space = self.space_number(episode._action_space)
+            first = group.add(episode, extras, rows, last, length, skip, self.pack,
+                              &episode_return)
+            self.push_row(SINGLE, parent, group.number, first, rows, length, episode.t_started,
+                          episode.is_terminated, episode.is_truncated, episode.start_time,
+                          episode.last_step_time, episode_return, lookbacks, observation_space,
+                          action_space, values)
+            self.steps += rows
+            self.expected = max(0, self.expected - rows)
+            if parent < 0:
+                if episode.is_terminated or episode.is_truncated:
+                    self.ends.pop(episode.id_, None)
+                else:
+                    if len(self.ends) >= 1 << 20:
+                        self.ends.clear()      # a bound: only fewer lookbacks are skipped
+                    self.ends[episode.id_] = episode.t
+        except BaseException:
+            if first >= 0:
+                group.truncate(first)
+            self.restore(n, ngroups)
+            raise
         return 0
 
     def add_multi(self, object episode, bytes state):
         """Keeps the row of a multi-agent episode (its own fields packed in
         `state`; its agents' episodes go in with add(.., parent=)); returns
         its row number."""
+        cdef Py_ssize_t lookbacks[5]
+        lookbacks[:] = [0, 0, 0, 0, 0]
         start = episode._start_time
         last = episode._last_step_time
         self.push_row(MULTI, -1, -1, 0, 0, len(episode), episode.env_t_started,
                       episode.is_terminated, episode.is_truncated,
                       NAN if start is None else start, NAN if last is None else last, NAN,
-                      (0, 0, 0, 0, 0), (-1, -1),
+                      lookbacks, -1, -1,
                       (self.pack_id(episode.id_), None, None, None, None, None, state))
         return self.n - 1
 
     cdef int push_row(self, char kind, int64_t parent, int64_t group, int64_t first,
                       int64_t rows, int64_t length, int64_t t_started, object terminated,
                       object truncated, double start_time, double last_step_time,
-                      double episode_return, tuple lookbacks, tuple spaces,
+                      double episode_return, Py_ssize_t* lookbacks,
+                      int32_t observation_space, int32_t action_space,
                       tuple values) except -1:
         # The columns by position, in TABLE_NUMBERS' and TABLE_PACKED's order.
         cdef list c = self.table_rows
@@ -672,9 +764,11 @@ cdef class Recording:
         (<Rows>c[11]).push_double(last_step_time)
         (<Rows>c[12]).push_double(episode_return)
         for k in range(5):
+            if lookbacks[k] > INT32_MAX:
+                raise OverflowError(f"a lookback of {lookbacks[k]} rows (at most {INT32_MAX})")
             (<Rows>c[13 + k]).push_int32(<int32_t>lookbacks[k])
-        (<Rows>c[18]).push_int32(spaces[0])
-        (<Rows>c[19]).push_int32(spaces[1])
+        (<Rows>c[18]).push_int32(observation_space)
+        (<Rows>c[19]).push_int32(action_space)
         for k in range(7):
             (<list>p[k]).append(values[k])
         self.n += 1

@@ -102,6 +102,11 @@ cdef EpisodeCore build_episode(type cls, object id_, object observations, object
                                bint defaultdict_extras, object last_added)
 
 
+# What a dataset keeps of the episode's last added observation and infos:
+# None, True (its last rows) or the pair.
+cpdef object last_added(EpisodeCore episode)
+
+
 # episode.extra_model_outputs, with any of RLlib's own buffers that RLlib code
 # put in it (its replay buffers do) replaced by ours.
 cdef object own_extras(EpisodeCore episode)

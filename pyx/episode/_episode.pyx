@@ -801,16 +801,20 @@ def assemble(cls, id_, BufferCore observations, BufferCore infos, BufferCore act
 # -- building episodes and buffers without the constructor ----------------------------
 
 
-def last_added(EpisodeCore episode):
+cpdef object last_added(EpisodeCore episode):
     """What the episode's last added observation and infos are, as a dataset
     keeps them: None (none: a constructed or restored episode), True (its
     observations' and infos' last rows, as add_env_step leaves them) or the
     pair (observation, infos)."""
     cdef Py_ssize_t n = episode.infos.len_incl_lookback()
+    cdef Column infos_col
     observation, infos = episode.last_observation, episode.last_infos
     if not episode.last_row_observed and observation is None and infos is None:
         return None
     if n and (episode.last_row_observed or is_last_row(episode.observations, observation)):
+        infos_col = episode.infos.flat()
+        if infos is None and infos_col is not None and infos_col.kind == KIND_EMPTY_DICT:
+            return True     # (the last infos are an empty dict: none made to see it)
         last = episode.infos.item_at(n - 1)
         if (infos is None and type(last) is dict and not last) or last is infos:
             return True
