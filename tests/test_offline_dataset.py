@@ -628,6 +628,40 @@ def test_a_bad_episode_of_a_new_layout_leaves_no_step_file_behind(tmp_path, wher
         compare_episodes(a, b)
 
 
+def test_parts_reuse_the_last_parts_rows_and_keep_nothing_of_them(tmp_path):
+    """A part's groups (their blocks) are reused by the next part for the
+    same layouts, renumbered in the new part's order: each part holds its
+    own episodes only, in step files numbered from 0."""
+    import pyarrow as pa
+
+    def floats(seed, n):
+        rng = np.random.default_rng(seed)
+        return SingleAgentEpisode(observations=list(rng.normal(size=(n + 1, 3))),
+                                  infos=[{"k": seed}] * (n + 1), actions=list(range(n)),
+                                  rewards=list(rng.random(n)), len_lookback_buffer=0)
+
+    parts = [[_cartpole(0), floats(1, 7).to_numpy()],
+             [floats(2, 30).to_numpy(), _cartpole(3, steps=4)],
+             [_cartpole(4, steps=2)], [_cartpole(5, steps=9)], [floats(6, 3).to_numpy()]]
+    with EpisodeWriter(tmp_path) as writer:
+        for part in parts:
+            writer.write(part)
+            writer.flush()
+    names = sorted(p.name for p in tmp_path.iterdir() if ".steps-" in p.name)
+    assert [n.rpartition(".steps-")[2] for n in names] == \
+        ["0.arrow", "1.arrow", "0.arrow", "1.arrow", "0.arrow", "0.arrow", "0.arrow"]
+    written = [e for part in parts for e in part]
+    rows = [0] * len(parts)      # each part's step files hold its own rows only
+    for name in names:
+        part = int(name.rpartition(".steps-")[0].rpartition("-")[2])
+        rows[part] += pa.ipc.open_file(str(tmp_path / name)).read_all().num_rows
+    assert rows == [sum(len(e) + 1 for e in part) for part in parts]     # (no lookbacks)
+    read = list(read_episodes(tmp_path))
+    assert [e.id_ for e in read] == [e.id_ for e in written]
+    for a, b in zip(read, written):
+        compare_episodes(a, b)
+
+
 # -- multi-agent episodes ------------------------------------------------------------
 
 

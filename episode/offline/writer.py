@@ -103,12 +103,10 @@ class EpisodeWriter:
                      f"{now % 10 ** 9:09d}-{host}-{os.getpid()}-{secrets.token_hex(3)}"
         self._parts = 0
         self._ends: dict = {}
-        self._recording = self._new_recording()
+        self._recording = Recording(_new_group, fmt.pack_value, _details, fmt.space_text,
+                                    self._ends)
         self.closed = False
         self.files: list = []
-
-    def _new_recording(self) -> Recording:
-        return Recording(_new_group, fmt.pack_value, _details, fmt.space_text, self._ends)
 
     # -- writing -------------------------------------------------------------------
 
@@ -228,7 +226,9 @@ class EpisodeWriter:
                 if os.path.exists(temp):
                     os.remove(temp)
         self._parts += 1
-        self._recording = self._new_recording()
+        # The next part reuses this one's groups (their step tables are gone).
+        self._recording = Recording(_new_group, fmt.pack_value, _details, fmt.space_text,
+                                    self._ends, recording)
         self._waiting_since = None
 
     def close(self) -> None:

@@ -349,6 +349,15 @@ cdef class GroupRows:
         self.truncateds.size = min(self.truncateds.size, nrows)
         self.nrows = min(self.nrows, nrows)
 
+    cdef int reuse(self, Py_ssize_t number) except -1:
+        # Empty, as step file `number` of a new part: its blocks stay, with
+        # their pages (a new part's fresh blocks cost the kernel's zeroing
+        # of every page: 256 MiB copied in 77 ms instead of 22 here).
+        self.truncate(0)
+        self.number = number
+        self.room = 0
+        return 0
+
     cdef int _add(self, EpisodeCore episode, object extras, Py_ssize_t rows, Py_ssize_t last,
                   Py_ssize_t length, bint skip, object encode,
                   double* episode_return) except -1:
@@ -476,6 +485,7 @@ cdef class Recording:
     cdef readonly dict packed        # column -> list of bytes (or None)
     cdef list table_rows, table_packed  # the same Rows and lists, in their columns' order
     cdef dict ends                   # id -> where the written chunk ends (not done ones)
+    cdef dict spares                 # signature -> a written part's group, to reuse
     cdef dict space_index            # id(space) -> (space, its number)
     cdef readonly list spaces        # the spaces' texts, by number
     cdef readonly Py_ssize_t n       # episode table rows
@@ -483,8 +493,11 @@ cdef class Recording:
     cdef Py_ssize_t expected         # the rows add_run() still expects (0: outside one)
     cdef Py_ssize_t byte_limit       # and the most bytes it lets the groups hold
 
-    def __init__(self, new_group, pack, details, space_text, dict ends):
+    def __init__(self, new_group, pack, details, space_text, dict ends, Recording last=None):
         self.new_group = new_group
+        # The groups of the writer's last part (written): reused for the
+        # same signatures, blocks and all.
+        self.spares = {} if last is None else last.groups
         self.ends = ends
         self.pack = pack
         self.details = details
@@ -587,8 +600,12 @@ cdef class Recording:
         sig = signature(episode)
         group = self.groups.get(sig)
         if group is None:
-            group = self.new_group(sig, len(self.groups))
-            group.learn_layout(episode)
+            group = self.spares.pop(sig, None)
+            if group is not None:
+                group.reuse(len(self.groups))
+            else:
+                group = self.new_group(sig, len(self.groups))
+                group.learn_layout(episode)
             self.groups[sig] = group
         self.last_group = group
         return group
