@@ -662,6 +662,26 @@ def test_parts_reuse_the_last_parts_rows_and_keep_nothing_of_them(tmp_path):
         compare_episodes(a, b)
 
 
+def test_a_recording_refuses_marks_and_row_counts_it_did_not_make(tmp_path):
+    """Recording.rollback() and GroupRows.truncate() set the sizes that the
+    compiled copies trust: a mark of another recording, a negative count or
+    one past the rows is ValueError, and the rows kept are untouched."""
+    episode = _cartpole(0)
+    with EpisodeWriter(tmp_path) as writer:
+        writer.write(episode)
+        recording = writer._recording
+        n, nrows = recording.mark()
+        group = next(iter(recording.groups.values()))
+        for bad in [(-1, nrows), (n + 1, nrows), (0, [nrows[0] + 1]), (0, [-1]),
+                    (0, nrows + [0]), (-(1 << 62), [])]:
+            with pytest.raises(ValueError):
+                recording.rollback(bad)
+        with pytest.raises(ValueError):
+            group.truncate(-1)
+        assert recording.mark() == (n, nrows)
+    compare_episodes(read_episodes(tmp_path)[0], episode)
+
+
 # -- multi-agent episodes ------------------------------------------------------------
 
 

@@ -337,6 +337,8 @@ cdef class GroupRows:
 
     def truncate(self, Py_ssize_t nrows):
         """Drops the rows from `nrows` on (what add() kept since then)."""
+        if nrows < 0:
+            raise ValueError(f"a negative number of rows: {nrows}")
         for leaf in self.leaves:
             if type(leaf) is Rows:
                 (<Rows>leaf).size = min((<Rows>leaf).size, nrows)
@@ -497,7 +499,7 @@ cdef class Recording:
         self.new_group = new_group
         # The groups of the writer's last part (written): reused for the
         # same signatures, blocks and all.
-        self.spares = {} if last is None else last.groups
+        self.spares = {} if last is None else dict(last.groups)
         self.ends = ends
         self.pack = pack
         self.details = details
@@ -527,9 +529,6 @@ cdef class Recording:
 
     def mark(self):
         """Where the recording is (see rollback)."""
-        return self.where()
-
-    cdef tuple where(self):
         return (self.n, [(<GroupRows>g).nrows for g in self.groups.values()])
 
     def add_run(self, list episodes, Py_ssize_t start, Py_ssize_t max_steps,
@@ -563,11 +562,16 @@ cdef class Recording:
         return i
 
     def rollback(self, tuple mark):
-        """Back to `mark`: what was added since is dropped."""
+        """Back to `mark` (of mark()): what was added since is dropped."""
         cdef list nrows = mark[1]
+        cdef Py_ssize_t n = mark[0]
+        if not 0 <= n <= self.n or len(nrows) > len(self.groups) or any(
+                not 0 <= count <= (<GroupRows>g).nrows
+                for g, count in zip(self.groups.values(), nrows)):
+            raise ValueError(f"not a mark of this recording: {mark!r:.200}")
         for group, count in zip(self.groups.values(), nrows):
             (<GroupRows>group).truncate(count)
-        self.restore(mark[0], len(nrows))
+        self.restore(n, len(nrows))
 
     cdef int restore(self, Py_ssize_t n, Py_ssize_t ngroups) except -1:
         # Back to `n` episode table rows and the first `ngroups` groups (whose
