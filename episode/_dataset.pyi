@@ -1,5 +1,5 @@
 from collections.abc import Callable
-from typing import Any
+from typing import Any, final
 
 import numpy as np
 from typing_extensions import disjoint_base
@@ -14,7 +14,7 @@ TABLE_PACKED: tuple[str, ...]
 
 def signature(episode: EpisodeCore) -> tuple[Any, ...]: ...
 
-@disjoint_base
+@final
 class Rows:
     """A growable block of fixed-size rows."""
     @property

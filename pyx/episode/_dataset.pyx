@@ -76,7 +76,6 @@ cdef class Rows:
     """A growable block of fixed-size rows (one leaf of a group, or one
     numeric column of the episode table)."""
     cdef cnp.ndarray block
-    cdef char* data                  # the block's first byte
     cdef Py_ssize_t cap              # its rows
     cdef readonly Py_ssize_t size
     cdef Py_ssize_t row_bytes
@@ -88,13 +87,13 @@ cdef class Rows:
         for d in shape:
             self.row_bytes *= d
         self.cap = 16
-        self.data = array_bytes(self.block, self.cap * self.row_bytes)
 
     cdef inline char* reserve(self, Py_ssize_t n) except NULL:
         # Room for n (>= 0) more rows: where the first of them goes.
         if n > self.cap - self.size:
             self.grow(n)
-        return self.data + self.size * self.row_bytes
+        return array_bytes(self.block, (self.size + n) * self.row_bytes) + \
+            self.size * self.row_bytes
 
     cdef int grow(self, Py_ssize_t n) except -1:
         # Room for n more rows: twice the rows, or just enough if more.
@@ -103,11 +102,10 @@ cdef class Rows:
         if n <= self.cap - self.size:
             return 0
         grown = np.empty((cap,) + (<object>self.block).shape[1:], self.block.dtype)
-        memcpy(array_bytes(grown, self.size * self.row_bytes), self.data,
-               self.size * self.row_bytes)
+        memcpy(array_bytes(grown, self.size * self.row_bytes),
+               array_bytes(self.block, self.size * self.row_bytes), self.size * self.row_bytes)
         self.block = grown
         self.cap = cap
-        self.data = array_bytes(grown, cap * self.row_bytes)
         return 0
 
     cdef int zeros(self, Py_ssize_t n) except -1:
@@ -128,7 +126,7 @@ cdef class Rows:
         # Row `pos` (< size).
         if pos < 0 or pos >= self.size:
             raise IndexError(f"row {pos} of {self.size}")
-        return self.data + pos * self.row_bytes
+        return array_bytes(self.block, self.size * self.row_bytes) + pos * self.row_bytes
 
     cdef int push_int(self, int64_t value) except -1:
         (<int64_t*>self.reserve(1))[0] = value
