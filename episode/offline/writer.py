@@ -103,10 +103,14 @@ class EpisodeWriter:
                      f"{now % 10 ** 9:09d}-{host}-{os.getpid()}-{secrets.token_hex(3)}"
         self._parts = 0
         self._ends: dict = {}
-        self._recording = Recording(_new_group, fmt.pack_value, _details, fmt.space_text,
-                                    self._ends)
+        self._recording = self._new_recording()
         self.closed = False
         self.files: list = []
+
+    def _new_recording(self, last: Optional[Recording] = None) -> Recording:
+        # `last`: the part just written, whose groups the new one reuses.
+        return Recording(_new_group, fmt.pack_value, _details, fmt.space_text, self._ends,
+                         last)
 
     # -- writing -------------------------------------------------------------------
 
@@ -227,8 +231,7 @@ class EpisodeWriter:
                     os.remove(temp)
         self._parts += 1
         # The next part reuses this one's groups (their step tables are gone).
-        self._recording = Recording(_new_group, fmt.pack_value, _details, fmt.space_text,
-                                    self._ends, recording)
+        self._recording = self._new_recording(recording)
         self._waiting_since = None
 
     def close(self) -> None:

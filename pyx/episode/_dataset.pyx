@@ -98,9 +98,10 @@ cdef class Rows:
     cdef int grow(self, Py_ssize_t n) except -1:
         # Room for n more rows: twice the rows, or just enough if more.
         cdef cnp.ndarray grown
-        cdef Py_ssize_t cap = max(2 * self.cap, self.size + n)
+        cdef Py_ssize_t cap
         if n <= self.cap - self.size:
             return 0
+        cap = max(2 * self.cap, self.size + n)
         grown = np.empty((cap,) + (<object>self.block).shape[1:], self.block.dtype)
         memcpy(array_bytes(grown, self.size * self.row_bytes),
                array_bytes(self.block, self.size * self.row_bytes), self.size * self.row_bytes)
