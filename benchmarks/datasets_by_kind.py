@@ -1,13 +1,16 @@
 """Recorded experience by kind of data: our dataset formats beside RLlib's
 episode format and Minari, on the same episodes, in one process.
 
-    python benchmarks/datasets_by_kind.py cartpole|atari|atari4 [STEPS] [ROUNDS]
+    python benchmarks/datasets_by_kind.py cartpole|atari|atari4|pong|pong4 [STEPS] [ROUNDS]
 
 Kinds: ``cartpole``, float32 (4,) observations in episodes of 10-60 steps
 (a random CartPole policy's); ``atari``, 84x84 uint8 frames in episodes of
 500-1,000 steps (unique game-like frames: see test_offline_images.py);
-``atari4``, the same frames stacked by four, (84, 84, 4). Actions Discrete
-(2 or 6), float rewards, an ``action_logp`` extra output. Default STEPS
+``atari4``, the same frames stacked by four, (84, 84, 4); ``pong`` and
+``pong4``, real Atari screens (Pong played by a random policy in ale-py,
+84x84 grayscale, in the game's own episodes; see ale_arrays), alone and
+stacked by four. Actions Discrete (2 or 6), float rewards, an
+``action_logp`` extra output. Default STEPS
 100,000, ROUNDS 5; each figure is the median (and minimum) of the rounds,
 the sides taking turns round by round.
 
@@ -60,6 +63,8 @@ FORMATS = {"arrow_lz4": {}, "arrow_zstd": {"compression": "zstd"},
 def arrays(kind: str, steps: int, seed: int = 0) -> list:
     """Per episode (observations N+1, actions N, rewards N): the data every
     side records."""
+    if kind.startswith("pong"):
+        return ale_arrays("Pong", steps, stack=4 if kind == "pong4" else 1, seed=seed)
     rng = np.random.default_rng(seed)
     lengths = []
     low, high = (10, 60) if kind == "cartpole" else (500, 1000)
@@ -77,6 +82,44 @@ def arrays(kind: str, steps: int, seed: int = 0) -> list:
         out.append((frames[k:k + n + 1], rng.integers(0, n_actions, n),
                     rng.random(n)))
         k += n + 1
+    return out
+
+
+def ale_arrays(game: str, steps: int, stack: int = 1, seed: int = 0) -> list:
+    """Real Atari screens: `game` played by a random policy in the Arcade
+    Learning Environment (ale-py, with its ROMs; the ``bench`` extra), its
+    grayscale screen (210x160) taken to 84x84 by nearest rows and columns
+    (AtariPreprocessing's area resize needs OpenCV), frame skip 4, the
+    episodes as the game ends them (the last one cut at `steps`); `stack`
+    frames stacked on the last axis, as FrameStack does."""
+    import ale_py
+    import gymnasium as gym
+
+    gym.register_envs(ale_py)
+    env = gym.make(f"ALE/{game}-v5", obs_type="grayscale", repeat_action_probability=0.0)
+    rows, cols = np.linspace(0, 209, 84).astype(int), np.linspace(0, 159, 84).astype(int)
+    rng = np.random.default_rng(seed)
+    out, done, first = [], 0, True
+    while done < steps:
+        screen, _ = env.reset(seed=seed + len(out) if first else None)
+        first = False
+        frames, actions, rewards = [screen[rows][:, cols]], [], []
+        while done + len(actions) < steps:
+            action = int(rng.integers(env.action_space.n))
+            screen, reward, terminated, truncated, _ = env.step(action)
+            frames.append(screen[rows][:, cols])
+            actions.append(action)
+            rewards.append(float(reward))
+            if terminated or truncated:
+                break
+        done += len(actions)
+        obs = np.stack(frames)
+        if stack > 1:
+            padded = np.concatenate([np.repeat(obs[:1], stack - 1, axis=0), obs])
+            obs = np.stack([padded[i:len(padded) - stack + 1 + i] for i in range(stack)],
+                           axis=-1)
+        out.append((obs, np.array(actions), np.array(rewards)))
+    env.close()
     return out
 
 
