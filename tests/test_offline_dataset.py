@@ -378,6 +378,70 @@ def test_reader_holds_files_within_its_budget(tmp_path, monkeypatch):
     assert [len(ds._files) for _ in ds] == [1, 2, 3, 4, 4, 4]      # OPEN_FILES
 
 
+def _frame_parts(tmp_path, parts=4):
+    # `parts` parts of two 10-step episodes of 84x84 frames each.
+    frames = np.arange((10 + 2 * parts) * 7056, dtype=np.int64).astype(np.uint8)
+    frames = frames.reshape(-1, 84, 84)
+    episodes = []
+    for k in range(2 * parts):
+        episode = SingleAgentEpisode(observations=[frames[k]])
+        for t in range(1, 10):
+            episode.add_env_step(frames[t + k], 1, 1.0, terminated=t == 9)
+        episodes.append(episode.to_numpy())
+    write_episodes(episodes, tmp_path, bytes_per_file=20 * 7056, seconds_per_file=None)
+    return episodes
+
+
+@pytest.mark.parametrize("verify", [True, False])
+def test_a_pass_opens_the_next_step_file_ahead(tmp_path, monkeypatch, verify):
+    """A pass over the episodes opens the step file it goes on to next on a
+    thread of its own (inflated on another core while the file before it
+    is read) and takes it from there: the same episodes, in order, within
+    the files' budget."""
+    import threading
+
+    from episode.offline import dataset as dataset_module
+
+    episodes = _frame_parts(tmp_path)
+    monkeypatch.setattr(dataset_module, "AHEAD_BYTES", 0)      # (small files here)
+    opened = []
+    open_step_file = dataset_module._open_step_file
+
+    def recorded(path, *args, **kwargs):
+        opened.append((os.path.basename(path).split(".")[1][-1],
+                       threading.current_thread() is threading.main_thread()))
+        return open_step_file(path, *args, **kwargs)
+
+    monkeypatch.setattr(dataset_module, "_open_step_file", recorded)
+    ds = read_episodes(tmp_path, verify=verify)
+    held = []
+    for read, episode in zip(ds, episodes, strict=True):
+        compare_episodes(read, episode)
+        held.append(len(ds._files))
+    # The first file in this thread, the others ahead, each once.
+    assert sorted(opened) == [("0", True), ("1", False), ("2", False), ("3", False)]
+    assert max(held) <= dataset_module.OPEN_FILES and not ds._ahead
+
+
+def test_a_damaged_file_opened_ahead_raises_where_the_pass_reaches_it(tmp_path, monkeypatch):
+    """The error met by a step file opened ahead (damage) is raised when the
+    pass reaches that file, as without opening ahead: the episodes before
+    it come first, and the error names the file."""
+    from episode.offline import dataset as dataset_module
+
+    episodes = _frame_parts(tmp_path)
+    monkeypatch.setattr(dataset_module, "AHEAD_BYTES", 0)
+    damaged = sorted(p for p in tmp_path.iterdir() if ".steps-" in p.name)[2]
+    data = bytearray(damaged.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    damaged.write_bytes(bytes(data))
+    read = []
+    with pytest.raises(DatasetError, match=f"{damaged.name}: damaged"):
+        for episode in read_episodes(tmp_path):
+            read.append(episode)
+    assert [e.id_ for e in read] == [e.id_ for e in episodes[:4]]
+
+
 def test_episode_table_columns(tmp_path):
     import pyarrow.parquet as pq
 

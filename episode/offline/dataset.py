@@ -12,7 +12,7 @@ from episode.offline import format as fmt
 from episode.offline.format import DatasetError
 from episode._dataset import LOOKBACK_COLUMNS as LOOKBACKS
 from episode._dataset import MULTI, SINGLE, TABLE_PACKED, Encoded, EpisodeRows, StepFile
-from episode.offline.writer import _pyarrow
+from episode.offline.writer import InThread, _pyarrow
 from episode.single_agent_episode import SingleAgentEpisode
 
 if TYPE_CHECKING:
@@ -38,11 +38,18 @@ _MISSING = object()
 _FLAGS = np.array([False, True, np.False_, np.True_], object)
 
 # Step files kept open (decoded Parquet, or memory-mapped Arrow) at once: at
-# most OPEN_FILES, and before another is opened, those open hold at most
-# OPEN_BYTES / 2 of columns (a pass over an image dataset, whose files hold
-# 256 MiB each, then holds one decoded file at a time).
+# most OPEN_FILES, and before another is opened (or opened ahead), those
+# open hold at most OPEN_BYTES / 2 of columns. A pass over an image dataset,
+# whose files hold a little more than 256 MiB each, then holds three decoded
+# files at most: the one it left, the one whose episodes it takes, and the
+# next, inflated ahead on another core (see EpisodeDataset._open_ahead).
 OPEN_FILES = 4
-OPEN_BYTES = 512 << 20
+OPEN_BYTES = 768 << 20
+
+# A step file smaller than this on disk is not opened ahead: opening it
+# costs less than a thread does.
+AHEAD_BYTES = 1 << 20
+AHEAD_FILES = 2
 
 _EPISODE_COLUMNS = ("kind", "parent", "group", "row", "rows", "length", "t_started",
                     "terminated", "truncated", "numpy_flags", "start_time", "last_step_time",
@@ -74,7 +81,9 @@ class EpisodeDataset:
     ``ds[i]`` (a SingleAgentEpisode built over the file's columns: read in
     place from memory-mapped Arrow files when the episode was numpy'd),
     ``ds.num_steps``. Chunks of one episode (a `cut()` and its successors,
-    written at different times) come back as one episode."""
+    written at different times) come back as one episode. Iterating opens
+    the step file it goes on to next on a thread of its own, so that two
+    cores inflate a compressed image dataset's files."""
 
     def __init__(self, path: Any, *, columns: Optional[Sequence[str]] = None,
                  verify: bool = True):
@@ -83,6 +92,8 @@ class EpisodeDataset:
         self.verify = bool(verify)
         self._columns = None if columns is None else _checked_columns(columns)
         self._files: collections.OrderedDict = collections.OrderedDict()
+        # Step files being opened ahead (see _open_ahead), by key.
+        self._ahead: collections.OrderedDict = collections.OrderedDict()
         self._memory: Optional[list] = None
         self._buffer: Any = None
         self.rng = np.random.default_rng()
@@ -117,15 +128,27 @@ class EpisodeDataset:
             for entry in self._entries:
                 yield self._memory[entry[0]]
             return
-        for part, group, rows, positions in self._runs():
+        runs = self._runs()
+        run = next(runs, None)
+        while run is not None:
+            part, group, rows, positions = run
+            following = next(runs, None)
             if part is None:
                 for position in positions:
                     yield self._entry(self._entries[position])
             else:
+                # The next run's step file is opened ahead first: it is
+                # inflated on another core while this one is (or while this
+                # one's episodes are taken).
+                if following is not None and following[0] is not None and (
+                        following[0], following[1]) != (part, group):
+                    self._open_ahead(following[0], following[1])
+                step_file = self._step_file(part, group)
                 # A run of one step file's plain episodes: built by one
                 # compiled loop, no Python between them.
-                yield from self._step_file(part, group).episodes(
+                yield from step_file.episodes(
                     SingleAgentEpisode, part.episode_rows, rows, part.misfit)
+            run = following
 
     @overload
     def __getitem__(self, i: int) -> "Episode": ...
@@ -457,6 +480,42 @@ class EpisodeDataset:
             raise part.misfit(i, error) from None
         return episode
 
+    def _make_room(self, keep: Optional[tuple] = None) -> bool:
+        """Closes the files open longest until another may open (see
+        OPEN_FILES), the file `keep` apart; whether it may."""
+        if not self._no_room():
+            return True
+        while self._no_room() and next(iter(self._files)) != keep:
+            self._files.popitem(last=False)
+        # Arrow's allocator keeps freed blocks for reuse: hand them back
+        # before the next file is decoded.
+        _pyarrow().default_memory_pool().release_unused()
+        return not self._no_room()
+
+    def _open_ahead(self, part: "_Part", group: int) -> None:
+        """Starts opening step file `group` of `part` on a thread of its own
+        (Arrow lets go of the GIL while it inflates), when a pass goes on to
+        it next: room made for it beside the file the pass reads now."""
+        if not 0 <= group < len(part.step_files):
+            return                          # (the pass raises when it gets there)
+        path = part.step_files[group]
+        key = (path, False)
+        if key in self._files or key in self._ahead:
+            return
+        if len(self._ahead) >= AHEAD_FILES:
+            self._ahead.popitem(last=False)    # (a pass left off: what it opened is dropped)
+        try:
+            small = os.path.getsize(path) < AHEAD_BYTES
+        except OSError:
+            return
+        current = next(reversed(self._files)) if self._files else None
+        if small or not self._make_room(keep=current):
+            return
+        # (Not a daemon: a program that ends during a pass waits for it,
+        # rather than stopping it inside Arrow.)
+        self._ahead[key] = InThread(_open_ahead_file, part, group, self._columns,
+                                    self.verify, daemon=False)
+
     def _no_room(self) -> bool:
         # Whether a step file must close before another opens (see OPEN_FILES).
         return bool(self._files) and (len(self._files) >= OPEN_FILES or sum(
@@ -472,15 +531,12 @@ class EpisodeDataset:
         if found is not None:
             self._files.move_to_end(key)
             return found[0]
-        if self.verify:
+        ahead = self._ahead.pop(key, None)
+        if ahead is None and self.verify:
             fmt.check_file(path, part.checksums[group], part.path)
-        if self._no_room():
-            while self._no_room():
-                self._files.popitem(last=False)
-            # Arrow's allocator keeps freed blocks for reuse: hand them back
-            # before the next file is decoded.
-            _pyarrow().default_memory_pool().release_unused()
-        step_file, nbytes = _open_step_file(path, self._columns, self.verify, list_mode)
+        self._make_room()
+        step_file, nbytes = ahead.result() if ahead is not None else \
+            _open_step_file(path, self._columns, self.verify, list_mode)
         needed = part.rows_needed(group)
         if needed > step_file.nrows:
             raise DatasetError(f"{path}: {step_file.nrows:,} rows, where its episode table "
@@ -944,6 +1000,15 @@ def _open_step_file(path: str, columns: Optional[frozenset], verify: bool,
         opens = [False] * len(opens)
     return StepFile(leaves, kinds, finalized, opens, trees, extra_keys,
                     meta["extras_defaultdict"], infos, table.num_rows), table.nbytes
+
+
+def _open_ahead_file(part: "_Part", group: int, columns: Optional[frozenset],
+                     verify: bool) -> tuple:
+    # What _step_file does to open a step file (see EpisodeDataset._open_ahead).
+    path = part.step_files[group]
+    if verify:
+        fmt.check_file(path, part.checksums[group], part.path)
+    return _open_step_file(path, columns, verify)
 
 
 def _fits_list_mode(leaf: dict) -> bool:

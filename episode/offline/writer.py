@@ -213,7 +213,7 @@ class EpisodeWriter:
             # The step files reach the disk while the episode table is made
             # and written; every file is renamed into place once all are
             # there, the episode table (which makes the part exist) last.
-            syncing = _Syncing([temp for temp, _ in written])
+            syncing = InThread(_fsync_all, [temp for temp, _ in written])
             try:
                 table = _episode_table(recording, names, sums)
                 if self.format == "arrow":
@@ -221,7 +221,7 @@ class EpisodeWriter:
                 self._write_temp(f"{part}.episodes.{self.format}", table, written)
                 _fsync(written[-1][0])
             finally:
-                syncing.wait()
+                syncing.result()
             for temp, final in written:
                 os.replace(temp, final)
                 self.files.append(final)
@@ -320,27 +320,34 @@ def _fsync(path: str) -> None:
         os.fsync(f.fileno())
 
 
-class _Syncing:
-    """fsync of `paths` in a thread (os.fsync lets go of the GIL), while the
-    caller writes the next file; wait() returns when they are on disk, or
-    raises the error one of them met."""
+class InThread:
+    """`work(*args)` run on a thread of its own (for work that lets go of the
+    GIL: fsync, Arrow inflating a file), while the caller does something
+    else; result() waits for it and returns its value, or raises the error
+    it met. `daemon`: whether a program may end while it runs."""
 
-    def __init__(self, paths: list):
+    def __init__(self, work: Any, *args: Any, daemon: bool = True):
+        self.value: Any = None
         self.error: Optional[BaseException] = None
-        self.thread = threading.Thread(target=self._run, args=(paths,), daemon=True)
+        self.thread = threading.Thread(target=self._run, args=(work, args), daemon=daemon)
         self.thread.start()
 
-    def _run(self, paths: list) -> None:
+    def _run(self, work: Any, args: tuple) -> None:
         try:
-            for path in paths:
-                _fsync(path)
-        except BaseException as error:  # noqa: BLE001 - handed to wait()
+            self.value = work(*args)
+        except BaseException as error:  # noqa: BLE001 - raised by result()
             self.error = error
 
-    def wait(self) -> None:
+    def result(self) -> Any:
         self.thread.join()
         if self.error is not None:
             raise self.error
+        return self.value
+
+
+def _fsync_all(paths: list) -> None:
+    for path in paths:
+        _fsync(path)
 
 
 def _write_ipc(sink, table, options) -> None:
