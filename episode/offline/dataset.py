@@ -513,7 +513,7 @@ class EpisodeDataset:
             return
         # (Not a daemon: a program that ends during a pass waits for it,
         # rather than stopping it inside Arrow.)
-        self._ahead[key] = InThread(_open_ahead_file, part, group, self._columns,
+        self._ahead[key] = InThread(_checked_step_file, part, group, self._columns,
                                     self.verify, daemon=False)
 
     def _no_room(self) -> bool:
@@ -532,11 +532,9 @@ class EpisodeDataset:
             self._files.move_to_end(key)
             return found[0]
         ahead = self._ahead.pop(key, None)
-        if ahead is None and self.verify:
-            fmt.check_file(path, part.checksums[group], part.path)
         self._make_room()
         step_file, nbytes = ahead.result() if ahead is not None else \
-            _open_step_file(path, self._columns, self.verify, list_mode)
+            _checked_step_file(part, group, self._columns, self.verify, list_mode)
         needed = part.rows_needed(group)
         if needed > step_file.nrows:
             raise DatasetError(f"{path}: {step_file.nrows:,} rows, where its episode table "
@@ -1002,13 +1000,14 @@ def _open_step_file(path: str, columns: Optional[frozenset], verify: bool,
                     meta["extras_defaultdict"], infos, table.num_rows), table.nbytes
 
 
-def _open_ahead_file(part: "_Part", group: int, columns: Optional[frozenset],
-                     verify: bool) -> tuple:
-    # What _step_file does to open a step file (see EpisodeDataset._open_ahead).
+def _checked_step_file(part: "_Part", group: int, columns: Optional[frozenset],
+                       verify: bool, list_mode: bool = False) -> tuple:
+    """_open_step_file of step file `group` of `part`, its checksum checked
+    first with `verify` (in the pass's thread, or one opening it ahead)."""
     path = part.step_files[group]
     if verify:
         fmt.check_file(path, part.checksums[group], part.path)
-    return _open_step_file(path, columns, verify)
+    return _open_step_file(path, columns, verify, list_mode)
 
 
 def _fits_list_mode(leaf: dict) -> bool:
