@@ -353,6 +353,38 @@ def test_writer_parts_by_bytes(tmp_path):
             EpisodeWriter(tmp_path / "bad", bytes_per_file=bad)
 
 
+def test_parts_by_bytes_fill_one_block_made_once(tmp_path, monkeypatch):
+    """The episode that takes a part past bytes_per_file fits in the room
+    made for the part, and the next part reuses that room: every part's
+    frames are copied into the same block (a block grown part-way through
+    a part would be copied whole, into memory the kernel has to zero)."""
+    from episode.offline import writer as writer_module
+
+    frames = np.arange(40 * 7056, dtype=np.int64).astype(np.uint8).reshape(40, 84, 84)
+    episodes = []
+    # Rows of 7,072 bytes (a frame, an action, a reward), 30 to a part. Each
+    # part starts with a short episode (the room first made: the part's 30
+    # rows and its 3), a longer one takes it past 30 rows, and the second
+    # starts with a longer one than the first did.
+    for length in (2, 3, 12, 12, 5, 12, 12, 3, 12):
+        episode = SingleAgentEpisode(observations=[frames[0]])
+        for t in range(1, length + 1):
+            episode.add_env_step(frames[t], 1, 1.0, terminated=t == length)
+        episodes.append(episode.to_numpy())
+    blocks = []
+    step_table = writer_module._step_table
+
+    def recorded(group):
+        blocks.append(group.leaves[0].array().__array_interface__["data"][0])
+        return step_table(group)
+
+    monkeypatch.setattr(writer_module, "_step_table", recorded)
+    write_episodes(episodes, tmp_path, bytes_per_file=30 * 7072, seconds_per_file=None)
+    assert len(blocks) == 3 and len(set(blocks)) == 1
+    for read, episode in zip(read_episodes(tmp_path), episodes, strict=True):
+        compare_episodes(read, episode)
+
+
 def test_reader_holds_files_within_its_budget(tmp_path, monkeypatch):
     # A pass over a dataset of large step files keeps one decoded file at a
     # time (before the next opens, those open hold at most OPEN_BYTES / 2).

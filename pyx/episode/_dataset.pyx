@@ -493,6 +493,7 @@ cdef class Recording:
     cdef readonly Py_ssize_t steps   # step file rows, all groups
     cdef Py_ssize_t expected         # the rows add_run() still expects (0: outside one)
     cdef Py_ssize_t byte_limit       # and the most bytes it lets the groups hold
+    cdef Py_ssize_t largest          # and its largest episode's rows, about
 
     def __init__(self, new_group, pack, details, space_text, dict ends, Recording last=None):
         self.new_group = new_group
@@ -538,17 +539,20 @@ cdef class Recording:
         clock (time.monotonic()) reaches `deadline`. Returns the index after
         the last one added. A bad episode raises, and leaves the recording as
         it was before it (the ones before it are kept)."""
-        cdef Py_ssize_t i = start, end = start, rows = 0
+        cdef Py_ssize_t i = start, end = start, rows = 0, largest = 0, n
         cdef Rows column
         # The run's rows, about (its observations'), so that each block is
         # sized once instead of copied as it doubles (see add_one).
         while end < len(episodes) and isinstance(episodes[end], EpisodeCore):
-            rows += (<EpisodeCore>episodes[end]).observations.len_incl_lookback()
+            n = (<EpisodeCore>episodes[end]).observations.len_incl_lookback()
+            rows += n
+            largest = max(largest, n)
             end += 1
         for column in self.table_rows:
             column.grow(end - start)
         self.expected = max(0, min(rows, max_steps - self.steps))
         self.byte_limit = max_bytes
+        self.largest = largest
         try:
             while i < end:
                 self.add_one(<EpisodeCore>episodes[i], -1)
@@ -589,11 +593,15 @@ cdef class Recording:
 
     cdef int make_room(self, GroupRows group, Py_ssize_t rows) except -1:
         # Room in `group` for the rows the run is still expected to bring,
-        # within the part's byte limit (blocks are allocated, not touched:
-        # room not used costs address space only).
+        # within the part's byte limit, which the episode that reaches it
+        # passes (room for the run's largest: else that episode doubles a
+        # block of a part's bytes, and the next part reuses none of it).
+        # Blocks are allocated, not touched: room not used costs address
+        # space only.
         cdef Py_ssize_t n = max(self.expected, rows)
         if group.row_bytes:
-            n = min(n, max(0, self.byte_limit - self.fixed_bytes()) // group.row_bytes + rows)
+            n = min(n, max(0, self.byte_limit - self.fixed_bytes()) // group.row_bytes
+                    + max(rows, self.largest))
         return group.expect(n)
 
     cdef GroupRows group_of(self, EpisodeCore episode, object extras):
