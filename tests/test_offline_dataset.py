@@ -410,7 +410,39 @@ def test_reader_holds_files_within_its_budget(tmp_path, monkeypatch):
     assert [len(ds._files) for _ in ds] == [1, 2, 3, 4, 4, 4]      # OPEN_FILES
 
 
-def _frame_parts(tmp_path, parts=4):
+@pytest.mark.parametrize("format", ["arrow", "parquet"])
+def test_a_pass_hands_back_freed_blocks_of_parquet_files_only(tmp_path, monkeypatch, format):
+    """Closing step files to make room hands Arrow's freed blocks back to
+    the system after Parquet files (blocks of their pages' sizes, which
+    would add to the peak), not after Arrow files (blocks the next file
+    inflates into, reused)."""
+    from episode.offline import dataset as dataset_module
+
+    pa = dataset_module._pyarrow()
+    released = []
+
+    class Pool:
+        def release_unused(self):
+            released.append(True)
+
+    class Recorded:
+        def __getattr__(self, name):
+            return getattr(pa, name)
+
+        def default_memory_pool(self):
+            return Pool()
+
+    episodes = _frame_parts(tmp_path, format=format)
+    monkeypatch.setattr(dataset_module, "OPEN_BYTES", 2 * 20 * 7056)
+    monkeypatch.setattr(dataset_module, "_pyarrow", Recorded)
+    ds = read_episodes(tmp_path)
+    for read, episode in zip(ds, episodes, strict=True):
+        compare_episodes(read, episode)
+    assert len(ds._files) == 1
+    assert len(released) == (3 if format == "parquet" else 0)
+
+
+def _frame_parts(tmp_path, parts=4, format="arrow"):
     # `parts` parts of two 10-step episodes of 84x84 frames each.
     frames = np.arange((10 + 2 * parts) * 7056, dtype=np.int64).astype(np.uint8)
     frames = frames.reshape(-1, 84, 84)
@@ -420,7 +452,8 @@ def _frame_parts(tmp_path, parts=4):
         for t in range(1, 10):
             episode.add_env_step(frames[t + k], 1, 1.0, terminated=t == 9)
         episodes.append(episode.to_numpy())
-    write_episodes(episodes, tmp_path, bytes_per_file=20 * 7056, seconds_per_file=None)
+    write_episodes(episodes, tmp_path, bytes_per_file=20 * 7056, seconds_per_file=None,
+                   format=format)
     return episodes
 
 
