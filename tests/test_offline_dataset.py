@@ -1240,3 +1240,154 @@ def test_a_packed_column_unpacks_as_each_cell_would():
     for bad in ([one + two], [b"", one], [one, b""], [b"\xc1"], [fmt.pack_value("abc")[:-1]]):
         with pytest.raises(ValueError, match="not a stored value"):
             fmt.unpack_values(bad)
+
+
+# -- image rows written from where they are ----------------------------------------------
+
+
+def _screens(seed, steps, dict_obs=False, lookback=0, numpy=True, done=True):
+    # An episode of 84x84 frames: 150 steps or more make over 1 MiB (a
+    # writer refers to such rows in place instead of copying them).
+    rng = np.random.default_rng(seed)
+    frames = rng.integers(0, 255, (steps + 1 + lookback, 84, 84), np.uint8)
+    obs = [{"img": f, "pos": np.float32([seed, t])} for t, f in enumerate(frames)] \
+        if dict_obs else list(frames)
+    episode = SingleAgentEpisode(observations=obs[:lookback + 1],
+                                 actions=list(range(lookback)),
+                                 rewards=[0.5] * lookback,
+                                 extra_model_outputs={"logp": [np.float32(-1)] * lookback},
+                                 len_lookback_buffer=lookback)
+    for t in range(steps):
+        episode.add_env_step(obs[lookback + t + 1], t % 6, float(t),
+                             extra_model_outputs={"logp": np.float32(-t)},
+                             terminated=done and t == steps - 1)
+    return episode.to_numpy() if numpy else episode
+
+
+def _step_batches(path):
+    # The record batches of each Arrow step file of a dataset, in name order.
+    import pyarrow as pa
+
+    return [pa.ipc.open_file(str(p)).num_record_batches
+            for p in sorted(path.iterdir()) if ".steps-" in p.name]
+
+
+@pytest.mark.parametrize("format", FORMATS)
+def test_image_episodes_are_written_from_where_they_are(tmp_path, format):
+    """An episode's image rows of 1 MiB or more are compressed from the
+    episode's own storage, as a record batch of their own, instead of being
+    copied into the part first; small episodes and small leaves are copied
+    as before. Every kind reads back exactly: numpy'd and list mode, a Dict
+    observation, a chunk that continues one written before (kept without
+    its lookback rows), across parts."""
+    first = _screens(0, 160, lookback=3, done=False)
+    successor = first.cut(len_lookback_buffer=2)
+    for t in range(150):
+        successor.add_env_step(first.get_observations(-1), 1, 0.0,
+                               extra_model_outputs={"logp": np.float32(0)},
+                               truncated=t == 149)
+    successor.to_numpy()
+    episodes = [_screens(1, 160), _screens(2, 20), _screens(3, 160, numpy=False),
+                _screens(5, 160, dict_obs=True), first, successor]
+    with EpisodeWriter(tmp_path, bytes_per_file=2 << 20, **writer_options(format)) as writer:
+        writer.write(episodes[:3])
+        writer.write(episodes[3:])
+    read = list(read_episodes(tmp_path))
+    assert len(read) == 5         # (the successor joined to its first chunk)
+    for a, b in zip(read, episodes[:4]):
+        assert_same(a, b)
+    assert np.array_equal(read[4].get_observations(),
+                          np.concatenate([first.get_observations(),
+                                          successor.get_observations()[1:]]))
+    assert read[4].get_rewards().tolist() == first.get_rewards().tolist() + [0.0] * 150
+    if format != "parquet":
+        # Part 0, written within the first call: an image episode from where
+        # it is, then a small one copied (the list-mode one has a step file
+        # of its own layout). Part 1: a step file per layout. Part 2, open
+        # when the second call returned (its rows then copied: see
+        # EpisodeWriter.write), written by close().
+        assert _step_batches(tmp_path) == [2, 1, 1, 1, 1]
+
+
+def test_rows_referred_to_are_copied_before_write_returns(tmp_path):
+    """EpisodeWriter.write() hands the episodes back with their image rows
+    still in an open part: those rows are copied before it returns (also
+    when it raises), so what the caller changes afterwards (set_observations,
+    in place) is not what the file holds."""
+    mixed = [_screens(0, 160), _screens(5, 20), _screens(6, 160), _screens(7, 20)]
+    kept = _screens(1, 160)
+    before = kept.get_observations().copy()
+    bad = _screens(2, 160)
+    bad.infos.data.append({"x": object()})        # one info too many: refused
+    with EpisodeWriter(tmp_path) as writer:
+        writer.write(mixed)     # (copied in: the small ones' rows move up past them)
+        with pytest.raises((TypeError, AssertionError)):
+            writer.write([kept, bad])
+        kept.set_observations(new_data=np.zeros((84, 84), np.uint8), at_indices=5)
+    assert _step_batches(tmp_path) == [1]
+    read = list(read_episodes(tmp_path))
+    assert len(read) == 5
+    for a, b in zip(read, mixed):
+        assert_same(a, b)
+    assert np.array_equal(read[4].get_observations(), before)
+    assert not np.array_equal(kept.get_observations(), before)
+
+
+def test_a_bad_image_episode_leaves_none_of_its_rows_referred_to(tmp_path):
+    """An image episode refused after its rows were referred to in place
+    (an info that cannot be encoded comes after them) leaves nothing: the
+    episodes around it read back exactly, from batches of their own."""
+    bad = _screens(2, 160)
+    bad.infos.data[3] = {"x": object()}
+    good = [_screens(1, 160), _screens(3, 160)]
+    with EpisodeWriter(tmp_path) as writer:
+        with pytest.raises(TypeError):
+            writer._add([good[0], bad, good[1]])
+        writer._add(good[1:])
+    assert _step_batches(tmp_path) == [2]
+    read = list(read_episodes(tmp_path))
+    assert [e.id_ for e in read] == [e.id_ for e in good]
+    for a, b in zip(read, good):
+        assert_same(a, b)
+
+
+@pytest.mark.parametrize("list_mode", [False, True])
+def test_a_step_file_of_many_record_batches_is_read_across_them(tmp_path, list_mode):
+    """A step file's record batches need not follow its episodes (a file
+    rewritten by another tool): rows within one batch are read in place,
+    rows across batches joined; a Dict observation's fields, a replay buffer
+    made from the dataset and a list-mode pass read the same episodes."""
+    import pyarrow as pa
+
+    rng = np.random.default_rng(0)
+    episodes = []
+    for seed in range(4):
+        episode = SingleAgentEpisode(observations=[{"a": rng.normal(size=3), "b": seed}])
+        for t in range(9 + seed):
+            episode.add_env_step({"a": rng.normal(size=3), "b": t}, t % 2, float(t),
+                                 extra_model_outputs={"h": np.float32([t, seed])})
+        episodes.append(episode if list_mode else episode.to_numpy())
+    write_episodes(episodes, tmp_path)
+    step_file = next(p for p in tmp_path.iterdir() if ".steps-" in p.name)
+    table = pa.ipc.open_file(pa.memory_map(str(step_file))).read_all()
+    with pa.OSFile(str(step_file), "wb") as sink, \
+            pa.ipc.new_file(sink, table.schema) as out:
+        for batch in table.to_batches(max_chunksize=7):
+            out.write_batch(batch)
+    assert _step_batches(tmp_path) == [-(-table.num_rows // 7)]
+    read = read_episodes(tmp_path, verify=False)    # (its checksum was the old file's)
+    for a, b in zip(read, episodes):
+        assert_same(a, b)
+    ours = read.sample_batch(16, n_step=1)
+    assert ours["obs"]["a"].shape == (16, 3)
+
+
+def test_chunked_leaves_hold_their_arrays_in_order():
+    """A leaf read as several arrays (Chunks) needs at least one, and gives
+    its rows back whole in order (a replay buffer made from the dataset)."""
+    from episode._dataset import Chunks
+
+    with pytest.raises(ValueError):
+        Chunks([])
+    chunks = Chunks([np.arange(6).reshape(3, 2), np.arange(6, 10).reshape(2, 2)])
+    assert chunks.whole().tolist() == np.arange(10).reshape(5, 2).tolist()

@@ -990,7 +990,7 @@ def _open_step_file(path: str, columns: Optional[frozenset], verify: bool,
     for spec, name in zip(wanted, names):
         tree = fmt.tree_from_json(spec.get("tree"), f"{path}: column {name!r}")
         specs += fmt.tree_leaves(tree)
-        column = _whole(table.column(name), pa)
+        column = _chunks(table.column(name), pa)
         trees.append(_load_tree(tree, column, name, path, leaves, kinds, finalized, opens))
     infos = None
     if read_infos:
@@ -1028,12 +1028,18 @@ def _fits_list_mode(leaf: dict) -> bool:
 
 
 def _whole(column, pa):
-    # A column as one array: our files hold one chunk, used as it is (a view
-    # of a mapped Arrow file's pages; combine_chunks() would copy even one);
-    # an Arrow file of no rows has none.
+    # A column as one array: one chunk is used as it is (a view of a mapped
+    # Arrow file's pages; combine_chunks() would copy even one); an Arrow
+    # file of no rows has none.
     if column.num_chunks == 1:
         return column.chunk(0)
     return column.combine_chunks() if column.num_chunks else pa.nulls(0, column.type)
+
+
+def _chunks(column, pa):
+    # A column as one array (see _whole), or as its chunks (a file of several
+    # record batches: the stored leaves are read chunk by chunk, in place).
+    return column if column.num_chunks > 1 else _whole(column, pa)
 
 
 def _key_name(extra: Any, path: str) -> Any:
@@ -1067,8 +1073,16 @@ def _load_tree(tree, column, name: str, path: str, leaves: list, kinds: list,
     checked against the metadata."""
     pa = _pyarrow()
     where = f"{path}: column {name!r}"
+    if isinstance(column, pa.ChunkedArray) and not (
+            isinstance(tree, dict) and tree["codec"] in fmt.STORED):
+        if isinstance(tree, dict) or column.null_count or \
+                not isinstance(column.type, pa.StructType):
+            column = _whole(column, pa)
+        else:       # (each field as its chunks)
+            return _load_tree(tree, _StructChunks(column), name, path, leaves, kinds,
+                              finalized, opens)
     if isinstance(tree, dict):
-        rows = fmt.leaf_rows(tree, column, where)
+        rows = fmt.leaf_rows(tree, column, where)   # (chunked: a list, a chunk's rows each)
         if tree["codec"] == fmt.VALUE:
             rows = _encoded(rows, path, name)
         _check_leaf_mode(tree, rows, where)
@@ -1090,6 +1104,21 @@ def _load_tree(tree, column, name: str, path: str, leaves: list, kinds: list,
                      for i, (t, c) in enumerate(zip(tree[1], subs)))
     return {key: _load_tree(t, c, f"{name}.{key}", path, leaves, kinds, finalized, opens)
             for (key, t), c in zip(tree[1], subs)}
+
+
+class _StructChunks:
+    """A struct column of several chunks as _load_tree walks it: its type,
+    and each field as the chunks of that field."""
+
+    def __init__(self, column):
+        self.type = column.type
+        self.null_count = 0
+        self.chunks = column.chunks
+
+    def field(self, i: int):
+        pa = _pyarrow()
+        return pa.chunked_array([chunk.field(i) for chunk in self.chunks],
+                                self.type.field(i).type)
 
 
 def _check_leaf_mode(leaf: dict, rows: Any, where: str) -> None:

@@ -121,9 +121,17 @@ class EpisodeWriter:
         it: the episodes before it in the list are kept."""
         if self.closed:
             raise ValueError("write() on a closed EpisodeWriter")
+        try:
+            self._add(_episode_list(episodes, "EpisodeWriter.write()"))
+        finally:
+            # Image rows of the part not written yet are views of the
+            # episodes' storage (see Rows.refer), which may change once
+            # they are back in the caller's hands.
+            self._recording.own()
+
+    def _add(self, episodes: list) -> None:
         from episode.replay.stored import _as_ours, _as_ours_multi
 
-        episodes = _episode_list(episodes, "EpisodeWriter.write()")
         i = 0
         while i < len(episodes):
             episode = episodes[i]
@@ -484,17 +492,21 @@ def _new_group(sig, number: int) -> GroupRows:
 
 
 def _step_table(group: GroupRows):
-    """A group's step file."""
+    """A group's step file: a record batch per run of rows that its leaves
+    hold alike (one, unless rows are referred to in place: see Rows.refer)."""
     pa = _pyarrow()
     trees, names = group.spec
     n = group.nrows
-    arrays = iter([rows if rows is None or isinstance(rows, list) else rows.array()
-                   for rows in group.leaves])
-    columns = {name: _column(tree, arrays, n) for name, tree in zip(names, trees)}
     infos = group.infos()
-    columns[fmt.INFOS] = pa.nulls(n) if infos is None else fmt.binaries(infos)
-    columns[fmt.TERMINATEDS] = fmt.numbers(group.terminateds.array())
-    columns[fmt.TRUNCATEDS] = fmt.numbers(group.truncateds.array())
+    infos = pa.nulls(n) if infos is None else fmt.binaries(infos)
+    terminateds = fmt.numbers(group.terminateds.array())
+    truncateds = fmt.numbers(group.truncateds.array())
+    batches = []
+    for first, count, leaves in group.batches():
+        arrays = iter(leaves)
+        columns = [_column(tree, arrays, count) for tree in trees]
+        batches.append(columns + [infos.slice(first, count), terminateds.slice(first, count),
+                                  truncateds.slice(first, count)])
     sig = group.signature
     meta = {
         "tracks": [{"column": name, "tree": fmt.tree_to_json(tree)}
@@ -503,9 +515,15 @@ def _step_table(group: GroupRows):
                    for name, (key, _), tree in zip(names[3:], sig[3], trees[3:])],
         "extras_defaultdict": bool(sig[4]),
     }
-    schema = pa.schema([pa.field(k, v.type) for k, v in columns.items()],
-                       metadata=fmt.metadata("steps", **meta))
-    return pa.Table.from_arrays(list(columns.values()), schema=schema)
+    if not batches:
+        arrays = iter([leaf if leaf is None or isinstance(leaf, list) else leaf.array()
+                       for leaf in group.leaves])
+        batches.append([_column(tree, arrays, 0) for tree in trees] + [infos, terminateds,
+                                                                       truncateds])
+    schema = pa.schema([pa.field(k, v.type) for k, v in zip(
+        list(names) + [fmt.INFOS, fmt.TERMINATEDS, fmt.TRUNCATEDS], batches[0])],
+        metadata=fmt.metadata("steps", **meta))
+    return pa.Table.from_batches([pa.record_batch(b, schema=schema) for b in batches])
 
 
 def _column(tree, arrays, n: int):
@@ -587,5 +605,6 @@ def write_episodes(episodes: Iterable[Any], path: Any, **kwargs: Any) -> list:
     episodes make a dataset of none."""
     episodes = _episode_list(episodes, "write_episodes()")
     with EpisodeWriter(path, **kwargs) as writer:
-        writer.write(episodes)
+        # (no own(): every part is written before the episodes are back)
+        writer._add(episodes)
     return writer.files

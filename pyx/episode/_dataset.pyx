@@ -19,7 +19,7 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 from libc.math cimport NAN
 from libc.stdint cimport INT32_MAX, int32_t, int64_t
-from libc.string cimport memcmp, memcpy, memset
+from libc.string cimport memcmp, memcpy, memmove, memset
 
 from episode._buffer cimport BufferCore
 from episode._column cimport Column, KIND_EMPTY_DICT, KIND_OBJECT, array_bytes, empty_dicts
@@ -33,6 +33,14 @@ cnp.import_array()
 # The tracks of a step file, in order, after which come the extra outputs.
 # (infos, the fifth lookback, are written apart: not a tree.)
 DEF N_TRACKS = 3
+
+# A leaf's rows of one episode are referred to in place (not copied into
+# the group's block, but compressed from where they are as a record batch
+# of their own) where they are image-like and many: copying them first was
+# half of a write of Atari screens; a record batch per short episode would
+# cost more than the copy.
+DEF REFER_ROW_BYTES = 1024
+DEF REFER_BYTES = 1 << 20
 
 # An episode's place in an EpisodeRows: its step file (group), first row, rows,
 # steps (length), t_started, then its five lookbacks (observations, infos,
@@ -74,37 +82,44 @@ def signature(EpisodeCore episode):
 @cython.final
 cdef class Rows:
     """A growable block of fixed-size rows (one leaf of a group, or one
-    numeric column of the episode table)."""
+    numeric column of the episode table). Some rows may be referred to in
+    place instead (refer()): views of an episode's storage, which the
+    step file's writer compresses from where they are; the block then holds
+    the other rows, in order."""
     cdef cnp.ndarray block
     cdef Py_ssize_t cap              # its rows
-    cdef readonly Py_ssize_t size
+    cdef readonly Py_ssize_t size    # rows: the block's and those referred to
+    cdef Py_ssize_t held             # the block's rows
     cdef Py_ssize_t row_bytes
+    cdef list refs                   # rows referred to: (first row, view), ascending
 
     def __init__(self, dtype, tuple shape=()):
         self.block = np.empty((16,) + shape, dtype)
         self.size = 0
+        self.held = 0
         self.row_bytes = self.block.itemsize
         for d in shape:
             self.row_bytes *= d
         self.cap = 16
+        self.refs = []
 
     cdef inline char* reserve(self, Py_ssize_t n) except NULL:
-        # Room for n (>= 0) more rows: where the first of them goes.
-        if n > self.cap - self.size:
+        # Room for n (>= 0) more rows in the block: where the first goes.
+        if n > self.cap - self.held:
             self.grow(n)
-        return array_bytes(self.block, (self.size + n) * self.row_bytes) + \
-            self.size * self.row_bytes
+        return array_bytes(self.block, (self.held + n) * self.row_bytes) + \
+            self.held * self.row_bytes
 
     cdef int grow(self, Py_ssize_t n) except -1:
         # Room for n more rows: twice the rows, or just enough if more.
         cdef cnp.ndarray grown
         cdef Py_ssize_t cap
-        if n <= self.cap - self.size:
+        if n <= self.cap - self.held:
             return 0
-        cap = max(2 * self.cap, self.size + n)
+        cap = max(2 * self.cap, self.held + n)
         grown = np.empty((cap,) + (<object>self.block).shape[1:], self.block.dtype)
-        memcpy(array_bytes(grown, self.size * self.row_bytes),
-               array_bytes(self.block, self.size * self.row_bytes), self.size * self.row_bytes)
+        memcpy(array_bytes(grown, self.held * self.row_bytes),
+               array_bytes(self.block, self.held * self.row_bytes), self.held * self.row_bytes)
         self.block = grown
         self.cap = cap
         return 0
@@ -113,6 +128,7 @@ cdef class Rows:
         if n > 0:
             memset(self.reserve(n), 0, n * self.row_bytes)
             self.size += n
+            self.held += n
         return 0
 
     cdef int copy(self, Column col, Py_ssize_t first, Py_ssize_t count) except -1:
@@ -121,37 +137,116 @@ cdef class Rows:
         if count > 0:
             memcpy(self.reserve(count), col.row_ptr(first, count), count * self.row_bytes)
             self.size += count
+            self.held += count
+        return 0
+
+    cdef int refer(self, Column col, Py_ssize_t first, Py_ssize_t count) except -1:
+        # copy() of the same rows, kept as a view of the column's storage
+        # (whose block outlives its views: a Column that grows moves to
+        # another, and the owner copies them in before anything else may
+        # write to them: own()).
+        if first < 0 or count < 0 or first > col.nrows() - count:
+            raise IndexError(f"rows {first}..{first + count} of {col.nrows()}")
+        if count > 0:
+            self.refs.append((self.size, col.rows(first, first + count)))
+            self.size += count
+        return 0
+
+    cdef int cut(self, Py_ssize_t n) except -1:
+        # Keeps the first n rows.
+        cdef Py_ssize_t referred = 0, first
+        if n >= self.size:
+            return 0
+        n = max(n, 0)
+        while self.refs and self.refs[len(self.refs) - 1][0] >= n:
+            self.refs.pop()
+        if self.refs:       # (no wraparound in this build: no [-1])
+            first, view = self.refs[len(self.refs) - 1]
+            self.refs[len(self.refs) - 1] = (first, view[:n - first])
+        for first, view in self.refs:
+            referred += len(view)
+        self.size = n
+        self.held = n - referred
+        return 0
+
+    cdef int own(self) except -1:
+        # Copies the rows referred to into the block, in place (the block's
+        # rows after each move up to their places, last first).
+        cdef Py_ssize_t end, held, first, count
+        cdef char* data
+        cdef cnp.ndarray view
+        if not self.refs:
+            return 0
+        self.grow(self.size - self.held)
+        data = array_bytes(self.block, self.size * self.row_bytes)
+        end, held = self.size, self.held
+        for first, view in reversed(self.refs):
+            count = len(view)
+            # the block's rows between this view and the next piece
+            memmove(data + (first + count) * self.row_bytes,
+                    data + (held - (end - first - count)) * self.row_bytes,
+                    (end - first - count) * self.row_bytes)
+            held -= end - first - count
+            view = np.ascontiguousarray(view)
+            memcpy(data + first * self.row_bytes,
+                   array_bytes(view, count * self.row_bytes), count * self.row_bytes)
+            end = first
+        self.refs = []
+        self.held = self.size
         return 0
 
     cdef char* row(self, Py_ssize_t pos) except NULL:
-        # Row `pos` (< size).
+        # Row `pos` (< size) of a block that refers to no rows.
         if pos < 0 or pos >= self.size:
             raise IndexError(f"row {pos} of {self.size}")
+        if self.refs:
+            raise ValueError("a row referred to in place, not in the block")
         return array_bytes(self.block, self.size * self.row_bytes) + pos * self.row_bytes
 
     cdef int push_int(self, int64_t value) except -1:
         (<int64_t*>self.reserve(1))[0] = value
         self.size += 1
+        self.held += 1
         return 0
 
     cdef int push_double(self, double value) except -1:
         (<double*>self.reserve(1))[0] = value
         self.size += 1
+        self.held += 1
         return 0
 
     cdef int push_byte(self, char value) except -1:
         self.reserve(1)[0] = value
         self.size += 1
+        self.held += 1
         return 0
 
     cdef int push_int32(self, int32_t value) except -1:
         (<int32_t*>self.reserve(1))[0] = value
         self.size += 1
+        self.held += 1
         return 0
 
     def array(self):
-        """The rows so far (a view)."""
+        """The rows so far (a view of the block, with any rows referred to
+        copied in first)."""
+        self.own()
         return self.block[:self.size]
+
+    def pieces(self):
+        """The rows so far as (first row, array) in order, without copies:
+        the block's runs and the views referred to."""
+        cdef Py_ssize_t at = 0, pos = 0, first
+        out = []
+        for first, view in self.refs:
+            if first > at:
+                out.append((at, self.block[pos:pos + first - at]))
+                pos += first - at
+            out.append((first, view))
+            at = first + len(view)
+        if self.size > at:
+            out.append((at, self.block[pos:pos + self.size - at]))
+        return out
 
     @property
     def nbytes(self):
@@ -340,15 +435,48 @@ cdef class GroupRows:
             raise ValueError(f"a negative number of rows: {nrows}")
         for leaf in self.leaves:
             if type(leaf) is Rows:
-                (<Rows>leaf).size = min((<Rows>leaf).size, nrows)
+                (<Rows>leaf).cut(nrows)
             elif leaf is not None:
                 del (<list>leaf)[nrows:]
         k = bisect_left(self.info_rows, nrows)
         del self.info_rows[k:]
         del self.info_values[k:]
-        self.terminateds.size = min(self.terminateds.size, nrows)
-        self.truncateds.size = min(self.truncateds.size, nrows)
+        self.terminateds.cut(nrows)
+        self.truncateds.cut(nrows)
         self.nrows = min(self.nrows, nrows)
+
+    def own(self):
+        """Copies the rows its leaves refer to in place into their blocks
+        (before the episodes they belong to may change)."""
+        for leaf in self.leaves:
+            if type(leaf) is Rows:
+                (<Rows>leaf).own()
+
+    def batches(self):
+        """Its rows in runs that no leaf's piece crosses (see Rows.pieces):
+        (first row, rows, per leaf an array, a list of items or None)."""
+        cdef Py_ssize_t k
+        pieces = [(<Rows>leaf).pieces() if type(leaf) is Rows else None
+                  for leaf in self.leaves]
+        bounds = sorted({0, self.nrows}.union(
+            *[[first for first, _ in p] for p in pieces if p is not None]))
+        at = [0] * len(pieces)      # per leaf: its piece holding the run
+        out = []
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            arrays = []
+            for k, leaf in enumerate(self.leaves):
+                if type(leaf) is Rows:
+                    p = pieces[k]
+                    while p[at[k]][0] + len(p[at[k]][1]) <= a:
+                        at[k] += 1
+                    first, rows = p[at[k]]
+                    arrays.append(rows[a - first:b - first])
+                elif leaf is not None:
+                    arrays.append((<list>leaf)[a:b])
+                else:
+                    arrays.append(None)
+            out.append((a, b - a, arrays))
+        return out
 
     cdef int reuse(self, Py_ssize_t number) except -1:
         # Empty, as step file `number` of a new part: its blocks stay, with
@@ -420,6 +548,11 @@ cdef class GroupRows:
         leaf = self.leaves[k]
         if type(leaf) is Rows:
             block = <Rows>leaf
+            if (before == 0 and count == rows and k != self.rewards_leaf
+                    and block.row_bytes >= REFER_ROW_BYTES
+                    and count * block.row_bytes >= REFER_BYTES):
+                block.refer(col, off, count)
+                return 0
             block.zeros(before)
             block.copy(col, off, count)
             block.zeros(rows - before - count)
@@ -527,6 +660,12 @@ cdef class Recording:
             total += group.nrows * group.row_bytes
         return total
 
+    def own(self):
+        """Copies the rows its groups refer to in place into their blocks:
+        what the caller hands back to its user may change after."""
+        for group in self.groups.values():
+            group.own()
+
     def mark(self):
         """Where the recording is (see rollback)."""
         return (self.n, [(<GroupRows>g).nrows for g in self.groups.values()])
@@ -581,7 +720,7 @@ cdef class Recording:
         # rows the caller has truncated).
         cdef Rows rows
         for rows in self.table_rows:
-            rows.size = min(rows.size, n)
+            rows.cut(n)
         for values in self.table_packed:
             del (<list>values)[n:]
         if len(self.groups) > ngroups:
@@ -859,11 +998,66 @@ cdef class Encoded:
         return self.decode(self.payload[offs[row]:offs[row + 1]])
 
 
+@cython.final
+cdef class Chunks:
+    """A leaf's rows in several arrays, one after another (a step file of
+    several record batches): rows within one are read from it in place,
+    rows across several are joined (a copy)."""
+    cdef list columns           # per array, a finalized Column over it
+    cdef cnp.ndarray _starts    # int64: each array's first row, then the rows
+    cdef int64_t* starts
+    cdef Py_ssize_t n
+
+    def __init__(self, list arrays):
+        if not arrays:
+            raise ValueError("a leaf of no chunks")
+        self.columns = [Column.from_array(arr) for arr in arrays]
+        self._starts = np.zeros(len(arrays) + 1, np.int64)
+        np.cumsum([len(arr) for arr in arrays], out=self._starts[1:])
+        self.starts = <int64_t*>array_bytes(self._starts, (len(arrays) + 1) * sizeof(int64_t))
+        self.n = len(arrays)
+
+    cdef Column rows_of(self, Py_ssize_t start, Py_ssize_t count, Py_ssize_t* first):
+        # The Column holding rows [start, start + count) from its row
+        # `first[0]` on: a chunk's, or a new one of those rows joined.
+        cdef Py_ssize_t lo = 0, hi = self.n, mid
+        if start < 0 or count < 0 or start > self.starts[self.n] - count:
+            raise ValueError(f"rows {start}..{start + count} are not in the leaf's "
+                             f"{self.starts[self.n]}")
+        while hi - lo > 1:              # the last chunk starting at or before `start`
+            mid = (lo + hi) // 2
+            if self.starts[mid] <= start:
+                lo = mid
+            else:
+                hi = mid
+        if start + count <= self.starts[lo + 1]:
+            first[0] = start - self.starts[lo]
+            return self.columns[lo]
+        first[0] = 0
+        return Column.from_array(np.concatenate(self.joined(start, count)))
+
+    cdef list joined(self, Py_ssize_t start, Py_ssize_t count):
+        # The chunks' views of rows [start, start + count), in order.
+        cdef Py_ssize_t k, a, b
+        out = []
+        for k in range(self.n):
+            a = max(start, self.starts[k])
+            b = min(start + count, self.starts[k + 1])
+            if a < b:
+                out.append((<Column>self.columns[k]).rows(a - self.starts[k],
+                                                          b - self.starts[k]))
+        return out
+
+    def whole(self):
+        """All its rows in one array (a copy)."""
+        return np.concatenate(self.joined(0, self.starts[self.n]))
+
+
 cdef class StepFile:
     """A step file's columns, ready to build episodes over: per leaf a
     finalized Column over the file's rows (read in place; list-mode
     episodes copy theirs), an `Encoded` column, or None (no data)."""
-    cdef list leaves        # per leaf: Column, Encoded or None
+    cdef list leaves        # per leaf: Column, Chunks, Encoded or None
     cdef list kinds         # per leaf: the kind its items come back as
     cdef list finalized     # per leaf: numpy'd (views) or list mode (copies)
     cdef list opens         # per leaf: a finalized leaf whose first rows set its row type
@@ -876,12 +1070,14 @@ cdef class StepFile:
 
     def __init__(self, list leaves, list kinds, list finalized, list opens, list trees,
                  list extra_keys, bint extras_default, Encoded infos, Py_ssize_t nrows):
-        """`leaves`: per leaf an ndarray of all the file's rows, an Encoded
-        column or None; the rest as the file's metadata says (checked by
+        """`leaves`: per leaf an ndarray of all the file's rows (or a list
+        of ndarrays: its record batches' rows, in order), an Encoded column
+        or None; the rest as the file's metadata says (checked by
         the caller)."""
         self.leaves = []
         for arr in leaves:
-            self.leaves.append(Column.from_array(arr) if isinstance(arr, np.ndarray) else arr)
+            self.leaves.append(Column.from_array(arr) if isinstance(arr, np.ndarray)
+                               else Chunks(arr) if type(arr) is list else arr)
         self.kinds = kinds
         self.finalized = finalized
         self.opens = opens
@@ -896,6 +1092,8 @@ cdef class StepFile:
         cdef int kind = self.kinds[k]
         cdef bint numpy = self.finalized[k]
         cdef Column col
+        if type(leaf) is Chunks:
+            leaf = (<Chunks>leaf).rows_of(start, count, &start)
         if self.opens[k]:
             if count:
                 raise ValueError("a leaf of no row type holds rows")
@@ -945,6 +1143,8 @@ cdef class StepFile:
                 leaf = self.leaves[k]
                 if type(leaf) is Column:
                     leaves.append((<Column>leaf).view())
+                elif type(leaf) is Chunks:
+                    leaves.append((<Chunks>leaf).whole())
                 elif type(leaf) is Encoded:
                     leaves.append([(<Encoded>leaf).value(i, None) for i in range(self.nrows)])
                 else:
