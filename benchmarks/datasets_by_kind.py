@@ -1,7 +1,7 @@
 """Recorded experience by kind of data: our dataset formats beside RLlib's
 episode format and Minari, on the same episodes, in one process.
 
-    python benchmarks/datasets_by_kind.py cartpole|atari|atari4|pong|pong4 [STEPS] [ROUNDS]
+    python benchmarks/datasets_by_kind.py cartpole|atari|atari4|pong|pong4 [STEPS] [ROUNDS] [lean]
 
 Kinds: ``cartpole``, float32 (4,) observations in episodes of 10-60 steps
 (a random CartPole policy's); ``atari``, 84x84 uint8 frames in episodes of
@@ -35,6 +35,11 @@ dataset written by ``minari.create_dataset_from_buffers`` from the same
 arrays, both backends, against our ``from_minari`` of the same folder.
 ``sample_batch(256, n_step=3)``: from the dataset (default format) against
 an EpisodeReplayBuffer holding the same episodes (ns per transition).
+
+``lean``: our default format's write and read against RLlib's list-mode
+packing and decode only, our episodes gone before RLlib's are made (what
+fits in memory for the frames stacked by four: the whole run holds every
+copy at once).
 
 Prints a JSON line per figure: kind, what, side, median and min seconds,
 MB/s of the observations' raw bytes, bytes on disk.
@@ -173,7 +178,7 @@ def folder_bytes(path: str) -> int:
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
 
 
-def main(kind: str, steps: int, rounds: int) -> None:
+def main(kind: str, steps: int, rounds: int, lean: bool = False) -> None:
     import msgpack
     import msgpack_numpy
     import pyarrow as pa
@@ -190,11 +195,12 @@ def main(kind: str, steps: int, rounds: int) -> None:
     total = sum(len(e) for e in ours)
 
     # -- ours: write and read, per format -------------------------------------------------
-    folders = {name: os.path.join(work, name) for name in FORMATS}
+    formats = {"arrow_lz4": {}} if lean else FORMATS
+    folders = {name: os.path.join(work, name) for name in formats}
 
     def writer(name):
         def run():
-            write_episodes(ours, folders[name], **FORMATS[name])
+            write_episodes(ours, folders[name], **formats[name])
         return run
 
     def clear(name):
@@ -207,10 +213,29 @@ def main(kind: str, steps: int, rounds: int) -> None:
             assert sum(take(e) - 1 for e in read_episodes(folders[name])) == total
         return run
 
-    times = timed(rounds, {name: writer(name) for name in FORMATS},
-                  {name: clear(name) for name in FORMATS})
+    times = timed(rounds, {name: writer(name) for name in formats},
+                  {name: clear(name) for name in formats})
     report(kind, "write", times, raw, {n: folder_bytes(f) for n, f in folders.items()})
-    report(kind, "read", timed(rounds, {name: reader(name) for name in FORMATS}), raw)
+    report(kind, "read", timed(rounds, {name: reader(name) for name in formats}), raw)
+    if lean:
+        del ours
+        theirs = episodes(RLlibEpisode, data, numpy=False)
+        packed = []
+
+        def pack_list():
+            packed[:] = [msgpack.packb(e.get_state(), default=msgpack_numpy.encode)
+                         for e in theirs]
+
+        def decode_list():
+            assert sum(take(RLlibEpisode.from_state(
+                msgpack.unpackb(p, object_hook=msgpack_numpy.decode))) - 1
+                for p in packed) == total
+
+        report(kind, "rllib_pack", timed(rounds, {"list": pack_list}), raw)
+        del theirs
+        report(kind, "rllib_decode", timed(rounds, {"list": decode_list}), raw)
+        shutil.rmtree(work)
+        return
 
     # -- sample_batch: the dataset against a buffer of the same episodes ------------------
     from episode.replay import EpisodeReplayBuffer
@@ -316,4 +341,4 @@ def main(kind: str, steps: int, rounds: int) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 100_000,
-         int(sys.argv[3]) if len(sys.argv) > 3 else 5)
+         int(sys.argv[3]) if len(sys.argv) > 3 else 5, sys.argv[4:] == ["lean"])

@@ -364,49 +364,67 @@ class EpisodeDataset:
         items: list = []
         metas: dict = {}
         for where, members in runs:
-            block = None if where is None else self._block(where, members, metas)
-            if block is not None:
-                items.append(("block", block))
+            blocks = None if where is None else self._blocks(where, members, metas)
+            if blocks is not None:
+                items.extend(("block", block) for block in blocks)
             elif items and items[-1][0] == "episodes":
                 items[-1][1].extend(position for position, _ in members)
             else:
                 items.append(("episodes", [position for position, _ in members]))
         return items
 
-    def _block(self, where: tuple, members: list, metas: dict) -> Optional[dict]:
+    def _blocks(self, where: tuple, members: list, metas: dict) -> Optional[list]:
+        """add_block() arguments for `members` of step file `where`: one per
+        record batch they lie in (its rows read in place), or None (a leaf
+        without rows: one by one)."""
         from episode._replay import EpisodeMeta
 
         part = self._parts[where[0]]
         step_file = self._step_file(part, where[1])
-        tracks = step_file.block_tracks()
-        if tracks is None:          # a leaf without rows: one by one
-            return None
         t = part.table
-        rows = np.array([i for _, i in members], np.int64)
-        first = self._single(part, int(rows[0]))
-        extra_keys = tuple(first.extra_model_outputs)
-        defaultdict_extras = type(first.extra_model_outputs) is not dict
-        block_metas, ids = [], []
-        for i in rows.tolist():
-            fields = part.fields(i)
-            key = (fields["agent_id"], fields["module_id"], fields["multi_agent_episode_id"],
-                   part.cell("observation_space", i), part.cell("action_space", i))
-            meta = metas.get(key) if fields["custom_data"] is None else None
-            if meta is None:
-                meta = EpisodeMeta(key[0], key[1], key[2], fields["observation_space"],
-                                   fields["action_space"], extra_keys, fields["custom_data"],
-                                   defaultdict_extras)
-                if fields["custom_data"] is None:
-                    metas[key] = meta
-            block_metas.append(meta)
-            ids.append(fields["id_"])
-        return {"first": first, "tracks": tracks, "infos": step_file.infos_by_row(),
-                "nrows": step_file.nrows, "rows": t["row"][rows],
+        numbers = np.array([i for _, i in members], np.int64)
+        first_rows = t["row"][numbers]
+        starts = np.array(step_file.batches(), np.int64)
+        batch = np.minimum(np.searchsorted(starts, first_rows, side="right") - 1,
+                           len(starts) - 2)
+        if (first_rows + t["rows"][numbers] <= starts[batch + 1]).all():
+            cuts = np.flatnonzero(batch[1:] != batch[:-1]) + 1
+            spans = [(a, b, int(starts[batch[a]]), int(starts[batch[a] + 1]))
+                     for a, b in zip([0, *cuts.tolist()], [*cuts.tolist(), len(numbers)])]
+        else:       # (rows across batches: joined, a copy)
+            spans = [(0, len(numbers), 0, step_file.nrows)]
+        blocks = []
+        for a, b, lo, hi in spans:
+            tracks = step_file.block_tracks(lo, hi)
+            if tracks is None:
+                return None
+            rows = numbers[a:b]
+            first = self._single(part, int(rows[0]))
+            extra_keys = tuple(first.extra_model_outputs)
+            defaultdict_extras = type(first.extra_model_outputs) is not dict
+            block_metas, ids = [], []
+            for i in rows.tolist():
+                fields = part.fields(i)
+                key = (fields["agent_id"], fields["module_id"], fields["multi_agent_episode_id"],
+                       part.cell("observation_space", i), part.cell("action_space", i))
+                meta = metas.get(key) if fields["custom_data"] is None else None
+                if meta is None:
+                    meta = EpisodeMeta(key[0], key[1], key[2], fields["observation_space"],
+                                       fields["action_space"], extra_keys,
+                                       fields["custom_data"], defaultdict_extras)
+                    if fields["custom_data"] is None:
+                        metas[key] = meta
+                block_metas.append(meta)
+                ids.append(fields["id_"])
+            blocks.append({
+                "first": first, "tracks": tracks, "infos": step_file.infos_by_row(lo, hi),
+                "nrows": hi - lo, "rows": first_rows[a:b] - lo,
                 "lookbacks": part.lookbacks[rows, 0], "lengths": t["length"][rows],
                 "t_started": t["t_started"][rows], "terminated": t["terminated"][rows],
                 "truncated": t["truncated"][rows], "start_times": t["start_time"][rows],
                 "last_step_times": t["last_step_time"][rows], "ids": ids,
-                "metas": block_metas}
+                "metas": block_metas})
+        return blocks
 
     def __repr__(self) -> str:
         return f"EpisodeDataset({self.path!r}: {len(self)} episodes, {self.num_steps} steps)"

@@ -104,6 +104,9 @@ class EpisodeWriter:
         self._parts = 0
         self._ends: dict = {}
         self._recording = self._new_recording()
+        self._writing: list = []        # parts written in the background: (job, recording, name)
+        self._failed: list = []         # parts whose write failed, to write again: (recording, name)
+        self._spare: Optional[Recording] = None    # the last part written: its groups, reused
         self.closed = False
         self.files: list = []
 
@@ -124,10 +127,13 @@ class EpisodeWriter:
         try:
             self._add(_episode_list(episodes, "EpisodeWriter.write()"))
         finally:
-            # Image rows of the part not written yet are views of the
+            # Image rows of the parts not written yet are views of the
             # episodes' storage (see Rows.refer), which may change once
             # they are back in the caller's hands.
-            self._recording.own()
+            try:
+                self._wait()
+            finally:
+                self._recording.own()
 
     def _add(self, episodes: list) -> None:
         from episode.replay.stored import _as_ours, _as_ours_multi
@@ -145,7 +151,7 @@ class EpisodeWriter:
                     else self._waiting_since + self.seconds_per_file
                 i = recording.add_run(episodes, i, min(self.rows_per_file, sys.maxsize),
                                       min(self.bytes_per_file, sys.maxsize), deadline)
-                self._flush_if_due()
+                self._flush_if_due(more=i < len(episodes))
                 continue
             i += 1
             mark = recording.mark()
@@ -166,16 +172,19 @@ class EpisodeWriter:
                 raise
             if self._waiting_since is None:
                 self._waiting_since = time.monotonic()
-            self._flush_if_due()
+            self._flush_if_due(more=i < len(episodes))
 
-    def _flush_if_due(self) -> None:
+    def _flush_if_due(self, more: bool) -> None:
         # A part is written once its rows, bytes or the time its first
-        # episode has waited reach their limits.
+        # episode has waited reach their limits: in the background if
+        # `more` episodes of this call follow (write() waits for it before
+        # it returns; the next part fills meanwhile, in other blocks), else
+        # here (the next part then reuses its blocks).
         recording = self._recording
         if recording.steps >= self.rows_per_file or recording.nbytes >= self.bytes_per_file or (
                 self.seconds_per_file is not None and self._waiting_since is not None
                 and time.monotonic() - self._waiting_since >= self.seconds_per_file):
-            self.flush()
+            self._write_part(background=more)
 
     def check_spaces(self, observation_space: Any, action_space: Any,
                      agent_id: Any = None) -> None:
@@ -208,11 +217,57 @@ class EpisodeWriter:
         step files, then its episode table (which makes the part exist)."""
         if self._recording.n:
             self._write_part()
+        else:
+            self._wait()
+            self._retry_failed()
 
-    def _write_part(self) -> None:
+    def _write_part(self, background: bool = False) -> None:
+        """Writes the part kept so far (after any whose write failed) on a
+        thread of its own, while the part before it may still be written
+        (Arrow compresses each on a core of its own); with `background`,
+        returns once the part before it is written (the next part fills
+        meanwhile, in that part's blocks), else once both are."""
+        self._retry_failed()
         recording = self._recording
         part = f"{self._name}-{self._parts:06d}"
+        self._writing.append((InThread(self._part_files, recording, part, daemon=False),
+                              recording, part))
+        self._parts += 1
+        try:
+            self._wait(keep=1 if background else 0)
+        finally:
+            # The next part reuses the groups of the last part written.
+            last, self._spare = self._spare, None
+            self._recording = self._new_recording(last)
+            self._waiting_since = None
+
+    def _wait(self, keep: int = 0) -> None:
+        """Waits for the parts being written, oldest first, until `keep` are
+        left: their files are then the dataset's. A part whose write failed
+        is kept (written again before the next part) and its error raised."""
+        while len(self._writing) > keep:
+            job, recording, part = self._writing[0]
+            job.thread.join()       # (interrupted: the part is still being written)
+            self._writing.pop(0)
+            try:
+                self.files.extend(job.result())
+            except BaseException:
+                recording.own()     # (the caller gets its episodes back)
+                self._failed.append((recording, part))
+                raise
+            self._spare = recording
+
+    def _retry_failed(self) -> None:
+        while self._failed:
+            recording, part = self._failed[0]
+            self.files.extend(self._part_files(recording, part))
+            self._failed.pop(0)
+
+    def _part_files(self, recording: Recording, part: str) -> list:
+        """Writes a part's files (`recording`'s episodes, under the name
+        `part`): its step files, then its episode table; returns them."""
         names, sums, written = [], [], []       # written: (temp, final), renamed in order
+        files = []
         try:
             for group in recording.groups.values():
                 name = f"{part}.steps-{group.number}.{self.format}"
@@ -232,15 +287,12 @@ class EpisodeWriter:
                 syncing.result()
             for temp, final in written:
                 os.replace(temp, final)
-                self.files.append(final)
+                files.append(final)
         finally:
             for temp, _ in written:
                 if os.path.exists(temp):
                     os.remove(temp)
-        self._parts += 1
-        # The next part reuses this one's groups (their step tables are gone).
-        self._recording = self._new_recording(recording)
-        self._waiting_since = None
+        return files
 
     def close(self) -> None:
         """Writes what is kept and closes the writer (closing twice is fine).
@@ -249,6 +301,8 @@ class EpisodeWriter:
         if not self.closed:
             if self._recording.n or not self._parts:
                 self._write_part()
+            else:
+                self.flush()
             self.closed = True
 
     def __enter__(self) -> "EpisodeWriter":

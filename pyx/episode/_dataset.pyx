@@ -1048,10 +1048,6 @@ cdef class Chunks:
                                                           b - self.starts[k]))
         return out
 
-    def whole(self):
-        """All its rows in one array (a copy)."""
-        return np.concatenate(self.joined(0, self.starts[self.n]))
-
 
 cdef class StepFile:
     """A step file's columns, ready to build episodes over: per leaf a
@@ -1129,11 +1125,25 @@ cdef class StepFile:
             return {key: self.track(sub, start, count) for key, sub in (<dict>tree).items()}
         return tuple([self.track(sub, start, count) for sub in tree])
 
-    def block_tracks(self):
+    def batches(self):
+        """The first row of each record batch its stored leaves were read
+        in, then its rows (one batch: [0, nrows])."""
+        for leaf in self.leaves:
+            if type(leaf) is Chunks:
+                return (<Chunks>leaf)._starts.tolist()
+        return [0, self.nrows]
+
+    def block_tracks(self, Py_ssize_t start=0, stop=None):
         """Each track's leaves in dm-tree (sorted-key) order, as a replay
-        store's add_block() takes them: the file's rows of a stored leaf (an
-        array, read in place), a list of the decoded items of an encoded
-        one (None for padding). None where a leaf holds no rows at all."""
+        store's add_block() takes them, for rows [start, stop) (default:
+        all): a stored leaf's rows as an array (read in place, within one
+        record batch), a list of the decoded items of an encoded one (None
+        for padding). None where a leaf holds no rows at all."""
+        cdef Py_ssize_t end = self.nrows if stop is None else stop
+        cdef Py_ssize_t first
+        cdef Column col
+        if not 0 <= start <= end <= self.nrows:
+            raise IndexError(f"rows {start}..{end} of {self.nrows}")
         names = [("obs", None), ("actions", None), ("rewards", None)] + [
             ("extras", key) for key in self.extra_keys]
         out = {}
@@ -1142,26 +1152,30 @@ cdef class StepFile:
             for k in sorted_leaves(tree, []):
                 leaf = self.leaves[k]
                 if type(leaf) is Column:
-                    leaves.append((<Column>leaf).view())
+                    leaves.append((<Column>leaf).rows(start, end))
                 elif type(leaf) is Chunks:
-                    leaves.append((<Chunks>leaf).whole())
+                    col = (<Chunks>leaf).rows_of(start, end - start, &first)
+                    leaves.append(col.rows(first, first + end - start))
                 elif type(leaf) is Encoded:
-                    leaves.append([(<Encoded>leaf).value(i, None) for i in range(self.nrows)])
+                    leaves.append([(<Encoded>leaf).value(i, None) for i in range(start, end)])
                 else:
                     return None
             out[name] = leaves
         return out
 
-    def infos_by_row(self):
-        """The file's infos that are not empty, by row."""
-        cdef Py_ssize_t i
+    def infos_by_row(self, Py_ssize_t start=0, stop=None):
+        """The infos that are not empty of rows [start, stop) (default:
+        all), by row from `start`."""
+        cdef Py_ssize_t i, end = self.nrows if stop is None else stop
+        if not 0 <= start <= end <= self.nrows:
+            raise IndexError(f"rows {start}..{end} of {self.nrows}")
         if self.infos is None:
             return {}
         out = {}
-        for i in range(self.nrows):
+        for i in range(start, end):
             item = self.infos.value(i, EMPTY)
             if item is not EMPTY:
-                out[i] = item
+                out[i - start] = item
         return out
 
     cdef object tree_rows(self, object tree, Py_ssize_t start, Py_ssize_t count):
