@@ -1152,6 +1152,7 @@ cdef class StepFile:
             for k in sorted_leaves(tree, []):
                 leaf = self.leaves[k]
                 if type(leaf) is Column:
+                    (<Column>leaf).check_range(start, end)
                     leaves.append((<Column>leaf).rows(start, end))
                 elif type(leaf) is Chunks:
                     col = (<Chunks>leaf).rows_of(start, end - start, &first)
