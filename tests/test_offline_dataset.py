@@ -1495,3 +1495,37 @@ def test_a_buffer_filled_from_image_episodes_adopts_each_batch(tmp_path):
     for a, b in zip(ours.sample(8, n_step=2, sample_episodes=True),
                     theirs.sample(8, n_step=2, sample_episodes=True)):
         compare_episodes(a, b)
+
+
+@settings(max_examples=int(os.environ.get("PROPS_MAX_EXAMPLES", 40)) // 4 + 1, deadline=None,
+          suppress_health_check=list(HealthCheck))
+@given(shapes=st.lists(st.tuples(st.sampled_from([2, 15, 150, 170]), st.integers(0, 3),
+                                 st.booleans(), st.booleans()), min_size=1, max_size=6),
+       calls=st.lists(st.integers(1, 6), min_size=1, max_size=6),
+       part_mib=st.sampled_from([1, 2, 4, 256]))
+def test_image_episodes_round_trip_however_they_are_handed_over(tmp_path_factory, shapes,
+                                                                 calls, part_mib):
+    """Image episodes (rows referred to in place: 150 steps of 84x84 are
+    over 1 MiB) among short ones, of any lookback, list mode or numpy'd, a
+    Dict observation or not, handed to write() in calls of any size (the
+    open part's rows copied in as each call returns) with parts of any
+    size: each reads back exactly, in order, and a buffer made from the
+    dataset holds every step."""
+    from episode.replay import EpisodeReplayBuffer
+
+    episodes = [_screens(seed, steps, dict_obs=dict_obs, lookback=lookback, numpy=numpy)
+                for seed, (steps, lookback, numpy, dict_obs) in enumerate(shapes)]
+    path = tmp_path_factory.mktemp("ds")
+    with EpisodeWriter(path, bytes_per_file=part_mib << 20, seconds_per_file=None) as writer:
+        at = 0
+        for n in calls + [len(episodes)]:
+            writer.write(episodes[at:at + n])
+            at += n
+    read = read_episodes(path)
+    assert [e.id_ for e in read] == [e.id_ for e in episodes]
+    for a, b in zip(read, episodes):
+        assert_same(a, b)
+    if all(not dict_obs for _, _, _, dict_obs in shapes):
+        buffer = EpisodeReplayBuffer(capacity=read.num_steps + 1)
+        buffer.add_dataset(read)
+        assert buffer.get_num_timesteps() == read.num_steps
