@@ -1529,3 +1529,23 @@ def test_image_episodes_round_trip_however_they_are_handed_over(tmp_path_factory
         buffer = EpisodeReplayBuffer(capacity=read.num_steps + 1)
         buffer.add_dataset(read)
         assert buffer.get_num_timesteps() == read.num_steps
+
+
+def test_a_step_files_rows_are_asked_for_within_it(tmp_path):
+    """StepFile.block_tracks() and infos_by_row() take a range of rows (a
+    record batch's): one outside the file is IndexError, not a read past
+    its arrays."""
+    write_episodes([_screens(0, 150), _screens(1, 5)], tmp_path)
+    ds = read_episodes(tmp_path)
+    step_file = ds._step_file(ds._parts[0], 0)
+    n = step_file.nrows
+    assert step_file.batches() == [0, 151, n]
+    for start, stop in ((0, n + 1), (-1, 3), (5, 2), (n + 1, None)):
+        with pytest.raises(IndexError):
+            step_file.block_tracks(start, stop)
+        with pytest.raises(IndexError):
+            step_file.infos_by_row(start, stop)
+    first, second = ds[0].get_observations(), ds[1].get_observations()
+    assert np.array_equal(step_file.block_tracks(151, n)[("obs", None)][0], second)
+    across = step_file.block_tracks(100, n)[("obs", None)][0]     # (joined: a copy)
+    assert np.array_equal(across, np.concatenate([first[100:], second]))

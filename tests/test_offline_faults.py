@@ -146,12 +146,20 @@ READER = textwrap.dedent("""
 """)
 
 
-def _dataset(path, format):
+def _dataset(path, format, kind="steps"):
     import gymnasium as gym
 
     from episode import SingleAgentEpisode
     from episode.offline import write_episodes
 
+    if kind == "images":
+        # Image rows written from where they are: a step file of a record
+        # batch per image episode, a small one between them.
+        from test_offline_dataset import _screens
+
+        write_episodes([_screens(0, 150, lookback=1), _screens(1, 5), _screens(2, 160)], path,
+                       format=format)
+        return sorted(os.path.join(path, n) for n in os.listdir(path))
     episodes = []
     rng = np.random.default_rng(1)
     space = gym.spaces.Dict({"x": gym.spaces.Box(-1, 1, (3,), np.float32),
@@ -170,13 +178,13 @@ def _dataset(path, format):
     return sorted(os.path.join(path, n) for n in os.listdir(path))
 
 
-def _damaged_reads(tmp_path, format, cases, verify="verify"):
+def _damaged_reads(tmp_path, format, cases, verify="verify", kind="steps"):
     """Runs the reader on each damaged copy, one after the other in one
     child process (a crash of a case fails the test, naming the case)."""
     paths = []
     for k, damage in enumerate(cases):
         path = tmp_path / f"case{k}"
-        damage(_dataset(path, format))
+        damage(_dataset(path, format, kind))
         paths.append(str(path))
     proc = subprocess.run([sys.executable, "-c", READER, verify, *paths],
                           capture_output=True, timeout=600,
@@ -223,6 +231,22 @@ def test_damaged_datasets_are_refused_or_read_right_never_a_crash(tmp_path, form
     assert all(r == intact or r == ["refused", "DatasetError"] for r in results), results
     assert all(r[0] == "refused" for r in results[-6:]), results[-6:]
     assert sum(r[0] == "refused" for r in results) >= len(results) // 2
+
+
+@pytest.mark.parametrize("format", ["parquet", "arrow"])
+def test_damaged_image_datasets_of_many_record_batches_never_crash(tmp_path, format):
+    """Step files of a record batch per image episode: a damaged copy is
+    refused (DatasetError) or reads what was written, and read unchecked
+    it never crashes."""
+    cases = [_flip(seed, count) for seed in range(6) for count in (1, 8)] + \
+        [_cut(seed) for seed in range(3)]
+    (intact,) = _damaged_reads(tmp_path / "intact", format, [lambda files: None],
+                               kind="images")
+    assert intact[0] == "read"
+    results = _damaged_reads(tmp_path / "checked", format, cases, kind="images")
+    assert all(r == intact or r == ["refused", "DatasetError"] for r in results), results
+    assert all(r[0] == "refused" for r in results[-3:]), results[-3:]
+    _damaged_reads(tmp_path / "trusted", format, cases[:12], verify="trust", kind="images")
 
 
 @pytest.mark.parametrize("format", ["parquet", "arrow"])
