@@ -444,16 +444,22 @@ def test_a_pass_hands_back_freed_blocks_of_parquet_files_only(tmp_path, monkeypa
     assert len(released) == (3 if format == "parquet" else 0)
 
 
-def _frame_parts(tmp_path, parts=4, format="arrow"):
-    # `parts` parts of two 10-step episodes of 84x84 frames each.
-    frames = np.arange((10 + 2 * parts) * 7056, dtype=np.int64).astype(np.uint8)
+def _frame_episodes(n, length=9):
+    # n episodes of `length` steps of 84x84 frames (frame k + t at step t).
+    frames = np.arange((n + length) * 7056, dtype=np.int64).astype(np.uint8)
     frames = frames.reshape(-1, 84, 84)
     episodes = []
-    for k in range(2 * parts):
+    for k in range(n):
         episode = SingleAgentEpisode(observations=[frames[k]])
-        for t in range(1, 10):
-            episode.add_env_step(frames[t + k], 1, 1.0, terminated=t == 9)
+        for t in range(1, length + 1):
+            episode.add_env_step(frames[t + k], t % 3, 1.0, terminated=t == length)
         episodes.append(episode.to_numpy())
+    return episodes
+
+
+def _frame_parts(tmp_path, parts=4, format="arrow"):
+    # `parts` parts of two 10-step episodes of 84x84 frames each.
+    episodes = _frame_episodes(2 * parts)
     write_episodes(episodes, tmp_path, bytes_per_file=20 * 7056, seconds_per_file=None,
                    format=format)
     return episodes
@@ -1396,18 +1402,6 @@ def test_a_leaf_of_no_chunks_is_refused():
 
     with pytest.raises(ValueError):
         Chunks([])
-
-
-def _frame_episodes(n, length=9):
-    frames = np.arange((n + length) * 7056, dtype=np.int64).astype(np.uint8)
-    frames = frames.reshape(-1, 84, 84)
-    episodes = []
-    for k in range(n):
-        episode = SingleAgentEpisode(observations=[frames[k]])
-        for t in range(1, length + 1):
-            episode.add_env_step(frames[t + k], t % 3, 1.0, terminated=t == length)
-        episodes.append(episode.to_numpy())
-    return episodes
 
 
 def test_parts_of_one_write_are_written_two_at_a_time(tmp_path, monkeypatch):

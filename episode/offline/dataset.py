@@ -1091,14 +1091,16 @@ def _load_tree(tree, column, name: str, path: str, leaves: list, kinds: list,
     checked against the metadata."""
     pa = _pyarrow()
     where = f"{path}: column {name!r}"
-    if isinstance(column, pa.ChunkedArray) and not (
-            isinstance(tree, dict) and tree["codec"] in fmt.STORED):
-        if isinstance(tree, dict) or column.null_count or \
-                not isinstance(column.type, pa.StructType):
+    if isinstance(column, pa.ChunkedArray):
+        # Several record batches: stored leaves are read chunk by chunk (in
+        # place), a struct's fields as their chunks, anything else joined.
+        if isinstance(tree, dict):
+            if tree["codec"] not in fmt.STORED:
+                column = _whole(column, pa)
+        elif isinstance(column.type, pa.StructType) and not column.null_count:
+            column = _StructChunks(column)
+        else:
             column = _whole(column, pa)
-        else:       # (each field as its chunks)
-            return _load_tree(tree, _StructChunks(column), name, path, leaves, kinds,
-                              finalized, opens)
     if isinstance(tree, dict):
         rows = fmt.leaf_rows(tree, column, where)   # (chunked: a list, a chunk's rows each)
         if tree["codec"] == fmt.VALUE:

@@ -569,11 +569,6 @@ def _step_table(group: GroupRows):
                    for name, (key, _), tree in zip(names[3:], sig[3], trees[3:])],
         "extras_defaultdict": bool(sig[4]),
     }
-    if not batches:
-        arrays = iter([leaf if leaf is None or isinstance(leaf, list) else leaf.array()
-                       for leaf in group.leaves])
-        batches.append([_column(tree, arrays, 0) for tree in trees] + [infos, terminateds,
-                                                                       truncateds])
     schema = pa.schema([pa.field(k, v.type) for k, v in zip(
         list(names) + [fmt.INFOS, fmt.TERMINATEDS, fmt.TRUNCATEDS], batches[0])],
         metadata=fmt.metadata("steps", **meta))

@@ -454,8 +454,12 @@ cdef class GroupRows:
 
     def batches(self):
         """Its rows in runs that no leaf's piece crosses (see Rows.pieces):
-        (first row, rows, per leaf an array, a list of items or None)."""
+        (first row, rows, per leaf an array, a list of items or None); one
+        run of no rows where it has none."""
         cdef Py_ssize_t k
+        if not self.nrows:
+            return [(0, 0, [leaf.array() if type(leaf) is Rows else leaf
+                            for leaf in self.leaves])]
         pieces = [(<Rows>leaf).pieces() if type(leaf) is Rows else None
                   for leaf in self.leaves]
         bounds = sorted({0, self.nrows}.union(
